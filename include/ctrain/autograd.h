@@ -1,0 +1,130 @@
+/*
+ * autograd.h - the per-step graph: an arena for step tensors, a tape of operations and
+ * reverse-mode differentiation.
+ *
+ * A ct_graph is created once and reused every step. Operations (ops.h, loss.h) compute their
+ * result at once (eager) and, when gradients are enabled and an input requires them, append a
+ * node to the tape. ct_graph_backward walks the tape backwards and accumulates (+=) gradients
+ * into every tensor that requires them: parameter gradients live in the ct_params grad buffer
+ * and keep accumulating until zeroed; step tensors get gradient buffers from the arena.
+ *
+ * Ownership and lifetime: every tensor, node and buffer the graph hands out lives in its arena
+ * and dies at ct_graph_reset, which is O(1) and keeps the arena's memory, so that after the
+ * first step a step makes no heap allocation. Errors are sticky: an op that fails records the
+ * message in the context, returns NULL, and every later op given a NULL input or called on a
+ * failed graph returns NULL too; ct_graph_status tells what happened. ct_graph_reset clears it.
+ */
+#ifndef CTRAIN_AUTOGRAD_H
+#define CTRAIN_AUTOGRAD_H
+
+#include "ctrain/rng.h"
+#include "ctrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_graph ct_graph;
+typedef struct ct_node ct_node;
+
+/* Backward of one node: read ct_graph_grad of n->out and add into the inputs' gradients. */
+typedef void (*ct_backward_fn)(ct_graph *g, ct_node *n);
+
+/* An operation's identity on the tape. Each op file defines one as a static const. */
+typedef struct ct_op_def {
+    const char *name;
+    ct_backward_fn backward;
+} ct_op_def;
+
+#define CT_NODE_MAX_IN 4
+
+struct ct_node {
+    const ct_op_def *op;
+    ct_tensor *out;
+    ct_tensor *in[CT_NODE_MAX_IN]; /* inputs; entries past n_in are NULL */
+    int32_t n_in;
+    void *saved;                   /* op-owned data in the arena (masks, statistics) */
+    int64_t iarg[8];               /* op-specific integer arguments */
+    float farg[4];                 /* op-specific float arguments */
+    ct_node *prev;                 /* the node recorded before this one */
+};
+
+typedef struct ct_graph_params {
+    size_t arena_chunk; /* bytes per arena chunk (0 = 4 MiB); larger requests get their own */
+    uint64_t seed;      /* seed of the graph's RNG stream (dropout) */
+} ct_graph_params;
+
+CT_API ct_graph_params ct_graph_default_params(void);
+CT_API ct_status ct_graph_create(ct_ctx *ctx, const ct_graph_params *params, ct_graph **out);
+CT_API void ct_graph_destroy(ct_graph *g);
+CT_API ct_ctx *ct_graph_ctx(const ct_graph *g);
+
+/* Forgets every step tensor, node and gradient buffer in O(1) and clears the sticky status.
+ * Training mode, grad mode and the RNG stream are kept. */
+CT_API void ct_graph_reset(ct_graph *g);
+
+/* Gradient recording (default on). Off = no-grad mode for evaluation: no node is recorded. */
+CT_API void ct_graph_set_grad_enabled(ct_graph *g, bool enabled);
+CT_API bool ct_graph_grad_enabled(const ct_graph *g);
+/* Training mode (default on): dropout drops and batch norm uses batch statistics. */
+CT_API void ct_graph_set_training(ct_graph *g, bool training);
+CT_API bool ct_graph_training(const ct_graph *g);
+/* The graph's RNG stream (dropout). Borrowed; save and restore it by value. */
+CT_API ct_rng *ct_graph_rng(ct_graph *g);
+
+/* CT_OK, or the first failure since the last reset. */
+CT_API ct_status ct_graph_status(const ct_graph *g);
+
+/* Bytes the arena holds (capacity) and how many heap allocations it made in its life. */
+CT_API size_t ct_graph_arena_capacity(const ct_graph *g);
+CT_API int64_t ct_graph_arena_allocations(const ct_graph *g);
+
+/* A step tensor with uninitialised (ct_graph_new) or zeroed (ct_graph_zeros) data. */
+CT_API ct_tensor *ct_graph_new(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape);
+CT_API ct_tensor *ct_graph_zeros(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape);
+/* A step tensor that borrows caller data (a batch): no copy; the data must outlive the step. */
+CT_API ct_tensor *ct_graph_wrap(ct_graph *g,
+                                void *data,
+                                ct_dtype dtype,
+                                int32_t ndim,
+                                const int64_t *shape);
+/* Arena scratch memory, 64-byte aligned, dies at reset. NULL (and a sticky failure) on OOM. */
+CT_API void *ct_graph_alloc(ct_graph *g, size_t size);
+
+/*
+ * Backpropagates from `loss`, which must be an f32 tensor with one element: its gradient is
+ * seeded with 1 and every node of the tape runs its backward, newest first. Parameter
+ * gradients accumulate. Calling it twice in one step accumulates twice.
+ */
+CT_API ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss);
+/* Backpropagates from any f32 tensor t that requires grad, with its gradient seeded from
+ * seed[0..numel(t)) (added to what t already has). For vector-Jacobian products and tests. */
+CT_API ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed);
+
+/* ---- for op authors (built-in ops and plugins) ---- */
+
+/* True when an op with these inputs must record a node: grad mode is on and one requires grad. */
+CT_API bool ct_graph_needs_grad(const ct_graph *g, int32_t n_in, ct_tensor *const *in);
+/* Appends a node producing `out` from the inputs and marks `out` as requiring grad. Returns
+ * NULL (sticky failure) on OOM. Call only when ct_graph_needs_grad said yes. */
+CT_API ct_node *ct_graph_record(ct_graph *g,
+                                const ct_op_def *op,
+                                ct_tensor *out,
+                                int32_t n_in,
+                                ct_tensor *const *in);
+/* The f32 gradient buffer of t, zero-filled on first use; NULL when t does not require grad. */
+CT_API float *ct_graph_grad(ct_graph *g, ct_tensor *t);
+/* Records a sticky failure on the graph (and its context's message); returns code. */
+CT_API ct_status ct_graph_fail_at(ct_graph *g,
+                                  ct_status code,
+                                  const char *file,
+                                  int line,
+                                  const char *fmt,
+                                  ...) CT_PRINTF(5, 6);
+#define CT_GRAPH_FAIL(g, code, ...) ct_graph_fail_at((g), (code), __FILE__, __LINE__, __VA_ARGS__)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTRAIN_AUTOGRAD_H */

@@ -1,0 +1,27 @@
+/*
+ * ctrain.h - the umbrella header: includes every public module header and the version query.
+ */
+#ifndef CTRAIN_CTRAIN_H
+#define CTRAIN_CTRAIN_H
+
+#include "ctrain/autograd.h"
+#include "ctrain/loss.h"
+#include "ctrain/nn.h"
+#include "ctrain/ops.h"
+#include "ctrain/optim.h"
+#include "ctrain/rng.h"
+#include "ctrain/status.h"
+#include "ctrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+CT_API const char *ct_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTRAIN_CTRAIN_H */

@@ -1,0 +1,137 @@
+/*
+ * status.h - the context handle, status codes, error messages and the injectable allocator.
+ *
+ * Every library call that can fail returns a ct_status (or NULL for constructors of step
+ * tensors, see autograd.h) and records a message in the ct_ctx it was given. The message names
+ * the source location and what was found versus expected. The library never exits and keeps no
+ * global mutable state: everything lives in a ct_ctx, which the caller creates and destroys.
+ *
+ * Ownership: ct_ctx_create returns a context the caller frees with ct_ctx_destroy. Strings
+ * returned by ct_last_error stay valid until the next failing call on the same context.
+ */
+#ifndef CTRAIN_STATUS_H
+#define CTRAIN_STATUS_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(CT_BUILDING_LIBRARY) && defined(__GNUC__)
+#define CT_API __attribute__((visibility("default")))
+#else
+#define CT_API
+#endif
+
+#if defined(__GNUC__)
+#define CT_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#else
+#define CT_PRINTF(fmt_idx, arg_idx)
+#endif
+
+/* Append-only: new codes go before CT_STATUS_COUNT. */
+typedef enum ct_status {
+    CT_OK = 0,
+    CT_ERR_INVALID_ARG, /* a caller passed something the contract forbids */
+    CT_ERR_SHAPE,       /* tensor shapes or dtypes do not fit the operation */
+    CT_ERR_OOM,         /* the allocator returned NULL */
+    CT_ERR_IO,          /* a read, write, open or rename failed */
+    CT_ERR_FORMAT,      /* a file's contents are not what its format promises */
+    CT_ERR_CONFIG,      /* a configuration value is missing, unknown or out of range */
+    CT_ERR_DIST,        /* a distributed (MPI) operation failed */
+    CT_ERR_INTERNAL,    /* an invariant of the library itself did not hold */
+    CT_STATUS_COUNT
+} ct_status;
+
+/* A short constant name for a status ("CT_ERR_SHAPE"); "unknown status" when out of range. */
+CT_API const char *ct_status_str(ct_status s);
+
+/*
+ * Allocator. alloc returns memory aligned to at least 64 bytes or NULL; free receives the size
+ * that was asked for. Both get the user pointer. The default uses aligned_alloc/free.
+ */
+typedef struct ct_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void (*free)(void *user, void *ptr, size_t size);
+    void *user;
+} ct_allocator;
+
+/* Log levels; a callback receives every message at or above the context's level. */
+typedef enum ct_log_level {
+    CT_LOG_DEBUG = 0,
+    CT_LOG_INFO,
+    CT_LOG_WARN,
+    CT_LOG_ERROR,
+    CT_LOG_LEVEL_COUNT
+} ct_log_level;
+
+typedef void (*ct_log_fn)(void *user, ct_log_level level, const char *msg);
+
+typedef struct ct_ctx_params {
+    int64_t n_threads;      /* OpenMP and BLAS threads; 0 = all online cores */
+    ct_allocator allocator; /* alloc == NULL selects the default */
+    ct_log_fn log;          /* NULL = write to stderr */
+    void *log_user;
+    ct_log_level log_level; /* default CT_LOG_INFO */
+    int32_t reference_kernels; /* non-zero: naive reference kernels instead of BLAS/oneDNN/SIMD
+                                  (for tests: the fast and reference paths must agree) */
+} ct_ctx_params;
+
+typedef struct ct_ctx ct_ctx;
+
+CT_API ct_ctx_params ct_ctx_default_params(void);
+
+/* Creates a context. *out is NULL on failure (the only failure is CT_ERR_OOM or a bad param). */
+CT_API ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out);
+/* Frees the context. NULL is a no-op. Every object created from it must be destroyed first. */
+CT_API void ct_ctx_destroy(ct_ctx *ctx);
+
+CT_API int64_t ct_ctx_threads(const ct_ctx *ctx);
+/* Changes the thread count (0 = all cores) for later calls. Results do not depend on it. */
+CT_API void ct_ctx_set_threads(ct_ctx *ctx, int64_t n_threads);
+
+/* The message of the most recent failure on this context, or "" when none. */
+CT_API const char *ct_last_error(const ct_ctx *ctx);
+/* The status of the most recent failure, CT_OK when none. */
+CT_API ct_status ct_last_status(const ct_ctx *ctx);
+/* Forgets the last failure. */
+CT_API void ct_clear_error(ct_ctx *ctx);
+
+/*
+ * Records a failure "file:line: message" and returns code. Use through CT_FAIL so the location
+ * is the caller's. Library internals and plugins use it alike.
+ */
+CT_API ct_status ct_fail_at(ct_ctx *ctx,
+                            ct_status code,
+                            const char *file,
+                            int line,
+                            const char *fmt,
+                            ...) CT_PRINTF(5, 6);
+/* Prefixes the current message with context: "loading 'x': <previous message>". Returns the
+ * current status so that `return ct_err_wrap(ctx, ...)` propagates it. */
+CT_API ct_status ct_err_wrap(ct_ctx *ctx, const char *fmt, ...) CT_PRINTF(2, 3);
+
+#define CT_FAIL(ctx, code, ...) ct_fail_at((ctx), (code), __FILE__, __LINE__, __VA_ARGS__)
+#define CT_TRY(expr)                                                                               \
+    do {                                                                                           \
+        ct_status ct_try_status_ = (expr);                                                         \
+        if (ct_try_status_ != CT_OK) return ct_try_status_;                                        \
+    } while (0)
+
+/* Logging through the context's callback. */
+CT_API void ct_log(const ct_ctx *ctx, ct_log_level level, const char *fmt, ...) CT_PRINTF(3, 4);
+
+/* Allocation through the context's allocator; 64-byte aligned. NULL on failure (no message is
+ * recorded: callers report OOM with what they were allocating). ct_free(ctx, NULL, n) is a no-op. */
+CT_API void *ct_alloc(ct_ctx *ctx, size_t size);
+CT_API void ct_free(ct_ctx *ctx, void *ptr, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTRAIN_STATUS_H */

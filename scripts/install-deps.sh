@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages ctrain needs, when any is missing. Safe to run repeatedly:
+# with everything present it only checks. Pass --bench to add what bench/ needs (PyTorch).
+set -euo pipefail
+
+pkgs=(build-essential cmake ninja-build pkg-config clang clang-format libomp-dev
+      libopenblas-dev libdnnl-dev zlib1g-dev)
+if [[ "${1:-}" == "--bench" ]]; then
+    pkgs+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,214 @@
+/*
+ * graph.c - the step graph: arena, tape, modes and reverse-mode differentiation.
+ *
+ * The tape is a singly linked list through ct_node.prev, newest first, so recording is O(1) and
+ * needs no growable array. Reverse recording order is a valid topological order for backward
+ * because an op can only consume tensors that exist when it runs.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core_internal.h"
+#include "ctrain/autograd.h"
+
+struct ct_graph {
+    ct_ctx *ctx;
+    ct_arena arena;
+    ct_node *tape; /* newest node */
+    bool grad_enabled;
+    bool training;
+    ct_rng rng;
+    ct_status status;
+};
+
+ct_graph_params ct_graph_default_params(void) {
+    ct_graph_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+ct_status ct_graph_create(ct_ctx *ctx, const ct_graph_params *params, ct_graph **out) {
+    ct_graph_params p = params ? *params : ct_graph_default_params();
+    *out = NULL;
+    ct_graph *g = ct_alloc(ctx, sizeof *g);
+    if (!g) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a graph");
+    memset(g, 0, sizeof *g);
+    g->ctx = ctx;
+    ct_arena_init(&g->arena, ctx, p.arena_chunk);
+    g->grad_enabled = true;
+    g->training = true;
+    g->rng = ct_rng_init(p.seed, 0x64726F70ull /* "drop" */);
+    *out = g;
+    return CT_OK;
+}
+
+void ct_graph_destroy(ct_graph *g) {
+    if (!g) return;
+    ct_ctx *ctx = g->ctx;
+    ct_arena_fini(&g->arena);
+    ct_free(ctx, g, sizeof *g);
+}
+
+ct_ctx *ct_graph_ctx(const ct_graph *g) {
+    return g->ctx;
+}
+
+void ct_graph_reset(ct_graph *g) {
+    ct_arena_reset(&g->arena);
+    g->tape = NULL;
+    g->status = CT_OK;
+}
+
+void ct_graph_set_grad_enabled(ct_graph *g, bool enabled) {
+    g->grad_enabled = enabled;
+}
+
+bool ct_graph_grad_enabled(const ct_graph *g) {
+    return g->grad_enabled;
+}
+
+void ct_graph_set_training(ct_graph *g, bool training) {
+    g->training = training;
+}
+
+bool ct_graph_training(const ct_graph *g) {
+    return g->training;
+}
+
+ct_rng *ct_graph_rng(ct_graph *g) {
+    return &g->rng;
+}
+
+ct_status ct_graph_status(const ct_graph *g) {
+    return g->status;
+}
+
+size_t ct_graph_arena_capacity(const ct_graph *g) {
+    return g->arena.capacity;
+}
+
+int64_t ct_graph_arena_allocations(const ct_graph *g) {
+    return g->arena.n_allocations;
+}
+
+ct_status ct_graph_fail_at(ct_graph *g, ct_status code, const char *file, int line,
+                           const char *fmt, ...) {
+    if (g->status != CT_OK) return g->status; /* keep the first failure's message */
+    char msg[CT_ERRMSG_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    g->status = code;
+    return ct_fail_at(g->ctx, code, file, line, "%s", msg);
+}
+
+void *ct_graph_alloc(ct_graph *g, size_t size) {
+    void *p = ct_arena_alloc(&g->arena, size);
+    if (!p) CT_GRAPH_FAIL(g, CT_ERR_OOM, "graph arena: allocating %zu bytes", size);
+    return p;
+}
+
+static ct_tensor *new_tensor(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape,
+                             bool zero, void *data) {
+    if (g->status != CT_OK) return NULL;
+    int64_t numel;
+    if (ct_shape_check(g->ctx, dtype, ndim, shape, &numel) != CT_OK) {
+        g->status = ct_last_status(g->ctx);
+        return NULL;
+    }
+    ct_tensor *t = ct_graph_alloc(g, sizeof *t);
+    if (!t) return NULL;
+    *t = ct_tensor_view(data, dtype, ndim, shape);
+    if (!data) {
+        size_t bytes = (size_t)numel * ct_dtype_size(dtype);
+        t->data = ct_graph_alloc(g, bytes);
+        if (!t->data) return NULL;
+        if (zero) memset(t->data, 0, bytes);
+    }
+    return t;
+}
+
+ct_tensor *ct_graph_new(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape) {
+    return new_tensor(g, dtype, ndim, shape, false, NULL);
+}
+
+ct_tensor *ct_graph_zeros(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape) {
+    return new_tensor(g, dtype, ndim, shape, true, NULL);
+}
+
+ct_tensor *ct_graph_wrap(ct_graph *g, void *data, ct_dtype dtype, int32_t ndim,
+                         const int64_t *shape) {
+    if (!data) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "ct_graph_wrap: data is NULL");
+        return NULL;
+    }
+    return new_tensor(g, dtype, ndim, shape, false, data);
+}
+
+bool ct_graph_needs_grad(const ct_graph *g, int32_t n_in, ct_tensor *const *in) {
+    if (!g->grad_enabled) return false;
+    for (int32_t i = 0; i < n_in; i++)
+        if (in[i] && (in[i]->flags & CT_TENSOR_REQUIRES_GRAD)) return true;
+    return false;
+}
+
+ct_node *ct_graph_record(ct_graph *g, const ct_op_def *op, ct_tensor *out, int32_t n_in,
+                         ct_tensor *const *in) {
+    CT_ASSERT(n_in >= 0 && n_in <= CT_NODE_MAX_IN);
+    ct_node *n = ct_graph_alloc(g, sizeof *n);
+    if (!n) return NULL;
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->out = out;
+    n->n_in = n_in;
+    for (int32_t i = 0; i < n_in; i++) n->in[i] = in[i];
+    n->prev = g->tape;
+    g->tape = n;
+    out->node = n;
+    out->flags |= CT_TENSOR_REQUIRES_GRAD;
+    return n;
+}
+
+float *ct_graph_grad(ct_graph *g, ct_tensor *t) {
+    if (!t || !(t->flags & CT_TENSOR_REQUIRES_GRAD)) return NULL;
+    if (!t->grad) {
+        size_t bytes = (size_t)ct_tensor_numel(t) * sizeof(float);
+        t->grad = ct_graph_alloc(g, bytes);
+        if (t->grad) memset(t->grad, 0, bytes);
+    }
+    return t->grad;
+}
+
+ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss) {
+    if (g->status != CT_OK) return g->status;
+    if (!loss)
+        return CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "backward: the loss is NULL");
+    if (loss->dtype != CT_F32 || ct_tensor_numel(loss) != 1) {
+        char buf[200];
+        return CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
+                             "backward: the loss must be one f32 element, got %s %s",
+                             ct_dtype_name(loss->dtype), ct_shape_str(loss, buf, sizeof buf));
+    }
+    const float one = 1.0f;
+    return ct_graph_backward_seed(g, loss, &one);
+}
+
+ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
+    if (g->status != CT_OK) return g->status;
+    if (!t || !seed || t->dtype != CT_F32)
+        return CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "backward: needs an f32 tensor and a seed");
+    if (!(t->flags & CT_TENSOR_REQUIRES_GRAD))
+        return CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
+                             "backward: the tensor does not depend on anything that requires "
+                             "grad (was it computed with gradients disabled?)");
+    float *grad = ct_graph_grad(g, t);
+    if (!grad) return g->status;
+    int64_t n = ct_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) grad[i] += seed[i];
+    for (ct_node *node = g->tape; node && g->status == CT_OK; node = node->prev) {
+        if (!node->out->grad) continue; /* nothing flowed into this node */
+        node->op->backward(g, node);
+    }
+    return g->status;
+}

@@ -1,0 +1,64 @@
+/*
+ * core_internal.h - definitions shared by the library's own modules: the context struct, the
+ * growing arena and the helpers every module needs. Not installed; not part of the API.
+ */
+#ifndef CT_CORE_INTERNAL_H
+#define CT_CORE_INTERNAL_H
+
+#include "ctrain/status.h"
+
+#if defined(__GNUC__)
+#define CT_INTERNAL __attribute__((visibility("hidden")))
+#else
+#define CT_INTERNAL
+#endif
+
+#define CT_ERRMSG_SIZE 1024
+
+struct ct_ctx {
+    int64_t n_threads;
+    ct_allocator allocator;
+    ct_log_fn log;
+    void *log_user;
+    ct_log_level log_level;
+    int32_t reference_kernels;
+    ct_status last_status;
+    char errmsg[CT_ERRMSG_SIZE];
+};
+
+/* Invariant checks: a failure is a bug in ctrain, never a consequence of user input. */
+#define CT_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) ct_assert_fail(__FILE__, __LINE__, #cond);                                    \
+    } while (0)
+CT_INTERNAL _Noreturn void ct_assert_fail(const char *file, int line, const char *cond);
+
+/*
+ * A chunked bump allocator. Chunks are kept across resets and reused in order, so a workload
+ * that repeats (a training step) stops allocating after its first run. Memory is 64-byte
+ * aligned. Not thread-safe: one arena per graph.
+ */
+typedef struct ct_arena_chunk {
+    struct ct_arena_chunk *next;
+    size_t size; /* usable bytes after the header */
+    size_t used;
+} ct_arena_chunk;
+
+typedef struct ct_arena {
+    ct_ctx *ctx;
+    size_t chunk_size;
+    ct_arena_chunk *head;    /* first chunk */
+    ct_arena_chunk *current; /* chunk being filled */
+    size_t capacity;         /* total usable bytes */
+    int64_t n_allocations;   /* heap allocations made in the arena's life */
+} ct_arena;
+
+CT_INTERNAL void ct_arena_init(ct_arena *a, ct_ctx *ctx, size_t chunk_size);
+CT_INTERNAL void ct_arena_fini(ct_arena *a);
+CT_INTERNAL void *ct_arena_alloc(ct_arena *a, size_t size);
+CT_INTERNAL void ct_arena_reset(ct_arena *a);
+
+/* Thread count to use for a loop over n independent items of roughly `work` flops each. */
+CT_INTERNAL int ct_threads_for(const ct_ctx *ctx, int64_t n, int64_t work);
+
+#endif /* CT_CORE_INTERNAL_H */

@@ -1,0 +1,63 @@
+/*
+ * kernels.h - compute kernels behind the ops: a fast path (OpenBLAS, oneDNN, SIMD) and a naive
+ * reference twin for each, selected by the context's reference_kernels flag. Internal.
+ *
+ * Kernels work on raw float pointers; shapes are given in comments on each argument. They
+ * overwrite (beta = 0) or accumulate (beta = 1) as stated; none allocates.
+ */
+#ifndef CT_KERNELS_H
+#define CT_KERNELS_H
+
+#include <stdbool.h>
+
+#include "core/core_internal.h"
+
+/*
+ * C = alpha * op(A) @ op(B) + beta * C, row-major. op(A) is [M, K] (A is [K, M] when trans_a),
+ * op(B) is [K, N] (B is [N, K] when trans_b), C is [M, N]; lda/ldb/ldc are row strides.
+ * Each C element is accumulated over K in a fixed order, whatever the thread count.
+ */
+CT_INTERNAL void ct_k_gemm(const ct_ctx *ctx,
+                           bool trans_a,
+                           bool trans_b,
+                           int64_t m,
+                           int64_t n,
+                           int64_t k,
+                           float alpha,
+                           const float *a,
+                           int64_t lda,
+                           const float *b,
+                           int64_t ldb,
+                           float beta,
+                           float *c,
+                           int64_t ldc);
+CT_INTERNAL void ct_k_ref_gemm(const ct_ctx *ctx,
+                               bool trans_a,
+                               bool trans_b,
+                               int64_t m,
+                               int64_t n,
+                               int64_t k,
+                               float alpha,
+                               const float *a,
+                               int64_t lda,
+                               const float *b,
+                               int64_t ldb,
+                               float beta,
+                               float *c,
+                               int64_t ldc);
+CT_INTERNAL void ct_k_blas_gemm(const ct_ctx *ctx,
+                                bool trans_a,
+                                bool trans_b,
+                                int64_t m,
+                                int64_t n,
+                                int64_t k,
+                                float alpha,
+                                const float *a,
+                                int64_t lda,
+                                const float *b,
+                                int64_t ldb,
+                                float beta,
+                                float *c,
+                                int64_t ldc);
+
+#endif /* CT_KERNELS_H */

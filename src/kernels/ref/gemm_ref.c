@@ -1,0 +1,23 @@
+/*
+ * gemm_ref.c - the naive reference GEMM: three loops, accumulated in double, the twin that the
+ * BLAS path is tested against. Slow by design; clarity is the point.
+ */
+#include "kernels/kernels.h"
+
+void ct_k_ref_gemm(const ct_ctx *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                   int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                   int64_t ldb, float beta, float *c, int64_t ldc) {
+    (void)ctx;
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double acc = 0.0;
+            for (int64_t p = 0; p < k; p++) {
+                float av = trans_a ? a[p * lda + i] : a[i * lda + p];
+                float bv = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+                acc += (double)av * (double)bv;
+            }
+            float prev = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+            c[i * ldc + j] = (float)((double)alpha * acc + (double)prev);
+        }
+    }
+}

@@ -1,0 +1,45 @@
+/*
+ * ops_internal.h - helpers shared by the op files (src/ops, src/loss): argument checks that
+ * record a sticky graph failure with a precise message, output allocation, and parallel-loop
+ * sizing. Internal.
+ *
+ * Pattern of an op:
+ *     if (!ct_ops_begin(g, "relu", 1, (ct_tensor *[]){x})) return NULL;   // NULL input, failure
+ *     if (!ct_ops_f32(g, "relu", "x", x)) return NULL;                      // dtype checks
+ *     ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, x->shape);            // output
+ *     ... forward kernel ...
+ *     if (ct_graph_needs_grad(g, 1, &x)) { ct_node *n = ct_graph_record(...); ... }
+ */
+#ifndef CT_OPS_INTERNAL_H
+#define CT_OPS_INTERNAL_H
+
+#include "core/core_internal.h"
+#include "ctrain/ops.h"
+
+/* True when every input is non-NULL and the graph has not failed. A NULL input after a
+ * successful graph means the caller passed NULL: that is recorded as an error. */
+CT_INTERNAL bool ct_ops_begin(ct_graph *g, const char *op, int32_t n, ct_tensor *const *in);
+/* True when t is f32; otherwise records "<op>: <what> must be f32, got <dtype>". */
+CT_INTERNAL bool ct_ops_f32(ct_graph *g, const char *op, const char *what, const ct_tensor *t);
+/* True when t is an integer index tensor (i32 or i64). */
+CT_INTERNAL bool ct_ops_index(ct_graph *g, const char *op, const char *what, const ct_tensor *t);
+/* Normalises a possibly negative axis for ndim dims; false (and a failure) when out of range. */
+CT_INTERNAL bool ct_ops_axis(ct_graph *g, const char *op, int32_t ndim, int32_t *axis);
+/* Reads index i of an i32/i64 tensor. */
+CT_INTERNAL int64_t ct_ops_index_at(const ct_tensor *t, int64_t i);
+/* outer = prod(shape[:axis]), dim = shape[axis], inner = prod(shape[axis+1:]). */
+CT_INTERNAL void ct_ops_split_axis(const ct_tensor *t,
+                                   int32_t axis,
+                                   int64_t *outer,
+                                   int64_t *dim,
+                                   int64_t *inner);
+/* Thread count for a loop over n items of ~work flops each (see ct_threads_for). */
+CT_INTERNAL int ct_ops_threads(const ct_graph *g, int64_t n, int64_t work);
+/* The context's reference-kernel flag. */
+CT_INTERNAL bool ct_ops_reference(const ct_graph *g);
+
+/* A sum of n floats in double in a fixed order (blocks of 256 summed left to right), so that
+ * reductions give the same bits for any thread count. */
+CT_INTERNAL double ct_ops_sum_f64(const float *x, int64_t n, int64_t stride);
+
+#endif /* CT_OPS_INTERNAL_H */

@@ -1,0 +1,295 @@
+/*
+ * test_core.c - context, errors, allocator, arena (through the graph), RNG, tensors, bf16,
+ * parameter store and optimizers on closed-form problems.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ctrain/ctrain.h"
+#include "harness.h"
+#include "test_alloc.h"
+
+static ct_ctx *make_ctx(test_alloc *ta) {
+    ct_ctx_params p = ct_ctx_default_params();
+    if (ta) p.allocator = test_allocator(ta);
+    p.n_threads = 1;
+    ct_ctx *ctx = NULL;
+    if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
+    return ctx;
+}
+
+static void core_should_name_every_status(void) {
+    CT_CHECK(strcmp(ct_status_str(CT_OK), "CT_OK") == 0);
+    CT_CHECK(strcmp(ct_status_str(CT_ERR_DIST), "CT_ERR_DIST") == 0);
+    CT_CHECK(strcmp(ct_status_str(CT_STATUS_COUNT), "unknown status") == 0);
+}
+
+static void core_should_record_error_with_location_and_context(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    CT_CHECK_INT(ct_last_status(ctx), CT_OK);
+    ct_status s = CT_FAIL(ctx, CT_ERR_CONFIG, "key '%s': expected a number, got '%s'", "lr", "abc");
+    CT_CHECK_INT(s, CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "test_core.c:") == ct_last_error(ctx));
+    CT_CHECK(strstr(ct_last_error(ctx), "key 'lr': expected a number, got 'abc'") != NULL);
+    CT_CHECK_INT(ct_err_wrap(ctx, "loading '%s'", "exp.yaml"), CT_ERR_CONFIG);
+    CT_CHECK(strncmp(ct_last_error(ctx), "loading 'exp.yaml': test_core.c:", 32) == 0);
+    ct_clear_error(ctx);
+    CT_CHECK_INT(ct_last_status(ctx), CT_OK);
+    CT_CHECK(ct_last_error(ctx)[0] == '\0');
+    ct_ctx_destroy(ctx);
+}
+
+static void core_should_reject_bad_params(void) {
+    ct_ctx_params p = ct_ctx_default_params();
+    ct_ctx *ctx = (ct_ctx *)1;
+    p.n_threads = -1;
+    CT_CHECK_INT(ct_ctx_create(&p, &ctx), CT_ERR_INVALID_ARG);
+    CT_CHECK(ctx == NULL);
+    ct_ctx_destroy(NULL);
+}
+
+static void tensor_should_check_shapes_before_allocating(void) {
+    test_alloc ta = {0};
+    ct_ctx *ctx = make_ctx(&ta);
+    long long before = ta.n_alloc;
+    ct_tensor *t = (ct_tensor *)1;
+    int64_t huge[] = {INT64_MAX / 2, 4};
+    CT_CHECK_INT(ct_tensor_create(ctx, CT_F32, 2, huge, &t), CT_ERR_SHAPE);
+    CT_CHECK(t == NULL);
+    CT_CHECK(strstr(ct_last_error(ctx), "too large") != NULL);
+    int64_t neg[] = {3, -1};
+    CT_CHECK_INT(ct_tensor_create(ctx, CT_F32, 2, neg, &t), CT_ERR_SHAPE);
+    CT_CHECK(strstr(ct_last_error(ctx), "[3,-1]") != NULL);
+    CT_CHECK_INT(ct_tensor_create(ctx, CT_F32, 9, neg, &t), CT_ERR_SHAPE);
+    CT_CHECK_INT(ta.n_alloc, before);
+    ct_ctx_destroy(ctx);
+    CT_CHECK_INT(ta.live, 0);
+}
+
+static void tensor_should_view_reshape_and_slice_without_copy(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    ct_tensor *t = NULL;
+    CT_CHECK_INT(ct_tensor_create(ctx, CT_F32, 2, (int64_t[]){4, 6}, &t), CT_OK);
+    for (int64_t i = 0; i < 24; i++) ct_tensor_set_f32(t, i, (float)i);
+    ct_tensor r, s;
+    CT_CHECK_INT(ct_tensor_reshape(ctx, t, 3, (int64_t[]){2, 3, 4}, &r), CT_OK);
+    CT_CHECK(r.data == t->data);
+    CT_CHECK_INT(ct_tensor_numel(&r), 24);
+    CT_CHECK_INT(ct_tensor_reshape(ctx, t, 2, (int64_t[]){5, 5}, &r), CT_ERR_SHAPE);
+    CT_CHECK_INT(ct_tensor_slice(ctx, t, 1, 2, &s), CT_OK);
+    CT_CHECK_INT(s.shape[0], 2);
+    CT_CHECK(ct_tensor_get_f32(&s, 0) == 6.0f);
+    CT_CHECK_INT(ct_tensor_slice(ctx, t, 3, 2, &s), CT_ERR_SHAPE);
+    char buf[64];
+    CT_CHECK(strcmp(ct_shape_str(t, buf, sizeof buf), "[4,6]") == 0);
+    ct_tensor_destroy(ctx, t);
+    ct_ctx_destroy(ctx);
+}
+
+static void tensor_should_fail_cleanly_when_allocation_fails(void) {
+    test_alloc ta = {0};
+    ct_ctx *ctx = make_ctx(&ta);
+    ta.fail_at = ta.n_alloc + 2; /* header succeeds, data fails */
+    ct_tensor *t = (ct_tensor *)1;
+    CT_CHECK_INT(ct_tensor_create(ctx, CT_F32, 1, (int64_t[]){1000}, &t), CT_ERR_OOM);
+    CT_CHECK(t == NULL);
+    CT_CHECK(strstr(ct_last_error(ctx), "4000 bytes") != NULL);
+    ta.fail_at = 0;
+    ct_ctx_destroy(ctx);
+    CT_CHECK_INT(ta.live, 0);
+    CT_CHECK_INT(ta.size_mismatch, 0);
+}
+
+static void bf16_should_round_to_nearest_even(void) {
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even gives 1. */
+    CT_CHECK(ct_f32_from_bf16(ct_bf16_from_f32(1.0f + 0x1p-8f)) == 1.0f);
+    /* 1 + 3*2^-8 is halfway between 1+2^-7 and 1+2^-6: ties to even gives 1 + 2^-6. */
+    CT_CHECK(ct_f32_from_bf16(ct_bf16_from_f32(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f);
+    CT_CHECK(ct_f32_from_bf16(ct_bf16_from_f32(1.0f + 0x1p-8f + 0x1p-20f)) == 1.0f + 0x1p-7f);
+    CT_CHECK(ct_f32_from_bf16(ct_bf16_from_f32(-2.5f)) == -2.5f);
+    CT_CHECK(isinf(ct_f32_from_bf16(ct_bf16_from_f32(INFINITY))));
+    CT_CHECK(isnan(ct_f32_from_bf16(ct_bf16_from_f32(NAN))));
+    CT_CHECK(isinf(ct_f32_from_bf16(ct_bf16_from_f32(3.4e38f)))); /* overflows bf16's max */
+    float src[3] = {0.1f, -7.0f, 1e-3f}, back[3];
+    ct_bf16 mid[3];
+    ct_bf16_from_f32_n(mid, src, 3);
+    ct_f32_from_bf16_n(back, mid, 3);
+    for (int i = 0; i < 3; i++) CT_CHECK_CLOSE(back[i], src[i], 0.0, 1.0 / 256);
+}
+
+static void rng_should_be_counter_based_and_splittable(void) {
+    /* Known-answer test for Philox-4x32-10 (Random123's kat_vectors: key and counter all 0). */
+    ct_rng z = ct_rng_init(0, 0);
+    uint32_t b[4];
+    ct_rng_block(&z, 0, b);
+    CT_CHECK(b[0] == 0x6627e8d5u && b[1] == 0xe169c58du && b[2] == 0xbc57ac4cu &&
+             b[3] == 0x9b00dbd8u);
+    ct_rng r = ct_rng_init(42, 7);
+    float a[10], c[10];
+    ct_rng_uniform(&r, a, 10);
+    CT_CHECK_INT(r.counter, 3);
+    for (int i = 0; i < 10; i++) {
+        CT_CHECK(a[i] >= 0.0f && a[i] < 1.0f);
+        CT_CHECK(ct_rng_uniform_at(&(ct_rng){42, 7, 0}, 0, i) == a[i]);
+    }
+    ct_rng saved = r;
+    ct_rng_uniform(&r, a, 10);
+    ct_rng_uniform(&saved, c, 10);
+    CT_CHECK(memcmp(a, c, sizeof a) == 0);
+    ct_rng s1 = ct_rng_split(&r, 1), s2 = ct_rng_split(&r, 2);
+    CT_CHECK(s1.stream != s2.stream && s1.stream != r.stream);
+    /* moments of a large normal sample */
+    enum { N = 100000 };
+    static float x[N];
+    ct_rng q = ct_rng_init(1, 0);
+    ct_rng_normal(&q, x, N, 2.0f, 3.0f);
+    double m = 0, v = 0;
+    for (int i = 0; i < N; i++) m += x[i];
+    m /= N;
+    for (int i = 0; i < N; i++) v += (x[i] - m) * (x[i] - m);
+    v /= N;
+    CT_CHECK_CLOSE(m, 2.0, 0.05, 0.0);
+    CT_CHECK_CLOSE(v, 9.0, 0.0, 0.03);
+    int counts[5] = {0};
+    for (int i = 0; i < 5000; i++) counts[ct_rng_below(&q, 5)]++;
+    for (int i = 0; i < 5; i++) CT_CHECK(counts[i] > 850 && counts[i] < 1150);
+}
+
+static void graph_should_stop_allocating_after_first_step(void) {
+    test_alloc ta = {0};
+    ct_ctx *ctx = make_ctx(&ta);
+    ct_graph_params gp = ct_graph_default_params();
+    gp.arena_chunk = 4096;
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_graph_create(ctx, &gp, &g), CT_OK);
+    long long after_first = 0;
+    for (int step = 0; step < 5; step++) {
+        ct_graph_reset(g);
+        for (int i = 0; i < 50; i++) {
+            /* a mix of small and larger-than-chunk requests */
+            ct_tensor *t = ct_graph_new(g, CT_F32, 1, (int64_t[]){i % 7 == 0 ? 3000 : 10});
+            CT_CHECK(t != NULL && ((uintptr_t)t->data % 64) == 0);
+        }
+        if (step == 0) after_first = ta.n_alloc;
+    }
+    CT_CHECK_INT(ta.n_alloc, after_first);
+    CT_CHECK(ct_graph_arena_allocations(g) > 1);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+    CT_CHECK_INT(ta.live, 0);
+    CT_CHECK_INT(ta.size_mismatch, 0);
+}
+
+static void graph_should_keep_first_failure_sticky(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_graph_create(ctx, NULL, &g), CT_OK);
+    CT_CHECK(ct_graph_new(g, CT_F32, 1, (int64_t[]){-5}) == NULL);
+    CT_CHECK_INT(ct_graph_status(g), CT_ERR_SHAPE);
+    CT_CHECK(ct_graph_new(g, CT_F32, 1, (int64_t[]){5}) == NULL);
+    CT_CHECK(strstr(ct_last_error(ctx), "negative") != NULL);
+    ct_graph_reset(g);
+    CT_CHECK_INT(ct_graph_status(g), CT_OK);
+    CT_CHECK(ct_graph_new(g, CT_F32, 1, (int64_t[]){5}) != NULL);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+}
+
+static void params_should_live_in_one_buffer(void) {
+    test_alloc ta = {0};
+    ct_ctx *ctx = make_ctx(&ta);
+    ct_params *P = NULL;
+    CT_CHECK_INT(ct_params_create(ctx, &P), CT_OK);
+    ct_tensor *w, *b, *rm, *nb, *dup;
+    CT_CHECK_INT(ct_params_add(P, "fc.weight", CT_F32, 2, (int64_t[]){3, 4}, CT_PARAM_TRAINABLE, &w), CT_OK);
+    CT_CHECK_INT(ct_params_add(P, "fc.bias", CT_F32, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &b), CT_OK);
+    CT_CHECK_INT(ct_params_add(P, "bn.running_mean", CT_F32, 1, (int64_t[]){3}, CT_PARAM_BUFFER, &rm), CT_OK);
+    CT_CHECK_INT(ct_params_add(P, "bn.num_batches_tracked", CT_I64, 0, NULL, CT_PARAM_BUFFER, &nb), CT_OK);
+    CT_CHECK_INT(ct_params_add(P, "fc.bias", CT_F32, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &dup), CT_ERR_INVALID_ARG);
+    CT_CHECK(strstr(ct_last_error(ctx), "'fc.bias' is declared twice") != NULL);
+    CT_CHECK_INT(ct_params_add(P, "x", CT_I64, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &dup), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_params_alloc(P), CT_OK);
+    CT_CHECK_INT(ct_params_numel(P), 15);
+    CT_CHECK((float *)b->data == (float *)w->data + 12);
+    CT_CHECK(b->grad == w->grad + 12);
+    CT_CHECK(ct_params_values(P) == w->data);
+    CT_CHECK(ct_params_find(P, "bn.running_mean") == rm);
+    CT_CHECK(ct_params_find(P, "nope") == NULL);
+    CT_CHECK(((uintptr_t)nb->data % 8) == 0);
+    CT_CHECK(!(rm->flags & CT_TENSOR_REQUIRES_GRAD) && (w->flags & CT_TENSOR_REQUIRES_GRAD));
+    CT_CHECK_INT(ct_params_add(P, "late", CT_F32, 1, (int64_t[]){1}, CT_PARAM_TRAINABLE, &dup), CT_ERR_INVALID_ARG);
+    ct_rng r = ct_rng_init(3, 0);
+    ct_nn_init_linear(w, b, &r);
+    for (int i = 0; i < 12; i++) CT_CHECK(fabsf(((float *)w->data)[i]) <= 0.5f);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+    CT_CHECK_INT(ta.live, 0);
+    CT_CHECK_INT(ta.size_mismatch, 0);
+}
+
+/* Minimises 0.5 * ||w - t||^2 (gradient w - t) and checks the exact first updates. */
+static void optim_should_follow_torch_formulas(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    for (int kind = 0; kind < CT_OPTIM_KIND_COUNT; kind++) {
+        ct_params *P = NULL;
+        ct_tensor *w;
+        CT_CHECK_INT(ct_params_create(ctx, &P), CT_OK);
+        CT_CHECK_INT(ct_params_add(P, "w", CT_F32, 1, (int64_t[]){2}, CT_PARAM_TRAINABLE, &w), CT_OK);
+        CT_CHECK_INT(ct_params_alloc(P), CT_OK);
+        float *x = w->data;
+        x[0] = 1.0f;
+        x[1] = -2.0f;
+        ct_optim_params op = ct_optim_default_params((ct_optim_kind)kind);
+        op.lr = 0.1f;
+        op.momentum = kind == CT_OPTIM_SGD ? 0.9f : 0.0f;
+        ct_optim *o = NULL;
+        CT_CHECK_INT(ct_optim_create(ctx, P, &op, &o), CT_OK);
+        for (int s = 0; s < 200; s++) {
+            ct_params_zero_grad(P);
+            w->grad[0] = x[0] - 3.0f;
+            w->grad[1] = x[1] - 3.0f;
+            ct_optim_step(o);
+            if (s == 0 && kind == CT_OPTIM_SGD) CT_CHECK_CLOSE(x[0], 1.2, 1e-6, 0);
+            if (s == 0 && kind == CT_OPTIM_ADAM) CT_CHECK_CLOSE(x[0], 1.1, 1e-6, 0);
+        }
+        CT_CHECK_INT(ct_optim_steps(o), 200);
+        if (kind != CT_OPTIM_ADAMW) {
+            CT_CHECK_CLOSE(x[0], 3.0, 1e-2, 0);
+            CT_CHECK_CLOSE(x[1], 3.0, 1e-2, 0);
+        } else {
+            /* decoupled decay pulls the minimum to t / (1 + wd/...) slightly below 3 */
+            CT_CHECK(x[0] > 2.8f && x[0] < 3.0f);
+        }
+        ct_optim_destroy(o);
+        ct_params_destroy(P);
+    }
+    ct_params *P = NULL;
+    ct_tensor *w;
+    CT_CHECK_INT(ct_params_create(ctx, &P), CT_OK);
+    CT_CHECK_INT(ct_params_add(P, "w", CT_F32, 1, (int64_t[]){2}, CT_PARAM_TRAINABLE, &w), CT_OK);
+    CT_CHECK_INT(ct_params_alloc(P), CT_OK);
+    ct_optim_params bad = ct_optim_default_params(CT_OPTIM_ADAM);
+    bad.beta1 = 1.5f;
+    ct_optim *o = (ct_optim *)1;
+    CT_CHECK_INT(ct_optim_create(ctx, P, &bad, &o), CT_ERR_INVALID_ARG);
+    CT_CHECK(o == NULL);
+    CT_CHECK(strstr(ct_last_error(ctx), "betas") != NULL);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
+int main(void) {
+    CT_RUN(core_should_name_every_status);
+    CT_RUN(core_should_record_error_with_location_and_context);
+    CT_RUN(core_should_reject_bad_params);
+    CT_RUN(tensor_should_check_shapes_before_allocating);
+    CT_RUN(tensor_should_view_reshape_and_slice_without_copy);
+    CT_RUN(tensor_should_fail_cleanly_when_allocation_fails);
+    CT_RUN(bf16_should_round_to_nearest_even);
+    CT_RUN(rng_should_be_counter_based_and_splittable);
+    CT_RUN(graph_should_stop_allocating_after_first_step);
+    CT_RUN(graph_should_keep_first_failure_sticky);
+    CT_RUN(params_should_live_in_one_buffer);
+    CT_RUN(optim_should_follow_torch_formulas);
+    return ct_test_finish();
+}
