@@ -28,11 +28,11 @@ typedef struct gc_input {
 } gc_input;
 
 typedef struct gc_opts {
-    float eps;       /* step h; default 1e-2 */
-    double atol;     /* default 1e-3 */
-    double rtol;     /* default 1e-2 */
-    int max_points;  /* per input; default 64 */
-    bool training;   /* graph training mode; default true */
+    float eps;      /* step h; default 1e-2 */
+    double atol;    /* default 1e-3 */
+    double rtol;    /* default 1e-2 */
+    int max_points; /* per input; default 64 */
+    bool training;  /* graph training mode; default true */
 } gc_opts;
 
 static inline gc_opts gc_default_opts(void) {
@@ -40,8 +40,13 @@ static inline gc_opts gc_default_opts(void) {
     return o;
 }
 
-static ct_tensor *gc_build(ct_graph *g, int n, gc_input *ins, ct_tensor **t, gc_forward_fn fn,
-                           void *user, bool need_grad) {
+static ct_tensor *gc_build(ct_graph *g,
+                           int n,
+                           gc_input *ins,
+                           ct_tensor **t,
+                           gc_forward_fn fn,
+                           void *user,
+                           bool need_grad) {
     for (int i = 0; i < n; i++) {
         t[i] = ct_graph_wrap(g, ins[i].data, ins[i].dtype, ins[i].ndim, ins[i].shape);
         if (t[i] && ins[i].grad && need_grad) t[i]->flags |= CT_TENSOR_REQUIRES_GRAD;
@@ -49,8 +54,8 @@ static ct_tensor *gc_build(ct_graph *g, int n, gc_input *ins, ct_tensor **t, gc_
     return fn(g, t, user);
 }
 
-static double gc_probe(ct_graph *g, int n, gc_input *ins, gc_forward_fn fn, void *user,
-                       const float *r) {
+static double
+gc_probe(ct_graph *g, int n, gc_input *ins, gc_forward_fn fn, void *user, const float *r) {
     ct_tensor *t[GC_MAX_IN];
     ct_graph_reset(g);
     /* the graph's RNG is rewound so dropout masks repeat */
@@ -60,13 +65,19 @@ static double gc_probe(ct_graph *g, int n, gc_input *ins, gc_forward_fn fn, void
     if (!out) return NAN;
     double L = 0.0;
     const float *o = out->data;
-    for (int64_t j = 0; j < ct_tensor_numel(out); j++) L += (double)o[j] * (double)r[j];
+    for (int64_t j = 0; j < ct_tensor_numel(out); j++)
+        L += (double)o[j] * (double)r[j];
     return L;
 }
 
 /* Returns 1 when every probed element agrees. `what` names the case in failure messages. */
-static int gc_check(const char *what, ct_ctx *ctx, int n, gc_input *ins, gc_forward_fn fn,
-                    void *user, const gc_opts *opts) {
+static int gc_check(const char *what,
+                    ct_ctx *ctx,
+                    int n,
+                    gc_input *ins,
+                    gc_forward_fn fn,
+                    void *user,
+                    const gc_opts *opts) {
     gc_opts o = opts ? *opts : gc_default_opts();
     ct_graph *g = NULL;
     if (ct_graph_create(ctx, NULL, &g) != CT_OK) return 0;
@@ -88,7 +99,8 @@ static int gc_check(const char *what, ct_ctx *ctx, int n, gc_input *ins, gc_forw
     float *r = malloc((size_t)n_out * sizeof(float));
     ct_rng rr = ct_rng_init(99, 1);
     ct_rng_uniform(&rr, r, n_out);
-    for (int64_t j = 0; j < n_out; j++) r[j] = 2.0f * r[j] - 1.0f;
+    for (int64_t j = 0; j < n_out; j++)
+        r[j] = 2.0f * r[j] - 1.0f;
     if (ct_graph_backward_seed(g, out, r) != CT_OK) {
         fprintf(stderr, "%s: backward failed: %s\n", what, ct_last_error(ctx));
         ct_test_failures++;
@@ -138,7 +150,8 @@ static int gc_check(const char *what, ct_ctx *ctx, int n, gc_input *ins, gc_forw
             }
         }
     }
-    for (int i = 0; i < n; i++) free(analytic[i]);
+    for (int i = 0; i < n; i++)
+        free(analytic[i]);
     free(r);
     ct_graph_destroy(g);
     return ok;
@@ -148,7 +161,8 @@ static int gc_check(const char *what, ct_ctx *ctx, int n, gc_input *ins, gc_forw
 static inline void gc_fill(float *x, int64_t n, uint64_t seed, float lo, float hi) {
     ct_rng r = ct_rng_init(seed, 0);
     ct_rng_uniform(&r, x, n);
-    for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * x[i];
+    for (int64_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * x[i];
 }
 
 #endif /* CT_TEST_GRADCHECK_H */

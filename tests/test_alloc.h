@@ -10,10 +10,10 @@
 #include "ctrain/status.h"
 
 typedef struct test_alloc {
-    long long n_alloc;  /* successful allocations */
+    long long n_alloc; /* successful allocations */
     long long n_free;
-    long long live;     /* bytes allocated and not freed */
-    long long fail_at;  /* fail when n_alloc + 1 == fail_at; 0 = never */
+    long long live;    /* bytes allocated and not freed */
+    long long fail_at; /* fail when n_alloc + 1 == fail_at; 0 = never */
     long long size_mismatch;
 } test_alloc;
 

@@ -43,10 +43,10 @@ struct ct_node {
     ct_tensor *out;
     ct_tensor *in[CT_NODE_MAX_IN]; /* inputs; entries past n_in are NULL */
     int32_t n_in;
-    void *saved;                   /* op-owned data in the arena (masks, statistics) */
-    int64_t iarg[8];               /* op-specific integer arguments */
-    float farg[4];                 /* op-specific float arguments */
-    ct_node *prev;                 /* the node recorded before this one */
+    void *saved;     /* op-owned data in the arena (masks, statistics) */
+    int64_t iarg[8]; /* op-specific integer arguments */
+    float farg[4];   /* op-specific float arguments */
+    ct_node *prev;   /* the node recorded before this one */
 };
 
 typedef struct ct_graph_params {
@@ -83,11 +83,8 @@ CT_API int64_t ct_graph_arena_allocations(const ct_graph *g);
 CT_API ct_tensor *ct_graph_new(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape);
 CT_API ct_tensor *ct_graph_zeros(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape);
 /* A step tensor that borrows caller data (a batch): no copy; the data must outlive the step. */
-CT_API ct_tensor *ct_graph_wrap(ct_graph *g,
-                                void *data,
-                                ct_dtype dtype,
-                                int32_t ndim,
-                                const int64_t *shape);
+CT_API ct_tensor *
+ct_graph_wrap(ct_graph *g, void *data, ct_dtype dtype, int32_t ndim, const int64_t *shape);
 /* Arena scratch memory, 64-byte aligned, dies at reset. NULL (and a sticky failure) on OOM. */
 CT_API void *ct_graph_alloc(ct_graph *g, size_t size);
 
@@ -107,20 +104,13 @@ CT_API ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *
 CT_API bool ct_graph_needs_grad(const ct_graph *g, int32_t n_in, ct_tensor *const *in);
 /* Appends a node producing `out` from the inputs and marks `out` as requiring grad. Returns
  * NULL (sticky failure) on OOM. Call only when ct_graph_needs_grad said yes. */
-CT_API ct_node *ct_graph_record(ct_graph *g,
-                                const ct_op_def *op,
-                                ct_tensor *out,
-                                int32_t n_in,
-                                ct_tensor *const *in);
+CT_API ct_node *ct_graph_record(
+    ct_graph *g, const ct_op_def *op, ct_tensor *out, int32_t n_in, ct_tensor *const *in);
 /* The f32 gradient buffer of t, zero-filled on first use; NULL when t does not require grad. */
 CT_API float *ct_graph_grad(ct_graph *g, ct_tensor *t);
 /* Records a sticky failure on the graph (and its context's message); returns code. */
-CT_API ct_status ct_graph_fail_at(ct_graph *g,
-                                  ct_status code,
-                                  const char *file,
-                                  int line,
-                                  const char *fmt,
-                                  ...) CT_PRINTF(5, 6);
+CT_API ct_status ct_graph_fail_at(
+    ct_graph *g, ct_status code, const char *file, int line, const char *fmt, ...) CT_PRINTF(5, 6);
 #define CT_GRAPH_FAIL(g, code, ...) ct_graph_fail_at((g), (code), __FILE__, __LINE__, __VA_ARGS__)
 
 #ifdef __cplusplus

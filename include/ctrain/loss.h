@@ -36,30 +36,19 @@ CT_API ct_tensor *ct_loss_cross_entropy(ct_graph *g,
                                         ct_tensor *target,
                                         const ct_cross_entropy_params *p);
 /* Negative log-likelihood: logp [N, C] log-probabilities, target [N]. */
-CT_API ct_tensor *ct_loss_nll(ct_graph *g,
-                              ct_tensor *logp,
-                              ct_tensor *target,
-                              int64_t ignore_index,
-                              ct_reduction reduction);
+CT_API ct_tensor *ct_loss_nll(
+    ct_graph *g, ct_tensor *logp, ct_tensor *target, int64_t ignore_index, ct_reduction reduction);
 /* Binary cross-entropy on logits; target f32 of the same shape, values in [0, 1]. */
-CT_API ct_tensor *ct_loss_bce_with_logits(ct_graph *g,
-                                          ct_tensor *logits,
-                                          ct_tensor *target,
-                                          ct_reduction reduction);
+CT_API ct_tensor *
+ct_loss_bce_with_logits(ct_graph *g, ct_tensor *logits, ct_tensor *target, ct_reduction reduction);
 /* (pred - target)^2, |pred - target|; same shapes. */
 CT_API ct_tensor *ct_loss_mse(ct_graph *g, ct_tensor *pred, ct_tensor *target, ct_reduction r);
 CT_API ct_tensor *ct_loss_l1(ct_graph *g, ct_tensor *pred, ct_tensor *target, ct_reduction r);
 /* Smooth L1 with threshold beta > 0 (PyTorch smooth_l1_loss) and Huber with delta > 0. */
-CT_API ct_tensor *ct_loss_smooth_l1(ct_graph *g,
-                                    ct_tensor *pred,
-                                    ct_tensor *target,
-                                    float beta,
-                                    ct_reduction r);
-CT_API ct_tensor *ct_loss_huber(ct_graph *g,
-                                ct_tensor *pred,
-                                ct_tensor *target,
-                                float delta,
-                                ct_reduction r);
+CT_API ct_tensor *
+ct_loss_smooth_l1(ct_graph *g, ct_tensor *pred, ct_tensor *target, float beta, ct_reduction r);
+CT_API ct_tensor *
+ct_loss_huber(ct_graph *g, ct_tensor *pred, ct_tensor *target, float delta, ct_reduction r);
 
 #ifdef __cplusplus
 }

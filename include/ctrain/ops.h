@@ -75,12 +75,8 @@ CT_API ct_tensor *ct_op_concat(ct_graph *g, int32_t n, ct_tensor *const *xs, int
 CT_API ct_tensor *ct_op_narrow(ct_graph *g, ct_tensor *x, int32_t axis, int64_t start, int64_t len);
 /* Splits x along axis into n pieces of the given sizes (which sum to the dim) into outs[n].
  * Returns the graph status. */
-CT_API ct_status ct_op_split(ct_graph *g,
-                             ct_tensor *x,
-                             int32_t axis,
-                             int32_t n,
-                             const int64_t *sizes,
-                             ct_tensor **outs);
+CT_API ct_status ct_op_split(
+    ct_graph *g, ct_tensor *x, int32_t axis, int32_t n, const int64_t *sizes, ct_tensor **outs);
 
 /* ---- indexing ---- */
 
@@ -110,11 +106,8 @@ typedef struct ct_conv2d_params {
 
 CT_API ct_conv2d_params ct_conv2d_default_params(void);
 /* x [N, C, H, W], weight [O, C/groups, KH, KW], bias [O] or NULL -> [N, O, OH, OW]. */
-CT_API ct_tensor *ct_op_conv2d(ct_graph *g,
-                               ct_tensor *x,
-                               ct_tensor *weight,
-                               ct_tensor *bias,
-                               const ct_conv2d_params *p);
+CT_API ct_tensor *ct_op_conv2d(
+    ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, const ct_conv2d_params *p);
 
 typedef struct ct_pool2d_params {
     int64_t kernel[2];  /* (h, w) */
@@ -148,11 +141,8 @@ CT_API ct_tensor *ct_op_batch_norm(ct_graph *g,
                                    float momentum,
                                    float eps);
 /* Layer normalisation over the last dim D: x [..., D], weight, bias [D] (may be NULL). */
-CT_API ct_tensor *ct_op_layer_norm(ct_graph *g,
-                                   ct_tensor *x,
-                                   ct_tensor *weight,
-                                   ct_tensor *bias,
-                                   float eps);
+CT_API ct_tensor *
+ct_op_layer_norm(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, float eps);
 /* Inverted dropout with probability p in [0, 1), masks drawn from the graph's RNG stream; the
  * identity in evaluation mode or when p == 0. */
 CT_API ct_tensor *ct_op_dropout(ct_graph *g, ct_tensor *x, float p);

@@ -76,7 +76,7 @@ typedef struct ct_ctx_params {
     ct_allocator allocator; /* alloc == NULL selects the default */
     ct_log_fn log;          /* NULL = write to stderr */
     void *log_user;
-    ct_log_level log_level; /* default CT_LOG_INFO */
+    ct_log_level log_level;    /* default CT_LOG_INFO */
     int32_t reference_kernels; /* non-zero: naive reference kernels instead of BLAS/oneDNN/SIMD
                                   (for tests: the fast and reference paths must agree) */
 } ct_ctx_params;
@@ -105,12 +105,8 @@ CT_API void ct_clear_error(ct_ctx *ctx);
  * Records a failure "file:line: message" and returns code. Use through CT_FAIL so the location
  * is the caller's. Library internals and plugins use it alike.
  */
-CT_API ct_status ct_fail_at(ct_ctx *ctx,
-                            ct_status code,
-                            const char *file,
-                            int line,
-                            const char *fmt,
-                            ...) CT_PRINTF(5, 6);
+CT_API ct_status ct_fail_at(
+    ct_ctx *ctx, ct_status code, const char *file, int line, const char *fmt, ...) CT_PRINTF(5, 6);
 /* Prefixes the current message with context: "loading 'x': <previous message>". Returns the
  * current status so that `return ct_err_wrap(ctx, ...)` propagates it. */
 CT_API ct_status ct_err_wrap(ct_ctx *ctx, const char *fmt, ...) CT_PRINTF(2, 3);
@@ -126,7 +122,8 @@ CT_API ct_status ct_err_wrap(ct_ctx *ctx, const char *fmt, ...) CT_PRINTF(2, 3);
 CT_API void ct_log(const ct_ctx *ctx, ct_log_level level, const char *fmt, ...) CT_PRINTF(3, 4);
 
 /* Allocation through the context's allocator; 64-byte aligned. NULL on failure (no message is
- * recorded: callers report OOM with what they were allocating). ct_free(ctx, NULL, n) is a no-op. */
+ * recorded: callers report OOM with what they were allocating). ct_free(ctx, NULL, n) is a no-op.
+ */
 CT_API void *ct_alloc(ct_ctx *ctx, size_t size);
 CT_API void ct_free(ct_ctx *ctx, void *ptr, size_t size);
 

@@ -44,14 +44,14 @@ enum {
 struct ct_node;
 
 typedef struct ct_tensor {
-    void *data;                  /* numel * dtype size bytes, 64-byte aligned when allocated */
-    float *grad;                 /* f32 gradient, same shape; NULL when there is none yet */
-    int64_t shape[CT_MAX_DIMS];  /* shape[ndim..] are 1 */
-    int32_t ndim;                /* 0 (scalar) .. CT_MAX_DIMS */
+    void *data;                 /* numel * dtype size bytes, 64-byte aligned when allocated */
+    float *grad;                /* f32 gradient, same shape; NULL when there is none yet */
+    int64_t shape[CT_MAX_DIMS]; /* shape[ndim..] are 1 */
+    int32_t ndim;               /* 0 (scalar) .. CT_MAX_DIMS */
     ct_dtype dtype;
-    uint32_t flags;              /* CT_TENSOR_* */
-    const struct ct_node *node;  /* the graph node that produced it; NULL for leaves */
-    const char *name;            /* borrowed; may be NULL */
+    uint32_t flags;             /* CT_TENSOR_* */
+    const struct ct_node *node; /* the graph node that produced it; NULL for leaves */
+    const char *name;           /* borrowed; may be NULL */
 } ct_tensor;
 
 CT_API size_t ct_dtype_size(ct_dtype dt);
@@ -70,35 +70,23 @@ CT_API char *ct_shape_str(const ct_tensor *t, char *buf, size_t size);
  * Checks a shape (0 <= ndim <= CT_MAX_DIMS, dims >= 0, element count and byte size without
  * overflow) and returns its element count in *numel. Fails with CT_ERR_SHAPE and a message.
  */
-CT_API ct_status ct_shape_check(ct_ctx *ctx,
-                                ct_dtype dtype,
-                                int32_t ndim,
-                                const int64_t *shape,
-                                int64_t *numel);
+CT_API ct_status
+ct_shape_check(ct_ctx *ctx, ct_dtype dtype, int32_t ndim, const int64_t *shape, int64_t *numel);
 
 /* A zero-filled owned tensor. *out is NULL on failure. */
-CT_API ct_status ct_tensor_create(ct_ctx *ctx,
-                                  ct_dtype dtype,
-                                  int32_t ndim,
-                                  const int64_t *shape,
-                                  ct_tensor **out);
+CT_API ct_status
+ct_tensor_create(ct_ctx *ctx, ct_dtype dtype, int32_t ndim, const int64_t *shape, ct_tensor **out);
 /* Frees an owned tensor (and its data when it owns it). NULL is a no-op. */
 CT_API void ct_tensor_destroy(ct_ctx *ctx, ct_tensor *t);
 
 /* A view of caller memory; the shape must be valid (unchecked: use ct_shape_check for input). */
 CT_API ct_tensor ct_tensor_view(void *data, ct_dtype dtype, int32_t ndim, const int64_t *shape);
 /* The same data under another shape with the same element count. */
-CT_API ct_status ct_tensor_reshape(ct_ctx *ctx,
-                                   const ct_tensor *t,
-                                   int32_t ndim,
-                                   const int64_t *shape,
-                                   ct_tensor *out);
+CT_API ct_status ct_tensor_reshape(
+    ct_ctx *ctx, const ct_tensor *t, int32_t ndim, const int64_t *shape, ct_tensor *out);
 /* Rows [start, start+len) along the first axis, sharing data. */
-CT_API ct_status ct_tensor_slice(ct_ctx *ctx,
-                                 const ct_tensor *t,
-                                 int64_t start,
-                                 int64_t len,
-                                 ct_tensor *out);
+CT_API ct_status
+ct_tensor_slice(ct_ctx *ctx, const ct_tensor *t, int64_t start, int64_t len, ct_tensor *out);
 
 /* Element access as f32 (converts any dtype); for tests and tools, not for kernels. */
 CT_API float ct_tensor_get_f32(const ct_tensor *t, int64_t i);

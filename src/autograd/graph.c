@@ -91,8 +91,8 @@ int64_t ct_graph_arena_allocations(const ct_graph *g) {
     return g->arena.n_allocations;
 }
 
-ct_status ct_graph_fail_at(ct_graph *g, ct_status code, const char *file, int line,
-                           const char *fmt, ...) {
+ct_status
+ct_graph_fail_at(ct_graph *g, ct_status code, const char *file, int line, const char *fmt, ...) {
     if (g->status != CT_OK) return g->status; /* keep the first failure's message */
     char msg[CT_ERRMSG_SIZE];
     va_list ap;
@@ -109,8 +109,8 @@ void *ct_graph_alloc(ct_graph *g, size_t size) {
     return p;
 }
 
-static ct_tensor *new_tensor(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape,
-                             bool zero, void *data) {
+static ct_tensor *
+new_tensor(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape, bool zero, void *data) {
     if (g->status != CT_OK) return NULL;
     int64_t numel;
     if (ct_shape_check(g->ctx, dtype, ndim, shape, &numel) != CT_OK) {
@@ -137,8 +137,8 @@ ct_tensor *ct_graph_zeros(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64
     return new_tensor(g, dtype, ndim, shape, true, NULL);
 }
 
-ct_tensor *ct_graph_wrap(ct_graph *g, void *data, ct_dtype dtype, int32_t ndim,
-                         const int64_t *shape) {
+ct_tensor *
+ct_graph_wrap(ct_graph *g, void *data, ct_dtype dtype, int32_t ndim, const int64_t *shape) {
     if (!data) {
         CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "ct_graph_wrap: data is NULL");
         return NULL;
@@ -153,8 +153,8 @@ bool ct_graph_needs_grad(const ct_graph *g, int32_t n_in, ct_tensor *const *in) 
     return false;
 }
 
-ct_node *ct_graph_record(ct_graph *g, const ct_op_def *op, ct_tensor *out, int32_t n_in,
-                         ct_tensor *const *in) {
+ct_node *ct_graph_record(
+    ct_graph *g, const ct_op_def *op, ct_tensor *out, int32_t n_in, ct_tensor *const *in) {
     CT_ASSERT(n_in >= 0 && n_in <= CT_NODE_MAX_IN);
     ct_node *n = ct_graph_alloc(g, sizeof *n);
     if (!n) return NULL;
@@ -162,7 +162,8 @@ ct_node *ct_graph_record(ct_graph *g, const ct_op_def *op, ct_tensor *out, int32
     n->op = op;
     n->out = out;
     n->n_in = n_in;
-    for (int32_t i = 0; i < n_in; i++) n->in[i] = in[i];
+    for (int32_t i = 0; i < n_in; i++)
+        n->in[i] = in[i];
     n->prev = g->tape;
     g->tape = n;
     out->node = n;
@@ -182,8 +183,7 @@ float *ct_graph_grad(ct_graph *g, ct_tensor *t) {
 
 ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss) {
     if (g->status != CT_OK) return g->status;
-    if (!loss)
-        return CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "backward: the loss is NULL");
+    if (!loss) return CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "backward: the loss is NULL");
     if (loss->dtype != CT_F32 || ct_tensor_numel(loss) != 1) {
         char buf[200];
         return CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
@@ -205,7 +205,8 @@ ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
     float *grad = ct_graph_grad(g, t);
     if (!grad) return g->status;
     int64_t n = ct_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) grad[i] += seed[i];
+    for (int64_t i = 0; i < n; i++)
+        grad[i] += seed[i];
     for (ct_node *node = g->tape; node && g->status == CT_OK; node = node->prev) {
         if (!node->out->grad) continue; /* nothing flowed into this node */
         node->op->backward(g, node);

@@ -10,7 +10,8 @@
 #include "core_internal.h"
 
 #define CT_ARENA_ALIGN 64
-#define CT_ARENA_HEADER ((sizeof(ct_arena_chunk) + CT_ARENA_ALIGN - 1) & ~(size_t)(CT_ARENA_ALIGN - 1))
+#define CT_ARENA_HEADER                                                                            \
+    ((sizeof(ct_arena_chunk) + CT_ARENA_ALIGN - 1) & ~(size_t)(CT_ARENA_ALIGN - 1))
 
 void ct_arena_init(ct_arena *a, ct_ctx *ctx, size_t chunk_size) {
     memset(a, 0, sizeof *a);

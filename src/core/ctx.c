@@ -125,8 +125,8 @@ static const char *base_name(const char *path) {
     return s ? s + 1 : path;
 }
 
-ct_status ct_fail_at(ct_ctx *ctx, ct_status code, const char *file, int line, const char *fmt,
-                     ...) {
+ct_status
+ct_fail_at(ct_ctx *ctx, ct_status code, const char *file, int line, const char *fmt, ...) {
     if (!ctx) return code;
     int n = snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s:%d: ", base_name(file), line);
     if (n < 0) n = 0;
@@ -177,8 +177,8 @@ void ct_free(ct_ctx *ctx, void *ptr, size_t size) {
 }
 
 void ct_assert_fail(const char *file, int line, const char *cond) {
-    (void)fprintf(stderr, "ctrain: internal invariant failed at %s:%d: %s\n", base_name(file),
-                  line, cond);
+    (void)fprintf(stderr, "ctrain: internal invariant failed at %s:%d: %s\n", base_name(file), line,
+                  cond);
     abort();
 }
 

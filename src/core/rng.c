@@ -68,7 +68,8 @@ void ct_rng_uniform(ct_rng *r, float *out, int64_t n) {
     uint32_t b[4];
     for (int64_t i = 0; i < n; i += 4) {
         philox(r->seed, r->stream, r->counter++, b);
-        for (int64_t j = 0; j < 4 && i + j < n; j++) out[i + j] = u32_to_unit(b[j]);
+        for (int64_t j = 0; j < 4 && i + j < n; j++)
+            out[i + j] = u32_to_unit(b[j]);
     }
 }
 

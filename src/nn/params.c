@@ -59,13 +59,18 @@ ct_tensor *ct_params_find(const ct_params *p, const char *name) {
     return NULL;
 }
 
-ct_status ct_params_add(ct_params *p, const char *name, ct_dtype dtype, int32_t ndim,
-                        const int64_t *shape, ct_param_kind kind, ct_tensor **out) {
+ct_status ct_params_add(ct_params *p,
+                        const char *name,
+                        ct_dtype dtype,
+                        int32_t ndim,
+                        const int64_t *shape,
+                        ct_param_kind kind,
+                        ct_tensor **out) {
     ct_ctx *ctx = p->ctx;
     *out = NULL;
     if (p->allocated)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
-                       "parameter '%s': declared after ct_params_alloc", name);
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "parameter '%s': declared after ct_params_alloc",
+                       name);
     if (!name || !name[0])
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "a parameter needs a non-empty name");
     if ((int)kind < 0 || kind >= CT_PARAM_KIND_COUNT)
@@ -187,7 +192,8 @@ void ct_params_zero_grad(ct_params *p) {
 int64_t ct_nn_fan_in(const ct_tensor *w) {
     if (w->ndim < 2) return w->ndim == 1 ? w->shape[0] : 1;
     int64_t f = w->shape[1];
-    for (int32_t i = 2; i < w->ndim; i++) f *= w->shape[i];
+    for (int32_t i = 2; i < w->ndim; i++)
+        f *= w->shape[i];
     return f;
 }
 
@@ -195,7 +201,8 @@ void ct_nn_init_uniform(ct_tensor *t, ct_rng *rng, float lo, float hi) {
     float *x = t->data;
     int64_t n = ct_tensor_numel(t);
     ct_rng_uniform(rng, x, n);
-    for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * x[i];
+    for (int64_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * x[i];
 }
 
 void ct_nn_init_normal(ct_tensor *t, ct_rng *rng, float mean, float std) {

@@ -16,8 +16,7 @@ bool ct_ops_begin(ct_graph *g, const char *op, int32_t n, ct_tensor *const *in) 
 
 bool ct_ops_f32(ct_graph *g, const char *op, const char *what, const ct_tensor *t) {
     if (t->dtype == CT_F32) return true;
-    CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "%s: %s must be f32, got %s", op, what,
-                  ct_dtype_name(t->dtype));
+    CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "%s: %s must be f32, got %s", op, what, ct_dtype_name(t->dtype));
     return false;
 }
 
@@ -31,8 +30,8 @@ bool ct_ops_index(ct_graph *g, const char *op, const char *what, const ct_tensor
 bool ct_ops_axis(ct_graph *g, const char *op, int32_t ndim, int32_t *axis) {
     int32_t a = *axis < 0 ? *axis + ndim : *axis;
     if (a < 0 || a >= ndim) {
-        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "%s: axis %d out of range for %d dimensions", op,
-                      (int)*axis, (int)ndim);
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "%s: axis %d out of range for %d dimensions", op, (int)*axis,
+                      (int)ndim);
         return false;
     }
     *axis = a;
@@ -43,11 +42,13 @@ int64_t ct_ops_index_at(const ct_tensor *t, int64_t i) {
     return t->dtype == CT_I64 ? ((const int64_t *)t->data)[i] : ((const int32_t *)t->data)[i];
 }
 
-void ct_ops_split_axis(const ct_tensor *t, int32_t axis, int64_t *outer, int64_t *dim,
-                       int64_t *inner) {
+void ct_ops_split_axis(
+    const ct_tensor *t, int32_t axis, int64_t *outer, int64_t *dim, int64_t *inner) {
     int64_t o = 1, in = 1;
-    for (int32_t i = 0; i < axis; i++) o *= t->shape[i];
-    for (int32_t i = axis + 1; i < t->ndim; i++) in *= t->shape[i];
+    for (int32_t i = 0; i < axis; i++)
+        o *= t->shape[i];
+    for (int32_t i = axis + 1; i < t->ndim; i++)
+        in *= t->shape[i];
     *outer = o;
     *dim = t->shape[axis];
     *inner = in;
@@ -66,7 +67,8 @@ double ct_ops_sum_f64(const float *x, int64_t n, int64_t stride) {
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t i1 = i0 + 256 < n ? i0 + 256 : n;
         double part = 0.0;
-        for (int64_t i = i0; i < i1; i++) part += (double)x[i * stride];
+        for (int64_t i = i0; i < i1; i++)
+            part += (double)x[i * stride];
         total += part;
     }
     return total;

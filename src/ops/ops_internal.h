@@ -28,11 +28,8 @@ CT_INTERNAL bool ct_ops_axis(ct_graph *g, const char *op, int32_t ndim, int32_t 
 /* Reads index i of an i32/i64 tensor. */
 CT_INTERNAL int64_t ct_ops_index_at(const ct_tensor *t, int64_t i);
 /* outer = prod(shape[:axis]), dim = shape[axis], inner = prod(shape[axis+1:]). */
-CT_INTERNAL void ct_ops_split_axis(const ct_tensor *t,
-                                   int32_t axis,
-                                   int64_t *outer,
-                                   int64_t *dim,
-                                   int64_t *inner);
+CT_INTERNAL void
+ct_ops_split_axis(const ct_tensor *t, int32_t axis, int64_t *outer, int64_t *dim, int64_t *inner);
 /* Thread count for a loop over n items of ~work flops each (see ct_threads_for). */
 CT_INTERNAL int ct_ops_threads(const ct_graph *g, int64_t n, int64_t work);
 /* The context's reference-kernel flag. */

@@ -38,8 +38,8 @@ static ct_status check_params(ct_ctx *ctx, const ct_optim_params *p) {
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "optimizer kind %d is not a ct_optim_kind",
                        (int)p->kind);
     if (!(p->lr >= 0.0f) || !isfinite(p->lr))
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "optimizer lr: expected a finite value >= 0, got %g",
-                       (double)p->lr);
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "optimizer lr: expected a finite value >= 0, got %g", (double)p->lr);
     if (!(p->weight_decay >= 0.0f))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "optimizer weight_decay: expected >= 0, got %g",
                        (double)p->weight_decay);
@@ -63,8 +63,8 @@ static ct_status check_params(ct_ctx *ctx, const ct_optim_params *p) {
     return CT_OK;
 }
 
-ct_status ct_optim_create(ct_ctx *ctx, ct_params *params, const ct_optim_params *p,
-                          ct_optim **out) {
+ct_status
+ct_optim_create(ct_ctx *ctx, ct_params *params, const ct_optim_params *p, ct_optim **out) {
     *out = NULL;
     CT_TRY(check_params(ctx, p));
     if (!ct_params_values(params))

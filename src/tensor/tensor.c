@@ -29,7 +29,8 @@ const char *ct_dtype_name(ct_dtype dt) {
 
 int64_t ct_tensor_numel(const ct_tensor *t) {
     int64_t n = 1;
-    for (int32_t i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int32_t i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
     return n;
 }
 
@@ -64,13 +65,12 @@ char *ct_shape_str(const ct_tensor *t, char *buf, size_t size) {
     return shape_str(t->ndim, t->shape, buf, size);
 }
 
-ct_status ct_shape_check(ct_ctx *ctx, ct_dtype dtype, int32_t ndim, const int64_t *shape,
-                         int64_t *numel) {
+ct_status
+ct_shape_check(ct_ctx *ctx, ct_dtype dtype, int32_t ndim, const int64_t *shape, int64_t *numel) {
     if ((int)dtype < 0 || dtype >= CT_DTYPE_COUNT)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "dtype %d is not a ct_dtype", (int)dtype);
     if (ndim < 0 || ndim > CT_MAX_DIMS)
-        return CT_FAIL(ctx, CT_ERR_SHAPE, "%d dimensions, expected 0..%d", (int)ndim,
-                       CT_MAX_DIMS);
+        return CT_FAIL(ctx, CT_ERR_SHAPE, "%d dimensions, expected 0..%d", (int)ndim, CT_MAX_DIMS);
     int64_t n = 1;
     /* bytes must fit in both size_t and int64_t */
     int64_t limit = INT64_MAX / (int64_t)ct_dtype_size(dtype);
@@ -94,12 +94,13 @@ ct_tensor ct_tensor_view(void *data, ct_dtype dtype, int32_t ndim, const int64_t
     t.data = data;
     t.dtype = dtype;
     t.ndim = ndim;
-    for (int32_t i = 0; i < CT_MAX_DIMS; i++) t.shape[i] = i < ndim ? shape[i] : 1;
+    for (int32_t i = 0; i < CT_MAX_DIMS; i++)
+        t.shape[i] = i < ndim ? shape[i] : 1;
     return t;
 }
 
-ct_status ct_tensor_create(ct_ctx *ctx, ct_dtype dtype, int32_t ndim, const int64_t *shape,
-                           ct_tensor **out) {
+ct_status
+ct_tensor_create(ct_ctx *ctx, ct_dtype dtype, int32_t ndim, const int64_t *shape, ct_tensor **out) {
     int64_t numel;
     *out = NULL;
     CT_TRY(ct_shape_check(ctx, dtype, ndim, shape, &numel));
@@ -126,8 +127,8 @@ void ct_tensor_destroy(ct_ctx *ctx, ct_tensor *t) {
     ct_free(ctx, t, sizeof *t);
 }
 
-ct_status ct_tensor_reshape(ct_ctx *ctx, const ct_tensor *t, int32_t ndim, const int64_t *shape,
-                            ct_tensor *out) {
+ct_status ct_tensor_reshape(
+    ct_ctx *ctx, const ct_tensor *t, int32_t ndim, const int64_t *shape, ct_tensor *out) {
     int64_t numel;
     CT_TRY(ct_shape_check(ctx, t->dtype, ndim, shape, &numel));
     if (numel != ct_tensor_numel(t)) {
@@ -141,10 +142,9 @@ ct_status ct_tensor_reshape(ct_ctx *ctx, const ct_tensor *t, int32_t ndim, const
     return CT_OK;
 }
 
-ct_status ct_tensor_slice(ct_ctx *ctx, const ct_tensor *t, int64_t start, int64_t len,
-                          ct_tensor *out) {
-    if (t->ndim < 1)
-        return CT_FAIL(ctx, CT_ERR_SHAPE, "cannot slice a scalar");
+ct_status
+ct_tensor_slice(ct_ctx *ctx, const ct_tensor *t, int64_t start, int64_t len, ct_tensor *out) {
+    if (t->ndim < 1) return CT_FAIL(ctx, CT_ERR_SHAPE, "cannot slice a scalar");
     if (start < 0 || len < 0 || start > t->shape[0] || len > t->shape[0] - start)
         return CT_FAIL(ctx, CT_ERR_SHAPE, "slice [%lld, %lld) out of range for first dim %lld",
                        (long long)start, (long long)(start + len), (long long)t->shape[0]);
@@ -171,39 +171,59 @@ float ct_f32_from_bf16(ct_bf16 x) {
 }
 
 void ct_bf16_from_f32_n(ct_bf16 *dst, const float *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = ct_bf16_from_f32(src[i]);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = ct_bf16_from_f32(src[i]);
 }
 
 void ct_f32_from_bf16_n(float *dst, const ct_bf16 *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = ct_f32_from_bf16(src[i]);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = ct_f32_from_bf16(src[i]);
 }
 
 float ct_tensor_get_f32(const ct_tensor *t, int64_t i) {
     switch (t->dtype) {
-    case CT_F32: return ((const float *)t->data)[i];
-    case CT_BF16: return ct_f32_from_bf16(((const ct_bf16 *)t->data)[i]);
-    case CT_I32: return (float)((const int32_t *)t->data)[i];
-    case CT_I64: return (float)((const int64_t *)t->data)[i];
-    case CT_U8: return (float)((const uint8_t *)t->data)[i];
-    case CT_DTYPE_COUNT: break;
+    case CT_F32:
+        return ((const float *)t->data)[i];
+    case CT_BF16:
+        return ct_f32_from_bf16(((const ct_bf16 *)t->data)[i]);
+    case CT_I32:
+        return (float)((const int32_t *)t->data)[i];
+    case CT_I64:
+        return (float)((const int64_t *)t->data)[i];
+    case CT_U8:
+        return (float)((const uint8_t *)t->data)[i];
+    case CT_DTYPE_COUNT:
+        break;
     }
     return NAN;
 }
 
 void ct_tensor_set_f32(ct_tensor *t, int64_t i, float v) {
     switch (t->dtype) {
-    case CT_F32: ((float *)t->data)[i] = v; break;
-    case CT_BF16: ((ct_bf16 *)t->data)[i] = ct_bf16_from_f32(v); break;
-    case CT_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
-    case CT_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
-    case CT_U8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
-    case CT_DTYPE_COUNT: break;
+    case CT_F32:
+        ((float *)t->data)[i] = v;
+        break;
+    case CT_BF16:
+        ((ct_bf16 *)t->data)[i] = ct_bf16_from_f32(v);
+        break;
+    case CT_I32:
+        ((int32_t *)t->data)[i] = (int32_t)v;
+        break;
+    case CT_I64:
+        ((int64_t *)t->data)[i] = (int64_t)v;
+        break;
+    case CT_U8:
+        ((uint8_t *)t->data)[i] = (uint8_t)v;
+        break;
+    case CT_DTYPE_COUNT:
+        break;
     }
 }
 
 void ct_tensor_fill(ct_tensor *t, float v) {
     int64_t n = ct_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) ct_tensor_set_f32(t, i, v);
+    for (int64_t i = 0; i < n; i++)
+        ct_tensor_set_f32(t, i, v);
 }
 
 ct_status ct_tensor_copy(ct_ctx *ctx, ct_tensor *dst, const ct_tensor *src) {
@@ -226,7 +246,8 @@ ct_status ct_tensor_copy(ct_ctx *ctx, ct_tensor *dst, const ct_tensor *src) {
         for (int64_t i = 0; i < n; i++)
             ((int64_t *)dst->data)[i] = ((const int32_t *)src->data)[i];
     } else {
-        for (int64_t i = 0; i < n; i++) ct_tensor_set_f32(dst, i, ct_tensor_get_f32(src, i));
+        for (int64_t i = 0; i < n; i++)
+            ct_tensor_set_f32(dst, i, ct_tensor_get_f32(src, i));
     }
     return CT_OK;
 }

@@ -70,7 +70,8 @@ static void tensor_should_view_reshape_and_slice_without_copy(void) {
     ct_ctx *ctx = make_ctx(NULL);
     ct_tensor *t = NULL;
     CT_CHECK_INT(ct_tensor_create(ctx, CT_F32, 2, (int64_t[]){4, 6}, &t), CT_OK);
-    for (int64_t i = 0; i < 24; i++) ct_tensor_set_f32(t, i, (float)i);
+    for (int64_t i = 0; i < 24; i++)
+        ct_tensor_set_f32(t, i, (float)i);
     ct_tensor r, s;
     CT_CHECK_INT(ct_tensor_reshape(ctx, t, 3, (int64_t[]){2, 3, 4}, &r), CT_OK);
     CT_CHECK(r.data == t->data);
@@ -114,7 +115,8 @@ static void bf16_should_round_to_nearest_even(void) {
     ct_bf16 mid[3];
     ct_bf16_from_f32_n(mid, src, 3);
     ct_f32_from_bf16_n(back, mid, 3);
-    for (int i = 0; i < 3; i++) CT_CHECK_CLOSE(back[i], src[i], 0.0, 1.0 / 256);
+    for (int i = 0; i < 3; i++)
+        CT_CHECK_CLOSE(back[i], src[i], 0.0, 1.0 / 256);
 }
 
 static void rng_should_be_counter_based_and_splittable(void) {
@@ -144,15 +146,19 @@ static void rng_should_be_counter_based_and_splittable(void) {
     ct_rng q = ct_rng_init(1, 0);
     ct_rng_normal(&q, x, N, 2.0f, 3.0f);
     double m = 0, v = 0;
-    for (int i = 0; i < N; i++) m += x[i];
+    for (int i = 0; i < N; i++)
+        m += x[i];
     m /= N;
-    for (int i = 0; i < N; i++) v += (x[i] - m) * (x[i] - m);
+    for (int i = 0; i < N; i++)
+        v += (x[i] - m) * (x[i] - m);
     v /= N;
     CT_CHECK_CLOSE(m, 2.0, 0.05, 0.0);
     CT_CHECK_CLOSE(v, 9.0, 0.0, 0.03);
     int counts[5] = {0};
-    for (int i = 0; i < 5000; i++) counts[ct_rng_below(&q, 5)]++;
-    for (int i = 0; i < 5; i++) CT_CHECK(counts[i] > 850 && counts[i] < 1150);
+    for (int i = 0; i < 5000; i++)
+        counts[ct_rng_below(&q, 5)]++;
+    for (int i = 0; i < 5; i++)
+        CT_CHECK(counts[i] > 850 && counts[i] < 1150);
 }
 
 static void graph_should_stop_allocating_after_first_step(void) {
@@ -201,13 +207,20 @@ static void params_should_live_in_one_buffer(void) {
     ct_params *P = NULL;
     CT_CHECK_INT(ct_params_create(ctx, &P), CT_OK);
     ct_tensor *w, *b, *rm, *nb, *dup;
-    CT_CHECK_INT(ct_params_add(P, "fc.weight", CT_F32, 2, (int64_t[]){3, 4}, CT_PARAM_TRAINABLE, &w), CT_OK);
-    CT_CHECK_INT(ct_params_add(P, "fc.bias", CT_F32, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &b), CT_OK);
-    CT_CHECK_INT(ct_params_add(P, "bn.running_mean", CT_F32, 1, (int64_t[]){3}, CT_PARAM_BUFFER, &rm), CT_OK);
-    CT_CHECK_INT(ct_params_add(P, "bn.num_batches_tracked", CT_I64, 0, NULL, CT_PARAM_BUFFER, &nb), CT_OK);
-    CT_CHECK_INT(ct_params_add(P, "fc.bias", CT_F32, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &dup), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(
+        ct_params_add(P, "fc.weight", CT_F32, 2, (int64_t[]){3, 4}, CT_PARAM_TRAINABLE, &w), CT_OK);
+    CT_CHECK_INT(ct_params_add(P, "fc.bias", CT_F32, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &b),
+                 CT_OK);
+    CT_CHECK_INT(
+        ct_params_add(P, "bn.running_mean", CT_F32, 1, (int64_t[]){3}, CT_PARAM_BUFFER, &rm),
+        CT_OK);
+    CT_CHECK_INT(ct_params_add(P, "bn.num_batches_tracked", CT_I64, 0, NULL, CT_PARAM_BUFFER, &nb),
+                 CT_OK);
+    CT_CHECK_INT(ct_params_add(P, "fc.bias", CT_F32, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &dup),
+                 CT_ERR_INVALID_ARG);
     CT_CHECK(strstr(ct_last_error(ctx), "'fc.bias' is declared twice") != NULL);
-    CT_CHECK_INT(ct_params_add(P, "x", CT_I64, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &dup), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_params_add(P, "x", CT_I64, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &dup),
+                 CT_ERR_INVALID_ARG);
     CT_CHECK_INT(ct_params_alloc(P), CT_OK);
     CT_CHECK_INT(ct_params_numel(P), 15);
     CT_CHECK((float *)b->data == (float *)w->data + 12);
@@ -217,10 +230,12 @@ static void params_should_live_in_one_buffer(void) {
     CT_CHECK(ct_params_find(P, "nope") == NULL);
     CT_CHECK(((uintptr_t)nb->data % 8) == 0);
     CT_CHECK(!(rm->flags & CT_TENSOR_REQUIRES_GRAD) && (w->flags & CT_TENSOR_REQUIRES_GRAD));
-    CT_CHECK_INT(ct_params_add(P, "late", CT_F32, 1, (int64_t[]){1}, CT_PARAM_TRAINABLE, &dup), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_params_add(P, "late", CT_F32, 1, (int64_t[]){1}, CT_PARAM_TRAINABLE, &dup),
+                 CT_ERR_INVALID_ARG);
     ct_rng r = ct_rng_init(3, 0);
     ct_nn_init_linear(w, b, &r);
-    for (int i = 0; i < 12; i++) CT_CHECK(fabsf(((float *)w->data)[i]) <= 0.5f);
+    for (int i = 0; i < 12; i++)
+        CT_CHECK(fabsf(((float *)w->data)[i]) <= 0.5f);
     ct_params_destroy(P);
     ct_ctx_destroy(ctx);
     CT_CHECK_INT(ta.live, 0);
@@ -234,7 +249,8 @@ static void optim_should_follow_torch_formulas(void) {
         ct_params *P = NULL;
         ct_tensor *w;
         CT_CHECK_INT(ct_params_create(ctx, &P), CT_OK);
-        CT_CHECK_INT(ct_params_add(P, "w", CT_F32, 1, (int64_t[]){2}, CT_PARAM_TRAINABLE, &w), CT_OK);
+        CT_CHECK_INT(ct_params_add(P, "w", CT_F32, 1, (int64_t[]){2}, CT_PARAM_TRAINABLE, &w),
+                     CT_OK);
         CT_CHECK_INT(ct_params_alloc(P), CT_OK);
         float *x = w->data;
         x[0] = 1.0f;

@@ -11,18 +11,17 @@
 #include "ctrain/ctrain.h"
 
 static void usage(FILE *f) {
-    (void)fprintf(f,
-                  "usage: ctrain [--version] [--help]\n"
-                  "\n"
-                  "ctrain is a model-training framework in C. This build provides the library\n"
-                  "(libctrain: tensors, autograd, ops, losses, optimizers) and this tool's\n"
-                  "--version and --help; the training commands are not part of this build.\n"
-                  "\n"
-                  "options:\n"
-                  "  -V, --version   print the version and exit\n"
-                  "  -h, --help      print this help and exit\n"
-                  "\n"
-                  "exit codes: 0 success, 2 usage error\n");
+    (void)fprintf(f, "usage: ctrain [--version] [--help]\n"
+                     "\n"
+                     "ctrain is a model-training framework in C. This build provides the library\n"
+                     "(libctrain: tensors, autograd, ops, losses, optimizers) and this tool's\n"
+                     "--version and --help; the training commands are not part of this build.\n"
+                     "\n"
+                     "options:\n"
+                     "  -V, --version   print the version and exit\n"
+                     "  -h, --help      print this help and exit\n"
+                     "\n"
+                     "exit codes: 0 success, 2 usage error\n");
 }
 
 int main(int argc, char **argv) {
@@ -35,8 +34,12 @@ int main(int argc, char **argv) {
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+Vh", opts, NULL)) != -1) {
         switch (c) {
-        case 'V': printf("ctrain %s\n", ct_version()); return 0;
-        case 'h': usage(stdout); return 0;
+        case 'V':
+            printf("ctrain %s\n", ct_version());
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
         default:
             (void)fprintf(stderr, "ctrain: unknown option '%s'\n", argv[optind - 1]);
             usage(stderr);

@@ -4,9 +4,20 @@
  */
 #include "kernels/kernels.h"
 
-void ct_k_ref_gemm(const ct_ctx *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                   int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-                   int64_t ldb, float beta, float *c, int64_t ldc) {
+void ct_k_ref_gemm(const ct_ctx *ctx,
+                   bool trans_a,
+                   bool trans_b,
+                   int64_t m,
+                   int64_t n,
+                   int64_t k,
+                   float alpha,
+                   const float *a,
+                   int64_t lda,
+                   const float *b,
+                   int64_t ldb,
+                   float beta,
+                   float *c,
+                   int64_t ldc) {
     (void)ctx;
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {

@@ -1,0 +1,153 @@
+/*
+ * activation.c - pointwise activations: relu, leaky_relu, gelu (erf and tanh forms), silu,
+ * tanh, sigmoid.
+ *
+ * All share one forward/backward pair switching on the activation kind; backward recomputes
+ * the derivative from the saved input (or output, for tanh and sigmoid) rather than storing
+ * a second tensor.
+ */
+#include <math.h>
+
+#include "ops/ops_internal.h"
+
+typedef enum act_kind {
+    ACT_RELU,
+    ACT_LEAKY_RELU,
+    ACT_GELU_ERF,
+    ACT_GELU_TANH,
+    ACT_SILU,
+    ACT_TANH,
+    ACT_SIGMOID,
+    ACT_KIND_COUNT
+} act_kind;
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define INV_SQRT_2     0.7071067811865476f
+#define INV_SQRT_2PI   0.3989422804014327f
+#define GELU_C         0.044715f
+
+static float sigmoidf(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
+static float act_fwd(act_kind k, float x, float slope) {
+    switch (k) {
+    case ACT_RELU:
+        return x > 0.0f ? x : 0.0f;
+    case ACT_LEAKY_RELU:
+        return x > 0.0f ? x : x * slope;
+    case ACT_GELU_ERF:
+        return 0.5f * x * (1.0f + erff(x * INV_SQRT_2));
+    case ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
+    case ACT_SILU:
+        return x * sigmoidf(x);
+    case ACT_TANH:
+        return tanhf(x);
+    case ACT_SIGMOID:
+        return sigmoidf(x);
+    case ACT_KIND_COUNT:
+        break;
+    }
+    return 0.0f;
+}
+
+/* dy/dx from the input x and the output y. */
+static float act_grad(act_kind k, float x, float y, float slope) {
+    switch (k) {
+    case ACT_RELU:
+        return x > 0.0f ? 1.0f : 0.0f;
+    case ACT_LEAKY_RELU:
+        return x > 0.0f ? 1.0f : slope;
+    case ACT_GELU_ERF:
+        return 0.5f * (1.0f + erff(x * INV_SQRT_2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
+    case ACT_GELU_TANH: {
+        float u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+        float t = tanhf(u);
+        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x * x);
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    }
+    case ACT_SILU: {
+        float s = sigmoidf(x);
+        return s * (1.0f + x * (1.0f - s));
+    }
+    case ACT_TANH:
+        return 1.0f - y * y;
+    case ACT_SIGMOID:
+        return y * (1.0f - y);
+    case ACT_KIND_COUNT:
+        break;
+    }
+    return 0.0f;
+}
+
+static void act_backward(ct_graph *g, ct_node *n) {
+    float *dx = ct_graph_grad(g, n->in[0]);
+    if (!dx) return;
+    act_kind k = (act_kind)n->iarg[0];
+    float slope = n->farg[0];
+    const float *x = n->in[0]->data, *y = n->out->data, *dy = n->out->grad;
+    int64_t total = ct_tensor_numel(n->out);
+    int nt = ct_ops_threads(g, total, 16);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < total; i++)
+        dx[i] += dy[i] * act_grad(k, x[i], y[i], slope);
+}
+
+static const ct_op_def act_defs[] = {
+    {"relu", act_backward},      {"leaky_relu", act_backward}, {"gelu", act_backward},
+    {"gelu_tanh", act_backward}, {"silu", act_backward},       {"tanh", act_backward},
+    {"sigmoid", act_backward},
+};
+_Static_assert(sizeof(act_defs) / sizeof(act_defs[0]) == ACT_KIND_COUNT,
+               "act_defs must cover every activation");
+
+static ct_tensor *activation(ct_graph *g, act_kind k, ct_tensor *x, float slope) {
+    const char *name = act_defs[k].name;
+    if (!ct_ops_begin(g, name, 1, &x) || !ct_ops_f32(g, name, "x", x)) return NULL;
+    ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, x->shape);
+    if (!y) return NULL;
+    const float *xv = x->data;
+    float *yv = y->data;
+    int64_t total = ct_tensor_numel(y);
+    int nt = ct_ops_threads(g, total, 16);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < total; i++)
+        yv[i] = act_fwd(k, xv[i], slope);
+    if (ct_graph_needs_grad(g, 1, &x)) {
+        ct_node *n = ct_graph_record(g, &act_defs[k], y, 1, &x);
+        if (!n) return NULL;
+        n->iarg[0] = k;
+        n->farg[0] = slope;
+    }
+    return y;
+}
+
+ct_tensor *ct_op_relu(ct_graph *g, ct_tensor *x) {
+    return activation(g, ACT_RELU, x, 0.0f);
+}
+
+ct_tensor *ct_op_leaky_relu(ct_graph *g, ct_tensor *x, float negative_slope) {
+    return activation(g, ACT_LEAKY_RELU, x, negative_slope);
+}
+
+ct_tensor *ct_op_gelu(ct_graph *g, ct_tensor *x, ct_gelu_approx approx) {
+    if ((int)approx < 0 || approx >= CT_GELU_APPROX_COUNT) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "gelu: approximation %d is not a ct_gelu_approx",
+                      (int)approx);
+        return NULL;
+    }
+    return activation(g, approx == CT_GELU_TANH ? ACT_GELU_TANH : ACT_GELU_ERF, x, 0.0f);
+}
+
+ct_tensor *ct_op_silu(ct_graph *g, ct_tensor *x) {
+    return activation(g, ACT_SILU, x, 0.0f);
+}
+
+ct_tensor *ct_op_tanh(ct_graph *g, ct_tensor *x) {
+    return activation(g, ACT_TANH, x, 0.0f);
+}
+
+ct_tensor *ct_op_sigmoid(ct_graph *g, ct_tensor *x) {
+    return activation(g, ACT_SIGMOID, x, 0.0f);
+}

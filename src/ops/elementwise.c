@@ -1,0 +1,245 @@
+/*
+ * elementwise.c - add, sub, mul, div with NumPy broadcasting, and scale / add_scalar.
+ *
+ * Broadcasting is resolved once per call into per-input strides over the output's index space
+ * (0 along stretched dims). Equal shapes and a scalar or trailing-suffix operand (bias-like)
+ * take fast contiguous paths. The backward into a broadcast input adds many output positions
+ * into one element; it runs serially in output order, so the sum never depends on threads.
+ */
+#include <string.h>
+
+#include "ops/ops_internal.h"
+
+typedef enum binop { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV } binop;
+
+typedef struct bcast {
+    int32_t ndim;
+    int64_t shape[CT_MAX_DIMS];
+    int64_t sa[CT_MAX_DIMS], sb[CT_MAX_DIMS]; /* element strides of a and b per output dim */
+    bool a_full, b_full;                      /* the input has the output's shape */
+} bcast;
+
+/* Strides of x aligned to the output's trailing dims; 0 where x has 1 or lacks the dim. */
+static void align_strides(const ct_tensor *x, int32_t ndim, const int64_t *shape, int64_t *s) {
+    int64_t stride = 1;
+    for (int32_t d = ndim - 1; d >= 0; d--) {
+        int32_t xd = d - (ndim - x->ndim);
+        if (xd < 0) {
+            s[d] = 0;
+            continue;
+        }
+        s[d] = (x->shape[xd] == 1 && shape[d] != 1) ? 0 : stride;
+        stride *= x->shape[xd];
+    }
+}
+
+static bool
+broadcast_shapes(ct_graph *g, const char *op, const ct_tensor *a, const ct_tensor *b, bcast *bc) {
+    int32_t nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    bc->ndim = nd;
+    for (int32_t d = 0; d < nd; d++) {
+        int32_t ad = d - (nd - a->ndim), bd = d - (nd - b->ndim);
+        int64_t da = ad >= 0 ? a->shape[ad] : 1, db = bd >= 0 ? b->shape[bd] : 1;
+        if (da != db && da != 1 && db != 1) {
+            char s1[200], s2[200];
+            CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "%s: shapes %s and %s do not broadcast (dim %d)", op,
+                          ct_shape_str(a, s1, sizeof s1), ct_shape_str(b, s2, sizeof s2), (int)d);
+            return false;
+        }
+        bc->shape[d] = da == 1 ? db : da;
+    }
+    align_strides(a, nd, bc->shape, bc->sa);
+    align_strides(b, nd, bc->shape, bc->sb);
+    int64_t n = 1;
+    for (int32_t d = 0; d < nd; d++)
+        n *= bc->shape[d];
+    bc->a_full = ct_tensor_numel(a) == n;
+    bc->b_full = ct_tensor_numel(b) == n;
+    return true;
+}
+
+/* Offsets of output element i in a and b. */
+static void bcast_offsets(const bcast *bc, int64_t i, int64_t *ia, int64_t *ib) {
+    int64_t oa = 0, ob = 0;
+    for (int32_t d = bc->ndim - 1; d >= 0; d--) {
+        int64_t k = i % bc->shape[d];
+        i /= bc->shape[d];
+        oa += k * bc->sa[d];
+        ob += k * bc->sb[d];
+    }
+    *ia = oa;
+    *ib = ob;
+}
+
+static float apply(binop op, float x, float y) {
+    switch (op) {
+    case BIN_ADD:
+        return x + y;
+    case BIN_SUB:
+        return x - y;
+    case BIN_MUL:
+        return x * y;
+    case BIN_DIV:
+        return x / y;
+    }
+    return 0.0f;
+}
+
+static void binary_backward(ct_graph *g, ct_node *n) {
+    binop op = (binop)n->iarg[0];
+    ct_tensor *a = n->in[0], *b = n->in[1];
+    const bcast *bc = n->saved;
+    const float *dy = n->out->grad, *av = a->data, *bv = b->data;
+    float *da = ct_graph_grad(g, a), *db = ct_graph_grad(g, b);
+    int64_t total = ct_tensor_numel(n->out);
+    int nt = ct_ops_threads(g, total, 4);
+    /* d/da and d/db of x op y, times dy */
+    if (da && bc->a_full) {
+        bool b_same = bc->b_full;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < total; i++) {
+            int64_t ib = i, ia;
+            if (!b_same) bcast_offsets(bc, i, &ia, &ib);
+            float y = bv[ib];
+            float d = op == BIN_MUL ? dy[i] * y : op == BIN_DIV ? dy[i] / y : dy[i];
+            da[i] += d;
+        }
+    } else if (da) {
+        for (int64_t i = 0; i < total; i++) {
+            int64_t ia, ib;
+            bcast_offsets(bc, i, &ia, &ib);
+            float y = bv[ib];
+            da[ia] += op == BIN_MUL ? dy[i] * y : op == BIN_DIV ? dy[i] / y : dy[i];
+        }
+    }
+    if (db && bc->b_full) {
+        bool a_same = bc->a_full;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < total; i++) {
+            int64_t ia = i, ib;
+            if (!a_same) bcast_offsets(bc, i, &ia, &ib);
+            float x = av[ia], y = bv[i];
+            float d = op == BIN_ADD   ? dy[i]
+                      : op == BIN_SUB ? -dy[i]
+                      : op == BIN_MUL ? dy[i] * x
+                                      : -dy[i] * x / (y * y);
+            db[i] += d;
+        }
+    } else if (db) {
+        for (int64_t i = 0; i < total; i++) {
+            int64_t ia, ib;
+            bcast_offsets(bc, i, &ia, &ib);
+            float x = av[ia], y = bv[ib];
+            db[ib] += op == BIN_ADD   ? dy[i]
+                      : op == BIN_SUB ? -dy[i]
+                      : op == BIN_MUL ? dy[i] * x
+                                      : -dy[i] * x / (y * y);
+        }
+    }
+}
+
+static const ct_op_def binary_defs[] = {
+    {"add", binary_backward},
+    {"sub", binary_backward},
+    {"mul", binary_backward},
+    {"div", binary_backward},
+};
+
+static ct_tensor *binary(ct_graph *g, binop op, ct_tensor *a, ct_tensor *b) {
+    const char *name = binary_defs[op].name;
+    ct_tensor *in[2] = {a, b};
+    if (!ct_ops_begin(g, name, 2, in)) return NULL;
+    if (!ct_ops_f32(g, name, "a", a) || !ct_ops_f32(g, name, "b", b)) return NULL;
+    bcast bc;
+    if (!broadcast_shapes(g, name, a, b, &bc)) return NULL;
+    ct_tensor *y = ct_graph_new(g, CT_F32, bc.ndim, bc.shape);
+    if (!y) return NULL;
+    int64_t total = ct_tensor_numel(y);
+    const float *av = a->data, *bv = b->data;
+    float *yv = y->data;
+    int nt = ct_ops_threads(g, total, 2);
+    if (bc.a_full && bc.b_full) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < total; i++)
+            yv[i] = apply(op, av[i], bv[i]);
+    } else if (bc.a_full && ct_tensor_numel(b) == 1) {
+        float s = bv[0];
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < total; i++)
+            yv[i] = apply(op, av[i], s);
+    } else {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < total; i++) {
+            int64_t ia, ib;
+            bcast_offsets(&bc, i, &ia, &ib);
+            yv[i] = apply(op, av[ia], bv[ib]);
+        }
+    }
+    if (ct_graph_needs_grad(g, 2, in)) {
+        ct_node *n = ct_graph_record(g, &binary_defs[op], y, 2, in);
+        bcast *saved = ct_graph_alloc(g, sizeof *saved);
+        if (!n || !saved) return NULL;
+        *saved = bc;
+        n->saved = saved;
+        n->iarg[0] = op;
+    }
+    return y;
+}
+
+ct_tensor *ct_op_add(ct_graph *g, ct_tensor *a, ct_tensor *b) {
+    return binary(g, BIN_ADD, a, b);
+}
+
+ct_tensor *ct_op_sub(ct_graph *g, ct_tensor *a, ct_tensor *b) {
+    return binary(g, BIN_SUB, a, b);
+}
+
+ct_tensor *ct_op_mul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
+    return binary(g, BIN_MUL, a, b);
+}
+
+ct_tensor *ct_op_div(ct_graph *g, ct_tensor *a, ct_tensor *b) {
+    return binary(g, BIN_DIV, a, b);
+}
+
+/* y = x * farg[0] + farg[1] */
+static void affine_backward(ct_graph *g, ct_node *n) {
+    float *dx = ct_graph_grad(g, n->in[0]);
+    if (!dx) return;
+    const float *dy = n->out->grad;
+    float s = n->farg[0];
+    int64_t total = ct_tensor_numel(n->out);
+    int nt = ct_ops_threads(g, total, 2);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < total; i++)
+        dx[i] += dy[i] * s;
+}
+
+static const ct_op_def affine_def = {"scale", affine_backward};
+
+static ct_tensor *affine(ct_graph *g, const char *name, ct_tensor *x, float s, float t) {
+    if (!ct_ops_begin(g, name, 1, &x) || !ct_ops_f32(g, name, "x", x)) return NULL;
+    ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, x->shape);
+    if (!y) return NULL;
+    int64_t total = ct_tensor_numel(y);
+    const float *xv = x->data;
+    float *yv = y->data;
+    int nt = ct_ops_threads(g, total, 2);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < total; i++)
+        yv[i] = xv[i] * s + t;
+    if (ct_graph_needs_grad(g, 1, &x)) {
+        ct_node *n = ct_graph_record(g, &affine_def, y, 1, &x);
+        if (!n) return NULL;
+        n->farg[0] = s;
+    }
+    return y;
+}
+
+ct_tensor *ct_op_scale(ct_graph *g, ct_tensor *x, float s) {
+    return affine(g, "scale", x, s, 0.0f);
+}
+
+ct_tensor *ct_op_add_scalar(ct_graph *g, ct_tensor *x, float s) {
+    return affine(g, "add_scalar", x, 1.0f, s);
+}

@@ -1,0 +1,160 @@
+/*
+ * matmul.c - matmul (plain and batched) and linear, on ct_k_gemm (OpenBLAS, or the reference
+ * twin when the context asks for it).
+ *
+ * Leading dims of a plain matmul fold into M, so [B, T, K] @ [K, N] is one GEMM. Backward
+ * accumulates straight into the gradient buffers with beta = 1: dA += dC B^T, dB += A^T dC.
+ * Linear's bias gradient sums rows in a fixed order per output column.
+ */
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "ops/ops_internal.h"
+
+/* iarg: [0] batch count (1 for plain), [1] M, [2] K, [3] N, [4] batched b */
+static void matmul_backward(ct_graph *g, ct_node *n) {
+    const ct_ctx *ctx = ct_graph_ctx(g);
+    ct_tensor *a = n->in[0], *b = n->in[1];
+    int64_t batch = n->iarg[0], m = n->iarg[1], k = n->iarg[2], nn = n->iarg[3];
+    bool batched_b = n->iarg[4] != 0;
+    const float *dc = n->out->grad, *av = a->data, *bv = b->data;
+    float *da = ct_graph_grad(g, a), *db = ct_graph_grad(g, b);
+    if (!batched_b) {
+        /* a is [batch*m, k] */
+        if (da) ct_k_gemm(ctx, false, true, batch * m, k, nn, 1.0f, dc, nn, bv, nn, 1.0f, da, k);
+        if (db) ct_k_gemm(ctx, true, false, k, nn, batch * m, 1.0f, av, k, dc, nn, 1.0f, db, nn);
+        return;
+    }
+    for (int64_t i = 0; i < batch; i++) {
+        const float *dci = dc + i * m * nn, *ai = av + i * m * k, *bi = bv + i * k * nn;
+        if (da)
+            ct_k_gemm(ctx, false, true, m, k, nn, 1.0f, dci, nn, bi, nn, 1.0f, da + i * m * k, k);
+        if (db)
+            ct_k_gemm(ctx, true, false, k, nn, m, 1.0f, ai, k, dci, nn, 1.0f, db + i * k * nn, nn);
+    }
+}
+
+static const ct_op_def matmul_def = {"matmul", matmul_backward};
+
+ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
+    ct_tensor *in[2] = {a, b};
+    if (!ct_ops_begin(g, "matmul", 2, in)) return NULL;
+    if (!ct_ops_f32(g, "matmul", "a", a) || !ct_ops_f32(g, "matmul", "b", b)) return NULL;
+    char s1[200], s2[200];
+    bool batched_b = b->ndim > 2;
+    bool ok = a->ndim >= 2 && b->ndim >= 2 && a->shape[a->ndim - 1] == b->shape[b->ndim - 2];
+    if (ok && batched_b) {
+        ok = a->ndim == b->ndim;
+        for (int32_t d = 0; ok && d < a->ndim - 2; d++)
+            ok = a->shape[d] == b->shape[d];
+    }
+    if (!ok) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
+                      "matmul: a %s and b %s do not multiply (expected a [..., M, K] with b [K, N] "
+                      "or b [..., K, N] with the same leading dims)",
+                      ct_shape_str(a, s1, sizeof s1), ct_shape_str(b, s2, sizeof s2));
+        return NULL;
+    }
+    int64_t m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1], n = b->shape[b->ndim - 1];
+    int64_t batch = 1;
+    for (int32_t d = 0; d < a->ndim - 2; d++)
+        batch *= a->shape[d];
+    int64_t shape[CT_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    shape[a->ndim - 1] = n;
+    ct_tensor *c = ct_graph_new(g, CT_F32, a->ndim, shape);
+    if (!c) return NULL;
+    const ct_ctx *ctx = ct_graph_ctx(g);
+    if (!batched_b) {
+        ct_k_gemm(ctx, false, false, batch * m, n, k, 1.0f, a->data, k, b->data, n, 0.0f, c->data,
+                  n);
+    } else {
+        for (int64_t i = 0; i < batch; i++)
+            ct_k_gemm(ctx, false, false, m, n, k, 1.0f, (const float *)a->data + i * m * k, k,
+                      (const float *)b->data + i * k * n, n, 0.0f, (float *)c->data + i * m * n, n);
+    }
+    if (ct_graph_needs_grad(g, 2, in)) {
+        ct_node *node = ct_graph_record(g, &matmul_def, c, 2, in);
+        if (!node) return NULL;
+        node->iarg[0] = batch;
+        node->iarg[1] = m;
+        node->iarg[2] = k;
+        node->iarg[3] = n;
+        node->iarg[4] = batched_b;
+    }
+    return c;
+}
+
+/* iarg: [0] rows R, [1] in, [2] out */
+static void linear_backward(ct_graph *g, ct_node *n) {
+    const ct_ctx *ctx = ct_graph_ctx(g);
+    ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
+    int64_t rows = n->iarg[0], in = n->iarg[1], out = n->iarg[2];
+    const float *dy = n->out->grad;
+    float *dx = ct_graph_grad(g, x), *dw = ct_graph_grad(g, w), *db = ct_graph_grad(g, bias);
+    /* dx [R, in] += dy [R, out] @ W [out, in] */
+    if (dx) ct_k_gemm(ctx, false, false, rows, in, out, 1.0f, dy, out, w->data, in, 1.0f, dx, in);
+    /* dW [out, in] += dy^T [out, R] @ x [R, in] */
+    if (dw) ct_k_gemm(ctx, true, false, out, in, rows, 1.0f, dy, out, x->data, in, 1.0f, dw, in);
+    if (db) {
+        int nt = ct_ops_threads(g, out, rows);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t j = 0; j < out; j++)
+            db[j] += (float)ct_ops_sum_f64(dy + j, rows, out);
+    }
+}
+
+static const ct_op_def linear_def = {"linear", linear_backward};
+
+ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias) {
+    ct_tensor *in[3] = {x, weight, bias};
+    if (!ct_ops_begin(g, "linear", 2, in)) return NULL;
+    if (!ct_ops_f32(g, "linear", "x", x) || !ct_ops_f32(g, "linear", "weight", weight) ||
+        (bias && !ct_ops_f32(g, "linear", "bias", bias)))
+        return NULL;
+    char s1[200], s2[200], s3[200];
+    if (x->ndim < 1 || weight->ndim != 2 || x->shape[x->ndim - 1] != weight->shape[1]) {
+        CT_GRAPH_FAIL(
+            g, CT_ERR_SHAPE,
+            "linear: x %s does not fit weight %s (expected x [..., in], weight [out, in])",
+            ct_shape_str(x, s1, sizeof s1), ct_shape_str(weight, s2, sizeof s2));
+        return NULL;
+    }
+    int64_t fan_in = weight->shape[1], fan_out = weight->shape[0];
+    if (bias && (bias->ndim != 1 || bias->shape[0] != fan_out)) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "linear: bias %s, expected [%lld] for weight %s",
+                      ct_shape_str(bias, s3, sizeof s3), (long long)fan_out,
+                      ct_shape_str(weight, s2, sizeof s2));
+        return NULL;
+    }
+    int64_t rows = ct_tensor_numel(x) / (fan_in ? fan_in : 1);
+    if (fan_in == 0) {
+        rows = 1;
+        for (int32_t d = 0; d < x->ndim - 1; d++)
+            rows *= x->shape[d];
+    }
+    int64_t shape[CT_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = fan_out;
+    ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, shape);
+    if (!y) return NULL;
+    float *yv = y->data;
+    float beta = 0.0f;
+    if (bias) {
+        const float *bv = bias->data;
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(yv + r * fan_out, bv, (size_t)fan_out * sizeof(float));
+        beta = 1.0f;
+    }
+    ct_k_gemm(ct_graph_ctx(g), false, true, rows, fan_out, fan_in, 1.0f, x->data, fan_in,
+              weight->data, fan_in, beta, yv, fan_out);
+    int32_t n_in = bias ? 3 : 2;
+    if (ct_graph_needs_grad(g, n_in, in)) {
+        ct_node *node = ct_graph_record(g, &linear_def, y, n_in, in);
+        if (!node) return NULL;
+        node->iarg[0] = rows;
+        node->iarg[1] = fan_in;
+        node->iarg[2] = fan_out;
+    }
+    return y;
+}
