@@ -101,9 +101,9 @@ int64_t ct_ctx_threads(const ct_ctx *ctx) {
 void ct_ctx_set_threads(ct_ctx *ctx, int64_t n_threads) {
     ctx->n_threads = n_threads > 0 ? n_threads : online_cores();
 #ifdef CT_HAVE_OPENBLAS
-    /* OpenBLAS keeps its thread count per process: the one piece of state we cannot scope to
-     * a context. The last context to set it wins; results do not depend on it. */
-    openblas_set_num_threads((int)ctx->n_threads);
+    /* OpenBLAS runs single-threaded: we split GEMMs into fixed tiles over our own OpenMP threads
+     * (kernels/blas/gemm_blas.c), which keeps results independent of the thread count. */
+    openblas_set_num_threads(1);
 #endif
 }
 

@@ -291,7 +291,45 @@ static void gradients_should_accumulate_until_zeroed(void) {
     ct_ctx_destroy(ctx);
 }
 
+/* Shapes where OpenBLAS and oneDNN themselves give different bits for 1 and 2 threads. */
+static void gemm_should_be_bitwise_identical_for_1_and_2_threads(void) {
+    int64_t shapes[][3] = {{128, 784, 512}, {300, 1000, 300}, {64, 8192, 10}, {2, 20000, 3}};
+    for (int s = 0; s < 4; s++) {
+        int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        float *res[2][3];
+        for (int t = 0; t < 2; t++) {
+            ct_ctx *ctx = new_ctx(t + 1, 0, NULL);
+            ct_graph *g;
+            ct_graph_create(ctx, NULL, &g);
+            ct_tensor *a = filled(g, 2, (int64_t[]){M, K}, 1),
+                      *b = filled(g, 2, (int64_t[]){K, N}, 2);
+            a->flags |= CT_TENSOR_REQUIRES_GRAD;
+            b->flags |= CT_TENSOR_REQUIRES_GRAD;
+            ct_tensor *c = ct_op_matmul(g, a, b);
+            ct_tensor *l = ct_op_sum_all(g, ct_op_mul(g, c, c));
+            CT_CHECK_INT(ct_graph_backward(g, l), CT_OK);
+            float *outs[3] = {c->data, a->grad, b->grad};
+            int64_t ns[3] = {M * N, M * K, K * N};
+            for (int k = 0; k < 3; k++) {
+                res[t][k] = malloc((size_t)ns[k] * sizeof(float));
+                memcpy(res[t][k], outs[k], (size_t)ns[k] * sizeof(float));
+            }
+            ct_graph_destroy(g);
+            ct_ctx_destroy(ctx);
+        }
+        int64_t ns[3] = {M * N, M * K, K * N};
+        for (int k = 0; k < 3; k++) {
+            CT_CHECK_MSG(memcmp(res[0][k], res[1][k], (size_t)ns[k] * sizeof(float)) == 0,
+                         "shape %lldx%lldx%lld output %d", (long long)M, (long long)K, (long long)N,
+                         k);
+            free(res[0][k]);
+            free(res[1][k]);
+        }
+    }
+}
+
 int main(void) {
+    CT_RUN(gemm_should_be_bitwise_identical_for_1_and_2_threads);
     CT_RUN(ops_should_compute_known_values);
     CT_RUN(ops_should_reject_bad_input_with_context);
     CT_RUN(linear_should_match_reference_kernels);
