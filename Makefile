@@ -1,10 +1,11 @@
 # The two commands of the README, plus a few conveniences. Everything goes through CMake/Ninja.
 #   make demo   installs what is missing, builds, and runs the default job
 #   make test   installs what is missing, then: Release build (gcc, -Werror) + every test,
-#               ASan+UBSan build (clang, -Werror) + every test, clang-format check
+#               ASan+UBSan build (clang, -Werror) + every test, a build without OpenMP + every
+#               test, clang-format check
 JOBS ?= 2
 
-.PHONY: all deps build demo test test-release test-asan format-check bench clean
+.PHONY: all deps build demo test test-release test-asan test-noomp format-check bench clean
 
 all: build
 
@@ -18,7 +19,7 @@ build: deps
 demo: build
 	./build/examples/mlp_demo
 
-test: deps test-release test-asan format-check
+test: deps test-release test-asan test-noomp format-check
 
 test-release:
 	cmake -S . -B build-ci -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DCT_WERROR=ON
@@ -31,6 +32,11 @@ test-asan:
 	cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
+test-noomp:
+	cmake -S . -B build-noomp -G Ninja -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON -DCT_OPENMP=OFF
+	cmake --build build-noomp -j $(JOBS)
+	ctest --test-dir build-noomp --output-on-failure -j $(JOBS)
+
 format-check:
 	scripts/check-format.sh
 
@@ -41,4 +47,4 @@ bench:
 	/usr/bin/python3 bench/run.py --build build
 
 clean:
-	rm -rf build build-ci build-asan
+	rm -rf build build-ci build-asan build-noomp

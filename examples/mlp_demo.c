@@ -17,7 +17,8 @@ static int check(ct_ctx *ctx, ct_status s) {
     return s != CT_OK;
 }
 
-/* Class c's points are N(center_c, 1) in N_FEAT dims; centers are N(0, 0.45^2), close enough to overlap. */
+/* Class c's points are N(center_c, 1) in N_FEAT dims; centers are N(0, 0.45^2), close enough to
+ * overlap. */
 static void make_blobs(float *x, int64_t *y, int64_t n, uint64_t seed) {
     float centers[N_CLASS][N_FEAT];
     ct_rng r = ct_rng_init(seed, 0);
@@ -26,7 +27,8 @@ static void make_blobs(float *x, int64_t *y, int64_t n, uint64_t seed) {
         int64_t c = (int64_t)ct_rng_below(&r, N_CLASS);
         y[i] = c;
         ct_rng_normal(&r, x + i * N_FEAT, N_FEAT, 0.0f, 1.0f);
-        for (int j = 0; j < N_FEAT; j++) x[i * N_FEAT + j] += centers[c][j];
+        for (int j = 0; j < N_FEAT; j++)
+            x[i * N_FEAT + j] += centers[c][j];
     }
 }
 
@@ -46,8 +48,8 @@ int main(void) {
                                  CT_PARAM_TRAINABLE, &b1)) ||
         check(ctx, ct_params_add(P, "fc2.weight", CT_F32, 2, (int64_t[]){N_CLASS, N_HIDDEN},
                                  CT_PARAM_TRAINABLE, &w2)) ||
-        check(ctx, ct_params_add(P, "fc2.bias", CT_F32, 1, (int64_t[]){N_CLASS},
-                                 CT_PARAM_TRAINABLE, &b2)) ||
+        check(ctx, ct_params_add(P, "fc2.bias", CT_F32, 1, (int64_t[]){N_CLASS}, CT_PARAM_TRAINABLE,
+                                 &b2)) ||
         check(ctx, ct_params_alloc(P)))
         return 1;
     ct_rng init = ct_rng_init(1, 0);
@@ -73,8 +75,8 @@ int main(void) {
         for (int64_t i0 = 0; i0 < N_TRAIN; i0 += BATCH) {
             ct_graph_reset(g);
             ct_params_zero_grad(P);
-            ct_tensor *xb = ct_graph_wrap(g, x + i0 * N_FEAT, CT_F32, 2,
-                                          (int64_t[]){BATCH, N_FEAT});
+            ct_tensor *xb =
+                ct_graph_wrap(g, x + i0 * N_FEAT, CT_F32, 2, (int64_t[]){BATCH, N_FEAT});
             ct_tensor *yb = ct_graph_wrap(g, y + i0, CT_I64, 1, (int64_t[]){BATCH});
             ct_tensor *h = ct_op_relu(g, ct_op_linear(g, xb, w1, b1));
             ct_tensor *logits = ct_op_linear(g, h, w2, b2);

@@ -58,6 +58,19 @@ CT_INTERNAL void ct_arena_fini(ct_arena *a);
 CT_INTERNAL void *ct_arena_alloc(ct_arena *a, size_t size);
 CT_INTERNAL void ct_arena_reset(ct_arena *a);
 
+/*
+ * CT_OMP_FOR(nt) goes right before a `for` loop whose iterations are independent: with OpenMP
+ * it runs them over nt threads in static blocks; without OpenMP the loop runs serially and the
+ * macro only marks nt as used. Static scheduling plus per-iteration ownership of outputs is
+ * what keeps results independent of nt.
+ */
+#ifdef _OPENMP
+#define CT_PRAGMA(x) _Pragma(#x)
+#define CT_OMP_FOR(nt) CT_PRAGMA(omp parallel for num_threads(nt) schedule(static))
+#else
+#define CT_OMP_FOR(nt) (void)(nt);
+#endif
+
 /* Thread count to use for a loop over n independent items of roughly `work` flops each. */
 CT_INTERNAL int ct_threads_for(const ct_ctx *ctx, int64_t n, int64_t work);
 

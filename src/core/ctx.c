@@ -185,7 +185,8 @@ void ct_assert_fail(const char *file, int line, const char *cond) {
 int ct_threads_for(const ct_ctx *ctx, int64_t n, int64_t work) {
     /* Threads cost a few microseconds to wake; below ~32k flops a loop runs faster alone. */
     int64_t nt = ctx->n_threads;
-    if (n < 2 || n * work < 32768) return 1;
+    if (work < 1) work = 1;
+    if (n < 2 || n < 32768 / work + 1) return 1; /* n * work < ~32k, without overflow */
     if (nt > n) nt = n;
     return (int)nt;
 }

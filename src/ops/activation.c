@@ -89,7 +89,7 @@ static void act_backward(ct_graph *g, ct_node *n) {
     const float *x = n->in[0]->data, *y = n->out->data, *dy = n->out->grad;
     int64_t total = ct_tensor_numel(n->out);
     int nt = ct_ops_threads(g, total, 16);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < total; i++)
         dx[i] += dy[i] * act_grad(k, x[i], y[i], slope);
 }
@@ -111,7 +111,7 @@ static ct_tensor *activation(ct_graph *g, act_kind k, ct_tensor *x, float slope)
     float *yv = y->data;
     int64_t total = ct_tensor_numel(y);
     int nt = ct_ops_threads(g, total, 16);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < total; i++)
         yv[i] = act_fwd(k, xv[i], slope);
     if (ct_graph_needs_grad(g, 1, &x)) {

@@ -96,7 +96,7 @@ static void binary_backward(ct_graph *g, ct_node *n) {
     /* d/da and d/db of x op y, times dy */
     if (da && bc->a_full) {
         bool b_same = bc->b_full;
-#pragma omp parallel for num_threads(nt) schedule(static)
+        CT_OMP_FOR(nt)
         for (int64_t i = 0; i < total; i++) {
             int64_t ib = i, ia;
             if (!b_same) bcast_offsets(bc, i, &ia, &ib);
@@ -114,7 +114,7 @@ static void binary_backward(ct_graph *g, ct_node *n) {
     }
     if (db && bc->b_full) {
         bool a_same = bc->a_full;
-#pragma omp parallel for num_threads(nt) schedule(static)
+        CT_OMP_FOR(nt)
         for (int64_t i = 0; i < total; i++) {
             int64_t ia = i, ib;
             if (!a_same) bcast_offsets(bc, i, &ia, &ib);
@@ -159,16 +159,16 @@ static ct_tensor *binary(ct_graph *g, binop op, ct_tensor *a, ct_tensor *b) {
     float *yv = y->data;
     int nt = ct_ops_threads(g, total, 2);
     if (bc.a_full && bc.b_full) {
-#pragma omp parallel for num_threads(nt) schedule(static)
+        CT_OMP_FOR(nt)
         for (int64_t i = 0; i < total; i++)
             yv[i] = apply(op, av[i], bv[i]);
     } else if (bc.a_full && ct_tensor_numel(b) == 1) {
         float s = bv[0];
-#pragma omp parallel for num_threads(nt) schedule(static)
+        CT_OMP_FOR(nt)
         for (int64_t i = 0; i < total; i++)
             yv[i] = apply(op, av[i], s);
     } else {
-#pragma omp parallel for num_threads(nt) schedule(static)
+        CT_OMP_FOR(nt)
         for (int64_t i = 0; i < total; i++) {
             int64_t ia, ib;
             bcast_offsets(&bc, i, &ia, &ib);
@@ -210,7 +210,7 @@ static void affine_backward(ct_graph *g, ct_node *n) {
     float s = n->farg[0];
     int64_t total = ct_tensor_numel(n->out);
     int nt = ct_ops_threads(g, total, 2);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < total; i++)
         dx[i] += dy[i] * s;
 }
@@ -225,7 +225,7 @@ static ct_tensor *affine(ct_graph *g, const char *name, ct_tensor *x, float s, f
     const float *xv = x->data;
     float *yv = y->data;
     int nt = ct_ops_threads(g, total, 2);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < total; i++)
         yv[i] = xv[i] * s + t;
     if (ct_graph_needs_grad(g, 1, &x)) {

@@ -98,7 +98,7 @@ static void linear_backward(ct_graph *g, ct_node *n) {
     if (dw) ct_k_gemm(ctx, true, false, out, in, rows, 1.0f, dy, out, x->data, in, 1.0f, dw, in);
     if (db) {
         int nt = ct_ops_threads(g, out, rows);
-#pragma omp parallel for num_threads(nt) schedule(static)
+        CT_OMP_FOR(nt)
         for (int64_t j = 0; j < out; j++)
             db[j] += (float)ct_ops_sum_f64(dy + j, rows, out);
     }

@@ -17,7 +17,7 @@ static void reduce_axis_backward(ct_graph *g, ct_node *n) {
     float scale = n->farg[0];
     const float *dy = n->out->grad;
     int nt = ct_ops_threads(g, outer, dim * inner);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t o = 0; o < outer; o++)
         for (int64_t d = 0; d < dim; d++)
             for (int64_t i = 0; i < inner; i++)
@@ -47,7 +47,7 @@ static ct_tensor *reduce_axis(ct_graph *g, ct_tensor *x, int32_t axis, bool keep
     float *yv = y->data;
     float scale = mean ? (dim > 0 ? 1.0f / (float)dim : 0.0f) : 1.0f;
     int nt = ct_ops_threads(g, outer * inner, dim);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t line = 0; line < outer * inner; line++) {
         int64_t o = line / inner, i = line % inner;
         double s = ct_ops_sum_f64(xv + o * dim * inner + i, dim, inner);
@@ -78,7 +78,7 @@ static void reduce_all_backward(ct_graph *g, ct_node *n) {
     float d = n->out->grad[0] * n->farg[0];
     int64_t total = ct_tensor_numel(n->in[0]);
     int nt = ct_ops_threads(g, total, 1);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < total; i++)
         dx[i] += d;
 }
@@ -97,7 +97,7 @@ static ct_tensor *reduce_all(ct_graph *g, ct_tensor *x, bool mean) {
     if (!parts) return NULL;
     const float *xv = x->data;
     int nt = ct_ops_threads(g, nblocks, SUM_BLOCK);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t b = 0; b < nblocks; b++) {
         int64_t lo = b * SUM_BLOCK, hi = lo + SUM_BLOCK < total ? lo + SUM_BLOCK : total;
         parts[b] = ct_ops_sum_f64(xv + lo, hi - lo, 1);

@@ -16,7 +16,7 @@ static void identity_backward(ct_graph *g, ct_node *n) {
     const float *dy = n->out->grad;
     int64_t total = ct_tensor_numel(n->out);
     int nt = ct_ops_threads(g, total, 1);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < total; i++)
         dx[i] += dy[i];
 }
@@ -98,7 +98,7 @@ static void permute_backward(ct_graph *g, ct_node *n) {
     const float *dy = n->out->grad;
     int64_t total = ct_tensor_numel(n->out);
     int nt = ct_ops_threads(g, total, 4);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < total; i++)
         dx[perm_src(p, i)] += dy[i];
 }
@@ -135,7 +135,7 @@ ct_tensor *ct_op_permute(ct_graph *g, ct_tensor *x, const int32_t *perm) {
     float *yv = y->data;
     int64_t total = ct_tensor_numel(y);
     int nt = ct_ops_threads(g, total, 4);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < total; i++)
         yv[i] = xv[perm_src(p, i)];
     if (ct_graph_needs_grad(g, 1, &x)) {

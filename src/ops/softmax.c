@@ -34,7 +34,7 @@ static void softmax_backward(ct_graph *g, ct_node *n) {
     int64_t outer = n->iarg[1], dim = n->iarg[2], inner = n->iarg[3];
     const float *y = n->out->data, *dy = n->out->grad;
     int nt = ct_ops_threads(g, outer * inner, dim * 4);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t line = 0; line < outer * inner; line++) {
         int64_t o = line / inner, i = line % inner;
         int64_t base = o * dim * inner + i;
@@ -73,7 +73,7 @@ static ct_tensor *softmax_impl(ct_graph *g, ct_tensor *x, int32_t axis, bool log
     const float *xv = x->data;
     float *yv = y->data;
     int nt = ct_ops_threads(g, outer * inner, dim * 8);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t line = 0; line < outer * inner; line++) {
         int64_t base = (line / inner) * dim * inner + line % inner;
         softmax_line(xv + base, yv + base, dim, inner, log_form);

@@ -106,7 +106,7 @@ static void sgd_step(ct_optim *o, float *w, const float *gr) {
     const bool first = o->steps == 0, nesterov = o->p.nesterov;
     float *buf = o->m;
     int nt = ct_threads_for(o->ctx, o->n, 8);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < o->n; i++) {
         float d = gr[i];
         if (wd != 0.0f) d = d + wd * w[i];
@@ -129,7 +129,7 @@ static void adam_step(ct_optim *o, float *w, const float *gr) {
     const float bc2_sqrt = sqrtf(bc2);
     float *m = o->m, *v = o->v;
     int nt = ct_threads_for(o->ctx, o->n, 16);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < o->n; i++) {
         float g = gr[i];
         if (decoupled)

@@ -71,7 +71,7 @@ ct_shape_check(ct_ctx *ctx, ct_dtype dtype, int32_t ndim, const int64_t *shape, 
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "dtype %d is not a ct_dtype", (int)dtype);
     if (ndim < 0 || ndim > CT_MAX_DIMS)
         return CT_FAIL(ctx, CT_ERR_SHAPE, "%d dimensions, expected 0..%d", (int)ndim, CT_MAX_DIMS);
-    int64_t n = 1;
+    int64_t n = 1, nonzero = 1;
     /* bytes must fit in both size_t and int64_t */
     int64_t limit = INT64_MAX / (int64_t)ct_dtype_size(dtype);
     for (int32_t i = 0; i < ndim; i++) {
@@ -79,9 +79,12 @@ ct_shape_check(ct_ctx *ctx, ct_dtype dtype, int32_t ndim, const int64_t *shape, 
         if (shape[i] < 0)
             return CT_FAIL(ctx, CT_ERR_SHAPE, "shape %s: dimension %d is negative",
                            shape_str(ndim, shape, buf, sizeof buf), (int)i);
-        if (shape[i] > 0 && n > limit / shape[i])
+        /* bound the product of the non-zero dims too, so that no partial product an op
+         * forms can overflow, even when another dim is 0 */
+        if (shape[i] > 0 && nonzero > limit / shape[i])
             return CT_FAIL(ctx, CT_ERR_SHAPE, "shape %s: %s tensor too large to address",
                            shape_str(ndim, shape, buf, sizeof buf), ct_dtype_name(dtype));
+        if (shape[i] > 0) nonzero *= shape[i];
         n *= shape[i];
     }
     if (numel) *numel = n;

@@ -53,13 +53,19 @@ void ct_k_blas_gemm(const ct_ctx *ctx,
                     float *c,
                     int64_t ldc) {
     if (m == 0 || n == 0) return;
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
+        ldc > INT32_MAX) {
+        /* beyond 32-bit BLAS integers: correct but slow */
+        ct_k_ref_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
     /* Split the larger of M and N; small products stay one call. */
     bool split_n = n >= m;
     int64_t d = split_n ? n : m;
     int64_t t = (m * n * k < 64 * 64 * 64) ? d : tile_extent(d);
     int64_t tiles = (d + t - 1) / t;
     int nt = ct_threads_for(ctx, tiles, (split_n ? m : n) * t * k);
-#pragma omp parallel for num_threads(nt) schedule(static)
+    CT_OMP_FOR(nt)
     for (int64_t i = 0; i < tiles; i++) {
         int64_t lo = i * t, len = lo + t <= d ? t : d - lo;
         if (split_n) {

@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""Runs each micro-benchmark in ctrain (build/bench/bench_ops) and in PyTorch (Debian's
+python3-torch) with the same shapes and thread count, in one run, and prints both medians and
+the ratio PyTorch / ctrain (above 1: ctrain is faster).
+
+    /usr/bin/python3 bench/run.py [--build build] [--threads N] [--cases linear,conv2d,...]
+
+Cases (each iteration is forward + backward; mlp_step is a whole training step with Adam):
+  linear     x [128, 784] -> Linear(784, 512), sum, backward
+  conv2d     x [128, 32, 28, 28] -> Conv2d(32, 64, 3, padding=1), sum, backward
+  attention  qkv [16, 128, 384] -> causal self-attention, 4 heads of 32, sum, backward
+  mlp_step   batch 1: Linear(784,128) -> ReLU -> Linear(128,10) -> cross-entropy, backward,
+             Adam step (framework overhead: the arithmetic is tiny)
+"""
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+CASES = ["linear", "conv2d", "attention", "mlp_step"]
+
+
+def torch_case(name):
+    torch.manual_seed(0)
+    if name == "linear":
+        x = torch.randn(128, 784, requires_grad=True)
+        lin = torch.nn.Linear(784, 512)
+
+        def step():
+            lin.zero_grad(set_to_none=True)
+            x.grad = None
+            lin(x).sum().backward()
+        return step
+    if name == "conv2d":
+        x = torch.randn(128, 32, 28, 28, requires_grad=True)
+        conv = torch.nn.Conv2d(32, 64, 3, padding=1)
+
+        def step():
+            conv.zero_grad(set_to_none=True)
+            x.grad = None
+            conv(x).sum().backward()
+        return step
+    if name == "attention":
+        B, T, C, H = 16, 128, 128, 4
+        qkv = torch.randn(B, T, 3 * C, requires_grad=True)
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+        def step():
+            qkv.grad = None
+            q, k, v = qkv.split(C, dim=2)
+            q = q.view(B, T, H, C // H).transpose(1, 2)
+            k = k.view(B, T, H, C // H).transpose(1, 2)
+            v = v.view(B, T, H, C // H).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            y.sum().backward()
+        return step
+    if name == "mlp_step":
+        model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(),
+                                    torch.nn.Linear(128, 10))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x = torch.randn(1, 784)
+        y = torch.tensor([3])
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        return step
+    raise ValueError(name)
+
+
+def time_torch(name, budget_s=1.0):
+    step = torch_case(name)
+    t0 = time.perf_counter()
+    n = 0
+    while n < 3 or (time.perf_counter() - t0 < 0.2 and n < 1000):
+        step()
+        n += 1
+    per = (time.perf_counter() - t0) / n
+    iters = max(5, min(20000, int(budget_s / per)))
+    times = []
+    for _ in range(iters):
+        s = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - s) * 1e3)
+    return statistics.median(times), min(times), iters
+
+
+def time_ctrain(binary, name, threads):
+    out = subprocess.run([binary, name, "--threads", str(threads)], check=True,
+                         capture_output=True, text=True).stdout.split()
+    return float(out[1]), float(out[2]), int(out[3])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--cases", default=",".join(CASES))
+    args = ap.parse_args()
+    binary = os.path.join(args.build, "bench", "bench_ops")
+    if not os.path.exists(binary):
+        sys.exit(f"bench/run.py: {binary} not found: build first (make bench does)")
+    torch.set_num_threads(args.threads)
+    print(f"threads {args.threads}; torch {torch.__version__}; median of repeated runs (ms)")
+    print(f"{'case':<10} {'ctrain':>10} {'pytorch':>10} {'pytorch/ctrain':>15}")
+    for name in args.cases.split(","):
+        c_med, _, _ = time_ctrain(binary, name, args.threads)
+        t_med, _, _ = time_torch(name)
+        print(f"{name:<10} {c_med:>10.3f} {t_med:>10.3f} {t_med / c_med:>14.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

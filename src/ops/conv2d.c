@@ -1,0 +1,405 @@
+/*
+ * conv2d.c - 2-D convolution (PyTorch's F.conv2d: stride, zero padding, dilation, groups,
+ * optional bias), forward and backward.
+ *
+ * Fast path: im2col + ct_k_gemm. The batch is cut into chunks of B samples, B chosen from the
+ * shapes alone (the im2col buffer of a chunk holds at most COL_BUDGET floats), never from the
+ * thread count. Per chunk, im2col (and col2im, and the transposes around the GEMM) run in
+ * parallel over (sample, channel) planes, each owned by one thread; the GEMMs run outside any
+ * parallel region (OpenBLAS's pthread build must not be called from inside one) and sum each
+ * element over K in a fixed order. The weight gradient is one GEMM per chunk over the chunk's
+ * whole im2col matrix, accumulated chunk after chunk in sample order, so every result is
+ * bitwise the same for any thread count. Scratch comes from the graph's arena.
+ *
+ * Reference path (ctx reference_kernels): the direct loops of src/kernels/ref/conv2d_ref.c.
+ *
+ * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups.
+ */
+#include <string.h>
+
+#include "kernels/cnn_kernels.h"
+#include "kernels/kernels.h"
+#include "ops/ops_internal.h"
+
+/* Floats in the im2col buffer of one chunk of samples (8 MiB); one sample may exceed it. */
+#define COL_BUDGET ((int64_t)1 << 21)
+/* Stride, padding and dilation above this are rejected (they would overflow size arithmetic
+ * long before they could be meaningful). */
+#define PARAM_MAX  ((int64_t)INT32_MAX)
+
+ct_conv2d_params ct_conv2d_default_params(void) {
+    ct_conv2d_params p;
+    p.stride[0] = p.stride[1] = 1;
+    p.padding[0] = p.padding[1] = 0;
+    p.dilation[0] = p.dilation[1] = 1;
+    p.groups = 1;
+    return p;
+}
+
+static bool mul_ok(int64_t a, int64_t b, int64_t *r) {
+    if (a != 0 && b > INT64_MAX / a) return false;
+    *r = a * b;
+    return true;
+}
+
+static bool add_ok(int64_t a, int64_t b, int64_t *r) {
+    if (b > INT64_MAX - a) return false;
+    *r = a + b;
+    return true;
+}
+
+/* ct_ops_threads for n items of `work` each, with n * work kept from overflowing. */
+static int nthreads(const ct_graph *g, int64_t n, int64_t work) {
+    if (n > 0 && work > INT64_MAX / n) work = INT64_MAX / n;
+    return ct_ops_threads(g, n, work);
+}
+
+/* ---- the fast path ---- */
+
+/* col [C*KH*KW, nb*L] (row (c*KH + kh)*KW + kw, column b*L + oh*OW + ow) from samples
+ * [n0, n0+nb) of x [N, C, H, W]; zero where the tap falls into the padding. */
+static void
+im2col(const ct_k_conv2d_geom *s, const float *x, int64_t n0, int64_t nb, float *col, int nt) {
+    int64_t l = s->oh * s->ow, bl = nb * l;
+    CT_OMP_FOR(nt)
+    for (int64_t t = 0; t < nb * s->c; t++) {
+        int64_t b = t / s->c, c = t % s->c;
+        const float *xp = x + ((n0 + b) * s->c + c) * s->h * s->w;
+        for (int64_t kh = 0; kh < s->kh; kh++) {
+            for (int64_t kw = 0; kw < s->kw; kw++) {
+                float *row = col + ((c * s->kh + kh) * s->kw + kw) * bl + b * l;
+                for (int64_t oh = 0; oh < s->oh; oh++) {
+                    float *r = row + oh * s->ow;
+                    int64_t ih = oh * s->stride[0] - s->padding[0] + kh * s->dilation[0];
+                    if (ih < 0 || ih >= s->h) {
+                        memset(r, 0, (size_t)s->ow * sizeof(float));
+                        continue;
+                    }
+                    const float *xr = xp + ih * s->w;
+                    for (int64_t ow = 0; ow < s->ow; ow++) {
+                        int64_t iw = ow * s->stride[1] - s->padding[1] + kw * s->dilation[1];
+                        r[ow] = (iw >= 0 && iw < s->w) ? xr[iw] : 0.0f;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* dx [N, C, H, W] += col2im(dcol [C*KH*KW, nb*L]) for samples [n0, n0+nb). Each (sample,
+ * channel) plane is owned by one thread and summed over the taps in a fixed order. */
+static void col2im_add(
+    const ct_k_conv2d_geom *s, const float *dcol, int64_t n0, int64_t nb, float *dx, int nt) {
+    int64_t l = s->oh * s->ow, bl = nb * l;
+    CT_OMP_FOR(nt)
+    for (int64_t t = 0; t < nb * s->c; t++) {
+        int64_t b = t / s->c, c = t % s->c;
+        float *dxp = dx + ((n0 + b) * s->c + c) * s->h * s->w;
+        for (int64_t kh = 0; kh < s->kh; kh++) {
+            for (int64_t kw = 0; kw < s->kw; kw++) {
+                const float *row = dcol + ((c * s->kh + kh) * s->kw + kw) * bl + b * l;
+                for (int64_t oh = 0; oh < s->oh; oh++) {
+                    int64_t ih = oh * s->stride[0] - s->padding[0] + kh * s->dilation[0];
+                    if (ih < 0 || ih >= s->h) continue;
+                    const float *r = row + oh * s->ow;
+                    float *dr = dxp + ih * s->w;
+                    for (int64_t ow = 0; ow < s->ow; ow++) {
+                        int64_t iw = ow * s->stride[1] - s->padding[1] + kw * s->dilation[1];
+                        if (iw >= 0 && iw < s->w) dr[iw] += r[ow];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Samples per chunk: as many as fit COL_BUDGET, at least 1. Depends on the shapes only. */
+static int64_t chunk_samples(const ct_k_conv2d_geom *s) {
+    int64_t per_sample = s->c * s->kh * s->kw * s->oh * s->ow; /* checked by the op */
+    int64_t b = per_sample > 0 ? COL_BUDGET / per_sample : s->n;
+    if (b < 1) b = 1;
+    return b < s->n ? b : s->n;
+}
+
+static bool fast_forward(ct_graph *g,
+                         const ct_k_conv2d_geom *s,
+                         const float *x,
+                         const float *w,
+                         const float *bias,
+                         float *y) {
+    const ct_ctx *ctx = ct_graph_ctx(g);
+    int64_t grp = s->groups, og = s->o / grp, kg = (s->c / grp) * s->kh * s->kw;
+    int64_t rows = s->c * s->kh * s->kw, l = s->oh * s->ow;
+    int64_t bsz = chunk_samples(s);
+    float *col = NULL, *tmp = NULL;
+    if (kg > 0) {
+        col = ct_graph_alloc(g, (size_t)(rows * bsz * l) * sizeof(float));
+        tmp = ct_graph_alloc(g, (size_t)(s->o * bsz * l) * sizeof(float));
+        if (!col || !tmp) return false;
+    }
+    for (int64_t n0 = 0; n0 < s->n; n0 += bsz) {
+        int64_t nb = s->n - n0 < bsz ? s->n - n0 : bsz, bl = nb * l;
+        if (kg > 0) {
+            im2col(s, x, n0, nb, col, nthreads(g, nb * s->c, s->kh * s->kw * l));
+            /* per group: tmp [Og, nb*L] = W_g [Og, Kg] @ col_g [Kg, nb*L] */
+            for (int64_t gi = 0; gi < grp; gi++)
+                ct_k_gemm(ctx, false, false, og, bl, kg, 1.0f, w + gi * og * kg, kg,
+                          col + gi * kg * bl, bl, 0.0f, tmp + gi * og * bl, bl);
+        }
+        int nt = nthreads(g, nb * s->o, l);
+        CT_OMP_FOR(nt)
+        for (int64_t t = 0; t < nb * s->o; t++) {
+            int64_t b = t / s->o, o = t % s->o;
+            float *yp = y + ((n0 + b) * s->o + o) * l;
+            float bo = bias ? bias[o] : 0.0f;
+            if (kg == 0) {
+                for (int64_t i = 0; i < l; i++)
+                    yp[i] = bo;
+                continue;
+            }
+            const float *tp = tmp + o * bl + b * l;
+            for (int64_t i = 0; i < l; i++)
+                yp[i] = tp[i] + bo;
+        }
+    }
+    return true;
+}
+
+static void fast_backward(ct_graph *g,
+                          const ct_k_conv2d_geom *s,
+                          const float *x,
+                          const float *w,
+                          const float *dy,
+                          float *dx,
+                          float *dw) {
+    const ct_ctx *ctx = ct_graph_ctx(g);
+    int64_t grp = s->groups, og = s->o / grp, kg = (s->c / grp) * s->kh * s->kw;
+    int64_t rows = s->c * s->kh * s->kw, l = s->oh * s->ow;
+    if (kg == 0 || (!dx && !dw)) return;
+    int64_t bsz = chunk_samples(s);
+    size_t col_bytes = (size_t)(rows * bsz * l) * sizeof(float);
+    float *dyc = ct_graph_alloc(g, (size_t)(s->o * bsz * l) * sizeof(float));
+    float *col = dw ? ct_graph_alloc(g, col_bytes) : NULL;
+    float *dcol = dx ? ct_graph_alloc(g, col_bytes) : NULL;
+    if (!dyc || (dw && !col) || (dx && !dcol)) return; /* OOM: the graph has failed */
+    for (int64_t n0 = 0; n0 < s->n; n0 += bsz) {
+        int64_t nb = s->n - n0 < bsz ? s->n - n0 : bsz, bl = nb * l;
+        /* dyc [O, nb*L] from dy [N, O, L] */
+        int nt = nthreads(g, nb * s->o, l);
+        CT_OMP_FOR(nt)
+        for (int64_t t = 0; t < nb * s->o; t++) {
+            int64_t b = t / s->o, o = t % s->o;
+            memcpy(dyc + o * bl + b * l, dy + ((n0 + b) * s->o + o) * l, (size_t)l * sizeof(float));
+        }
+        if (dw) {
+            im2col(s, x, n0, nb, col, nthreads(g, nb * s->c, s->kh * s->kw * l));
+            /* dW_g [Og, Kg] += dyc_g [Og, nb*L] @ col_g [Kg, nb*L]^T */
+            for (int64_t gi = 0; gi < grp; gi++)
+                ct_k_gemm(ctx, false, true, og, kg, bl, 1.0f, dyc + gi * og * bl, bl,
+                          col + gi * kg * bl, bl, 1.0f, dw + gi * og * kg, kg);
+        }
+        if (dx) {
+            /* dcol_g [Kg, nb*L] = W_g [Og, Kg]^T @ dyc_g [Og, nb*L] */
+            for (int64_t gi = 0; gi < grp; gi++)
+                ct_k_gemm(ctx, true, false, kg, bl, og, 1.0f, w + gi * og * kg, kg,
+                          dyc + gi * og * bl, bl, 0.0f, dcol + gi * kg * bl, bl);
+            col2im_add(s, dcol, n0, nb, dx, nthreads(g, nb * s->c, s->kh * s->kw * l));
+        }
+    }
+}
+
+/* db [O] += sum over n and the plane of dy [N, O, L], in double, in a fixed order. */
+static void bias_backward(ct_graph *g, const ct_k_conv2d_geom *s, const float *dy, float *db) {
+    int64_t l = s->oh * s->ow;
+    int nt = nthreads(g, s->o, s->n * l);
+    CT_OMP_FOR(nt)
+    for (int64_t o = 0; o < s->o; o++) {
+        double acc = 0.0;
+        for (int64_t n = 0; n < s->n; n++)
+            acc += ct_ops_sum_f64(dy + (n * s->o + o) * l, l, 1);
+        db[o] += (float)acc;
+    }
+}
+
+/* ---- the op ---- */
+
+static void geom_init(ct_k_conv2d_geom *s,
+                      const ct_tensor *x,
+                      const ct_tensor *w,
+                      const int64_t *args /* stride[2], padding[2], dilation[2], groups */) {
+    s->n = x->shape[0];
+    s->c = x->shape[1];
+    s->h = x->shape[2];
+    s->w = x->shape[3];
+    s->o = w->shape[0];
+    s->kh = w->shape[2];
+    s->kw = w->shape[3];
+    for (int i = 0; i < 2; i++) {
+        s->stride[i] = args[i];
+        s->padding[i] = args[2 + i];
+        s->dilation[i] = args[4 + i];
+    }
+    s->groups = args[6];
+    int64_t ext_h = (s->kh - 1) * s->dilation[0] + 1, ext_w = (s->kw - 1) * s->dilation[1] + 1;
+    s->oh = (s->h + 2 * s->padding[0] - ext_h) / s->stride[0] + 1;
+    s->ow = (s->w + 2 * s->padding[1] - ext_w) / s->stride[1] + 1;
+}
+
+static void conv2d_backward(ct_graph *g, ct_node *n) {
+    ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->n_in > 2 ? n->in[2] : NULL;
+    ct_k_conv2d_geom s;
+    geom_init(&s, x, w, n->iarg);
+    const float *dy = n->out->grad;
+    float *dx = ct_graph_grad(g, x);
+    float *dw = ct_graph_grad(g, w);
+    float *db = ct_graph_grad(g, bias);
+    if (ct_graph_status(g) != CT_OK || ct_tensor_numel(n->out) == 0) return;
+    if (ct_ops_reference(g)) {
+        ct_k_conv2d_ref_bwd(&s, x->data, w->data, dy, dx, dw, db);
+        return;
+    }
+    if (db) bias_backward(g, &s, dy, db);
+    fast_backward(g, &s, x->data, w->data, dy, dx, dw);
+}
+
+static const ct_op_def conv2d_def = {"conv2d", conv2d_backward};
+
+/* Checks every argument; fills the geometry. Messages name the shapes involved. */
+static bool conv2d_check(ct_graph *g,
+                         const ct_tensor *x,
+                         const ct_tensor *w,
+                         const ct_tensor *bias,
+                         const ct_conv2d_params *p,
+                         int64_t *args,
+                         ct_k_conv2d_geom *s) {
+    char sx[200], sw[200], sb[200];
+    if (!ct_ops_f32(g, "conv2d", "x", x) || !ct_ops_f32(g, "conv2d", "weight", w) ||
+        (bias && !ct_ops_f32(g, "conv2d", "bias", bias)))
+        return false;
+    if (x->ndim != 4) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "conv2d: x must be [N,C,H,W], got %s",
+                      ct_shape_str(x, sx, sizeof sx));
+        return false;
+    }
+    if (w->ndim != 4) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "conv2d: weight must be [O,C/groups,KH,KW], got %s",
+                      ct_shape_str(w, sw, sizeof sw));
+        return false;
+    }
+    ct_shape_str(x, sx, sizeof sx);
+    ct_shape_str(w, sw, sizeof sw);
+    for (int i = 0; i < 2; i++) {
+        if (p->stride[i] < 1 || p->stride[i] > PARAM_MAX || p->padding[i] < 0 ||
+            p->padding[i] > PARAM_MAX || p->dilation[i] < 1 || p->dilation[i] > PARAM_MAX) {
+            CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
+                          "conv2d: stride (%lld,%lld), padding (%lld,%lld), dilation (%lld,%lld): "
+                          "expected stride and dilation in [1, %lld], padding in [0, %lld]",
+                          (long long)p->stride[0], (long long)p->stride[1],
+                          (long long)p->padding[0], (long long)p->padding[1],
+                          (long long)p->dilation[0], (long long)p->dilation[1],
+                          (long long)PARAM_MAX, (long long)PARAM_MAX);
+            return false;
+        }
+    }
+    int64_t grp = p->groups, c = x->shape[1], o = w->shape[0];
+    if (grp < 1) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "conv2d: groups must be positive, got %lld",
+                      (long long)grp);
+        return false;
+    }
+    if (c % grp != 0 || o % grp != 0) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
+                      "conv2d: groups %lld must divide both the input channels of x %s and the "
+                      "output channels of weight %s",
+                      (long long)grp, sx, sw);
+        return false;
+    }
+    if (w->shape[1] != c / grp) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
+                      "conv2d: weight %s expects %lld*groups = %lld input channels (groups "
+                      "%lld), x is %s",
+                      sw, (long long)w->shape[1], (long long)(w->shape[1] * grp), (long long)grp,
+                      sx);
+        return false;
+    }
+    if (w->shape[2] < 1 || w->shape[3] < 1) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "conv2d: weight %s has an empty kernel", sw);
+        return false;
+    }
+    if (bias && (bias->ndim != 1 || bias->shape[0] != o)) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "conv2d: bias must be [%lld] for weight %s, got %s",
+                      (long long)o, sw, ct_shape_str(bias, sb, sizeof sb));
+        return false;
+    }
+    /* padded input against the dilated kernel, with overflow-checked arithmetic */
+    int64_t padded[2], ext[2];
+    for (int i = 0; i < 2; i++) {
+        bool ok = mul_ok(w->shape[2 + i] - 1, p->dilation[i], &ext[i]) &&
+                  add_ok(ext[i], 1, &ext[i]) &&
+                  add_ok(x->shape[2 + i], 2 * p->padding[i], &padded[i]);
+        if (!ok) {
+            CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
+                          "conv2d: x %s with weight %s, padding %lld and dilation %lld overflow "
+                          "the size arithmetic",
+                          sx, sw, (long long)p->padding[i], (long long)p->dilation[i]);
+            return false;
+        }
+    }
+    if (padded[0] < ext[0] || padded[1] < ext[1]) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
+                      "conv2d: x %s padded by (%lld,%lld) is (%lld,%lld), smaller than the kernel "
+                      "(%lld,%lld) of weight %s with dilation (%lld,%lld)",
+                      sx, (long long)p->padding[0], (long long)p->padding[1], (long long)padded[0],
+                      (long long)padded[1], (long long)ext[0], (long long)ext[1], sw,
+                      (long long)p->dilation[0], (long long)p->dilation[1]);
+        return false;
+    }
+    for (int i = 0; i < 2; i++) {
+        args[i] = p->stride[i];
+        args[2 + i] = p->padding[i];
+        args[4 + i] = p->dilation[i];
+    }
+    args[6] = grp;
+    geom_init(s, x, w, args);
+    return true;
+}
+
+ct_tensor *ct_op_conv2d(
+    ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, const ct_conv2d_params *p) {
+    ct_tensor *in[3] = {x, weight, bias};
+    if (!ct_ops_begin(g, "conv2d", 2, in)) return NULL;
+    ct_conv2d_params defaults = ct_conv2d_default_params();
+    if (!p) p = &defaults;
+    int64_t args[7];
+    ct_k_conv2d_geom s;
+    if (!conv2d_check(g, x, weight, bias, p, args, &s)) return NULL;
+    ct_tensor *y = ct_graph_new(g, CT_F32, 4, (int64_t[]){s.n, s.o, s.oh, s.ow});
+    if (!y) return NULL;
+    if (ct_tensor_numel(y) > 0) {
+        /* y is non-empty, so N, O, OH, OW >= 1; x and weight bound the remaining factors unless
+         * C == 0, where im2col is skipped. One sample's im2col must fit a BLAS int. */
+        int64_t per_sample;
+        char sx[200], sw[200];
+        if (s.o > (int64_t)INT32_MAX ||
+            (s.c > 0 && !(mul_ok(s.c * s.kh * s.kw, s.oh * s.ow, &per_sample) &&
+                          per_sample <= (int64_t)INT32_MAX))) {
+            CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
+                          "conv2d: x %s with weight %s: the im2col matrix of one sample or the "
+                          "output channels exceed 2^31 elements (the GEMM's int limit)",
+                          ct_shape_str(x, sx, sizeof sx), ct_shape_str(weight, sw, sizeof sw));
+            return NULL;
+        }
+        const float *bv = bias ? bias->data : NULL;
+        if (ct_ops_reference(g))
+            ct_k_conv2d_ref_fwd(&s, x->data, weight->data, bv, y->data);
+        else if (!fast_forward(g, &s, x->data, weight->data, bv, y->data))
+            return NULL;
+    }
+    int32_t n_in = bias ? 3 : 2;
+    if (ct_graph_needs_grad(g, n_in, in)) {
+        ct_node *node = ct_graph_record(g, &conv2d_def, y, n_in, in);
+        if (!node) return NULL;
+        memcpy(node->iarg, args, sizeof args);
+    }
+    return y;
+}

@@ -1,0 +1,80 @@
+/*
+ * dropout.c - inverted dropout: y = x * m / (1 - p) with m_i = (u_i >= p), u_i uniform [0, 1).
+ *
+ * The mask is a pure function of the graph's RNG stream at the start of the op and of the
+ * element index: u_i is what ct_rng_uniform would write at index i from the stream's counter
+ * (ct_rng_uniform_at), drawn in independent blocks by any number of threads; afterwards the
+ * stream's counter advances by ceil(n/4). So the mask is the same for any thread count, and
+ * saving and restoring the stream (ct_graph_rng) replays it. The mask is kept in the arena as
+ * one byte per element for backward. In evaluation mode, or with p == 0, the op is the
+ * identity and returns x itself (as PyTorch does), drawing nothing.
+ */
+#include "ops/ops_internal.h"
+
+/* Elements per parallel work item; a multiple of 4 so that items start on a Philox block. */
+#define DROP_CHUNK 1024
+
+static void dropout_backward(ct_graph *g, ct_node *n) {
+    float *dx = ct_graph_grad(g, n->in[0]);
+    if (!dx) return;
+    const uint8_t *mask = n->saved;
+    const float *dy = n->out->grad;
+    float scale = n->farg[0];
+    int64_t count = n->iarg[0];
+    int nt = ct_ops_threads(g, count, 2);
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < count; i++)
+        dx[i] += dy[i] * (mask[i] ? scale : 0.0f);
+}
+
+static const ct_op_def dropout_def = {"dropout", dropout_backward};
+
+ct_tensor *ct_op_dropout(ct_graph *g, ct_tensor *x, float p) {
+    if (!ct_ops_begin(g, "dropout", 1, &x) || !ct_ops_f32(g, "dropout", "x", x)) return NULL;
+    if (!(p >= 0.0f && p < 1.0f)) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
+                      "dropout: p must be in [0, 1), got %g (p = 1 would drop everything)",
+                      (double)p);
+        return NULL;
+    }
+    if (!ct_graph_training(g) || p == 0.0f) return x;
+
+    int64_t count = ct_tensor_numel(x);
+    ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, x->shape);
+    uint8_t *mask = ct_graph_alloc(g, (size_t)count);
+    if (!y || !mask) return NULL;
+    ct_rng *rng = ct_graph_rng(g);
+    const ct_rng start = *rng;
+    float scale = 1.0f / (1.0f - p);
+    const float *xv = x->data;
+    float *yv = y->data;
+    int64_t n_chunks = (count + DROP_CHUNK - 1) / DROP_CHUNK;
+    int nt = ct_ops_threads(g, n_chunks, (int64_t)DROP_CHUNK * 40);
+    CT_OMP_FOR(nt)
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int64_t i0 = c * DROP_CHUNK;
+        int64_t len = count - i0 < DROP_CHUNK ? count - i0 : DROP_CHUNK;
+        /* from block i0/4 on, ct_rng_uniform writes the values ct_rng_uniform_at(&start,
+         * start.counter, i0 + i) would give, at one Philox block per four of them */
+        float u[DROP_CHUNK];
+        ct_rng r = start;
+        r.counter = start.counter + (uint64_t)(i0 / 4);
+        ct_rng_uniform(&r, u, len);
+        for (int64_t i = 0; i < len; i++) {
+            uint8_t keep = (uint8_t)(u[i] >= p);
+            mask[i0 + i] = keep;
+            /* x * 0 rather than 0, so that inf and NaN propagate as in PyTorch */
+            yv[i0 + i] = xv[i0 + i] * (keep ? scale : 0.0f);
+        }
+    }
+    rng->counter = start.counter + (uint64_t)((count + 3) / 4);
+
+    if (ct_graph_needs_grad(g, 1, &x)) {
+        ct_node *n = ct_graph_record(g, &dropout_def, y, 1, &x);
+        if (!n) return NULL;
+        n->saved = mask;
+        n->iarg[0] = count;
+        n->farg[0] = scale;
+    }
+    return y;
+}

@@ -1,0 +1,169 @@
+/*
+ * layer_norm.c - layer normalisation over the last dim, as F.layer_norm(x, (D,), w, b, eps).
+ *
+ * x is viewed as [N, D]. Each row's mean and biased variance are computed in double, two
+ * passes, by the one thread that owns the row; mean and rstd = 1/sqrt(var + eps) are saved (as
+ * f32, like PyTorch) for backward. Backward:
+ *     xhat = (x - mean) rstd,  g = dy * w (dy without weight),
+ *     dx  += rstd (g - mean(g) - xhat mean(g xhat)),
+ *     dw  += sum_rows dy xhat,  db += sum_rows dy.
+ * dx is parallel over rows; dw and db over blocks of columns, each column summed over the rows
+ * in order by one thread, so results do not depend on the thread count.
+ */
+#include <math.h>
+
+#include "ops/ops_internal.h"
+
+#define COL_BLOCK 64
+
+typedef struct ln_saved {
+    float *mean; /* [N] */
+    float *rstd; /* [N] */
+} ln_saved;
+
+static void layer_norm_backward(ct_graph *g, ct_node *n) {
+    const ln_saved *s = n->saved;
+    int64_t N = n->iarg[0], D = n->iarg[1];
+    ct_tensor *x = n->in[0];
+    ct_tensor *w = n->iarg[2] >= 0 ? n->in[n->iarg[2]] : NULL;
+    ct_tensor *b = n->iarg[3] >= 0 ? n->in[n->iarg[3]] : NULL;
+    const float *xv = x->data, *dy = n->out->grad, *wv = w ? w->data : NULL;
+    float *dx = ct_graph_grad(g, x);
+    float *dw = ct_graph_grad(g, w);
+    float *db = ct_graph_grad(g, b);
+    if (ct_graph_status(g) != CT_OK || N * D == 0) return;
+
+    if (dx) {
+        int nt = ct_ops_threads(g, N, D * 10);
+        CT_OMP_FOR(nt)
+        for (int64_t r = 0; r < N; r++) {
+            const float *xr = xv + r * D, *dyr = dy + r * D;
+            float mean = s->mean[r], rstd = s->rstd[r];
+            double sg = 0.0, sgx = 0.0;
+            for (int64_t j = 0; j < D; j++) {
+                float xhat = (xr[j] - mean) * rstd;
+                float gj = wv ? dyr[j] * wv[j] : dyr[j];
+                sg += (double)gj;
+                sgx += (double)gj * (double)xhat;
+            }
+            float mg = (float)(sg / (double)D), mgx = (float)(sgx / (double)D);
+            float *dxr = dx + r * D;
+            for (int64_t j = 0; j < D; j++) {
+                float xhat = (xr[j] - mean) * rstd;
+                float gj = wv ? dyr[j] * wv[j] : dyr[j];
+                dxr[j] += rstd * (gj - mg - xhat * mgx);
+            }
+        }
+    }
+    if (dw || db) {
+        int64_t n_blocks = (D + COL_BLOCK - 1) / COL_BLOCK;
+        int nt = ct_ops_threads(g, n_blocks, N * COL_BLOCK * 4);
+        CT_OMP_FOR(nt)
+        for (int64_t blk = 0; blk < n_blocks; blk++) {
+            int64_t j0 = blk * COL_BLOCK;
+            int64_t len = D - j0 < COL_BLOCK ? D - j0 : COL_BLOCK;
+            double aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
+            for (int64_t r = 0; r < N; r++) {
+                const float *xr = xv + r * D + j0, *dyr = dy + r * D + j0;
+                float mean = s->mean[r], rstd = s->rstd[r];
+                for (int64_t j = 0; j < len; j++) {
+                    aw[j] += (double)(dyr[j] * ((xr[j] - mean) * rstd));
+                    ab[j] += (double)dyr[j];
+                }
+            }
+            for (int64_t j = 0; j < len; j++) {
+                if (dw) dw[j0 + j] += (float)aw[j];
+                if (db) db[j0 + j] += (float)ab[j];
+            }
+        }
+    }
+}
+
+static const ct_op_def layer_norm_def = {"layer_norm", layer_norm_backward};
+
+/* True when p is NULL or an f32 [D] vector. */
+static bool
+check_affine(ct_graph *g, const char *what, const ct_tensor *p, const ct_tensor *x, int64_t D) {
+    if (!p) return true;
+    if (!ct_ops_f32(g, "layer_norm", what, p)) return false;
+    if (p->ndim == 1 && p->shape[0] == D) return true;
+    char pb[160], xb[160];
+    CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "layer_norm: %s must be [%lld] (the last dim of x %s), got %s",
+                  what, (long long)D, ct_shape_str(x, xb, sizeof xb),
+                  ct_shape_str(p, pb, sizeof pb));
+    return false;
+}
+
+ct_tensor *
+ct_op_layer_norm(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, float eps) {
+    if (!ct_ops_begin(g, "layer_norm", 1, &x) || !ct_ops_f32(g, "layer_norm", "x", x)) return NULL;
+    if (x->ndim < 1) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "layer_norm: x must have at least one dim, got a scalar");
+        return NULL;
+    }
+    if (!(eps >= 0.0f) || isinf(eps)) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "layer_norm: eps must be finite and >= 0, got %g",
+                      (double)eps);
+        return NULL;
+    }
+    int64_t D = x->shape[x->ndim - 1];
+    int64_t N = D > 0 ? ct_tensor_numel(x) / D : 0;
+    if (!check_affine(g, "weight", weight, x, D) || !check_affine(g, "bias", bias, x, D))
+        return NULL;
+    ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, x->shape);
+    float *mean = ct_graph_alloc(g, (size_t)N * sizeof(float));
+    float *rstd = ct_graph_alloc(g, (size_t)N * sizeof(float));
+    if (!y || !mean || !rstd) return NULL;
+
+    const float *xv = x->data, *wv = weight ? weight->data : NULL;
+    const float *bv = bias ? bias->data : NULL;
+    float *yv = y->data;
+    int nt = ct_ops_threads(g, N, D * 8);
+    CT_OMP_FOR(nt)
+    for (int64_t r = 0; r < N; r++) {
+        const float *xr = xv + r * D;
+        double m = 0.0, v = 0.0;
+        for (int64_t j = 0; j < D; j++)
+            m += (double)xr[j];
+        m /= (double)D;
+        for (int64_t j = 0; j < D; j++)
+            v += ((double)xr[j] - m) * ((double)xr[j] - m);
+        v /= (double)D;
+        float mf = (float)m, rf = (float)(1.0 / sqrt(v + (double)eps));
+        mean[r] = mf;
+        rstd[r] = rf;
+        float *yr = yv + r * D;
+        for (int64_t j = 0; j < D; j++) {
+            float t = (xr[j] - mf) * rf;
+            if (wv) t *= wv[j];
+            if (bv) t += bv[j];
+            yr[j] = t;
+        }
+    }
+
+    ct_tensor *in[3] = {x, NULL, NULL};
+    int32_t n_in = 1;
+    int64_t wi = -1, bi = -1;
+    if (weight) {
+        wi = n_in;
+        in[n_in++] = weight;
+    }
+    if (bias) {
+        bi = n_in;
+        in[n_in++] = bias;
+    }
+    if (ct_graph_needs_grad(g, n_in, in)) {
+        ln_saved *s = ct_graph_alloc(g, sizeof *s);
+        if (!s) return NULL;
+        s->mean = mean;
+        s->rstd = rstd;
+        ct_node *n = ct_graph_record(g, &layer_norm_def, y, n_in, in);
+        if (!n) return NULL;
+        n->saved = s;
+        n->iarg[0] = N;
+        n->iarg[1] = D;
+        n->iarg[2] = wi;
+        n->iarg[3] = bi;
+    }
+    return y;
+}
