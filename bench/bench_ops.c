@@ -34,6 +34,7 @@ typedef struct bench {
     ct_tensor *w[4];
     float *x;
     int64_t *labels;
+    int64_t step;
 } bench;
 
 static ct_tensor *param(bench *b, const char *name, int32_t ndim, const int64_t *shape) {
@@ -69,9 +70,11 @@ static void setup(bench *b, const char *name) {
         b->w[1] = param(b, "fc1.bias", 1, (int64_t[]){128});
         b->w[2] = param(b, "fc2.weight", 2, (int64_t[]){10, 128});
         b->w[3] = param(b, "fc2.bias", 1, (int64_t[]){10});
-        b->x = randn(784, 1);
-        b->labels = calloc(1, sizeof(int64_t));
-        b->labels[0] = 3;
+        /* a stream of 256 different samples, so the model never collapses onto one */
+        b->x = randn(256 * 784, 1);
+        b->labels = calloc(256, sizeof(int64_t));
+        for (int i = 0; i < 256; i++)
+            b->labels[i] = i % 10;
     } else {
         fprintf(stderr, "bench_ops: unknown case '%s' (linear, conv2d, attention, mlp_step)\n",
                 name);
@@ -82,6 +85,7 @@ static void setup(bench *b, const char *name) {
     for (int i = 0; i < 4; i++)
         if (b->w[i]) ct_nn_init_uniform(b->w[i], &r, -0.05f, 0.05f);
     ct_optim_params op = ct_optim_default_params(CT_OPTIM_ADAM);
+    op.zero_grad = true; /* like PyTorch's zero_grad(set_to_none=True): no separate pass */
     ct_optim_create(b->ctx, b->P, &op, &b->opt);
 }
 
@@ -104,9 +108,9 @@ static void run_once(bench *b, const char *name) {
         x->flags |= CT_TENSOR_REQUIRES_GRAD;
         out = ct_op_sum_all(g, ct_op_causal_attention(g, x, 4));
     } else {
-        ct_params_zero_grad(b->P);
-        ct_tensor *x = ct_graph_wrap(g, b->x, CT_F32, 2, (int64_t[]){1, 784});
-        ct_tensor *y = ct_graph_wrap(g, b->labels, CT_I64, 1, (int64_t[]){1});
+        int64_t i = b->step++ % 256;
+        ct_tensor *x = ct_graph_wrap(g, b->x + i * 784, CT_F32, 2, (int64_t[]){1, 784});
+        ct_tensor *y = ct_graph_wrap(g, b->labels + i, CT_I64, 1, (int64_t[]){1});
         ct_tensor *h = ct_op_relu(g, ct_op_linear(g, x, b->w[0], b->w[1]));
         ct_cross_entropy_params ce = ct_cross_entropy_default_params();
         out = ct_loss_cross_entropy(g, ct_op_linear(g, h, b->w[2], b->w[3]), y, &ce);

@@ -10,7 +10,7 @@ Cases (each iteration is forward + backward; mlp_step is a whole training step w
   conv2d     x [128, 32, 28, 28] -> Conv2d(32, 64, 3, padding=1), sum, backward
   attention  qkv [16, 128, 384] -> causal self-attention, 4 heads of 32, sum, backward
   mlp_step   batch 1: Linear(784,128) -> ReLU -> Linear(128,10) -> cross-entropy, backward,
-             Adam step (framework overhead: the arithmetic is tiny)
+             Adam step (framework overhead: the arithmetic is tiny); cycles over 256 samples
 """
 import argparse
 import math
@@ -66,12 +66,15 @@ def torch_case(name):
         model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(),
                                     torch.nn.Linear(128, 10))
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        x = torch.randn(1, 784)
-        y = torch.tensor([3])
+        xs = torch.randn(256, 1, 784)
+        ys = torch.arange(256).remainder(10).view(256, 1)
+        i = [0]
 
         def step():
+            k = i[0] % 256
+            i[0] += 1
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
+            F.cross_entropy(model(xs[k]), ys[k]).backward()
             opt.step()
         return step
     raise ValueError(name)

@@ -34,6 +34,8 @@ typedef struct ct_optim_params {
     float beta1;        /* Adam(W); default 0.9 */
     float beta2;        /* Adam(W); default 0.999 */
     float eps;          /* Adam(W); default 1e-8 */
+    bool zero_grad;     /* the step sets each gradient to 0 once used, in the same pass over
+                           memory: replaces a ct_params_zero_grad before the next backward */
 } ct_optim_params;
 
 typedef struct ct_optim ct_optim;

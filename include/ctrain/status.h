@@ -71,14 +71,21 @@ typedef enum ct_log_level {
 
 typedef void (*ct_log_fn)(void *user, ct_log_level level, const char *msg);
 
+/* Which kernels a context runs. Append-only. */
+typedef enum ct_kernels {
+    CT_KERNELS_FAST = 0,  /* oneDNN where it wins, OpenBLAS, vectorised loops (the default) */
+    CT_KERNELS_REFERENCE, /* the naive reference twins: slow, for tests */
+    CT_KERNELS_BLAS,      /* no oneDNN: OpenBLAS GEMM and im2col convolution (for tests) */
+    CT_KERNELS_COUNT
+} ct_kernels;
+
 typedef struct ct_ctx_params {
     int64_t n_threads;      /* OpenMP and BLAS threads; 0 = all online cores */
     ct_allocator allocator; /* alloc == NULL selects the default */
     ct_log_fn log;          /* NULL = write to stderr */
     void *log_user;
-    ct_log_level log_level;    /* default CT_LOG_INFO */
-    int32_t reference_kernels; /* non-zero: naive reference kernels instead of BLAS/oneDNN/SIMD
-                                  (for tests: the fast and reference paths must agree) */
+    ct_log_level log_level; /* default CT_LOG_INFO */
+    ct_kernels kernels;     /* default CT_KERNELS_FAST; tests compare the three */
 } ct_ctx_params;
 
 typedef struct ct_ctx ct_ctx;

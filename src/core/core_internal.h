@@ -21,9 +21,13 @@ struct ct_ctx {
     ct_log_fn log;
     void *log_user;
     ct_log_level log_level;
-    int32_t reference_kernels;
+    ct_kernels kernels;
     ct_status last_status;
     char errmsg[CT_ERRMSG_SIZE];
+    /* The kernels' oneDNN state (engine, streams, cached primitives), made on first use by
+     * src/kernels/onednn and freed through onednn_free at ct_ctx_destroy. */
+    void *onednn;
+    void (*onednn_free)(struct ct_ctx *ctx, void *state);
 };
 
 /* Invariant checks: a failure is a bug in ctrain, never a consequence of user input. */
@@ -70,6 +74,13 @@ CT_INTERNAL void ct_arena_reset(ct_arena *a);
 #else
 #define CT_OMP_FOR(nt) (void)(nt);
 #endif
+
+/* The OpenMP nesting level (active or not); 0 outside any parallel region or without OpenMP. */
+CT_INTERNAL int ct_omp_level(void);
+/* Sets this thread's OpenMP default team size (omp_set_num_threads) and returns the previous
+ * one, so that a library we call (oneDNN) uses our thread count; restore it afterwards. 0 and a
+ * no-op without OpenMP. */
+CT_INTERNAL int ct_omp_swap_threads(int nt);
 
 /* Thread count to use for a loop over n independent items of roughly `work` flops each. */
 CT_INTERNAL int ct_threads_for(const ct_ctx *ctx, int64_t n, int64_t work);

@@ -15,6 +15,9 @@
 #ifdef CT_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static const char *const status_names[] = {
     "CT_OK",         "CT_ERR_INVALID_ARG", "CT_ERR_SHAPE", "CT_ERR_OOM",      "CT_ERR_IO",
@@ -68,7 +71,8 @@ ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out) {
     if (!out) return CT_ERR_INVALID_ARG;
     *out = NULL;
     if (p.n_threads < 0 || (p.allocator.alloc == NULL) != (p.allocator.free == NULL) ||
-        (int)p.log_level < 0 || p.log_level >= CT_LOG_LEVEL_COUNT)
+        (int)p.log_level < 0 || p.log_level >= CT_LOG_LEVEL_COUNT || (int)p.kernels < 0 ||
+        p.kernels >= CT_KERNELS_COUNT)
         return CT_ERR_INVALID_ARG;
     if (!p.allocator.alloc) {
         p.allocator.alloc = default_alloc;
@@ -82,7 +86,7 @@ ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out) {
     ctx->log = p.log ? p.log : default_log;
     ctx->log_user = p.log ? p.log_user : NULL;
     ctx->log_level = p.log_level;
-    ctx->reference_kernels = p.reference_kernels;
+    ctx->kernels = p.kernels;
     ct_ctx_set_threads(ctx, p.n_threads);
     *out = ctx;
     return CT_OK;
@@ -90,6 +94,7 @@ ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out) {
 
 void ct_ctx_destroy(ct_ctx *ctx) {
     if (!ctx) return;
+    if (ctx->onednn_free) ctx->onednn_free(ctx, ctx->onednn);
     ct_allocator a = ctx->allocator;
     a.free(a.user, ctx, sizeof *ctx);
 }
@@ -189,4 +194,23 @@ int ct_threads_for(const ct_ctx *ctx, int64_t n, int64_t work) {
     if (n < 2 || n < 32768 / work + 1) return 1; /* n * work < ~32k, without overflow */
     if (nt > n) nt = n;
     return (int)nt;
+}
+
+int ct_omp_level(void) {
+#ifdef _OPENMP
+    return omp_get_level();
+#else
+    return 0;
+#endif
+}
+
+int ct_omp_swap_threads(int nt) {
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(nt);
+    return saved;
+#else
+    (void)nt;
+    return 0;
+#endif
 }

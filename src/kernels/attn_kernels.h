@@ -21,7 +21,7 @@
  * out = P v through ct_k_gemm around the masked softmax rows; OpenMP over the heads, or inside
  * a head when there are too few.
  */
-CT_INTERNAL void ct_k_attention_fwd(const ct_ctx *ctx,
+CT_INTERNAL void ct_k_attention_fwd(ct_ctx *ctx,
                                     float *out,       /* [B, T, C], overwritten */
                                     float *att,       /* [B, H, T, T], overwritten */
                                     const float *qkv, /* [B, T, 3C] */
@@ -32,7 +32,7 @@ CT_INTERNAL void ct_k_attention_fwd(const ct_ctx *ctx,
 /*
  * Backward, fast path: adds (+=) the gradient of qkv given that of out.
  */
-CT_INTERNAL void ct_k_attention_bwd(const ct_ctx *ctx,
+CT_INTERNAL void ct_k_attention_bwd(ct_ctx *ctx,
                                     float *dqkv,       /* [B, T, 3C], accumulated */
                                     float *scratch,    /* [B, H, T, T], clobbered */
                                     const float *dout, /* [B, T, C] */
@@ -45,7 +45,7 @@ CT_INTERNAL void ct_k_attention_bwd(const ct_ctx *ctx,
 
 /* The reference twins (src/kernels/ref/attention_ref.c): the same contracts, plain serial
  * loops accumulated in double. */
-CT_INTERNAL void ct_k_attention_ref_fwd(const ct_ctx *ctx,
+CT_INTERNAL void ct_k_attention_ref_fwd(ct_ctx *ctx,
                                         float *out,       /* [B, T, C], overwritten */
                                         float *att,       /* [B, H, T, T], overwritten */
                                         const float *qkv, /* [B, T, 3C] */
@@ -53,7 +53,7 @@ CT_INTERNAL void ct_k_attention_ref_fwd(const ct_ctx *ctx,
                                         int64_t T,
                                         int64_t C,
                                         int64_t H);
-CT_INTERNAL void ct_k_attention_ref_bwd(const ct_ctx *ctx,
+CT_INTERNAL void ct_k_attention_ref_bwd(ct_ctx *ctx,
                                         float *dqkv,       /* [B, T, 3C], accumulated */
                                         float *scratch,    /* [B, H, T, T], clobbered */
                                         const float *dout, /* [B, T, C] */

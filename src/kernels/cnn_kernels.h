@@ -42,4 +42,36 @@ CT_INTERNAL void ct_k_conv2d_ref_bwd(const ct_k_conv2d_geom *s,
                                      float *dw,       /* [O, C/groups, KH, KW], += ; or NULL */
                                      float *db);      /* [O], += ; or NULL */
 
+/*
+ * The oneDNN path (src/kernels/onednn/conv2d_onednn.c): JIT kernels on blocked layouts, run
+ * per fixed batch chunk on one thread each, so results do not depend on the thread count.
+ * Call ct_k_conv2d_onednn_scratch first: it builds (or finds) the cached primitives and says how
+ * many scratch bytes a call with nt threads needs; false means oneDNN cannot take this geometry
+ * (or the build has no OpenMP) and the caller must use another path. The run functions return
+ * 1 when done, 0 when they did nothing (use another path), -1 when a oneDNN call failed midway
+ * (outputs may be partly written: report an internal error). Gradients accumulate (+=); a NULL
+ * destination is skipped.
+ */
+CT_INTERNAL bool ct_k_conv2d_onednn_scratch(
+    ct_ctx *ctx, const ct_k_conv2d_geom *s, bool has_bias, bool backward, int nt, size_t *bytes);
+CT_INTERNAL int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
+                                       const ct_k_conv2d_geom *s,
+                                       const float *x, /* [N, C, H, W] */
+                                       const float *w, /* [O, C/groups, KH, KW] */
+                                       const float *b, /* [O] or NULL */
+                                       float *y,       /* [N, O, OH, OW], overwritten */
+                                       void *scratch,
+                                       int nt);
+CT_INTERNAL int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
+                                       const ct_k_conv2d_geom *s,
+                                       bool has_bias,   /* as in the forward (plan key) */
+                                       const float *x,  /* [N, C, H, W] */
+                                       const float *w,  /* [O, C/groups, KH, KW] */
+                                       const float *dy, /* [N, O, OH, OW] */
+                                       float *dx,       /* += ; or NULL */
+                                       float *dw,       /* += ; or NULL */
+                                       float *db,       /* += ; or NULL */
+                                       void *scratch,
+                                       int nt);
+
 #endif /* CT_CNN_KERNELS_H */

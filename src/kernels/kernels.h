@@ -1,6 +1,6 @@
 /*
  * kernels.h - compute kernels behind the ops: a fast path (OpenBLAS, oneDNN, SIMD) and a naive
- * reference twin for each, selected by the context's reference_kernels flag. Internal.
+ * reference twin for each, selected by the context's `kernels` setting. Internal.
  *
  * Kernels work on raw float pointers; shapes are given in comments on each argument. They
  * overwrite (beta = 0) or accumulate (beta = 1) as stated; none allocates.
@@ -17,7 +17,7 @@
  * op(B) is [K, N] (B is [N, K] when trans_b), C is [M, N]; lda/ldb/ldc are row strides.
  * Each C element is accumulated over K in a fixed order, whatever the thread count.
  */
-CT_INTERNAL void ct_k_gemm(const ct_ctx *ctx,
+CT_INTERNAL void ct_k_gemm(ct_ctx *ctx,
                            bool trans_a,
                            bool trans_b,
                            int64_t m,
@@ -31,7 +31,7 @@ CT_INTERNAL void ct_k_gemm(const ct_ctx *ctx,
                            float beta,
                            float *c,
                            int64_t ldc);
-CT_INTERNAL void ct_k_ref_gemm(const ct_ctx *ctx,
+CT_INTERNAL void ct_k_ref_gemm(ct_ctx *ctx,
                                bool trans_a,
                                bool trans_b,
                                int64_t m,
@@ -45,7 +45,7 @@ CT_INTERNAL void ct_k_ref_gemm(const ct_ctx *ctx,
                                float beta,
                                float *c,
                                int64_t ldc);
-CT_INTERNAL void ct_k_blas_gemm(const ct_ctx *ctx,
+CT_INTERNAL void ct_k_blas_gemm(ct_ctx *ctx,
                                 bool trans_a,
                                 bool trans_b,
                                 int64_t m,
@@ -59,5 +59,38 @@ CT_INTERNAL void ct_k_blas_gemm(const ct_ctx *ctx,
                                 float beta,
                                 float *c,
                                 int64_t ldc);
+
+/*
+ * oneDNN matmul tiles (src/kernels/onednn/gemm_onednn.c). prepare builds or finds the cached
+ * one-thread primitive for that tile geometry (call it outside parallel regions, with the
+ * number of threads that will run tiles); false means use OpenBLAS. run executes one tile on
+ * the calling thread; false means it did nothing (use OpenBLAS for that tile).
+ */
+CT_INTERNAL bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
+                                          int nt,
+                                          bool trans_a,
+                                          bool trans_b,
+                                          int64_t m,
+                                          int64_t n,
+                                          int64_t k,
+                                          float alpha,
+                                          int64_t lda,
+                                          int64_t ldb,
+                                          float beta,
+                                          int64_t ldc);
+CT_INTERNAL bool ct_k_onednn_gemm_run(ct_ctx *ctx,
+                                      bool trans_a,
+                                      bool trans_b,
+                                      int64_t m,
+                                      int64_t n,
+                                      int64_t k,
+                                      float alpha,
+                                      const float *a,
+                                      int64_t lda,
+                                      const float *b,
+                                      int64_t ldb,
+                                      float beta,
+                                      float *c,
+                                      int64_t ldc);
 
 #endif /* CT_KERNELS_H */

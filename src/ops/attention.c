@@ -54,7 +54,7 @@ static void causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t
 /* One (b, h) of the forward. Called from a parallel loop over heads, the nested regions
  * (rows here, tiles in ct_k_gemm) are inactive and run on the calling thread; called alone,
  * they spread over the threads. Either way the same calls produce the same bits. */
-static void forward_head(const ct_ctx *ctx,
+static void forward_head(ct_ctx *ctx,
                          float *out,
                          float *att,
                          const float *qkv,
@@ -71,7 +71,7 @@ static void forward_head(const ct_ctx *ctx,
     ct_k_gemm(ctx, false, false, T, hd, T, 1.0f, att, T, v, 3 * C, 0.0f, out, C);
 }
 
-static void backward_head(const ct_ctx *ctx,
+static void backward_head(ct_ctx *ctx,
                           float *dqkv,
                           float *ds,
                           const float *dout,
@@ -94,7 +94,7 @@ static void backward_head(const ct_ctx *ctx,
     ct_k_gemm(ctx, true, false, T, hd, T, 1.0f, ds, T, q, 3 * C, 1.0f, dqkv + C, 3 * C);
 }
 
-void ct_k_attention_fwd(const ct_ctx *ctx,
+void ct_k_attention_fwd(ct_ctx *ctx,
                         float *out,
                         float *att,
                         const float *qkv,
@@ -113,7 +113,7 @@ void ct_k_attention_fwd(const ct_ctx *ctx,
     }
 }
 
-void ct_k_attention_bwd(const ct_ctx *ctx,
+void ct_k_attention_bwd(ct_ctx *ctx,
                         float *dqkv,
                         float *scratch,
                         const float *dout,

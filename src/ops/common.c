@@ -59,7 +59,7 @@ int ct_ops_threads(const ct_graph *g, int64_t n, int64_t work) {
 }
 
 bool ct_ops_reference(const ct_graph *g) {
-    return ct_graph_ctx(g)->reference_kernels != 0;
+    return ct_graph_ctx(g)->kernels == CT_KERNELS_REFERENCE;
 }
 
 double ct_ops_sum_f64(const float *x, int64_t n, int64_t stride) {

@@ -11,7 +11,8 @@
  * whole im2col matrix, accumulated chunk after chunk in sample order, so every result is
  * bitwise the same for any thread count. Scratch comes from the graph's arena.
  *
- * Reference path (ctx reference_kernels): the direct loops of src/kernels/ref/conv2d_ref.c.
+ * Reference path (ctx kernels CT_KERNELS_REFERENCE): the direct loops of
+ * src/kernels/ref/conv2d_ref.c.
  *
  * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups.
  */
@@ -127,7 +128,7 @@ static bool fast_forward(ct_graph *g,
                          const float *w,
                          const float *bias,
                          float *y) {
-    const ct_ctx *ctx = ct_graph_ctx(g);
+    ct_ctx *ctx = ct_graph_ctx(g);
     int64_t grp = s->groups, og = s->o / grp, kg = (s->c / grp) * s->kh * s->kw;
     int64_t rows = s->c * s->kh * s->kw, l = s->oh * s->ow;
     int64_t bsz = chunk_samples(s);
@@ -172,7 +173,7 @@ static void fast_backward(ct_graph *g,
                           const float *dy,
                           float *dx,
                           float *dw) {
-    const ct_ctx *ctx = ct_graph_ctx(g);
+    ct_ctx *ctx = ct_graph_ctx(g);
     int64_t grp = s->groups, og = s->o / grp, kg = (s->c / grp) * s->kh * s->kw;
     int64_t rows = s->c * s->kh * s->kw, l = s->oh * s->ow;
     if (kg == 0 || (!dx && !dw)) return;
@@ -206,6 +207,54 @@ static void fast_backward(ct_graph *g,
             col2im_add(s, dcol, n0, nb, dx, nthreads(g, nb * s->c, s->kh * s->kw * l));
         }
     }
+}
+
+/* The oneDNN path: 1 done, 0 not available (use im2col), -1 failed (the graph has failed). */
+static int onednn_threads(ct_graph *g, const ct_k_conv2d_geom *s) {
+    /* at most 8 chunks (see conv2d_onednn.c); the work of one is a sample's convolution */
+    int64_t per_sample = s->o * s->oh * s->ow * (s->c / s->groups) * s->kh * s->kw;
+    return nthreads(g, s->n < 8 ? s->n : 8, per_sample);
+}
+
+static int onednn_forward(ct_graph *g,
+                          const ct_k_conv2d_geom *s,
+                          const float *x,
+                          const float *w,
+                          const float *bias,
+                          float *y) {
+    ct_ctx *ctx = ct_graph_ctx(g);
+    int nt = onednn_threads(g, s);
+    size_t bytes;
+    if (ctx->kernels == CT_KERNELS_BLAS ||
+        !ct_k_conv2d_onednn_scratch(ctx, s, bias != NULL, false, nt, &bytes))
+        return 0;
+    void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
+    if (bytes && !scratch) return -1;
+    int r = ct_k_conv2d_onednn_fwd(ctx, s, x, w, bias, y, scratch, nt);
+    if (r < 0) CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d: a oneDNN forward call failed");
+    return r;
+}
+
+static int onednn_backward(ct_graph *g,
+                           const ct_k_conv2d_geom *s,
+                           bool has_bias,
+                           const float *x,
+                           const float *w,
+                           const float *dy,
+                           float *dx,
+                           float *dw,
+                           float *db) {
+    ct_ctx *ctx = ct_graph_ctx(g);
+    int nt = onednn_threads(g, s);
+    size_t bytes;
+    if (ctx->kernels == CT_KERNELS_BLAS ||
+        !ct_k_conv2d_onednn_scratch(ctx, s, has_bias, true, nt, &bytes))
+        return 0;
+    void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
+    if (bytes && !scratch) return -1;
+    int r = ct_k_conv2d_onednn_bwd(ctx, s, has_bias, x, w, dy, dx, dw, db, scratch, nt);
+    if (r < 0) CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d: a oneDNN backward call failed");
+    return r;
 }
 
 /* db [O] += sum over n and the plane of dy [N, O, L], in double, in a fixed order. */
@@ -257,6 +306,10 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
     if (ct_ops_reference(g)) {
         ct_k_conv2d_ref_bwd(&s, x->data, w->data, dy, dx, dw, db);
         return;
+    }
+    if ((dx || dw || db) && s.c > 0) {
+        int r = onednn_backward(g, &s, bias != NULL, x->data, w->data, dy, dx, dw, db);
+        if (r != 0) return; /* done, or failed (recorded) */
     }
     if (db) bias_backward(g, &s, dy, db);
     fast_backward(g, &s, x->data, w->data, dy, dx, dw);
@@ -390,10 +443,14 @@ ct_tensor *ct_op_conv2d(
             return NULL;
         }
         const float *bv = bias ? bias->data : NULL;
+        int r = 0;
         if (ct_ops_reference(g))
             ct_k_conv2d_ref_fwd(&s, x->data, weight->data, bv, y->data);
-        else if (!fast_forward(g, &s, x->data, weight->data, bv, y->data))
+        else if (s.c > 0 && (r = onednn_forward(g, &s, x->data, weight->data, bv, y->data)) != 0) {
+            if (r < 0) return NULL;
+        } else if (!fast_forward(g, &s, x->data, weight->data, bv, y->data)) {
             return NULL;
+        }
     }
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {

@@ -13,7 +13,7 @@
 
 /* iarg: [0] batch count (1 for plain), [1] M, [2] K, [3] N, [4] batched b */
 static void matmul_backward(ct_graph *g, ct_node *n) {
-    const ct_ctx *ctx = ct_graph_ctx(g);
+    ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *a = n->in[0], *b = n->in[1];
     int64_t batch = n->iarg[0], m = n->iarg[1], k = n->iarg[2], nn = n->iarg[3];
     bool batched_b = n->iarg[4] != 0;
@@ -64,7 +64,7 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
     shape[a->ndim - 1] = n;
     ct_tensor *c = ct_graph_new(g, CT_F32, a->ndim, shape);
     if (!c) return NULL;
-    const ct_ctx *ctx = ct_graph_ctx(g);
+    ct_ctx *ctx = ct_graph_ctx(g);
     if (!batched_b) {
         ct_k_gemm(ctx, false, false, batch * m, n, k, 1.0f, a->data, k, b->data, n, 0.0f, c->data,
                   n);
@@ -87,7 +87,7 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
 
 /* iarg: [0] rows R, [1] in, [2] out */
 static void linear_backward(ct_graph *g, ct_node *n) {
-    const ct_ctx *ctx = ct_graph_ctx(g);
+    ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     int64_t rows = n->iarg[0], in = n->iarg[1], out = n->iarg[2];
     const float *dy = n->out->grad;

@@ -200,7 +200,7 @@ int main(void) {
     ct_ctx_params p = ct_ctx_default_params();
     p.n_threads = 2;
     if (ct_ctx_create(&p, &fast_ctx) != CT_OK) return 1;
-    p.reference_kernels = 1;
+    p.kernels = CT_KERNELS_REFERENCE;
     if (ct_ctx_create(&p, &ref_ctx) != CT_OK) return 1;
     CT_RUN(conv2d_should_have_correct_gradients);
     CT_RUN(pools_should_have_correct_gradients);

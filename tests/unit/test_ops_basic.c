@@ -12,7 +12,7 @@
 static ct_ctx *new_ctx(int64_t threads, int reference, test_alloc *ta) {
     ct_ctx_params p = ct_ctx_default_params();
     p.n_threads = threads;
-    p.reference_kernels = reference;
+    p.kernels = (ct_kernels)reference;
     if (ta) p.allocator = test_allocator(ta);
     ct_ctx *ctx = NULL;
     if (ct_ctx_create(&p, &ctx) != CT_OK) abort();

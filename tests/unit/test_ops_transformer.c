@@ -14,7 +14,7 @@
 static ct_ctx *make_ctx(int64_t threads, int reference) {
     ct_ctx_params p = ct_ctx_default_params();
     p.n_threads = threads;
-    p.reference_kernels = reference;
+    p.kernels = (ct_kernels)reference;
     ct_ctx *ctx = NULL;
     if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
     return ctx;

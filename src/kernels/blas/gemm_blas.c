@@ -13,11 +13,15 @@
 
 #include "kernels/kernels.h"
 
-/* Tile extent along a dimension of size d: about 64, at most 16 tiles' worth of slack. */
-static int64_t tile_extent(int64_t d) {
-    if (d < 128) return d;
-    int64_t tiles = (d + 63) / 64;
-    return (d + tiles - 1) / tiles;
+/* Number of tiles: a power of two (so 1, 2, 4, ... threads share them evenly), about one per
+ * 8 MFLOP (each tile repacks the shared operand, so small tiles cost), at most 16, and none
+ * thinner than 16 rows or columns. A function of the shape only. */
+static int64_t tile_count(int64_t m, int64_t n, int64_t k, int64_t d) {
+    double flops = 2.0 * (double)m * (double)n * (double)k;
+    int64_t t = 1;
+    while (t < 16 && flops / (double)(2 * t) >= 8e6 && d / (2 * t) >= 16)
+        t *= 2;
+    return t;
 }
 
 static void sgemm(bool trans_a,
@@ -38,7 +42,7 @@ static void sgemm(bool trans_a,
                 (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 }
 
-void ct_k_blas_gemm(const ct_ctx *ctx,
+void ct_k_blas_gemm(ct_ctx *ctx,
                     bool trans_a,
                     bool trans_b,
                     int64_t m,
@@ -62,23 +66,46 @@ void ct_k_blas_gemm(const ct_ctx *ctx,
     /* Split the larger of M and N; small products stay one call. */
     bool split_n = n >= m;
     int64_t d = split_n ? n : m;
-    int64_t t = (m * n * k < 64 * 64 * 64) ? d : tile_extent(d);
-    int64_t tiles = (d + t - 1) / t;
+    int64_t tiles = tile_count(m, n, k, d);
+    int64_t t = (d + tiles - 1) / tiles;
+    tiles = (d + t - 1) / t;
     int nt = ct_threads_for(ctx, tiles, (split_n ? m : n) * t * k);
+    /* oneDNN for products worth a primitive, from outside any parallel region (nesting level,
+     * not team size, decides: the choice must not depend on the thread count) */
+    int64_t tail = d - (tiles - 1) * t;
+    bool dnn = ctx->kernels == CT_KERNELS_FAST && ct_omp_level() == 0 &&
+               2.0 * (double)m * (double)n * (double)k >= 1e6;
+    if (dnn)
+        dnn = ct_k_onednn_gemm_prepare(ctx, nt, trans_a, trans_b, split_n ? m : t, split_n ? t : n,
+                                       k, alpha, lda, ldb, beta, ldc) &&
+              (tail == t ||
+               ct_k_onednn_gemm_prepare(ctx, nt, trans_a, trans_b, split_n ? m : tail,
+                                        split_n ? tail : n, k, alpha, lda, ldb, beta, ldc));
+    /* oneDNN inside a one-thread (inactive) region would otherwise fork its own team */
+    int saved = dnn ? ct_omp_swap_threads(nt) : 0;
     CT_OMP_FOR(nt)
     for (int64_t i = 0; i < tiles; i++) {
         int64_t lo = i * t, len = lo + t <= d ? t : d - lo;
+        const float *at = a, *bt = b;
+        float *ct = c;
+        int64_t tm = m, tn = n;
         if (split_n) {
-            const float *bt = trans_b ? b + lo * ldb : b + lo;
-            sgemm(trans_a, trans_b, m, len, k, alpha, a, lda, bt, ldb, beta, c + lo, ldc);
+            bt = trans_b ? b + lo * ldb : b + lo;
+            ct = c + lo;
+            tn = len;
         } else {
-            const float *at = trans_a ? a + lo : a + lo * lda;
-            sgemm(trans_a, trans_b, len, n, k, alpha, at, lda, b, ldb, beta, c + lo * ldc, ldc);
+            at = trans_a ? a + lo : a + lo * lda;
+            ct = c + lo * ldc;
+            tm = len;
         }
+        if (!dnn || !ct_k_onednn_gemm_run(ctx, trans_a, trans_b, tm, tn, k, alpha, at, lda, bt, ldb,
+                                          beta, ct, ldc))
+            sgemm(trans_a, trans_b, tm, tn, k, alpha, at, lda, bt, ldb, beta, ct, ldc);
     }
+    if (dnn) ct_omp_swap_threads(saved);
 }
 
-void ct_k_gemm(const ct_ctx *ctx,
+void ct_k_gemm(ct_ctx *ctx,
                bool trans_a,
                bool trans_b,
                int64_t m,
@@ -92,7 +119,7 @@ void ct_k_gemm(const ct_ctx *ctx,
                float beta,
                float *c,
                int64_t ldc) {
-    if (ctx->reference_kernels)
+    if (ctx->kernels == CT_KERNELS_REFERENCE)
         ct_k_ref_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     else
         ct_k_blas_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

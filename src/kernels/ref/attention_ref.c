@@ -12,7 +12,7 @@
 
 #include "kernels/attn_kernels.h"
 
-void ct_k_attention_ref_fwd(const ct_ctx *ctx,
+void ct_k_attention_ref_fwd(ct_ctx *ctx,
                             float *out,
                             float *att,
                             const float *qkv,
@@ -56,7 +56,7 @@ void ct_k_attention_ref_fwd(const ct_ctx *ctx,
     }
 }
 
-void ct_k_attention_ref_bwd(const ct_ctx *ctx,
+void ct_k_attention_ref_bwd(ct_ctx *ctx,
                             float *dqkv,
                             float *scratch,
                             const float *dout,

@@ -1,0 +1,521 @@
+/*
+ * conv2d_onednn.c - 2-D convolution through oneDNN's JIT kernels, deterministic for any thread
+ * count.
+ *
+ * oneDNN is fastest on its blocked layouts (nChw16c), so each call reorders the NCHW chunk in,
+ * runs the primitive and reorders the result out; PyTorch's mkldnn path does the same. The
+ * batch is cut into at most CHUNKS chunks whose size depends only on the shape; each chunk runs
+ * on one thread, with primitives created for one thread (their blocking and reduction order
+ * never change) and executed inside our OpenMP region (oneDNN then stays on the calling thread).
+ * Weight and bias gradients of each chunk go to their own slot and are summed in chunk order.
+ * So results do not depend on the thread count, which oneDNN's own threading would break.
+ *
+ * Ownership: plans (one per geometry and chunk size) are cached in the context's oneDNN state
+ * and freed with the context. Scratch memory is the caller's (the graph arena): this file never
+ * allocates per call. Any oneDNN failure makes the functions return false and the op falls back
+ * to im2col + GEMM.
+ */
+#include "kernels/cnn_kernels.h"
+
+#ifndef _OPENMP
+
+/* oneDNN here runs on OpenMP; without OpenMP we cannot pin it to one thread per chunk, so the
+ * op keeps to im2col + GEMM. */
+bool ct_k_conv2d_onednn_scratch(
+    ct_ctx *ctx, const ct_k_conv2d_geom *s, bool has_bias, bool backward, int nt, size_t *bytes) {
+    (void)ctx, (void)s, (void)has_bias, (void)backward, (void)nt;
+    *bytes = 0;
+    return false;
+}
+
+int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
+                           const ct_k_conv2d_geom *s,
+                           const float *x,
+                           const float *w,
+                           const float *b,
+                           float *y,
+                           void *scratch,
+                           int nt) {
+    (void)ctx, (void)s, (void)x, (void)w, (void)b, (void)y, (void)scratch, (void)nt;
+    return 0;
+}
+
+int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
+                           const ct_k_conv2d_geom *s,
+                           bool has_bias,
+                           const float *x,
+                           const float *w,
+                           const float *dy,
+                           float *dx,
+                           float *dw,
+                           float *db,
+                           void *scratch,
+                           int nt) {
+    (void)ctx, (void)s, (void)has_bias, (void)x, (void)w, (void)dy, (void)dx, (void)dw;
+    (void)db, (void)scratch, (void)nt;
+    return 0;
+}
+
+#else
+
+#include <omp.h>
+#include <string.h>
+
+#include <dnnl.h>
+
+#include "kernels/onednn/onednn_internal.h"
+
+#define CHUNKS 8
+
+typedef struct conv_plan {
+    ct_k_conv2d_geom key; /* key.n is the chunk size */
+    bool has_bias;
+    bool ok_fwd, ok_bwd;
+    dnnl_primitive_t fwd, bwd_data, bwd_w;
+    /* plain (PyTorch) descriptors */
+    dnnl_memory_desc_t x_md, w_md, b_md, y_md;
+    /* the layouts the primitives chose */
+    dnnl_memory_desc_t src_f, wei_f, dst_f;   /* forward */
+    dnnl_memory_desc_t dsrc_b, wei_b, ddst_b; /* backward data */
+    dnnl_memory_desc_t src_w, dwei_w, ddst_w; /* backward weights */
+    /* reorders between them, NULL where the layouts agree */
+    dnnl_primitive_t r_x_f, r_y_f, r_w_f;   /* x -> src_f, dst_f -> y, w -> wei_f */
+    dnnl_primitive_t r_w_b, r_dy_b, r_dx_b; /* w -> wei_b, dy -> ddst_b, dx += dsrc_b */
+    dnnl_primitive_t r_x_w, r_dy_w, r_dw_w; /* x -> src_w, dy -> ddst_w, dwei_w -> dw */
+    size_t per_thread_fwd, per_thread_bwd;  /* scratch bytes per thread */
+    size_t shared_fwd, shared_bwd;          /* scratch bytes shared by the threads */
+    struct conv_plan *next;
+} conv_plan;
+
+void ct_k_onednn_conv_plans_free(ct_ctx *ctx, void *plans) {
+    for (conv_plan *c = plans; c;) {
+        conv_plan *next = c->next;
+        dnnl_primitive_t prims[] = {c->fwd,    c->bwd_data, c->bwd_w,  c->r_x_f,
+                                    c->r_y_f,  c->r_w_f,    c->r_w_b,  c->r_dy_b,
+                                    c->r_dx_b, c->r_x_w,    c->r_dy_w, c->r_dw_w};
+        for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
+            if (prims[i]) dnnl_primitive_destroy(prims[i]);
+        ct_free(ctx, c, sizeof *c);
+        c = next;
+    }
+}
+
+static int64_t chunk_size(int64_t n) {
+    return (n + CHUNKS - 1) / CHUNKS;
+}
+
+static size_t align64(size_t b) {
+    return (b + 63) & ~(size_t)63;
+}
+
+static size_t md_bytes(const dnnl_memory_desc_t *md) {
+    return align64(dnnl_memory_desc_get_size(md));
+}
+
+static bool same(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) {
+    return dnnl_memory_desc_equal(a, b) != 0;
+}
+
+/* The primitive's chosen layout for `what`, copied out of its descriptor. */
+static dnnl_memory_desc_t query(const_dnnl_primitive_desc_t pd, dnnl_query_t what) {
+    return *dnnl_primitive_desc_query_md(pd, what, 0);
+}
+
+static bool geom_equal(const ct_k_conv2d_geom *a, const ct_k_conv2d_geom *b) {
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
+/* Builds the forward and backward primitives of one chunk geometry, for one thread. */
+/* A reorder primitive from smd to dmd (dst += src when accumulate); *out stays NULL when the
+ * layouts agree and no accumulation is asked for. */
+static bool make_reorder(onednn_state *st,
+                         const dnnl_memory_desc_t *smd,
+                         const dnnl_memory_desc_t *dmd,
+                         bool accumulate,
+                         dnnl_primitive_t *out) {
+    *out = NULL;
+    if (!accumulate && same(smd, dmd)) return true;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+    if (ok && accumulate)
+        ok = dnnl_post_ops_create(&po) == dnnl_success &&
+             dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    ok = ok && dnnl_reorder_primitive_desc_create(&pd, smd, st->engine, dmd, st->engine, attr) ==
+                   dnnl_success;
+    omp_set_num_threads(saved);
+    ok = ok && dnnl_primitive_create(out, pd) == dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return ok;
+}
+
+static bool plan_build(onednn_state *st, conv_plan *c) {
+    const ct_k_conv2d_geom *s = &c->key;
+    int64_t grp = s->groups;
+    dnnl_dims_t xd = {s->n, s->c, s->h, s->w}, yd = {s->n, s->o, s->oh, s->ow};
+    dnnl_dims_t bd = {s->o};
+    dnnl_dims_t wd5 = {grp, s->o / grp, s->c / grp, s->kh, s->kw};
+    dnnl_dims_t wd4 = {s->o, s->c, s->kh, s->kw};
+    dnnl_dims_t strides = {s->stride[0], s->stride[1]};
+    dnnl_dims_t dil = {s->dilation[0] - 1, s->dilation[1] - 1};
+    dnnl_dims_t pl = {s->padding[0], s->padding[1]};
+    dnnl_dims_t pr = {
+        (s->oh - 1) * s->stride[0] + (s->kh - 1) * s->dilation[0] + 1 - s->h - s->padding[0],
+        (s->ow - 1) * s->stride[1] + (s->kw - 1) * s->dilation[1] + 1 - s->w - s->padding[1]};
+    bool ok = dnnl_memory_desc_init_by_tag(&c->x_md, 4, xd, dnnl_f32, dnnl_nchw) == dnnl_success &&
+              dnnl_memory_desc_init_by_tag(&c->y_md, 4, yd, dnnl_f32, dnnl_nchw) == dnnl_success &&
+              dnnl_memory_desc_init_by_tag(&c->b_md, 1, bd, dnnl_f32, dnnl_x) == dnnl_success &&
+              (grp > 1 ? dnnl_memory_desc_init_by_tag(&c->w_md, 5, wd5, dnnl_f32, dnnl_goihw)
+                       : dnnl_memory_desc_init_by_tag(&c->w_md, 4, wd4, dnnl_f32, dnnl_oihw)) ==
+                  dnnl_success;
+    if (!ok) return false;
+    dnnl_memory_desc_t x_any, y_any, w_any;
+    if (dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any) ||
+        (grp > 1 ? dnnl_memory_desc_init_by_tag(&w_any, 5, wd5, dnnl_f32, dnnl_format_tag_any)
+                 : dnnl_memory_desc_init_by_tag(&w_any, 4, wd4, dnnl_f32, dnnl_format_tag_any)))
+        return false;
+
+    /* Everything is created as for one thread (ct_k_onednn_pd_create): the kernels' blocking
+     * and reduction order are then fixed, and they run on whichever thread executes them. */
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t fpd = NULL, bdpd = NULL, bwpd = NULL;
+    dnnl_convolution_desc_t fd, bdd, bwd;
+    ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+         dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+         dnnl_dilated_convolution_forward_desc_init(
+             &fd, dnnl_forward_training, dnnl_convolution_direct, &x_any, &w_any,
+             c->has_bias ? &c->b_md : NULL, &y_any, strides, dil, pl, pr) == dnnl_success &&
+         ct_k_onednn_pd_create(&fpd, &fd, attr, st->engine, NULL);
+    if (ok) {
+        c->src_f = query(fpd, dnnl_query_src_md);
+        c->wei_f = query(fpd, dnnl_query_weights_md);
+        c->dst_f = query(fpd, dnnl_query_dst_md);
+        /* a user scratchpad per thread would be needed otherwise; one-thread plans use none */
+        ok = dnnl_memory_desc_get_size(
+                 dnnl_primitive_desc_query_md(fpd, dnnl_query_scratchpad_md, 0)) == 0 &&
+             dnnl_primitive_create(&c->fwd, fpd) == dnnl_success;
+    }
+    c->ok_fwd = ok;
+    bool okb = ok &&
+               dnnl_dilated_convolution_backward_data_desc_init(&bdd, dnnl_convolution_direct,
+                                                                &x_any, &w_any, &y_any, strides,
+                                                                dil, pl, pr) == dnnl_success &&
+               ct_k_onednn_pd_create(&bdpd, &bdd, attr, st->engine, fpd) &&
+               dnnl_dilated_convolution_backward_weights_desc_init(
+                   &bwd, dnnl_convolution_direct, &x_any, &w_any, &c->b_md, &y_any, strides, dil,
+                   pl, pr) == dnnl_success &&
+               ct_k_onednn_pd_create(&bwpd, &bwd, attr, st->engine, fpd);
+    if (okb) {
+        c->dsrc_b = query(bdpd, dnnl_query_diff_src_md);
+        c->wei_b = query(bdpd, dnnl_query_weights_md);
+        c->ddst_b = query(bdpd, dnnl_query_diff_dst_md);
+        c->src_w = query(bwpd, dnnl_query_src_md);
+        c->dwei_w = query(bwpd, dnnl_query_diff_weights_md);
+        c->ddst_w = query(bwpd, dnnl_query_diff_dst_md);
+        okb = dnnl_memory_desc_get_size(
+                  dnnl_primitive_desc_query_md(bdpd, dnnl_query_scratchpad_md, 0)) == 0 &&
+              dnnl_memory_desc_get_size(
+                  dnnl_primitive_desc_query_md(bwpd, dnnl_query_scratchpad_md, 0)) == 0 &&
+              dnnl_primitive_create(&c->bwd_data, bdpd) == dnnl_success &&
+              dnnl_primitive_create(&c->bwd_w, bwpd) == dnnl_success;
+    }
+    okb = okb && make_reorder(st, &c->w_md, &c->wei_b, false, &c->r_w_b) &&
+          make_reorder(st, &c->y_md, &c->ddst_b, false, &c->r_dy_b) &&
+          make_reorder(st, &c->dsrc_b, &c->x_md, true, &c->r_dx_b) &&
+          make_reorder(st, &c->x_md, &c->src_w, false, &c->r_x_w) &&
+          make_reorder(st, &c->y_md, &c->ddst_w, false, &c->r_dy_w) &&
+          make_reorder(st, &c->dwei_w, &c->w_md, false, &c->r_dw_w);
+    c->ok_bwd = okb;
+    c->ok_fwd = c->ok_fwd && make_reorder(st, &c->x_md, &c->src_f, false, &c->r_x_f) &&
+                make_reorder(st, &c->dst_f, &c->y_md, false, &c->r_y_f) &&
+                make_reorder(st, &c->w_md, &c->wei_f, false, &c->r_w_f);
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    if (bdpd) dnnl_primitive_desc_destroy(bdpd);
+    if (bwpd) dnnl_primitive_desc_destroy(bwpd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (!c->ok_fwd) return false;
+
+    /* scratch: a layout that differs from the plain one needs its own buffer */
+    c->shared_fwd = same(&c->wei_f, &c->w_md) ? 0 : md_bytes(&c->wei_f);
+    c->per_thread_fwd = (same(&c->src_f, &c->x_md) ? 0 : md_bytes(&c->src_f)) +
+                        (same(&c->dst_f, &c->y_md) ? 0 : md_bytes(&c->dst_f));
+    if (c->ok_bwd) {
+        c->shared_bwd = same(&c->wei_b, &c->w_md) ? 0 : md_bytes(&c->wei_b);
+        c->per_thread_bwd = md_bytes(&c->dsrc_b) + (c->r_dw_w ? md_bytes(&c->dwei_w) : 0) +
+                            (same(&c->ddst_b, &c->y_md) ? 0 : md_bytes(&c->ddst_b)) +
+                            (same(&c->ddst_w, &c->y_md) ? 0 : md_bytes(&c->ddst_w)) +
+                            (same(&c->src_w, &c->x_md) ? 0 : md_bytes(&c->src_w));
+    }
+    return true;
+}
+
+static conv_plan *
+plan_get(ct_ctx *ctx, onednn_state *st, const ct_k_conv2d_geom *s, int64_t nb, bool has_bias) {
+    ct_k_conv2d_geom key = *s;
+    key.n = nb;
+    for (conv_plan *c = st->conv_plans; c; c = c->next)
+        if (c->has_bias == has_bias && geom_equal(&c->key, &key)) return c->ok_fwd ? c : NULL;
+    conv_plan *c = ct_alloc(ctx, sizeof *c);
+    if (!c) return NULL;
+    memset(c, 0, sizeof *c);
+    c->key = key;
+    c->has_bias = has_bias;
+    plan_build(st, c); /* a failed plan is cached too, so we do not retry every step */
+    c->next = st->conv_plans;
+    st->conv_plans = c;
+    return c->ok_fwd ? c : NULL;
+}
+
+/* Executes prim (a primitive or a reorder) on memory made from (md, ptr) pairs. */
+static bool run(onednn_state *st,
+                dnnl_stream_t stream,
+                dnnl_primitive_t prim,
+                int n,
+                const int *arg_ids,
+                const dnnl_memory_desc_t *const *mds,
+                void *const *ptrs) {
+    dnnl_memory_t mem[6] = {NULL};
+    dnnl_exec_arg_t args[6];
+    bool ok = n <= 6;
+    for (int i = 0; ok && i < n; i++) {
+        ok = dnnl_memory_create(&mem[i], mds[i], st->engine, ptrs[i]) == dnnl_success;
+        args[i].arg = arg_ids[i];
+        args[i].memory = mem[i];
+    }
+    ok = ok && dnnl_primitive_execute(prim, stream, n, args) == dnnl_success &&
+         dnnl_stream_wait(stream) == dnnl_success;
+    for (int i = 0; i < n; i++)
+        if (mem[i]) dnnl_memory_destroy(mem[i]);
+    return ok;
+}
+
+static bool run_reorder(onednn_state *st,
+                        dnnl_stream_t stream,
+                        dnnl_primitive_t prim,
+                        const dnnl_memory_desc_t *smd,
+                        const void *src,
+                        const dnnl_memory_desc_t *dmd,
+                        void *dst) {
+    const int ids[2] = {DNNL_ARG_FROM, DNNL_ARG_TO};
+    const dnnl_memory_desc_t *mds[2] = {smd, dmd};
+    void *ptrs[2] = {(void *)(uintptr_t)src, dst};
+    return run(st, stream, prim, 2, ids, mds, ptrs);
+}
+
+/* A reorder outside our parallel regions runs on oneDNN's own threads: give it ours. */
+static bool weight_reorder(onednn_state *st,
+                           int nt,
+                           dnnl_primitive_t prim,
+                           const dnnl_memory_desc_t *smd,
+                           const void *src,
+                           const dnnl_memory_desc_t *dmd,
+                           void *dst) {
+    int saved = ct_omp_swap_threads(nt);
+    bool ok = run_reorder(st, st->streams[0], prim, smd, src, dmd, dst);
+    ct_omp_swap_threads(saved);
+    return ok;
+}
+
+/* Scratch is carved in this order; each piece 64-byte aligned. */
+static char *take(char **cursor, size_t bytes) {
+    char *p = *cursor;
+    *cursor += bytes;
+    return p;
+}
+
+bool ct_k_conv2d_onednn_scratch(
+    ct_ctx *ctx, const ct_k_conv2d_geom *s, bool has_bias, bool backward, int nt, size_t *bytes) {
+    *bytes = 0;
+    onednn_state *st = ct_k_onednn_state(ctx, nt);
+    if (!st || s->n == 0) return false;
+    int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
+    conv_plan *c = plan_get(ctx, st, s, nb, has_bias);
+    if (!c || (backward && !c->ok_bwd)) return false;
+    if (s->n % nb) {
+        /* the tail chunk needs its own plan; it is smaller, so the main plan sizes the buffers */
+        conv_plan *t = plan_get(ctx, st, s, s->n % nb, has_bias);
+        if (!t || (backward && !t->ok_bwd)) return false;
+    }
+    if (!backward) {
+        *bytes = c->shared_fwd + (size_t)nt * c->per_thread_fwd;
+    } else {
+        size_t wbytes = align64((size_t)(s->o * (s->c / s->groups) * s->kh * s->kw) * 4);
+        size_t bbytes = align64((size_t)s->o * 4);
+        *bytes =
+            c->shared_bwd + (size_t)n_chunks * (wbytes + bbytes) + (size_t)nt * c->per_thread_bwd;
+    }
+    return true;
+}
+
+int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
+                           const ct_k_conv2d_geom *s,
+                           const float *x,
+                           const float *w,
+                           const float *b,
+                           float *y,
+                           void *scratch,
+                           int nt) {
+    onednn_state *st = ct_k_onednn_state(ctx, nt);
+    int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
+    conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, b != NULL) : NULL;
+    if (!main_plan) return 0;
+    char *cursor = scratch;
+    const float *wf = w;
+    if (main_plan->r_w_f) {
+        float *buf = (float *)take(&cursor, main_plan->shared_fwd);
+        if (!weight_reorder(st, nt, main_plan->r_w_f, &main_plan->w_md, w, &main_plan->wei_f, buf))
+            return 0;
+        wf = buf;
+    }
+    char *per_thread = cursor;
+    int64_t in_sample = s->c * s->h * s->w, out_sample = s->o * s->oh * s->ow;
+    bool chunk_ok[CHUNKS] = {false};
+    int saved = ct_omp_swap_threads(nt); /* a one-thread region must not let oneDNN fork */
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n_chunks; i++) {
+        int tid = omp_get_thread_num();
+        int64_t n0 = i * nb, len = s->n - n0 < nb ? s->n - n0 : nb;
+        conv_plan *c = len == nb ? main_plan : plan_get(ctx, st, s, len, b != NULL);
+        dnnl_stream_t stream = st->streams[tid];
+        char *mine = per_thread + (size_t)tid * main_plan->per_thread_fwd;
+        const float *xc = x + n0 * in_sample;
+        float *yc = y + n0 * out_sample;
+        void *src = (void *)(uintptr_t)xc, *dst = yc;
+        bool ok = c != NULL;
+        if (ok && c->r_x_f) {
+            src = take(&mine, md_bytes(&main_plan->src_f));
+            ok = run_reorder(st, stream, c->r_x_f, &c->x_md, xc, &c->src_f, src);
+        }
+        if (ok && c->r_y_f) dst = take(&mine, md_bytes(&main_plan->dst_f));
+        if (ok) {
+            const int ids[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
+            const dnnl_memory_desc_t *mds[4] = {&c->src_f, &c->wei_f, &c->dst_f, &c->b_md};
+            void *ptrs[4] = {src, (void *)(uintptr_t)wf, dst, (void *)(uintptr_t)b};
+            ok = run(st, stream, c->fwd, b ? 4 : 3, ids, mds, ptrs);
+        }
+        if (ok && c->r_y_f) ok = run_reorder(st, stream, c->r_y_f, &c->dst_f, dst, &c->y_md, yc);
+        chunk_ok[i] = ok;
+    }
+    ct_omp_swap_threads(saved);
+    for (int64_t i = 0; i < n_chunks; i++)
+        if (!chunk_ok[i]) return -1;
+    return 1;
+}
+
+int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
+                           const ct_k_conv2d_geom *s,
+                           bool has_bias,
+                           const float *x,
+                           const float *w,
+                           const float *dy,
+                           float *dx,
+                           float *dw,
+                           float *db,
+                           void *scratch,
+                           int nt) {
+    onednn_state *st = ct_k_onednn_state(ctx, nt);
+    int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
+    conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, has_bias) : NULL;
+    if (!main_plan || !main_plan->ok_bwd) return 0;
+    int64_t wn = s->o * (s->c / s->groups) * s->kh * s->kw;
+    size_t wbytes = align64((size_t)wn * 4), bbytes = align64((size_t)s->o * 4);
+    char *cursor = scratch;
+    const float *wb = w;
+    if (dx && main_plan->r_w_b) {
+        float *buf = (float *)take(&cursor, main_plan->shared_bwd);
+        if (!weight_reorder(st, nt, main_plan->r_w_b, &main_plan->w_md, w, &main_plan->wei_b, buf))
+            return 0;
+        wb = buf;
+    } else {
+        cursor += main_plan->shared_bwd;
+    }
+    float *dw_parts = (float *)take(&cursor, (size_t)n_chunks * wbytes);
+    float *db_parts = (float *)take(&cursor, (size_t)n_chunks * bbytes);
+    char *per_thread = cursor;
+    int64_t in_sample = s->c * s->h * s->w, out_sample = s->o * s->oh * s->ow;
+    bool want_w = dw != NULL || db != NULL;
+    bool chunk_ok[CHUNKS] = {false};
+    int saved = ct_omp_swap_threads(nt); /* a one-thread region must not let oneDNN fork */
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n_chunks; i++) {
+        int tid = omp_get_thread_num();
+        int64_t n0 = i * nb, len = s->n - n0 < nb ? s->n - n0 : nb;
+        conv_plan *c = len == nb ? main_plan : plan_get(ctx, st, s, len, has_bias);
+        dnnl_stream_t stream = st->streams[tid];
+        char *mine = per_thread + (size_t)tid * main_plan->per_thread_bwd;
+        const float *xc = x + n0 * in_sample, *dyc = dy + n0 * out_sample;
+        bool ok = c != NULL && c->ok_bwd;
+        void *ddst_data = NULL; /* dy in the backward-data layout, reused below when equal */
+        if (ok && dx) {
+            void *ddst = (void *)(uintptr_t)dyc;
+            void *dsrc = take(&mine, md_bytes(&main_plan->dsrc_b));
+            if (c->r_dy_b) {
+                ddst = take(&mine, md_bytes(&main_plan->ddst_b));
+                ok = run_reorder(st, stream, c->r_dy_b, &c->y_md, dyc, &c->ddst_b, ddst);
+            }
+            const int ids[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
+            const dnnl_memory_desc_t *mds[3] = {&c->ddst_b, &c->wei_b, &c->dsrc_b};
+            void *ptrs[3] = {ddst, (void *)(uintptr_t)wb, dsrc};
+            ok =
+                ok && run(st, stream, c->bwd_data, 3, ids, mds, ptrs) &&
+                run_reorder(st, stream, c->r_dx_b, &c->dsrc_b, dsrc, &c->x_md, dx + n0 * in_sample);
+            ddst_data = ddst;
+        }
+        if (ok && want_w) {
+            void *src = (void *)(uintptr_t)xc, *ddst = (void *)(uintptr_t)dyc;
+            float *dwc = dw_parts + i * (int64_t)(wbytes / 4);
+            void *dwei = dwc;
+            if (c->r_x_w) {
+                src = take(&mine, md_bytes(&main_plan->src_w));
+                ok = run_reorder(st, stream, c->r_x_w, &c->x_md, xc, &c->src_w, src);
+            }
+            if (ok && ddst_data && same(&c->ddst_w, &c->ddst_b)) {
+                ddst = ddst_data;
+            } else if (ok && c->r_dy_w) {
+                ddst = take(&mine, md_bytes(&main_plan->ddst_w));
+                ok = run_reorder(st, stream, c->r_dy_w, &c->y_md, dyc, &c->ddst_w, ddst);
+            }
+            if (c->r_dw_w) dwei = take(&mine, md_bytes(&main_plan->dwei_w));
+            const int ids[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
+                                DNNL_ARG_DIFF_BIAS};
+            const dnnl_memory_desc_t *mds[4] = {&c->src_w, &c->ddst_w, &c->dwei_w, &c->b_md};
+            void *ptrs[4] = {src, ddst, dwei, db_parts + i * (int64_t)(bbytes / 4)};
+            ok = ok && run(st, stream, c->bwd_w, 4, ids, mds, ptrs);
+            if (ok && c->r_dw_w)
+                ok = run_reorder(st, stream, c->r_dw_w, &c->dwei_w, dwei, &c->w_md, dwc);
+        }
+        chunk_ok[i] = ok;
+    }
+    ct_omp_swap_threads(saved);
+    for (int64_t i = 0; i < n_chunks; i++)
+        if (!chunk_ok[i]) return -1;
+    /* the chunks' weight and bias gradients, summed in chunk order */
+    if (dw) {
+        int ntw = ct_threads_for(ctx, wn, n_chunks);
+        CT_OMP_FOR(ntw)
+        for (int64_t j = 0; j < wn; j++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < n_chunks; i++)
+                acc += dw_parts[i * (int64_t)(wbytes / 4) + j];
+            dw[j] += acc;
+        }
+    }
+    if (db) {
+        for (int64_t j = 0; j < s->o; j++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < n_chunks; i++)
+                acc += db_parts[i * (int64_t)(bbytes / 4) + j];
+            db[j] += acc;
+        }
+    }
+    return 1;
+}
+
+#endif /* _OPENMP */

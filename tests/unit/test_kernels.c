@@ -1,0 +1,168 @@
+/*
+ * test_kernels.c - the three kernel sets agree: CT_KERNELS_FAST (oneDNN + OpenBLAS),
+ * CT_KERNELS_BLAS (OpenBLAS + im2col) and CT_KERNELS_REFERENCE (naive twins), forward and
+ * backward, on shapes big enough to take the oneDNN paths; and the fast set gives the same bits
+ * for 1 and 2 threads.
+ */
+#include <string.h>
+
+#include "ctrain/ctrain.h"
+#include "harness.h"
+
+typedef struct run_out {
+    float *v[4];
+    int64_t n[4];
+    int count;
+} run_out;
+
+static ct_ctx *new_ctx(ct_kernels k, int64_t threads) {
+    ct_ctx_params p = ct_ctx_default_params();
+    p.kernels = k;
+    p.n_threads = threads;
+    ct_ctx *ctx = NULL;
+    if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
+    return ctx;
+}
+
+static ct_tensor *randn(ct_graph *g, int32_t ndim, const int64_t *shape, uint64_t seed) {
+    ct_tensor *t = ct_graph_new(g, CT_F32, ndim, shape);
+    ct_rng r = ct_rng_init(seed, 0);
+    ct_rng_normal(&r, t->data, ct_tensor_numel(t), 0.0f, 1.0f);
+    t->flags |= CT_TENSOR_REQUIRES_GRAD;
+    return t;
+}
+
+static void keep(run_out *o, const float *v, int64_t n) {
+    o->v[o->count] = malloc((size_t)n * sizeof(float));
+    memcpy(o->v[o->count], v, (size_t)n * sizeof(float));
+    o->n[o->count++] = n;
+}
+
+static void release(run_out *o) {
+    for (int i = 0; i < o->count; i++)
+        free(o->v[i]);
+    o->count = 0;
+}
+
+/* linear (x W^T + b, and its three backward GEMMs: plain, transposed A, beta = 1) */
+static void run_linear(ct_kernels k, int64_t threads, run_out *o) {
+    ct_ctx *ctx = new_ctx(k, threads);
+    ct_graph *g;
+    ct_graph_create(ctx, NULL, &g);
+    ct_tensor *x = randn(g, 2, (int64_t[]){96, 200}, 1), *w = randn(g, 2, (int64_t[]){150, 200}, 2);
+    ct_tensor *b = randn(g, 1, (int64_t[]){150}, 3);
+    ct_tensor *y = ct_op_linear(g, x, w, b);
+    ct_tensor *l = ct_op_sum_all(g, ct_op_mul(g, y, y));
+    CT_CHECK_INT(ct_graph_backward(g, l), CT_OK);
+    keep(o, y->data, 96 * 150);
+    keep(o, x->grad, 96 * 200);
+    keep(o, w->grad, 150 * 200);
+    keep(o, b->grad, 150);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+}
+
+/* conv2d with padding, stride, dilation and groups, through forward and backward */
+static void run_conv(ct_kernels k, int64_t threads, int cfg, run_out *o) {
+    ct_ctx *ctx = new_ctx(k, threads);
+    ct_graph *g;
+    ct_graph_create(ctx, NULL, &g);
+    ct_conv2d_params p = ct_conv2d_default_params();
+    int64_t n = 10, c = 8, o_ch = 16, hw = 13, kk = 3, grp = 1;
+    if (cfg == 1) {
+        p.stride[0] = p.stride[1] = 2;
+        p.padding[0] = p.padding[1] = 1;
+    } else if (cfg == 2) {
+        p.dilation[0] = p.dilation[1] = 2;
+        p.padding[0] = 2;
+        grp = 2;
+    } else {
+        p.padding[0] = p.padding[1] = 1;
+    }
+    p.groups = grp;
+    ct_tensor *x = randn(g, 4, (int64_t[]){n, c, hw, hw}, 4);
+    ct_tensor *w = randn(g, 4, (int64_t[]){o_ch, c / grp, kk, kk}, 5);
+    ct_tensor *b = randn(g, 1, (int64_t[]){o_ch}, 6);
+    ct_tensor *y = ct_op_conv2d(g, x, w, b, &p);
+    CT_CHECK(y != NULL);
+    if (!y) {
+        ct_graph_destroy(g);
+        ct_ctx_destroy(ctx);
+        return;
+    }
+    ct_tensor *l = ct_op_sum_all(g, ct_op_mul(g, y, y));
+    CT_CHECK_INT(ct_graph_backward(g, l), CT_OK);
+    keep(o, y->data, ct_tensor_numel(y));
+    keep(o, x->grad, ct_tensor_numel(x));
+    keep(o, w->grad, ct_tensor_numel(w));
+    keep(o, b->grad, o_ch);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+}
+
+static void compare(const char *what, run_out *got, run_out *ref, double atol, double rtol) {
+    static const char *names[4] = {"output", "dx", "dw", "db"};
+    CT_CHECK_INT(got->count, ref->count);
+    for (int i = 0; i < got->count && i < ref->count; i++) {
+        char buf[96];
+        snprintf(buf, sizeof buf, "%s %s", what, names[i]);
+        CT_CHECK_ARRAYS(buf, got->v[i], ref->v[i], got->n[i], atol, rtol);
+    }
+}
+
+static void bitwise(const char *what, run_out *a, run_out *b) {
+    for (int i = 0; i < a->count && i < b->count; i++)
+        CT_CHECK_MSG(memcmp(a->v[i], b->v[i], (size_t)a->n[i] * sizeof(float)) == 0,
+                     "%s: result %d differs between 1 and 2 threads", what, i);
+}
+
+static void kernel_sets_should_agree_on_linear(void) {
+    run_out fast = {0}, blas = {0}, ref = {0}, fast1 = {0};
+    run_linear(CT_KERNELS_FAST, 2, &fast);
+    run_linear(CT_KERNELS_FAST, 1, &fast1);
+    run_linear(CT_KERNELS_BLAS, 2, &blas);
+    run_linear(CT_KERNELS_REFERENCE, 1, &ref);
+    compare("linear fast vs reference", &fast, &ref, 1e-3, 1e-4);
+    compare("linear blas vs reference", &blas, &ref, 1e-3, 1e-4);
+    bitwise("linear fast", &fast, &fast1);
+    release(&fast);
+    release(&fast1);
+    release(&blas);
+    release(&ref);
+}
+
+static void kernel_sets_should_agree_on_conv2d(void) {
+    for (int cfg = 0; cfg < 3; cfg++) {
+        run_out fast = {0}, blas = {0}, ref = {0}, fast1 = {0};
+        run_conv(CT_KERNELS_FAST, 2, cfg, &fast);
+        run_conv(CT_KERNELS_FAST, 1, cfg, &fast1);
+        run_conv(CT_KERNELS_BLAS, 2, cfg, &blas);
+        run_conv(CT_KERNELS_REFERENCE, 1, cfg, &ref);
+        char what[64];
+        snprintf(what, sizeof what, "conv config %d fast vs reference", cfg);
+        compare(what, &fast, &ref, 1e-3, 1e-4);
+        snprintf(what, sizeof what, "conv config %d blas vs reference", cfg);
+        compare(what, &blas, &ref, 1e-3, 1e-4);
+        snprintf(what, sizeof what, "conv config %d fast", cfg);
+        bitwise(what, &fast, &fast1);
+        release(&fast);
+        release(&fast1);
+        release(&blas);
+        release(&ref);
+    }
+}
+
+static void context_should_reject_unknown_kernel_set(void) {
+    ct_ctx_params p = ct_ctx_default_params();
+    p.kernels = CT_KERNELS_COUNT;
+    ct_ctx *ctx = NULL;
+    CT_CHECK_INT(ct_ctx_create(&p, &ctx), CT_ERR_INVALID_ARG);
+    CT_CHECK(ctx == NULL);
+}
+
+int main(void) {
+    CT_RUN(kernel_sets_should_agree_on_linear);
+    CT_RUN(kernel_sets_should_agree_on_conv2d);
+    CT_RUN(context_should_reject_unknown_kernel_set);
+    return ct_test_finish();
+}
