@@ -100,6 +100,19 @@ CT_API ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *
 
 /* ---- for op authors (built-in ops and plugins) ---- */
 
+/*
+ * Temporary scratch inside an op: take a mark, allocate with ct_graph_alloc, and release the
+ * mark when done; the memory is reused by whatever comes next, so a deep network's arena holds
+ * the largest scratch once, not the sum. Nothing allocated after the mark may outlive the
+ * release (allocate outputs and gradient buffers before marking).
+ */
+typedef struct ct_graph_mark {
+    void *chunk;
+    size_t used;
+} ct_graph_mark;
+CT_API ct_graph_mark ct_graph_scratch_mark(const ct_graph *g);
+CT_API void ct_graph_scratch_release(ct_graph *g, ct_graph_mark mark);
+
 /* True when an op with these inputs must record a node: grad mode is on and one requires grad. */
 CT_API bool ct_graph_needs_grad(const ct_graph *g, int32_t n_in, ct_tensor *const *in);
 /* Appends a node producing `out` from the inputs and marks `out` as requiring grad. Returns

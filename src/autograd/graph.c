@@ -109,6 +109,16 @@ void *ct_graph_alloc(ct_graph *g, size_t size) {
     return p;
 }
 
+ct_graph_mark ct_graph_scratch_mark(const ct_graph *g) {
+    ct_graph_mark m;
+    ct_arena_mark(&g->arena, &m.chunk, &m.used);
+    return m;
+}
+
+void ct_graph_scratch_release(ct_graph *g, ct_graph_mark mark) {
+    ct_arena_rewind(&g->arena, mark.chunk, mark.used);
+}
+
 static ct_tensor *
 new_tensor(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape, bool zero, void *data) {
     if (g->status != CT_OK) return NULL;

@@ -81,3 +81,17 @@ void ct_arena_reset(ct_arena *a) {
     if (a->head) a->head->used = 0;
     a->current = a->head;
 }
+
+void ct_arena_mark(const ct_arena *a, void **chunk, size_t *used) {
+    *chunk = a->current;
+    *used = a->current ? a->current->used : 0;
+}
+
+void ct_arena_rewind(ct_arena *a, void *chunk, size_t used) {
+    if (!chunk) {
+        ct_arena_reset(a); /* marked before the first allocation */
+        return;
+    }
+    a->current = chunk;
+    a->current->used = used; /* later chunks get used = 0 when the bump pointer reaches them */
+}

@@ -61,6 +61,9 @@ CT_INTERNAL void ct_arena_init(ct_arena *a, ct_ctx *ctx, size_t chunk_size);
 CT_INTERNAL void ct_arena_fini(ct_arena *a);
 CT_INTERNAL void *ct_arena_alloc(ct_arena *a, size_t size);
 CT_INTERNAL void ct_arena_reset(ct_arena *a);
+/* The current fill point, and a rewind to it: everything allocated after the mark is freed. */
+CT_INTERNAL void ct_arena_mark(const ct_arena *a, void **chunk, size_t *used);
+CT_INTERNAL void ct_arena_rewind(ct_arena *a, void *chunk, size_t used);
 
 /*
  * CT_OMP_FOR(nt) goes right before a `for` loop whose iterations are independent: with OpenMP

@@ -140,6 +140,7 @@ static void attention_backward(ct_graph *g, ct_node *n) {
     if (!dqkv) return;
     int64_t B = n->iarg[0], T = n->iarg[1], C = n->iarg[2], H = n->iarg[3];
     if (B * T == 0) return;
+    ct_graph_mark mark = ct_graph_scratch_mark(g); /* dqkv was allocated above */
     float *scratch = ct_graph_alloc(g, (size_t)(B * H * T * T) * sizeof(float));
     if (!scratch) return;
     const float *dout = n->out->grad, *qkv = n->in[0]->data, *att = n->saved;
@@ -147,6 +148,7 @@ static void attention_backward(ct_graph *g, ct_node *n) {
         ct_k_attention_ref_bwd(ct_graph_ctx(g), dqkv, scratch, dout, qkv, att, B, T, C, H);
     else
         ct_k_attention_bwd(ct_graph_ctx(g), dqkv, scratch, dout, qkv, att, B, T, C, H);
+    ct_graph_scratch_release(g, mark);
 }
 
 static const ct_op_def attention_def = {"causal_attention", attention_backward};

@@ -307,12 +307,16 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
         ct_k_conv2d_ref_bwd(&s, x->data, w->data, dy, dx, dw, db);
         return;
     }
-    if ((dx || dw || db) && s.c > 0) {
-        int r = onednn_backward(g, &s, bias != NULL, x->data, w->data, dy, dx, dw, db);
-        if (r != 0) return; /* done, or failed (recorded) */
+    /* all scratch below is released at the end: the gradients were allocated above */
+    ct_graph_mark mark = ct_graph_scratch_mark(g);
+    int r = 0;
+    if ((dx || dw || db) && s.c > 0)
+        r = onednn_backward(g, &s, bias != NULL, x->data, w->data, dy, dx, dw, db);
+    if (r == 0) { /* not taken by oneDNN (done, or failed and recorded, otherwise) */
+        if (db) bias_backward(g, &s, dy, db);
+        fast_backward(g, &s, x->data, w->data, dy, dx, dw);
     }
-    if (db) bias_backward(g, &s, dy, db);
-    fast_backward(g, &s, x->data, w->data, dy, dx, dw);
+    ct_graph_scratch_release(g, mark);
 }
 
 static const ct_op_def conv2d_def = {"conv2d", conv2d_backward};
@@ -444,13 +448,16 @@ ct_tensor *ct_op_conv2d(
         }
         const float *bv = bias ? bias->data : NULL;
         int r = 0;
+        bool ok = true;
+        ct_graph_mark mark = ct_graph_scratch_mark(g); /* scratch only from here: y is out */
         if (ct_ops_reference(g))
             ct_k_conv2d_ref_fwd(&s, x->data, weight->data, bv, y->data);
-        else if (s.c > 0 && (r = onednn_forward(g, &s, x->data, weight->data, bv, y->data)) != 0) {
-            if (r < 0) return NULL;
-        } else if (!fast_forward(g, &s, x->data, weight->data, bv, y->data)) {
-            return NULL;
-        }
+        else if (s.c > 0 && (r = onednn_forward(g, &s, x->data, weight->data, bv, y->data)) != 0)
+            ok = r > 0;
+        else
+            ok = fast_forward(g, &s, x->data, weight->data, bv, y->data);
+        ct_graph_scratch_release(g, mark);
+        if (!ok) return NULL;
     }
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {

@@ -201,6 +201,40 @@ static void graph_should_keep_first_failure_sticky(void) {
     ct_ctx_destroy(ctx);
 }
 
+static void graph_should_reuse_released_scratch(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    ct_graph_params gp = ct_graph_default_params();
+    gp.arena_chunk = 4096;
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_graph_create(ctx, &gp, &g), CT_OK);
+    ct_tensor *a = ct_graph_new(g, CT_F32, 1, (int64_t[]){100});
+    ct_tensor_fill(a, 7.0f);
+    size_t cap = 0;
+    float *last = NULL;
+    for (int i = 0; i < 10; i++) {
+        ct_graph_mark m = ct_graph_scratch_mark(g);
+        float *scratch = ct_graph_alloc(g, 3000 * sizeof(float)); /* larger than a chunk */
+        if (i > 0) CT_CHECK(scratch == last);
+        last = scratch;
+        CT_CHECK(scratch != NULL);
+        for (int k = 0; k < 3000; k++)
+            scratch[k] = -1.0f;
+        ct_graph_scratch_release(g, m);
+        if (i == 0) cap = ct_graph_arena_capacity(g);
+    }
+    /* ten cycles cost the arena one scratch, and what was allocated before is untouched */
+    CT_CHECK_INT(ct_graph_arena_capacity(g), cap);
+    CT_CHECK(ct_tensor_get_f32(a, 99) == 7.0f);
+    /* a mark taken before anything was allocated rewinds to the start */
+    ct_graph_reset(g);
+    ct_graph_mark m0 = ct_graph_scratch_mark(g);
+    void *p0 = ct_graph_alloc(g, 64);
+    ct_graph_scratch_release(g, m0);
+    CT_CHECK(ct_graph_alloc(g, 64) == p0);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+}
+
 static void params_should_live_in_one_buffer(void) {
     test_alloc ta = {0};
     ct_ctx *ctx = make_ctx(&ta);
@@ -305,6 +339,7 @@ int main(void) {
     CT_RUN(rng_should_be_counter_based_and_splittable);
     CT_RUN(graph_should_stop_allocating_after_first_step);
     CT_RUN(graph_should_keep_first_failure_sticky);
+    CT_RUN(graph_should_reuse_released_scratch);
     CT_RUN(params_should_live_in_one_buffer);
     CT_RUN(optim_should_follow_torch_formulas);
     return ct_test_finish();
