@@ -40,6 +40,24 @@ static inline gc_opts gc_default_opts(void) {
     return o;
 }
 
+#define GC_PREFILL 0.5f
+
+static inline int64_t gc_numel(const gc_input *in) {
+    int64_t n = 1;
+    for (int32_t d = 0; d < in->ndim; d++)
+        n *= in->shape[d];
+    return n;
+}
+
+static inline float *gc_alloc(int64_t n) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "gradcheck: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
 static ct_tensor *gc_build(ct_graph *g,
                            int n,
                            gc_input *ins,
@@ -80,7 +98,11 @@ static int gc_check(const char *what,
                     const gc_opts *opts) {
     gc_opts o = opts ? *opts : gc_default_opts();
     ct_graph *g = NULL;
-    if (ct_graph_create(ctx, NULL, &g) != CT_OK) return 0;
+    if (ct_graph_create(ctx, NULL, &g) != CT_OK) {
+        fprintf(stderr, "%s: cannot create a graph: %s\n", what, ct_last_error(ctx));
+        ct_test_failures++;
+        return 0;
+    }
     ct_graph_set_training(g, o.training);
     *ct_graph_rng(g) = ct_rng_init(1234, 5);
     ct_rng saved = *ct_graph_rng(g);
@@ -96,7 +118,18 @@ static int gc_check(const char *what,
         return 0;
     }
     int64_t n_out = ct_tensor_numel(out);
-    float *r = malloc((size_t)n_out * sizeof(float));
+    /* Gradients must be added (+=), not stored: each probed input starts from GC_PREFILL, which
+     * is subtracted afterwards, so a backward that overwrites fails the comparison. */
+    float *prefilled[GC_MAX_IN] = {0};
+    for (int i = 0; i < n; i++) {
+        if (!ins[i].grad) continue;
+        int64_t ne = gc_numel(&ins[i]);
+        prefilled[i] = gc_alloc(ne);
+        for (int64_t e = 0; e < ne; e++)
+            prefilled[i][e] = GC_PREFILL;
+        t[i]->grad = prefilled[i];
+    }
+    float *r = gc_alloc(n_out);
     ct_rng rr = ct_rng_init(99, 1);
     ct_rng_uniform(&rr, r, n_out);
     for (int64_t j = 0; j < n_out; j++)
@@ -111,19 +144,18 @@ static int gc_check(const char *what,
     float *analytic[GC_MAX_IN] = {0};
     for (int i = 0; i < n; i++) {
         if (!ins[i].grad) continue;
-        int64_t ne = ct_tensor_numel(t[i]);
-        analytic[i] = malloc((size_t)ne * sizeof(float));
-        if (t[i]->grad)
-            memcpy(analytic[i], t[i]->grad, (size_t)ne * sizeof(float));
-        else
-            memset(analytic[i], 0, (size_t)ne * sizeof(float));
+        int64_t ne = gc_numel(&ins[i]);
+        analytic[i] = gc_alloc(ne);
+        for (int64_t e = 0; e < ne; e++)
+            analytic[i][e] = prefilled[i][e] - GC_PREFILL;
+        free(prefilled[i]);
     }
 
     int ok = 1;
     for (int i = 0; i < n && ok; i++) {
         if (!ins[i].grad) continue;
         float *x = ins[i].data;
-        int64_t ne = ct_tensor_numel(t[i]);
+        int64_t ne = gc_numel(&ins[i]);
         int64_t stride = ne > o.max_points ? ne / o.max_points : 1;
         for (int64_t e = 0; e < ne; e += stride) {
             float x0 = x[e];

@@ -90,8 +90,12 @@ CT_API void *ct_graph_alloc(ct_graph *g, size_t size);
 
 /*
  * Backpropagates from `loss`, which must be an f32 tensor with one element: its gradient is
- * seeded with 1 and every node of the tape runs its backward, newest first. Parameter
- * gradients accumulate. Calling it twice in one step accumulates twice.
+ * seeded with 1 and every node of the tape runs its backward, newest first. Gradients of
+ * leaves (parameters, and tensors the caller flagged CT_TENSOR_REQUIRES_GRAD) accumulate;
+ * gradients of intermediate tensors are recomputed on each call, so calling it twice in one
+ * step (two losses) adds each loss's gradient to the leaves once.
+ * A leaf that is neither a parameter nor a step tensor (an owned tensor flagged by the caller)
+ * gets its gradient buffer from the arena; ct_graph_reset sets its grad back to NULL.
  */
 CT_API ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss);
 /* Backpropagates from any f32 tensor t that requires grad, with its gradient seeded from

@@ -44,7 +44,8 @@ ct_loss_bce_with_logits(ct_graph *g, ct_tensor *logits, ct_tensor *target, ct_re
 /* (pred - target)^2, |pred - target|; same shapes. */
 CT_API ct_tensor *ct_loss_mse(ct_graph *g, ct_tensor *pred, ct_tensor *target, ct_reduction r);
 CT_API ct_tensor *ct_loss_l1(ct_graph *g, ct_tensor *pred, ct_tensor *target, ct_reduction r);
-/* Smooth L1 with threshold beta > 0 (PyTorch smooth_l1_loss) and Huber with delta > 0. */
+/* Smooth L1 with threshold beta >= 0 (PyTorch smooth_l1_loss; beta 0 is L1) and Huber with
+ * delta > 0. */
 CT_API ct_tensor *
 ct_loss_smooth_l1(ct_graph *g, ct_tensor *pred, ct_tensor *target, float beta, ct_reduction r);
 CT_API ct_tensor *

@@ -51,7 +51,8 @@ CT_API void ct_optim_destroy(ct_optim *opt);
 
 /* One update of every trainable parameter from its gradient, at the current learning rate. */
 CT_API void ct_optim_step(ct_optim *opt);
-CT_API void ct_optim_set_lr(ct_optim *opt, float lr);
+/* Fails with CT_ERR_INVALID_ARG (and keeps the old rate) unless lr is finite and >= 0. */
+CT_API ct_status ct_optim_set_lr(ct_optim *opt, float lr);
 CT_API float ct_optim_lr(const ct_optim *opt);
 /* Updates made so far. */
 CT_API int64_t ct_optim_steps(const ct_optim *opt);

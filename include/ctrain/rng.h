@@ -34,7 +34,8 @@ CT_API void ct_rng_block(const ct_rng *r, uint64_t counter, uint32_t out[4]);
 CT_API void ct_rng_uniform(ct_rng *r, float *out, int64_t n);
 /* Fills out[0..n) with normal floats (Box-Muller); advances r by ceil(n/2) blocks. */
 CT_API void ct_rng_normal(ct_rng *r, float *out, int64_t n, float mean, float std);
-/* A uniform integer in [0, n) (n >= 1), without modulo bias; advances r by at least one block. */
+/* A uniform integer in [0, n) (n >= 1; 0 gives 0), without modulo bias; advances r by at least
+ * one block. */
 CT_API uint64_t ct_rng_below(ct_rng *r, uint64_t n);
 
 /* Element i of a uniform [0,1) sequence that starts at block `counter0`: the same value that

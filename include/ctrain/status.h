@@ -80,7 +80,7 @@ typedef enum ct_kernels {
 } ct_kernels;
 
 typedef struct ct_ctx_params {
-    int64_t n_threads;      /* OpenMP and BLAS threads; 0 = all online cores */
+    int64_t n_threads;      /* threads for ops and kernels, 0..CT_MAX_THREADS; 0 = all cores */
     ct_allocator allocator; /* alloc == NULL selects the default */
     ct_log_fn log;          /* NULL = write to stderr */
     void *log_user;
@@ -88,6 +88,12 @@ typedef struct ct_ctx_params {
     ct_kernels kernels;     /* default CT_KERNELS_FAST; tests compare the three */
 } ct_ctx_params;
 
+#define CT_MAX_THREADS 1024
+
+/*
+ * A context and everything made from it (graphs, stores, optimizers, kernel caches) is used by
+ * one thread at a time: use one context per thread that trains or evaluates concurrently.
+ */
 typedef struct ct_ctx ct_ctx;
 
 CT_API ct_ctx_params ct_ctx_default_params(void);
@@ -98,8 +104,9 @@ CT_API ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out);
 CT_API void ct_ctx_destroy(ct_ctx *ctx);
 
 CT_API int64_t ct_ctx_threads(const ct_ctx *ctx);
-/* Changes the thread count (0 = all cores) for later calls. Results do not depend on it. */
-CT_API void ct_ctx_set_threads(ct_ctx *ctx, int64_t n_threads);
+/* Changes the thread count (0 = all cores) for later calls; out of 0..CT_MAX_THREADS fails with
+ * CT_ERR_INVALID_ARG and keeps the old count. Results do not depend on it. */
+CT_API ct_status ct_ctx_set_threads(ct_ctx *ctx, int64_t n_threads);
 
 /* The message of the most recent failure on this context, or "" when none. */
 CT_API const char *ct_last_error(const ct_ctx *ctx);

@@ -11,10 +11,17 @@
 #include "core/core_internal.h"
 #include "ctrain/autograd.h"
 
+/* Leaves outside the arena whose gradient buffer lives in it: their grad is cleared at reset. */
+typedef struct outside_leaf {
+    ct_tensor *t;
+    struct outside_leaf *next;
+} outside_leaf;
+
 struct ct_graph {
     ct_ctx *ctx;
     ct_arena arena;
     ct_node *tape; /* newest node */
+    outside_leaf *outside;
     bool grad_enabled;
     bool training;
     ct_rng rng;
@@ -45,6 +52,8 @@ ct_status ct_graph_create(ct_ctx *ctx, const ct_graph_params *params, ct_graph *
 void ct_graph_destroy(ct_graph *g) {
     if (!g) return;
     ct_ctx *ctx = g->ctx;
+    for (outside_leaf *l = g->outside; l; l = l->next)
+        l->t->grad = NULL;
     ct_arena_fini(&g->arena);
     ct_free(ctx, g, sizeof *g);
 }
@@ -54,6 +63,10 @@ ct_ctx *ct_graph_ctx(const ct_graph *g) {
 }
 
 void ct_graph_reset(ct_graph *g) {
+    /* O(1) unless the caller flagged tensors of its own for gradients */
+    for (outside_leaf *l = g->outside; l; l = l->next)
+        l->t->grad = NULL;
+    g->outside = NULL;
     ct_arena_reset(&g->arena);
     g->tape = NULL;
     g->status = CT_OK;
@@ -130,6 +143,7 @@ new_tensor(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape, bool
     ct_tensor *t = ct_graph_alloc(g, sizeof *t);
     if (!t) return NULL;
     *t = ct_tensor_view(data, dtype, ndim, shape);
+    t->flags = CT_TENSOR_STEP;
     if (!data) {
         size_t bytes = (size_t)numel * ct_dtype_size(dtype);
         t->data = ct_graph_alloc(g, bytes);
@@ -165,7 +179,12 @@ bool ct_graph_needs_grad(const ct_graph *g, int32_t n_in, ct_tensor *const *in) 
 
 ct_node *ct_graph_record(
     ct_graph *g, const ct_op_def *op, ct_tensor *out, int32_t n_in, ct_tensor *const *in) {
-    CT_ASSERT(n_in >= 0 && n_in <= CT_NODE_MAX_IN);
+    if (n_in < 0 || n_in > CT_NODE_MAX_IN || !op || !out) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
+                      "record: %d inputs (at most %d), op and out must be given", (int)n_in,
+                      CT_NODE_MAX_IN);
+        return NULL;
+    }
     ct_node *n = ct_graph_alloc(g, sizeof *n);
     if (!n) return NULL;
     memset(n, 0, sizeof *n);
@@ -184,6 +203,13 @@ ct_node *ct_graph_record(
 float *ct_graph_grad(ct_graph *g, ct_tensor *t) {
     if (!t || !(t->flags & CT_TENSOR_REQUIRES_GRAD)) return NULL;
     if (!t->grad) {
+        if (!(t->flags & (CT_TENSOR_STEP | CT_TENSOR_PARAM))) {
+            outside_leaf *l = ct_graph_alloc(g, sizeof *l);
+            if (!l) return NULL;
+            l->t = t;
+            l->next = g->outside;
+            g->outside = l;
+        }
         size_t bytes = (size_t)ct_tensor_numel(t) * sizeof(float);
         t->grad = ct_graph_alloc(g, bytes);
         if (t->grad) memset(t->grad, 0, bytes);
@@ -212,6 +238,10 @@ ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
         return CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
                              "backward: the tensor does not depend on anything that requires "
                              "grad (was it computed with gradients disabled?)");
+    /* intermediate gradients from an earlier backward in this step start again from zero */
+    for (ct_node *node = g->tape; node; node = node->prev)
+        if (node->out->grad)
+            memset(node->out->grad, 0, (size_t)ct_tensor_numel(node->out) * sizeof(float));
     float *grad = ct_graph_grad(g, t);
     if (!grad) return g->status;
     int64_t n = ct_tensor_numel(t);

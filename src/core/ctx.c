@@ -70,9 +70,9 @@ ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out) {
     ct_ctx_params p = params ? *params : ct_ctx_default_params();
     if (!out) return CT_ERR_INVALID_ARG;
     *out = NULL;
-    if (p.n_threads < 0 || (p.allocator.alloc == NULL) != (p.allocator.free == NULL) ||
-        (int)p.log_level < 0 || p.log_level >= CT_LOG_LEVEL_COUNT || (int)p.kernels < 0 ||
-        p.kernels >= CT_KERNELS_COUNT)
+    if (p.n_threads < 0 || p.n_threads > CT_MAX_THREADS ||
+        (p.allocator.alloc == NULL) != (p.allocator.free == NULL) || (int)p.log_level < 0 ||
+        p.log_level >= CT_LOG_LEVEL_COUNT || (int)p.kernels < 0 || p.kernels >= CT_KERNELS_COUNT)
         return CT_ERR_INVALID_ARG;
     if (!p.allocator.alloc) {
         p.allocator.alloc = default_alloc;
@@ -87,7 +87,7 @@ ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out) {
     ctx->log_user = p.log ? p.log_user : NULL;
     ctx->log_level = p.log_level;
     ctx->kernels = p.kernels;
-    ct_ctx_set_threads(ctx, p.n_threads);
+    (void)ct_ctx_set_threads(ctx, p.n_threads); /* validated above */
     *out = ctx;
     return CT_OK;
 }
@@ -103,13 +103,19 @@ int64_t ct_ctx_threads(const ct_ctx *ctx) {
     return ctx->n_threads;
 }
 
-void ct_ctx_set_threads(ct_ctx *ctx, int64_t n_threads) {
+ct_status ct_ctx_set_threads(ct_ctx *ctx, int64_t n_threads) {
+    if (n_threads < 0 || n_threads > CT_MAX_THREADS)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "threads: expected 0 (all cores) to %d, got %lld",
+                       CT_MAX_THREADS, (long long)n_threads);
     ctx->n_threads = n_threads > 0 ? n_threads : online_cores();
+    if (ctx->n_threads > CT_MAX_THREADS) ctx->n_threads = CT_MAX_THREADS;
 #ifdef CT_HAVE_OPENBLAS
     /* OpenBLAS runs single-threaded: we split GEMMs into fixed tiles over our own OpenMP threads
-     * (kernels/blas/gemm_blas.c), which keeps results independent of the thread count. */
+     * (kernels/blas/gemm_blas.c), which keeps results independent of the thread count. This is
+     * OpenBLAS's process-wide setting: a host program that uses OpenBLAS itself sees it too. */
     openblas_set_num_threads(1);
 #endif
+    return CT_OK;
 }
 
 const char *ct_last_error(const ct_ctx *ctx) {

@@ -94,6 +94,7 @@ void ct_rng_normal(ct_rng *r, float *out, int64_t n, float mean, float std) {
 }
 
 uint64_t ct_rng_below(ct_rng *r, uint64_t n) {
+    if (n == 0) return 0; /* documented: n >= 1; 0 must not divide by zero */
     /* Rejection sampling on 64-bit draws: unbiased for any n. */
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
     for (;;) {

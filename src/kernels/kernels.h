@@ -3,7 +3,10 @@
  * reference twin for each, selected by the context's `kernels` setting. Internal.
  *
  * Kernels work on raw float pointers; shapes are given in comments on each argument. They
- * overwrite (beta = 0) or accumulate (beta = 1) as stated; none allocates.
+ * overwrite (beta = 0) or accumulate (beta = 1) as stated. They take no arena memory; the
+ * oneDNN paths keep per-context caches (primitives, per-thread scratchpads) that grow when a
+ * new shape first appears, and oneDNN's C++ runtime makes small allocations of its own per
+ * primitive execution (outside the injected allocator).
  */
 #ifndef CT_KERNELS_H
 #define CT_KERNELS_H
@@ -31,7 +34,7 @@ CT_INTERNAL void ct_k_gemm(ct_ctx *ctx,
                            float beta,
                            float *c,
                            int64_t ldc);
-CT_INTERNAL void ct_k_ref_gemm(ct_ctx *ctx,
+CT_INTERNAL void ct_k_gemm_ref(ct_ctx *ctx,
                                bool trans_a,
                                bool trans_b,
                                int64_t m,
@@ -45,7 +48,7 @@ CT_INTERNAL void ct_k_ref_gemm(ct_ctx *ctx,
                                float beta,
                                float *c,
                                int64_t ldc);
-CT_INTERNAL void ct_k_blas_gemm(ct_ctx *ctx,
+CT_INTERNAL void ct_k_gemm_blas(ct_ctx *ctx,
                                 bool trans_a,
                                 bool trans_b,
                                 int64_t m,

@@ -119,10 +119,23 @@ ct_status ct_params_alloc(ct_params *p) {
     size_t bytes = 0;
     for (int64_t i = 0; i < p->count; i++) {
         param_entry *e = p->entries[i];
-        if (e->kind == CT_PARAM_TRAINABLE)
-            n += ct_tensor_numel(&e->t);
-        else
-            bytes += (ct_tensor_nbytes(&e->t) + 7) & ~(size_t)7; /* keep i64 aligned */
+        /* each shape was checked alone; the totals must not overflow either */
+        if (e->kind == CT_PARAM_TRAINABLE) {
+            int64_t k = ct_tensor_numel(&e->t);
+            if (k > INT64_MAX / 4 - n || (uint64_t)(n + k) > SIZE_MAX / sizeof(float))
+                return CT_FAIL(ctx, CT_ERR_SHAPE,
+                               "parameter '%s': the parameters add up to more than can be "
+                               "addressed",
+                               e->name);
+            n += k;
+        } else {
+            size_t k = (ct_tensor_nbytes(&e->t) + 7) & ~(size_t)7; /* keep i64 aligned */
+            if (k < ct_tensor_nbytes(&e->t) || k > SIZE_MAX - bytes)
+                return CT_FAIL(ctx, CT_ERR_SHAPE,
+                               "buffer '%s': the buffers add up to more than can be addressed",
+                               e->name);
+            bytes += k;
+        }
     }
     size_t fbytes = (size_t)n * sizeof(float);
     size_t vsize = fbytes ? fbytes : 1, bsize = bytes ? bytes : 1;

@@ -10,7 +10,7 @@
  * threads instead (nested regions inside the head loop are inactive). Either way each element
  * comes from the same calls in the same order, so results do not depend on the thread count.
  * Entering ct_k_gemm from several threads at once is safe because OpenBLAS runs single-threaded
- * (ct_ctx_set_threads) and ct_k_blas_gemm does its own tiling.
+ * (ct_ctx_set_threads) and ct_k_gemm_blas does its own tiling.
  *
  * The GEMMs compute full T x T score blocks; entries above the diagonal are overwritten with
  * exact zeros, which contribute nothing to P v or to the backward products.

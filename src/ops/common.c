@@ -10,6 +10,13 @@ bool ct_ops_begin(ct_graph *g, const char *op, int32_t n, ct_tensor *const *in) 
             CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "%s: input %d is NULL", op, (int)i);
             return false;
         }
+        if (!in[i]->data && ct_tensor_numel(in[i]) > 0) {
+            CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
+                          "%s: input %d ('%s') has no data (a parameter used before "
+                          "ct_params_alloc?)",
+                          op, (int)i, in[i]->name ? in[i]->name : "unnamed");
+            return false;
+        }
     }
     return true;
 }
@@ -60,6 +67,18 @@ int ct_ops_threads(const ct_graph *g, int64_t n, int64_t work) {
 
 bool ct_ops_reference(const ct_graph *g) {
     return ct_graph_ctx(g)->kernels == CT_KERNELS_REFERENCE;
+}
+
+bool ct_ops_mul_ok(int64_t a, int64_t b, int64_t *r) {
+    if (a < 0 || b < 0 || (a > 0 && b > INT64_MAX / a)) return false;
+    *r = a * b;
+    return true;
+}
+
+bool ct_ops_add_ok(int64_t a, int64_t b, int64_t *r) {
+    if (a < 0 || b < 0 || a > INT64_MAX - b) return false;
+    *r = a + b;
+    return true;
 }
 
 double ct_ops_sum_f64(const float *x, int64_t n, int64_t stride) {

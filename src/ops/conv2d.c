@@ -2,14 +2,18 @@
  * conv2d.c - 2-D convolution (PyTorch's F.conv2d: stride, zero padding, dilation, groups,
  * optional bias), forward and backward.
  *
- * Fast path: im2col + ct_k_gemm. The batch is cut into chunks of B samples, B chosen from the
- * shapes alone (the im2col buffer of a chunk holds at most COL_BUDGET floats), never from the
- * thread count. Per chunk, im2col (and col2im, and the transposes around the GEMM) run in
- * parallel over (sample, channel) planes, each owned by one thread; the GEMMs run outside any
- * parallel region (OpenBLAS's pthread build must not be called from inside one) and sum each
- * element over K in a fixed order. The weight gradient is one GEMM per chunk over the chunk's
- * whole im2col matrix, accumulated chunk after chunk in sample order, so every result is
- * bitwise the same for any thread count. Scratch comes from the graph's arena.
+ * Fast path: oneDNN's JIT convolution (src/kernels/onednn/conv2d_onednn.c), when it takes the
+ * geometry and the op is not called from inside a parallel region.
+ *
+ * Fallback path (CT_KERNELS_BLAS, builds without OpenMP, geometries oneDNN declines): im2col +
+ * ct_k_gemm. The batch is cut into chunks of B samples, B chosen from the shapes alone (the
+ * im2col buffer of a chunk holds at most COL_BUDGET floats), never from the thread count. Per
+ * chunk, im2col (and col2im, and the transposes around the GEMM) run in parallel over
+ * (sample, channel) planes, each owned by one thread; the GEMMs are tiled by ct_k_gemm, whose
+ * results do not depend on the thread count. The weight gradient is one GEMM per chunk over the
+ * chunk's whole im2col matrix, accumulated chunk after chunk in sample order, so every result is
+ * bitwise the same for any thread count. Scratch comes from the graph's arena and is released
+ * when the op is done.
  *
  * Reference path (ctx kernels CT_KERNELS_REFERENCE): the direct loops of
  * src/kernels/ref/conv2d_ref.c.
@@ -225,7 +229,8 @@ static int onednn_forward(ct_graph *g,
     ct_ctx *ctx = ct_graph_ctx(g);
     int nt = onednn_threads(g, s);
     size_t bytes;
-    if (ctx->kernels == CT_KERNELS_BLAS ||
+    /* the oneDNN caches are built outside parallel regions only */
+    if (ctx->kernels == CT_KERNELS_BLAS || ct_omp_level() != 0 ||
         !ct_k_conv2d_onednn_scratch(ctx, s, bias != NULL, false, nt, &bytes))
         return 0;
     void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
@@ -247,7 +252,7 @@ static int onednn_backward(ct_graph *g,
     ct_ctx *ctx = ct_graph_ctx(g);
     int nt = onednn_threads(g, s);
     size_t bytes;
-    if (ctx->kernels == CT_KERNELS_BLAS ||
+    if (ctx->kernels == CT_KERNELS_BLAS || ct_omp_level() != 0 ||
         !ct_k_conv2d_onednn_scratch(ctx, s, has_bias, true, nt, &bytes))
         return 0;
     void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;

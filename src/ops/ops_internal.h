@@ -35,6 +35,11 @@ CT_INTERNAL int ct_ops_threads(const ct_graph *g, int64_t n, int64_t work);
 /* The context's reference-kernel flag. */
 CT_INTERNAL bool ct_ops_reference(const ct_graph *g);
 
+/* Checked arithmetic on non-negative sizes: false (and *r untouched) on overflow or a negative
+ * operand. */
+CT_INTERNAL bool ct_ops_mul_ok(int64_t a, int64_t b, int64_t *r);
+CT_INTERNAL bool ct_ops_add_ok(int64_t a, int64_t b, int64_t *r);
+
 /* A sum of n floats in double in a fixed order (blocks of 256 summed left to right), so that
  * reductions give the same bits for any thread count. */
 CT_INTERNAL double ct_ops_sum_f64(const float *x, int64_t n, int64_t stride);

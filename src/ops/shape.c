@@ -40,14 +40,15 @@ ct_tensor *ct_op_reshape(ct_graph *g, ct_tensor *x, int32_t ndim, const int64_t 
             CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "reshape: dimension %d is %lld (only one -1 allowed)",
                           (int)d, (long long)s[d]);
             return NULL;
-        } else {
-            known *= s[d];
+        } else if (!ct_ops_mul_ok(known, s[d], &known)) {
+            known = -1; /* overflow: cannot equal the element count */
+            break;
         }
     }
-    if (infer >= 0) s[infer] = known > 0 ? total / known : 0;
-    int64_t n = 1;
-    for (int32_t d = 0; d < ndim; d++)
-        n *= s[d];
+    if (infer >= 0 && known >= 0) s[infer] = known > 0 ? total / known : 0;
+    int64_t n = known >= 0 ? 1 : -1;
+    for (int32_t d = 0; d < ndim && n >= 0; d++)
+        if (!ct_ops_mul_ok(n, s[d], &n)) n = -1;
     if (n != total) {
         char a[200];
         CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "reshape: cannot view %s (%lld elements) with %lld elements",
@@ -219,7 +220,10 @@ ct_tensor *ct_op_concat(ct_graph *g, int32_t n, ct_tensor *const *xs, int32_t ax
                           ct_shape_str(xs[0], b, sizeof b), (int)axis);
             return NULL;
         }
-        total_dim += xs[k]->shape[axis];
+        if (!ct_ops_add_ok(total_dim, xs[k]->shape[axis], &total_dim)) {
+            CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "concat: the sizes along axis %d overflow", (int)axis);
+            return NULL;
+        }
     }
     int64_t shape[CT_MAX_DIMS];
     memcpy(shape, xs[0]->shape, sizeof shape);
@@ -304,18 +308,22 @@ ct_status ct_op_split(
     if (!ct_ops_begin(g, "split", 1, &x)) return ct_graph_status(g);
     if (!ct_ops_axis(g, "split", x->ndim, &axis)) return ct_graph_status(g);
     int64_t sum = 0;
-    for (int32_t k = 0; k < n; k++)
-        sum += sizes[k];
+    for (int32_t k = 0; k < n && sum >= 0; k++)
+        if (!ct_ops_add_ok(sum, sizes[k], &sum)) sum = -1; /* negative or overflowing */
     if (n < 1 || sum != x->shape[axis]) {
         char a[200];
         return CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
-                             "split: %d sizes summing to %lld do not cover axis %d of %s", (int)n,
-                             (long long)sum, (int)axis, ct_shape_str(x, a, sizeof a));
+                             "split: %d sizes (sum %lld, -1 if a size is negative or they "
+                             "overflow) do not cover axis %d of %s",
+                             (int)n, (long long)sum, (int)axis, ct_shape_str(x, a, sizeof a));
     }
     int64_t start = 0;
     for (int32_t k = 0; k < n; k++) {
         outs[k] = ct_op_narrow(g, x, axis, start, sizes[k]);
         start += sizes[k];
     }
+    if (ct_graph_status(g) != CT_OK)
+        for (int32_t k = 0; k < n; k++)
+            outs[k] = NULL; /* all or nothing */
     return ct_graph_status(g);
 }

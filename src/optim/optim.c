@@ -40,11 +40,14 @@ static ct_status check_params(ct_ctx *ctx, const ct_optim_params *p) {
     if (!(p->lr >= 0.0f) || !isfinite(p->lr))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                        "optimizer lr: expected a finite value >= 0, got %g", (double)p->lr);
-    if (!(p->weight_decay >= 0.0f))
+    if (!(p->weight_decay >= 0.0f) || !isfinite(p->weight_decay))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "optimizer weight_decay: expected >= 0, got %g",
                        (double)p->weight_decay);
     if (p->kind == CT_OPTIM_SGD) {
-        if (!(p->momentum >= 0.0f))
+        if (!(p->dampening >= 0.0f && p->dampening <= 1.0f))
+            return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "SGD dampening: expected in [0, 1], got %g",
+                           (double)p->dampening);
+        if (!(p->momentum >= 0.0f) || !isfinite(p->momentum))
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "SGD momentum: expected >= 0, got %g",
                            (double)p->momentum);
         if (p->nesterov && (p->momentum <= 0.0f || p->dampening != 0.0f))
@@ -166,8 +169,12 @@ void ct_optim_step(ct_optim *o) {
     o->steps++;
 }
 
-void ct_optim_set_lr(ct_optim *o, float lr) {
+ct_status ct_optim_set_lr(ct_optim *o, float lr) {
+    if (!(lr >= 0.0f) || !isfinite(lr))
+        return CT_FAIL(o->ctx, CT_ERR_INVALID_ARG,
+                       "optimizer lr: expected a finite value >= 0, got %g", (double)lr);
     o->p.lr = lr;
+    return CT_OK;
 }
 
 float ct_optim_lr(const ct_optim *o) {

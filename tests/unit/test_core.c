@@ -277,6 +277,59 @@ static void params_should_live_in_one_buffer(void) {
 }
 
 /* Minimises 0.5 * ||w - t||^2 (gradient w - t) and checks the exact first updates. */
+static void params_should_reject_totals_that_overflow(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    ct_params *P = NULL;
+    CT_CHECK_INT(ct_params_create(ctx, &P), CT_OK);
+    for (int i = 0; i < 5; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        ct_tensor *t;
+        /* each shape alone is addressable; together they are not */
+        CT_CHECK_INT(ct_params_add(P, name, CT_F32, 1, (int64_t[]){(int64_t)1 << 60},
+                                   CT_PARAM_TRAINABLE, &t),
+                     CT_OK);
+    }
+    CT_CHECK_INT(ct_params_alloc(P), CT_ERR_SHAPE);
+    CT_CHECK(strstr(ct_last_error(ctx), "add up to more than can be addressed") != NULL);
+    CT_CHECK(ct_params_values(P) == NULL);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
+static void core_should_bound_threads_and_learning_rates(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    CT_CHECK_INT(ct_ctx_set_threads(ctx, CT_MAX_THREADS + 1), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_ctx_threads(ctx), 1);
+    CT_CHECK_INT(ct_ctx_set_threads(ctx, -3), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_ctx_set_threads(ctx, 2), CT_OK);
+    CT_CHECK_INT(ct_ctx_threads(ctx), 2);
+    ct_ctx_params cp = ct_ctx_default_params();
+    cp.n_threads = 100000;
+    ct_ctx *bad = (ct_ctx *)1;
+    CT_CHECK_INT(ct_ctx_create(&cp, &bad), CT_ERR_INVALID_ARG);
+    ct_rng r = ct_rng_init(1, 1);
+    CT_CHECK_INT(ct_rng_below(&r, 0), 0);
+    ct_params *P = NULL;
+    ct_tensor *w;
+    ct_params_create(ctx, &P);
+    ct_params_add(P, "w", CT_F32, 1, (int64_t[]){2}, CT_PARAM_TRAINABLE, &w);
+    ct_params_alloc(P);
+    ct_optim_params op = ct_optim_default_params(CT_OPTIM_SGD);
+    ct_optim *o = NULL;
+    CT_CHECK_INT(ct_optim_create(ctx, P, &op, &o), CT_OK);
+    CT_CHECK_INT(ct_optim_set_lr(o, NAN), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_optim_set_lr(o, -1.0f), CT_ERR_INVALID_ARG);
+    CT_CHECK_CLOSE(ct_optim_lr(o), op.lr, 0, 0);
+    CT_CHECK_INT(ct_optim_set_lr(o, 0.5f), CT_OK);
+    CT_CHECK_CLOSE(ct_optim_lr(o), 0.5, 0, 0);
+    ct_optim_destroy(o);
+    op.dampening = 2.0f;
+    CT_CHECK_INT(ct_optim_create(ctx, P, &op, &o), CT_ERR_INVALID_ARG);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
 static void optim_should_follow_torch_formulas(void) {
     ct_ctx *ctx = make_ctx(NULL);
     for (int kind = 0; kind < CT_OPTIM_KIND_COUNT; kind++) {
@@ -341,6 +394,8 @@ int main(void) {
     CT_RUN(graph_should_keep_first_failure_sticky);
     CT_RUN(graph_should_reuse_released_scratch);
     CT_RUN(params_should_live_in_one_buffer);
+    CT_RUN(params_should_reject_totals_that_overflow);
+    CT_RUN(core_should_bound_threads_and_learning_rates);
     CT_RUN(optim_should_follow_torch_formulas);
     return ct_test_finish();
 }

@@ -328,7 +328,84 @@ static void gemm_should_be_bitwise_identical_for_1_and_2_threads(void) {
     }
 }
 
+/* w -> *2 -> *5 -> sum: dL/dw = 10 per backward, so two backward calls give 20, not 50. */
+static void backward_twice_should_add_each_loss_once(void) {
+    ct_ctx *ctx = new_ctx(1, 0, NULL);
+    ct_params *P;
+    ct_tensor *w;
+    ct_params_create(ctx, &P);
+    ct_params_add(P, "w", CT_F32, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &w);
+    ct_params_alloc(P);
+    ct_graph *g;
+    ct_graph_create(ctx, NULL, &g);
+    ct_tensor *l = ct_op_sum_all(g, ct_op_scale(g, ct_op_scale(g, w, 2.0f), 5.0f));
+    CT_CHECK_INT(ct_graph_backward(g, l), CT_OK);
+    CT_CHECK_CLOSE(w->grad[1], 10.0, 0, 0);
+    CT_CHECK_INT(ct_graph_backward(g, l), CT_OK);
+    CT_CHECK_CLOSE(w->grad[1], 20.0, 0, 0);
+    /* a second loss from a shared intermediate adds its own gradient only */
+    ct_params_zero_grad(P);
+    ct_graph_reset(g);
+    ct_tensor *h = ct_op_scale(g, w, 2.0f);
+    ct_tensor *l1 = ct_op_sum_all(g, h), *l2 = ct_op_sum_all(g, ct_op_scale(g, h, 3.0f));
+    CT_CHECK_INT(ct_graph_backward(g, l1), CT_OK);
+    CT_CHECK_INT(ct_graph_backward(g, l2), CT_OK);
+    CT_CHECK_CLOSE(w->grad[0], 2.0 + 6.0, 0, 0);
+    ct_graph_destroy(g);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
+/* An owned tensor the caller flags for gradients gets an arena buffer that reset forgets. */
+static void outside_leaf_gradient_should_not_outlive_the_step(void) {
+    ct_ctx *ctx = new_ctx(1, 0, NULL);
+    ct_tensor *t;
+    CT_CHECK_INT(ct_tensor_create(ctx, CT_F32, 1, (int64_t[]){4}, &t), CT_OK);
+    ct_tensor_fill(t, 1.0f);
+    t->flags |= CT_TENSOR_REQUIRES_GRAD;
+    ct_graph *g;
+    ct_graph_create(ctx, NULL, &g);
+    for (int step = 0; step < 2; step++) {
+        ct_graph_reset(g);
+        CT_CHECK(t->grad == NULL);
+        ct_tensor *l = ct_op_sum_all(g, ct_op_scale(g, t, 2.0f));
+        CT_CHECK_INT(ct_graph_backward(g, l), CT_OK);
+        CT_CHECK(t->grad != NULL && t->grad[3] == 2.0f);
+    }
+    ct_graph_destroy(g);
+    CT_CHECK(t->grad == NULL);
+    ct_tensor_destroy(ctx, t);
+    ct_ctx_destroy(ctx);
+}
+
+static void ops_should_reject_unallocated_parameters_and_overflowing_sizes(void) {
+    ct_ctx *ctx = new_ctx(1, 0, NULL);
+    ct_params *P;
+    ct_tensor *w;
+    ct_params_create(ctx, &P);
+    ct_params_add(P, "fc.weight", CT_F32, 2, (int64_t[]){3, 4}, CT_PARAM_TRAINABLE, &w);
+    ct_graph *g;
+    ct_graph_create(ctx, NULL, &g);
+    CT_CHECK(ct_op_relu(g, w) == NULL);
+    CT_CHECK(strstr(ct_last_error(ctx), "relu: input 0 ('fc.weight') has no data") != NULL);
+    ct_graph_reset(g);
+    ct_tensor *x = filled(g, 1, (int64_t[]){4}, 1);
+    ct_tensor *outs[2] = {x, x};
+    CT_CHECK_INT(ct_op_split(g, x, 0, 2, (int64_t[]){INT64_MAX, 1}, outs), CT_ERR_SHAPE);
+    CT_CHECK(outs[0] == NULL && outs[1] == NULL);
+    ct_graph_reset(g);
+    x = filled(g, 1, (int64_t[]){4}, 1);
+    CT_CHECK(ct_op_reshape(g, x, 3, (int64_t[]){INT64_MAX, 4, 0}) == NULL);
+    CT_CHECK_INT(ct_graph_status(g), CT_ERR_SHAPE);
+    ct_graph_destroy(g);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
 int main(void) {
+    CT_RUN(backward_twice_should_add_each_loss_once);
+    CT_RUN(outside_leaf_gradient_should_not_outlive_the_step);
+    CT_RUN(ops_should_reject_unallocated_parameters_and_overflowing_sizes);
     CT_RUN(gemm_should_be_bitwise_identical_for_1_and_2_threads);
     CT_RUN(ops_should_compute_known_values);
     CT_RUN(ops_should_reject_bad_input_with_context);

@@ -42,7 +42,7 @@ static void sgemm(bool trans_a,
                 (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 }
 
-void ct_k_blas_gemm(ct_ctx *ctx,
+void ct_k_gemm_blas(ct_ctx *ctx,
                     bool trans_a,
                     bool trans_b,
                     int64_t m,
@@ -60,7 +60,7 @@ void ct_k_blas_gemm(ct_ctx *ctx,
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
         ldc > INT32_MAX) {
         /* beyond 32-bit BLAS integers: correct but slow */
-        ct_k_ref_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        ct_k_gemm_ref(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
     /* Split the larger of M and N; small products stay one call. */
@@ -120,7 +120,7 @@ void ct_k_gemm(ct_ctx *ctx,
                float *c,
                int64_t ldc) {
     if (ctx->kernels == CT_KERNELS_REFERENCE)
-        ct_k_ref_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        ct_k_gemm_ref(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     else
-        ct_k_blas_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        ct_k_gemm_blas(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -65,7 +65,8 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
 
 #include "kernels/onednn/onednn_internal.h"
 
-#define CHUNKS 8
+#define CHUNKS   8
+#define PLAN_CAP 64 /* geometries kept per context */
 
 typedef struct conv_plan {
     ct_k_conv2d_geom key; /* key.n is the chunk size */
@@ -138,7 +139,11 @@ static bool make_reorder(onednn_state *st,
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+    /* Reorders run concurrently on several workers: that is allowed only for primitives that
+     * keep no library-owned scratchpad, so ask for a user one and accept only size zero. */
+    bool ok =
+        dnnl_primitive_attr_create(&attr) == dnnl_success &&
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
     if (ok && accumulate)
         ok = dnnl_post_ops_create(&po) == dnnl_success &&
              dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
@@ -148,7 +153,10 @@ static bool make_reorder(onednn_state *st,
     ok = ok && dnnl_reorder_primitive_desc_create(&pd, smd, st->engine, dmd, st->engine, attr) ==
                    dnnl_success;
     omp_set_num_threads(saved);
-    ok = ok && dnnl_primitive_create(out, pd) == dnnl_success;
+    ok = ok &&
+         dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)) ==
+             0 &&
+         dnnl_primitive_create(out, pd) == dnnl_success;
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
@@ -260,8 +268,19 @@ static conv_plan *
 plan_get(ct_ctx *ctx, onednn_state *st, const ct_k_conv2d_geom *s, int64_t nb, bool has_bias) {
     ct_k_conv2d_geom key = *s;
     key.n = nb;
-    for (conv_plan *c = st->conv_plans; c; c = c->next)
+    int count = 0;
+    conv_plan *last = NULL, *before_last = NULL;
+    for (conv_plan *c = st->conv_plans; c; c = c->next) {
         if (c->has_bias == has_bias && geom_equal(&c->key, &key)) return c->ok_fwd ? c : NULL;
+        count++;
+        before_last = last;
+        last = c;
+    }
+    if (count >= PLAN_CAP && before_last) {
+        /* bounded cache: drop the oldest plan (a rebuilt plan computes the same bits) */
+        before_last->next = NULL;
+        ct_k_onednn_conv_plans_free(ctx, last);
+    }
     conv_plan *c = ct_alloc(ctx, sizeof *c);
     if (!c) return NULL;
     memset(c, 0, sizeof *c);
@@ -323,6 +342,26 @@ static bool weight_reorder(onednn_state *st,
     return ok;
 }
 
+/* Whether two plans (of different batch sizes) chose the same layout kinds: the memory
+ * format tags of every tensor, compared through a descriptor of the other plan's batch. */
+static bool same_format(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) {
+    dnnl_memory_desc_t t = *a;
+    t.dims[0] = b->dims[0];
+    t.padded_dims[0] = b->padded_dims[0];
+    return dnnl_memory_desc_equal(&t, b) != 0;
+}
+
+static bool same_layouts(const conv_plan *a, const conv_plan *b, bool backward) {
+    bool ok = same_format(&a->src_f, &b->src_f) && same_format(&a->dst_f, &b->dst_f) &&
+              dnnl_memory_desc_equal(&a->wei_f, &b->wei_f);
+    if (ok && backward)
+        ok = same_format(&a->dsrc_b, &b->dsrc_b) && same_format(&a->ddst_b, &b->ddst_b) &&
+             same_format(&a->src_w, &b->src_w) && same_format(&a->ddst_w, &b->ddst_w) &&
+             dnnl_memory_desc_equal(&a->wei_b, &b->wei_b) &&
+             dnnl_memory_desc_equal(&a->dwei_w, &b->dwei_w);
+    return ok;
+}
+
 /* Scratch is carved in this order; each piece 64-byte aligned. */
 static char *take(char **cursor, size_t bytes) {
     char *p = *cursor;
@@ -339,9 +378,11 @@ bool ct_k_conv2d_onednn_scratch(
     conv_plan *c = plan_get(ctx, st, s, nb, has_bias);
     if (!c || (backward && !c->ok_bwd)) return false;
     if (s->n % nb) {
-        /* the tail chunk needs its own plan; it is smaller, so the main plan sizes the buffers */
+        /* The tail chunk needs its own plan. Scratch is carved and weights are reordered with
+         * the main plan's layouts, so the tail must have chosen the same ones (the batch size
+         * does not change them in oneDNN 2.6; if it ever did, we keep to im2col). */
         conv_plan *t = plan_get(ctx, st, s, s->n % nb, has_bias);
-        if (!t || (backward && !t->ok_bwd)) return false;
+        if (!t || (backward && !t->ok_bwd) || !same_layouts(t, c, backward)) return false;
     }
     if (!backward) {
         *bytes = c->shared_fwd + (size_t)nt * c->per_thread_fwd;

@@ -2,7 +2,7 @@
  * gemm_onednn.c - single-threaded GEMM tiles through oneDNN's matmul (brgemm kernels), which
  * reach 80-90% of this CPU's FMA peak where OpenBLAS reaches 60-70%.
  *
- * ct_k_blas_gemm cuts C into tiles that depend only on the shape and hands each tile here. A
+ * ct_k_gemm_blas cuts C into tiles that depend only on the shape and hands each tile here. A
  * plan (one matmul primitive, created as for one thread) is cached per tile geometry in the
  * context's oneDNN state; running it inside our OpenMP loop keeps oneDNN on the calling thread,
  * so a tile's result never depends on the thread count (oneDNN's own threading would split K).
@@ -14,6 +14,8 @@
 
 #include <omp.h>
 #include <string.h>
+
+#define PLAN_CAP 256 /* tile geometries kept per context */
 
 typedef struct gemm_key {
     int64_t m, n, k, lda, ldb, ldc;
@@ -83,6 +85,22 @@ static gemm_plan *plan_find(onednn_state *st, const gemm_key *key) {
     return NULL;
 }
 
+/* Bounded cache: past PLAN_CAP plans the oldest goes (a rebuilt plan computes the same bits).
+ * Only called before inserting, so the plans a GEMM call just prepared stay. */
+static void plan_evict(ct_ctx *ctx, onednn_state *st) {
+    int count = 0;
+    gemm_plan *last = NULL, *before_last = NULL;
+    for (gemm_plan *p = st->gemm_plans; p; p = p->next) {
+        count++;
+        before_last = last;
+        last = p;
+    }
+    if (count >= PLAN_CAP && before_last) {
+        before_last->next = NULL;
+        ct_k_onednn_gemm_plans_free(ctx, last);
+    }
+}
+
 static gemm_key make_key(bool ta,
                          bool tb,
                          int64_t m,
@@ -125,6 +143,7 @@ bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
     gemm_key key = make_key(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
     gemm_plan *p = plan_find(st, &key);
     if (!p) {
+        plan_evict(ctx, st);
         p = ct_alloc(ctx, sizeof *p);
         if (!p) return false;
         memset(p, 0, sizeof *p);
@@ -162,6 +181,8 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
               dnnl_memory_create(&mb, &p->b_md, st->engine, (void *)(uintptr_t)b) == dnnl_success &&
               dnnl_memory_create(&mc, &p->c_md, st->engine, c) == dnnl_success &&
               dnnl_memory_create(&ms, &p->scratch_md, st->engine, st->scratch[tid]) == dnnl_success;
+    /* A failure here happens before any arithmetic (argument checks; the CPU stream's wait
+     * is a no-op), so C is untouched and the caller's OpenBLAS fallback cannot add twice. */
     if (ok) {
         dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma},
                                    {DNNL_ARG_WEIGHTS, mb},

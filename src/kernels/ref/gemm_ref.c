@@ -4,7 +4,7 @@
  */
 #include "kernels/kernels.h"
 
-void ct_k_ref_gemm(ct_ctx *ctx,
+void ct_k_gemm_ref(ct_ctx *ctx,
                    bool trans_a,
                    bool trans_b,
                    int64_t m,
