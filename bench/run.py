@@ -11,6 +11,11 @@ Cases (each iteration is forward + backward; mlp_step is a whole training step w
   attention  qkv [16, 128, 384] -> causal self-attention, 4 heads of 32, sum, backward
   mlp_step   batch 1: Linear(784,128) -> ReLU -> Linear(128,10) -> cross-entropy, backward,
              Adam step (framework overhead: the arithmetic is tiny); cycles over 256 samples
+  loader_plain  one epoch of Fashion-MNIST train (60,000 x 28 x 28 u8), shuffled batches of
+             128, converted to f32 in [0, 1]; PyTorch: a Dataset over the same tensors and a
+             DataLoader with num_workers=0 (its single-process default)
+  loader_aug plus normalize, random crop with padding 2 and random horizontal flip per sample
+             (ms per epoch; ratio as for the others)
 """
 import argparse
 import math
@@ -23,7 +28,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-CASES = ["linear", "conv2d", "attention", "mlp_step"]
+CASES = ["linear", "conv2d", "attention", "mlp_step", "loader_plain", "loader_aug"]
+FMNIST = "/usr/share/datasets/fashion-mnist/"
 
 
 def torch_case(name):
@@ -80,7 +86,54 @@ def torch_case(name):
     raise ValueError(name)
 
 
+def read_idx(path):
+    import gzip
+    import numpy as np
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return torch.from_numpy(np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims)
+                            .reshape(shape).copy())
+
+
+def loader_case(name):
+    images = read_idx(FMNIST + "train-images-idx3-ubyte.gz").unsqueeze(1)  # [N, 1, 28, 28]
+    labels = read_idx(FMNIST + "train-labels-idx1-ubyte.gz").long()
+    aug = name == "loader_aug"
+
+    class DS(torch.utils.data.Dataset):
+        def __len__(self):
+            return images.shape[0]
+
+        def __getitem__(self, i):
+            x = images[i].float() / 255.0
+            if aug:
+                x = (x - 0.2860) / 0.3530
+                x = F.pad(x, (2, 2, 2, 2))
+                dy, dx = torch.randint(0, 5, (2,)).tolist()
+                x = x[:, dy:dy + 28, dx:dx + 28]
+                if torch.rand(()) < 0.5:
+                    x = torch.flip(x, (2,))
+            return x, labels[i]
+
+    dl = torch.utils.data.DataLoader(DS(), batch_size=128, shuffle=True, num_workers=0)
+
+    def step():
+        for x, y in dl:
+            pass
+    return step
+
+
 def time_torch(name, budget_s=1.0):
+    if name.startswith("loader"):
+        step = loader_case(name)
+        times = []
+        for _ in range(2):
+            s = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - s) * 1e3)
+        return statistics.median(times), min(times), 2
     step = torch_case(name)
     t0 = time.perf_counter()
     n = 0
@@ -98,6 +151,8 @@ def time_torch(name, budget_s=1.0):
 
 
 def time_ctrain(binary, name, threads):
+    if name.startswith("loader"):
+        binary = os.path.join(os.path.dirname(binary), "bench_loader")
     out = subprocess.run([binary, name, "--threads", str(threads)], check=True,
                          capture_output=True, text=True).stdout.split()
     return float(out[1]), float(out[2]), int(out[3])

@@ -5,6 +5,7 @@
 #define CTRAIN_CTRAIN_H
 
 #include "ctrain/autograd.h"
+#include "ctrain/data.h"
 #include "ctrain/loss.h"
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"

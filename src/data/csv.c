@@ -1,0 +1,563 @@
+/*
+ * csv.c - the "csv" dataset type: a numeric table with a header row of column names.
+ *
+ * The file is read whole (plain or gzip), checked line by line (cell counts, quotes) before the
+ * table is allocated, then parsed into one f32 buffer [rows, features + 1] whose last column is
+ * the target. Only the columns in use are parsed, so other columns may hold text. Optional
+ * standardisation uses the mean and population std of each feature column, computed on the
+ * loaded rows or on another file (stats_from, for validation data).
+ *
+ * Invariant: the table holds finite f32 values only; class targets are integers in
+ * [0, CSV_MAX_CLASS], exact in f32. Ownership: the dataset owns the table; the file contents
+ * and every scratch buffer are freed before open returns.
+ */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data_internal.h"
+
+#define CSV_MAX_BYTES ((size_t)1 << 32) /* largest (decompressed) file */
+#define CSV_MAX_CLASS (1 << 24)         /* largest class index: exact in f32 */
+#define CSV_CELL_MAX  64                /* longest numeric cell, in bytes */
+#define CSV_SHOW      40                /* bytes of a bad cell quoted in a message */
+
+typedef struct span {
+    const char *p;
+    size_t n;
+} span;
+
+/* One file being parsed. */
+typedef struct csv_file {
+    const char *path;
+    char delim;
+    unsigned char *data; /* the file's bytes (owned) */
+    size_t size;
+    size_t pos;   /* start of the next unread line */
+    int64_t line; /* 1-based number of the line last read */
+    span *cols;   /* [n_cols] header names, then [n_cols] scratch cells for a row */
+    int64_t n_cols;
+} csv_file;
+
+typedef struct csv {
+    float *table; /* [rows, cols]: features, then the target */
+    int64_t rows, cols;
+    bool classify;
+} csv;
+
+static const char *where(const ct_options *o) {
+    return o && o->where ? o->where : "data";
+}
+
+static int show_len(span s) {
+    return (int)(s.n < CSV_SHOW ? s.n : CSV_SHOW);
+}
+
+static const char *show_more(span s) {
+    return s.n > CSV_SHOW ? "..." : "";
+}
+
+static bool is_blank(char c, char delim) {
+    return (c == ' ' || c == '\t') && c != delim;
+}
+
+static span trim(span s, char delim) {
+    while (s.n && is_blank(s.p[0], delim))
+        s.p++, s.n--;
+    while (s.n && is_blank(s.p[s.n - 1], delim))
+        s.n--;
+    return s;
+}
+
+static bool span_eq(span a, span b) {
+    return a.n == b.n && memcmp(a.p, b.p, a.n) == 0;
+}
+
+static span span_of(const char *s) {
+    span r = {s, strlen(s)};
+    return r;
+}
+
+/* The next non-blank line without its "\n" or "\r\n"; false at the end of the file. */
+static bool next_line(csv_file *f, span *out) {
+    const char *data = (const char *)f->data;
+    while (f->pos < f->size) {
+        const char *start = data + f->pos;
+        const char *nl = memchr(start, '\n', f->size - f->pos);
+        size_t len = nl ? (size_t)(nl - start) : f->size - f->pos;
+        f->pos += nl ? len + 1 : len;
+        f->line++;
+        if (len && start[len - 1] == '\r') len--;
+        size_t k = 0;
+        while (k < len && (start[k] == ' ' || start[k] == '\t'))
+            k++;
+        if (k == len) continue; /* blank lines (and a trailing newline) are skipped */
+        out->p = start;
+        out->n = len;
+        return true;
+    }
+    return false;
+}
+
+/* Splits a line into cells (trimmed), storing the first `cap` into cells (may be NULL) and the
+ * count into *count. A cell starting with a quote fails. */
+static ct_status
+split(ct_ctx *ctx, const csv_file *f, span line, span *cells, int64_t cap, int64_t *count) {
+    int64_t c = 0;
+    size_t start = 0;
+    for (size_t k = 0; k <= line.n; k++) {
+        if (k < line.n && line.p[k] != f->delim) continue;
+        span cell = trim((span){line.p + start, k - start}, f->delim);
+        if (cell.n && cell.p[0] == '"') {
+            char name[CSV_SHOW + 16] = "";
+            if (c < f->n_cols)
+                (void)snprintf(name, sizeof name, " (column '%.*s')", show_len(f->cols[c]),
+                               f->cols[c].p);
+            return CT_FAIL(ctx, CT_ERR_FORMAT,
+                           "%s:%lld: cell %lld%s starts with a quote: quoted cells are not "
+                           "supported (found '%.*s%s'); remove the quotes and any delimiters "
+                           "inside them",
+                           f->path, (long long)f->line, (long long)c + 1, name, show_len(cell),
+                           cell.p, show_more(cell));
+        }
+        if (cells && c < cap) cells[c] = cell;
+        c++;
+        start = k + 1;
+    }
+    *count = c;
+    return CT_OK;
+}
+
+static void file_close(ct_ctx *ctx, csv_file *f) {
+    ct_free(ctx, f->data, f->size);
+    ct_free(ctx, f->cols, 2 * (size_t)f->n_cols * sizeof(span));
+    f->data = NULL;
+    f->cols = NULL;
+}
+
+/* Reads the file and its header row. */
+static ct_status file_open(ct_ctx *ctx, csv_file *f, const char *path, char delim) {
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    f->delim = delim;
+    CT_TRY(ct_data_read_file(ctx, path, CSV_MAX_BYTES, &f->data, &f->size));
+    /* spreadsheets often start the file with a UTF-8 byte order mark: skip it */
+    if (f->size >= 3 && !memcmp(f->data, "\xEF\xBB\xBF", 3)) f->pos = 3;
+    span header;
+    if (!next_line(f, &header))
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s: empty file (%zu bytes): expected a header row of column names", path,
+                       f->size);
+    int64_t n = 0;
+    CT_TRY(split(ctx, f, header, NULL, 0, &n));
+    f->cols = ct_alloc(ctx, 2 * (size_t)n * sizeof(span));
+    if (!f->cols)
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %lld column names", path, (long long)n);
+    /* n_cols is still 0 here, so split names no columns while it fills them */
+    int64_t again = 0;
+    ct_status s = split(ctx, f, header, f->cols, n, &again);
+    f->n_cols = n;
+    return s;
+}
+
+/* "a, b, c" (truncated to the buffer) for messages. */
+static const char *column_list(const csv_file *f, char *buf, size_t size) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int64_t i = 0; i < f->n_cols && off < size; i++) {
+        int n = snprintf(buf + off, size - off, "%s%.*s", i ? ", " : "", show_len(f->cols[i]),
+                         f->cols[i].p);
+        if (n < 0) break;
+        off += (size_t)n;
+    }
+    if (off >= size && size > 4) memcpy(buf + size - 4, "...", 4);
+    return buf;
+}
+
+/* The index of column `name`; `hint` is tried first (the same layout as another file). */
+static ct_status lookup(ct_ctx *ctx, const csv_file *f, span name, int64_t hint, int64_t *idx) {
+    if (hint >= 0 && hint < f->n_cols && span_eq(f->cols[hint], name)) {
+        *idx = hint;
+        return CT_OK;
+    }
+    int64_t found = -1;
+    for (int64_t i = 0; i < f->n_cols; i++) {
+        if (!span_eq(f->cols[i], name)) continue;
+        if (found >= 0)
+            return CT_FAIL(ctx, CT_ERR_FORMAT,
+                           "%s:1: column name '%.*s' is ambiguous: it names columns %lld and "
+                           "%lld",
+                           f->path, show_len(name), name.p, (long long)found + 1, (long long)i + 1);
+        found = i;
+    }
+    if (found < 0) {
+        char list[512];
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown column '%.*s%s' (columns: %s)", f->path,
+                       show_len(name), name.p, show_more(name), column_list(f, list, sizeof list));
+    }
+    *idx = found;
+    return CT_OK;
+}
+
+/* Counts the data rows (at most limit, 0 = all), checking each one's cells before anything is
+ * allocated for them. Leaves the read position where it was. */
+static ct_status count_rows(ct_ctx *ctx, csv_file *f, int64_t limit, int64_t *rows) {
+    size_t pos = f->pos;
+    int64_t line = f->line, n = 0;
+    span s;
+    while ((limit == 0 || n < limit) && next_line(f, &s)) {
+        int64_t cells = 0;
+        CT_TRY(split(ctx, f, s, NULL, 0, &cells));
+        if (cells != f->n_cols)
+            return CT_FAIL(ctx, CT_ERR_FORMAT,
+                           "%s:%lld: expected %lld cells, found %lld (the header has %lld "
+                           "columns, separated by '%c')",
+                           f->path, (long long)f->line, (long long)f->n_cols, (long long)cells,
+                           (long long)f->n_cols, f->delim);
+        n++;
+    }
+    if (n == 0)
+        return CT_FAIL(ctx, CT_ERR_FORMAT, "%s: no data rows after the header (line %lld)", f->path,
+                       (long long)line);
+    f->pos = pos;
+    f->line = line;
+    *rows = n;
+    return CT_OK;
+}
+
+static ct_status
+bad_cell(ct_ctx *ctx, const csv_file *f, span name, span cell, const char *expected) {
+    return CT_FAIL(ctx, CT_ERR_FORMAT, "%s:%lld: column '%.*s': expected %s, got '%.*s%s'", f->path,
+                   (long long)f->line, show_len(name), name.p, expected, show_len(cell), cell.p,
+                   show_more(cell));
+}
+
+static ct_status parse_number(ct_ctx *ctx, const csv_file *f, span name, span cell, float *out) {
+    char buf[CSV_CELL_MAX];
+    if (cell.n == 0 || cell.n >= sizeof buf) return bad_cell(ctx, f, name, cell, "a number");
+    memcpy(buf, cell.p, cell.n);
+    buf[cell.n] = '\0';
+    char *end = NULL;
+    double v = strtod(buf, &end);
+    if (end != buf + cell.n) return bad_cell(ctx, f, name, cell, "a number");
+    /* overflow gives HUGE_VAL and fails here; underflow (ERANGE, ~0) is accepted */
+    if (!isfinite(v) || fabs(v) > (double)FLT_MAX)
+        return bad_cell(ctx, f, name, cell, "a finite number within the f32 range");
+    *out = (float)v;
+    return CT_OK;
+}
+
+static ct_status parse_class(ct_ctx *ctx, const csv_file *f, span name, span cell, float *out) {
+    char buf[CSV_CELL_MAX];
+    const char *what = "a class index (an integer >= 0)";
+    if (cell.n == 0 || cell.n >= sizeof buf) return bad_cell(ctx, f, name, cell, what);
+    memcpy(buf, cell.p, cell.n);
+    buf[cell.n] = '\0';
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (end != buf + cell.n || errno == ERANGE || v < 0) return bad_cell(ctx, f, name, cell, what);
+    if (v > CSV_MAX_CLASS)
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s:%lld: column '%.*s': class index %lld exceeds the limit %d (is this a "
+                       "regression target? set task=regression)",
+                       f->path, (long long)f->line, show_len(name), name.p, v, CSV_MAX_CLASS);
+    *out = (float)v;
+    return CT_OK;
+}
+
+/* Parses `rows` rows into table [rows, n_out]: table column j is file column src[j]; column
+ * target_j (or none when -1) holds a class index when classify. */
+static ct_status parse_rows(ct_ctx *ctx,
+                            csv_file *f,
+                            const int64_t *src,
+                            int64_t n_out,
+                            int64_t target_j,
+                            bool classify,
+                            int64_t rows,
+                            float *table) {
+    span *cells = f->cols + f->n_cols;
+    for (int64_t r = 0; r < rows; r++) {
+        span line;
+        int64_t count = 0;
+        if (!next_line(f, &line))
+            return CT_FAIL(ctx, CT_ERR_INTERNAL, "%s: row %lld vanished", f->path, (long long)r);
+        CT_TRY(split(ctx, f, line, cells, f->n_cols, &count));
+        for (int64_t j = 0; j < n_out; j++) {
+            span name = f->cols[src[j]], cell = cells[src[j]];
+            float *out = &table[r * n_out + j];
+            if (j == target_j && classify)
+                CT_TRY(parse_class(ctx, f, name, cell, out));
+            else
+                CT_TRY(parse_number(ctx, f, name, cell, out));
+        }
+    }
+    return CT_OK;
+}
+
+/* Mean and population std of the first n_feat columns of table [rows, stride]; std 0 -> 1. */
+static void column_stats(
+    const float *table, int64_t rows, int64_t stride, int64_t n_feat, double *mean, double *sd) {
+    for (int64_t j = 0; j < n_feat; j++)
+        mean[j] = sd[j] = 0.0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n_feat; j++)
+            mean[j] += (double)table[r * stride + j];
+    for (int64_t j = 0; j < n_feat; j++)
+        mean[j] /= (double)rows;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n_feat; j++) {
+            double d = (double)table[r * stride + j] - mean[j];
+            sd[j] += d * d;
+        }
+    for (int64_t j = 0; j < n_feat; j++) {
+        sd[j] = sqrt(sd[j] / (double)rows);
+        if (sd[j] == 0.0) sd[j] = 1.0;
+    }
+}
+
+/* Splits the `features` option into trimmed names. */
+static ct_status
+feature_names(ct_ctx *ctx, const ct_options *opts, const char *list, span **out, int64_t *count) {
+    int64_t n = 1;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    span *names = ct_alloc(ctx, (size_t)n * sizeof(span));
+    if (!names) return CT_FAIL(ctx, CT_ERR_OOM, "allocating %lld feature names", (long long)n);
+    const char *p = list;
+    for (int64_t i = 0; i < n; i++) {
+        const char *e = strchr(p, ',');
+        if (!e) e = p + strlen(p);
+        names[i] = trim((span){p, (size_t)(e - p)}, ',');
+        if (names[i].n == 0) {
+            ct_free(ctx, names, (size_t)n * sizeof(span));
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "%s: key 'features': empty column name at position %lld in '%s'",
+                           where(opts), (long long)i + 1, list);
+        }
+        p = *e ? e + 1 : e;
+    }
+    *out = names;
+    *count = n;
+    return CT_OK;
+}
+
+/* Resolves the feature columns and the target into src [n_feat + 1] (features, then target). */
+static ct_status resolve_columns(ct_ctx *ctx,
+                                 const ct_options *opts,
+                                 const csv_file *f,
+                                 const char *features,
+                                 const char *target,
+                                 int64_t **src_out,
+                                 int64_t *n_feat_out) {
+    int64_t t = -1;
+    CT_TRY(lookup(ctx, f, span_of(target), -1, &t));
+    span *names = NULL;
+    int64_t n_feat = f->n_cols - 1;
+    if (features) CT_TRY(feature_names(ctx, opts, features, &names, &n_feat));
+    ct_status s = CT_OK;
+    int64_t *src = NULL;
+    if (n_feat == 0) {
+        s = CT_FAIL(ctx, CT_ERR_FORMAT,
+                    "%s: the only column is the target '%s'; expected feature columns too", f->path,
+                    target);
+        goto done;
+    }
+    src = ct_alloc(ctx, (size_t)(n_feat + 1) * sizeof(int64_t));
+    if (!src) {
+        s = CT_FAIL(ctx, CT_ERR_OOM, "allocating %lld column indices", (long long)n_feat);
+        goto done;
+    }
+    for (int64_t j = 0; j < n_feat && !names; j++)
+        src[j] = j < t ? j : j + 1;
+    for (int64_t j = 0; j < n_feat && names && s == CT_OK; j++) {
+        s = lookup(ctx, f, names[j], -1, &src[j]);
+        if (s == CT_OK && src[j] == t)
+            s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                        "%s: key 'features': column '%s' is the target; it cannot also be a "
+                        "feature",
+                        where(opts), target);
+        /* no repeats: the table then never holds more columns than the file */
+        for (int64_t k = 0; k < j && s == CT_OK; k++)
+            if (src[k] == src[j])
+                s = CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'features': column '%.*s' is listed twice",
+                            where(opts), show_len(names[j]), names[j].p);
+    }
+    src[n_feat] = t;
+done:
+    if (names) ct_free(ctx, names, (size_t)n_feat * sizeof(span));
+    if (s != CT_OK) {
+        if (src) ct_free(ctx, src, (size_t)(n_feat + 1) * sizeof(int64_t));
+        return s;
+    }
+    *src_out = src;
+    *n_feat_out = n_feat;
+    return CT_OK;
+}
+
+/* Mean and std per feature from another file with the same feature columns (by name). */
+static ct_status stats_from_file(ct_ctx *ctx,
+                                 const char *path,
+                                 const csv_file *main_file,
+                                 const int64_t *main_src,
+                                 int64_t n_feat,
+                                 double *mean,
+                                 double *sd) {
+    csv_file f;
+    int64_t *src = NULL, rows = 0;
+    float *table = NULL;
+    size_t table_bytes = 0;
+    ct_status s = file_open(ctx, &f, path, main_file->delim);
+    if (s == CT_OK) {
+        src = ct_alloc(ctx, (size_t)n_feat * sizeof(int64_t));
+        if (!src) s = CT_FAIL(ctx, CT_ERR_OOM, "allocating %lld indices", (long long)n_feat);
+    }
+    for (int64_t j = 0; s == CT_OK && j < n_feat; j++)
+        s = lookup(ctx, &f, main_file->cols[main_src[j]], main_src[j], &src[j]);
+    if (s == CT_OK) s = count_rows(ctx, &f, 0, &rows);
+    if (s == CT_OK) {
+        table_bytes = (size_t)rows * (size_t)n_feat * sizeof(float);
+        table = ct_alloc(ctx, table_bytes);
+        if (!table)
+            s = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes for statistics", path,
+                        table_bytes);
+    }
+    if (s == CT_OK) s = parse_rows(ctx, &f, src, n_feat, -1, false, rows, table);
+    if (s == CT_OK) column_stats(table, rows, n_feat, n_feat, mean, sd);
+    if (s != CT_OK) s = ct_err_wrap(ctx, "stats_from '%s'", path);
+    ct_free(ctx, table, table_bytes);
+    ct_free(ctx, src, (size_t)n_feat * sizeof(int64_t));
+    file_close(ctx, &f);
+    return s;
+}
+
+/* Parses f's rows (src: the feature columns, then the target) into c's table and standardises
+ * the features when asked. */
+static ct_status load(ct_ctx *ctx,
+                      csv_file *f,
+                      const int64_t *src,
+                      int64_t n_feat,
+                      int64_t limit,
+                      bool standardize,
+                      const char *stats_from,
+                      csv *c) {
+    int64_t rows = 0, cols = n_feat + 1;
+    CT_TRY(count_rows(ctx, f, limit, &rows));
+    c->table = ct_alloc(ctx, (size_t)rows * (size_t)cols * sizeof(float));
+    if (!c->table)
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a table of %lld x %lld", f->path,
+                       (long long)rows, (long long)cols);
+    c->rows = rows;
+    c->cols = cols;
+    CT_TRY(parse_rows(ctx, f, src, cols, n_feat, c->classify, rows, c->table));
+    if (!standardize) return CT_OK;
+    size_t ms_bytes = 2 * (size_t)n_feat * sizeof(double);
+    double *mean = ct_alloc(ctx, ms_bytes);
+    if (!mean)
+        return CT_FAIL(ctx, CT_ERR_OOM, "allocating statistics of %lld features",
+                       (long long)n_feat);
+    double *sd = mean + n_feat;
+    ct_status s = CT_OK;
+    if (stats_from)
+        s = stats_from_file(ctx, stats_from, f, src, n_feat, mean, sd);
+    else
+        column_stats(c->table, rows, cols, n_feat, mean, sd);
+    for (int64_t r = 0; s == CT_OK && r < rows; r++)
+        for (int64_t j = 0; j < n_feat; j++) {
+            float *v = &c->table[r * cols + j];
+            *v = (float)(((double)*v - mean[j]) / sd[j]);
+        }
+    ct_free(ctx, mean, ms_bytes);
+    return s;
+}
+
+static void csv_close(ct_ctx *ctx, void *self) {
+    csv *c = self;
+    if (!c) return;
+    ct_free(ctx, c->table, (size_t)c->rows * (size_t)c->cols * sizeof(float));
+    ct_free(ctx, c, sizeof *c);
+}
+
+static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
+    static const char *const known[] = {"path",        "features",   "target", "task", "delimiter",
+                                        "standardize", "stats_from", "limit",  NULL};
+    *self = NULL;
+    const char *path, *target, *task, *delim_s;
+    bool standardize;
+    int64_t limit;
+    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_string(ctx, opts, "path", NULL, &path));
+    CT_TRY(ct_options_string(ctx, opts, "target", NULL, &target));
+    CT_TRY(ct_options_string(ctx, opts, "task", "classification", &task));
+    CT_TRY(ct_options_string(ctx, opts, "delimiter", ",", &delim_s));
+    CT_TRY(ct_options_bool(ctx, opts, "standardize", false, &standardize));
+    CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
+    const char *features = ct_options_get(opts, "features");
+    const char *stats_from = ct_options_get(opts, "stats_from");
+    bool classify = strcmp(task, "classification") == 0;
+    if (!classify && strcmp(task, "regression") != 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s: key 'task': expected classification or regression, got '%s'",
+                       where(opts), task);
+    /* "tab" and "\t" spell a tab where the config cannot hold one */
+    bool tab = !strcmp(delim_s, "tab") || !strcmp(delim_s, "\\t");
+    char delim = delim_s[0];
+    if (tab) delim = '\t';
+    if ((!tab && strlen(delim_s) != 1) || delim == '"' || delim == '\n' || delim == '\r')
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s: key 'delimiter': expected one character other than a quote or a line "
+                       "break (or tab), got '%s'",
+                       where(opts), delim_s);
+    if (stats_from && !standardize)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s: key 'stats_from' is set but standardize is false; set "
+                       "standardize=true to use its statistics",
+                       where(opts));
+
+    csv *c = ct_alloc(ctx, sizeof *c);
+    if (!c) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a csv dataset");
+    memset(c, 0, sizeof *c);
+    c->classify = classify;
+    csv_file f;
+    int64_t *src = NULL, n_feat = 0;
+    ct_status s = file_open(ctx, &f, path, delim);
+    if (s == CT_OK) s = resolve_columns(ctx, opts, &f, features, target, &src, &n_feat);
+    if (s == CT_OK) s = load(ctx, &f, src, n_feat, limit, standardize, stats_from, c);
+    if (src) ct_free(ctx, src, (size_t)(n_feat + 1) * sizeof(int64_t));
+    file_close(ctx, &f);
+    if (s != CT_OK) {
+        csv_close(ctx, c);
+        return s;
+    }
+    int64_t rows = c->rows;
+    float max_class = 0.0f;
+    for (int64_t r = 0; classify && r < rows; r++)
+        max_class = fmaxf(max_class, c->table[r * c->cols + n_feat]);
+    info->n = rows;
+    info->x_dtype = CT_F32;
+    info->x_ndim = 1;
+    info->x_shape[0] = n_feat;
+    info->y_dtype = classify ? CT_I64 : CT_F32;
+    info->y_ndim = 0;
+    info->n_classes = classify ? (int64_t)max_class + 1 : 0;
+    *self = c;
+    return CT_OK;
+}
+
+static ct_status csv_get(const void *self, int64_t i, void *x, void *y) {
+    const csv *c = self;
+    const float *row = c->table + i * c->cols;
+    memcpy(x, row, (size_t)(c->cols - 1) * sizeof(float));
+    if (c->classify) {
+        int64_t k = (int64_t)row[c->cols - 1];
+        memcpy(y, &k, sizeof k);
+    } else {
+        memcpy(y, &row[c->cols - 1], sizeof(float));
+    }
+    return CT_OK;
+}
+
+const ct_dataset_vtable ct_dataset_csv = {"csv", csv_open, csv_get, csv_close};

@@ -1,0 +1,41 @@
+/*
+ * data_internal.h - what the dataset implementations share: the dataset struct, the built-in
+ * vtables (one per file in src/data/), and file-reading helpers that validate sizes before
+ * allocating. Internal.
+ */
+#ifndef CT_DATA_INTERNAL_H
+#define CT_DATA_INTERNAL_H
+
+#include "core/core_internal.h"
+#include "ctrain/data.h"
+
+struct ct_dataset {
+    ct_ctx *ctx;
+    const ct_dataset_vtable *vt;
+    void *self;
+    ct_dataset_info info;
+    size_t x_bytes, y_bytes; /* one sample's feature and target bytes */
+};
+
+/* Built-in dataset types (registry.c lists them). */
+extern const ct_dataset_vtable ct_dataset_idx;
+extern const ct_dataset_vtable ct_dataset_cifar10;
+extern const ct_dataset_vtable ct_dataset_csv;
+extern const ct_dataset_vtable ct_dataset_npy;
+extern const ct_dataset_vtable ct_dataset_text;
+extern const ct_dataset_vtable ct_dataset_tokens;
+extern const ct_dataset_vtable ct_dataset_synthetic;
+
+/* Bytes of one sample's features / target for an info. */
+CT_INTERNAL size_t ct_data_sample_bytes(ct_dtype dtype, int32_t ndim, const int64_t *shape);
+
+/*
+ * Reads a whole file into memory from the context's allocator; gzip files (magic 1f 8b) are
+ * inflated with zlib. max_bytes caps the (decompressed) size: a file that would exceed it fails
+ * with CT_ERR_FORMAT before allocating more. *data is freed with ct_free(ctx, *data, *size)
+ * (size 0: *data may be NULL). Errors name the path and the errno text or zlib message.
+ */
+CT_INTERNAL ct_status ct_data_read_file(
+    ct_ctx *ctx, const char *path, size_t max_bytes, unsigned char **data, size_t *size);
+
+#endif /* CT_DATA_INTERNAL_H */

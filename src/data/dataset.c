@@ -1,0 +1,315 @@
+/*
+ * dataset.c - opening datasets by type name, random access, validation splits, and the typed
+ * option readers every dataset type uses.
+ *
+ * A split is itself a dataset whose samples are an index map into its parent; it borrows the
+ * parent, which must outlive it.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data_internal.h"
+
+/* ---- options ---- */
+
+static const char *where(const ct_options *o) {
+    return o && o->where ? o->where : "data";
+}
+
+const char *ct_options_get(const ct_options *opts, const char *key) {
+    if (!opts) return NULL;
+    for (int64_t i = 0; i < opts->count; i++)
+        if (strcmp(opts->items[i].key, key) == 0) return opts->items[i].value;
+    return NULL;
+}
+
+ct_status ct_options_check(ct_ctx *ctx, const ct_options *opts, const char *const *known) {
+    if (!opts) return CT_OK;
+    for (int64_t i = 0; i < opts->count; i++) {
+        const char *k = opts->items[i].key;
+        bool found = false;
+        for (const char *const *kn = known; *kn && !found; kn++)
+            found = strcmp(*kn, k) == 0;
+        if (!found) {
+            char list[512];
+            size_t off = 0;
+            list[0] = '\0';
+            for (const char *const *kn = known; *kn && off < sizeof list; kn++)
+                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
+                                        kn == known ? "" : ", ", *kn);
+            return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s' (known: %s)", where(opts), k,
+                           list);
+        }
+    }
+    return CT_OK;
+}
+
+ct_status ct_options_string(
+    ct_ctx *ctx, const ct_options *opts, const char *key, const char *fallback, const char **out) {
+    const char *v = ct_options_get(opts, key);
+    if (!v && !fallback)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s' is required", where(opts), key);
+    *out = v ? v : fallback;
+    return CT_OK;
+}
+
+ct_status ct_options_int(ct_ctx *ctx,
+                         const ct_options *opts,
+                         const char *key,
+                         int64_t fallback,
+                         int64_t lo,
+                         int64_t hi,
+                         int64_t *out) {
+    const char *v = ct_options_get(opts, key);
+    if (!v) {
+        *out = fallback;
+        return CT_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || errno == ERANGE)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected an integer, got '%s'",
+                       where(opts), key, v);
+    if (x < lo || x > hi)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %lld is out of range [%lld, %lld]",
+                       where(opts), key, x, (long long)lo, (long long)hi);
+    *out = (int64_t)x;
+    return CT_OK;
+}
+
+ct_status ct_options_double(ct_ctx *ctx,
+                            const ct_options *opts,
+                            const char *key,
+                            double fallback,
+                            double lo,
+                            double hi,
+                            double *out) {
+    const char *v = ct_options_get(opts, key);
+    if (!v) {
+        *out = fallback;
+        return CT_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || errno == ERANGE || !isfinite(x))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected a number, got '%s'", where(opts),
+                       key, v);
+    if (x < lo || x > hi)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %g is out of range [%g, %g]", where(opts),
+                       key, x, lo, hi);
+    *out = x;
+    return CT_OK;
+}
+
+ct_status
+ct_options_bool(ct_ctx *ctx, const ct_options *opts, const char *key, bool fallback, bool *out) {
+    const char *v = ct_options_get(opts, key);
+    if (!v) {
+        *out = fallback;
+        return CT_OK;
+    }
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes")) {
+        *out = true;
+    } else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) {
+        *out = false;
+    } else {
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected true or false, got '%s'",
+                       where(opts), key, v);
+    }
+    return CT_OK;
+}
+
+/* ---- datasets ---- */
+
+size_t ct_data_sample_bytes(ct_dtype dtype, int32_t ndim, const int64_t *shape) {
+    size_t n = ct_dtype_size(dtype);
+    for (int32_t d = 0; d < ndim; d++)
+        n *= (size_t)shape[d];
+    return n;
+}
+
+const ct_dataset_vtable *ct_dataset_type(const char *name) {
+    int64_t n;
+    const ct_dataset_vtable *const *t = ct_dataset_types(&n);
+    for (int64_t i = 0; i < n; i++)
+        if (strcmp(t[i]->name, name) == 0) return t[i];
+    return NULL;
+}
+
+ct_status ct_dataset_open_with(ct_ctx *ctx,
+                               const ct_dataset_vtable *vt,
+                               const ct_options *opts,
+                               ct_dataset **out) {
+    *out = NULL;
+    ct_dataset *ds = ct_alloc(ctx, sizeof *ds);
+    if (!ds) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a dataset");
+    memset(ds, 0, sizeof *ds);
+    ds->ctx = ctx;
+    ds->vt = vt;
+    ct_status s = vt->open(ctx, opts, &ds->info, &ds->self);
+    if (s != CT_OK) {
+        ct_free(ctx, ds, sizeof *ds);
+        /* name the config location once: option errors already start with it */
+        if (opts && opts->where && strstr(ct_last_error(ctx), opts->where))
+            return ct_err_wrap(ctx, "opening a '%s' dataset", vt->name);
+        return ct_err_wrap(ctx, "%s: opening a '%s' dataset", where(opts), vt->name);
+    }
+    const ct_dataset_info *in = &ds->info;
+    if (ct_shape_check(ctx, in->x_dtype, in->x_ndim, in->x_shape, NULL) != CT_OK ||
+        ct_shape_check(ctx, in->y_dtype, in->y_ndim, in->y_shape, NULL) != CT_OK || in->n < 0) {
+        vt->close(ctx, ds->self);
+        ct_free(ctx, ds, sizeof *ds);
+        return CT_FAIL(ctx, CT_ERR_INTERNAL, "%s: dataset type '%s' reported an invalid shape",
+                       where(opts), vt->name);
+    }
+    ds->x_bytes = ct_data_sample_bytes(in->x_dtype, in->x_ndim, in->x_shape);
+    ds->y_bytes = ct_data_sample_bytes(in->y_dtype, in->y_ndim, in->y_shape);
+    *out = ds;
+    return CT_OK;
+}
+
+ct_status ct_dataset_open(ct_ctx *ctx, const char *type, const ct_options *opts, ct_dataset **out) {
+    *out = NULL;
+    const ct_dataset_vtable *vt = type ? ct_dataset_type(type) : NULL;
+    if (!vt) {
+        int64_t n;
+        const ct_dataset_vtable *const *t = ct_dataset_types(&n);
+        char list[256];
+        size_t off = 0;
+        list[0] = '\0';
+        for (int64_t i = 0; i < n && off < sizeof list; i++)
+            off +=
+                (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", t[i]->name);
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown dataset type '%s' (known: %s)", where(opts),
+                       type ? type : "(none)", list);
+    }
+    return ct_dataset_open_with(ctx, vt, opts, out);
+}
+
+void ct_dataset_destroy(ct_dataset *ds) {
+    if (!ds) return;
+    ct_ctx *ctx = ds->ctx;
+    ds->vt->close(ctx, ds->self);
+    ct_free(ctx, ds, sizeof *ds);
+}
+
+const ct_dataset_info *ct_dataset_info_of(const ct_dataset *ds) {
+    return &ds->info;
+}
+
+ct_status ct_dataset_get(const ct_dataset *ds, int64_t i, void *x, void *y) {
+    if (i < 0 || i >= ds->info.n)
+        return CT_FAIL(ds->ctx, CT_ERR_INVALID_ARG, "dataset '%s': sample %lld out of [0, %lld)",
+                       ds->vt->name, (long long)i, (long long)ds->info.n);
+    return ds->vt->get(ds->self, i, x, y);
+}
+
+/* ---- splits: an index map over a parent ---- */
+
+typedef struct subset {
+    const ct_dataset *parent;
+    int64_t *index;
+    int64_t n;
+} subset;
+
+static ct_status
+subset_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
+    (void)opts, (void)info, (void)self;
+    return CT_FAIL(ctx, CT_ERR_CONFIG, "a split is made with ct_dataset_split, not opened");
+}
+
+static ct_status subset_get(const void *self, int64_t i, void *x, void *y) {
+    const subset *s = self;
+    return ct_dataset_get(s->parent, s->index[i], x, y);
+}
+
+static void subset_close(ct_ctx *ctx, void *self) {
+    subset *s = self;
+    if (!s) return;
+    ct_free(ctx, s->index, (size_t)(s->n ? s->n : 1) * sizeof(int64_t));
+    ct_free(ctx, s, sizeof *s);
+}
+
+static const ct_dataset_vtable subset_vt = {"split", subset_open, subset_get, subset_close};
+
+static ct_status
+make_subset(ct_dataset *parent, const int64_t *index, int64_t n, ct_dataset **out) {
+    ct_ctx *ctx = parent->ctx;
+    ct_dataset *ds = ct_alloc(ctx, sizeof *ds);
+    subset *s = ct_alloc(ctx, sizeof *s);
+    int64_t *idx = ct_alloc(ctx, (size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!ds || !s || !idx) {
+        ct_free(ctx, ds, sizeof *ds);
+        ct_free(ctx, s, sizeof *s);
+        ct_free(ctx, idx, (size_t)(n ? n : 1) * sizeof(int64_t));
+        return CT_FAIL(ctx, CT_ERR_OOM, "allocating a split of %lld samples", (long long)n);
+    }
+    memcpy(idx, index, (size_t)n * sizeof(int64_t));
+    s->parent = parent;
+    s->index = idx;
+    s->n = n;
+    *ds = *parent;
+    ds->vt = &subset_vt;
+    ds->self = s;
+    ds->info.n = n;
+    *out = ds;
+    return CT_OK;
+}
+
+ct_status ct_dataset_split(
+    ct_dataset *parent, double fraction, uint64_t seed, ct_dataset **train, ct_dataset **valid) {
+    ct_ctx *ctx = parent->ctx;
+    *train = *valid = NULL;
+    if (!(fraction > 0.0 && fraction < 1.0))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "split: fraction must be in (0, 1), got %g", fraction);
+    int64_t n = parent->info.n;
+    int64_t n_valid = (int64_t)llround(fraction * (double)n);
+    size_t bytes = (size_t)(n ? n : 1) * sizeof(int64_t);
+    int64_t *perm = ct_alloc(ctx, bytes);
+    if (!perm) return CT_FAIL(ctx, CT_ERR_OOM, "split: allocating %lld indices", (long long)n);
+    /* Fisher-Yates on a stream of its own: the split depends on (n, fraction, seed) only */
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = i;
+    ct_rng r = ct_rng_init(seed, 0x73706C6974ull /* "split" */);
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)ct_rng_below(&r, (uint64_t)i + 1);
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    /* The first n_valid of the permutation go to validation. Each part then lists its samples
+     * in dataset order (reading a part streams through the parent): mark, then collect. */
+    unsigned char *is_valid = ct_alloc(ctx, (size_t)(n ? n : 1));
+    int64_t *sorted = ct_alloc(ctx, bytes);
+    if (!is_valid || !sorted) {
+        ct_free(ctx, perm, bytes);
+        ct_free(ctx, is_valid, (size_t)(n ? n : 1));
+        ct_free(ctx, sorted, bytes);
+        return CT_FAIL(ctx, CT_ERR_OOM, "split: allocating %lld indices", (long long)n);
+    }
+    memset(is_valid, 0, (size_t)n);
+    for (int64_t i = 0; i < n_valid; i++)
+        is_valid[perm[i]] = 1;
+    int64_t nt = 0, nv = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (is_valid[i])
+            perm[nv++] = i; /* validation indices, ascending */
+        else
+            sorted[nt++] = i; /* training indices, ascending */
+    }
+    ct_free(ctx, is_valid, (size_t)(n ? n : 1));
+    ct_status s = make_subset(parent, sorted, n - n_valid, train);
+    if (s == CT_OK) s = make_subset(parent, perm, n_valid, valid);
+    if (s != CT_OK) {
+        ct_dataset_destroy(*train);
+        *train = NULL;
+    }
+    ct_free(ctx, perm, bytes);
+    ct_free(ctx, sorted, bytes);
+    return s;
+}

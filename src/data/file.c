@@ -1,0 +1,285 @@
+/*
+ * file.c - reading a whole data file into memory, inflating it when it is gzip-compressed.
+ *
+ * Invariant: nothing larger than max_bytes is ever allocated for the contents. A plain file's
+ * size comes from fstat and is checked before the one allocation; a gzip file is inflated into
+ * a buffer that grows geometrically up to max_bytes, so a decompression bomb or a lying size
+ * trailer fails with CT_ERR_FORMAT instead of exhausting memory.
+ *
+ * Ownership: the returned buffer comes from the context's allocator (zlib's own state too, via
+ * zalloc/zfree) and the caller frees it with ct_free(ctx, data, size).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "data/data_internal.h"
+
+enum {
+    CHUNK = 1 << 18,         /* compressed bytes read per call */
+    ZHDR = 64,               /* size header in front of zlib's blocks, keeping 64-byte alignment */
+    MAX_DEFLATE_RATIO = 1032 /* deflate never expands more than this (zlib's FAQ) */
+};
+
+/* ---- zlib's allocations go through the context; ct_free needs the size, so keep it ---- */
+
+static voidpf zalloc_ctx(voidpf opaque, uInt items, uInt size) {
+    size_t n = (size_t)items * (size_t)size;
+    if (size && n / size != items) return Z_NULL;
+    unsigned char *p = ct_alloc(opaque, n + ZHDR);
+    if (!p) return Z_NULL;
+    memcpy(p, &n, sizeof n);
+    return p + ZHDR;
+}
+
+static void zfree_ctx(voidpf opaque, voidpf addr) {
+    if (!addr) return;
+    unsigned char *p = (unsigned char *)addr - ZHDR;
+    size_t n;
+    memcpy(&n, p, sizeof n);
+    ct_free(opaque, p, n + ZHDR);
+}
+
+/* ---- reading ---- */
+
+/* Reads up to n bytes (fewer only at end of file); -1 on error with errno set. */
+static ssize_t read_full(int fd, unsigned char *buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+static ct_status read_plain(
+    ct_ctx *ctx, const char *path, int fd, size_t size, unsigned char **data, size_t *out_size) {
+    if (size == 0) return CT_OK;
+    unsigned char *buf = ct_alloc(ctx, size);
+    if (!buf) return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes", path, size);
+    ssize_t got = read_full(fd, buf, size);
+    if (got < 0 || (size_t)got != size) {
+        int err = errno;
+        ct_free(ctx, buf, size);
+        if (got < 0) return CT_FAIL(ctx, CT_ERR_IO, "%s: read: %s", path, strerror(err));
+        return CT_FAIL(ctx, CT_ERR_IO,
+                       "%s: file shrank while reading: expected %zu bytes, found %zd", path, size,
+                       got);
+    }
+    *data = buf;
+    *out_size = size;
+    return CT_OK;
+}
+
+/* Moves the first `used` bytes of *buf (capacity *cap) into a new buffer of capacity new_cap. */
+static bool resize(ct_ctx *ctx, unsigned char **buf, size_t *cap, size_t used, size_t new_cap) {
+    unsigned char *nb = ct_alloc(ctx, new_cap);
+    if (!nb) return false;
+    if (used) memcpy(nb, *buf, used);
+    ct_free(ctx, *buf, *cap);
+    *buf = nb;
+    *cap = new_cap;
+    return true;
+}
+
+/* The gzip trailer's ISIZE (uncompressed size mod 2^32 of the last member): a first guess at
+ * the output size, trusted only as far as max_bytes and deflate's maximum ratio allow. */
+static size_t size_hint(int fd, size_t file_size, size_t max_bytes) {
+    unsigned char t[4];
+    size_t bound =
+        file_size > max_bytes / MAX_DEFLATE_RATIO ? max_bytes : file_size * MAX_DEFLATE_RATIO;
+    size_t guess = file_size < bound / 4 ? file_size * 4 : bound;
+    if (file_size >= 18 && pread(fd, t, 4, (off_t)(file_size - 4)) == 4) {
+        size_t isize = (size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24;
+        if (isize > 0 && isize <= bound) guess = isize;
+    }
+    return guess;
+}
+
+static ct_status read_gzip(ct_ctx *ctx,
+                           const char *path,
+                           int fd,
+                           size_t file_size,
+                           size_t max_bytes,
+                           unsigned char **data,
+                           size_t *out_size) {
+    ct_status st = CT_OK;
+    size_t cap = size_hint(fd, file_size, max_bytes); /* <= max_bytes; 0 only if that is 0 */
+    size_t in_cap = file_size < CHUNK ? file_size : CHUNK;
+    unsigned char *in = ct_alloc(ctx, in_cap);
+    unsigned char *out = cap ? ct_alloc(ctx, cap) : NULL;
+    if (!in || (cap && !out)) {
+        ct_free(ctx, in, in_cap);
+        ct_free(ctx, out, cap);
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes to inflate into", path, cap);
+    }
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    z.zalloc = zalloc_ctx;
+    z.zfree = zfree_ctx;
+    z.opaque = ctx;
+    int zr = inflateInit2(&z, 16 + MAX_WBITS);
+    if (zr != Z_OK) {
+        ct_free(ctx, in, in_cap);
+        ct_free(ctx, out, cap);
+        return CT_FAIL(ctx, zr == Z_MEM_ERROR ? CT_ERR_OOM : CT_ERR_INTERNAL,
+                       "%s: inflateInit2: %s", path, zError(zr));
+    }
+    size_t used = 0;     /* decompressed bytes in out */
+    size_t consumed = 0; /* compressed bytes handed to zlib before the current chunk */
+    bool at_eof = false; /* no more input in the file */
+    bool member_end = false;
+    unsigned char probe; /* one byte of look-ahead when out is full */
+    for (;;) {
+        if (z.avail_in == 0 && !at_eof) {
+            consumed += (size_t)(z.next_in ? z.next_in - in : 0);
+            ssize_t r = read_full(fd, in, in_cap);
+            if (r < 0) {
+                st = CT_FAIL(ctx, CT_ERR_IO, "%s: read: %s", path, strerror(errno));
+                break;
+            }
+            at_eof = (size_t)r < in_cap;
+            z.next_in = in;
+            z.avail_in = (uInt)r;
+        }
+        if (member_end) {
+            /* concatenated gzip members (as gunzip accepts) continue; anything else is junk */
+            if (z.avail_in == 0 && at_eof) break;
+            if (z.avail_in < 2 && !at_eof) {
+                /* a member boundary split across chunks: keep the byte for the next read */
+                memmove(in, z.next_in, z.avail_in);
+                ssize_t r = read_full(fd, in + z.avail_in, in_cap - z.avail_in);
+                if (r < 0) {
+                    st = CT_FAIL(ctx, CT_ERR_IO, "%s: read: %s", path, strerror(errno));
+                    break;
+                }
+                consumed += (size_t)(z.next_in - in);
+                at_eof = (size_t)r < in_cap - z.avail_in;
+                z.next_in = in;
+                z.avail_in += (uInt)r;
+            }
+            if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
+                st = CT_FAIL(ctx, CT_ERR_FORMAT,
+                             "%s: offset %zu: expected the end of the file or another gzip "
+                             "member (1f 8b), found bytes %02x %02x",
+                             path, consumed + (size_t)(z.next_in - in), z.next_in[0],
+                             z.avail_in > 1 ? z.next_in[1] : 0u);
+                break;
+            }
+            inflateReset(&z);
+            member_end = false;
+        }
+        bool probing = used == cap;
+        z.next_out = probing ? &probe : out + used;
+        z.avail_out = probing ? 1u : (uInt)(cap - used > UINT_MAX ? UINT_MAX : cap - used);
+        uInt before = z.avail_out;
+        zr = inflate(&z, Z_NO_FLUSH);
+        size_t produced = before - z.avail_out;
+        if (zr == Z_NEED_DICT || zr == Z_DATA_ERROR || zr == Z_STREAM_ERROR) {
+            st = CT_FAIL(ctx, CT_ERR_FORMAT,
+                         "%s: corrupt gzip data near compressed offset %zu: %s (hint: the "
+                         "download may be damaged; compare its checksum)",
+                         path, consumed + (size_t)(z.next_in - in), z.msg ? z.msg : zError(zr));
+            break;
+        }
+        if (zr == Z_MEM_ERROR) {
+            st = CT_FAIL(ctx, CT_ERR_OOM, "%s: inflate: out of memory", path);
+            break;
+        }
+        if (probing && produced) {
+            /* there is more output than fits: grow geometrically, never beyond max_bytes */
+            if (cap >= max_bytes) {
+                st = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: decompressed size exceeds %zu bytes", path,
+                             max_bytes);
+                break;
+            }
+            size_t new_cap = cap > max_bytes / 2 ? max_bytes : cap ? cap * 2 : 1;
+            if (!resize(ctx, &out, &cap, used, new_cap)) {
+                st = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes to inflate into", path,
+                             new_cap);
+                break;
+            }
+            out[used++] = probe;
+        } else {
+            used += produced;
+        }
+        if (zr == Z_STREAM_END) {
+            member_end = true;
+            continue;
+        }
+        if (zr == Z_BUF_ERROR && z.avail_in == 0 && at_eof) {
+            st = CT_FAIL(ctx, CT_ERR_FORMAT,
+                         "%s: truncated gzip data: the stream ends after %zu compressed bytes "
+                         "(%zu decompressed) without its end marker: unexpected end of file",
+                         path, consumed + (size_t)(z.next_in - in), used);
+            break;
+        }
+    }
+    inflateEnd(&z);
+    ct_free(ctx, in, in_cap);
+    if (st != CT_OK) {
+        ct_free(ctx, out, cap);
+        return st;
+    }
+    if (used == 0) {
+        ct_free(ctx, out, cap);
+        return CT_OK;
+    }
+    /* the caller frees with the exact size: trim when the guess was too large */
+    if (used != cap && !resize(ctx, &out, &cap, used, used)) {
+        ct_free(ctx, out, cap);
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes", path, used);
+    }
+    *data = out;
+    *out_size = used;
+    return CT_OK;
+}
+
+ct_status ct_data_read_file(
+    ct_ctx *ctx, const char *path, size_t max_bytes, unsigned char **data, size_t *size) {
+    *data = NULL;
+    *size = 0;
+    int fd;
+    do {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int err = errno;
+        close(fd);
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: stat: %s", path, strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: not a regular file", path);
+    }
+    unsigned char magic[2] = {0, 0};
+    ssize_t got = sb.st_size >= 2 ? pread(fd, magic, 2, 0) : 0;
+    if (got < 0) {
+        int err = errno;
+        close(fd);
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: read: %s", path, strerror(err));
+    }
+    uint64_t file_size = (uint64_t)sb.st_size;
+    ct_status st;
+    if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+        st = read_gzip(ctx, path, fd, file_size > SIZE_MAX ? SIZE_MAX : (size_t)file_size,
+                       max_bytes, data, size);
+    } else if (file_size > max_bytes) {
+        st = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: file size %llu bytes exceeds the limit of %zu bytes",
+                     path, (unsigned long long)file_size, max_bytes);
+    } else {
+        st = read_plain(ctx, path, fd, (size_t)file_size, data, size);
+    }
+    close(fd);
+    return st;
+}
