@@ -2,10 +2,10 @@
 #   make demo   installs what is missing, builds, and runs the default job
 #   make test   installs what is missing, then: Release build (gcc, -Werror) + every test,
 #               ASan+UBSan build (clang, -Werror) + every test, a build without OpenMP + every
-#               test, clang-format check
+#               test, the loader under ThreadSanitizer, clang-format check
 JOBS ?= 2
 
-.PHONY: all deps build demo test test-release test-asan test-noomp format-check bench clean
+.PHONY: all deps build demo test test-release test-asan test-noomp test-tsan format-check bench clean
 
 all: build
 
@@ -19,7 +19,7 @@ build: deps
 demo: build
 	./build/examples/mlp_demo
 
-test: deps test-release test-asan test-noomp format-check
+test: deps test-release test-asan test-noomp test-tsan format-check
 
 test-release:
 	cmake -S . -B build-ci -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DCT_WERROR=ON
@@ -37,6 +37,14 @@ test-noomp:
 	cmake --build build-noomp -j $(JOBS)
 	ctest --test-dir build-noomp --output-on-failure -j $(JOBS)
 
+# ThreadSanitizer on the loader's prefetch thread (OpenMP runtimes are not instrumented, so
+# only the pthread code is checked this way; the OpenMP loops are checked for determinism).
+test-tsan:
+	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+		-DCT_WERROR=ON -DCT_TSAN=ON -DCT_OPENMP=OFF
+	cmake --build build-tsan -j $(JOBS) --target test_loader
+	TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/test_loader
+
 format-check:
 	scripts/check-format.sh
 
@@ -47,4 +55,4 @@ bench:
 	/usr/bin/python3 bench/run.py --build build
 
 clean:
-	rm -rf build build-ci build-asan build-noomp
+	rm -rf build build-ci build-asan build-noomp build-tsan
