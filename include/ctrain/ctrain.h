@@ -6,6 +6,7 @@
 
 #include "ctrain/autograd.h"
 #include "ctrain/data.h"
+#include "ctrain/dist.h"
 #include "ctrain/loss.h"
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"

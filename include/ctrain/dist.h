@@ -1,0 +1,69 @@
+/*
+ * dist.h - the communicator: rank, world size, sum all-reduce of a flat buffer, broadcast and
+ * barrier. The trainer makes every cross-process reduction and every "rank 0 only" decision
+ * through it, so that data-parallel training over MPI is one more implementation of this
+ * interface and nothing else.
+ *
+ * Implementations: "single" (one process: all-reduce and broadcast leave the buffer as it is)
+ * here; MPI arrives with the data-parallel issue. A program or plugin can provide its own
+ * through ct_comm_create_with.
+ *
+ * Ownership: ct_comm_create_* returns a communicator the caller frees with ct_comm_destroy;
+ * buffers passed to its calls are borrowed for the call only. Calls are collective: every rank
+ * makes the same calls in the same order.
+ */
+#ifndef CTRAIN_DIST_H
+#define CTRAIN_DIST_H
+
+#include "ctrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_comm ct_comm;
+
+/* The functions behind a communicator. Every status other than CT_OK must come with a message
+ * recorded in ctx (for MPI, MPI_Error_string's text); self is the implementation's state. */
+typedef struct ct_comm_vtable {
+    const char *name;
+    int64_t (*rank)(const void *self);
+    int64_t (*world_size)(const void *self);
+    /* buf[i] = sum over ranks of buf[i]. Implementations must sum in rank order (or another
+     * order fixed by the world size) so that results do not depend on timing. */
+    ct_status (*allreduce_sum_f32)(void *self, ct_ctx *ctx, float *buf, int64_t n);
+    ct_status (*allreduce_sum_f64)(void *self, ct_ctx *ctx, double *buf, int64_t n);
+    /* Every rank receives root's bytes. */
+    ct_status (*broadcast)(void *self, ct_ctx *ctx, void *buf, size_t bytes, int64_t root);
+    ct_status (*barrier)(void *self, ct_ctx *ctx);
+    void (*destroy)(void *self);
+} ct_comm_vtable;
+
+/* The one-process communicator: rank 0 of 1. */
+CT_API ct_status ct_comm_create_single(ct_ctx *ctx, ct_comm **out);
+/* A communicator over a caller's implementation; self is owned by the communicator from now on
+ * (vt->destroy frees it), also on failure. */
+CT_API ct_status ct_comm_create_with(ct_ctx *ctx,
+                                     const ct_comm_vtable *vt,
+                                     void *self,
+                                     ct_comm **out);
+CT_API void ct_comm_destroy(ct_comm *c);
+
+CT_API const char *ct_comm_name(const ct_comm *c);
+CT_API int64_t ct_comm_rank(const ct_comm *c);
+CT_API int64_t ct_comm_world_size(const ct_comm *c);
+/* True on rank 0: the rank that logs and writes files. */
+CT_API bool ct_comm_is_root(const ct_comm *c);
+
+CT_API ct_status ct_comm_allreduce_sum_f32(ct_comm *c, float *buf, int64_t n);
+CT_API ct_status ct_comm_allreduce_sum_f64(ct_comm *c, double *buf, int64_t n);
+/* buf[i] = mean over ranks (the sum divided by the world size), for gradients. */
+CT_API ct_status ct_comm_allreduce_mean_f32(ct_comm *c, float *buf, int64_t n);
+CT_API ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int64_t root);
+CT_API ct_status ct_comm_barrier(ct_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTRAIN_DIST_H */

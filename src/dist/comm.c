@@ -1,0 +1,153 @@
+/*
+ * comm.c - the communicator front end (argument checks, the mean all-reduce) and the
+ * single-process implementation.
+ *
+ * The front end validates what every implementation would otherwise have to (negative sizes,
+ * a root out of range), so an implementation only moves bytes.
+ */
+#include <string.h>
+
+#include "core/core_internal.h"
+#include "ctrain/dist.h"
+
+struct ct_comm {
+    ct_ctx *ctx;
+    const ct_comm_vtable *vt;
+    void *self;
+};
+
+/* ---- the single-process implementation ---- */
+
+static int64_t single_rank(const void *self) {
+    (void)self;
+    return 0;
+}
+
+static int64_t single_world(const void *self) {
+    (void)self;
+    return 1;
+}
+
+static ct_status single_reduce_f32(void *self, ct_ctx *ctx, float *buf, int64_t n) {
+    (void)self, (void)ctx, (void)buf, (void)n;
+    return CT_OK; /* the sum over one rank is the buffer itself */
+}
+
+static ct_status single_reduce_f64(void *self, ct_ctx *ctx, double *buf, int64_t n) {
+    (void)self, (void)ctx, (void)buf, (void)n;
+    return CT_OK;
+}
+
+static ct_status single_broadcast(void *self, ct_ctx *ctx, void *buf, size_t bytes, int64_t root) {
+    (void)self, (void)ctx, (void)buf, (void)bytes, (void)root;
+    return CT_OK;
+}
+
+static ct_status single_barrier(void *self, ct_ctx *ctx) {
+    (void)self, (void)ctx;
+    return CT_OK;
+}
+
+static void single_destroy(void *self) {
+    (void)self;
+}
+
+static const ct_comm_vtable single_vt = {
+    "single",          single_rank,      single_world,   single_reduce_f32,
+    single_reduce_f64, single_broadcast, single_barrier, single_destroy,
+};
+
+/* ---- front end ---- */
+
+ct_status ct_comm_create_with(ct_ctx *ctx, const ct_comm_vtable *vt, void *self, ct_comm **out) {
+    *out = NULL;
+    if (!vt || !vt->rank || !vt->world_size || !vt->allreduce_sum_f32 || !vt->allreduce_sum_f64 ||
+        !vt->broadcast || !vt->barrier || !vt->destroy) {
+        if (vt && vt->destroy) vt->destroy(self);
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "communicator: every vtable entry is required");
+    }
+    int64_t w = vt->world_size(self), r = vt->rank(self);
+    if (w < 1 || r < 0 || r >= w) {
+        vt->destroy(self);
+        return CT_FAIL(ctx, CT_ERR_DIST, "communicator '%s': rank %lld of world size %lld",
+                       vt->name ? vt->name : "?", (long long)r, (long long)w);
+    }
+    ct_comm *c = ct_alloc(ctx, sizeof *c);
+    if (!c) {
+        vt->destroy(self);
+        return CT_FAIL(ctx, CT_ERR_OOM, "allocating a communicator");
+    }
+    c->ctx = ctx;
+    c->vt = vt;
+    c->self = self;
+    *out = c;
+    return CT_OK;
+}
+
+ct_status ct_comm_create_single(ct_ctx *ctx, ct_comm **out) {
+    return ct_comm_create_with(ctx, &single_vt, NULL, out);
+}
+
+void ct_comm_destroy(ct_comm *c) {
+    if (!c) return;
+    c->vt->destroy(c->self);
+    ct_free(c->ctx, c, sizeof *c);
+}
+
+const char *ct_comm_name(const ct_comm *c) {
+    return c->vt->name ? c->vt->name : "";
+}
+
+int64_t ct_comm_rank(const ct_comm *c) {
+    return c->vt->rank(c->self);
+}
+
+int64_t ct_comm_world_size(const ct_comm *c) {
+    return c->vt->world_size(c->self);
+}
+
+bool ct_comm_is_root(const ct_comm *c) {
+    return ct_comm_rank(c) == 0;
+}
+
+static ct_status check_count(ct_comm *c, const char *what, const void *buf, int64_t n) {
+    if (n < 0 || (n > 0 && !buf))
+        return CT_FAIL(c->ctx, CT_ERR_INVALID_ARG, "%s: %lld elements at %p", what, (long long)n,
+                       buf);
+    return CT_OK;
+}
+
+ct_status ct_comm_allreduce_sum_f32(ct_comm *c, float *buf, int64_t n) {
+    CT_TRY(check_count(c, "all-reduce", buf, n));
+    return n ? c->vt->allreduce_sum_f32(c->self, c->ctx, buf, n) : CT_OK;
+}
+
+ct_status ct_comm_allreduce_sum_f64(ct_comm *c, double *buf, int64_t n) {
+    CT_TRY(check_count(c, "all-reduce", buf, n));
+    return n ? c->vt->allreduce_sum_f64(c->self, c->ctx, buf, n) : CT_OK;
+}
+
+ct_status ct_comm_allreduce_mean_f32(ct_comm *c, float *buf, int64_t n) {
+    CT_TRY(ct_comm_allreduce_sum_f32(c, buf, n));
+    int64_t w = ct_comm_world_size(c);
+    if (w > 1) {
+        float inv = 1.0f / (float)w;
+        int nt = ct_threads_for(c->ctx, n, 1);
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < n; i++)
+            buf[i] *= inv;
+    }
+    return CT_OK;
+}
+
+ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int64_t root) {
+    if (root < 0 || root >= ct_comm_world_size(c))
+        return CT_FAIL(c->ctx, CT_ERR_INVALID_ARG, "broadcast: root %lld of world size %lld",
+                       (long long)root, (long long)ct_comm_world_size(c));
+    if (bytes && !buf) return CT_FAIL(c->ctx, CT_ERR_INVALID_ARG, "broadcast: NULL buffer");
+    return bytes ? c->vt->broadcast(c->self, c->ctx, buf, bytes, root) : CT_OK;
+}
+
+ct_status ct_comm_barrier(ct_comm *c) {
+    return c->vt->barrier(c->self, c->ctx);
+}

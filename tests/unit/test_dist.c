@@ -1,0 +1,112 @@
+/*
+ * test_dist.c - the communicator front end: the single-process implementation, argument
+ * checks, the mean all-reduce, and a caller-provided implementation (a simulated world of
+ * three identical ranks) through ct_comm_create_with.
+ */
+#include <string.h>
+
+#include "ctrain/ctrain.h"
+#include "harness.h"
+#include "test_alloc.h"
+
+static ct_ctx *ctx;
+
+static void single_comm_should_be_rank_0_of_1(void) {
+    ct_comm *c = NULL;
+    CT_CHECK_INT(ct_comm_create_single(ctx, &c), CT_OK);
+    CT_CHECK_INT(ct_comm_rank(c), 0);
+    CT_CHECK_INT(ct_comm_world_size(c), 1);
+    CT_CHECK(ct_comm_is_root(c));
+    CT_CHECK(strcmp(ct_comm_name(c), "single") == 0);
+    float f[3] = {1, 2, 3};
+    double d[2] = {4, 5};
+    CT_CHECK_INT(ct_comm_allreduce_sum_f32(c, f, 3), CT_OK);
+    CT_CHECK_INT(ct_comm_allreduce_mean_f32(c, f, 3), CT_OK);
+    CT_CHECK_INT(ct_comm_allreduce_sum_f64(c, d, 2), CT_OK);
+    CT_CHECK(f[2] == 3.0f && d[1] == 5.0);
+    CT_CHECK_INT(ct_comm_broadcast(c, f, sizeof f, 0), CT_OK);
+    CT_CHECK_INT(ct_comm_broadcast(c, f, sizeof f, 1), CT_ERR_INVALID_ARG);
+    CT_CHECK(strstr(ct_last_error(ctx), "root 1 of world size 1") != NULL);
+    CT_CHECK_INT(ct_comm_allreduce_sum_f32(c, NULL, 4), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_comm_allreduce_sum_f32(c, f, -1), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_comm_barrier(c), CT_OK);
+    ct_comm_destroy(c);
+    ct_comm_destroy(NULL);
+}
+
+/* Three ranks holding the same data: a sum is 3x the buffer. */
+typedef struct fake {
+    int64_t rank, world;
+    int *destroyed;
+} fake;
+
+static int64_t fake_rank(const void *s) {
+    return ((const fake *)s)->rank;
+}
+
+static int64_t fake_world(const void *s) {
+    return ((const fake *)s)->world;
+}
+
+static ct_status fake_f32(void *s, ct_ctx *c, float *b, int64_t n) {
+    (void)c;
+    for (int64_t i = 0; i < n; i++)
+        b[i] *= (float)((fake *)s)->world;
+    return CT_OK;
+}
+
+static ct_status fake_f64(void *s, ct_ctx *c, double *b, int64_t n) {
+    (void)c;
+    for (int64_t i = 0; i < n; i++)
+        b[i] *= (double)((fake *)s)->world;
+    return CT_OK;
+}
+
+static ct_status fake_bcast(void *s, ct_ctx *c, void *b, size_t n, int64_t root) {
+    (void)s, (void)b, (void)n, (void)root;
+    return CT_FAIL(c, CT_ERR_DIST, "fake: broadcast failed on purpose");
+}
+
+static ct_status fake_barrier(void *s, ct_ctx *c) {
+    (void)s, (void)c;
+    return CT_OK;
+}
+
+static void fake_destroy(void *s) {
+    (*((fake *)s)->destroyed)++;
+}
+
+static const ct_comm_vtable fake_vt = {"fake",   fake_rank,  fake_world,   fake_f32,
+                                       fake_f64, fake_bcast, fake_barrier, fake_destroy};
+
+static void custom_comm_should_reduce_and_report_errors(void) {
+    int destroyed = 0;
+    fake f = {2, 3, &destroyed};
+    ct_comm *c = NULL;
+    CT_CHECK_INT(ct_comm_create_with(ctx, &fake_vt, &f, &c), CT_OK);
+    CT_CHECK(!ct_comm_is_root(c));
+    float g[2] = {1.5f, -3.0f};
+    CT_CHECK_INT(ct_comm_allreduce_mean_f32(c, g, 2), CT_OK);
+    CT_CHECK(g[0] == 1.5f && g[1] == -3.0f); /* (3 x) / 3 */
+    CT_CHECK_INT(ct_comm_broadcast(c, g, sizeof g, 0), CT_ERR_DIST);
+    CT_CHECK(strstr(ct_last_error(ctx), "broadcast failed on purpose") != NULL);
+    ct_comm_destroy(c);
+    CT_CHECK_INT(destroyed, 1);
+    /* an inconsistent rank is refused, and the implementation's state is still freed */
+    fake bad = {3, 3, &destroyed};
+    CT_CHECK_INT(ct_comm_create_with(ctx, &fake_vt, &bad, &c), CT_ERR_DIST);
+    CT_CHECK(c == NULL);
+    CT_CHECK_INT(destroyed, 2);
+    ct_comm_vtable partial = fake_vt;
+    partial.barrier = NULL;
+    CT_CHECK_INT(ct_comm_create_with(ctx, &partial, &f, &c), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(destroyed, 3);
+}
+
+int main(void) {
+    if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
+    CT_RUN(single_comm_should_be_rank_0_of_1);
+    CT_RUN(custom_comm_should_reduce_and_report_errors);
+    ct_ctx_destroy(ctx);
+    return ct_test_finish();
+}
