@@ -164,12 +164,19 @@ typedef struct ct_loader_params {
     ct_shard_mode shard; /* default CT_SHARD_TRAIN_DROP */
     int64_t prefetch;    /* batches assembled ahead on a background thread; 0 = none; 2 */
     bool to_f32;         /* convert features to f32 before the transforms; default true */
+    /* Targets (class-index datasets only): label_map[c] replaces class c (copied at create; a
+     * class outside [0, label_map_len) fails the batch naming the sample), and one_hot turns
+     * the class into an f32 row of n_classes (after mapping: the largest mapped class + 1). */
+    const int64_t *label_map;
+    int64_t label_map_len;
+    bool one_hot;
     int32_t n_transforms;
     ct_transform transforms[CT_LOADER_MAX_TRANSFORMS];
 } ct_loader_params;
 
-/* A batch: x [B, sample shape...] (f32 when to_f32, else the dataset's dtype) and y [B, ...].
- * index[b] is the dataset index of row b. Owned by the loader. */
+/* A batch: x [B, sample shape...] (f32 when to_f32, else the dataset's dtype) and y [B, ...]
+ * (y [B, n_classes] f32 with one_hot). index[b] is the dataset index of row b. Owned by the
+ * loader. */
 typedef struct ct_batch {
     ct_tensor x, y;
     const int64_t *index;

@@ -40,6 +40,10 @@ struct ct_loader {
     int64_t batches;     /* per epoch */
     size_t x_row, y_row; /* output bytes per sample */
     size_t raw_row;      /* dataset bytes per sample (features) */
+    int64_t *label_map;  /* owned copy of p.label_map, or NULL */
+    int64_t n_classes;   /* after mapping */
+    ct_dtype y_dtype;    /* CT_F32 with one_hot, else the dataset's */
+    int64_t raw_label;   /* one raw class index (producer) */
     int32_t x_ndim;
     int64_t x_shape[CT_MAX_DIMS];
     ct_dtype x_dtype;
@@ -208,6 +212,23 @@ static void to_f32(ct_dtype dt, const unsigned char *src, float *dst, int64_t n)
     }
 }
 
+/* Label mapping and one-hot encoding of one class index (producer side). */
+static ct_status map_target(const ct_loader *l, int64_t c, unsigned char *ydst) {
+    if (l->label_map) {
+        if (c < 0 || c >= l->p.label_map_len) return CT_ERR_FORMAT;
+        c = l->label_map[c];
+    }
+    if (!l->p.one_hot) {
+        memcpy(ydst, &c, sizeof c);
+        return CT_OK;
+    }
+    if (c < 0 || c >= l->n_classes) return CT_ERR_FORMAT;
+    float *row = (float *)(void *)ydst;
+    memset(row, 0, (size_t)l->n_classes * sizeof(float));
+    row[c] = 1.0f;
+    return CT_OK;
+}
+
 /* ---- producing one batch (producer side; touches no context state) ---- */
 
 static void produce(ct_loader *l, slot *s, int64_t epoch, int64_t number) {
@@ -229,7 +250,9 @@ static void produce(ct_loader *l, slot *s, int64_t epoch, int64_t number) {
         unsigned char *xdst = s->x + (size_t)k * l->x_row;
         unsigned char *ydst = s->y + (size_t)k * l->y_row;
         void *raw = l->p.to_f32 ? (void *)l->raw : (void *)xdst;
-        ct_status st = ds->vt->get(ds->self, idx, raw, ydst);
+        bool map_y = l->label_map || l->p.one_hot;
+        ct_status st = ds->vt->get(ds->self, idx, raw, map_y ? (void *)&l->raw_label : ydst);
+        if (st == CT_OK && map_y) st = map_target(l, l->raw_label, ydst);
         if (st != CT_OK) {
             s->status = st;
             s->failed_index = idx;
@@ -306,6 +329,7 @@ static void free_buffers(ct_loader *l) {
     ct_free(ctx, l->order, (size_t)(l->n ? l->n : 1) * sizeof(int64_t));
     ct_free(ctx, l->raw, l->raw_row ? l->raw_row : 1);
     ct_free(ctx, l->tmp, l->x_row ? l->x_row : 1);
+    ct_free(ctx, l->label_map, (size_t)(l->p.label_map_len ? l->p.label_map_len : 1) * 8);
 }
 
 static ct_status check_params(ct_ctx *ctx, const ct_dataset *ds, const ct_loader_params *p) {
@@ -324,6 +348,26 @@ static ct_status check_params(ct_ctx *ctx, const ct_dataset *ds, const ct_loader
     if (p->n_transforms < 0 || p->n_transforms > CT_LOADER_MAX_TRANSFORMS)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "loader: %d transforms, at most %d",
                        (int)p->n_transforms, CT_LOADER_MAX_TRANSFORMS);
+    if (p->label_map || p->one_hot) {
+        if (ds->info.y_dtype != CT_I64 || ds->info.y_ndim != 0)
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "loader: label_map and one_hot need one class index per sample");
+        if (p->label_map && (p->label_map_len < 1 || p->label_map_len > (int64_t)1 << 24))
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "loader: label_map needs 1 to 2^24 entries, got %lld",
+                           (long long)p->label_map_len);
+        for (int64_t i = 0; p->label_map && i < p->label_map_len; i++)
+            if (p->label_map[i] < 0 || p->label_map[i] >= (int64_t)1 << 24)
+                return CT_FAIL(ctx, CT_ERR_CONFIG,
+                               "loader: label_map[%lld] = %lld is not a class in [0, 2^24)",
+                               (long long)i, (long long)p->label_map[i]);
+        if (p->one_hot && !p->label_map &&
+            (ds->info.n_classes < 1 || ds->info.n_classes > (int64_t)1 << 24))
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "loader: one_hot needs the number of classes (1 to 2^24), the dataset "
+                           "gives %lld",
+                           (long long)ds->info.n_classes);
+    }
     if (p->n_transforms && !p->to_f32)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "loader: transforms need to_f32");
     const ct_dataset_info *in = &ds->info;
@@ -387,6 +431,17 @@ ct_status ct_loader_create(ct_ctx *ctx,
     l->raw_row = ds->x_bytes;
     l->x_row = ct_data_sample_bytes(l->x_dtype, l->x_ndim, l->x_shape);
     l->y_row = ds->y_bytes;
+    l->y_dtype = ds->info.y_dtype;
+    l->n_classes = ds->info.n_classes;
+    if (p.label_map) {
+        l->n_classes = 0;
+        for (int64_t i = 0; i < p.label_map_len; i++)
+            if (p.label_map[i] + 1 > l->n_classes) l->n_classes = p.label_map[i] + 1;
+    }
+    if (p.one_hot) {
+        l->y_dtype = CT_F32;
+        l->y_row = (size_t)l->n_classes * sizeof(float);
+    }
     l->order_epoch = -1;
     l->n_slots = p.prefetch + 1;
     l->threaded = p.prefetch > 0 && l->batches > 0; /* an empty shard has nothing to fetch */
@@ -399,7 +454,12 @@ ct_status ct_loader_create(ct_ctx *ctx,
     l->order = ct_alloc(ctx, (size_t)(l->n ? l->n : 1) * sizeof(int64_t));
     l->raw = ct_alloc(ctx, l->raw_row ? l->raw_row : 1);
     l->tmp = ct_alloc(ctx, l->x_row ? l->x_row : 1);
-    bool ok = l->slots && l->order && l->raw && l->tmp;
+    if (p.label_map) {
+        l->label_map = ct_alloc(ctx, (size_t)(p.label_map_len ? p.label_map_len : 1) * 8);
+        if (l->label_map)
+            memcpy(l->label_map, p.label_map, (size_t)p.label_map_len * sizeof(int64_t));
+    }
+    bool ok = l->slots && l->order && l->raw && l->tmp && (!p.label_map || l->label_map);
     if (l->slots) memset(l->slots, 0, (size_t)l->n_slots * sizeof(slot));
     for (int64_t i = 0; ok && i < l->n_slots; i++) {
         slot *s = &l->slots[i];
@@ -451,8 +511,13 @@ static void fill_batch(const ct_loader *l, const slot *s, ct_batch *b) {
     ys[0] = s->size;
     for (int32_t d = 0; d < in->y_ndim && d + 1 < CT_MAX_DIMS; d++)
         ys[d + 1] = in->y_shape[d];
+    int32_t y_ndim = in->y_ndim + 1;
+    if (l->p.one_hot) {
+        ys[1] = l->n_classes;
+        y_ndim = 2;
+    }
     b->x = ct_tensor_view(s->x, l->x_dtype, l->x_ndim + 1, xs);
-    b->y = ct_tensor_view(s->y, in->y_dtype, in->y_ndim + 1, ys);
+    b->y = ct_tensor_view(s->y, l->y_dtype, y_ndim, ys);
     b->index = s->index;
     b->size = s->size;
     b->epoch = s->epoch;
@@ -493,7 +558,7 @@ ct_status ct_loader_next(ct_loader *l, ct_batch *b) {
         l->failed = s->status;
         return CT_FAIL(l->ctx, s->status,
                        "loader: reading sample %lld of dataset '%s' (epoch %lld, batch %lld) "
-                       "failed",
+                       "failed (or its class is outside label_map / the one-hot classes)",
                        (long long)s->failed_index, l->ds->vt->name, (long long)s->epoch,
                        (long long)s->number);
     }

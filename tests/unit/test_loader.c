@@ -351,6 +351,57 @@ static void transforms_should_compute_documented_values(void) {
     ct_dataset_destroy(ds);
 }
 
+static void loader_should_map_labels_and_one_hot_encode(void) {
+    ct_dataset *ds = toy_dataset(6, false); /* y = i, n_classes = 6 */
+    ct_loader_params p = ct_loader_default_params();
+    p.batch_size = 6;
+    p.shuffle = false;
+    p.prefetch = 0;
+    int64_t map[6] = {0, 0, 1, 1, 2, 2}; /* merge pairs of classes */
+    p.label_map = map;
+    p.label_map_len = 6;
+    ct_loader *l;
+    CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+    map[0] = 5; /* the loader keeps its own copy */
+    ct_batch b;
+    CT_CHECK_INT(ct_loader_next(l, &b), CT_OK);
+    const int64_t *y = b.y.data;
+    CT_CHECK(y[0] == 0 && y[3] == 1 && y[5] == 2);
+    ct_loader_destroy(l);
+    map[0] = 0;
+    p.one_hot = true;
+    CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+    CT_CHECK_INT(ct_loader_next(l, &b), CT_OK);
+    CT_CHECK_INT(b.y.dtype, CT_F32);
+    CT_CHECK_INT(b.y.ndim, 2);
+    CT_CHECK_INT(b.y.shape[1], 3);
+    const float *oh = b.y.data;
+    CT_CHECK(oh[3 * 3 + 1] == 1.0f && oh[3 * 3 + 0] == 0.0f && oh[3 * 3 + 2] == 0.0f);
+    ct_loader_destroy(l);
+    /* one-hot without a map uses the dataset's classes */
+    p.label_map = NULL;
+    p.label_map_len = 0;
+    CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+    CT_CHECK_INT(ct_loader_next(l, &b), CT_OK);
+    CT_CHECK_INT(b.y.shape[1], 6);
+    CT_CHECK(((const float *)b.y.data)[5 * 6 + 5] == 1.0f);
+    ct_loader_destroy(l);
+    /* a map too short for the data fails the batch, naming the sample, until repositioned */
+    p.label_map = map;
+    p.label_map_len = 4;
+    p.one_hot = false;
+    CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+    CT_CHECK_INT(ct_loader_next(l, &b), CT_ERR_FORMAT);
+    CT_CHECK(strstr(ct_last_error(ctx), "reading sample 4") != NULL);
+    CT_CHECK_INT(ct_loader_next(l, &b), CT_ERR_FORMAT);
+    ct_loader_destroy(l);
+    map[1] = -2;
+    p.label_map_len = 6;
+    CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "label_map[1] = -2") != NULL);
+    ct_dataset_destroy(ds);
+}
+
 static void loader_should_not_allocate_in_the_steady_state(void) {
     test_alloc ta = {0};
     ct_ctx_params cp = ct_ctx_default_params();
@@ -415,6 +466,7 @@ int main(void) {
     CT_RUN(loader_should_resume_exactly_after_restore);
     CT_RUN(prefetch_should_not_change_batches);
     CT_RUN(transforms_should_compute_documented_values);
+    CT_RUN(loader_should_map_labels_and_one_hot_encode);
     CT_RUN(loader_should_not_allocate_in_the_steady_state);
     CT_RUN(loader_should_reject_bad_parameters);
     ct_ctx_destroy(ctx);
