@@ -10,6 +10,7 @@
 #include "ctrain/loss.h"
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"
+#include "ctrain/options.h"
 #include "ctrain/optim.h"
 #include "ctrain/rng.h"
 #include "ctrain/status.h"

@@ -19,26 +19,13 @@
 #ifndef CTRAIN_DATA_H
 #define CTRAIN_DATA_H
 
+#include "ctrain/options.h"
 #include "ctrain/rng.h"
 #include "ctrain/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- options: key=value strings, as a config section gives them ---- */
-
-typedef struct ct_option {
-    const char *key;
-    const char *value;
-} ct_option;
-
-/* A borrowed list of options; `where` prefixes error messages ("exp.yaml: data.train"). */
-typedef struct ct_options {
-    const ct_option *items;
-    int64_t count;
-    const char *where;
-} ct_options;
 
 /* ---- datasets ---- */
 
@@ -93,34 +80,6 @@ CT_API ct_status ct_dataset_get(const ct_dataset *ds, int64_t i, void *x, void *
  */
 CT_API ct_status ct_dataset_split(
     ct_dataset *parent, double fraction, uint64_t seed, ct_dataset **train, ct_dataset **valid);
-
-/* ---- options helpers for dataset implementations (typed, with errors naming the key) ---- */
-
-/* The value of key, or NULL. */
-CT_API const char *ct_options_get(const ct_options *opts, const char *key);
-/* Fails with CT_ERR_CONFIG when a key is not in the NULL-terminated list `known`. */
-CT_API ct_status ct_options_check(ct_ctx *ctx, const ct_options *opts, const char *const *known);
-CT_API ct_status ct_options_string(ct_ctx *ctx,
-                                   const ct_options *opts,
-                                   const char *key,
-                                   const char *fallback, /* NULL: the key is required */
-                                   const char **out);
-CT_API ct_status ct_options_int(ct_ctx *ctx,
-                                const ct_options *opts,
-                                const char *key,
-                                int64_t fallback,
-                                int64_t lo,
-                                int64_t hi,
-                                int64_t *out);
-CT_API ct_status ct_options_double(ct_ctx *ctx,
-                                   const ct_options *opts,
-                                   const char *key,
-                                   double fallback,
-                                   double lo,
-                                   double hi,
-                                   double *out);
-CT_API ct_status
-ct_options_bool(ct_ctx *ctx, const ct_options *opts, const char *key, bool fallback, bool *out);
 
 /* ---- transforms (applied per sample, in order, after conversion to f32) ---- */
 
