@@ -81,6 +81,25 @@ CT_API ct_status ct_dataset_get(const ct_dataset *ds, int64_t i, void *x, void *
 CT_API ct_status ct_dataset_split(
     ct_dataset *parent, double fraction, uint64_t seed, ct_dataset **train, ct_dataset **valid);
 
+/*
+ * A view of `ds` (f32 features) whose features are standardised element by element:
+ * (x - mean) / std. The statistics are either computed over `stats_from` (the training split,
+ * so that validation data never leaks into them; mean and population std in double, in sample
+ * order; a std of 0 counts as 1) or, when stats_from is NULL, copied from mean and std (numel
+ * of one sample each: statistics restored from a checkpoint). The view borrows ds.
+ */
+CT_API ct_status ct_dataset_standardize(ct_dataset *ds,
+                                        const ct_dataset *stats_from,
+                                        const float *mean,
+                                        const float *std,
+                                        ct_dataset **out);
+/* The statistics of a standardised view (numel of one sample each), to store for evaluation.
+ * Borrowed: valid while the view lives. Fails on a dataset that is not such a view. */
+CT_API ct_status ct_dataset_standardize_stats(const ct_dataset *view,
+                                              const float **mean,
+                                              const float **std,
+                                              int64_t *n);
+
 /* ---- transforms (applied per sample, in order, after conversion to f32) ---- */
 
 typedef enum ct_transform_kind {

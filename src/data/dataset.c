@@ -206,3 +206,146 @@ ct_status ct_dataset_split(
     ct_free(ctx, sorted, bytes);
     return s;
 }
+
+/* ---- standardised views ---- */
+
+typedef struct standard {
+    const ct_dataset *parent;
+    int64_t numel;
+    float *mean, *std; /* [numel] each; std already has 0 replaced by 1 */
+} standard;
+
+static ct_status
+standard_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
+    (void)opts, (void)info, (void)self;
+    return CT_FAIL(ctx, CT_ERR_CONFIG, "a standardised view is made with ct_dataset_standardize");
+}
+
+static ct_status standard_get(const void *self, int64_t i, void *x, void *y) {
+    const standard *s = self;
+    CT_TRY(s->parent->vt->get(s->parent->self, i, x, y));
+    float *f = x;
+    for (int64_t k = 0; k < s->numel; k++)
+        f[k] = (f[k] - s->mean[k]) / s->std[k];
+    return CT_OK;
+}
+
+static void standard_close(ct_ctx *ctx, void *self) {
+    standard *s = self;
+    if (!s) return;
+    ct_free(ctx, s->mean, (size_t)(s->numel ? s->numel : 1) * 2 * sizeof(float));
+    ct_free(ctx, s, sizeof *s);
+}
+
+static const ct_dataset_vtable standard_vt = {"standardize", standard_open, standard_get,
+                                              standard_close};
+
+ct_status ct_dataset_standardize(ct_dataset *ds,
+                                 const ct_dataset *stats_from,
+                                 const float *mean,
+                                 const float *std,
+                                 ct_dataset **out) {
+    ct_ctx *ctx = ds->ctx;
+    *out = NULL;
+    if (ds->info.x_dtype != CT_F32)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "standardize: features must be f32, the '%s' data has %s", ds->vt->name,
+                       ct_dtype_name(ds->info.x_dtype));
+    int64_t numel = (int64_t)(ds->x_bytes / sizeof(float));
+    if (stats_from && (stats_from->info.x_dtype != CT_F32 || stats_from->x_bytes != ds->x_bytes))
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "standardize: the statistics' source has other features than the data");
+    if (!stats_from && (!mean || !std))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "standardize: give stats_from or mean and std");
+    if (stats_from && stats_from->info.n < 1)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "standardize: the statistics' source is empty");
+    standard *st = ct_alloc(ctx, sizeof *st);
+    size_t sbytes = (size_t)(numel ? numel : 1) * 2 * sizeof(float);
+    float *buf = ct_alloc(ctx, sbytes);
+    double *acc =
+        stats_from ? ct_alloc(ctx, (size_t)(numel ? numel : 1) * 2 * sizeof(double)) : NULL;
+    float *xs = stats_from ? ct_alloc(ctx, ds->x_bytes ? ds->x_bytes : 1) : NULL;
+    unsigned char *ys = stats_from ? ct_alloc(ctx, ds->y_bytes ? ds->y_bytes : 1) : NULL;
+    ct_status s = CT_OK;
+    if (!st || !buf || (stats_from && (!acc || !xs || !ys))) {
+        s = CT_FAIL(ctx, CT_ERR_OOM, "standardize: allocating statistics of %lld features",
+                    (long long)numel);
+        goto done;
+    }
+    st->parent = ds;
+    st->numel = numel;
+    st->mean = buf;
+    st->std = buf + numel;
+    if (stats_from) {
+        /* two passes in sample order: mean, then the population variance around it */
+        int64_t n = stats_from->info.n;
+        memset(acc, 0, (size_t)numel * 2 * sizeof(double));
+        for (int pass = 0; pass < 2 && s == CT_OK; pass++) {
+            for (int64_t i = 0; i < n && s == CT_OK; i++) {
+                s = ct_dataset_get(stats_from, i, xs, ys);
+                for (int64_t k = 0; s == CT_OK && k < numel; k++) {
+                    double v = (double)xs[k];
+                    if (pass == 0)
+                        acc[k] += v;
+                    else
+                        acc[numel + k] += (v - acc[k]) * (v - acc[k]);
+                }
+            }
+            if (pass == 0)
+                for (int64_t k = 0; k < numel; k++)
+                    acc[k] /= (double)n;
+        }
+        for (int64_t k = 0; s == CT_OK && k < numel; k++) {
+            double sd = sqrt(acc[numel + k] / (double)n);
+            st->mean[k] = (float)acc[k];
+            st->std[k] = sd > 0.0 ? (float)sd : 1.0f;
+        }
+    } else {
+        for (int64_t k = 0; k < numel; k++) {
+            if (!isfinite(mean[k]) || !isfinite(std[k]) || std[k] < 0.0f) {
+                s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                            "standardize: feature %lld: mean %g and std %g must be finite, std "
+                            ">= 0",
+                            (long long)k, (double)mean[k], (double)std[k]);
+                break;
+            }
+            st->mean[k] = mean[k];
+            st->std[k] = std[k] > 0.0f ? std[k] : 1.0f;
+        }
+    }
+    if (s == CT_OK) {
+        ct_dataset *v = ct_alloc(ctx, sizeof *v);
+        if (!v) {
+            s = CT_FAIL(ctx, CT_ERR_OOM, "allocating a dataset view");
+        } else {
+            *v = *ds;
+            v->vt = &standard_vt;
+            v->self = st;
+            *out = v;
+        }
+    }
+done:
+    ct_free(ctx, acc, (size_t)(numel ? numel : 1) * 2 * sizeof(double));
+    ct_free(ctx, xs, ds->x_bytes ? ds->x_bytes : 1);
+    ct_free(ctx, ys, ds->y_bytes ? ds->y_bytes : 1);
+    if (s != CT_OK) {
+        ct_free(ctx, buf, sbytes);
+        ct_free(ctx, st, sizeof *st);
+    }
+    return s;
+}
+
+ct_status ct_dataset_standardize_stats(const ct_dataset *view,
+                                       const float **mean,
+                                       const float **std,
+                                       int64_t *n) {
+    if (view->vt != &standard_vt)
+        return CT_FAIL(view->ctx, CT_ERR_INVALID_ARG,
+                       "standardize_stats: dataset '%s' is not a standardised view",
+                       view->vt->name);
+    const standard *s = view->self;
+    *mean = s->mean;
+    *std = s->std;
+    *n = s->numel;
+    return CT_OK;
+}

@@ -5,6 +5,7 @@
  * here through ct_dataset_open_with (the plugin path): sample i has x = (i, i + 0.5) and y = i,
  * or a 2x4x5 u8 image whose pixels encode i.
  */
+#include <math.h>
 #include <string.h>
 
 #include "ctrain/ctrain.h"
@@ -402,6 +403,62 @@ static void loader_should_map_labels_and_one_hot_encode(void) {
     ct_dataset_destroy(ds);
 }
 
+static void standardize_should_use_training_statistics_only(void) {
+    ct_dataset *all = toy_dataset(50, false); /* x = (i, i + 0.5) */
+    ct_dataset *train, *valid;
+    CT_CHECK_INT(ct_dataset_split(all, 0.3, 9, &train, &valid), CT_OK);
+    ct_dataset *strain, *svalid;
+    CT_CHECK_INT(ct_dataset_standardize(train, train, NULL, NULL, &strain), CT_OK);
+    const float *mean, *sd;
+    int64_t n;
+    CT_CHECK_INT(ct_dataset_standardize_stats(strain, &mean, &sd, &n), CT_OK);
+    CT_CHECK_INT(n, 2);
+    /* the training part's own statistics, by hand */
+    int64_t nt = ct_dataset_info_of(train)->n;
+    double m = 0.0, v = 0.0;
+    float x[2];
+    int64_t y;
+    for (int64_t i = 0; i < nt; i++) {
+        ct_dataset_get(train, i, x, &y);
+        m += x[0];
+    }
+    m /= (double)nt;
+    for (int64_t i = 0; i < nt; i++) {
+        ct_dataset_get(train, i, x, &y);
+        v += (x[0] - m) * (x[0] - m);
+    }
+    v = sqrt(v / (double)nt);
+    CT_CHECK_CLOSE(mean[0], m, 1e-5, 1e-6);
+    CT_CHECK_CLOSE(mean[1], m + 0.5, 1e-5, 1e-6);
+    CT_CHECK_CLOSE(sd[0], v, 1e-5, 1e-6);
+    /* validation data is standardised with the training statistics, restored from numbers */
+    CT_CHECK_INT(ct_dataset_standardize(valid, NULL, mean, sd, &svalid), CT_OK);
+    float raw[2], z[2];
+    ct_dataset_get(valid, 3, raw, &y);
+    ct_dataset_get(svalid, 3, z, &y);
+    CT_CHECK_CLOSE(z[1], (raw[1] - mean[1]) / sd[1], 1e-6, 1e-6);
+    /* standardised training features have mean 0 and std 1 */
+    double zm = 0.0, zv = 0.0;
+    for (int64_t i = 0; i < nt; i++) {
+        ct_dataset_get(strain, i, z, &y);
+        zm += z[0];
+        zv += (double)z[0] * z[0];
+    }
+    CT_CHECK_CLOSE(zm / (double)nt, 0.0, 1e-5, 0);
+    CT_CHECK_CLOSE(zv / (double)nt, 1.0, 1e-4, 0);
+    CT_CHECK_INT(ct_dataset_standardize_stats(train, &mean, &sd, &n), CT_ERR_INVALID_ARG);
+    ct_dataset *img = toy_dataset(4, true), *bad = (ct_dataset *)1;
+    CT_CHECK_INT(ct_dataset_standardize(img, img, NULL, NULL, &bad), CT_ERR_CONFIG);
+    CT_CHECK(bad == NULL);
+    CT_CHECK(strstr(ct_last_error(ctx), "features must be f32") != NULL);
+    ct_dataset_destroy(img);
+    ct_dataset_destroy(svalid);
+    ct_dataset_destroy(strain);
+    ct_dataset_destroy(valid);
+    ct_dataset_destroy(train);
+    ct_dataset_destroy(all);
+}
+
 static void loader_should_not_allocate_in_the_steady_state(void) {
     test_alloc ta = {0};
     ct_ctx_params cp = ct_ctx_default_params();
@@ -467,6 +524,7 @@ int main(void) {
     CT_RUN(prefetch_should_not_change_batches);
     CT_RUN(transforms_should_compute_documented_values);
     CT_RUN(loader_should_map_labels_and_one_hot_encode);
+    CT_RUN(standardize_should_use_training_statistics_only);
     CT_RUN(loader_should_not_allocate_in_the_steady_state);
     CT_RUN(loader_should_reject_bad_parameters);
     ct_ctx_destroy(ctx);
