@@ -39,6 +39,9 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
                                const ct_options *opts,
                                ct_dataset **out) {
     *out = NULL;
+    if (!vt || !vt->name || !vt->open || !vt->get || !vt->close)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "dataset type: name, open, get and close are all required");
     ct_dataset *ds = ct_alloc(ctx, sizeof *ds);
     if (!ds) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a dataset");
     memset(ds, 0, sizeof *ds);
@@ -55,10 +58,11 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
     const ct_dataset_info *in = &ds->info;
     if (ct_shape_check(ctx, in->x_dtype, in->x_ndim, in->x_shape, NULL) != CT_OK ||
         ct_shape_check(ctx, in->y_dtype, in->y_ndim, in->y_shape, NULL) != CT_OK || in->n < 0) {
+        if (in->n < 0) CT_FAIL(ctx, CT_ERR_INTERNAL, "%lld samples", (long long)in->n);
         vt->close(ctx, ds->self);
         ct_free(ctx, ds, sizeof *ds);
-        return CT_FAIL(ctx, CT_ERR_INTERNAL, "%s: dataset type '%s' reported an invalid shape",
-                       where(opts), vt->name);
+        return ct_err_wrap(ctx, "%s: dataset type '%s' reported an invalid sample shape",
+                           where(opts), vt->name);
     }
     ds->x_bytes = ct_data_sample_bytes(in->x_dtype, in->x_ndim, in->x_shape);
     ds->y_bytes = ct_data_sample_bytes(in->y_dtype, in->y_ndim, in->y_shape);
@@ -265,7 +269,8 @@ ct_status ct_dataset_standardize(ct_dataset *ds,
     double *acc =
         stats_from ? ct_alloc(ctx, (size_t)(numel ? numel : 1) * 2 * sizeof(double)) : NULL;
     float *xs = stats_from ? ct_alloc(ctx, ds->x_bytes ? ds->x_bytes : 1) : NULL;
-    unsigned char *ys = stats_from ? ct_alloc(ctx, ds->y_bytes ? ds->y_bytes : 1) : NULL;
+    size_t ys_bytes = stats_from && stats_from->y_bytes ? stats_from->y_bytes : 1;
+    unsigned char *ys = stats_from ? ct_alloc(ctx, ys_bytes) : NULL; /* stats_from's targets */
     ct_status s = CT_OK;
     if (!st || !buf || (stats_from && (!acc || !xs || !ys))) {
         s = CT_FAIL(ctx, CT_ERR_OOM, "standardize: allocating statistics of %lld features",
@@ -327,7 +332,7 @@ ct_status ct_dataset_standardize(ct_dataset *ds,
 done:
     ct_free(ctx, acc, (size_t)(numel ? numel : 1) * 2 * sizeof(double));
     ct_free(ctx, xs, ds->x_bytes ? ds->x_bytes : 1);
-    ct_free(ctx, ys, ds->y_bytes ? ds->y_bytes : 1);
+    ct_free(ctx, ys, ys_bytes);
     if (s != CT_OK) {
         ct_free(ctx, buf, sbytes);
         ct_free(ctx, st, sizeof *st);
@@ -339,6 +344,8 @@ ct_status ct_dataset_standardize_stats(const ct_dataset *view,
                                        const float **mean,
                                        const float **std,
                                        int64_t *n) {
+    *mean = *std = NULL;
+    *n = 0;
     if (view->vt != &standard_vt)
         return CT_FAIL(view->ctx, CT_ERR_INVALID_ARG,
                        "standardize_stats: dataset '%s' is not a standardised view",

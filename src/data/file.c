@@ -169,9 +169,10 @@ static ct_status read_gzip(ct_ctx *ctx,
             if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
                 st = CT_FAIL(ctx, CT_ERR_FORMAT,
                              "%s: offset %zu: expected the end of the file or another gzip "
-                             "member (1f 8b), found bytes %02x %02x",
-                             path, consumed + (size_t)(z.next_in - in), z.next_in[0],
-                             z.avail_in > 1 ? z.next_in[1] : 0u);
+                             "member (1f 8b), found %s %02x%s%02x",
+                             path, consumed + (size_t)(z.next_in - in),
+                             z.avail_in > 1 ? "bytes" : "the single byte", z.next_in[0],
+                             z.avail_in > 1 ? " " : "", z.avail_in > 1 ? z.next_in[1] : 0u);
                 break;
             }
             inflateReset(&z);

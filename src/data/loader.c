@@ -28,7 +28,9 @@ typedef struct slot {
     int64_t *index;       /* [B] dataset indices */
     int64_t size, epoch, number;
     ct_status status;
-    int64_t failed_index; /* the sample whose read failed */
+    int64_t failed_index;  /* the sample whose read failed */
+    const char *bad_where; /* a class outside label_map or the one-hot classes, else NULL */
+    int64_t bad_class, bad_limit;
 } slot;
 
 struct ct_loader {
@@ -127,7 +129,7 @@ static int64_t compute_per_rank(const ct_loader_params *p, int64_t n) {
 
 static void apply_transforms(const ct_loader *l, float *x, int64_t epoch, int64_t index) {
     int64_t c = l->x_ndim >= 1 ? l->x_shape[0] : 1;
-    int64_t h = l->x_ndim >= 3 ? l->x_shape[l->x_ndim - 2] : 1;
+    int64_t h = l->x_ndim >= 2 ? l->x_shape[l->x_ndim - 2] : 1;
     int64_t w = l->x_ndim >= 1 ? l->x_shape[l->x_ndim - 1] : 1;
     int64_t numel = 1;
     for (int32_t d = 0; d < l->x_ndim; d++)
@@ -169,6 +171,7 @@ static void apply_transforms(const ct_loader *l, float *x, int64_t epoch, int64_
             break;
         }
         case CT_TRANSFORM_HFLIP: {
+            if (numel == 0) break;
             float u;
             ct_rng_uniform(&r, &u, 1);
             if (u >= tf->p) break;
@@ -213,16 +216,25 @@ static void to_f32(ct_dtype dt, const unsigned char *src, float *dst, int64_t n)
 }
 
 /* Label mapping and one-hot encoding of one class index (producer side). */
-static ct_status map_target(const ct_loader *l, int64_t c, unsigned char *ydst) {
+static ct_status map_target(const ct_loader *l, slot *s, int64_t c, unsigned char *ydst) {
+    s->bad_class = c;
     if (l->label_map) {
-        if (c < 0 || c >= l->p.label_map_len) return CT_ERR_FORMAT;
+        if (c < 0 || c >= l->p.label_map_len) {
+            s->bad_where = "label_map";
+            s->bad_limit = l->p.label_map_len;
+            return CT_ERR_CONFIG;
+        }
         c = l->label_map[c];
     }
     if (!l->p.one_hot) {
         memcpy(ydst, &c, sizeof c);
         return CT_OK;
     }
-    if (c < 0 || c >= l->n_classes) return CT_ERR_FORMAT;
+    if (c < 0 || c >= l->n_classes) {
+        s->bad_where = "the one-hot classes";
+        s->bad_limit = l->n_classes;
+        return CT_ERR_CONFIG;
+    }
     float *row = (float *)(void *)ydst;
     memset(row, 0, (size_t)l->n_classes * sizeof(float));
     row[c] = 1.0f;
@@ -242,6 +254,7 @@ static void produce(ct_loader *l, slot *s, int64_t epoch, int64_t number) {
     s->number = number;
     s->size = size;
     s->status = CT_OK;
+    s->bad_where = NULL;
     const ct_dataset *ds = l->ds;
     int64_t numel = (int64_t)(l->raw_row / ct_dtype_size(ds->info.x_dtype));
     for (int64_t k = 0; k < size; k++) {
@@ -252,7 +265,7 @@ static void produce(ct_loader *l, slot *s, int64_t epoch, int64_t number) {
         void *raw = l->p.to_f32 ? (void *)l->raw : (void *)xdst;
         bool map_y = l->label_map || l->p.one_hot;
         ct_status st = ds->vt->get(ds->self, idx, raw, map_y ? (void *)&l->raw_label : ydst);
-        if (st == CT_OK && map_y) st = map_target(l, l->raw_label, ydst);
+        if (st == CT_OK && map_y) st = map_target(l, s, l->raw_label, ydst);
         if (st != CT_OK) {
             s->status = st;
             s->failed_index = idx;
@@ -296,8 +309,10 @@ static void *producer_main(void *arg) {
 static ct_status start_thread(ct_loader *l) {
     if (!l->threaded) return CT_OK;
     l->stop = false;
-    if (pthread_create(&l->thread, NULL, producer_main, l) != 0)
-        return CT_FAIL(l->ctx, CT_ERR_INTERNAL, "loader: cannot start the prefetch thread");
+    int rc = pthread_create(&l->thread, NULL, producer_main, l);
+    if (rc != 0)
+        return CT_FAIL(l->ctx, CT_ERR_INTERNAL, "loader: cannot start the prefetch thread: %s",
+                       strerror(rc));
     l->running = true;
     return CT_OK;
 }
@@ -368,6 +383,10 @@ static ct_status check_params(ct_ctx *ctx, const ct_dataset *ds, const ct_loader
                            "gives %lld",
                            (long long)ds->info.n_classes);
     }
+    if (p->shard == CT_SHARD_EVAL && p->drop_last)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "loader: drop_last with eval sharding would skip samples that evaluation "
+                       "must see exactly once");
     if (p->n_transforms && !p->to_f32)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "loader: transforms need to_f32");
     const ct_dataset_info *in = &ds->info;
@@ -556,9 +575,15 @@ ct_status ct_loader_next(ct_loader *l, ct_batch *b) {
     if (s->status != CT_OK) {
         l->holding = true;
         l->failed = s->status;
+        if (s->bad_where)
+            return CT_FAIL(l->ctx, s->status,
+                           "loader: class %lld of sample %lld (epoch %lld, batch %lld) is outside "
+                           "%s [0, %lld)",
+                           (long long)s->bad_class, (long long)s->failed_index, (long long)s->epoch,
+                           (long long)s->number, s->bad_where, (long long)s->bad_limit);
         return CT_FAIL(l->ctx, s->status,
                        "loader: reading sample %lld of dataset '%s' (epoch %lld, batch %lld) "
-                       "failed (or its class is outside label_map / the one-hot classes)",
+                       "failed",
                        (long long)s->failed_index, l->ds->vt->name, (long long)s->epoch,
                        (long long)s->number);
     }
@@ -578,10 +603,7 @@ ct_loader_state ct_loader_get_state(const ct_loader *l) {
     st.epoch = l->cons_epoch;
     st.next_batch = l->cons_num;
     st.seed = l->p.seed;
-    if (st.next_batch >= l->batches) { /* at the end marker: the next batch starts an epoch */
-        st.epoch++;
-        st.next_batch = 0;
-    }
+    /* next_batch == batches: the epoch's end marker comes next, and a restore gives it too */
     return st;
 }
 
@@ -596,17 +618,20 @@ ct_status ct_loader_set_state(ct_loader *l, const ct_loader_state *s) {
                        "batches",
                        (long long)s->epoch, (long long)s->next_batch, (long long)l->batches);
     stop_thread(l);
-    int64_t e = s->epoch, n = s->next_batch;
-    if (n == l->batches) { /* the end of an epoch is the start of the next */
-        e++;
-        n = 0;
+    l->cons_epoch = s->epoch;
+    l->cons_num = s->next_batch;
+    l->prod_epoch = s->epoch;
+    l->prod_num = s->next_batch;
+    if (s->next_batch == l->batches) { /* the end marker first; batches from the next epoch */
+        l->prod_epoch = s->epoch + 1;
+        l->prod_num = 0;
     }
-    l->prod_epoch = l->cons_epoch = e;
-    l->prod_num = l->cons_num = n;
     l->produced = l->consumed = 0;
     l->holding = false;
     l->failed = CT_OK;
-    return start_thread(l);
+    ct_status st = start_thread(l);
+    if (st != CT_OK) l->failed = st; /* no producer: next() must refuse, not wait */
+    return st;
 }
 
 ct_status ct_loader_epoch_indices(const ct_loader *l, int64_t epoch, int64_t *out) {

@@ -25,7 +25,8 @@ enum {
     NPY_PREAMBLE_V1 = 10, /* magic(6) version(2) header_len(u16) */
     NPY_PREAMBLE_V2 = 12, /* magic(6) version(2) header_len(u32) */
     NPY_MAX_NDIM = 32,    /* numpy's own limit */
-    NPY_MAX_CLASS = 0x7FFFFFFF
+    NPY_MAX_CLASS =
+        (1 << 24) - 1 /* as csv and one-hot: a corrupt label cannot make n_classes absurd */
 };
 
 /* One parsed .npy file: where its data is and what it holds. */

@@ -131,11 +131,11 @@ ct_status ct_comm_allreduce_mean_f32(ct_comm *c, float *buf, int64_t n) {
     CT_TRY(ct_comm_allreduce_sum_f32(c, buf, n));
     int64_t w = ct_comm_world_size(c);
     if (w > 1) {
-        float inv = 1.0f / (float)w;
+        float fw = (float)w; /* a division, as PyTorch's DDP: not a multiply by 1/w */
         int nt = ct_threads_for(c->ctx, n, 1);
         CT_OMP_FOR(nt)
         for (int64_t i = 0; i < n; i++)
-            buf[i] *= inv;
+            buf[i] /= fw;
     }
     return CT_OK;
 }

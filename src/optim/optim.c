@@ -1,25 +1,54 @@
 /*
- * optim.c - SGD, Adam and AdamW as flat loops over the store's contiguous buffers.
+ * optim.c - SGD, Adam, AdamW, RMSprop and Adagrad as flat loops over the store's contiguous
+ * buffers, with per-tensor parameter groups.
  *
  * The arithmetic follows torch.optim (1.13, single-tensor path) operation by operation, in
  * f32, so that a model trained here and in PyTorch from the same weights and data produces the
- * same losses to rounding. Elementwise updates are parallel and thread-count independent.
+ * same parameters to rounding. Scalars PyTorch computes in Python (1 - beta1, bias corrections,
+ * Adagrad's decayed rate) are computed here in double and rounded to float once, as PyTorch
+ * rounds a Python float when it meets a float tensor.
+ *
+ * Every trainable tensor is a contiguous range of the flat buffers (declaration order, no
+ * gaps). A step walks the ranges, merging neighbours with the same group settings, so without
+ * groups it is one loop over everything. Updates are elementwise, hence independent of the
+ * thread count.
  */
+#include <assert.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/core_internal.h"
 #include "ctrain/optim.h"
 
+/* One trainable tensor's place in the flat buffers and its group settings. */
+typedef struct range {
+    int64_t off, n;
+    const char *name; /* owned by the store */
+    float lr_scale;
+    float weight_decay;
+} range;
+
 struct ct_optim {
     ct_ctx *ctx;
     ct_params *params;
     ct_optim_params p;
     int64_t n;
-    float *m; /* SGD momentum buffer, or Adam's first moment */
-    float *v; /* Adam's second moment */
+    float *m; /* SGD or RMSprop momentum buffer, or Adam's first moment */
+    float *v; /* Adam's second moment, RMSprop's square average or Adagrad's sum */
+    float *a; /* centered RMSprop's gradient average */
+    range *ranges;
+    int64_t n_ranges;
     int64_t steps;
 };
+
+/* A run of ranges that share settings: what one kernel call updates. */
+typedef struct span {
+    float *w, *g, *m, *v, *a; /* n floats each (m, v, a NULL when the kind has none) */
+    int64_t n;
+    double lr; /* the optimizer's rate times the group's lr_scale */
+    float wd;
+} span;
 
 ct_optim_params ct_optim_default_params(ct_optim_kind kind) {
     ct_optim_params p;
@@ -29,40 +58,108 @@ ct_optim_params ct_optim_default_params(ct_optim_kind kind) {
     p.beta1 = 0.9f;
     p.beta2 = 0.999f;
     p.eps = 1e-8f;
+    p.alpha = 0.99f;
     if (kind == CT_OPTIM_ADAMW) p.weight_decay = 1e-2f;
+    if (kind == CT_OPTIM_RMSPROP || kind == CT_OPTIM_ADAGRAD) p.lr = 1e-2f;
+    if (kind == CT_OPTIM_ADAGRAD) p.eps = 1e-10f;
     return p;
+}
+
+static bool finite_nonneg(float x) {
+    return x >= 0.0f && isfinite(x);
 }
 
 static ct_status check_params(ct_ctx *ctx, const ct_optim_params *p) {
     if ((int)p->kind < 0 || p->kind >= CT_OPTIM_KIND_COUNT)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "optimizer kind %d is not a ct_optim_kind",
                        (int)p->kind);
-    if (!(p->lr >= 0.0f) || !isfinite(p->lr))
+    if (!finite_nonneg(p->lr))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                        "optimizer lr: expected a finite value >= 0, got %g", (double)p->lr);
-    if (!(p->weight_decay >= 0.0f) || !isfinite(p->weight_decay))
+    if (!finite_nonneg(p->weight_decay))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "optimizer weight_decay: expected >= 0, got %g",
                        (double)p->weight_decay);
-    if (p->kind == CT_OPTIM_SGD) {
+    switch (p->kind) {
+    case CT_OPTIM_SGD:
         if (!(p->dampening >= 0.0f && p->dampening <= 1.0f))
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "SGD dampening: expected in [0, 1], got %g",
                            (double)p->dampening);
-        if (!(p->momentum >= 0.0f) || !isfinite(p->momentum))
+        if (!finite_nonneg(p->momentum))
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "SGD momentum: expected >= 0, got %g",
                            (double)p->momentum);
         if (p->nesterov && (p->momentum <= 0.0f || p->dampening != 0.0f))
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                            "SGD nesterov needs momentum > 0 and dampening 0 (got %g and %g)",
                            (double)p->momentum, (double)p->dampening);
-    } else {
+        break;
+    case CT_OPTIM_ADAM:
+    case CT_OPTIM_ADAMW:
         if (!(p->beta1 >= 0.0f && p->beta1 < 1.0f) || !(p->beta2 >= 0.0f && p->beta2 < 1.0f))
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                            "Adam betas: expected each in [0, 1), got (%g, %g)", (double)p->beta1,
                            (double)p->beta2);
-        if (!(p->eps >= 0.0f))
+        if (!finite_nonneg(p->eps))
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "Adam eps: expected >= 0, got %g",
                            (double)p->eps);
+        break;
+    case CT_OPTIM_RMSPROP:
+        if (!(p->alpha >= 0.0f && p->alpha <= 1.0f))
+            return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "RMSprop alpha: expected in [0, 1], got %g",
+                           (double)p->alpha);
+        if (!finite_nonneg(p->eps))
+            return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "RMSprop eps: expected >= 0, got %g",
+                           (double)p->eps);
+        if (!finite_nonneg(p->momentum))
+            return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "RMSprop momentum: expected >= 0, got %g",
+                           (double)p->momentum);
+        break;
+    case CT_OPTIM_ADAGRAD:
+        if (!finite_nonneg(p->lr_decay))
+            return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "Adagrad lr_decay: expected >= 0, got %g",
+                           (double)p->lr_decay);
+        if (!finite_nonneg(p->initial_accumulator_value))
+            return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                           "Adagrad initial_accumulator_value: expected >= 0, got %g",
+                           (double)p->initial_accumulator_value);
+        if (!finite_nonneg(p->eps))
+            return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "Adagrad eps: expected >= 0, got %g",
+                           (double)p->eps);
+        break;
+    case CT_OPTIM_KIND_COUNT:
+        break;
     }
+    return CT_OK;
+}
+
+static size_t moment_bytes(int64_t n) {
+    return (size_t)(n ? n : 1) * sizeof(float);
+}
+
+/* One range per trainable tensor, in declaration order, checked to tile the flat buffers. */
+static ct_status make_ranges(ct_optim *o) {
+    const ct_params *P = o->params;
+    const float *values = ct_params_values(P);
+    int64_t count = 0;
+    for (int64_t i = 0; i < ct_params_count(P); i++)
+        if (ct_params_kind_at(P, i) == CT_PARAM_TRAINABLE) count++;
+    o->ranges = ct_alloc(o->ctx, (size_t)(count ? count : 1) * sizeof *o->ranges);
+    if (!o->ranges)
+        return CT_FAIL(o->ctx, CT_ERR_OOM, "allocating %lld optimizer ranges", (long long)count);
+    o->n_ranges = count;
+    int64_t k = 0, off = 0;
+    for (int64_t i = 0; i < ct_params_count(P); i++) {
+        if (ct_params_kind_at(P, i) != CT_PARAM_TRAINABLE) continue;
+        const ct_tensor *t = ct_params_at(P, i);
+        range *r = &o->ranges[k++];
+        r->off = off;
+        r->n = ct_tensor_numel(t);
+        r->name = t->name;
+        r->lr_scale = 1.0f;
+        r->weight_decay = o->p.weight_decay;
+        CT_ASSERT(r->n == 0 || (const float *)t->data == values + off);
+        off += r->n;
+    }
+    CT_ASSERT(off == o->n);
     return CT_OK;
 }
 
@@ -79,98 +176,290 @@ ct_optim_create(ct_ctx *ctx, ct_params *params, const ct_optim_params *p, ct_opt
     o->params = params;
     o->p = *p;
     o->n = ct_params_numel(params);
-    size_t bytes = (size_t)(o->n ? o->n : 1) * sizeof(float);
-    bool need_m = p->kind != CT_OPTIM_SGD || p->momentum > 0.0f;
+    if (make_ranges(o) != CT_OK) {
+        ct_optim_destroy(o);
+        return CT_ERR_OOM;
+    }
+    size_t bytes = moment_bytes(o->n);
+    bool need_m = p->kind == CT_OPTIM_ADAM || p->kind == CT_OPTIM_ADAMW ||
+                  ((p->kind == CT_OPTIM_SGD || p->kind == CT_OPTIM_RMSPROP) && p->momentum > 0.0f);
     bool need_v = p->kind != CT_OPTIM_SGD;
+    bool need_a = p->kind == CT_OPTIM_RMSPROP && p->centered;
     if (need_m) o->m = ct_alloc(ctx, bytes);
     if (need_v) o->v = ct_alloc(ctx, bytes);
-    if ((need_m && !o->m) || (need_v && !o->v)) {
+    if (need_a) o->a = ct_alloc(ctx, bytes);
+    if ((need_m && !o->m) || (need_v && !o->v) || (need_a && !o->a)) {
+        const int64_t n = o->n; /* o is gone after destroy */
         ct_optim_destroy(o);
         return CT_FAIL(ctx, CT_ERR_OOM, "allocating optimizer moments for %lld parameters",
-                       (long long)o->n);
+                       (long long)n);
     }
     if (o->m) memset(o->m, 0, bytes);
-    if (o->v) memset(o->v, 0, bytes);
+    if (o->a) memset(o->a, 0, bytes);
+    if (o->v) {
+        const float init = p->kind == CT_OPTIM_ADAGRAD ? p->initial_accumulator_value : 0.0f;
+        for (int64_t i = 0; i < o->n; i++)
+            o->v[i] = init;
+    }
     *out = o;
     return CT_OK;
 }
 
 void ct_optim_destroy(ct_optim *o) {
     if (!o) return;
-    size_t bytes = (size_t)(o->n ? o->n : 1) * sizeof(float);
+    size_t bytes = moment_bytes(o->n);
     ct_free(o->ctx, o->m, bytes);
     ct_free(o->ctx, o->v, bytes);
+    ct_free(o->ctx, o->a, bytes);
+    ct_free(o->ctx, o->ranges, (size_t)(o->n_ranges ? o->n_ranges : 1) * sizeof *o->ranges);
     ct_free(o->ctx, o, sizeof *o);
 }
 
-static void sgd_step(ct_optim *o, float *w, float *gr) {
-    const float lr = o->p.lr, wd = o->p.weight_decay, mom = o->p.momentum;
-    const float damp = o->p.dampening;
+/* ---- parameter groups ---- */
+
+/* Splits s (a copy of the pattern) in place into NUL-terminated globs, dropping the spaces
+ * around them and empty items; returns how many. */
+static int64_t split_globs(char *s) {
+    int64_t count = 0;
+    char *w = s;
+    const char *r = s;
+    while (*r) {
+        while (*r == ' ')
+            r++;
+        char *start = w;
+        while (*r && *r != ',')
+            *w++ = *r++;
+        while (w > start && w[-1] == ' ')
+            w--;
+        if (*r == ',') r++;
+        if (w > start) {
+            *w++ = '\0';
+            count++;
+        }
+    }
+    return count;
+}
+
+static bool match_any(const char *globs, int64_t count, const char *name) {
+    for (int64_t k = 0; k < count; k++, globs += strlen(globs) + 1)
+        if (fnmatch(globs, name, 0) == 0) return true;
+    return false;
+}
+
+ct_status ct_optim_add_group(ct_optim *o, const char *pattern, float lr_scale, float weight_decay) {
+    ct_ctx *ctx = o->ctx;
+    if (!pattern) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "optimizer group: the pattern is NULL");
+    if (!finite_nonneg(lr_scale))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "optimizer group '%s': lr_scale: expected a finite value >= 0, got %g",
+                       pattern, (double)lr_scale);
+    if (!finite_nonneg(weight_decay))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "optimizer group '%s': weight_decay: expected a finite value >= 0, got %g",
+                       pattern, (double)weight_decay);
+    size_t size = strlen(pattern) + 1;
+    char *globs = ct_alloc(ctx, size);
+    if (!globs) return CT_FAIL(ctx, CT_ERR_OOM, "optimizer group '%s': copying it", pattern);
+    memcpy(globs, pattern, size);
+    int64_t count = split_globs(globs), hits = 0;
+    for (int64_t r = 0; r < o->n_ranges; r++)
+        hits += match_any(globs, count, o->ranges[r].name);
+    if (count > 0 && hits > 0)
+        for (int64_t r = 0; r < o->n_ranges; r++)
+            if (match_any(globs, count, o->ranges[r].name)) {
+                o->ranges[r].lr_scale = lr_scale;
+                o->ranges[r].weight_decay = weight_decay;
+            }
+    ct_free(ctx, globs, size);
+    if (count == 0)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "optimizer group '%s': the pattern has no glob (expected a "
+                       "comma-separated list such as \"*.bias,*norm*.weight\")",
+                       pattern);
+    if (hits == 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "optimizer group '%s': the pattern matches no trainable parameter "
+                       "(names look like '%s')",
+                       pattern, o->n_ranges ? o->ranges[0].name : "(none)");
+    return CT_OK;
+}
+
+/* ---- the update rules, one call per span ---- */
+
+/* a * b + c. PyTorch's CPU kernels (AVX2 builds) evaluate add(x, y, alpha) as
+ * fma(alpha, y, x) and addcmul(x, y, z, value) as fma(value * y, z, x); where the hardware has
+ * FMA we do the same, so the updates are bitwise those of torch.optim. Elsewhere a * b + c
+ * rounds twice (a 1-ulp difference), rather than calling a slow software fmaf. addcdiv is
+ * x + value * y / z, unfused, in both. */
+static inline float madd(float a, float b, float c) {
+#ifdef FP_FAST_FMAF
+    return fmaf(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+
+static void sgd_span(const ct_optim *o, const span *s) {
+    const float neg_lr = (float)-s->lr, wd = s->wd, mom = o->p.momentum;
+    const float damp1 = (float)(1.0 - (double)o->p.dampening);
     const bool zero = o->p.zero_grad;
     const bool first = o->steps == 0, nesterov = o->p.nesterov;
-    float *buf = o->m;
-    int nt = ct_threads_for(o->ctx, o->n, 8);
+    float *w = s->w, *gr = s->g, *buf = s->m;
+    int nt = ct_threads_for(o->ctx, s->n, 8);
     CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < o->n; i++) {
+    for (int64_t i = 0; i < s->n; i++) {
         float d = gr[i];
         if (zero) gr[i] = 0.0f;
-        if (wd != 0.0f) d = d + wd * w[i];
+        if (wd != 0.0f) d = madd(wd, w[i], d);
         if (buf) {
-            buf[i] = first ? d : mom * buf[i] + (1.0f - damp) * d;
-            d = nesterov ? d + mom * buf[i] : buf[i];
+            buf[i] = first ? d : madd(damp1, d, buf[i] * mom); /* torch clones d at first */
+            d = nesterov ? madd(mom, buf[i], d) : buf[i];
         }
-        w[i] = w[i] - lr * d;
+        w[i] = madd(neg_lr, d, w[i]);
     }
 }
 
-static void adam_step(ct_optim *o, float *w, float *gr) {
-    const float lr = o->p.lr, wd = o->p.weight_decay, b1 = o->p.beta1, b2 = o->p.beta2;
-    const float eps = o->p.eps;
+static void adam_span(const ct_optim *o, const span *s) {
+    const float wd = s->wd, b1 = o->p.beta1, b2 = o->p.beta2, eps = o->p.eps;
+    const float b1c = (float)(1.0 - (double)b1), b2c = (float)(1.0 - (double)b2);
     const bool zero = o->p.zero_grad;
-    const bool decoupled = o->p.kind == CT_OPTIM_ADAMW;
     const double step = (double)(o->steps + 1);
-    const float bc1 = (float)(1.0 - pow((double)b1, step));
-    const float bc2 = (float)(1.0 - pow((double)b2, step));
-    const float step_size = lr / bc1;
-    const float bc2_sqrt = sqrtf(bc2);
-    float *m = o->m, *v = o->v;
-    int nt = ct_threads_for(o->ctx, o->n, 16);
+    const double bc1 = 1.0 - pow((double)b1, step);
+    const double bc2 = 1.0 - pow((double)b2, step);
+    const float neg_step_size = (float)(-(s->lr / bc1));
+    const float bc2_sqrt = (float)sqrt(bc2);
+    float *w = s->w, *gr = s->g, *m = s->m, *v = s->v;
+    int nt = ct_threads_for(o->ctx, s->n, 16);
     /* two loops rather than a branch inside one, so that each vectorises */
-    if (decoupled) {
-        const float shrink = 1.0f - lr * wd;
+    if (o->p.kind == CT_OPTIM_ADAMW) {
+        const float shrink = (float)(1.0 - s->lr * (double)wd);
         CT_OMP_FOR(nt)
-        for (int64_t i = 0; i < o->n; i++) {
+        for (int64_t i = 0; i < s->n; i++) {
             float g = gr[i];
             if (zero) gr[i] = 0.0f;
             w[i] = w[i] * shrink;
-            m[i] = m[i] + (g - m[i]) * (1.0f - b1); /* torch uses lerp for the first moment */
-            v[i] = v[i] * b2 + (1.0f - b2) * g * g;
-            w[i] = w[i] - step_size * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
+            m[i] = madd(b1c, g, m[i] * b1);
+            v[i] = madd(b2c * g, g, v[i] * b2);
+            w[i] = w[i] + neg_step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
         }
     } else {
         CT_OMP_FOR(nt)
-        for (int64_t i = 0; i < o->n; i++) {
-            float g = wd != 0.0f ? gr[i] + wd * w[i] : gr[i]; /* unswitched by -O3 */
+        for (int64_t i = 0; i < s->n; i++) {
+            float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i]; /* unswitched by -O3 */
             if (zero) gr[i] = 0.0f;
-            m[i] = m[i] + (g - m[i]) * (1.0f - b1);
-            v[i] = v[i] * b2 + (1.0f - b2) * g * g;
-            w[i] = w[i] - step_size * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
+            m[i] = madd(b1c, g, m[i] * b1);
+            v[i] = madd(b2c * g, g, v[i] * b2);
+            w[i] = w[i] + neg_step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
         }
     }
+}
+
+/* RMSprop over [lo, hi): inlined with constant `centered` and `momentum` below, so that each
+ * of the four variants is its own branch-free, vectorised loop. */
+static inline void rmsprop_block(
+    const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool centered, bool momentum) {
+    const float wd = s->wd, alpha = o->p.alpha, eps = o->p.eps, mom = o->p.momentum;
+    const float alpha_c = (float)(1.0 - (double)alpha), neg_lr = (float)-s->lr;
+    const bool zero = o->p.zero_grad;
+    float *w = s->w, *gr = s->g, *buf = s->m, *sq = s->v, *ga = s->a;
+    for (int64_t i = lo; i < hi; i++) {
+        float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i];
+        if (zero) gr[i] = 0.0f;
+        sq[i] = madd(alpha_c * g, g, sq[i] * alpha);
+        float avg;
+        if (centered) {
+            ga[i] = madd(alpha_c, g, ga[i] * alpha);
+            avg = sqrtf(madd(-ga[i], ga[i], sq[i]));
+        } else {
+            avg = sqrtf(sq[i]);
+        }
+        avg = avg + eps;
+        if (momentum) {
+            buf[i] = buf[i] * mom + g / avg; /* the buffer starts at 0, unlike SGD's */
+            w[i] = madd(neg_lr, buf[i], w[i]);
+        } else {
+            w[i] = w[i] + neg_lr * g / avg;
+        }
+    }
+}
+
+enum { RMSPROP_BLOCK = 4096 };
+
+static void rmsprop_span(const ct_optim *o, const span *s) {
+    const int64_t blocks = (s->n + RMSPROP_BLOCK - 1) / RMSPROP_BLOCK;
+    const bool centered = s->a != NULL, momentum = s->m != NULL;
+    int nt = ct_threads_for(o->ctx, blocks, 16 * RMSPROP_BLOCK);
+    CT_OMP_FOR(nt)
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t lo = b * RMSPROP_BLOCK, hi = lo + RMSPROP_BLOCK < s->n ? lo + RMSPROP_BLOCK : s->n;
+        if (centered && momentum)
+            rmsprop_block(o, s, lo, hi, true, true);
+        else if (centered)
+            rmsprop_block(o, s, lo, hi, true, false);
+        else if (momentum)
+            rmsprop_block(o, s, lo, hi, false, true);
+        else
+            rmsprop_block(o, s, lo, hi, false, false);
+    }
+}
+
+static void adagrad_span(const ct_optim *o, const span *s) {
+    const float wd = s->wd, eps = o->p.eps;
+    const double step = (double)(o->steps + 1);
+    const float neg_clr = (float)-(s->lr / (1.0 + (step - 1.0) * (double)o->p.lr_decay));
+    const bool zero = o->p.zero_grad;
+    float *w = s->w, *gr = s->g, *sum = s->v;
+    int nt = ct_threads_for(o->ctx, s->n, 16);
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < s->n; i++) {
+        float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i];
+        if (zero) gr[i] = 0.0f;
+        sum[i] = madd(g, g, sum[i]);
+        w[i] = w[i] + neg_clr * g / (sqrtf(sum[i]) + eps);
+    }
+}
+
+typedef void (*span_fn)(const ct_optim *o, const span *s);
+
+static const span_fn span_fns[] = {
+    [CT_OPTIM_SGD] = sgd_span,         [CT_OPTIM_ADAM] = adam_span,
+    [CT_OPTIM_ADAMW] = adam_span,      [CT_OPTIM_RMSPROP] = rmsprop_span,
+    [CT_OPTIM_ADAGRAD] = adagrad_span,
+};
+static_assert(sizeof span_fns / sizeof span_fns[0] == CT_OPTIM_KIND_COUNT,
+              "one update rule per ct_optim_kind");
+
+static float *at(float *buf, int64_t off) {
+    return buf ? buf + off : NULL;
 }
 
 void ct_optim_step(ct_optim *o) {
     float *w = ct_params_values(o->params);
     float *g = ct_params_grads(o->params);
-    if (o->p.kind == CT_OPTIM_SGD)
-        sgd_step(o, w, g);
-    else
-        adam_step(o, w, g);
+    for (int64_t r = 0; r < o->n_ranges;) {
+        const range *first = &o->ranges[r];
+        int64_t n = first->n, e = r + 1;
+        /* neighbours with the same settings run as one longer loop */
+        while (e < o->n_ranges && o->ranges[e].lr_scale == first->lr_scale &&
+               o->ranges[e].weight_decay == first->weight_decay)
+            n += o->ranges[e++].n;
+        const int64_t off = first->off;
+        span s = {at(w, off),
+                  at(g, off),
+                  at(o->m, off),
+                  at(o->v, off),
+                  at(o->a, off),
+                  n,
+                  (double)o->p.lr * (double)first->lr_scale,
+                  first->weight_decay};
+        if (n > 0) span_fns[o->p.kind](o, &s);
+        r = e;
+    }
     o->steps++;
 }
 
 ct_status ct_optim_set_lr(ct_optim *o, float lr) {
-    if (!(lr >= 0.0f) || !isfinite(lr))
+    if (!finite_nonneg(lr))
         return CT_FAIL(o->ctx, CT_ERR_INVALID_ARG,
                        "optimizer lr: expected a finite value >= 0, got %g", (double)lr);
     o->p.lr = lr;
@@ -183,4 +472,83 @@ float ct_optim_lr(const ct_optim *o) {
 
 int64_t ct_optim_steps(const ct_optim *o) {
     return o->steps;
+}
+
+/* ---- gradient clipping ---- */
+
+/* The norm's fixed reduction order: NORM_CHUNKS chunks whose bounds depend only on n, each
+ * summed in NORM_LANES interleaved double accumulators, then the chunks left to right. */
+enum { NORM_CHUNKS = 256, NORM_LANES = 8 };
+
+static double sum_squares(const float *x, int64_t n) {
+    double acc[NORM_LANES] = {0};
+    int64_t i = 0;
+    for (; i + NORM_LANES <= n; i += NORM_LANES)
+        for (int k = 0; k < NORM_LANES; k++)
+            acc[k] += (double)x[i + k] * (double)x[i + k];
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += (double)x[i] * (double)x[i];
+    double s = 0.0;
+    for (int k = 0; k < NORM_LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+static ct_status check_store(ct_ctx *ctx, const ct_params *params, const char *what) {
+    if (!params || !ct_params_grads(params))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: the parameter store is not allocated", what);
+    return CT_OK;
+}
+
+ct_status
+ct_optim_clip_grad_norm(ct_ctx *ctx, ct_params *params, float max_norm, float *total_norm_out) {
+    if (total_norm_out) *total_norm_out = 0.0f;
+    if (isnan(max_norm))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "clip_grad_norm max_norm: expected a number, got "
+                       "NaN (use a value <= 0 to only measure the norm)");
+    CT_TRY(check_store(ctx, params, "clip_grad_norm"));
+    float *g = ct_params_grads(params);
+    const int64_t n = ct_params_numel(params);
+    const int64_t chunk = (n + NORM_CHUNKS - 1) / NORM_CHUNKS;
+    double part[NORM_CHUNKS];
+    int nt = ct_threads_for(ctx, NORM_CHUNKS, 2 * chunk);
+    CT_OMP_FOR(nt)
+    for (int c = 0; c < NORM_CHUNKS; c++) {
+        int64_t lo = (int64_t)c * chunk, hi = lo + chunk;
+        if (lo > n) lo = n;
+        if (hi > n) hi = n;
+        part[c] = sum_squares(g + lo, hi - lo);
+    }
+    double sum = 0.0;
+    for (int c = 0; c < NORM_CHUNKS; c++)
+        sum += part[c];
+    const double total = sqrt(sum);
+    if (total_norm_out) *total_norm_out = (float)total;
+    if (!isfinite((float)total) || !(max_norm > 0.0f)) return CT_OK;
+    const double coef = (double)max_norm / (total + 1e-6);
+    if (coef >= 1.0) return CT_OK;
+    const float scale = (float)coef;
+    nt = ct_threads_for(ctx, n, 2);
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n; i++)
+        g[i] = g[i] * scale;
+    return CT_OK;
+}
+
+ct_status ct_optim_clip_grad_value(ct_ctx *ctx, ct_params *params, float clip) {
+    if (!finite_nonneg(clip))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "clip_grad_value clip: expected a finite value >= 0, got %g", (double)clip);
+    CT_TRY(check_store(ctx, params, "clip_grad_value"));
+    float *g = ct_params_grads(params);
+    const int64_t n = ct_params_numel(params);
+    const float lo = -clip;
+    int nt = ct_threads_for(ctx, n, 2);
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        g[i] = x < lo ? lo : (x > clip ? clip : x); /* NaN fails both tests and stays */
+    }
+    return CT_OK;
 }

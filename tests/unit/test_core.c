@@ -343,7 +343,7 @@ static void optim_should_follow_torch_formulas(void) {
         x[0] = 1.0f;
         x[1] = -2.0f;
         ct_optim_params op = ct_optim_default_params((ct_optim_kind)kind);
-        op.lr = 0.1f;
+        op.lr = kind == CT_OPTIM_ADAGRAD ? 1.0f : 0.1f; /* Adagrad's steps shrink as 1/sqrt(t) */
         op.momentum = kind == CT_OPTIM_SGD ? 0.9f : 0.0f;
         ct_optim *o = NULL;
         CT_CHECK_INT(ct_optim_create(ctx, P, &op, &o), CT_OK);

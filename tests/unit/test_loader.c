@@ -243,18 +243,14 @@ static void loader_should_resume_exactly_after_restore(void) {
             CT_CHECK_INT(ct_loader_set_state(l, &st), CT_OK);
             int64_t got = run_batches(l, part, TOTAL - k);
             CT_CHECK_INT(got, TOTAL - k);
-            /* the end marker is not part of the saved position: skip it in the reference */
-            int64_t j = k;
-            if (k < TOTAL && full[k].size == 0 && (part[0].size != 0)) j = k + 1;
-            for (int64_t i = 0; i + j < TOTAL && i < got; i++) {
-                if (full[i + j].size == 0 && part[i].size == 0) continue;
+            /* exactly the rest of the uninterrupted sequence, end-of-epoch markers included */
+            for (int64_t i = 0; i + k < TOTAL && i < got; i++)
                 CT_CHECK_MSG(
-                    full[i + j].epoch == part[i].epoch && full[i + j].number == part[i].number &&
-                        memcmp(full[i + j].index, part[i].index, sizeof part[i].index) == 0 &&
-                        memcmp(full[i + j].x, part[i].x, sizeof part[i].x) == 0,
-                    "prefetch %d, cut %lld: batch %lld differs", pf, (long long)k, (long long)i);
-                if (full[i + j].size == 0 || part[i].size == 0) break;
-            }
+                    full[i + k].epoch == part[i].epoch && full[i + k].number == part[i].number &&
+                        full[i + k].size == part[i].size &&
+                        memcmp(full[i + k].index, part[i].index, sizeof part[i].index) == 0 &&
+                        memcmp(full[i + k].x, part[i].x, sizeof part[i].x) == 0,
+                    "prefetch %d, cut %lld: item %lld differs", pf, (long long)k, (long long)i);
             ct_loader_destroy(l);
         }
         /* a position for another seed is refused */
@@ -267,6 +263,51 @@ static void loader_should_resume_exactly_after_restore(void) {
         ct_loader_destroy(l);
     }
     ct_dataset_destroy(ds);
+}
+
+/* Resume on sharded loaders too: rank 1 of 2 with drop_last, and an empty eval shard. */
+static void loader_should_resume_on_shards_and_empty_ranks(void) {
+    struct {
+        int64_t n, world, rank;
+        ct_shard_mode shard;
+        bool drop_last;
+    } cases[] = {{19, 2, 1, CT_SHARD_TRAIN_DROP, true},
+                 {19, 3, 2, CT_SHARD_TRAIN_PAD, false},
+                 {1, 3, 2, CT_SHARD_EVAL, false}};
+    for (int c = 0; c < 3; c++) {
+        ct_dataset *ds = toy_dataset(cases[c].n, true);
+        ct_loader_params p = ct_loader_default_params();
+        p.batch_size = 4;
+        p.seed = 3;
+        p.world_size = cases[c].world;
+        p.rank = cases[c].rank;
+        p.shard = cases[c].shard;
+        p.drop_last = cases[c].drop_last;
+        p.prefetch = c == 1 ? 0 : 2;
+        enum { TOTAL = 12 };
+        static record full[TOTAL], part[TOTAL];
+        ct_loader *l;
+        CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+        CT_CHECK_INT(run_batches(l, full, TOTAL), TOTAL);
+        ct_loader_destroy(l);
+        for (int64_t k = 0; k < TOTAL; k++) {
+            CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+            run_batches(l, part, k);
+            ct_loader_state st = ct_loader_get_state(l);
+            ct_loader_destroy(l);
+            CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+            CT_CHECK_INT(ct_loader_set_state(l, &st), CT_OK);
+            int64_t got = run_batches(l, part, TOTAL - k);
+            for (int64_t i = 0; i < got; i++)
+                CT_CHECK_MSG(
+                    full[i + k].epoch == part[i].epoch && full[i + k].number == part[i].number &&
+                        full[i + k].size == part[i].size &&
+                        memcmp(full[i + k].index, part[i].index, sizeof part[i].index) == 0,
+                    "case %d, cut %lld: item %lld differs", c, (long long)k, (long long)i);
+            ct_loader_destroy(l);
+        }
+        ct_dataset_destroy(ds);
+    }
 }
 
 static void prefetch_should_not_change_batches(void) {
@@ -392,9 +433,11 @@ static void loader_should_map_labels_and_one_hot_encode(void) {
     p.label_map_len = 4;
     p.one_hot = false;
     CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
-    CT_CHECK_INT(ct_loader_next(l, &b), CT_ERR_FORMAT);
-    CT_CHECK(strstr(ct_last_error(ctx), "reading sample 4") != NULL);
-    CT_CHECK_INT(ct_loader_next(l, &b), CT_ERR_FORMAT);
+    CT_CHECK_INT(ct_loader_next(l, &b), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx),
+                    "class 4 of sample 4 (epoch 0, batch 0) is outside label_map [0, 4)") != NULL);
+    CT_CHECK_INT(ct_loader_next(l, &b), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "an earlier read failed") != NULL);
     ct_loader_destroy(l);
     map[1] = -2;
     p.label_map_len = 6;
@@ -447,6 +490,15 @@ static void standardize_should_use_training_statistics_only(void) {
     CT_CHECK_CLOSE(zm / (double)nt, 0.0, 1e-5, 0);
     CT_CHECK_CLOSE(zv / (double)nt, 1.0, 1e-4, 0);
     CT_CHECK_INT(ct_dataset_standardize_stats(train, &mean, &sd, &n), CT_ERR_INVALID_ARG);
+    CT_CHECK(mean == NULL && sd == NULL && n == 0);
+    /* statistics from a dataset with other (larger) targets: only features are compared */
+    ct_option li[] = {{"kind", "linear"}, {"n", "10"}, {"features", "2"}, {"outputs", "40"}};
+    ct_options lo = {li, 4, "test"};
+    ct_dataset *lin, *sv;
+    CT_CHECK_INT(ct_dataset_open(ctx, "synthetic", &lo, &lin), CT_OK);
+    CT_CHECK_INT(ct_dataset_standardize(all, lin, NULL, NULL, &sv), CT_OK);
+    ct_dataset_destroy(sv);
+    ct_dataset_destroy(lin);
     ct_dataset *img = toy_dataset(4, true), *bad = (ct_dataset *)1;
     CT_CHECK_INT(ct_dataset_standardize(img, img, NULL, NULL, &bad), CT_ERR_CONFIG);
     CT_CHECK(bad == NULL);
@@ -521,6 +573,7 @@ int main(void) {
     CT_RUN(loader_should_cover_an_epoch_and_reshuffle_per_epoch);
     CT_RUN(loader_should_shard_exactly);
     CT_RUN(loader_should_resume_exactly_after_restore);
+    CT_RUN(loader_should_resume_on_shards_and_empty_ranks);
     CT_RUN(prefetch_should_not_change_batches);
     CT_RUN(transforms_should_compute_documented_values);
     CT_RUN(loader_should_map_labels_and_one_hot_encode);

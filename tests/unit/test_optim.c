@@ -1,0 +1,339 @@
+/*
+ * test_optim.c - parameter groups (glob matching, later groups win, errors), validation of
+ * the optimizer settings, gradient clipping by value and by norm (report only, non-finite
+ * gradients) and thread-count independence of the clip norm and of every optimizer's step.
+ * The update formulas themselves are checked against PyTorch in tests/golden/test_golden_optim.c.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ctrain/ctrain.h"
+#include "harness.h"
+#include "test_alloc.h"
+
+static ct_ctx *make_ctx(test_alloc *ta, int64_t threads) {
+    ct_ctx_params p = ct_ctx_default_params();
+    if (ta) p.allocator = test_allocator(ta);
+    p.n_threads = threads;
+    ct_ctx *ctx = NULL;
+    if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
+    return ctx;
+}
+
+typedef struct decl {
+    const char *name;
+    int64_t numel;
+    ct_param_kind kind;
+} decl;
+
+/* A store of 1-d tensors; every trainable value starts at `value`, every gradient at 0. */
+static ct_params *make_store(ct_ctx *ctx, const decl *d, int count, float value) {
+    ct_params *P = NULL;
+    ct_tensor *t;
+    CT_CHECK_INT(ct_params_create(ctx, &P), CT_OK);
+    for (int i = 0; i < count; i++)
+        CT_CHECK_INT(ct_params_add(P, d[i].name, CT_F32, 1, &d[i].numel, d[i].kind, &t), CT_OK);
+    CT_CHECK_INT(ct_params_alloc(P), CT_OK);
+    float *w = ct_params_values(P);
+    for (int64_t i = 0; i < ct_params_numel(P); i++)
+        w[i] = value;
+    return P;
+}
+
+static const decl net[] = {
+    {"fc1.weight", 4, CT_PARAM_TRAINABLE},    {"fc1.bias", 2, CT_PARAM_TRAINABLE},
+    {"bn1.weight", 2, CT_PARAM_TRAINABLE},    {"bn1.bias", 2, CT_PARAM_TRAINABLE},
+    {"bn1.running_mean", 2, CT_PARAM_BUFFER}, {"fc2.weight", 3, CT_PARAM_TRAINABLE},
+    {"ln_f.weight", 2, CT_PARAM_TRAINABLE},
+};
+enum { NET_COUNT = sizeof net / sizeof net[0] };
+
+static float first_value(ct_params *P, const char *name) {
+    return ((const float *)ct_params_find(P, name)->data)[0];
+}
+
+static void optim_should_apply_groups_by_name(void) {
+    ct_ctx *ctx = make_ctx(NULL, 1);
+    ct_params *P = make_store(ctx, net, NET_COUNT, 1.0f);
+    ct_optim_params op = ct_optim_default_params(CT_OPTIM_SGD);
+    op.lr = 0.1f;
+    op.weight_decay = 0.5f;
+    ct_optim *o = NULL;
+    CT_CHECK_INT(ct_optim_create(ctx, P, &op, &o), CT_OK);
+    /* zero gradients: each step is w -= lr * lr_scale * wd * w */
+    CT_CHECK_INT(ct_optim_add_group(o, "*.bias, *bn*.weight,*norm*.weight", 1.0f, 0.0f), CT_OK);
+    CT_CHECK_INT(ct_optim_add_group(o, "fc1.bias", 2.0f, 0.25f), CT_OK); /* later wins */
+    ct_optim_step(o);
+    const float decayed = 1.0f - 0.1f * (0.5f * 1.0f);
+    const float fc1_bias = 1.0f - (float)(0.1 * 2.0) * (0.25f * 1.0f);
+    CT_CHECK(first_value(P, "fc1.weight") == decayed);
+    CT_CHECK(first_value(P, "fc2.weight") == decayed);
+    CT_CHECK(first_value(P, "ln_f.weight") == decayed); /* "*norm*" does not match "ln_f" */
+    CT_CHECK(first_value(P, "bn1.weight") == 1.0f);
+    CT_CHECK(first_value(P, "bn1.bias") == 1.0f);
+    CT_CHECK(first_value(P, "fc1.bias") == fc1_bias);
+    CT_CHECK(((const float *)ct_params_find(P, "fc1.bias")->data)[1] == fc1_bias);
+
+    /* errors leave the groups as they were */
+    CT_CHECK_INT(ct_optim_add_group(o, "conv*.weight,*.gamma", 1.0f, 0.0f), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "'conv*.weight,*.gamma'") != NULL);
+    CT_CHECK(strstr(ct_last_error(ctx), "matches no trainable parameter") != NULL);
+    CT_CHECK_INT(ct_optim_add_group(o, "*running_mean", 1.0f, 0.0f), CT_ERR_CONFIG); /* buffer */
+    CT_CHECK_INT(ct_optim_add_group(o, " , ", 1.0f, 0.0f), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_optim_add_group(o, "", 1.0f, 0.0f), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_optim_add_group(o, NULL, 1.0f, 0.0f), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_optim_add_group(o, "*", -1.0f, 0.0f), CT_ERR_INVALID_ARG);
+    CT_CHECK(strstr(ct_last_error(ctx), "lr_scale") != NULL);
+    CT_CHECK_INT(ct_optim_add_group(o, "*", 1.0f, NAN), CT_ERR_INVALID_ARG);
+    CT_CHECK(strstr(ct_last_error(ctx), "weight_decay") != NULL);
+    CT_CHECK_INT(ct_optim_add_group(o, "*", INFINITY, 0.0f), CT_ERR_INVALID_ARG);
+    ct_optim_step(o);
+    CT_CHECK(first_value(P, "bn1.weight") == 1.0f);
+    CT_CHECK(first_value(P, "fc2.weight") == decayed - 0.1f * (0.5f * decayed));
+    /* a group with lr_scale 0 freezes its tensors */
+    CT_CHECK_INT(ct_optim_add_group(o, "fc2.*", 0.0f, 0.5f), CT_OK);
+    float before = first_value(P, "fc2.weight");
+    ct_optim_step(o);
+    CT_CHECK(first_value(P, "fc2.weight") == before);
+    ct_optim_destroy(o);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
+static void expect_invalid(ct_ctx *ctx, ct_params *P, const ct_optim_params *op, const char *w) {
+    ct_optim *o = (ct_optim *)1;
+    CT_CHECK_INT(ct_optim_create(ctx, P, op, &o), CT_ERR_INVALID_ARG);
+    CT_CHECK(o == NULL);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), w) != NULL, "'%s' not in '%s'", w, ct_last_error(ctx));
+}
+
+static void optim_should_reject_bad_settings(void) {
+    ct_ctx *ctx = make_ctx(NULL, 1);
+    ct_params *P = make_store(ctx, net, NET_COUNT, 1.0f);
+    ct_optim_params op = ct_optim_default_params(CT_OPTIM_RMSPROP);
+    CT_CHECK(op.alpha == 0.99f && op.eps == 1e-8f && op.lr == 1e-2f && !op.centered);
+    op.alpha = 1.5f;
+    expect_invalid(ctx, P, &op, "alpha");
+    op = ct_optim_default_params(CT_OPTIM_RMSPROP);
+    op.eps = -1.0f;
+    expect_invalid(ctx, P, &op, "eps");
+    op = ct_optim_default_params(CT_OPTIM_RMSPROP);
+    op.momentum = NAN;
+    expect_invalid(ctx, P, &op, "momentum");
+    op = ct_optim_default_params(CT_OPTIM_ADAGRAD);
+    CT_CHECK(op.eps == 1e-10f && op.lr_decay == 0.0f && op.initial_accumulator_value == 0.0f);
+    op.lr_decay = -0.1f;
+    expect_invalid(ctx, P, &op, "lr_decay");
+    op = ct_optim_default_params(CT_OPTIM_ADAGRAD);
+    op.initial_accumulator_value = -1.0f;
+    expect_invalid(ctx, P, &op, "initial_accumulator_value");
+    op = ct_optim_default_params(CT_OPTIM_ADAGRAD);
+    op.eps = INFINITY;
+    expect_invalid(ctx, P, &op, "eps");
+    op = ct_optim_default_params(CT_OPTIM_ADAGRAD);
+    op.weight_decay = -1.0f;
+    expect_invalid(ctx, P, &op, "weight_decay");
+    op = ct_optim_default_params(CT_OPTIM_ADAM);
+    op.eps = NAN;
+    expect_invalid(ctx, P, &op, "eps");
+    op.kind = CT_OPTIM_KIND_COUNT;
+    expect_invalid(ctx, P, &op, "kind");
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
+static void optim_should_free_everything_when_allocation_fails(void) {
+    for (long long fail = 1; fail < 8; fail++) {
+        test_alloc ta = {0};
+        ct_ctx *ctx = make_ctx(&ta, 1);
+        ct_params *P = make_store(ctx, net, NET_COUNT, 1.0f);
+        long long live = ta.live;
+        ta.fail_at = ta.n_alloc + fail;
+        ct_optim_params op = ct_optim_default_params(CT_OPTIM_RMSPROP);
+        op.centered = true;
+        op.momentum = 0.5f;
+        ct_optim *o = NULL;
+        ct_status s = ct_optim_create(ctx, P, &op, &o);
+        CT_CHECK(s == CT_OK || s == CT_ERR_OOM);
+        CT_CHECK(s == CT_OK || o == NULL);
+        ta.fail_at = 0;
+        ct_optim_destroy(o);
+        CT_CHECK_INT(ta.live, live);
+        ct_params_destroy(P);
+        ct_ctx_destroy(ctx);
+        CT_CHECK_INT(ta.live, 0);
+        CT_CHECK_INT(ta.size_mismatch, 0);
+    }
+}
+
+static void set_grads(ct_params *P, const float *g, int64_t n) {
+    memcpy(ct_params_grads(P), g, (size_t)n * sizeof(float));
+}
+
+static void clip_should_clamp_by_value(void) {
+    ct_ctx *ctx = make_ctx(NULL, 1);
+    const decl d[] = {{"a", 4, CT_PARAM_TRAINABLE}, {"b", 2, CT_PARAM_TRAINABLE}};
+    ct_params *P = make_store(ctx, d, 2, 0.0f);
+    set_grads(P, (const float[]){-3.0f, -0.5f, 0.0f, 0.5f, 3.0f, NAN}, 6);
+    CT_CHECK_INT(ct_optim_clip_grad_value(ctx, P, 1.0f), CT_OK);
+    const float *g = ct_params_grads(P);
+    CT_CHECK(g[0] == -1.0f && g[1] == -0.5f && g[2] == 0.0f && g[3] == 0.5f && g[4] == 1.0f);
+    CT_CHECK(isnan(g[5]));
+    CT_CHECK_INT(ct_optim_clip_grad_value(ctx, P, -1.0f), CT_ERR_INVALID_ARG);
+    CT_CHECK(strstr(ct_last_error(ctx), "clip") != NULL);
+    CT_CHECK_INT(ct_optim_clip_grad_value(ctx, P, NAN), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_optim_clip_grad_value(ctx, P, INFINITY), CT_ERR_INVALID_ARG);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
+static void clip_should_scale_by_global_norm(void) {
+    ct_ctx *ctx = make_ctx(NULL, 1);
+    const decl d[] = {{"a", 1, CT_PARAM_TRAINABLE}, {"b", 1, CT_PARAM_TRAINABLE}};
+    ct_params *P = make_store(ctx, d, 2, 0.0f);
+    const float *g = ct_params_grads(P);
+    float norm = -1.0f;
+    /* max_norm <= 0, or above the norm: measure only */
+    const float limits[] = {0.0f, -1.0f, 10.0f, INFINITY};
+    for (int k = 0; k < 4; k++) {
+        set_grads(P, (const float[]){3.0f, -4.0f}, 2);
+        CT_CHECK_INT(ct_optim_clip_grad_norm(ctx, P, limits[k], &norm), CT_OK);
+        CT_CHECK(norm == 5.0f);
+        CT_CHECK(g[0] == 3.0f && g[1] == -4.0f);
+    }
+    CT_CHECK_INT(ct_optim_clip_grad_norm(ctx, P, 1.0f, NULL), CT_OK);
+    const float scale = (float)(1.0 / (5.0 + 1e-6));
+    CT_CHECK(g[0] == 3.0f * scale && g[1] == -4.0f * scale);
+    CT_CHECK_INT(ct_optim_clip_grad_norm(ctx, P, 1.0f, &norm), CT_OK);
+    CT_CHECK_CLOSE(norm, 1.0, 1e-6, 0);
+    CT_CHECK_INT(ct_optim_clip_grad_norm(ctx, P, NAN, &norm), CT_ERR_INVALID_ARG);
+    CT_CHECK(strstr(ct_last_error(ctx), "max_norm") != NULL);
+    CT_CHECK(norm == 0.0f);
+    /* non-finite gradients: the norm says so and nothing is scaled */
+    set_grads(P, (const float[]){INFINITY, 1.0f}, 2);
+    CT_CHECK_INT(ct_optim_clip_grad_norm(ctx, P, 1.0f, &norm), CT_OK);
+    CT_CHECK(isinf(norm));
+    CT_CHECK(isinf(g[0]) && g[1] == 1.0f);
+    set_grads(P, (const float[]){NAN, 2.0f}, 2);
+    CT_CHECK_INT(ct_optim_clip_grad_norm(ctx, P, 1.0f, &norm), CT_OK);
+    CT_CHECK(isnan(norm));
+    CT_CHECK(isnan(g[0]) && g[1] == 2.0f);
+    /* squares that overflow a float are summed in double */
+    set_grads(P, (const float[]){3e30f, 4e30f}, 2);
+    CT_CHECK_INT(ct_optim_clip_grad_norm(ctx, P, 1.0f, &norm), CT_OK);
+    CT_CHECK_CLOSE(norm, 5e30, 0, 1e-6);
+    CT_CHECK_CLOSE(g[1], 0.8, 0, 1e-6);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
+/* A deterministic fill in [-scale, scale). */
+static void fill(float *x, int64_t n, uint64_t seed, float scale) {
+    uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = scale * ((float)(s >> 40) / (float)(1u << 24) * 2.0f - 1.0f);
+    }
+}
+
+static const decl big[] = {
+    {"enc.weight", 30001, CT_PARAM_TRAINABLE}, {"enc.bias", 17, CT_PARAM_TRAINABLE},
+    {"enc.running_var", 5, CT_PARAM_BUFFER},   {"dec.weight", 12000, CT_PARAM_TRAINABLE},
+    {"dec.bias", 1, CT_PARAM_TRAINABLE},
+};
+
+static void clip_norm_should_not_depend_on_threads(void) {
+    float norms[2], *grads[2] = {NULL, NULL};
+    int64_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        ct_ctx *ctx = make_ctx(NULL, k == 0 ? 1 : 2);
+        ct_params *P = make_store(ctx, big, 5, 0.0f);
+        n = ct_params_numel(P);
+        fill(ct_params_grads(P), n, 7, 3.0f);
+        CT_CHECK_INT(ct_optim_clip_grad_norm(ctx, P, 1.0f, &norms[k]), CT_OK);
+        grads[k] = malloc((size_t)n * sizeof(float));
+        if (grads[k]) memcpy(grads[k], ct_params_grads(P), (size_t)n * sizeof(float));
+        ct_params_destroy(P);
+        ct_ctx_destroy(ctx);
+    }
+    CT_CHECK(memcmp(&norms[0], &norms[1], sizeof(float)) == 0);
+    CT_CHECK(grads[0] && grads[1] && memcmp(grads[0], grads[1], (size_t)n * sizeof(float)) == 0);
+    /* sum of squares of uniform(-3, 3): n * 3 on average */
+    CT_CHECK_CLOSE(norms[0], sqrt(3.0 * (double)n), 0, 2e-2);
+    free(grads[0]);
+    free(grads[1]);
+}
+
+static void run_steps(ct_optim_params op, int64_t threads, bool group, float *out, int64_t *n) {
+    ct_ctx *ctx = make_ctx(NULL, threads);
+    ct_params *P = make_store(ctx, big, 5, 0.0f);
+    *n = ct_params_numel(P);
+    fill(ct_params_values(P), *n, 1, 1.0f);
+    ct_optim *o = NULL;
+    CT_CHECK_INT(ct_optim_create(ctx, P, &op, &o), CT_OK);
+    if (o && group) CT_CHECK_INT(ct_optim_add_group(o, "*.bias", 0.5f, 0.0f), CT_OK);
+    for (uint64_t s = 0; o && s < 5; s++) {
+        fill(ct_params_grads(P), *n, 100 + s, 1.0f);
+        ct_optim_step(o);
+    }
+    if (out) memcpy(out, ct_params_values(P), (size_t)*n * sizeof(float));
+    ct_optim_destroy(o);
+    ct_params_destroy(P);
+    ct_ctx_destroy(ctx);
+}
+
+static void optim_step_should_not_depend_on_threads(void) {
+    ct_optim_params ops[9];
+    int count = 0;
+    for (int kind = 0; kind < CT_OPTIM_KIND_COUNT; kind++) {
+        ct_optim_params op = ct_optim_default_params((ct_optim_kind)kind);
+        op.weight_decay = 0.01f;
+        ops[count++] = op;
+        if (kind == CT_OPTIM_SGD || kind == CT_OPTIM_RMSPROP) {
+            op.momentum = 0.9f;
+            op.nesterov = kind == CT_OPTIM_SGD;
+            op.centered = kind == CT_OPTIM_RMSPROP;
+            op.zero_grad = true;
+            ops[count++] = op;
+        }
+        if (kind == CT_OPTIM_ADAGRAD) {
+            op.lr_decay = 0.1f;
+            op.initial_accumulator_value = 0.5f;
+            ops[count++] = op;
+        }
+    }
+    int64_t n = 0;
+    run_steps(ops[0], 1, false, NULL, &n);
+    float *one = malloc((size_t)n * sizeof(float)), *two = malloc((size_t)n * sizeof(float));
+    float *start = malloc((size_t)n * sizeof(float));
+    if (start) fill(start, n, 1, 1.0f);
+    for (int c = 0; c < count && one && two && start; c++) {
+        for (int group = 0; group < 2; group++) {
+            run_steps(ops[c], 1, group, one, &n);
+            run_steps(ops[c], 2, group, two, &n);
+            CT_CHECK_MSG(memcmp(one, two, (size_t)n * sizeof(float)) == 0,
+                         "kind %d (config %d, group %d): 1 and 2 threads differ", (int)ops[c].kind,
+                         c, group);
+            bool moved = false, finite = true;
+            for (int64_t i = 0; i < n; i++) {
+                finite = finite && isfinite(one[i]);
+                moved = moved || one[i] != start[i];
+            }
+            CT_CHECK(finite && moved);
+        }
+    }
+    free(one);
+    free(two);
+    free(start);
+}
+
+int main(void) {
+    CT_RUN(optim_should_apply_groups_by_name);
+    CT_RUN(optim_should_reject_bad_settings);
+    CT_RUN(optim_should_free_everything_when_allocation_fails);
+    CT_RUN(clip_should_clamp_by_value);
+    CT_RUN(clip_should_scale_by_global_norm);
+    CT_RUN(clip_norm_should_not_depend_on_threads);
+    CT_RUN(optim_step_should_not_depend_on_threads);
+    return ct_test_finish();
+}
