@@ -20,11 +20,6 @@
 
 #include "ops/ops_internal.h"
 
-static int nthreads(const ct_graph *g, int64_t n, int64_t work) {
-    if (n > 0 && work > INT64_MAX / n) work = INT64_MAX / n;
-    return ct_ops_threads(g, n, work);
-}
-
 /* part [N*C] = per-plane sums of x (centre == NULL) or of (x - centre[c])^2, each plane
  * x [hw] summed in double in order. */
 static void plane_sums(const ct_graph *g,
@@ -34,7 +29,7 @@ static void plane_sums(const ct_graph *g,
                        int64_t hw,
                        const double *centre,
                        double *part) {
-    int nt = nthreads(g, planes, hw);
+    int nt = ct_ops_threads(g, planes, hw);
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * hw;
@@ -82,7 +77,7 @@ static void batch_norm_backward(ct_graph *g, ct_node *node) {
     double *sums = ct_graph_alloc(g, (size_t)c * 2 * sizeof(double));
     if (!part || !sums) return;
     double *sum_dy = sums, *sum_dyx = sums + c;
-    int nt = nthreads(g, planes, hw);
+    int nt = ct_ops_threads(g, planes, hw);
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = xv + pl * hw, *dyp = dy + pl * hw;
@@ -250,7 +245,7 @@ ct_tensor *ct_op_batch_norm(ct_graph *g,
         /* y = x * alpha + beta with alpha = w * invstd, beta = b - mean * alpha (as PyTorch) */
         const float *wv = weight ? weight->data : NULL, *bv = bias ? bias->data : NULL;
         float *yv = y->data;
-        int nt = nthreads(g, planes, hw);
+        int nt = ct_ops_threads(g, planes, hw);
         CT_OMP_FOR(nt)
         for (int64_t pl = 0; pl < planes; pl++) {
             int64_t j = pl % c;

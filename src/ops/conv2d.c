@@ -53,12 +53,6 @@ static bool add_ok(int64_t a, int64_t b, int64_t *r) {
     return true;
 }
 
-/* ct_ops_threads for n items of `work` each, with n * work kept from overflowing. */
-static int nthreads(const ct_graph *g, int64_t n, int64_t work) {
-    if (n > 0 && work > INT64_MAX / n) work = INT64_MAX / n;
-    return ct_ops_threads(g, n, work);
-}
-
 /* ---- the fast path ---- */
 
 /* col [C*KH*KW, nb*L] (row (c*KH + kh)*KW + kw, column b*L + oh*OW + ow) from samples
@@ -145,13 +139,13 @@ static bool fast_forward(ct_graph *g,
     for (int64_t n0 = 0; n0 < s->n; n0 += bsz) {
         int64_t nb = s->n - n0 < bsz ? s->n - n0 : bsz, bl = nb * l;
         if (kg > 0) {
-            im2col(s, x, n0, nb, col, nthreads(g, nb * s->c, s->kh * s->kw * l));
+            im2col(s, x, n0, nb, col, ct_ops_threads(g, nb * s->c, s->kh * s->kw * l));
             /* per group: tmp [Og, nb*L] = W_g [Og, Kg] @ col_g [Kg, nb*L] */
             for (int64_t gi = 0; gi < grp; gi++)
                 ct_k_gemm(ctx, false, false, og, bl, kg, 1.0f, w + gi * og * kg, kg,
                           col + gi * kg * bl, bl, 0.0f, tmp + gi * og * bl, bl);
         }
-        int nt = nthreads(g, nb * s->o, l);
+        int nt = ct_ops_threads(g, nb * s->o, l);
         CT_OMP_FOR(nt)
         for (int64_t t = 0; t < nb * s->o; t++) {
             int64_t b = t / s->o, o = t % s->o;
@@ -190,14 +184,14 @@ static void fast_backward(ct_graph *g,
     for (int64_t n0 = 0; n0 < s->n; n0 += bsz) {
         int64_t nb = s->n - n0 < bsz ? s->n - n0 : bsz, bl = nb * l;
         /* dyc [O, nb*L] from dy [N, O, L] */
-        int nt = nthreads(g, nb * s->o, l);
+        int nt = ct_ops_threads(g, nb * s->o, l);
         CT_OMP_FOR(nt)
         for (int64_t t = 0; t < nb * s->o; t++) {
             int64_t b = t / s->o, o = t % s->o;
             memcpy(dyc + o * bl + b * l, dy + ((n0 + b) * s->o + o) * l, (size_t)l * sizeof(float));
         }
         if (dw) {
-            im2col(s, x, n0, nb, col, nthreads(g, nb * s->c, s->kh * s->kw * l));
+            im2col(s, x, n0, nb, col, ct_ops_threads(g, nb * s->c, s->kh * s->kw * l));
             /* dW_g [Og, Kg] += dyc_g [Og, nb*L] @ col_g [Kg, nb*L]^T */
             for (int64_t gi = 0; gi < grp; gi++)
                 ct_k_gemm(ctx, false, true, og, kg, bl, 1.0f, dyc + gi * og * bl, bl,
@@ -208,7 +202,7 @@ static void fast_backward(ct_graph *g,
             for (int64_t gi = 0; gi < grp; gi++)
                 ct_k_gemm(ctx, true, false, kg, bl, og, 1.0f, w + gi * og * kg, kg,
                           dyc + gi * og * bl, bl, 0.0f, dcol + gi * kg * bl, bl);
-            col2im_add(s, dcol, n0, nb, dx, nthreads(g, nb * s->c, s->kh * s->kw * l));
+            col2im_add(s, dcol, n0, nb, dx, ct_ops_threads(g, nb * s->c, s->kh * s->kw * l));
         }
     }
 }
@@ -217,7 +211,7 @@ static void fast_backward(ct_graph *g,
 static int onednn_threads(ct_graph *g, const ct_k_conv2d_geom *s) {
     /* at most 8 chunks (see conv2d_onednn.c); the work of one is a sample's convolution */
     int64_t per_sample = s->o * s->oh * s->ow * (s->c / s->groups) * s->kh * s->kw;
-    return nthreads(g, s->n < 8 ? s->n : 8, per_sample);
+    return ct_ops_threads(g, s->n < 8 ? s->n : 8, per_sample);
 }
 
 static int onednn_forward(ct_graph *g,
@@ -265,7 +259,7 @@ static int onednn_backward(ct_graph *g,
 /* db [O] += sum over n and the plane of dy [N, O, L], in double, in a fixed order. */
 static void bias_backward(ct_graph *g, const ct_k_conv2d_geom *s, const float *dy, float *db) {
     int64_t l = s->oh * s->ow;
-    int nt = nthreads(g, s->o, s->n * l);
+    int nt = ct_ops_threads(g, s->o, s->n * l);
     CT_OMP_FOR(nt)
     for (int64_t o = 0; o < s->o; o++) {
         double acc = 0.0;

@@ -29,11 +29,6 @@ typedef struct pool_geom {
     int64_t p[2];       /* padding (h, w) */
 } pool_geom;
 
-static int nthreads(const ct_graph *g, int64_t n, int64_t work) {
-    if (n > 0 && work > INT64_MAX / n) work = INT64_MAX / n;
-    return ct_ops_threads(g, n, work);
-}
-
 static void geom_init(pool_geom *s, const ct_tensor *x, const int64_t *args) {
     s->n = x->shape[0];
     s->c = x->shape[1];
@@ -157,7 +152,7 @@ static void max_pool2d_backward(ct_graph *g, ct_node *n) {
     const float *dy = n->out->grad;
     const int64_t *idx = n->saved;
     int64_t planes = s.n * s.c, lo = s.oh * s.ow, li = s.h * s.w;
-    int nt = nthreads(g, planes, lo);
+    int nt = ct_ops_threads(g, planes, lo);
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         float *dxp = dx + pl * li;
@@ -184,7 +179,7 @@ ct_tensor *ct_op_max_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_params *p
     }
     const float *xv = x->data;
     float *yv = y->data;
-    int nt = nthreads(g, planes, lo * s.k[0] * s.k[1]);
+    int nt = ct_ops_threads(g, planes, lo * s.k[0] * s.k[1]);
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++)
         max_plane(&s, xv + pl * li, yv + pl * lo, idx ? idx + pl * lo : NULL);
@@ -228,7 +223,7 @@ static void avg_pool2d_backward(ct_graph *g, ct_node *n) {
     geom_init(&s, x, n->iarg);
     const float *dy = n->out->grad;
     int64_t planes = s.n * s.c, lo = s.oh * s.ow, li = s.h * s.w;
-    int nt = nthreads(g, planes, lo * s.k[0] * s.k[1]);
+    int nt = ct_ops_threads(g, planes, lo * s.k[0] * s.k[1]);
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         float *dxp = dx + pl * li;
@@ -258,7 +253,7 @@ ct_tensor *ct_op_avg_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_params *p
     int64_t planes = s.n * s.c, lo = s.oh * s.ow, li = s.h * s.w;
     const float *xv = x->data;
     float *yv = y->data;
-    int nt = nthreads(g, planes, lo * s.k[0] * s.k[1]);
+    int nt = ct_ops_threads(g, planes, lo * s.k[0] * s.k[1]);
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = xv + pl * li;
@@ -293,7 +288,7 @@ static void global_avg_pool_backward(ct_graph *g, ct_node *n) {
     if (planes == 0) return;
     int64_t hw = x->shape[2] * x->shape[3]; /* bounded by numel(x) once planes > 0 */
     const float *dy = n->out->grad;
-    int nt = nthreads(g, planes, hw);
+    int nt = ct_ops_threads(g, planes, hw);
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         float d = dy[pl] / (float)hw;
@@ -321,7 +316,7 @@ ct_tensor *ct_op_global_avg_pool(ct_graph *g, ct_tensor *x) {
         int64_t hw = x->shape[2] * x->shape[3];
         const float *xv = x->data;
         float *yv = y->data;
-        int nt = nthreads(g, planes, hw);
+        int nt = ct_ops_threads(g, planes, hw);
         CT_OMP_FOR(nt)
         for (int64_t pl = 0; pl < planes; pl++)
             yv[pl] = (float)(ct_ops_sum_f64(xv + pl * hw, hw, 1) / (double)hw);
