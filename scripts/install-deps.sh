@@ -3,7 +3,7 @@
 # with everything present it only checks. Pass --bench to add what bench/ needs (PyTorch).
 set -euo pipefail
 
-pkgs=(build-essential cmake ninja-build pkg-config clang clang-format libomp-dev
+pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clang-format libomp-dev
       libopenblas-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist)
 if [[ "${1:-}" == "--bench" ]]; then
     pkgs+=(python3-torch python3-numpy)
