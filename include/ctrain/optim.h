@@ -89,6 +89,18 @@ CT_API float ct_optim_lr(const ct_optim *opt);
 CT_API int64_t ct_optim_steps(const ct_optim *opt);
 
 /*
+ * State for checkpoints. The optimizer's buffers are flat arrays of ct_params_numel floats in
+ * the parameters' layout, named as PyTorch's optimizer state: "momentum_buffer" (SGD with
+ * momentum, RMSprop with momentum), "exp_avg" and "exp_avg_sq" (Adam, AdamW), "square_avg" and
+ * "grad_avg" (RMSprop, the latter when centered), "sum" (Adagrad). Buffer i in [0, count) is
+ * borrowed and may be written (to restore). ct_optim_set_steps restores the update count, which
+ * drives the bias corrections and SGD's first-step rule.
+ */
+CT_API int32_t ct_optim_buffer_count(const ct_optim *opt);
+CT_API ct_status ct_optim_buffer(const ct_optim *opt, int32_t i, const char **name, float **data);
+CT_API ct_status ct_optim_set_steps(ct_optim *opt, int64_t steps);
+
+/*
  * Gradient clipping over the store's trainable gradients (ct_params_grads), to call between
  * backward (and any all-reduce) and ct_optim_step.
  *

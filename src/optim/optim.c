@@ -552,3 +552,63 @@ ct_status ct_optim_clip_grad_value(ct_ctx *ctx, ct_params *params, float clip) {
     }
     return CT_OK;
 }
+
+/* The buffers in a fixed order, with the state names PyTorch gives them for this kind. */
+static void put(const char **names, float **data, int32_t *k, const char *name, float *buf) {
+    if (!buf) return;
+    names[*k] = name;
+    data[*k] = buf;
+    (*k)++;
+}
+
+static int32_t list_buffers(const ct_optim *o, const char **names, float **data) {
+    int32_t k = 0;
+    switch (o->p.kind) {
+    case CT_OPTIM_SGD:
+        put(names, data, &k, "momentum_buffer", o->m);
+        break;
+    case CT_OPTIM_ADAM:
+    case CT_OPTIM_ADAMW:
+        put(names, data, &k, "exp_avg", o->m);
+        put(names, data, &k, "exp_avg_sq", o->v);
+        break;
+    case CT_OPTIM_RMSPROP:
+        put(names, data, &k, "square_avg", o->v);
+        put(names, data, &k, "momentum_buffer", o->m);
+        put(names, data, &k, "grad_avg", o->a);
+        break;
+    case CT_OPTIM_ADAGRAD:
+        put(names, data, &k, "sum", o->v);
+        break;
+    case CT_OPTIM_KIND_COUNT:
+        break;
+    }
+    return k;
+}
+
+int32_t ct_optim_buffer_count(const ct_optim *o) {
+    const char *names[3];
+    float *data[3];
+    return list_buffers(o, names, data);
+}
+
+ct_status ct_optim_buffer(const ct_optim *o, int32_t i, const char **name, float **data) {
+    const char *names[3];
+    float *bufs[3];
+    int32_t n = list_buffers(o, names, bufs);
+    *name = NULL;
+    *data = NULL;
+    if (i < 0 || i >= n)
+        return CT_FAIL(o->ctx, CT_ERR_INVALID_ARG, "optimizer: buffer %d of %d", (int)i, (int)n);
+    *name = names[i];
+    *data = bufs[i];
+    return CT_OK;
+}
+
+ct_status ct_optim_set_steps(ct_optim *o, int64_t steps) {
+    if (steps < 0)
+        return CT_FAIL(o->ctx, CT_ERR_INVALID_ARG, "optimizer: step count %lld is negative",
+                       (long long)steps);
+    o->steps = steps;
+    return CT_OK;
+}

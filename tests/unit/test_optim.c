@@ -327,7 +327,70 @@ static void optim_step_should_not_depend_on_threads(void) {
     free(start);
 }
 
+/* Copying every state buffer and the step count into a fresh optimizer resumes bit for bit. */
+static void optim_state_should_round_trip(void) {
+    ct_ctx *ctx = make_ctx(NULL, 1);
+    static const decl d[] = {{"a.weight", 37, CT_PARAM_TRAINABLE},
+                             {"a.bias", 5, CT_PARAM_TRAINABLE}};
+    struct {
+        ct_optim_kind kind;
+        float momentum;
+        bool centered;
+        int32_t buffers;
+        const char *first;
+    } cases[] = {{CT_OPTIM_SGD, 0.9f, false, 1, "momentum_buffer"},
+                 {CT_OPTIM_SGD, 0.0f, false, 0, NULL},
+                 {CT_OPTIM_ADAM, 0.0f, false, 2, "exp_avg"},
+                 {CT_OPTIM_ADAMW, 0.0f, false, 2, "exp_avg"},
+                 {CT_OPTIM_RMSPROP, 0.5f, true, 3, "square_avg"},
+                 {CT_OPTIM_ADAGRAD, 0.0f, false, 1, "sum"}};
+    for (int c = 0; c < 6; c++) {
+        ct_params *A = make_store(ctx, d, 2, 0.3f), *B = make_store(ctx, d, 2, 0.3f);
+        ct_optim_params op = ct_optim_default_params(cases[c].kind);
+        op.momentum = cases[c].momentum;
+        op.centered = cases[c].centered;
+        op.lr = 0.05f;
+        ct_optim *oa, *ob;
+        CT_CHECK_INT(ct_optim_create(ctx, A, &op, &oa), CT_OK);
+        CT_CHECK_INT(ct_optim_create(ctx, B, &op, &ob), CT_OK);
+        CT_CHECK_INT(ct_optim_buffer_count(oa), cases[c].buffers);
+        int64_t n = ct_params_numel(A);
+        for (int step = 0; step < 8; step++) {
+            if (step == 4) { /* checkpoint A into B: weights, buffers, step count */
+                memcpy(ct_params_values(B), ct_params_values(A), (size_t)n * sizeof(float));
+                for (int32_t i = 0; i < ct_optim_buffer_count(oa); i++) {
+                    const char *na, *nb;
+                    float *da, *db;
+                    CT_CHECK_INT(ct_optim_buffer(oa, i, &na, &da), CT_OK);
+                    CT_CHECK_INT(ct_optim_buffer(ob, i, &nb, &db), CT_OK);
+                    CT_CHECK(strcmp(na, nb) == 0);
+                    if (i == 0) CT_CHECK(strcmp(na, cases[c].first) == 0);
+                    memcpy(db, da, (size_t)n * sizeof(float));
+                }
+                CT_CHECK_INT(ct_optim_set_steps(ob, ct_optim_steps(oa)), CT_OK);
+            }
+            for (int64_t i = 0; i < n; i++)
+                ct_params_grads(A)[i] = ct_params_grads(B)[i] = sinf((float)(i * 7 + step));
+            ct_optim_step(oa);
+            if (step >= 4) ct_optim_step(ob);
+        }
+        CT_CHECK_MSG(memcmp(ct_params_values(A), ct_params_values(B), (size_t)n * sizeof(float)) ==
+                         0,
+                     "kind %d: the resumed optimizer diverged", (int)cases[c].kind);
+        const char *nm;
+        float *dd;
+        CT_CHECK_INT(ct_optim_buffer(oa, cases[c].buffers, &nm, &dd), CT_ERR_INVALID_ARG);
+        CT_CHECK(nm == NULL && dd == NULL);
+        ct_optim_destroy(oa);
+        ct_optim_destroy(ob);
+        ct_params_destroy(A);
+        ct_params_destroy(B);
+    }
+    ct_ctx_destroy(ctx);
+}
+
 int main(void) {
+    CT_RUN(optim_state_should_round_trip);
     CT_RUN(optim_should_apply_groups_by_name);
     CT_RUN(optim_should_reject_bad_settings);
     CT_RUN(optim_should_free_everything_when_allocation_fails);
