@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctrain/checkpoint.h"
 #include "ctrain/ctrain.h"
 #include "harness.h"
 
