@@ -5,14 +5,17 @@
 #define CTRAIN_CTRAIN_H
 
 #include "ctrain/autograd.h"
+#include "ctrain/checkpoint.h"
 #include "ctrain/data.h"
 #include "ctrain/dist.h"
 #include "ctrain/loss.h"
 #include "ctrain/metrics.h"
+#include "ctrain/model.h"
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"
 #include "ctrain/optim.h"
 #include "ctrain/options.h"
+#include "ctrain/policy.h"
 #include "ctrain/rng.h"
 #include "ctrain/schedule.h"
 #include "ctrain/status.h"

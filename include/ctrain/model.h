@@ -1,0 +1,146 @@
+/*
+ * model.h - models described by name: layer types found in a table, sequential stacks of them
+ * (with residual blocks) and built-in model builders (mlp, cnn, gpt) configured by options.
+ *
+ * A model declares its parameters and buffers in a caller-owned ct_params store under PyTorch
+ * state_dict names, so weights pass to and from the matching torch module unchanged:
+ *   - a sequential stack names its layers like nn.Sequential, by position ("0.weight",
+ *     "3.bias"), or by a spec's explicit name; a residual block is an nn.Sequential subclass
+ *     whose forward returns x + body(x), so its children are "<i>.<j>.weight";
+ *   - the gpt builder uses nanoGPT's names (transformer.wte.weight, transformer.h.0.ln_1.weight,
+ *     ..., lm_head.weight).
+ *
+ * The sequence is always:
+ *     ct_params_create -> ct_model_create/ct_model_build -> ct_params_alloc -> ct_model_init
+ *     (or load weights) -> ct_model_forward each step -> ct_model_destroy -> ct_params_destroy.
+ * ct_model_build_alloc does the middle three in one call.
+ *
+ * Sample shapes exclude the batch dimension: a model made for input sample [1, 28, 28] takes
+ * x [B, 1, 28, 28]. Training or evaluation behaviour (dropout, batch norm) follows the graph's
+ * training mode (ct_graph_set_training).
+ *
+ * Ownership: the model borrows the ct_params store (which must outlive it) and the specs and
+ * options only during create; it owns nothing the caller sees. Tensors from ct_model_forward
+ * are step tensors and die at ct_graph_reset. Errors name the layer (index, name and type), the
+ * option key or the shapes involved:
+ *     "layer 2 ('2', conv2d): input sample [64], expected [C, H, W]"
+ */
+#ifndef CTRAIN_MODEL_H
+#define CTRAIN_MODEL_H
+
+#include "ctrain/autograd.h"
+#include "ctrain/nn.h"
+#include "ctrain/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * One layer of a sequential stack. Built-in types and their options (defaults in brackets):
+ *   linear       out, bias [true]; in = the input's last dim; input [..., in] -> [..., out]
+ *   conv2d       out, kernel [3], stride [1], padding [0], dilation [1], groups [1],
+ *                bias [true]; input [C, H, W]
+ *   batchnorm    momentum [0.1], eps [1e-5], affine [true]; BatchNorm1d on [C], 2d on [C,H,W]
+ *   layernorm    eps [1e-5], affine [true]; over the last dim
+ *   relu, silu, tanh, sigmoid, flatten, global_avg_pool ([C,H,W] -> [C])    (no options)
+ *   gelu         approx [none] | tanh
+ *   leaky_relu   negative_slope [0.01]
+ *   dropout      p [0.5]
+ *   maxpool2d, avgpool2d   kernel [2], stride [= kernel], padding [0]
+ *   embedding    vocab, dim; input integer ids [...] -> [..., dim]
+ *   residual     children: x + children(x); the children must keep the shape
+ * Parameters follow PyTorch's default initialisation for the same module.
+ */
+typedef struct ct_layer_spec {
+    const char *type;                     /* a layer type name */
+    const char *name;                     /* NULL: its position in the sequence ("0", "1", ...) */
+    ct_options opts;                      /* the type's options (borrowed during create) */
+    const struct ct_layer_spec *children; /* residual: the nested sequence */
+    int64_t n_children;
+} ct_layer_spec;
+
+typedef struct ct_model ct_model;
+
+/*
+ * A sequential stack of n layers for input samples of (in_dtype, in_ndim, in_shape). Declares
+ * every parameter and buffer in `params` (which must not be allocated yet). *out is NULL on
+ * failure: CT_ERR_CONFIG for an unknown type (the message lists the known ones), an unknown or
+ * bad option; CT_ERR_SHAPE when a layer cannot take its input (naming the layer and shapes).
+ */
+CT_API ct_status ct_model_create(ct_ctx *ctx,
+                                 ct_params *params,
+                                 ct_dtype in_dtype,
+                                 int32_t in_ndim,
+                                 const int64_t *in_shape,
+                                 const ct_layer_spec *specs,
+                                 int64_t n,
+                                 ct_model **out);
+
+/*
+ * A built-in model by name, configured by opts (unknown keys fail with CT_ERR_CONFIG):
+ *   mlp  hidden ["512,256"], activation [relu] (relu|gelu|silu|tanh|sigmoid|leaky_relu),
+ *        dropout [0] (a dropout layer after each activation when > 0), out (required).
+ *        Input [..., in]. Layers: linear, activation[, dropout] per hidden size, then linear.
+ *   cnn  channels ["32,64"], out (required). Input [C, H, W]. Per stage: conv2d 3x3 padding 1,
+ *        batchnorm, relu, maxpool2d 2; then global_avg_pool and linear.
+ *   gpt  n_layer [2], n_head [2], d_model [64], context [64], vocab (required), dropout [0],
+ *        tied [true]. Input ids [T] (i32 or i64, T <= context at forward), output logits
+ *        [T, vocab]. nanoGPT's architecture and names: token + learned position embeddings,
+ *        pre-LayerNorm blocks (causal attention: c_attn, c_proj; MLP: c_fc, exact erf GELU as
+ *        nanoGPT's nn.GELU(), c_proj), final ln_f, lm_head without bias. Dropout is applied
+ *        after the embeddings and each residual branch (nanoGPT's attention-weight dropout is
+ *        not). With tied, lm_head.weight is transformer.wte.weight: the store holds it once,
+ *        under "transformer.wte.weight"; ct_model_param finds it under either name. (nanoGPT
+ *        on torch < 2.0 also keeps causal-mask buffers "attn.bias" that are not weights.)
+ *        ct_model_init uses nanoGPT's init: N(0, 0.02) weights and embeddings, zero biases,
+ *        c_proj weights N(0, 0.02 / sqrt(2 n_layer)).
+ */
+CT_API ct_status ct_model_build(ct_ctx *ctx,
+                                const char *type,
+                                const ct_options *opts,
+                                ct_params *params,
+                                ct_dtype in_dtype,
+                                int32_t in_ndim,
+                                const int64_t *in_shape,
+                                ct_model **out);
+
+/* ct_model_build, then ct_params_alloc and ct_model_init(seed): a ready model. */
+CT_API ct_status ct_model_build_alloc(ct_ctx *ctx,
+                                      const char *type,
+                                      const ct_options *opts,
+                                      ct_params *params,
+                                      ct_dtype in_dtype,
+                                      int32_t in_ndim,
+                                      const int64_t *in_shape,
+                                      uint64_t seed,
+                                      ct_model **out);
+
+/* No-op for NULL. The parameters stay in the store. */
+CT_API void ct_model_destroy(ct_model *m);
+
+/* Initialises every parameter and buffer (PyTorch's defaults per layer; nanoGPT's for gpt)
+ * from a stream of `seed`. Fails with CT_ERR_INVALID_ARG before ct_params_alloc. */
+CT_API ct_status ct_model_init(ct_model *m, uint64_t seed);
+
+/* x [B, sample...] -> y [B, output sample...]. NULL on failure (sticky on the graph): an input
+ * whose dtype or sample shape differs from the model's fails with CT_ERR_SHAPE. */
+CT_API ct_tensor *ct_model_forward(ct_model *m, ct_graph *g, ct_tensor *x);
+
+/* The output sample shape for the declared input: writes shape[0..ndim) (CT_MAX_DIMS room)
+ * and returns ndim. */
+CT_API int32_t ct_model_output_shape(const ct_model *m, int64_t *shape);
+
+/* The model's parameter or buffer of that state_dict name (aliases such as a tied
+ * "lm_head.weight" included), or NULL. */
+CT_API ct_tensor *ct_model_param(const ct_model *m, const char *name);
+
+/* Names of the built-in layer types and model builders; NULL past the end. */
+CT_API const char *ct_layer_type_name(int64_t i);
+CT_API const char *ct_model_type_name(int64_t i);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTRAIN_MODEL_H */

@@ -1,0 +1,162 @@
+/*
+ * model_builders.c - the mlp and cnn builders: they turn options into a ct_layer_spec sequence
+ * and hand it to ct_model_create, so their parameter names are nn.Sequential's ("0.weight").
+ * The option strings they write for the layers live on this frame only during creation.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/nn_internal.h"
+
+enum { MAX_STAGES = 32, MAX_SPECS = 4 * MAX_STAGES + 4 };
+
+static const char *where_of(const ct_options *o) {
+    return o->where ? o->where : "model";
+}
+
+/* Parses "512,256" into sizes[0..*n); an empty string gives none. */
+static ct_status parse_sizes(
+    ct_ctx *ctx, const ct_options *opts, const char *key, const char *s, int64_t *sizes, int *n) {
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 1 || (*end && *end != ',') || *n == MAX_STAGES)
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "%s: key '%s': expected up to %d comma-separated positive integers, "
+                           "got '%s'",
+                           where_of(opts), key, MAX_STAGES, s);
+        sizes[(*n)++] = (int64_t)v;
+        p = *end ? end + 1 : end;
+    }
+    return CT_OK;
+}
+
+/* The specs under construction, with room for their option strings. */
+typedef struct spec_list {
+    ct_layer_spec specs[MAX_SPECS];
+    ct_option items[MAX_SPECS][2];
+    char values[MAX_SPECS][2][32];
+    int64_t n;
+} spec_list;
+
+/* Appends a layer with up to two integer/string options (key NULL: none). */
+static void add(spec_list *l,
+                const char *type,
+                const char *k0,
+                const char *v0,
+                const char *k1,
+                const char *v1) {
+    int64_t i = l->n++;
+    ct_layer_spec *s = &l->specs[i];
+    memset(s, 0, sizeof *s);
+    s->type = type;
+    int64_t c = 0;
+    const char *keys[2] = {k0, k1}, *vals[2] = {v0, v1};
+    for (int j = 0; j < 2; j++) {
+        if (!keys[j]) continue;
+        snprintf(l->values[i][c], sizeof l->values[i][c], "%s", vals[j]);
+        l->items[i][c].key = keys[j];
+        l->items[i][c].value = l->values[i][c];
+        c++;
+    }
+    s->opts.items = l->items[i];
+    s->opts.count = c;
+}
+
+static const char *num(char *buf, size_t size, int64_t v) {
+    snprintf(buf, size, "%lld", (long long)v);
+    return buf;
+}
+
+/* ---- mlp ---- */
+
+static const char *const mlp_keys[] = {"hidden", "activation", "dropout", "out", NULL};
+static const char *const activations[] = {"relu",    "gelu",       "silu", "tanh",
+                                          "sigmoid", "leaky_relu", NULL};
+
+static ct_status build_mlp(ct_ctx *ctx,
+                           const ct_options *opts,
+                           ct_params *params,
+                           ct_dtype in_dtype,
+                           int32_t in_ndim,
+                           const int64_t *in_shape,
+                           ct_model **out) {
+    const char *hidden, *act;
+    double dropout;
+    int64_t n_out, sizes[MAX_STAGES];
+    int n_hidden;
+    CT_TRY(ct_options_check(ctx, opts, mlp_keys));
+    CT_TRY(ct_options_string(ctx, opts, "hidden", "512,256", &hidden));
+    CT_TRY(ct_options_string(ctx, opts, "activation", "relu", &act));
+    CT_TRY(ct_options_double(ctx, opts, "dropout", 0.0, 0.0, 0.999999, &dropout));
+    CT_TRY(ct_options_int(ctx, opts, "out", -1, 1, INT64_MAX, &n_out));
+    if (n_out < 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required", where_of(opts));
+    CT_TRY(parse_sizes(ctx, opts, "hidden", hidden, sizes, &n_hidden));
+    int known = 0;
+    for (int i = 0; activations[i]; i++)
+        known |= strcmp(activations[i], act) == 0;
+    if (!known)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s: key 'activation': unknown '%s' (known: relu, gelu, silu, tanh, "
+                       "sigmoid, leaky_relu)",
+                       where_of(opts), act);
+    spec_list *l = ct_alloc(ctx, sizeof *l);
+    if (!l) return CT_FAIL(ctx, CT_ERR_OOM, "allocating the mlp's layer list");
+    l->n = 0;
+    char buf[32], pbuf[32];
+    snprintf(pbuf, sizeof pbuf, "%.9g", dropout);
+    for (int i = 0; i < n_hidden; i++) {
+        add(l, "linear", "out", num(buf, sizeof buf, sizes[i]), NULL, NULL);
+        add(l, act, NULL, NULL, NULL, NULL);
+        if (dropout > 0.0) add(l, "dropout", "p", pbuf, NULL, NULL);
+    }
+    add(l, "linear", "out", num(buf, sizeof buf, n_out), NULL, NULL);
+    ct_status s = ct_model_create(ctx, params, in_dtype, in_ndim, in_shape, l->specs, l->n, out);
+    ct_free(ctx, l, sizeof *l);
+    return s;
+}
+
+const ct_model_builder ct_model_mlp = {"mlp", build_mlp};
+
+/* ---- cnn ---- */
+
+static const char *const cnn_keys[] = {"channels", "out", NULL};
+
+static ct_status build_cnn(ct_ctx *ctx,
+                           const ct_options *opts,
+                           ct_params *params,
+                           ct_dtype in_dtype,
+                           int32_t in_ndim,
+                           const int64_t *in_shape,
+                           ct_model **out) {
+    const char *channels;
+    int64_t n_out, sizes[MAX_STAGES];
+    int n_stages;
+    CT_TRY(ct_options_check(ctx, opts, cnn_keys));
+    CT_TRY(ct_options_string(ctx, opts, "channels", "32,64", &channels));
+    CT_TRY(ct_options_int(ctx, opts, "out", -1, 1, INT64_MAX, &n_out));
+    if (n_out < 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required", where_of(opts));
+    CT_TRY(parse_sizes(ctx, opts, "channels", channels, sizes, &n_stages));
+    spec_list *l = ct_alloc(ctx, sizeof *l);
+    if (!l) return CT_FAIL(ctx, CT_ERR_OOM, "allocating the cnn's layer list");
+    l->n = 0;
+    char buf[32];
+    for (int i = 0; i < n_stages; i++) {
+        add(l, "conv2d", "out", num(buf, sizeof buf, sizes[i]), "padding", "1");
+        add(l, "batchnorm", NULL, NULL, NULL, NULL);
+        add(l, "relu", NULL, NULL, NULL, NULL);
+        add(l, "maxpool2d", "kernel", "2", NULL, NULL);
+    }
+    add(l, "global_avg_pool", NULL, NULL, NULL, NULL);
+    add(l, "linear", "out", num(buf, sizeof buf, n_out), NULL, NULL);
+    ct_status s = ct_model_create(ctx, params, in_dtype, in_ndim, in_shape, l->specs, l->n, out);
+    ct_free(ctx, l, sizeof *l);
+    return s;
+}
+
+const ct_model_builder ct_model_cnn = {"cnn", build_cnn};

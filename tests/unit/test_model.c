@@ -1,0 +1,432 @@
+/*
+ * test_model.c - model.h: the layer table and its errors, nn.Sequential naming, residual blocks,
+ * output shapes, PyTorch's default initialisation, training vs evaluation mode, the builders'
+ * option errors, gpt's tied weights, out-of-memory cleanup and a gradient check of a small
+ * sequential model with respect to its input.
+ */
+#include "ctrain/ctrain.h"
+#include "gradcheck.h"
+#include "harness.h"
+#include "test_alloc.h"
+
+#define N_OF(a) ((int64_t)(sizeof(a) / sizeof((a)[0])))
+#define OPTS(...)                                                                                  \
+    { (const ct_option[]){__VA_ARGS__}, N_OF(((const ct_option[]){__VA_ARGS__})), NULL }
+#define NOOPTS                                                                                     \
+    { NULL, 0, NULL }
+
+typedef struct fixture {
+    ct_ctx *ctx;
+    ct_params *params;
+    ct_model *m;
+    ct_graph *g;
+} fixture;
+
+static void fx_open(fixture *f) {
+    memset(f, 0, sizeof *f);
+    CT_CHECK_INT(ct_ctx_create(NULL, &f->ctx), CT_OK);
+    CT_CHECK_INT(ct_params_create(f->ctx, &f->params), CT_OK);
+    CT_CHECK_INT(ct_graph_create(f->ctx, NULL, &f->g), CT_OK);
+}
+
+static void fx_close(fixture *f) {
+    ct_graph_destroy(f->g);
+    ct_model_destroy(f->m);
+    ct_params_destroy(f->params);
+    ct_ctx_destroy(f->ctx);
+}
+
+static ct_status
+create(fixture *f, int32_t ndim, const int64_t *shape, const ct_layer_spec *specs, int64_t n) {
+    ct_status s = ct_model_create(f->ctx, f->params, CT_F32, ndim, shape, specs, n, &f->m);
+    if (s == CT_OK) {
+        s = ct_params_alloc(f->params);
+        if (s == CT_OK) s = ct_model_init(f->m, 7);
+    }
+    return s;
+}
+
+static int has(const char *msg, const char *part) {
+    int ok = strstr(msg, part) != NULL;
+    if (!ok) fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", msg, part);
+    return ok;
+}
+
+static void model_should_list_layer_and_model_types(void) {
+    int found_linear = 0, found_residual = 0, n = 0;
+    for (const char *s; (s = ct_layer_type_name(n)) != NULL; n++) {
+        found_linear |= !strcmp(s, "linear");
+        found_residual |= !strcmp(s, "residual");
+    }
+    CT_CHECK(found_linear && found_residual);
+    CT_CHECK(n >= 17);
+    CT_CHECK(ct_layer_type_name(-1) == NULL);
+    CT_CHECK(!strcmp(ct_model_type_name(0), "mlp"));
+    CT_CHECK(!strcmp(ct_model_type_name(2), "gpt"));
+    CT_CHECK(ct_model_type_name(3) == NULL);
+}
+
+static void model_should_reject_unknown_types_keys_and_shapes(void) {
+    fixture f;
+    fx_open(&f);
+    int64_t in[] = {16};
+    ct_layer_spec bad_type[] = {{"linear", NULL, OPTS({"out", "4"}), NULL, 0},
+                                {"lineer", NULL, NOOPTS, NULL, 0}};
+    CT_CHECK_INT(ct_model_create(f.ctx, f.params, CT_F32, 1, in, bad_type, 2, &f.m), CT_ERR_CONFIG);
+    CT_CHECK(f.m == NULL);
+    CT_CHECK(has(ct_last_error(f.ctx), "layer 1 ('1', lineer): unknown layer type 'lineer'"));
+    CT_CHECK(has(ct_last_error(f.ctx), "known: linear, conv2d"));
+
+    ct_layer_spec bad_key[] = {{"linear", NULL, OPTS({"outs", "4"}), NULL, 0}};
+    CT_CHECK_INT(ct_model_create(f.ctx, f.params, CT_F32, 1, in, bad_key, 1, &f.m), CT_ERR_CONFIG);
+    CT_CHECK(has(ct_last_error(f.ctx), "layer 0 ('0', linear): unknown key 'outs'"));
+
+    ct_layer_spec bad_val[] = {{"dropout", NULL, OPTS({"p", "1.5"}), NULL, 0}};
+    CT_CHECK_INT(ct_model_create(f.ctx, f.params, CT_F32, 1, in, bad_val, 1, &f.m), CT_ERR_CONFIG);
+    CT_CHECK(has(ct_last_error(f.ctx), "key 'p'"));
+
+    ct_layer_spec no_out[] = {{"linear", "fc", NOOPTS, NULL, 0}};
+    CT_CHECK_INT(ct_model_create(f.ctx, f.params, CT_F32, 1, in, no_out, 1, &f.m), CT_ERR_CONFIG);
+    CT_CHECK(has(ct_last_error(f.ctx), "('fc', linear): key 'out' is required"));
+
+    ct_layer_spec conv[] = {{"conv2d", NULL, OPTS({"out", "4"}), NULL, 0}};
+    CT_CHECK_INT(ct_model_create(f.ctx, f.params, CT_F32, 1, in, conv, 1, &f.m), CT_ERR_SHAPE);
+    CT_CHECK(has(ct_last_error(f.ctx), "layer 0 ('0', conv2d): input sample [16]"));
+    CT_CHECK(has(ct_last_error(f.ctx), "expected f32 [C, H, W]"));
+
+    /* a residual body must keep the shape */
+    ct_layer_spec body[] = {{"linear", NULL, OPTS({"out", "8"}), NULL, 0}};
+    ct_layer_spec res[] = {{"residual", NULL, NOOPTS, body, 1}};
+    CT_CHECK_INT(ct_model_create(f.ctx, f.params, CT_F32, 1, in, res, 1, &f.m), CT_ERR_SHAPE);
+    CT_CHECK(has(ct_last_error(f.ctx), "maps sample [16] to [8]"));
+
+    /* builders */
+    CT_CHECK_INT(ct_model_build(f.ctx, "rnn", NULL, f.params, CT_F32, 1, in, &f.m), CT_ERR_CONFIG);
+    CT_CHECK(has(ct_last_error(f.ctx), "unknown model type 'rnn' (known: mlp, cnn, gpt)"));
+    ct_options o1 = {(const ct_option[]){{"hidden", "16,x"}, {"out", "2"}}, 2, "exp.yaml: model"};
+    CT_CHECK_INT(ct_model_build(f.ctx, "mlp", &o1, f.params, CT_F32, 1, in, &f.m), CT_ERR_CONFIG);
+    CT_CHECK(has(ct_last_error(f.ctx), "exp.yaml: model: key 'hidden'"));
+    ct_options o2 = {(const ct_option[]){{"activation", "swish"}, {"out", "2"}}, 2, "m"};
+    CT_CHECK_INT(ct_model_build(f.ctx, "mlp", &o2, f.params, CT_F32, 1, in, &f.m), CT_ERR_CONFIG);
+    CT_CHECK(has(ct_last_error(f.ctx), "unknown 'swish'"));
+    ct_options o3 = {(const ct_option[]){{"vocab", "10"}, {"heads", "2"}}, 2, "m"};
+    int64_t t8[] = {8};
+    CT_CHECK_INT(ct_model_build(f.ctx, "gpt", &o3, f.params, CT_I64, 1, t8, &f.m), CT_ERR_CONFIG);
+    CT_CHECK(has(ct_last_error(f.ctx), "unknown key 'heads'"));
+    ct_options o4 = {(const ct_option[]){{"vocab", "10"}, {"context", "4"}}, 2, "m"};
+    CT_CHECK_INT(ct_model_build(f.ctx, "gpt", &o4, f.params, CT_I64, 1, t8, &f.m), CT_ERR_SHAPE);
+    CT_CHECK(has(ct_last_error(f.ctx), "T <= context 4"));
+    CT_CHECK(f.m == NULL);
+    fx_close(&f);
+}
+
+static void model_should_name_layers_like_sequential(void) {
+    fixture f;
+    fx_open(&f);
+    ct_layer_spec body[] = {{"linear", NULL, OPTS({"out", "8"}), NULL, 0},
+                            {"tanh", NULL, NOOPTS, NULL, 0},
+                            {"layernorm", "norm", NOOPTS, NULL, 0}};
+    ct_layer_spec specs[] = {{"linear", NULL, OPTS({"out", "8"}), NULL, 0},
+                             {"relu", NULL, NOOPTS, NULL, 0},
+                             {"residual", NULL, NOOPTS, body, 3},
+                             {"linear", "head", OPTS({"out", "3"}, {"bias", "false"}), NULL, 0}};
+    CT_CHECK_INT(create(&f, 1, (const int64_t[]){5}, specs, 4), CT_OK);
+    static const char *const names[] = {"0.weight",      "0.bias",      "2.0.weight", "2.0.bias",
+                                        "2.norm.weight", "2.norm.bias", "head.weight"};
+    CT_CHECK_INT(ct_params_count(f.params), N_OF(names));
+    for (int64_t i = 0; i < N_OF(names) && i < ct_params_count(f.params); i++)
+        CT_CHECK_MSG(!strcmp(ct_params_at(f.params, i)->name, names[i]), "%s vs %s",
+                     ct_params_at(f.params, i)->name, names[i]);
+    CT_CHECK(ct_model_param(f.m, "0.weight")->shape[1] == 5);
+    CT_CHECK(ct_model_param(f.m, "head.bias") == NULL);
+    int64_t out[CT_MAX_DIMS];
+    CT_CHECK_INT(ct_model_output_shape(f.m, out), 1);
+    CT_CHECK_INT(out[0], 3);
+    fx_close(&f);
+}
+
+static void model_should_add_the_residual_input(void) {
+    fixture f;
+    fx_open(&f);
+    ct_layer_spec body[] = {{"linear", NULL, OPTS({"out", "4"}), NULL, 0}};
+    ct_layer_spec specs[] = {{"residual", NULL, NOOPTS, body, 1}};
+    CT_CHECK_INT(create(&f, 1, (const int64_t[]){4}, specs, 1), CT_OK);
+    ct_tensor *w = ct_model_param(f.m, "0.0.weight"), *b = ct_model_param(f.m, "0.0.bias");
+    if (!w || !b) {
+        CT_CHECK(w && b);
+        fx_close(&f);
+        return;
+    }
+    ct_tensor_fill(w, 0.0f);
+    for (int64_t i = 0; i < 4; i++)
+        ct_tensor_set_f32(w, i * 4 + i, 2.0f); /* 2 I */
+    ct_tensor_fill(b, 1.0f);
+    float x[8] = {1, 2, 3, 4, -1, -2, -3, -4};
+    ct_tensor *xt = ct_graph_wrap(f.g, x, CT_F32, 2, (const int64_t[]){2, 4});
+    ct_tensor *y = ct_model_forward(f.m, f.g, xt);
+    CT_CHECK(y && y->shape[0] == 2 && y->shape[1] == 4);
+    for (int i = 0; y && i < 8; i++)
+        CT_CHECK_CLOSE(((float *)y->data)[i], 3.0f * x[i] + 1.0f, 1e-6, 0);
+    fx_close(&f);
+}
+
+static void check_shape(ct_model *m, int32_t ndim, const int64_t *want) {
+    int64_t out[CT_MAX_DIMS];
+    int32_t n = ct_model_output_shape(m, out);
+    CT_CHECK_INT(n, ndim);
+    for (int32_t d = 0; d < n && d < ndim; d++)
+        CT_CHECK_INT(out[d], want[d]);
+}
+
+static void model_should_infer_output_shapes(void) {
+    fixture f;
+    fx_open(&f);
+    ct_layer_spec specs[] = {
+        {"conv2d", NULL, OPTS({"out", "6"}, {"stride", "2"}, {"padding", "1"}), NULL, 0},
+        {"batchnorm", NULL, NOOPTS, NULL, 0},
+        {"avgpool2d", NULL, OPTS({"kernel", "3"}, {"stride", "1"}, {"padding", "1"}), NULL, 0},
+        {"conv2d", NULL, OPTS({"out", "4"}, {"kernel", "2"}, {"dilation", "2"}, {"groups", "2"}),
+         NULL, 0},
+        {"maxpool2d", NULL, NOOPTS, NULL, 0},
+        {"flatten", NULL, NOOPTS, NULL, 0},
+        {"linear", NULL, OPTS({"out", "7"}), NULL, 0},
+    };
+    /* [3,9,9] -> conv s2 p1 [6,5,5] -> pool k3 s1 p1 [6,5,5] -> conv k2 d2 [4,3,3] -> max 2
+     * [4,1,1] -> [4] -> [7] */
+    CT_CHECK_INT(create(&f, 3, (const int64_t[]){3, 9, 9}, specs, N_OF(specs)), CT_OK);
+    check_shape(f.m, 1, (const int64_t[]){7});
+    CT_CHECK(ct_model_param(f.m, "3.weight")->shape[1] == 3); /* 6 / groups */
+    CT_CHECK(ct_model_param(f.m, "1.num_batches_tracked")->dtype == CT_I64);
+    float x[2 * 3 * 9 * 9];
+    gc_fill(x, N_OF(x), 3, -1, 1);
+    ct_tensor *y =
+        ct_model_forward(f.m, f.g, ct_graph_wrap(f.g, x, CT_F32, 4, (const int64_t[]){2, 3, 9, 9}));
+    CT_CHECK(y && y->ndim == 2 && y->shape[0] == 2 && y->shape[1] == 7);
+    fx_close(&f);
+
+    fx_open(&f);
+    ct_layer_spec emb[] = {{"embedding", "tok", OPTS({"vocab", "10"}, {"dim", "4"}), NULL, 0},
+                           {"layernorm", NULL, NOOPTS, NULL, 0}};
+    CT_CHECK_INT(ct_model_create(f.ctx, f.params, CT_I64, 1, (const int64_t[]){5}, emb, 2, &f.m),
+                 CT_OK);
+    check_shape(f.m, 2, (const int64_t[]){5, 4});
+    ct_model_destroy(f.m);
+    f.m = NULL;
+    ct_params_destroy(f.params);
+    CT_CHECK_INT(ct_params_create(f.ctx, &f.params), CT_OK);
+    ct_options o = {(const ct_option[]){{"channels", "4,8,16"}, {"out", "10"}}, 2, "m"};
+    CT_CHECK_INT(
+        ct_model_build(f.ctx, "cnn", &o, f.params, CT_F32, 3, (const int64_t[]){3, 16, 16}, &f.m),
+        CT_OK);
+    check_shape(f.m, 1, (const int64_t[]){10});
+    CT_CHECK(ct_model_param(f.m, "13.weight") != NULL); /* 3 stages of 4, pool, linear */
+    fx_close(&f);
+}
+
+/* max |v| of t, and whether every |v| <= bound */
+static double max_abs(const ct_tensor *t) {
+    double m = 0;
+    for (int64_t i = 0; i < ct_tensor_numel(t); i++)
+        m = fmax(m, fabs((double)ct_tensor_get_f32(t, i)));
+    return m;
+}
+
+static double rms(const ct_tensor *t) {
+    double s = 0;
+    for (int64_t i = 0; i < ct_tensor_numel(t); i++)
+        s += (double)ct_tensor_get_f32(t, i) * (double)ct_tensor_get_f32(t, i);
+    return sqrt(s / (double)ct_tensor_numel(t));
+}
+
+static void model_should_init_like_pytorch(void) {
+    fixture f;
+    fx_open(&f);
+    ct_layer_spec specs[] = {{"conv2d", NULL, OPTS({"out", "16"}), NULL, 0},
+                             {"batchnorm", NULL, NOOPTS, NULL, 0},
+                             {"flatten", NULL, NOOPTS, NULL, 0},
+                             {"linear", NULL, OPTS({"out", "40"}), NULL, 0}};
+    CT_CHECK_INT(
+        ct_model_create(f.ctx, f.params, CT_F32, 3, (const int64_t[]){3, 5, 5}, specs, 4, &f.m),
+        CT_OK);
+    CT_CHECK_INT(ct_model_init(f.m, 1), CT_ERR_INVALID_ARG); /* before ct_params_alloc */
+    CT_CHECK(has(ct_last_error(f.ctx), "ct_params_alloc"));
+    CT_CHECK_INT(ct_params_alloc(f.params), CT_OK);
+    CT_CHECK_INT(ct_model_init(f.m, 1), CT_OK);
+    double conv_bound = 1.0 / sqrt(27.0), lin_bound = 1.0 / sqrt(16.0 * 9.0);
+    const char *names[] = {"0.weight", "0.bias", "3.weight", "3.bias"};
+    double bounds[] = {conv_bound, conv_bound, lin_bound, lin_bound};
+    for (int i = 0; i < 4; i++) {
+        double m = max_abs(ct_model_param(f.m, names[i]));
+        CT_CHECK_MSG(m <= bounds[i] && m > 0.8 * bounds[i], "%s: max |w| %g, bound %g", names[i], m,
+                     bounds[i]);
+    }
+    CT_CHECK(rms(ct_model_param(f.m, "3.weight")) > 0.5 * lin_bound); /* uniform: bound/sqrt 3 */
+    CT_CHECK(ct_tensor_get_f32(ct_model_param(f.m, "1.weight"), 3) == 1.0f);
+    CT_CHECK(ct_tensor_get_f32(ct_model_param(f.m, "1.bias"), 3) == 0.0f);
+    CT_CHECK(ct_tensor_get_f32(ct_model_param(f.m, "1.running_var"), 0) == 1.0f);
+    /* same seed, same weights; another seed, others */
+    float w0 = ct_tensor_get_f32(ct_model_param(f.m, "3.weight"), 5);
+    CT_CHECK_INT(ct_model_init(f.m, 1), CT_OK);
+    CT_CHECK(w0 == ct_tensor_get_f32(ct_model_param(f.m, "3.weight"), 5));
+    CT_CHECK_INT(ct_model_init(f.m, 2), CT_OK);
+    CT_CHECK(w0 != ct_tensor_get_f32(ct_model_param(f.m, "3.weight"), 5));
+    fx_close(&f);
+
+    /* gpt: nanoGPT's init, and lm_head tied to wte */
+    fx_open(&f);
+    ct_options o = {(const ct_option[]){{"n_layer", "4"}, {"d_model", "32"}, {"vocab", "50"}}, 3,
+                    "m"};
+    CT_CHECK_INT(
+        ct_model_build_alloc(f.ctx, "gpt", &o, f.params, CT_I32, 1, (const int64_t[]){16}, 3, &f.m),
+        CT_OK);
+    if (f.m) {
+        CT_CHECK_CLOSE(rms(ct_model_param(f.m, "transformer.wte.weight")), 0.02, 0, 0.1);
+        CT_CHECK_CLOSE(rms(ct_model_param(f.m, "transformer.h.1.attn.c_attn.weight")), 0.02, 0,
+                       0.1);
+        CT_CHECK_CLOSE(rms(ct_model_param(f.m, "transformer.h.3.mlp.c_proj.weight")),
+                       0.02 / sqrt(8.0), 0, 0.1);
+        CT_CHECK(max_abs(ct_model_param(f.m, "transformer.h.0.mlp.c_fc.bias")) == 0.0);
+        CT_CHECK(ct_model_param(f.m, "lm_head.weight") ==
+                 ct_params_find(f.params, "transformer.wte.weight"));
+        CT_CHECK(ct_params_find(f.params, "lm_head.weight") == NULL);
+        CT_CHECK_INT(ct_params_count(f.params), 2 + 4 * 12 + 2);
+        check_shape(f.m, 2, (const int64_t[]){16, 50});
+        /* shorter sequences are fine, longer ones fail */
+        int32_t ids[2 * 17] = {0};
+        ct_tensor *y =
+            ct_model_forward(f.m, f.g, ct_graph_wrap(f.g, ids, CT_I32, 2, (const int64_t[]){2, 5}));
+        CT_CHECK(y && y->ndim == 3 && y->shape[1] == 5 && y->shape[2] == 50);
+        y = ct_model_forward(f.m, f.g,
+                             ct_graph_wrap(f.g, ids, CT_I32, 2, (const int64_t[]){2, 17}));
+        CT_CHECK(y == NULL && ct_graph_status(f.g) == CT_ERR_SHAPE);
+    }
+    fx_close(&f);
+
+    fx_open(&f);
+    ct_options ou = {(const ct_option[]){{"n_layer", "1"}, {"vocab", "11"}, {"tied", "false"}}, 3,
+                     "m"};
+    CT_CHECK_INT(ct_model_build(f.ctx, "gpt", &ou, f.params, CT_I64, 1, (const int64_t[]){4}, &f.m),
+                 CT_OK);
+    CT_CHECK(f.m && ct_params_find(f.params, "lm_head.weight") != NULL);
+    fx_close(&f);
+}
+
+static void model_should_follow_the_graph_mode(void) {
+    fixture f;
+    fx_open(&f);
+    ct_layer_spec specs[] = {{"batchnorm", NULL, NOOPTS, NULL, 0},
+                             {"dropout", NULL, OPTS({"p", "0.5"}), NULL, 0}};
+    CT_CHECK_INT(create(&f, 1, (const int64_t[]){3}, specs, 2), CT_OK);
+    float x[4 * 3];
+    for (int i = 0; i < 12; i++)
+        x[i] = (float)(i % 5) + 1.0f;
+    const int64_t shape[] = {4, 3};
+    /* evaluation: running statistics (0, 1) and no dropout: y = x / sqrt(1 + eps) */
+    ct_graph_set_training(f.g, false);
+    ct_tensor *y = ct_model_forward(f.m, f.g, ct_graph_wrap(f.g, x, CT_F32, 2, shape));
+    CT_CHECK(y != NULL);
+    for (int i = 0; y && i < 12; i++)
+        CT_CHECK_CLOSE(((float *)y->data)[i], x[i] / sqrt(1.0 + 1e-5), 1e-6, 1e-6);
+    CT_CHECK(ct_tensor_get_f32(ct_model_param(f.m, "0.num_batches_tracked"), 0) == 0.0f);
+    /* training: batch statistics (per-channel mean 0), dropout zeroes about half */
+    ct_graph_reset(f.g);
+    ct_graph_set_training(f.g, true);
+    y = ct_model_forward(f.m, f.g, ct_graph_wrap(f.g, x, CT_F32, 2, shape));
+    CT_CHECK(y != NULL);
+    int zeros = 0;
+    for (int i = 0; y && i < 12; i++)
+        zeros += ((float *)y->data)[i] == 0.0f;
+    CT_CHECK(zeros > 0 && zeros < 12);
+    CT_CHECK(ct_tensor_get_f32(ct_model_param(f.m, "0.num_batches_tracked"), 0) == 1.0f);
+    CT_CHECK(ct_tensor_get_f32(ct_model_param(f.m, "0.running_mean"), 0) != 0.0f);
+    /* a wrong input shape fails at forward, naming both shapes */
+    ct_graph_reset(f.g);
+    y = ct_model_forward(f.m, f.g, ct_graph_wrap(f.g, x, CT_F32, 2, (const int64_t[]){3, 4}));
+    CT_CHECK(y == NULL && ct_graph_status(f.g) == CT_ERR_SHAPE);
+    CT_CHECK(has(ct_last_error(f.ctx), "model input [3,4] f32, expected [B] + sample [3]"));
+    fx_close(&f);
+}
+
+static void model_should_free_everything_when_allocation_fails(void) {
+    /* fail each allocation in turn: creation fails cleanly (or succeeds) and nothing leaks */
+    int reached = 0;
+    for (long long k = 1; k < 400 && !reached; k++) {
+        test_alloc ta = {0};
+        ct_ctx_params p = ct_ctx_default_params();
+        p.allocator = test_allocator(&ta);
+        ct_ctx *ctx = NULL;
+        if (ct_ctx_create(&p, &ctx) != CT_OK) continue;
+        ta.fail_at = ta.n_alloc + k;
+        ct_params *params = NULL;
+        ct_model *m = NULL;
+        ct_options o = {(const ct_option[]){{"n_layer", "2"}, {"vocab", "9"}, {"d_model", "8"}}, 3,
+                        "m"};
+        ct_status s = ct_params_create(ctx, &params);
+        if (s == CT_OK)
+            s = ct_model_build_alloc(ctx, "gpt", &o, params, CT_I64, 1, (const int64_t[]){4}, 1,
+                                     &m);
+        CT_CHECK(s == CT_OK ? m != NULL : m == NULL);
+        ct_model_destroy(m);
+        ct_params_destroy(params);
+        ct_ctx_destroy(ctx);
+        CT_CHECK_MSG(ta.live == 0 && ta.size_mismatch == 0, "fail at %lld: %lld bytes live", k,
+                     ta.live);
+        reached = s == CT_OK;
+    }
+    CT_CHECK(reached);
+}
+
+static ct_tensor *model_fwd(ct_graph *g, ct_tensor **in, void *user) {
+    return ct_model_forward(user, g, in[0]);
+}
+
+static void model_should_pass_gradcheck_wrt_input(void) {
+    fixture f;
+    fx_open(&f);
+    ct_layer_spec body[] = {{"linear", NULL, OPTS({"out", "6"}), NULL, 0},
+                            {"silu", NULL, NOOPTS, NULL, 0}};
+    ct_layer_spec specs[] = {{"linear", NULL, OPTS({"out", "6"}), NULL, 0},
+                             {"tanh", NULL, NOOPTS, NULL, 0},
+                             {"residual", NULL, NOOPTS, body, 2},
+                             {"layernorm", NULL, NOOPTS, NULL, 0},
+                             {"gelu", NULL, OPTS({"approx", "tanh"}), NULL, 0},
+                             {"linear", NULL, OPTS({"out", "3"}), NULL, 0}};
+    CT_CHECK_INT(create(&f, 1, (const int64_t[]){5}, specs, N_OF(specs)), CT_OK);
+    float x[3 * 5];
+    gc_fill(x, 15, 11, -1.5f, 1.5f);
+    gc_input in = {CT_F32, 2, {3, 5}, x, true};
+    CT_CHECK(gc_check("sequential", f.ctx, 1, &in, model_fwd, f.m, NULL));
+
+    /* a small cnn as well */
+    ct_model_destroy(f.m);
+    f.m = NULL;
+    ct_params_destroy(f.params);
+    CT_CHECK_INT(ct_params_create(f.ctx, &f.params), CT_OK);
+    ct_layer_spec cnn[] = {{"conv2d", NULL, OPTS({"out", "3"}, {"padding", "1"}), NULL, 0},
+                           {"batchnorm", NULL, NOOPTS, NULL, 0},
+                           {"sigmoid", NULL, NOOPTS, NULL, 0},
+                           {"avgpool2d", NULL, NOOPTS, NULL, 0},
+                           {"global_avg_pool", NULL, NOOPTS, NULL, 0},
+                           {"linear", NULL, OPTS({"out", "2"}), NULL, 0}};
+    CT_CHECK_INT(create(&f, 3, (const int64_t[]){2, 4, 4}, cnn, N_OF(cnn)), CT_OK);
+    float xc[2 * 2 * 4 * 4];
+    gc_fill(xc, N_OF(xc), 12, -1, 1);
+    gc_input inc = {CT_F32, 4, {2, 2, 4, 4}, xc, true};
+    gc_opts go = gc_default_opts();
+    go.training = false; /* running statistics: the samples stay independent of the probe */
+    CT_CHECK(gc_check("cnn", f.ctx, 1, &inc, model_fwd, f.m, &go));
+    fx_close(&f);
+}
+
+int main(void) {
+    CT_RUN(model_should_list_layer_and_model_types);
+    CT_RUN(model_should_reject_unknown_types_keys_and_shapes);
+    CT_RUN(model_should_name_layers_like_sequential);
+    CT_RUN(model_should_add_the_residual_input);
+    CT_RUN(model_should_infer_output_shapes);
+    CT_RUN(model_should_init_like_pytorch);
+    CT_RUN(model_should_follow_the_graph_mode);
+    CT_RUN(model_should_free_everything_when_allocation_fails);
+    CT_RUN(model_should_pass_gradcheck_wrt_input);
+    return ct_test_finish();
+}
