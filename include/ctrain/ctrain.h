@@ -20,6 +20,7 @@
 #include "ctrain/schedule.h"
 #include "ctrain/status.h"
 #include "ctrain/tensor.h"
+#include "ctrain/trainer.h"
 
 #ifdef __cplusplus
 extern "C" {

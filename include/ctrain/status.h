@@ -45,6 +45,7 @@ typedef enum ct_status {
     CT_ERR_DIST,        /* a distributed (MPI) operation failed */
     CT_ERR_INTERNAL,    /* an invariant of the library itself did not hold */
     CT_ERR_NONFINITE,   /* training diverged: a loss or gradient is NaN or infinite */
+    CT_STOP,            /* not an error: a callback asks the trainer to end the run cleanly */
     CT_STATUS_COUNT
 } ct_status;
 

@@ -20,8 +20,9 @@
 #endif
 
 static const char *const status_names[] = {
-    "CT_OK",         "CT_ERR_INVALID_ARG", "CT_ERR_SHAPE", "CT_ERR_OOM",      "CT_ERR_IO",
-    "CT_ERR_FORMAT", "CT_ERR_CONFIG",      "CT_ERR_DIST",  "CT_ERR_INTERNAL", "CT_ERR_NONFINITE",
+    "CT_OK",           "CT_ERR_INVALID_ARG", "CT_ERR_SHAPE",  "CT_ERR_OOM",
+    "CT_ERR_IO",       "CT_ERR_FORMAT",      "CT_ERR_CONFIG", "CT_ERR_DIST",
+    "CT_ERR_INTERNAL", "CT_ERR_NONFINITE",   "CT_STOP",
 };
 _Static_assert(sizeof(status_names) / sizeof(status_names[0]) == CT_STATUS_COUNT,
                "status_names must name every ct_status");

@@ -1,0 +1,150 @@
+/*
+ * trainer.h - the training loop: one training engine and any number of evaluation engines,
+ * gradient accumulation, clipping, a learning-rate schedule, EMA weights for evaluation,
+ * best-metric monitoring, early stopping, the non-finite policy and event callbacks.
+ *
+ * A step is one optimizer update (with accumulation, accum_steps micro-batches); max_steps and
+ * the step numbers given to callbacks count these. Every cross-process reduction (gradients,
+ * metric sums) goes through the communicator, so data parallelism is the communicator's
+ * business; with NULL the trainer uses the single-process one.
+ *
+ * Ownership: the trainer borrows everything it is given (model, store, optimizer, schedule,
+ * loaders, communicator, metric specs and options) for its lifetime; it owns its graph, its
+ * metric sets and its EMA. Values handed to callbacks are valid during the call only.
+ */
+#ifndef CTRAIN_TRAINER_H
+#define CTRAIN_TRAINER_H
+
+#include "ctrain/data.h"
+#include "ctrain/dist.h"
+#include "ctrain/metrics.h"
+#include "ctrain/model.h"
+#include "ctrain/optim.h"
+#include "ctrain/policy.h"
+#include "ctrain/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ct_task_kind {
+    CT_TASK_CLASSIFICATION = 0, /* logits [B, C], y [B] classes; cross-entropy */
+    CT_TASK_REGRESSION,         /* predictions and y of the same element count; MSE */
+    CT_TASK_LANGUAGE_MODEL,     /* logits [B, T, V], y [B, T] tokens; cross-entropy per token */
+    CT_TASK_KIND_COUNT
+} ct_task_kind;
+
+typedef struct ct_trainer ct_trainer;
+
+/*
+ * What a user writes; the defaults suit supervised tasks, so a classifier sets only `kind`.
+ *   prep_batch: the model input and targets for a batch (split is "train" or an engine key);
+ *               default: x and y of the batch as step tensors.
+ *   loss:       a scalar loss from the model output and targets; default by kind.
+ * Both return NULL on failure (with the graph's sticky status or CT_FAIL in the context).
+ */
+typedef struct ct_task {
+    ct_task_kind kind;
+    ct_status (*prep_batch)(void *user,
+                            ct_graph *g,
+                            const ct_batch *batch,
+                            const char *split,
+                            ct_tensor **input,
+                            ct_tensor **target);
+    ct_tensor *(*loss)(void *user, ct_graph *g, ct_tensor *output, ct_tensor *target);
+    void *user;
+} ct_task;
+
+/* An evaluation engine, declared as data. Metric values are named "<key>/<metric>". */
+typedef struct ct_eval_engine {
+    const char *key;               /* "valid", "test"; unique, no '/' */
+    ct_loader *loader;             /* CT_SHARD_EVAL sharding for exact sharded metrics */
+    int64_t every_epochs;          /* run after every N epochs; 0 = not by epochs */
+    int64_t every_steps;           /* run after every N steps; 0 = not by steps */
+    const ct_metric_spec *metrics; /* besides the loss, which is always "<key>/loss" */
+    int64_t n_metrics;
+} ct_eval_engine;
+
+/* Events. Each returns CT_OK to go on or another status to end the run with it; CT_STOP
+ * (see status.h) ends it cleanly. values/n: the metrics just computed. */
+typedef struct ct_trainer_callbacks {
+    ct_status (*on_fit_start)(void *user, ct_trainer *t);
+    /* every steps_per_loop steps: "train/loss" (mean over the window), "train/lr" and, with
+       clipping, "train/grad_norm" */
+    ct_status (*on_log)(void *user, ct_trainer *t, const ct_metric_value *values, int64_t n);
+    ct_status (*on_eval_end)(
+        void *user, ct_trainer *t, const char *key, const ct_metric_value *values, int64_t n);
+    /* the monitored metric improved: the moment to write a best checkpoint */
+    ct_status (*on_best)(void *user, ct_trainer *t, const char *metric, double value);
+    ct_status (*on_epoch_end)(void *user, ct_trainer *t, int64_t epoch);
+    ct_status (*on_fit_end)(void *user, ct_trainer *t);
+    void *user;
+} ct_trainer_callbacks;
+
+typedef struct ct_trainer_params {
+    int64_t max_epochs;               /* default 1; 0 = no limit (then max_steps must be set) */
+    int64_t max_steps;                /* default 0 = no limit */
+    int64_t accum_steps;              /* micro-batches per step, default 1 */
+    float grad_clip_norm;             /* clip the global L2 norm to it; 0 = off */
+    float grad_clip_value;            /* clamp each gradient to [-v, v]; 0 = off */
+    int64_t steps_per_loop;           /* on_log cadence in steps, default 10 */
+    int64_t limit_train_batches;      /* per epoch; 0 = all */
+    int64_t limit_eval_batches;       /* per evaluation; 0 = all */
+    bool dev_run;                     /* one batch of training and of every engine, then stop */
+    uint64_t seed;                    /* the graph's RNG (dropout), default 0 */
+    const ct_options *monitor;        /* metric, mode, min_delta (policy.h); NULL = none */
+    const ct_options *early_stopping; /* policy.h; NULL = none */
+    const ct_options *ema;            /* policy.h; NULL = none. Evaluation sees the EMA weights */
+    const ct_options *nonfinite;      /* policy.h; NULL = on_nonfinite stop */
+    ct_trainer_callbacks callbacks;
+} ct_trainer_params;
+
+CT_API ct_trainer_params ct_trainer_default_params(void);
+
+/*
+ * A trainer over a model whose parameters live in `params`, stepped by `opt` (and `schedule`,
+ * stepped once per step; may be NULL), reading `train` and evaluating the engines. comm may be
+ * NULL (single process). Two engines with the same key, a bad parameter or option fail with
+ * CT_ERR_CONFIG naming it. *out is NULL on failure.
+ */
+CT_API ct_status ct_trainer_create(ct_ctx *ctx,
+                                   ct_model *model,
+                                   ct_params *params,
+                                   ct_optim *opt,
+                                   ct_schedule *schedule,
+                                   ct_comm *comm,
+                                   const ct_task *task,
+                                   ct_loader *train,
+                                   const ct_eval_engine *engines,
+                                   int64_t n_engines,
+                                   const ct_trainer_params *p,
+                                   ct_trainer **out);
+CT_API void ct_trainer_destroy(ct_trainer *t);
+
+/*
+ * Trains until max_epochs or max_steps, early stopping, a callback's CT_STOP (all CT_OK), or a
+ * failure (its status; a non-finite loss or gradient under on_nonfinite stop is
+ * CT_ERR_NONFINITE, with the step in the message).
+ */
+CT_API ct_status ct_trainer_fit(ct_trainer *t);
+/* Runs the engine `key` once now (evaluation-only use); its values are then in
+ * ct_trainer_metrics. Never counts as a best or for early stopping. */
+CT_API ct_status ct_trainer_evaluate(ct_trainer *t, const char *key);
+
+/* Steps (optimizer updates) and epochs completed; skipped (non-finite) steps. */
+CT_API int64_t ct_trainer_step(const ct_trainer *t);
+CT_API int64_t ct_trainer_epoch(const ct_trainer *t);
+CT_API int64_t ct_trainer_skipped_steps(const ct_trainer *t);
+/* The latest values of an engine (`key`) or of training ("train"); NULL/0 before any. */
+CT_API const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n);
+/* The monitor (for its best value), the early-stopping state and the EMA (NULL when off), to
+ * save and restore with checkpoints. */
+CT_API ct_monitor *ct_trainer_monitor(ct_trainer *t);
+CT_API ct_early_stop *ct_trainer_early_stop(ct_trainer *t);
+CT_API ct_ema *ct_trainer_ema(ct_trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTRAIN_TRAINER_H */

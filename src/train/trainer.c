@@ -1,0 +1,613 @@
+/*
+ * trainer.c - the training loop over the library's parts: loader, model, task, optimizer,
+ * schedule, metrics, policies (monitor, early stopping, EMA, non-finite) and communicator.
+ *
+ * One step is one optimizer update. Micro-batches accumulate into the parameters' gradient
+ * buffer with their loss divided by the window's real length (ct_accum_window: windows never
+ * straddle an epoch); at the window's end the gradients are averaged over ranks, checked for
+ * non-finite values, clipped, and applied. Evaluation runs with gradients off, in evaluation
+ * mode, with the EMA weights swapped in for its duration only (restored on every exit path).
+ *
+ * Ownership: the trainer owns its graph, metric sets, EMA, rollback snapshot and, when it was
+ * given none, its communicator; everything else is borrowed.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "core/core_internal.h"
+#include "ctrain/loss.h"
+#include "ctrain/ops.h"
+#include "ctrain/trainer.h"
+
+typedef struct engine_rt {
+    ct_eval_engine e;
+    ct_metrics *m;
+    bool ran;
+} engine_rt;
+
+enum { TRAIN_LOSS, TRAIN_LR, TRAIN_GRAD_NORM, TRAIN_VALUES };
+
+struct ct_trainer {
+    ct_ctx *ctx;
+    ct_model *model;
+    ct_params *params;
+    ct_optim *opt;
+    ct_schedule *sched;
+    ct_comm *comm;
+    bool own_comm;
+    ct_task task;
+    ct_loader *train;
+    engine_rt *engines;
+    int64_t n_engines;
+    ct_trainer_params p;
+    ct_graph *g;
+    int64_t n_classes;
+    bool has_monitor, has_es;
+    ct_monitor monitor;
+    ct_early_stop es;
+    ct_ema *ema;
+    ct_nonfinite_policy nf;
+    int64_t step, epoch, skipped;
+    bool stop; /* early stopping or a callback's CT_STOP */
+    /* the training log window */
+    double window_loss;
+    int64_t window_count;
+    float grad_norm;
+    ct_metric_value train_values[TRAIN_VALUES];
+    int64_t n_train_values;
+    /* rollback: the last good state */
+    unsigned char *snap;
+    size_t snap_bytes;
+    int64_t snap_step, snap_opt_steps;
+    ct_schedule_state snap_sched;
+};
+
+ct_trainer_params ct_trainer_default_params(void) {
+    ct_trainer_params p;
+    memset(&p, 0, sizeof p);
+    p.max_epochs = 1;
+    p.accum_steps = 1;
+    p.steps_per_loop = 10;
+    return p;
+}
+
+/* ---- task defaults ---- */
+
+static ct_status default_prep(void *user,
+                              ct_graph *g,
+                              const ct_batch *b,
+                              const char *split,
+                              ct_tensor **input,
+                              ct_tensor **target) {
+    (void)user, (void)split;
+    *input = ct_graph_wrap(g, b->x.data, b->x.dtype, b->x.ndim, b->x.shape);
+    *target = ct_graph_wrap(g, b->y.data, b->y.dtype, b->y.ndim, b->y.shape);
+    return ct_graph_status(g);
+}
+
+/* The model output and targets as the loss and the metrics take them: classes [N, C] with
+ * [N], or values of equal shape. Language models flatten [B, T, V] and [B, T]. */
+static void flatten_pair(ct_trainer *t, ct_graph *g, ct_tensor **out, ct_tensor **target) {
+    ct_tensor *o = *out, *y = *target;
+    if (!o || !y) return;
+    if (t->task.kind == CT_TASK_LANGUAGE_MODEL && o->ndim >= 2) {
+        int64_t v = o->shape[o->ndim - 1], rows = ct_tensor_numel(o) / (v ? v : 1);
+        *out = ct_op_reshape(g, o, 2, (int64_t[]){rows, v});
+        *target = ct_graph_wrap(g, y->data, y->dtype, 1, (int64_t[]){ct_tensor_numel(y)});
+    } else if (t->task.kind == CT_TASK_REGRESSION && ct_tensor_numel(o) == ct_tensor_numel(y) &&
+               !ct_tensor_same_shape(o, y)) {
+        *out = ct_op_reshape(g, o, y->ndim, y->shape);
+    }
+}
+
+static ct_tensor *default_loss(ct_trainer *t, ct_graph *g, ct_tensor *out, ct_tensor *y) {
+    if (t->task.kind == CT_TASK_REGRESSION) return ct_loss_mse(g, out, y, CT_REDUCTION_MEAN);
+    ct_cross_entropy_params ce = ct_cross_entropy_default_params();
+    return ct_loss_cross_entropy(g, out, y, &ce);
+}
+
+/* Forward and loss of one batch; *items is the number of loss terms (samples or tokens). */
+static ct_tensor *forward_loss(ct_trainer *t,
+                               const ct_batch *b,
+                               const char *split,
+                               ct_tensor **out,
+                               ct_tensor **target,
+                               int64_t *items) {
+    ct_graph *g = t->g;
+    ct_tensor *x = NULL, *y = NULL;
+    ct_status s = t->task.prep_batch ? t->task.prep_batch(t->task.user, g, b, split, &x, &y)
+                                     : default_prep(NULL, g, b, split, &x, &y);
+    if (s != CT_OK || !x || !y) {
+        if (ct_graph_status(g) == CT_OK)
+            CT_GRAPH_FAIL(g, s != CT_OK ? s : CT_ERR_INVALID_ARG,
+                          "%s: prep_batch gave no input or target", split);
+        return NULL;
+    }
+    ct_tensor *o = ct_model_forward(t->model, g, x);
+    if (!o) return NULL;
+    ct_tensor *loss;
+    if (t->task.loss) {
+        loss = t->task.loss(t->task.user, g, o, y);
+        flatten_pair(t, g, &o, &y);
+    } else {
+        flatten_pair(t, g, &o, &y);
+        loss = default_loss(t, g, o, y);
+    }
+    if (!loss) return NULL;
+    if (loss->dtype != CT_F32 || ct_tensor_numel(loss) != 1) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "%s: the task's loss must be one f32 value", split);
+        return NULL;
+    }
+    *out = o;
+    *target = y;
+    *items = t->task.kind == CT_TASK_REGRESSION ? b->size : ct_tensor_numel(y);
+    return loss;
+}
+
+/* ---- callbacks ---- */
+
+/* Runs a callback's result through the stop rule: CT_STOP ends the run cleanly. */
+static ct_status event(ct_trainer *t, ct_status s) {
+    if (s == CT_STOP) {
+        t->stop = true;
+        return CT_OK;
+    }
+    return s;
+}
+
+/* ---- evaluation ---- */
+
+static engine_rt *find_engine(ct_trainer *t, const char *key) {
+    for (int64_t i = 0; i < t->n_engines; i++)
+        if (strcmp(t->engines[i].e.key, key) == 0) return &t->engines[i];
+    return NULL;
+}
+
+static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
+    ct_ctx *ctx = t->ctx;
+    ct_graph *g = t->g;
+    ct_status s = CT_OK;
+    if (t->ema) CT_TRY(ct_ema_begin_eval(t->ema));
+    ct_graph_set_grad_enabled(g, false);
+    ct_graph_set_training(g, false);
+    ct_metrics_reset(en->m);
+    int64_t limit = t->p.dev_run ? 1 : t->p.limit_eval_batches;
+    int64_t nb = 0;
+    ct_batch b;
+    while ((s = ct_loader_next(en->e.loader, &b)) == CT_OK && b.size > 0) {
+        if (limit && nb >= limit) break;
+        ct_graph_reset(g);
+        ct_tensor *out = NULL, *y = NULL;
+        int64_t items = 0;
+        ct_tensor *loss = forward_loss(t, &b, en->e.key, &out, &y, &items);
+        if (!loss) {
+            s = ct_graph_status(g);
+            break;
+        }
+        s = ct_metrics_update(en->m, out, y);
+        if (s == CT_OK)
+            s = ct_metrics_update_loss(en->m, NULL, (double)((const float *)loss->data)[0], items);
+        if (s != CT_OK) break;
+        nb++;
+    }
+    if (s == CT_OK && b.size > 0) {
+        /* stopped early (limit): the next pass starts at the next epoch's beginning */
+        ct_loader_state st = ct_loader_get_state(en->e.loader);
+        st.epoch++;
+        st.next_batch = 0;
+        s = ct_loader_set_state(en->e.loader, &st);
+    }
+    ct_graph_reset(g);
+    ct_graph_set_grad_enabled(g, true);
+    ct_graph_set_training(g, true);
+    if (t->ema) ct_ema_end_eval(t->ema); /* the raw weights are back on every path */
+    if (s != CT_OK) return ct_err_wrap(ctx, "evaluating '%s'", en->e.key);
+    double *acc;
+    int64_t n_acc;
+    ct_metrics_accumulators(en->m, &acc, &n_acc);
+    CT_TRY(ct_comm_allreduce_sum_f64(t->comm, acc, n_acc));
+    ct_metrics_compute(en->m);
+    en->ran = true;
+    int64_t n;
+    const ct_metric_value *v = ct_metrics_values(en->m, &n);
+    if (t->p.callbacks.on_eval_end)
+        CT_TRY(event(t, t->p.callbacks.on_eval_end(t->p.callbacks.user, t, en->e.key, v, n)));
+    if (!policies) return CT_OK;
+    double value;
+    if (t->has_monitor && ct_metrics_get(en->m, t->monitor.metric, &value) == CT_OK) {
+        if (ct_monitor_is_better(&t->monitor, value)) {
+            if (t->p.callbacks.on_best)
+                CT_TRY(event(
+                    t, t->p.callbacks.on_best(t->p.callbacks.user, t, t->monitor.metric, value)));
+            ct_monitor_update(&t->monitor, value, t->step, NULL);
+        } else {
+            ct_monitor_update(&t->monitor, value, t->step, NULL);
+        }
+    }
+    if (t->has_es && ct_metrics_get(en->m, t->es.monitor.metric, &value) == CT_OK) {
+        bool stop = false;
+        ct_early_stop_update(&t->es, value, &stop);
+        if (stop) t->stop = true;
+    }
+    ct_clear_error(ctx); /* a metric the monitor does not find is not an error */
+    return CT_OK;
+}
+
+ct_status ct_trainer_evaluate(ct_trainer *t, const char *key) {
+    engine_rt *en = find_engine(t, key);
+    if (!en) return CT_FAIL(t->ctx, CT_ERR_CONFIG, "evaluate: no engine '%s'", key);
+    return run_engine(t, en, false);
+}
+
+static ct_status evaluate_due(ct_trainer *t, bool epoch_end) {
+    for (int64_t i = 0; i < t->n_engines && !t->stop; i++) {
+        engine_rt *en = &t->engines[i];
+        bool due = t->p.dev_run ? epoch_end
+                   : epoch_end  ? en->e.every_epochs > 0 && t->epoch % en->e.every_epochs == 0
+                                : en->e.every_steps > 0 && t->step % en->e.every_steps == 0;
+        if (due) CT_TRY(run_engine(t, en, true));
+    }
+    return CT_OK;
+}
+
+/* ---- rollback snapshot ---- */
+
+static size_t store_bytes(const ct_params *p) {
+    size_t n = 0;
+    for (int64_t i = 0; i < ct_params_count(p); i++)
+        n += ct_tensor_nbytes(ct_params_at(p, i));
+    return n;
+}
+
+/* Copies every tensor of the store and every optimizer buffer into (or out of) snap. */
+static void snapshot(ct_trainer *t, bool save) {
+    unsigned char *at = t->snap;
+    for (int64_t i = 0; i < ct_params_count(t->params); i++) {
+        ct_tensor *x = ct_params_at(t->params, i);
+        size_t n = ct_tensor_nbytes(x);
+        if (save)
+            memcpy(at, x->data, n);
+        else
+            memcpy(x->data, at, n);
+        at += n;
+    }
+    size_t nb = (size_t)ct_params_numel(t->params) * sizeof(float);
+    for (int32_t k = 0; k < ct_optim_buffer_count(t->opt); k++) {
+        const char *name;
+        float *buf;
+        if (ct_optim_buffer(t->opt, k, &name, &buf) != CT_OK) continue;
+        if (save)
+            memcpy(at, buf, nb);
+        else
+            memcpy(buf, at, nb);
+        at += nb;
+    }
+    if (save) {
+        t->snap_step = t->step;
+        t->snap_opt_steps = ct_optim_steps(t->opt);
+        if (t->sched) ct_schedule_get_state(t->sched, &t->snap_sched);
+    } else {
+        (void)ct_optim_set_steps(t->opt, t->snap_opt_steps);
+        if (t->sched) {
+            (void)ct_schedule_set_state(t->sched, &t->snap_sched);
+            (void)ct_optim_set_lr(t->opt, ct_schedule_lr(t->sched));
+        }
+    }
+}
+
+/* ---- one optimizer step at the end of a window ---- */
+
+static ct_status finish_window(ct_trainer *t, bool loss_ok) {
+    ct_ctx *ctx = t->ctx;
+    float *grads = ct_params_grads(t->params);
+    int64_t n = ct_params_numel(t->params);
+    CT_TRY(ct_comm_allreduce_mean_f32(t->comm, grads, n));
+    bool grads_ok = true;
+    CT_TRY(ct_nonfinite_check(ctx, grads, n, &grads_ok));
+    ct_nonfinite_action action;
+    CT_TRY(ct_nonfinite_decide(ctx, &t->nf, loss_ok, grads_ok, &action));
+    switch (action) {
+    case CT_NONFINITE_ACTION_CONTINUE:
+        break;
+    case CT_NONFINITE_ACTION_SKIP_UPDATE:
+        ct_params_zero_grad(t->params);
+        t->skipped++;
+        return CT_OK;
+    case CT_NONFINITE_ACTION_ROLLBACK: {
+        ct_nonfinite_state keep;
+        ct_nonfinite_get_state(&t->nf, &keep); /* the count survives the rollback */
+        snapshot(t, false);
+        t->step = t->snap_step;
+        ct_params_zero_grad(t->params);
+        (void)ct_nonfinite_set_state(ctx, &t->nf, &keep);
+        ct_log(ctx, CT_LOG_WARN, "non-finite values: rolled back to step %lld (rollback %lld)",
+               (long long)t->step, (long long)keep.rollbacks);
+        return CT_OK;
+    }
+    case CT_NONFINITE_ACTION_STOP:
+    case CT_NONFINITE_ACTION_COUNT:
+        return ct_err_wrap(ctx, "step %lld, epoch %lld", (long long)t->step + 1,
+                           (long long)t->epoch + 1);
+    }
+    if (t->p.grad_clip_value > 0.0f)
+        CT_TRY(ct_optim_clip_grad_value(ctx, t->params, t->p.grad_clip_value));
+    if (t->p.grad_clip_norm > 0.0f) {
+        float norm;
+        CT_TRY(ct_optim_clip_grad_norm(ctx, t->params, t->p.grad_clip_norm, &norm));
+        t->grad_norm = norm;
+    }
+    ct_optim_step(t->opt);
+    ct_params_zero_grad(t->params);
+    t->step++;
+    if (t->sched) CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
+    if (t->ema) CT_TRY(ct_ema_update(t->ema, t->step, NULL));
+    return CT_OK;
+}
+
+static ct_status log_window(ct_trainer *t) {
+    if (t->window_count == 0) return CT_OK;
+    int64_t k = 0;
+    t->train_values[k].name = "train/loss";
+    t->train_values[k++].value = t->window_loss / (double)t->window_count;
+    t->train_values[k].name = "train/lr";
+    t->train_values[k++].value = (double)ct_optim_lr(t->opt);
+    if (t->p.grad_clip_norm > 0.0f) {
+        t->train_values[k].name = "train/grad_norm";
+        t->train_values[k++].value = (double)t->grad_norm;
+    }
+    t->n_train_values = k;
+    t->window_loss = 0.0;
+    t->window_count = 0;
+    if (t->p.callbacks.on_log)
+        return event(t, t->p.callbacks.on_log(t->p.callbacks.user, t, t->train_values, k));
+    return CT_OK;
+}
+
+/* ---- the loop ---- */
+
+static ct_status train_epoch(ct_trainer *t) {
+    ct_ctx *ctx = t->ctx;
+    ct_graph *g = t->g;
+    int64_t bpe = ct_loader_batches_per_epoch(t->train);
+    if (t->p.limit_train_batches && t->p.limit_train_batches < bpe) bpe = t->p.limit_train_batches;
+    if (t->p.dev_run && bpe > 1) bpe = 1;
+    bool window_ok = true;
+    int64_t i = 0;
+    ct_batch b;
+    ct_status s;
+    while ((s = ct_loader_next(t->train, &b)) == CT_OK && b.size > 0) {
+        if (i >= bpe) break;
+        ct_accum_pos pos;
+        CT_TRY(ct_accum_window(ctx, bpe, t->p.accum_steps, i, &pos));
+        ct_graph_reset(g);
+        ct_tensor *out, *y;
+        int64_t items;
+        ct_tensor *loss = forward_loss(t, &b, "train", &out, &y, &items);
+        if (!loss) return ct_err_wrap(ctx, "training step %lld", (long long)t->step + 1);
+        float lv = ((const float *)loss->data)[0];
+        bool finite = isfinite(lv);
+        window_ok = window_ok && finite;
+        if (finite) {
+            t->window_loss += (double)lv;
+            t->window_count++;
+        }
+        /* each micro-batch weighs 1/length of the window: a short last window is not
+         * under-weighted, and the reported loss stays the unscaled mean */
+        ct_tensor *scaled = pos.length > 1 ? ct_op_scale(g, loss, 1.0f / (float)pos.length) : loss;
+        if (ct_graph_backward(g, scaled) != CT_OK)
+            return ct_err_wrap(ctx, "training step %lld", (long long)t->step + 1);
+        i++;
+        if (!pos.last) continue;
+        CT_TRY(finish_window(t, window_ok));
+        window_ok = true;
+        if (t->step > 0 && t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
+        CT_TRY(evaluate_due(t, false));
+        if (t->stop || (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run) break;
+    }
+    if (s != CT_OK) return ct_err_wrap(ctx, "reading training data");
+    if (b.size > 0) { /* stopped before the epoch's end: the next epoch starts afresh */
+        ct_loader_state st = ct_loader_get_state(t->train);
+        st.epoch++;
+        st.next_batch = 0;
+        CT_TRY(ct_loader_set_state(t->train, &st));
+    }
+    ct_params_zero_grad(t->params); /* a window cut by max_steps leaves nothing behind */
+    return CT_OK;
+}
+
+ct_status ct_trainer_fit(ct_trainer *t) {
+    ct_ctx *ctx = t->ctx;
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
+    t->stop = false;
+    if (cb->on_fit_start) CT_TRY(event(t, cb->on_fit_start(cb->user, t)));
+    if (t->snap) snapshot(t, true);
+    ct_params_zero_grad(t->params);
+    while (!t->stop) {
+        if (t->p.max_epochs && t->epoch >= t->p.max_epochs) break;
+        if (t->p.max_steps && t->step >= t->p.max_steps) break;
+        CT_TRY(train_epoch(t));
+        if (t->p.max_steps && t->step >= t->p.max_steps && !t->p.dev_run) {
+            /* a run cut by max_steps mid-epoch still logs what it did */
+            CT_TRY(log_window(t));
+            if (!t->stop) CT_TRY(evaluate_due(t, true));
+            break;
+        }
+        t->epoch++;
+        CT_TRY(log_window(t));
+        CT_TRY(evaluate_due(t, true));
+        if (cb->on_epoch_end) CT_TRY(event(t, cb->on_epoch_end(cb->user, t, t->epoch)));
+        if (t->snap) snapshot(t, true); /* the epoch ended finite: the new last good state */
+        if (t->p.dev_run) break;
+    }
+    if (cb->on_fit_end) CT_TRY(event(t, cb->on_fit_end(cb->user, t)));
+    (void)ctx;
+    return CT_OK;
+}
+
+/* ---- create / destroy / queries ---- */
+
+ct_status ct_trainer_create(ct_ctx *ctx,
+                            ct_model *model,
+                            ct_params *params,
+                            ct_optim *opt,
+                            ct_schedule *schedule,
+                            ct_comm *comm,
+                            const ct_task *task,
+                            ct_loader *train,
+                            const ct_eval_engine *engines,
+                            int64_t n_engines,
+                            const ct_trainer_params *params_in,
+                            ct_trainer **out) {
+    *out = NULL;
+    ct_trainer_params p = params_in ? *params_in : ct_trainer_default_params();
+    if (!model || !params || !opt || !train)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "trainer: model, params, optimizer and training "
+                       "loader are required");
+    if (p.max_epochs < 0 || p.max_steps < 0 || (p.max_epochs == 0 && p.max_steps == 0))
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "trainer: max_epochs (%lld) or max_steps (%lld) must limit the run",
+                       (long long)p.max_epochs, (long long)p.max_steps);
+    if (p.accum_steps < 1 || p.steps_per_loop < 1 || p.limit_train_batches < 0 ||
+        p.limit_eval_batches < 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "trainer: accum_steps and steps_per_loop must be >= 1, limits >= 0");
+    if (!(p.grad_clip_norm >= 0.0f) || !(p.grad_clip_value >= 0.0f))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: clipping thresholds must be >= 0");
+    if (task && ((int)task->kind < 0 || task->kind >= CT_TASK_KIND_COUNT))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: task kind %d is unknown", (int)task->kind);
+    for (int64_t i = 0; i < n_engines; i++) {
+        const ct_eval_engine *e = &engines[i];
+        if (!e->key || !e->key[0] || strchr(e->key, '/') || !strcmp(e->key, "train") || !e->loader)
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "trainer: engine %lld needs a key (not 'train', no '/') and a loader",
+                           (long long)i);
+        if (e->every_epochs < 0 || e->every_steps < 0)
+            return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: engine '%s': negative cadence", e->key);
+        for (int64_t j = 0; j < i; j++)
+            if (strcmp(engines[j].key, e->key) == 0)
+                return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: two evaluation engines named '%s'",
+                               e->key);
+    }
+    ct_trainer *t = ct_alloc(ctx, sizeof *t);
+    if (!t) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a trainer");
+    memset(t, 0, sizeof *t);
+    t->ctx = ctx;
+    t->model = model;
+    t->params = params;
+    t->opt = opt;
+    t->sched = schedule;
+    t->train = train;
+    t->p = p;
+    if (task) t->task = *task;
+    int64_t oshape[CT_MAX_DIMS];
+    int32_t ond = ct_model_output_shape(model, oshape);
+    t->n_classes = t->task.kind != CT_TASK_REGRESSION && ond > 0 ? oshape[ond - 1] : 0;
+    ct_status s = CT_OK;
+    ct_graph_params gp = ct_graph_default_params();
+    gp.seed = p.seed;
+    if (comm) {
+        t->comm = comm;
+    } else {
+        s = ct_comm_create_single(ctx, &t->comm);
+        t->own_comm = s == CT_OK;
+    }
+    if (s == CT_OK) s = ct_graph_create(ctx, &gp, &t->g);
+    if (s == CT_OK && p.monitor) {
+        s = ct_monitor_init(ctx, &t->monitor, p.monitor);
+        t->has_monitor = s == CT_OK;
+    }
+    if (s == CT_OK && p.early_stopping) {
+        s = ct_early_stop_init(ctx, &t->es, p.early_stopping);
+        t->has_es = s == CT_OK;
+    }
+    if (s == CT_OK && p.ema) s = ct_ema_create(ctx, params, p.ema, &t->ema);
+    if (s == CT_OK) s = ct_nonfinite_init(ctx, &t->nf, p.nonfinite);
+    if (s == CT_OK && t->nf.mode == CT_NONFINITE_MODE_ROLLBACK) {
+        t->snap_bytes = store_bytes(params) + (size_t)ct_optim_buffer_count(opt) *
+                                                  (size_t)ct_params_numel(params) * sizeof(float);
+        t->snap = ct_alloc(ctx, t->snap_bytes ? t->snap_bytes : 1);
+        if (!t->snap) s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: allocating the rollback snapshot");
+    }
+    if (s == CT_OK && n_engines > 0) {
+        t->engines = ct_alloc(ctx, (size_t)n_engines * sizeof *t->engines);
+        if (!t->engines)
+            s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: allocating engines");
+        else
+            memset(t->engines, 0, (size_t)n_engines * sizeof *t->engines);
+    }
+    for (int64_t i = 0; s == CT_OK && i < n_engines; i++) {
+        engine_rt *en = &t->engines[i];
+        en->e = engines[i];
+        t->n_engines = i + 1;
+        /* the engine's metrics plus its loss */
+        int64_t nm = engines[i].n_metrics;
+        ct_metric_spec *specs = ct_alloc(ctx, (size_t)(nm + 1) * sizeof *specs);
+        if (!specs) {
+            s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: engine '%s': metric specs", engines[i].key);
+            break;
+        }
+        if (nm) memcpy(specs, engines[i].metrics, (size_t)nm * sizeof *specs);
+        memset(&specs[nm], 0, sizeof *specs);
+        specs[nm].type = "loss";
+        s = ct_metrics_create(ctx, engines[i].key, t->n_classes, specs, nm + 1, &en->m);
+        ct_free(ctx, specs, (size_t)(nm + 1) * sizeof *specs);
+        if (s != CT_OK) s = ct_err_wrap(ctx, "trainer: engine '%s'", engines[i].key);
+    }
+    if (s != CT_OK) {
+        ct_trainer_destroy(t);
+        return s;
+    }
+    if (schedule) (void)ct_optim_set_lr(opt, ct_schedule_lr(schedule));
+    *out = t;
+    return CT_OK;
+}
+
+void ct_trainer_destroy(ct_trainer *t) {
+    if (!t) return;
+    ct_ctx *ctx = t->ctx;
+    for (int64_t i = 0; i < t->n_engines; i++)
+        ct_metrics_destroy(t->engines[i].m);
+    ct_free(ctx, t->engines, (size_t)(t->n_engines ? t->n_engines : 1) * sizeof *t->engines);
+    ct_ema_destroy(t->ema);
+    ct_graph_destroy(t->g);
+    if (t->own_comm) ct_comm_destroy(t->comm);
+    ct_free(ctx, t->snap, t->snap_bytes ? t->snap_bytes : 1);
+    ct_free(ctx, t, sizeof *t);
+}
+
+int64_t ct_trainer_step(const ct_trainer *t) {
+    return t->step;
+}
+
+int64_t ct_trainer_epoch(const ct_trainer *t) {
+    return t->epoch;
+}
+
+int64_t ct_trainer_skipped_steps(const ct_trainer *t) {
+    return t->skipped;
+}
+
+const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n) {
+    *n = 0;
+    if (strcmp(key, "train") == 0) {
+        *n = t->n_train_values;
+        return t->n_train_values ? t->train_values : NULL;
+    }
+    for (int64_t i = 0; i < t->n_engines; i++)
+        if (strcmp(t->engines[i].e.key, key) == 0 && t->engines[i].ran)
+            return ct_metrics_values(t->engines[i].m, n);
+    return NULL;
+}
+
+ct_monitor *ct_trainer_monitor(ct_trainer *t) {
+    return t->has_monitor ? &t->monitor : NULL;
+}
+
+ct_early_stop *ct_trainer_early_stop(ct_trainer *t) {
+    return t->has_es ? &t->es : NULL;
+}
+
+ct_ema *ct_trainer_ema(ct_trainer *t) {
+    return t->ema;
+}
