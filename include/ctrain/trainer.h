@@ -69,7 +69,8 @@ typedef struct ct_eval_engine {
  * (see status.h) ends it cleanly. values/n: the metrics just computed. */
 typedef struct ct_trainer_callbacks {
     ct_status (*on_fit_start)(void *user, ct_trainer *t);
-    /* every steps_per_loop steps: "train/loss" (mean over the window), "train/lr" and, with
+    /* every steps_per_loop steps, and for the partial window at each epoch's end (or when
+       max_steps ends the run): "train/loss" (mean over the window), "train/lr" and, with
        clipping, "train/grad_norm" */
     ct_status (*on_log)(void *user, ct_trainer *t, const ct_metric_value *values, int64_t n);
     ct_status (*on_eval_end)(
@@ -95,7 +96,10 @@ typedef struct ct_trainer_params {
     const ct_options *monitor;        /* metric, mode, min_delta (policy.h); NULL = none */
     const ct_options *early_stopping; /* policy.h; NULL = none */
     const ct_options *ema;            /* policy.h; NULL = none. Evaluation sees the EMA weights */
-    const ct_options *nonfinite;      /* policy.h; NULL = on_nonfinite stop */
+    const ct_options *nonfinite;      /* policy.h; NULL = on_nonfinite stop. rollback restores the
+                                        weights, buffers, optimizer state, schedule and step
+                                        count taken at fit start and at each finite epoch's end
+                                        (not the EMA, monitor or early-stopping state) */
     ct_trainer_callbacks callbacks;
 } ct_trainer_params;
 
@@ -104,8 +108,9 @@ CT_API ct_trainer_params ct_trainer_default_params(void);
 /*
  * A trainer over a model whose parameters live in `params`, stepped by `opt` (and `schedule`,
  * stepped once per step; may be NULL), reading `train` and evaluating the engines. comm may be
- * NULL (single process). Two engines with the same key, a bad parameter or option fail with
- * CT_ERR_CONFIG naming it. *out is NULL on failure.
+ * NULL (single process). Two engines with the same key, a bad parameter or option, or a
+ * monitor or early-stopping metric that no engine computes fail with CT_ERR_CONFIG naming it.
+ * *out is NULL on failure.
  */
 CT_API ct_status ct_trainer_create(ct_ctx *ctx,
                                    ct_model *model,
@@ -124,7 +129,8 @@ CT_API void ct_trainer_destroy(ct_trainer *t);
 /*
  * Trains until max_epochs or max_steps, early stopping, a callback's CT_STOP (all CT_OK), or a
  * failure (its status; a non-finite loss or gradient under on_nonfinite stop is
- * CT_ERR_NONFINITE, with the step in the message).
+ * CT_ERR_NONFINITE, with the step in the message). A run that max_steps cuts mid-epoch logs and
+ * runs the epoch-cadence evaluations once more, without counting the partial epoch.
  */
 CT_API ct_status ct_trainer_fit(ct_trainer *t);
 /* Runs the engine `key` once now (evaluation-only use); its values are then in

@@ -23,6 +23,7 @@ typedef struct engine_rt {
     ct_eval_engine e;
     ct_metrics *m;
     bool ran;
+    bool feeds_monitor, feeds_early_stop; /* the monitored metrics are among its values */
 } engine_rt;
 
 enum { TRAIN_LOSS, TRAIN_LR, TRAIN_GRAD_NORM, TRAIN_VALUES };
@@ -214,7 +215,7 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
         CT_TRY(event(t, t->p.callbacks.on_eval_end(t->p.callbacks.user, t, en->e.key, v, n)));
     if (!policies) return CT_OK;
     double value;
-    if (t->has_monitor && ct_metrics_get(en->m, t->monitor.metric, &value) == CT_OK) {
+    if (en->feeds_monitor && ct_metrics_get(en->m, t->monitor.metric, &value) == CT_OK) {
         if (ct_monitor_is_better(&t->monitor, value)) {
             if (t->p.callbacks.on_best)
                 CT_TRY(event(
@@ -224,12 +225,11 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
             ct_monitor_update(&t->monitor, value, t->step, NULL);
         }
     }
-    if (t->has_es && ct_metrics_get(en->m, t->es.monitor.metric, &value) == CT_OK) {
+    if (en->feeds_early_stop && ct_metrics_get(en->m, t->es.monitor.metric, &value) == CT_OK) {
         bool stop = false;
         ct_early_stop_update(&t->es, value, &stop);
         if (stop) t->stop = true;
     }
-    ct_clear_error(ctx); /* a metric the monitor does not find is not an error */
     return CT_OK;
 }
 
@@ -365,7 +365,8 @@ static ct_status log_window(ct_trainer *t) {
 
 /* ---- the loop ---- */
 
-static ct_status train_epoch(ct_trainer *t) {
+/* One pass over the training data; *completed: it reached the epoch's end (or its limit). */
+static ct_status train_epoch(ct_trainer *t, bool *completed) {
     ct_ctx *ctx = t->ctx;
     ct_graph *g = t->g;
     int64_t bpe = ct_loader_batches_per_epoch(t->train);
@@ -398,12 +399,16 @@ static ct_status train_epoch(ct_trainer *t) {
             return ct_err_wrap(ctx, "training step %lld", (long long)t->step + 1);
         i++;
         if (!pos.last) continue;
+        int64_t before = t->step;
         CT_TRY(finish_window(t, window_ok));
         window_ok = true;
-        if (t->step > 0 && t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
-        CT_TRY(evaluate_due(t, false));
+        if (t->step > before) { /* a skipped or rolled-back step triggers nothing */
+            if (t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
+            CT_TRY(evaluate_due(t, false));
+        }
         if (t->stop || (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run) break;
     }
+    *completed = i >= bpe;
     if (s != CT_OK) return ct_err_wrap(ctx, "reading training data");
     if (b.size > 0) { /* stopped before the epoch's end: the next epoch starts afresh */
         ct_loader_state st = ct_loader_get_state(t->train);
@@ -425,11 +430,13 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     while (!t->stop) {
         if (t->p.max_epochs && t->epoch >= t->p.max_epochs) break;
         if (t->p.max_steps && t->step >= t->p.max_steps) break;
-        CT_TRY(train_epoch(t));
-        if (t->p.max_steps && t->step >= t->p.max_steps && !t->p.dev_run) {
-            /* a run cut by max_steps mid-epoch still logs what it did */
+        bool completed = false;
+        CT_TRY(train_epoch(t, &completed));
+        if (!completed && !t->stop) {
+            /* cut by max_steps mid-epoch: log what it did and evaluate as at an epoch's end,
+             * without counting the epoch */
             CT_TRY(log_window(t));
-            if (!t->stop) CT_TRY(evaluate_due(t, true));
+            CT_TRY(evaluate_due(t, true));
             break;
         }
         t->epoch++;
@@ -480,8 +487,9 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         const ct_eval_engine *e = &engines[i];
         if (!e->key || !e->key[0] || strchr(e->key, '/') || !strcmp(e->key, "train") || !e->loader)
             return CT_FAIL(ctx, CT_ERR_CONFIG,
-                           "trainer: engine %lld needs a key (not 'train', no '/') and a loader",
-                           (long long)i);
+                           "trainer: engine %lld ('%s') needs a key (not 'train', no '/') and a "
+                           "loader",
+                           (long long)i, e->key ? e->key : "");
         if (e->every_epochs < 0 || e->every_steps < 0)
             return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: engine '%s': negative cadence", e->key);
         for (int64_t j = 0; j < i; j++)
@@ -553,6 +561,27 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         s = ct_metrics_create(ctx, engines[i].key, t->n_classes, specs, nm + 1, &en->m);
         ct_free(ctx, specs, (size_t)(nm + 1) * sizeof *specs);
         if (s != CT_OK) s = ct_err_wrap(ctx, "trainer: engine '%s'", engines[i].key);
+    }
+    /* the monitored metrics must be values of an engine, or the policies would never act */
+    const char *watched[2] = {t->has_monitor ? t->monitor.metric : NULL,
+                              t->has_es ? t->es.monitor.metric : NULL};
+    for (int w = 0; s == CT_OK && w < 2; w++) {
+        if (!watched[w]) continue;
+        bool found = false;
+        for (int64_t i = 0; i < t->n_engines; i++) {
+            double v;
+            if (ct_metrics_get(t->engines[i].m, watched[w], &v) != CT_OK) continue;
+            found = true;
+            if (w == 0)
+                t->engines[i].feeds_monitor = true;
+            else
+                t->engines[i].feeds_early_stop = true;
+        }
+        ct_clear_error(ctx); /* the lookups above are probes */
+        if (!found)
+            s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                        "trainer: %s watches '%s', which no evaluation engine computes",
+                        w == 0 ? "the monitor" : "early stopping", watched[w]);
     }
     if (s != CT_OK) {
         ct_trainer_destroy(t);

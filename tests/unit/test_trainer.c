@@ -1,0 +1,1179 @@
+/*
+ * test_trainer.c - the training loop on toy data with closed-form or cross-checked answers: a
+ * classifier on well-separated blobs (metrics cross-checked by a hand-written evaluation),
+ * accumulation equivalent to a larger batch, clipping by norm and by value against a gradient
+ * computed here, the non-finite policies (a task whose loss turns NaN at a chosen call), early
+ * stopping, the best-value monitor, EMA evaluation, callback order and status, dev_run,
+ * max_steps (mid-epoch and at an epoch's end), engine cadences, configuration errors and a
+ * byte-level GPT smoke test.
+ *
+ * Every test builds its own data, model, optimizer and trainer and frees them; the context is
+ * shared. A custom task (`rec`) wraps the batch like the default and counts batches and loss
+ * calls per split, and the same struct records what the callbacks see.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctrain/ctrain.h"
+#include "ctrain/trainer.h"
+#include "harness.h"
+
+enum { N_FEAT = 8, N_CLASS = 3, MAX_REC = 64 };
+
+static ct_ctx *ctx;
+
+/* ---- fixtures ---- */
+
+/* Blobs (3 classes in 8 dims), an optional validation split, loaders, an MLP and SGD. */
+typedef struct setup {
+    ct_dataset *all, *train, *valid;
+    ct_loader *train_loader, *valid_loader;
+    ct_params *params;
+    ct_model *model;
+    ct_optim *opt;
+} setup;
+
+typedef struct setup_params {
+    int64_t n;             /* samples */
+    double valid_fraction; /* 0: no split, everything trains */
+    int64_t batch;
+    bool shuffle;
+    float lr;
+    const char *spread; /* blob centres ~ N(0, spread^2) */
+} setup_params;
+
+static setup_params setup_defaults(void) {
+    setup_params p = {600, 0.2, 32, false, 0.1f, "4"};
+    return p;
+}
+
+static int setup_open(setup *s, const setup_params *sp) {
+    memset(s, 0, sizeof *s);
+    char nbuf[32];
+    snprintf(nbuf, sizeof nbuf, "%lld", (long long)sp->n);
+    ct_option items[] = {{"kind", "blobs"},      {"n", nbuf},  {"features", "8"}, {"classes", "3"},
+                         {"spread", sp->spread}, {"seed", "5"}};
+    ct_options o = {items, 6, "test: data"};
+    ct_option mitems[] = {{"hidden", "16"}, {"out", "3"}};
+    ct_options mo = {mitems, 2, "test: model"};
+    ct_loader_params lp = ct_loader_default_params();
+    lp.batch_size = sp->batch;
+    lp.shuffle = sp->shuffle;
+    lp.seed = 3;
+    ct_optim_params op = ct_optim_default_params(CT_OPTIM_SGD);
+    op.lr = sp->lr;
+    if (ct_dataset_open(ctx, "synthetic", &o, &s->all) != CT_OK) goto fail;
+    if (sp->valid_fraction > 0) {
+        if (ct_dataset_split(s->all, sp->valid_fraction, 7, &s->train, &s->valid) != CT_OK)
+            goto fail;
+    }
+    const ct_dataset *train = s->train ? s->train : s->all;
+    if (ct_loader_create(ctx, train, &lp, &s->train_loader) != CT_OK) goto fail;
+    if (s->valid) {
+        lp.shuffle = false;
+        lp.shard = CT_SHARD_EVAL;
+        if (ct_loader_create(ctx, s->valid, &lp, &s->valid_loader) != CT_OK) goto fail;
+    }
+    if (ct_params_create(ctx, &s->params) != CT_OK ||
+        ct_model_build_alloc(ctx, "mlp", &mo, s->params, CT_F32, 1, (const int64_t[]){N_FEAT}, 11,
+                             &s->model) != CT_OK ||
+        ct_optim_create(ctx, s->params, &op, &s->opt) != CT_OK)
+        goto fail;
+    return 1;
+fail:
+    fprintf(stderr, "setup: %s\n", ct_last_error(ctx));
+    CT_CHECK(0);
+    return 0;
+}
+
+static void setup_close(setup *s) {
+    ct_optim_destroy(s->opt);
+    ct_model_destroy(s->model);
+    ct_params_destroy(s->params);
+    ct_loader_destroy(s->valid_loader);
+    ct_loader_destroy(s->train_loader);
+    ct_dataset_destroy(s->valid);
+    ct_dataset_destroy(s->train);
+    ct_dataset_destroy(s->all);
+}
+
+static const ct_metric_spec acc_spec = {"accuracy", NULL, NULL, {NULL, 0, NULL}};
+
+static ct_eval_engine valid_engine(const setup *s) {
+    ct_eval_engine e = {"valid", s->valid_loader, 1, 0, &acc_spec, 1};
+    return e;
+}
+
+/* What the task and the callbacks saw. */
+typedef struct rec {
+    /* task */
+    bool in_train;
+    int64_t train_batches, eval_batches, train_loss_calls;
+    int64_t bad_call;  /* the training loss call (1-based) that is multiplied by bad_scale */
+    float bad_scale;   /* NaN, or 0 for a step without gradient */
+    int64_t zero_upto; /* training loss calls up to this one are multiplied by 0 */
+    int64_t nan_eval;  /* the evaluation (1-based) whose loss is NaN; 0 = none */
+    /* callbacks */
+    char events[MAX_REC + 1];
+    int64_t n_events;
+    int64_t n_logs;
+    double log_loss[MAX_REC], log_grad_norm[MAX_REC], log_lr[MAX_REC];
+    int64_t log_step[MAX_REC];
+    int64_t n_grad_norm, n_lr;
+    int64_t n_evals;
+    double eval_loss[MAX_REC], eval_acc[MAX_REC];
+    int64_t eval_step[MAX_REC];
+    int64_t n_other_evals; /* of engines other than "valid" */
+    int64_t n_best;
+    char best_metric[MAX_REC][CT_METRIC_NAME_MAX];
+    double best[MAX_REC];
+    int64_t n_epochs, epoch_arg[MAX_REC];
+    int64_t stop_at_epoch; /* on_epoch_end returns CT_STOP at this epoch argument */
+    ct_status log_status;  /* what on_log returns */
+} rec;
+
+static void push_event(rec *r, char c) {
+    if (r->n_events < MAX_REC) r->events[r->n_events++] = c;
+    r->events[r->n_events] = '\0';
+}
+
+/* The value named `name` among values, or NaN (and *found false) when absent. */
+static double value_of(const ct_metric_value *v, int64_t n, const char *name, bool *found) {
+    for (int64_t i = 0; i < n; i++) {
+        if (strcmp(v[i].name, name) == 0) {
+            if (found) *found = true;
+            return v[i].value;
+        }
+    }
+    if (found) *found = false;
+    return NAN;
+}
+
+static ct_status rec_prep(void *user,
+                          ct_graph *g,
+                          const ct_batch *b,
+                          const char *split,
+                          ct_tensor **input,
+                          ct_tensor **target) {
+    rec *r = user;
+    r->in_train = strcmp(split, "train") == 0;
+    if (r->in_train)
+        r->train_batches++;
+    else
+        r->eval_batches++;
+    *input = ct_graph_wrap(g, b->x.data, b->x.dtype, b->x.ndim, b->x.shape);
+    *target = ct_graph_wrap(g, b->y.data, b->y.dtype, b->y.ndim, b->y.shape);
+    return ct_graph_status(g);
+}
+
+static ct_tensor *rec_loss(void *user, ct_graph *g, ct_tensor *output, ct_tensor *target) {
+    rec *r = user;
+    ct_cross_entropy_params ce = ct_cross_entropy_default_params();
+    ct_tensor *loss = ct_loss_cross_entropy(g, output, target, &ce);
+    if (r->in_train) {
+        r->train_loss_calls++;
+        if (r->train_loss_calls == r->bad_call) loss = ct_op_scale(g, loss, r->bad_scale);
+        if (r->train_loss_calls <= r->zero_upto) loss = ct_op_scale(g, loss, 0.0f);
+    } else if (r->n_evals + 1 == r->nan_eval) {
+        loss = ct_op_scale(g, loss, NAN);
+    }
+    return loss;
+}
+
+static ct_task rec_task(rec *r) {
+    ct_task t = {CT_TASK_CLASSIFICATION, rec_prep, rec_loss, r};
+    return t;
+}
+
+static ct_status rec_fit_start(void *user, ct_trainer *t) {
+    (void)t;
+    push_event(user, 'S');
+    return CT_OK;
+}
+
+static ct_status rec_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    rec *r = user;
+    push_event(r, 'L');
+    bool found;
+    if (r->n_logs < MAX_REC) {
+        r->log_step[r->n_logs] = ct_trainer_step(t);
+        r->log_loss[r->n_logs] = value_of(v, n, "train/loss", NULL);
+        r->log_lr[r->n_logs] = value_of(v, n, "train/lr", &found);
+        r->n_lr += found;
+        r->log_grad_norm[r->n_logs] = value_of(v, n, "train/grad_norm", &found);
+        r->n_grad_norm += found;
+    }
+    r->n_logs++;
+    return r->log_status;
+}
+
+static ct_status
+rec_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    rec *r = user;
+    push_event(r, 'E');
+    if (strcmp(key, "valid") != 0) {
+        r->n_other_evals++;
+        return CT_OK;
+    }
+    if (r->n_evals < MAX_REC) {
+        r->eval_step[r->n_evals] = ct_trainer_step(t);
+        r->eval_loss[r->n_evals] = value_of(v, n, "valid/loss", NULL);
+        r->eval_acc[r->n_evals] = value_of(v, n, "valid/acc", NULL);
+    }
+    r->n_evals++;
+    return CT_OK;
+}
+
+static ct_status rec_best(void *user, ct_trainer *t, const char *metric, double value) {
+    (void)t;
+    rec *r = user;
+    if (r->n_best < MAX_REC) {
+        snprintf(r->best_metric[r->n_best], CT_METRIC_NAME_MAX, "%s", metric);
+        r->best[r->n_best] = value;
+    }
+    r->n_best++;
+    return CT_OK;
+}
+
+static ct_status rec_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
+    (void)t;
+    rec *r = user;
+    push_event(r, 'P');
+    if (r->n_epochs < MAX_REC) r->epoch_arg[r->n_epochs] = epoch;
+    r->n_epochs++;
+    return epoch == r->stop_at_epoch ? CT_STOP : CT_OK;
+}
+
+static ct_status rec_fit_end(void *user, ct_trainer *t) {
+    (void)t;
+    push_event(user, 'F');
+    return CT_OK;
+}
+
+static ct_trainer_params rec_params(rec *r) {
+    ct_trainer_params p = ct_trainer_default_params();
+    ct_trainer_callbacks cb = {rec_fit_start, rec_log, rec_eval_end, rec_best, rec_epoch_end,
+                               rec_fit_end,   r};
+    p.callbacks = cb;
+    return p;
+}
+
+/* A trainer over a setup with the recording task; NULL (and a failed check) on failure. */
+static ct_trainer *make_trainer(setup *s,
+                                const ct_task *task,
+                                const ct_eval_engine *engines,
+                                int64_t n_engines,
+                                const ct_trainer_params *p) {
+    ct_trainer *t = NULL;
+    ct_status st = ct_trainer_create(ctx, s->model, s->params, s->opt, NULL, NULL, task,
+                                     s->train_loader, engines, n_engines, p, &t);
+    CT_CHECK_MSG(st == CT_OK, "ct_trainer_create: %s: %s", ct_status_str(st), ct_last_error(ctx));
+    return t;
+}
+
+static bool all_finite(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return false;
+    return true;
+}
+
+static float *copy_values(const ct_params *p) {
+    size_t bytes = (size_t)ct_params_numel(p) * sizeof(float);
+    float *c = malloc(bytes);
+    memcpy(c, ct_params_values(p), bytes);
+    return c;
+}
+
+/* Mean cross-entropy and accuracy of the model over a dataset, evaluated here by hand. */
+static void manual_eval(setup *s, const ct_dataset *ds, double *loss, double *acc) {
+    ct_loader_params lp = ct_loader_default_params();
+    lp.batch_size = 50;
+    lp.shuffle = false;
+    lp.prefetch = 0;
+    ct_loader *l = NULL;
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_loader_create(ctx, ds, &lp, &l), CT_OK);
+    CT_CHECK_INT(ct_graph_create(ctx, NULL, &g), CT_OK);
+    ct_graph_set_grad_enabled(g, false);
+    ct_graph_set_training(g, false);
+    ct_cross_entropy_params ce = ct_cross_entropy_default_params();
+    ce.reduction = CT_REDUCTION_SUM;
+    double total = 0.0;
+    int64_t correct = 0, seen = 0;
+    ct_batch b;
+    while (ct_loader_next(l, &b) == CT_OK && b.size > 0) {
+        ct_graph_reset(g);
+        ct_tensor *x = ct_graph_wrap(g, b.x.data, CT_F32, b.x.ndim, b.x.shape);
+        ct_tensor *y = ct_graph_wrap(g, b.y.data, CT_I64, b.y.ndim, b.y.shape);
+        ct_tensor *logits = ct_model_forward(s->model, g, x);
+        ct_tensor *lt = ct_loss_cross_entropy(g, logits, y, &ce);
+        if (ct_graph_status(g) != CT_OK) break;
+        total += (double)((const float *)lt->data)[0];
+        const float *lv = logits->data;
+        const int64_t *yv = b.y.data;
+        for (int64_t i = 0; i < b.size; i++) {
+            int64_t best = 0;
+            for (int64_t c = 1; c < N_CLASS; c++)
+                if (lv[i * N_CLASS + c] > lv[i * N_CLASS + best]) best = c;
+            correct += best == yv[i];
+        }
+        seen += b.size;
+    }
+    CT_CHECK_INT(seen, ct_dataset_info_of(ds)->n);
+    *loss = total / (double)seen;
+    *acc = (double)correct / (double)seen;
+    ct_graph_destroy(g);
+    ct_loader_destroy(l);
+}
+
+/* The gradient of the mean cross-entropy of the first `batch` samples of ds (dataset order)
+ * at the current weights, into grads (numel floats). Leaves the store's gradients at 0. */
+static void first_batch_grads(setup *s, const ct_dataset *ds, int64_t batch, float *grads) {
+    ct_loader_params lp = ct_loader_default_params();
+    lp.batch_size = batch;
+    lp.shuffle = false;
+    lp.prefetch = 0;
+    ct_loader *l = NULL;
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_loader_create(ctx, ds, &lp, &l), CT_OK);
+    CT_CHECK_INT(ct_graph_create(ctx, NULL, &g), CT_OK);
+    ct_batch b;
+    CT_CHECK_INT(ct_loader_next(l, &b), CT_OK);
+    ct_tensor *x = ct_graph_wrap(g, b.x.data, CT_F32, b.x.ndim, b.x.shape);
+    ct_tensor *y = ct_graph_wrap(g, b.y.data, CT_I64, b.y.ndim, b.y.shape);
+    ct_cross_entropy_params ce = ct_cross_entropy_default_params();
+    ct_tensor *loss = ct_loss_cross_entropy(g, ct_model_forward(s->model, g, x), y, &ce);
+    ct_params_zero_grad(s->params);
+    CT_CHECK_INT(ct_graph_backward(g, loss), CT_OK);
+    memcpy(grads, ct_params_grads(s->params), (size_t)ct_params_numel(s->params) * sizeof(float));
+    ct_params_zero_grad(s->params);
+    ct_graph_destroy(g);
+    ct_loader_destroy(l);
+}
+
+/* ---- tests ---- */
+
+static void trainer_should_fit_a_classifier_and_report_metrics(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    sp.shuffle = true;
+    if (!setup_open(&s, &sp)) return;
+    rec r = {0};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL}; /* the defaults */
+    ct_eval_engine e = valid_engine(&s);
+    ct_trainer_params p = rec_params(&r);
+    p.max_epochs = 3;
+    p.steps_per_loop = 10;
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (!t) {
+        setup_close(&s);
+        return;
+    }
+    CT_CHECK_INT(ct_trainer_step(t), 0);
+    CT_CHECK_INT(ct_trainer_epoch(t), 0);
+    int64_t n = -1;
+    CT_CHECK(ct_trainer_metrics(t, "valid", &n) == NULL && n == 0);
+    CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+    /* 480 training samples in batches of 32: 15 steps per epoch */
+    CT_CHECK_INT(ct_trainer_epoch(t), 3);
+    CT_CHECK_INT(ct_trainer_step(t), 45);
+    CT_CHECK_INT(ct_trainer_skipped_steps(t), 0);
+    CT_CHECK_INT(r.n_evals, 3);
+    /* every 10 steps; the trainer also logs the partial window at each epoch's end (15, 45) */
+    printf("  logged at steps");
+    for (int64_t i = 0; i < r.n_logs && i < MAX_REC; i++)
+        printf(" %lld", (long long)r.log_step[i]);
+    printf("\n");
+    int64_t by_cadence = 0;
+    for (int64_t i = 0; i < r.n_logs && i < MAX_REC; i++) {
+        by_cadence += r.log_step[i] % 10 == 0;
+        CT_CHECK(r.log_step[i] % 10 == 0 || r.log_step[i] % 15 == 0);
+    }
+    CT_CHECK_INT(by_cadence, 4); /* 10, 20, 30, 40 */
+    CT_CHECK_INT(r.n_lr, r.n_logs);
+    CT_CHECK_INT(r.n_grad_norm, 0); /* no clipping */
+    for (int64_t i = 0; i < r.n_logs && i < MAX_REC; i++) {
+        CT_CHECK(isfinite(r.log_loss[i]) && r.log_loss[i] > 0);
+        CT_CHECK_CLOSE(r.log_lr[i], 0.1, 1e-7, 0);
+    }
+    CT_CHECK(r.n_logs >= 4 && r.log_loss[r.n_logs - 1] < r.log_loss[0]);
+    const ct_metric_value *v = ct_trainer_metrics(t, "valid", &n);
+    bool has_loss, has_acc;
+    double vloss = value_of(v, n, "valid/loss", &has_loss);
+    double vacc = value_of(v, n, "valid/acc", &has_acc);
+    CT_CHECK(has_loss && has_acc);
+    CT_CHECK_MSG(vacc > 0.9, "valid/acc %g", vacc);
+    CT_CHECK_CLOSE(vacc, r.eval_acc[2], 0, 0);
+    CT_CHECK(r.eval_loss[2] < r.eval_loss[0]);
+    /* the same numbers from an evaluation written here (the weights of the last evaluation) */
+    double mloss, macc;
+    manual_eval(&s, s.valid, &mloss, &macc);
+    CT_CHECK_CLOSE(vacc, macc, 0, 0);
+    CT_CHECK_CLOSE(vloss, mloss, 1e-7, 1e-5);
+    v = ct_trainer_metrics(t, "train", &n);
+    CT_CHECK(v != NULL && n > 0);
+    CT_CHECK(isfinite(value_of(v, n, "train/loss", NULL)));
+    /* evaluation-only use gives the same values again */
+    CT_CHECK_INT(ct_trainer_evaluate(t, "valid"), CT_OK);
+    v = ct_trainer_metrics(t, "valid", &n);
+    CT_CHECK_CLOSE(value_of(v, n, "valid/acc", NULL), macc, 0, 0);
+    CT_CHECK_CLOSE(value_of(v, n, "valid/loss", NULL), mloss, 1e-7, 1e-5);
+    CT_CHECK(ct_trainer_evaluate(t, "test") != CT_OK); /* no such engine */
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
+/* The acceptance test: accum_steps 4 at batch 32 makes the same updates as batch 128. */
+static void trainer_should_accumulate_like_a_larger_batch(void) {
+    float *w[2] = {NULL, NULL};
+    int64_t numel = 0;
+    for (int run = 0; run < 2; run++) {
+        setup s;
+        setup_params sp = setup_defaults();
+        sp.n = 480;
+        sp.valid_fraction = 0;
+        sp.batch = run == 0 ? 32 : 128;
+        if (!setup_open(&s, &sp)) return;
+        ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+        ct_trainer_params p = ct_trainer_default_params();
+        p.max_epochs = 2;
+        p.accum_steps = run == 0 ? 4 : 1;
+        ct_trainer *t = make_trainer(&s, &task, NULL, 0, &p);
+        if (t) {
+            CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+            /* 15 micro-batches per epoch in windows 4, 4, 4, 3 vs batches 128, 128, 128, 96 */
+            CT_CHECK_INT(ct_trainer_step(t), 8);
+            CT_CHECK_INT(ct_optim_steps(s.opt), 8);
+            CT_CHECK_INT(ct_trainer_epoch(t), 2);
+        }
+        w[run] = copy_values(s.params);
+        numel = ct_params_numel(s.params);
+        ct_trainer_destroy(t);
+        setup_close(&s);
+    }
+    CT_CHECK_ARRAYS("accum 4 x 32 vs 128", w[0], w[1], numel, 1e-6, 1e-5);
+    CT_CHECK(all_finite(w[0], numel));
+    free(w[0]);
+    free(w[1]);
+}
+
+static void trainer_should_clip_gradients_by_norm(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    sp.lr = 1.0f;
+    if (!setup_open(&s, &sp)) return;
+    int64_t numel = ct_params_numel(s.params);
+    float *g = malloc((size_t)numel * sizeof(float));
+    float *w0 = copy_values(s.params);
+    first_batch_grads(&s, s.train, 32, g);
+    double norm = 0;
+    for (int64_t i = 0; i < numel; i++)
+        norm += (double)g[i] * (double)g[i];
+    norm = sqrt(norm);
+    /* one step clipped to half the norm: w1 = w0 - lr * g * clip / (norm + 1e-6) */
+    float clip = (float)(norm / 2);
+    rec r = {0};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_trainer_params p = rec_params(&r);
+    p.max_steps = 1;
+    p.max_epochs = 0;
+    p.steps_per_loop = 1;
+    p.grad_clip_norm = clip;
+    ct_trainer *t = make_trainer(&s, &task, NULL, 0, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(ct_trainer_step(t), 1);
+        CT_CHECK_INT(r.n_logs, 1);
+        CT_CHECK_INT(r.n_grad_norm, 1);
+        CT_CHECK_CLOSE(r.log_grad_norm[0], norm, 0, 1e-5); /* the norm before clipping */
+        float *want = malloc((size_t)numel * sizeof(float));
+        double factor = (double)clip / (norm + 1e-6);
+        double moved = 0;
+        for (int64_t i = 0; i < numel; i++) {
+            want[i] = w0[i] - (float)((double)g[i] * factor);
+            double d = (double)ct_params_values(s.params)[i] - (double)w0[i];
+            moved += d * d;
+        }
+        CT_CHECK_ARRAYS("one clipped step", ct_params_values(s.params), want, numel, 1e-6, 1e-5);
+        CT_CHECK_CLOSE(sqrt(moved), clip, 0, 1e-3); /* the update's norm is lr * clip */
+        free(want);
+    }
+    ct_trainer_destroy(t);
+    free(w0);
+    free(g);
+    setup_close(&s);
+    /* a huge rate stays finite with clipping, and every log reports the norm */
+    sp.lr = 50.0f;
+    if (!setup_open(&s, &sp)) return;
+    memset(&r, 0, sizeof r);
+    p = rec_params(&r);
+    p.max_epochs = 3;
+    p.steps_per_loop = 5;
+    p.grad_clip_norm = 1.0f;
+    ct_eval_engine e = valid_engine(&s);
+    t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(r.n_logs, 9);
+        CT_CHECK_INT(r.n_grad_norm, r.n_logs);
+        for (int64_t i = 0; i < r.n_logs && i < MAX_REC; i++)
+            CT_CHECK(isfinite(r.log_grad_norm[i]) && r.log_grad_norm[i] >= 0);
+        CT_CHECK(all_finite(ct_params_values(s.params), ct_params_numel(s.params)));
+        CT_CHECK(isfinite(r.eval_loss[2]));
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
+static void trainer_should_clip_gradients_by_value(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    sp.lr = 1.0f;
+    if (!setup_open(&s, &sp)) return;
+    int64_t numel = ct_params_numel(s.params);
+    float *g = malloc((size_t)numel * sizeof(float));
+    float *w0 = copy_values(s.params);
+    first_batch_grads(&s, s.train, 32, g);
+    float maxabs = 0;
+    for (int64_t i = 0; i < numel; i++)
+        maxabs = fmaxf(maxabs, fabsf(g[i]));
+    float v = maxabs / 4; /* clamps the largest gradients, keeps the small ones */
+    int64_t clamped = 0;
+    float *want = malloc((size_t)numel * sizeof(float));
+    for (int64_t i = 0; i < numel; i++) {
+        float c = fminf(fmaxf(g[i], -v), v);
+        clamped += c != g[i];
+        want[i] = w0[i] - c;
+    }
+    CT_CHECK(clamped > 0 && clamped < numel);
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_trainer_params p = ct_trainer_default_params();
+    p.max_steps = 1;
+    p.grad_clip_value = v;
+    ct_trainer *t = make_trainer(&s, &task, NULL, 0, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(ct_trainer_step(t), 1);
+        CT_CHECK_ARRAYS("one step clamped", ct_params_values(s.params), want, numel, 1e-7, 1e-6);
+    }
+    ct_trainer_destroy(t);
+    free(want);
+    free(w0);
+    free(g);
+    setup_close(&s);
+}
+
+/* Runs one epoch (15 steps) whose training loss call 3 is multiplied by `scale` (and calls
+ * up to zero_upto by 0), under the non-finite options given (NULL: stop). Returns fit's
+ * status; the weights in *w (malloc'd). */
+static ct_status run_with_bad_step(const ct_options *nonfinite,
+                                   float scale,
+                                   int64_t zero_upto,
+                                   float **w,
+                                   int64_t *numel,
+                                   int64_t *steps,
+                                   int64_t *skipped,
+                                   rec *r) {
+    setup s;
+    setup_params sp = setup_defaults();
+    *w = NULL;
+    if (!setup_open(&s, &sp)) return CT_ERR_INTERNAL;
+    memset(r, 0, sizeof *r);
+    r->bad_call = 3;
+    r->bad_scale = scale;
+    r->zero_upto = zero_upto;
+    ct_task task = rec_task(r);
+    ct_trainer_params p = rec_params(r);
+    p.nonfinite = nonfinite;
+    ct_trainer *t = make_trainer(&s, &task, NULL, 0, &p);
+    ct_status st = CT_ERR_INTERNAL;
+    if (t) {
+        st = ct_trainer_fit(t);
+        *steps = ct_trainer_step(t);
+        *skipped = ct_trainer_skipped_steps(t);
+    }
+    *w = copy_values(s.params);
+    *numel = ct_params_numel(s.params);
+    ct_trainer_destroy(t);
+    setup_close(&s);
+    return st;
+}
+
+static void trainer_should_apply_the_nonfinite_policies(void) {
+    float *w;
+    int64_t numel, steps, skipped;
+    rec r;
+    /* stop (the default): CT_ERR_NONFINITE, the message says so, the NaN update is not made */
+    ct_status st = run_with_bad_step(NULL, NAN, 0, &w, &numel, &steps, &skipped, &r);
+    CT_CHECK_INT(st, CT_ERR_NONFINITE);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "non-finite") != NULL, "message: %s",
+                 ct_last_error(ctx));
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "step 3") != NULL, "message: %s", ct_last_error(ctx));
+    CT_CHECK_INT(steps, 2);
+    CT_CHECK_INT(r.train_loss_calls, 3);
+    CT_CHECK(all_finite(w, numel));
+    free(w);
+    ct_clear_error(ctx);
+
+    /* skip: the run goes on; the weights are those of a run whose step 3 had a zero gradient
+     * (plain SGD without momentum or decay then leaves the weights unchanged) */
+    ct_option skip_items[] = {{"on_nonfinite", "skip"}};
+    ct_options skip = {skip_items, 1, "test: nonfinite"};
+    float *w_zero;
+    int64_t zsteps, zskipped;
+    st = run_with_bad_step(NULL, 0.0f, 0, &w_zero, &numel, &zsteps, &zskipped, &r);
+    CT_CHECK_INT(st, CT_OK);
+    CT_CHECK_INT(zsteps, 15);
+    CT_CHECK_INT(zskipped, 0);
+    st = run_with_bad_step(&skip, NAN, 0, &w, &numel, &steps, &skipped, &r);
+    CT_CHECK_INT(st, CT_OK);
+    CT_CHECK_INT(skipped, 1);
+    CT_CHECK_INT(steps, 14); /* a step is an update: the skipped one is not counted */
+    CT_CHECK_INT(r.train_loss_calls, 15);
+    CT_CHECK(all_finite(w, numel));
+    CT_CHECK_ARRAYS("skip vs zero-gradient step", w, w_zero, numel, 0, 0);
+    printf("  skip: ct_trainer_step = %lld after 15 batches with 1 skipped\n", (long long)steps);
+    free(w);
+
+    /* rollback: the last good state is the one at the start of the epoch (taken at fit start
+     * and after each finite epoch), so the weights and the step count go back to step 0 and
+     * training goes on with the next batch: the result is that of a run whose first 3 steps
+     * had zero gradients, with 12 steps counted */
+    ct_option rb_items[] = {{"on_nonfinite", "rollback"}};
+    ct_options rb = {rb_items, 1, "test: nonfinite"};
+    free(w_zero);
+    st = run_with_bad_step(NULL, 0.0f, 3, &w_zero, &numel, &zsteps, &zskipped, &r);
+    CT_CHECK_INT(st, CT_OK);
+    st = run_with_bad_step(&rb, NAN, 0, &w, &numel, &steps, &skipped, &r);
+    CT_CHECK_MSG(st == CT_OK, "%s: %s", ct_status_str(st), ct_last_error(ctx));
+    CT_CHECK(all_finite(w, numel));
+    CT_CHECK_INT(steps, 12);
+    CT_CHECK_INT(skipped, 0);
+    CT_CHECK_INT(r.train_loss_calls, 15);
+    CT_CHECK_ARRAYS("rollback vs 3 zero-gradient steps", w, w_zero, numel, 0, 0);
+    free(w);
+    free(w_zero);
+}
+
+static void trainer_should_stop_early_when_the_loss_does_not_improve(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    sp.lr = 0.0f; /* the weights never move: every evaluation ties the first */
+    if (!setup_open(&s, &sp)) return;
+    rec r = {0};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_eval_engine e = valid_engine(&s);
+    ct_option es_items[] = {{"monitor", "valid/loss"}, {"patience", "2"}};
+    ct_options es = {es_items, 2, "test: early_stopping"};
+    ct_trainer_params p = rec_params(&r);
+    p.max_epochs = 10;
+    p.early_stopping = &es;
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        /* evaluation 1 is the best, 2 and 3 tie it: patience 2 reached */
+        CT_CHECK_INT(r.n_evals, 3);
+        CT_CHECK_INT(ct_trainer_epoch(t), 3);
+        CT_CHECK_INT(ct_trainer_step(t), 45);
+        CT_CHECK_CLOSE(r.eval_loss[2], r.eval_loss[0], 0, 0);
+        ct_early_stop *st = ct_trainer_early_stop(t);
+        CT_CHECK(st != NULL && st->state.stopped && st->state.evals == 3 &&
+                 st->state.bad_evals == 2);
+        CT_CHECK(ct_trainer_ema(t) == NULL);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
+static void trainer_should_report_each_new_best(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    sp.lr = 0.02f; /* slow enough that accuracy rises over several epochs */
+    sp.spread = "1";
+    if (!setup_open(&s, &sp)) return;
+    rec r = {0};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_eval_engine e = valid_engine(&s);
+    ct_option mon_items[] = {{"metric", "valid/acc"}, {"mode", "max"}};
+    ct_options mon = {mon_items, 2, "test: monitor"};
+    ct_trainer_params p = rec_params(&r);
+    p.max_epochs = 6;
+    p.monitor = &mon;
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(r.n_evals, 6);
+        /* on_best fires exactly for the evaluations that beat every earlier one */
+        int64_t k = 0;
+        double best = -INFINITY;
+        for (int64_t i = 0; i < r.n_evals; i++) {
+            if (r.eval_acc[i] > best) {
+                best = r.eval_acc[i];
+                CT_CHECK(k < r.n_best && r.best[k] == best &&
+                         strcmp(r.best_metric[k], "valid/acc") == 0);
+                k++;
+            }
+        }
+        CT_CHECK_INT(r.n_best, k);
+        CT_CHECK(k >= 2);
+        ct_monitor *m = ct_trainer_monitor(t);
+        CT_CHECK(m != NULL && m->state.has_best && m->state.best == best);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+
+    /* monitoring the loss, an evaluation whose loss is NaN is never a best */
+    if (!setup_open(&s, &sp)) return;
+    e = valid_engine(&s);
+    memset(&r, 0, sizeof r);
+    r.nan_eval = 1;
+    ct_task nan_task = rec_task(&r);
+    ct_option loss_items[] = {{"metric", "valid/loss"}};
+    ct_options loss_mon = {loss_items, 1, "test: monitor"};
+    p = rec_params(&r);
+    p.max_epochs = 3;
+    p.monitor = &loss_mon;
+    t = make_trainer(&s, &nan_task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(r.n_evals, 3);
+        CT_CHECK(isnan(r.eval_loss[0]) && isfinite(r.eval_loss[1]));
+        CT_CHECK(r.n_best >= 1);
+        for (int64_t i = 0; i < r.n_best && i < MAX_REC; i++)
+            CT_CHECK(!isnan(r.best[i]));
+        CT_CHECK(r.n_best >= 1 && r.best[0] == r.eval_loss[1]);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
+static void trainer_should_evaluate_the_ema_weights(void) {
+    /* the untrained model's metrics, from a second model with the same initialisation */
+    setup ref;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&ref, &sp)) return;
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_eval_engine e_ref = valid_engine(&ref);
+    ct_trainer_params p = ct_trainer_default_params();
+    ct_trainer *t = make_trainer(&ref, &task, &e_ref, 1, &p);
+    double loss0 = NAN, acc0 = NAN;
+    if (t) {
+        CT_CHECK_INT(ct_trainer_evaluate(t, "valid"), CT_OK);
+        int64_t n;
+        const ct_metric_value *v = ct_trainer_metrics(t, "valid", &n);
+        loss0 = value_of(v, n, "valid/loss", NULL);
+        acc0 = value_of(v, n, "valid/acc", NULL);
+        CT_CHECK_INT(ct_trainer_step(t), 0);
+    }
+    bool ref_ok = t != NULL;
+    ct_trainer_destroy(t);
+    float *w_plain = NULL;
+    if (ref_ok) { /* and the weights a run without EMA ends with */
+        p.max_epochs = 2;
+        t = make_trainer(&ref, &task, &e_ref, 1, &p);
+        if (t) CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        w_plain = copy_values(ref.params);
+        ct_trainer_destroy(t);
+    }
+    setup_close(&ref);
+
+    /* decay 1: the shadow keeps the initial weights, so evaluation sees the untrained model */
+    setup s;
+    if (!setup_open(&s, &sp)) {
+        free(w_plain);
+        return;
+    }
+    int64_t numel = ct_params_numel(s.params);
+    float *w0 = copy_values(s.params);
+    rec r = {0};
+    ct_eval_engine e = valid_engine(&s);
+    ct_option ema_items[] = {{"decay", "1"}};
+    ct_options ema = {ema_items, 1, "test: ema"};
+    p = rec_params(&r);
+    p.max_epochs = 2;
+    p.ema = &ema;
+    t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(r.n_evals, 2);
+        for (int64_t i = 0; i < r.n_evals && i < MAX_REC; i++) {
+            CT_CHECK_CLOSE(r.eval_loss[i], loss0, 0, 1e-12);
+            CT_CHECK_CLOSE(r.eval_acc[i], acc0, 0, 0);
+        }
+        ct_ema *em = ct_trainer_ema(t);
+        CT_CHECK(em != NULL && !ct_ema_swapped(em));
+        if (em) CT_CHECK_ARRAYS("EMA shadow = initial", ct_ema_shadow(em), w0, numel, 0, 0);
+        /* the store holds the raw trained weights: those of the same run without EMA */
+        CT_CHECK(memcmp(ct_params_values(s.params), w0, (size_t)numel * sizeof(float)) != 0);
+        if (w_plain)
+            CT_CHECK_ARRAYS("raw weights", ct_params_values(s.params), w_plain, numel, 0, 0);
+    }
+    ct_trainer_destroy(t);
+    free(w0);
+    free(w_plain);
+    setup_close(&s);
+}
+
+static void trainer_should_call_back_in_order_and_honour_their_status(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_eval_engine e = valid_engine(&s);
+    rec r = {0};
+    ct_trainer_params p = rec_params(&r);
+    p.max_epochs = 2;
+    p.steps_per_loop = 15; /* one log per epoch, at its last step */
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_MSG(strcmp(r.events, "SLEPLEPF") == 0, "events %s", r.events);
+        CT_CHECK(r.n_epochs == 2 && r.epoch_arg[0] == 1 && r.epoch_arg[1] == 2);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+
+    /* CT_STOP from on_epoch_end: fit ends cleanly after epoch 1 */
+    if (!setup_open(&s, &sp)) return;
+    e = valid_engine(&s);
+    memset(&r, 0, sizeof r);
+    r.stop_at_epoch = 1;
+    p = rec_params(&r);
+    p.max_epochs = 5;
+    t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(ct_trainer_epoch(t), 1);
+        CT_CHECK_INT(ct_trainer_step(t), 15);
+        CT_CHECK_INT(r.n_evals, 1);
+        printf("  CT_STOP: events %s\n", r.events);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+
+    /* any other status ends fit with that status */
+    if (!setup_open(&s, &sp)) return;
+    e = valid_engine(&s);
+    memset(&r, 0, sizeof r);
+    r.log_status = CT_ERR_IO;
+    p = rec_params(&r);
+    p.max_epochs = 5;
+    p.steps_per_loop = 4;
+    t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_ERR_IO);
+        CT_CHECK_INT(r.n_logs, 1);
+        CT_CHECK_INT(ct_trainer_step(t), 4);
+        CT_CHECK_INT(r.n_evals, 0);
+        printf("  CT_ERR_IO from on_log: events %s\n", r.events);
+    }
+    ct_trainer_destroy(t);
+    ct_clear_error(ctx);
+    setup_close(&s);
+}
+
+static void trainer_should_run_one_batch_each_in_dev_run(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    rec r = {0};
+    ct_task task = rec_task(&r);
+    ct_eval_engine e = valid_engine(&s);
+    ct_trainer_params p = rec_params(&r);
+    p.max_epochs = 10;
+    p.dev_run = true;
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(ct_trainer_step(t), 1);
+        CT_CHECK_INT(r.train_batches, 1);
+        CT_CHECK_INT(r.eval_batches, 1);
+        CT_CHECK_INT(r.n_evals, 1);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
+static void trainer_should_stop_mid_epoch_at_max_steps(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    for (int accum = 1; accum <= 2; accum++) {
+        if (!setup_open(&s, &sp)) return;
+        rec r = {0};
+        ct_task task = rec_task(&r);
+        ct_trainer_params p = rec_params(&r);
+        p.max_epochs = 10;
+        p.max_steps = 7 - 3 * (accum - 1); /* 7 steps, or 4 steps of 2 micro-batches */
+        p.accum_steps = accum;
+        ct_trainer *t = make_trainer(&s, &task, NULL, 0, &p);
+        if (t) {
+            CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+            CT_CHECK_INT(ct_trainer_step(t), p.max_steps);
+            CT_CHECK_INT(ct_optim_steps(s.opt), p.max_steps);
+            CT_CHECK_INT(r.train_batches, p.max_steps * accum);
+            CT_CHECK_INT(ct_trainer_epoch(t), 0);
+            CT_CHECK_INT(r.n_epochs, 0);
+        }
+        ct_trainer_destroy(t);
+        setup_close(&s);
+    }
+}
+
+/* max_steps reached exactly at an epoch's end completes that epoch. */
+static void trainer_should_count_an_epoch_ended_by_max_steps(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    rec r = {0};
+    ct_task task = rec_task(&r);
+    ct_eval_engine e = valid_engine(&s);
+    ct_trainer_params p = rec_params(&r);
+    p.max_epochs = 10;
+    p.max_steps = 15; /* one epoch of 15 batches */
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(ct_trainer_step(t), 15);
+        CT_CHECK_INT(r.train_batches, 15);
+        CT_CHECK_INT(ct_trainer_epoch(t), 1);
+        CT_CHECK_INT(r.n_epochs, 1);
+        CT_CHECK_INT(r.n_evals, 1);
+        CT_CHECK_MSG(strcmp(r.events, "SLLEPF") == 0 || strcmp(r.events, "SLEPF") == 0 ||
+                         strcmp(r.events, "SLEPLF") == 0,
+                     "events %s", r.events);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
+static void trainer_should_evaluate_on_each_engines_cadence(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    rec r = {0};
+    ct_task task = rec_task(&r);
+    /* "valid" every 4 steps only; "test" (the same data) every 2 epochs only */
+    ct_eval_engine e[2] = {valid_engine(&s), valid_engine(&s)};
+    e[0].every_epochs = 0;
+    e[0].every_steps = 4;
+    e[1].key = "test";
+    e[1].every_epochs = 2;
+    ct_trainer_params p = rec_params(&r);
+    p.max_epochs = 4;
+    ct_trainer *t = make_trainer(&s, &task, e, 2, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(r.n_evals, 15); /* steps 4, 8, ..., 60 */
+        for (int64_t i = 0; i < r.n_evals && i < MAX_REC; i++)
+            CT_CHECK_INT(r.eval_step[i], 4 * (i + 1));
+        CT_CHECK_INT(r.n_other_evals, 2); /* after epochs 2 and 4 */
+        int64_t n;
+        CT_CHECK(ct_trainer_metrics(t, "test", &n) != NULL && n == 2);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+
+    /* a skipped step is no step: nothing that runs every N steps runs twice at one count */
+    if (!setup_open(&s, &sp)) return;
+    memset(&r, 0, sizeof r);
+    r.bad_call = 3;
+    r.bad_scale = NAN;
+    task = rec_task(&r);
+    e[0] = valid_engine(&s);
+    e[0].every_epochs = 0;
+    e[0].every_steps = 2;
+    ct_option skip_items[] = {{"on_nonfinite", "skip"}};
+    ct_options skip = {skip_items, 1, "test: nonfinite"};
+    p = rec_params(&r);
+    p.max_epochs = 1;
+    p.steps_per_loop = 2;
+    p.nonfinite = &skip;
+    t = make_trainer(&s, &task, e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(ct_trainer_step(t), 14);
+        CT_CHECK_INT(ct_trainer_skipped_steps(t), 1);
+        CT_CHECK_MSG(r.n_evals == 7, "%lld evaluations at steps %lld %lld %lld ...",
+                     (long long)r.n_evals, (long long)r.eval_step[0], (long long)r.eval_step[1],
+                     (long long)r.eval_step[2]);
+        for (int64_t i = 1; i < r.n_evals && i < MAX_REC; i++)
+            CT_CHECK(r.eval_step[i] > r.eval_step[i - 1]);
+        for (int64_t i = 1; i < r.n_logs && i < MAX_REC; i++)
+            CT_CHECK(r.log_step[i] > r.log_step[i - 1]);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
+static void trainer_should_reject_bad_configurations(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_eval_engine two[2] = {valid_engine(&s), valid_engine(&s)};
+    ct_trainer_params p = ct_trainer_default_params();
+    ct_trainer *t = (ct_trainer *)&s; /* must be reset to NULL */
+    ct_status st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task,
+                                     s.train_loader, two, 2, &p, &t);
+    CT_CHECK_INT(st, CT_ERR_CONFIG);
+    CT_CHECK(t == NULL);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "valid") != NULL, "%s", ct_last_error(ctx));
+
+    struct {
+        int64_t max_epochs, max_steps, accum_steps;
+        const char *key;
+        const char *named, *or_named; /* what the message must name */
+    } cases[] = {
+        {0, 0, 1, "valid", "max_epochs", "max_steps"},    /* no limit at all */
+        {-1, 0, 1, "valid", "max_epochs", "max_epochs"},  /* a negative limit */
+        {1, -5, 1, "valid", "max_steps", "max_steps"},    /* a negative limit */
+        {1, 0, 0, "valid", "accum_steps", "accum_steps"}, /* no micro-batch per step */
+        {1, 0, 1, "va/lid", "va/lid", "engine 0"},        /* a key with '/' */
+    };
+    for (int c = 0; c < 5; c++) {
+        ct_eval_engine e = valid_engine(&s);
+        e.key = cases[c].key;
+        p = ct_trainer_default_params();
+        p.max_epochs = cases[c].max_epochs;
+        p.max_steps = cases[c].max_steps;
+        p.accum_steps = cases[c].accum_steps;
+        t = (ct_trainer *)&s;
+        st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task, s.train_loader, &e,
+                               1, &p, &t);
+        CT_CHECK_MSG(st == CT_ERR_CONFIG && t == NULL, "case %d: %s", c, ct_status_str(st));
+        const char *msg = ct_last_error(ctx);
+        CT_CHECK_MSG(strstr(msg, cases[c].named) || strstr(msg, cases[c].or_named), "case %d: %s",
+                     c, msg);
+    }
+    /* a bad policy option names its key */
+    ct_option bad_items[] = {{"decay", "2"}};
+    ct_options bad = {bad_items, 1, "test: ema"};
+    p = ct_trainer_default_params();
+    p.ema = &bad;
+    t = (ct_trainer *)&s;
+    st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task, s.train_loader, NULL,
+                           0, &p, &t);
+    CT_CHECK_INT(st, CT_ERR_CONFIG);
+    CT_CHECK(t == NULL);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "decay") != NULL, "%s", ct_last_error(ctx));
+    /* early stopping or a monitor on a metric that no engine reports would never act */
+    ct_option typo_items[] = {{"monitor", "valid/accuracy"}, {"mode", "max"}};
+    ct_options typo = {typo_items, 2, "test: early_stopping"};
+    ct_eval_engine e = valid_engine(&s);
+    p = ct_trainer_default_params();
+    p.early_stopping = &typo;
+    t = (ct_trainer *)&s;
+    st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task, s.train_loader, &e, 1,
+                           &p, &t);
+    CT_CHECK_MSG(st == CT_ERR_CONFIG && t == NULL, "early stopping on valid/accuracy: %s",
+                 ct_status_str(st));
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "valid/accuracy") != NULL, "%s", ct_last_error(ctx));
+    if (st == CT_OK) ct_trainer_destroy(t);
+    ct_option mon_items[] = {{"metric", "test/loss"}};
+    ct_options mon = {mon_items, 1, "test: monitor"};
+    p = ct_trainer_default_params();
+    p.monitor = &mon;
+    t = (ct_trainer *)&s;
+    st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task, s.train_loader, &e, 1,
+                           &p, &t);
+    CT_CHECK_MSG(st == CT_ERR_CONFIG && t == NULL, "monitor on test/loss: %s", ct_status_str(st));
+    if (st == CT_OK) ct_trainer_destroy(t);
+    ct_trainer_destroy(NULL);
+    ct_clear_error(ctx);
+    setup_close(&s);
+}
+
+static ct_status lm_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    (void)t;
+    rec *r = user;
+    if (r->n_logs < MAX_REC) r->log_loss[r->n_logs] = value_of(v, n, "train/loss", NULL);
+    r->n_logs++;
+    return CT_OK;
+}
+
+static void trainer_should_train_a_language_model(void) {
+    char path[] = "/tmp/ct_trainer_text_XXXXXX";
+    int fd = mkstemp(path);
+    CT_CHECK(fd >= 0);
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 40; i++)
+        fputs("the quick brown fox jumps over the lazy dog. ", f);
+    fclose(f);
+    ct_option ditems[] = {{"files", path}, {"context", "8"}};
+    ct_options dopts = {ditems, 2, "test: text"};
+    ct_option mitems[] = {
+        {"vocab", "256"}, {"d_model", "16"}, {"n_layer", "1"}, {"n_head", "2"}, {"context", "8"}};
+    ct_options mopts = {mitems, 5, "test: gpt"};
+    ct_dataset *ds = NULL;
+    ct_loader *l = NULL;
+    ct_params *params = NULL;
+    ct_model *m = NULL;
+    ct_optim *opt = NULL;
+    ct_trainer *t = NULL;
+    ct_loader_params lp = ct_loader_default_params();
+    lp.batch_size = 16;
+    lp.to_f32 = false;
+    ct_optim_params op = ct_optim_default_params(CT_OPTIM_ADAM);
+    op.lr = 1e-2f;
+    ct_task task = {CT_TASK_LANGUAGE_MODEL, NULL, NULL, NULL};
+    rec r = {0};
+    ct_trainer_params p = ct_trainer_default_params();
+    p.max_epochs = 0;
+    p.max_steps = 40;
+    p.steps_per_loop = 1;
+    p.callbacks.on_log = lm_log;
+    p.callbacks.user = &r;
+    ct_status st = ct_dataset_open(ctx, "text", &dopts, &ds);
+    if (st == CT_OK) st = ct_loader_create(ctx, ds, &lp, &l);
+    if (st == CT_OK) st = ct_params_create(ctx, &params);
+    if (st == CT_OK)
+        st = ct_model_build_alloc(ctx, "gpt", &mopts, params, CT_I64, 1, (const int64_t[]){8}, 1,
+                                  &m);
+    if (st == CT_OK) st = ct_optim_create(ctx, params, &op, &opt);
+    if (st == CT_OK)
+        st = ct_trainer_create(ctx, m, params, opt, NULL, NULL, &task, l, NULL, 0, &p, &t);
+    if (st == CT_OK) st = ct_trainer_fit(t);
+    CT_CHECK_MSG(st == CT_OK, "%s: %s", ct_status_str(st), ct_last_error(ctx));
+    if (st == CT_OK) {
+        CT_CHECK_INT(ct_trainer_step(t), 40);
+        CT_CHECK_INT(r.n_logs, 40);
+        /* nanoGPT's init gives near-uniform logits: the first loss is about ln 256 */
+        CT_CHECK_CLOSE(r.log_loss[0], log(256.0), 0.15, 0);
+        double tail = (r.log_loss[36] + r.log_loss[37] + r.log_loss[38] + r.log_loss[39]) / 4;
+        CT_CHECK_MSG(tail < r.log_loss[0] - 1.5, "loss %g -> %g", r.log_loss[0], tail);
+    }
+    ct_trainer_destroy(t);
+    ct_optim_destroy(opt);
+    ct_model_destroy(m);
+    ct_params_destroy(params);
+    ct_loader_destroy(l);
+    ct_dataset_destroy(ds);
+    unlink(path);
+}
+
+int main(void) {
+    ct_ctx_params cp = ct_ctx_default_params();
+    cp.n_threads = 2;
+    if (ct_ctx_create(&cp, &ctx) != CT_OK) return 1;
+    CT_RUN(trainer_should_fit_a_classifier_and_report_metrics);
+    CT_RUN(trainer_should_accumulate_like_a_larger_batch);
+    CT_RUN(trainer_should_clip_gradients_by_norm);
+    CT_RUN(trainer_should_clip_gradients_by_value);
+    CT_RUN(trainer_should_apply_the_nonfinite_policies);
+    CT_RUN(trainer_should_stop_early_when_the_loss_does_not_improve);
+    CT_RUN(trainer_should_report_each_new_best);
+    CT_RUN(trainer_should_evaluate_the_ema_weights);
+    CT_RUN(trainer_should_call_back_in_order_and_honour_their_status);
+    CT_RUN(trainer_should_run_one_batch_each_in_dev_run);
+    CT_RUN(trainer_should_stop_mid_epoch_at_max_steps);
+    CT_RUN(trainer_should_count_an_epoch_ended_by_max_steps);
+    CT_RUN(trainer_should_evaluate_on_each_engines_cadence);
+    CT_RUN(trainer_should_reject_bad_configurations);
+    CT_RUN(trainer_should_train_a_language_model);
+    ct_ctx_destroy(ctx);
+    return ct_test_finish();
+}
