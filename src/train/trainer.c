@@ -69,6 +69,7 @@ ct_trainer_params ct_trainer_default_params(void) {
     p.max_epochs = 1;
     p.accum_steps = 1;
     p.steps_per_loop = 10;
+    p.check_grads = true;
     return p;
 }
 
@@ -302,8 +303,18 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     float *grads = ct_params_grads(t->params);
     int64_t n = ct_params_numel(t->params);
     CT_TRY(ct_comm_allreduce_mean_f32(t->comm, grads, n));
+    /* Gradients are checked before anything is applied: the clipping norm shows a non-finite
+     * gradient for free (clip_grad_norm leaves them untouched then); otherwise a scan */
     bool grads_ok = true;
-    CT_TRY(ct_nonfinite_check(ctx, grads, n, &grads_ok));
+    bool clip_norm = t->p.grad_clip_norm > 0.0f;
+    if (clip_norm) {
+        float norm;
+        CT_TRY(ct_optim_clip_grad_norm(ctx, t->params, t->p.grad_clip_norm, &norm));
+        t->grad_norm = norm;
+        grads_ok = isfinite(norm);
+    } else if (t->p.check_grads) {
+        CT_TRY(ct_nonfinite_check(ctx, grads, n, &grads_ok));
+    }
     ct_nonfinite_action action;
     CT_TRY(ct_nonfinite_decide(ctx, &t->nf, loss_ok, grads_ok, &action));
     switch (action) {
@@ -331,11 +342,6 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     }
     if (t->p.grad_clip_value > 0.0f)
         CT_TRY(ct_optim_clip_grad_value(ctx, t->params, t->p.grad_clip_value));
-    if (t->p.grad_clip_norm > 0.0f) {
-        float norm;
-        CT_TRY(ct_optim_clip_grad_norm(ctx, t->params, t->p.grad_clip_norm, &norm));
-        t->grad_norm = norm;
-    }
     ct_optim_step(t->opt);
     ct_params_zero_grad(t->params);
     t->step++;
@@ -365,19 +371,36 @@ static ct_status log_window(ct_trainer *t) {
 
 /* ---- the loop ---- */
 
-/* One pass over the training data; *completed: it reached the epoch's end (or its limit). */
+/*
+ * The rest of the current epoch of training data. Batches are placed in accumulation windows
+ * by their number within the epoch (ct_batch.number), so a loader restored mid-epoch resumes
+ * the same windows. *completed: the epoch (or its limit) was reached; a run stopped earlier
+ * (max_steps, dev_run, a callback) leaves the loader where it stopped.
+ */
 static ct_status train_epoch(ct_trainer *t, bool *completed) {
     ct_ctx *ctx = t->ctx;
     ct_graph *g = t->g;
-    int64_t bpe = ct_loader_batches_per_epoch(t->train);
+    int64_t total = ct_loader_batches_per_epoch(t->train), bpe = total;
     if (t->p.limit_train_batches && t->p.limit_train_batches < bpe) bpe = t->p.limit_train_batches;
     if (t->p.dev_run && bpe > 1) bpe = 1;
     bool window_ok = true;
-    int64_t i = 0;
+    *completed = false;
     ct_batch b;
     ct_status s;
-    while ((s = ct_loader_next(t->train, &b)) == CT_OK && b.size > 0) {
-        if (i >= bpe) break;
+    while ((s = ct_loader_next(t->train, &b)) == CT_OK) {
+        if (b.size == 0) { /* the epoch's end marker */
+            *completed = true;
+            break;
+        }
+        int64_t i = b.number;
+        if (i >= bpe) { /* past the limit: the rest of this epoch is not read */
+            ct_loader_state st = ct_loader_get_state(t->train);
+            st.epoch++;
+            st.next_batch = 0;
+            CT_TRY(ct_loader_set_state(t->train, &st));
+            *completed = true;
+            break;
+        }
         ct_accum_pos pos;
         CT_TRY(ct_accum_window(ctx, bpe, t->p.accum_steps, i, &pos));
         ct_graph_reset(g);
@@ -397,7 +420,6 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         ct_tensor *scaled = pos.length > 1 ? ct_op_scale(g, loss, 1.0f / (float)pos.length) : loss;
         if (ct_graph_backward(g, scaled) != CT_OK)
             return ct_err_wrap(ctx, "training step %lld", (long long)t->step + 1);
-        i++;
         if (!pos.last) continue;
         int64_t before = t->step;
         CT_TRY(finish_window(t, window_ok));
@@ -406,16 +428,23 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             if (t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
             CT_TRY(evaluate_due(t, false));
         }
-        if (t->stop || (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run) break;
+        if (i + 1 >= bpe && bpe < total) { /* the limit is reached: skip to the next epoch */
+            ct_loader_state st = ct_loader_get_state(t->train);
+            st.epoch++;
+            st.next_batch = 0;
+            CT_TRY(ct_loader_set_state(t->train, &st));
+            *completed = true;
+            break;
+        }
+        if (t->stop || (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run) {
+            *completed = i + 1 >= bpe;
+            if (*completed) { /* the marker comes next: take it now so the epoch is closed */
+                CT_TRY(ct_loader_next(t->train, &b));
+            }
+            break;
+        }
     }
-    *completed = i >= bpe;
     if (s != CT_OK) return ct_err_wrap(ctx, "reading training data");
-    if (b.size > 0) { /* stopped before the epoch's end: the next epoch starts afresh */
-        ct_loader_state st = ct_loader_get_state(t->train);
-        st.epoch++;
-        st.next_batch = 0;
-        CT_TRY(ct_loader_set_state(t->train, &st));
-    }
     ct_params_zero_grad(t->params); /* a window cut by max_steps leaves nothing behind */
     return CT_OK;
 }
