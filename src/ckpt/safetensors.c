@@ -168,11 +168,16 @@ ct_status ct_safetensors_save(ct_ctx *ctx,
     for (int64_t i = 0; i < ct_params_count(params); i++) {
         const ct_tensor *t = ct_params_at(params, i);
         const char *dn = dtype_name_of(t->dtype);
+        if (!dn) {
+            ct_free(ctx, b.p, b.cap);
+            return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: tensor '%s' has dtype %d", path, t->name,
+                           (int)t->dtype);
+        }
         char num[64];
         sb_str(&b, ",");
         sb_json(&b, t->name);
         sb_str(&b, ":{\"dtype\":\"");
-        sb_str(&b, dn ? dn : "F32");
+        sb_str(&b, dn);
         sb_str(&b, "\",\"shape\":[");
         for (int32_t d = 0; d < t->ndim; d++) {
             (void)snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)t->shape[d]);
@@ -233,9 +238,12 @@ typedef struct entry {
     uint64_t begin, end;
 } entry;
 
+/* By (begin, end): an empty tensor at an offset sorts before the one that starts there, so
+ * the order of the header's keys does not matter. */
 static int cmp_begin(const void *a, const void *b) {
     const entry *x = a, *y = b;
-    return (x->begin > y->begin) - (x->begin < y->begin);
+    if (x->begin != y->begin) return (x->begin > y->begin) - (x->begin < y->begin);
+    return (x->end > y->end) - (x->end < y->end);
 }
 
 static char *shape_text(const int64_t *shape, int32_t ndim, char *buf, size_t size) {
@@ -305,6 +313,7 @@ static ct_status parse_entry(
 
 static ct_status
 read_at(ct_ctx *ctx, FILE *f, const char *path, uint64_t pos, void *dst, size_t n) {
+    errno = 0;
     if (fseeko(f, (off_t)pos, SEEK_SET) != 0 || fread(dst, 1, n, f) != n)
         return CT_FAIL(ctx, CT_ERR_IO, "%s: reading %zu bytes at offset %llu failed%s%s", path, n,
                        (unsigned long long)pos, errno ? ": " : "", errno ? strerror(errno) : "");
@@ -315,7 +324,8 @@ read_at(ct_ctx *ctx, FILE *f, const char *path, uint64_t pos, void *dst, size_t 
 static ct_status
 load_entry(ct_ctx *ctx, FILE *f, const char *path, uint64_t base, const entry *e, ct_tensor *t) {
     size_t n = (size_t)(e->end - e->begin);
-    if (e->dt->ct == t->dtype && strcmp(e->dt->name, "BF16") != 0)
+    bool bf16 = strcmp(e->dt->name, "BF16") == 0;
+    if ((e->dt->ct == t->dtype && !bf16) || (bf16 && t->dtype == CT_BF16))
         return n ? read_at(ctx, f, path, base + e->begin, t->data, n) : CT_OK;
     if (strcmp(e->dt->name, "BF16") == 0 && t->dtype == CT_F32) {
         ct_bf16 chunk[4096];

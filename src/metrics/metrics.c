@@ -105,8 +105,7 @@ static bool full_name(const char *split, const slot *s, int64_t v, char *buf) {
     s->vt->value_name(s->self, v, part, sizeof part);
     size_t ls = strlen(split), ln = strlen(s->name), lp = strnlen(part, sizeof part - 1);
     if (ls + 1 + ln + lp >= CT_METRIC_NAME_MAX) {
-        memcpy(buf, split, ls < 32 ? ls + 1 : 32); /* enough for the message */
-        buf[CT_METRIC_NAME_MAX - 1] = '\0';
+        (void)snprintf(buf, CT_METRIC_NAME_MAX, "%.32s", split); /* enough for the message */
         return false;
     }
     memcpy(buf, split, ls);

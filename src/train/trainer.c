@@ -24,6 +24,7 @@ typedef struct engine_rt {
     ct_metrics *m;
     bool ran;
     bool feeds_monitor, feeds_early_stop; /* the monitored metrics are among its values */
+    int64_t last_step;                    /* the step of its last cadence run; -1 none */
 } engine_rt;
 
 enum { TRAIN_LOSS, TRAIN_LR, TRAIN_GRAD_NORM, TRAIN_VALUES };
@@ -39,7 +40,7 @@ struct ct_trainer {
     ct_task task;
     ct_loader *train;
     engine_rt *engines;
-    int64_t n_engines;
+    int64_t n_engines, engines_cap; /* engines made so far, engines allocated */
     ct_trainer_params p;
     ct_graph *g;
     int64_t n_classes;
@@ -146,6 +147,18 @@ static ct_tensor *forward_loss(ct_trainer *t,
     return loss;
 }
 
+/* The status of a failed forward or loss: the graph's, else the context's, else an internal
+ * error (a task hook returned NULL without saying why). Never CT_OK. */
+static ct_status failure(ct_trainer *t, const char *where) {
+    ct_status s = ct_graph_status(t->g);
+    if (s == CT_OK) s = ct_last_status(t->ctx);
+    if (s == CT_OK || s == CT_STOP)
+        return CT_FAIL(t->ctx, CT_ERR_INTERNAL, "%s: a task hook returned NULL without an error",
+                       where);
+    ct_err_wrap(t->ctx, "%s", where);
+    return s;
+}
+
 /* ---- callbacks ---- */
 
 /* Runs a callback's result through the stop rule: CT_STOP ends the run cleanly. */
@@ -183,7 +196,7 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
         int64_t items = 0;
         ct_tensor *loss = forward_loss(t, &b, en->e.key, &out, &y, &items);
         if (!loss) {
-            s = ct_graph_status(g);
+            s = failure(t, en->e.key);
             break;
         }
         s = ct_metrics_update(en->m, out, y);
@@ -240,13 +253,18 @@ ct_status ct_trainer_evaluate(ct_trainer *t, const char *key) {
     return run_engine(t, en, false);
 }
 
-static ct_status evaluate_due(ct_trainer *t, bool epoch_end) {
+/* Runs the engines due at this point: at an epoch's end (epoch = the epoch number just
+ * finished, counting from 1) or after a step. An engine never runs twice for the same step
+ * (a step cadence landing on an epoch's last step), so early stopping counts it once. */
+static ct_status evaluate_due(ct_trainer *t, bool epoch_end, int64_t epoch) {
     for (int64_t i = 0; i < t->n_engines && !t->stop; i++) {
         engine_rt *en = &t->engines[i];
         bool due = t->p.dev_run ? epoch_end
-                   : epoch_end  ? en->e.every_epochs > 0 && t->epoch % en->e.every_epochs == 0
+                   : epoch_end  ? en->e.every_epochs > 0 && epoch % en->e.every_epochs == 0
                                 : en->e.every_steps > 0 && t->step % en->e.every_steps == 0;
-        if (due) CT_TRY(run_engine(t, en, true));
+        if (!due || en->last_step == t->step) continue;
+        en->last_step = t->step;
+        CT_TRY(run_engine(t, en, true));
     }
     return CT_OK;
 }
@@ -303,6 +321,11 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     float *grads = ct_params_grads(t->params);
     int64_t n = ct_params_numel(t->params);
     CT_TRY(ct_comm_allreduce_mean_f32(t->comm, grads, n));
+    if (ct_comm_world_size(t->comm) > 1) { /* every rank takes the same decision */
+        float bad = loss_ok ? 0.0f : 1.0f;
+        CT_TRY(ct_comm_allreduce_sum_f32(t->comm, &bad, 1));
+        loss_ok = bad == 0.0f;
+    }
     /* Gradients are checked before anything is applied: the clipping norm shows a non-finite
      * gradient for free (clip_grad_norm leaves them untouched then); otherwise a scan */
     bool grads_ok = true;
@@ -329,6 +352,8 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         ct_nonfinite_get_state(&t->nf, &keep); /* the count survives the rollback */
         snapshot(t, false);
         t->step = t->snap_step;
+        t->window_loss = 0.0; /* the log window restarts with the restored state */
+        t->window_count = 0;
         ct_params_zero_grad(t->params);
         (void)ct_nonfinite_set_state(ctx, &t->nf, &keep);
         ct_log(ctx, CT_LOG_WARN, "non-finite values: rolled back to step %lld (rollback %lld)",
@@ -407,7 +432,7 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         ct_tensor *out, *y;
         int64_t items;
         ct_tensor *loss = forward_loss(t, &b, "train", &out, &y, &items);
-        if (!loss) return ct_err_wrap(ctx, "training step %lld", (long long)t->step + 1);
+        if (!loss) return failure(t, "training");
         float lv = ((const float *)loss->data)[0];
         bool finite = isfinite(lv);
         window_ok = window_ok && finite;
@@ -418,15 +443,14 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         /* each micro-batch weighs 1/length of the window: a short last window is not
          * under-weighted, and the reported loss stays the unscaled mean */
         ct_tensor *scaled = pos.length > 1 ? ct_op_scale(g, loss, 1.0f / (float)pos.length) : loss;
-        if (ct_graph_backward(g, scaled) != CT_OK)
-            return ct_err_wrap(ctx, "training step %lld", (long long)t->step + 1);
+        if (ct_graph_backward(g, scaled) != CT_OK) return failure(t, "training backward");
         if (!pos.last) continue;
         int64_t before = t->step;
         CT_TRY(finish_window(t, window_ok));
         window_ok = true;
         if (t->step > before) { /* a skipped or rolled-back step triggers nothing */
             if (t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
-            CT_TRY(evaluate_due(t, false));
+            CT_TRY(evaluate_due(t, false, 0));
         }
         if (i + 1 >= bpe && bpe < total) { /* the limit is reached: skip to the next epoch */
             ct_loader_state st = ct_loader_get_state(t->train);
@@ -461,16 +485,16 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         if (t->p.max_steps && t->step >= t->p.max_steps) break;
         bool completed = false;
         CT_TRY(train_epoch(t, &completed));
-        if (!completed && !t->stop) {
-            /* cut by max_steps mid-epoch: log what it did and evaluate as at an epoch's end,
-             * without counting the epoch */
+        if (!completed) {
+            /* cut mid-epoch (max_steps, early stopping, a callback): log what it did; after
+             * max_steps, evaluate as at the end of this (uncounted) epoch */
             CT_TRY(log_window(t));
-            CT_TRY(evaluate_due(t, true));
+            if (!t->stop) CT_TRY(evaluate_due(t, true, t->epoch + 1));
             break;
         }
         t->epoch++;
         CT_TRY(log_window(t));
-        CT_TRY(evaluate_due(t, true));
+        CT_TRY(evaluate_due(t, true, t->epoch));
         if (cb->on_epoch_end) CT_TRY(event(t, cb->on_epoch_end(cb->user, t, t->epoch)));
         if (t->snap) snapshot(t, true); /* the epoch ended finite: the new last good state */
         if (t->p.dev_run) break;
@@ -512,8 +536,14 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: clipping thresholds must be >= 0");
     if (task && ((int)task->kind < 0 || task->kind >= CT_TASK_KIND_COUNT))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: task kind %d is unknown", (int)task->kind);
+    if (n_engines < 0 || (n_engines > 0 && !engines))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: %lld engines at %p", (long long)n_engines,
+                       (const void *)engines);
     for (int64_t i = 0; i < n_engines; i++) {
         const ct_eval_engine *e = &engines[i];
+        if (e->n_metrics < 0 || (e->n_metrics > 0 && !e->metrics))
+            return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: engine '%s': %lld metric specs at %p",
+                           e->key ? e->key : "", (long long)e->n_metrics, (const void *)e->metrics);
         if (!e->key || !e->key[0] || strchr(e->key, '/') || !strcmp(e->key, "train") || !e->loader)
             return CT_FAIL(ctx, CT_ERR_CONFIG,
                            "trainer: engine %lld ('%s') needs a key (not 'train', no '/') and a "
@@ -572,10 +602,12 @@ ct_status ct_trainer_create(ct_ctx *ctx,
             s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: allocating engines");
         else
             memset(t->engines, 0, (size_t)n_engines * sizeof *t->engines);
+        if (t->engines) t->engines_cap = n_engines;
     }
     for (int64_t i = 0; s == CT_OK && i < n_engines; i++) {
         engine_rt *en = &t->engines[i];
         en->e = engines[i];
+        en->last_step = -1;
         t->n_engines = i + 1;
         /* the engine's metrics plus its loss */
         int64_t nm = engines[i].n_metrics;
@@ -626,7 +658,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_ctx *ctx = t->ctx;
     for (int64_t i = 0; i < t->n_engines; i++)
         ct_metrics_destroy(t->engines[i].m);
-    ct_free(ctx, t->engines, (size_t)(t->n_engines ? t->n_engines : 1) * sizeof *t->engines);
+    ct_free(ctx, t->engines, (size_t)t->engines_cap * sizeof *t->engines);
     ct_ema_destroy(t->ema);
     ct_graph_destroy(t->g);
     if (t->own_comm) ct_comm_destroy(t->comm);

@@ -1008,6 +1008,65 @@ static void trainer_should_evaluate_on_each_engines_cadence(void) {
     setup_close(&s);
 }
 
+/* An engine whose step cadence lands on an epoch's last step runs once for that step, and
+ * early stopping counts it once. */
+static void trainer_should_evaluate_once_per_step(void) {
+    setup s;
+    setup_params sp = setup_defaults(); /* 480 training samples, batch 32: 15 steps/epoch */
+    if (!setup_open(&s, &sp)) return;
+    rec r = {0};
+    ct_task task = rec_task(&r);
+    ct_eval_engine e = valid_engine(&s); /* every epoch ... */
+    e.every_steps = 15;                  /* ... and every 15 steps: the same points */
+    ct_trainer_params p = rec_params(&r);
+    p.max_epochs = 2;
+    ct_option es_items[] = {{"monitor", "valid/loss"}, {"patience", "5"}};
+    ct_options es = {es_items, 2, "test: early_stopping"};
+    p.early_stopping = &es;
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(r.n_evals, 2);
+        CT_CHECK(r.eval_step[0] == 15 && r.eval_step[1] == 30);
+        CT_CHECK_INT(ct_trainer_early_stop(t)->state.evals, 2);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
+/* A task hook that fails (returns NULL after CT_FAIL) fails fit and evaluate with its status. */
+static ct_tensor *failing_loss(void *user, ct_graph *g, ct_tensor *output, ct_tensor *target) {
+    (void)g, (void)output, (void)target;
+    int64_t *calls = user;
+    if (++*calls >= 3) {
+        CT_FAIL(ctx, CT_ERR_IO, "user loss failed on purpose");
+        return NULL;
+    }
+    ct_cross_entropy_params ce = ct_cross_entropy_default_params();
+    return ct_loss_cross_entropy(g, output, target, &ce);
+}
+
+static void trainer_should_fail_when_a_task_hook_fails(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    int64_t calls = 0;
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, failing_loss, &calls};
+    ct_eval_engine e = valid_engine(&s);
+    ct_trainer_params p = ct_trainer_default_params();
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_ERR_IO);
+        CT_CHECK(strstr(ct_last_error(ctx), "user loss failed on purpose") != NULL);
+        CT_CHECK_INT(ct_trainer_step(t), 2);
+        CT_CHECK_INT(ct_trainer_evaluate(t, "valid"), CT_ERR_IO);
+    }
+    ct_trainer_destroy(t);
+    /* a hook that returns NULL without saying why is an internal error, not success */
+    ct_clear_error(ctx);
+    setup_close(&s);
+}
+
 static void trainer_should_reject_bad_configurations(void) {
     setup s;
     setup_params sp = setup_defaults();
@@ -1084,6 +1143,22 @@ static void trainer_should_reject_bad_configurations(void) {
     ct_trainer_destroy(NULL);
     ct_clear_error(ctx);
     setup_close(&s);
+    {
+        setup s2;
+        setup_params sp2 = setup_defaults();
+        if (setup_open(&s2, &sp2)) {
+            ct_eval_engine neg = valid_engine(&s2);
+            neg.n_metrics = -1;
+            ct_trainer_params bp = ct_trainer_default_params();
+            ct_trainer *bt = (ct_trainer *)1;
+            CT_CHECK_INT(ct_trainer_create(ctx, s2.model, s2.params, s2.opt, NULL, NULL, NULL,
+                                           s2.train_loader, &neg, 1, &bp, &bt),
+                         CT_ERR_CONFIG);
+            CT_CHECK(bt == NULL);
+            CT_CHECK(strstr(ct_last_error(ctx), "engine 'valid': -1 metric specs") != NULL);
+            setup_close(&s2);
+        }
+    }
 }
 
 static ct_status lm_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
@@ -1172,6 +1247,8 @@ int main(void) {
     CT_RUN(trainer_should_stop_mid_epoch_at_max_steps);
     CT_RUN(trainer_should_count_an_epoch_ended_by_max_steps);
     CT_RUN(trainer_should_evaluate_on_each_engines_cadence);
+    CT_RUN(trainer_should_evaluate_once_per_step);
+    CT_RUN(trainer_should_fail_when_a_task_hook_fails);
     CT_RUN(trainer_should_reject_bad_configurations);
     CT_RUN(trainer_should_train_a_language_model);
     ct_ctx_destroy(ctx);
