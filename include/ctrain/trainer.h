@@ -61,7 +61,10 @@ typedef struct ct_eval_engine {
     ct_loader *loader;             /* CT_SHARD_EVAL sharding for exact sharded metrics */
     int64_t every_epochs;          /* run after every N epochs; 0 = not by epochs */
     int64_t every_steps;           /* run after every N steps; 0 = not by steps */
-    const ct_metric_spec *metrics; /* besides the loss, which is always "<key>/loss" */
+    const ct_metric_spec *metrics; /* besides the loss, which is always "<key>/loss"; none
+                                     (n_metrics 0): the task's defaults: accuracy for
+                                     classification, mse and mae for regression, perplexity
+                                     for language models */
     int64_t n_metrics;
 } ct_eval_engine;
 
@@ -80,6 +83,9 @@ typedef struct ct_trainer_callbacks {
     ct_status (*on_epoch_end)(void *user, ct_trainer *t, int64_t epoch);
     ct_status (*on_fit_end)(void *user, ct_trainer *t);
     void *user;
+    /* fit is ending with a failure (status s, message in ct_last_error); called once, before
+       fit returns s. Its own result is ignored. May be NULL. */
+    void (*on_exception)(void *user, ct_trainer *t, ct_status s);
 } ct_trainer_callbacks;
 
 typedef struct ct_trainer_params {

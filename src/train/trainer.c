@@ -473,7 +473,16 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
     return CT_OK;
 }
 
+static ct_status fit(ct_trainer *t);
+
 ct_status ct_trainer_fit(ct_trainer *t) {
+    ct_status s = fit(t);
+    if (s != CT_OK && t->p.callbacks.on_exception)
+        t->p.callbacks.on_exception(t->p.callbacks.user, t, s);
+    return s;
+}
+
+static ct_status fit(ct_trainer *t) {
     ct_ctx *ctx = t->ctx;
     const ct_trainer_callbacks *cb = &t->p.callbacks;
     t->stop = false;
@@ -505,6 +514,30 @@ ct_status ct_trainer_fit(ct_trainer *t) {
 }
 
 /* ---- create / destroy / queries ---- */
+
+static const ct_option perplexity_from_loss[] = {{"source", "loss"}};
+static const ct_metric_spec default_classification[] = {{"accuracy", NULL, NULL, {NULL, 0, NULL}}};
+static const ct_metric_spec default_regression[] = {{"mse", NULL, NULL, {NULL, 0, NULL}},
+                                                    {"mae", NULL, NULL, {NULL, 0, NULL}}};
+static const ct_metric_spec default_lm[] = {
+    {"perplexity", NULL, NULL, {perplexity_from_loss, 1, "trainer: default metrics"}}};
+
+/* The metrics an engine gets when it names none. */
+static const ct_metric_spec *task_default_metrics(ct_task_kind kind, int64_t *n) {
+    switch (kind) {
+    case CT_TASK_REGRESSION:
+        *n = 2;
+        return default_regression;
+    case CT_TASK_LANGUAGE_MODEL:
+        *n = 1;
+        return default_lm;
+    case CT_TASK_CLASSIFICATION:
+    case CT_TASK_KIND_COUNT:
+        break;
+    }
+    *n = 1;
+    return default_classification;
+}
 
 ct_status ct_trainer_create(ct_ctx *ctx,
                             ct_model *model,
@@ -611,12 +644,14 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         t->n_engines = i + 1;
         /* the engine's metrics plus its loss */
         int64_t nm = engines[i].n_metrics;
+        const ct_metric_spec *given = engines[i].metrics;
+        if (nm == 0) given = task_default_metrics(t->task.kind, &nm);
         ct_metric_spec *specs = ct_alloc(ctx, (size_t)(nm + 1) * sizeof *specs);
         if (!specs) {
             s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: engine '%s': metric specs", engines[i].key);
             break;
         }
-        if (nm) memcpy(specs, engines[i].metrics, (size_t)nm * sizeof *specs);
+        if (nm) memcpy(specs, given, (size_t)nm * sizeof *specs);
         memset(&specs[nm], 0, sizeof *specs);
         specs[nm].type = "loss";
         s = ct_metrics_create(ctx, engines[i].key, t->n_classes, specs, nm + 1, &en->m);

@@ -253,10 +253,15 @@ static ct_status rec_fit_end(void *user, ct_trainer *t) {
     return CT_OK;
 }
 
+static void rec_exception(void *user, ct_trainer *t, ct_status s) {
+    (void)t, (void)s;
+    push_event(user, 'X');
+}
+
 static ct_trainer_params rec_params(rec *r) {
     ct_trainer_params p = ct_trainer_default_params();
     ct_trainer_callbacks cb = {rec_fit_start, rec_log, rec_eval_end, rec_best, rec_epoch_end,
-                               rec_fit_end,   r};
+                               rec_fit_end,   r,       rec_exception};
     p.callbacks = cb;
     return p;
 }
@@ -1053,17 +1058,40 @@ static void trainer_should_fail_when_a_task_hook_fails(void) {
     int64_t calls = 0;
     ct_task task = {CT_TASK_CLASSIFICATION, NULL, failing_loss, &calls};
     ct_eval_engine e = valid_engine(&s);
-    ct_trainer_params p = ct_trainer_default_params();
+    rec r = {0};
+    ct_trainer_params p = rec_params(&r);
     ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
     if (t) {
         CT_CHECK_INT(ct_trainer_fit(t), CT_ERR_IO);
         CT_CHECK(strstr(ct_last_error(ctx), "user loss failed on purpose") != NULL);
+        CT_CHECK(strcmp(r.events, "SX") == 0); /* fit start, then the exception; no fit end */
         CT_CHECK_INT(ct_trainer_step(t), 2);
         CT_CHECK_INT(ct_trainer_evaluate(t, "valid"), CT_ERR_IO);
     }
     ct_trainer_destroy(t);
     /* a hook that returns NULL without saying why is an internal error, not success */
     ct_clear_error(ctx);
+    setup_close(&s);
+}
+
+/* An engine that names no metrics gets the task's defaults besides its loss. */
+static void trainer_should_use_the_tasks_default_metrics(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    ct_eval_engine e = valid_engine(&s);
+    e.metrics = NULL;
+    e.n_metrics = 0;
+    ct_trainer_params p = ct_trainer_default_params();
+    ct_trainer *t = make_trainer(&s, NULL, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_evaluate(t, "valid"), CT_OK);
+        int64_t n;
+        const ct_metric_value *v = ct_trainer_metrics(t, "valid", &n);
+        CT_CHECK_INT(n, 2);
+        CT_CHECK(v && strcmp(v[0].name, "valid/acc") == 0 && strcmp(v[1].name, "valid/loss") == 0);
+    }
+    ct_trainer_destroy(t);
     setup_close(&s);
 }
 
@@ -1249,6 +1277,7 @@ int main(void) {
     CT_RUN(trainer_should_evaluate_on_each_engines_cadence);
     CT_RUN(trainer_should_evaluate_once_per_step);
     CT_RUN(trainer_should_fail_when_a_task_hook_fails);
+    CT_RUN(trainer_should_use_the_tasks_default_metrics);
     CT_RUN(trainer_should_reject_bad_configurations);
     CT_RUN(trainer_should_train_a_language_model);
     ct_ctx_destroy(ctx);
