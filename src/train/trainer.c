@@ -216,7 +216,10 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
     ct_graph_set_grad_enabled(g, true);
     ct_graph_set_training(g, true);
     if (t->ema) ct_ema_end_eval(t->ema); /* the raw weights are back on every path */
-    if (s != CT_OK) return ct_err_wrap(ctx, "evaluating '%s'", en->e.key);
+    if (s != CT_OK) {
+        ct_err_wrap(ctx, "evaluating '%s'", en->e.key);
+        return s;
+    }
     double *acc;
     int64_t n_acc;
     ct_metrics_accumulators(en->m, &acc, &n_acc);
@@ -230,14 +233,12 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
     if (!policies) return CT_OK;
     double value;
     if (en->feeds_monitor && ct_metrics_get(en->m, t->monitor.metric, &value) == CT_OK) {
-        if (ct_monitor_is_better(&t->monitor, value)) {
-            if (t->p.callbacks.on_best)
-                CT_TRY(event(
-                    t, t->p.callbacks.on_best(t->p.callbacks.user, t, t->monitor.metric, value)));
-            ct_monitor_update(&t->monitor, value, t->step, NULL);
-        } else {
-            ct_monitor_update(&t->monitor, value, t->step, NULL);
-        }
+        /* on_best sees the improvement before it is recorded: a failed best save keeps the
+         * old best */
+        if (ct_monitor_is_better(&t->monitor, value) && t->p.callbacks.on_best)
+            CT_TRY(
+                event(t, t->p.callbacks.on_best(t->p.callbacks.user, t, t->monitor.metric, value)));
+        ct_monitor_update(&t->monitor, value, t->step, NULL);
     }
     if (en->feeds_early_stop && ct_metrics_get(en->m, t->es.monitor.metric, &value) == CT_OK) {
         bool stop = false;
