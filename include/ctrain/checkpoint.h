@@ -7,16 +7,33 @@
  * Names are the ct_params store's (PyTorch state_dict names), so the file loads into the
  * equivalent PyTorch module with load_state_dict(strict=True) through safetensors.torch.
  *
- * Checkpoint directories (model, optimizer and trainer state, checksums, retention) build on
- * this with the checkpoint issue.
+ * Checkpoint directories build on this (format version 1, docs/checkpoints.md):
  *
- * Ownership: nothing returned here needs freeing; files are written to `path.tmp`, flushed to
- * disk and renamed over `path`, so a crash never leaves a half-written file under `path`.
+ *     <root>/checkpoints/step-00000120/   model.safetensors       the ct_params store
+ *                                         ema.safetensors         an EMA store (optional)
+ *                                         optimizer.safetensors   each optimizer buffer as a
+ *                                                                 [numel] F32 tensor under its
+ *                                                                 name, plus "steps" (I64 scalar)
+ *                                         state.json              written last: format_version,
+ *                                                                 ctrain_version, step, epoch,
+ *                                                                 the caller's "state" object and
+ *                                                                 "files": {name: {bytes, crc32c}}
+ *     <root>/checkpoints/latest, best      pointer files holding a directory name ("step-...")
+ *
+ * A save writes step-N.tmp/, fsyncs every file and the directory, renames it to step-N/,
+ * fsyncs checkpoints/, then replaces the pointers (tmp + fsync + rename), and only then deletes
+ * what retention drops. A load checks every file's size and CRC-32C against state.json before
+ * reading any weights.
+ *
+ * Ownership: nothing returned here needs freeing except the JSON state of ct_checkpoint_load
+ * (json_decref). Files are written to a temporary name, flushed to disk and renamed, so a crash
+ * never leaves a half-written file under a final name.
  */
 #ifndef CTRAIN_CHECKPOINT_H
 #define CTRAIN_CHECKPOINT_H
 
 #include "ctrain/nn.h"
+#include "ctrain/optim.h"
 #include "ctrain/options.h"
 
 #ifdef __cplusplus
@@ -53,6 +70,95 @@ CT_API ct_status ct_safetensors_load(ct_ctx *ctx,
                                      const char *path,
                                      const ct_safetensors_load_params *p,
                                      int64_t *loaded);
+
+/* ---- checkpoint directories ---- */
+
+struct json_t; /* jansson's JSON value (json_t in <jansson.h>) */
+
+/* The state.json format this ctrain writes and the newest it reads. */
+#define CT_CHECKPOINT_FORMAT_VERSION 1
+
+/* CRC-32C (Castagnoli) of n bytes, continuing from crc (start with 0): the checksum recorded
+ * for every checkpoint file. crc32c("123456789") = 0xE3069283. */
+CT_API uint32_t ct_crc32c(uint32_t crc, const void *data, size_t n);
+
+typedef struct ct_checkpoint_save_params {
+    int64_t step;          /* names the directory step-%08lld; >= 0; required */
+    int64_t epoch;         /* recorded in state.json; default 0 */
+    const ct_params *ema;  /* a second store saved as ema.safetensors; NULL = none */
+    const ct_optim *optim; /* its buffers and step count as optimizer.safetensors; NULL = none */
+    struct json_t *state;  /* a JSON object (borrowed, not modified) saved as state.json's
+                              "state": trainer, loader, RNG, scheduler, policy and user state;
+                              NULL = {} */
+    bool best;             /* also point `best` at this checkpoint; default false */
+    int64_t keep;          /* after the save, delete all but the newest `keep` checkpoints, never
+                              the ones `latest` and `best` point to; 0 (default) keeps all */
+} ct_checkpoint_save_params;
+
+CT_API ct_checkpoint_save_params ct_checkpoint_save_default_params(void);
+
+/*
+ * Saves params (an allocated store; its trainable values and buffers) and what p adds as the
+ * checkpoint <root>/checkpoints/step-<8 digits>/, creating root and checkpoints/ when missing,
+ * and points `latest` (and `best` when asked) at it. Left-over *.tmp entries of an interrupted
+ * save are removed first. saved_path (may be NULL) receives the directory's path.
+ * Errors: CT_ERR_IO naming the path, the operation and strerror (a full disk, a directory
+ * step-N that already exists, ...): the previous checkpoints and pointers are then unchanged
+ * and nothing half-written has a final name. A failure to delete an old checkpoint after the
+ * new one is published is only logged (CT_LOG_WARN): the save itself succeeded.
+ */
+CT_API ct_status ct_checkpoint_save(ct_ctx *ctx,
+                                    const char *root,
+                                    const ct_params *params,
+                                    const ct_checkpoint_save_params *p,
+                                    char *saved_path,
+                                    size_t saved_path_size);
+
+/*
+ * Loads a checkpoint. which is "latest", "best", the name of a directory under
+ * <root>/checkpoints ("step-00000120") or any checkpoint directory's path. Before any tensor
+ * is read, state.json must parse, its format_version must be at most
+ * CT_CHECKPOINT_FORMAT_VERSION (a newer one fails with a hint to upgrade), and every file it
+ * lists must have the recorded size and CRC-32C (a mismatch names the file and both checksums).
+ * Then params, ema and optim (the last two may be NULL: not loaded) are loaded strictly: the
+ * checkpoint must hold exactly their tensors, with their shapes; a requested ema or optimizer
+ * file that the checkpoint lacks is an error.
+ * For "latest" only: when the checkpoint `latest` names is damaged or incomplete (or the
+ * pointer is missing), the newest checkpoint directory that verifies (not newer than the
+ * damaged one) is loaded instead, with a CT_LOG_WARN message naming both; a newer format or a
+ * model that does not fit is never a reason to fall back.
+ * Outputs (each may be NULL): *state_out the saved "state" object, a new reference the caller
+ * frees with json_decref; *step_out and *epoch_out; loaded_path the directory loaded. On failure
+ * *state_out is NULL and the stores may be partly written (load again or reinitialise).
+ */
+CT_API ct_status ct_checkpoint_load(ct_ctx *ctx,
+                                    const char *root,
+                                    const char *which,
+                                    ct_params *params,
+                                    ct_params *ema,
+                                    ct_optim *optim,
+                                    struct json_t **state_out,
+                                    int64_t *step_out,
+                                    int64_t *epoch_out,
+                                    char *loaded_path,
+                                    size_t loaded_path_size);
+
+/*
+ * Checks a checkpoint directory without loading it: state.json parses, its format version is
+ * supported, and every listed file has its recorded size and CRC-32C. *step_out may be NULL.
+ */
+CT_API ct_status ct_checkpoint_verify(ct_ctx *ctx, const char *dir, int64_t *step_out);
+
+/*
+ * The steps of the checkpoint directories under <root>/checkpoints (step-N, not *.tmp),
+ * newest first, without verifying them: up to cap of them in steps[] (may be NULL when cap is
+ * 0), and the total in *count. A missing checkpoints/ directory gives 0.
+ */
+CT_API ct_status
+ct_checkpoint_list(ct_ctx *ctx, const char *root, int64_t *steps, int64_t cap, int64_t *count);
+
+/* Removes the left-over *.tmp entries of interrupted saves under <root>/checkpoints. */
+CT_API ct_status ct_checkpoint_cleanup(ct_ctx *ctx, const char *root);
 
 #ifdef __cplusplus
 }

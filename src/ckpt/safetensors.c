@@ -1,12 +1,14 @@
 /*
- * safetensors.c - writing and reading a ct_params store as a safetensors file.
+ * safetensors.c - writing and reading a ct_params store (or, for checkpoint.c, any list of
+ * named tensors: the optimizer's buffers) as a safetensors file.
  *
  * Writing: the JSON header is built by hand (names escaped), padded with spaces to a multiple
  * of 8 bytes, and written with the data to path.tmp, which is flushed, fsynced and renamed over
- * path; the directory is fsynced after the rename. Reading: the header is parsed with jansson
- * and every number in it is checked against the file before it is used; tensor data is read
- * straight into the store's tensors (bf16 converted in small chunks), so loading never holds a
- * second copy of the model.
+ * path; the directory is fsynced after the rename. The writer also returns the file's size and
+ * CRC-32C, computed from the bytes as they go out, for a checkpoint's state.json. Reading: the
+ * header is parsed with jansson and every number in it is checked against the file before it is
+ * used; tensor data is read straight into the store's tensors (bf16 converted in small chunks), so
+ * loading never holds a second copy of the model.
  *
  * Ownership: all temporary memory comes from the context's allocator and is freed before
  * returning; jansson's own allocations are freed with json_decref.
@@ -20,8 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/core_internal.h"
-#include "ctrain/checkpoint.h"
+#include "ckpt/ckpt_internal.h"
 
 #define MAX_HEADER ((uint64_t)100 << 20) /* as the reference implementation */
 
@@ -145,13 +146,22 @@ static ct_status sync_dir(ct_ctx *ctx, const char *path) {
     return r == 0 ? CT_OK : io_fail(ctx, dir, "fsync of the directory");
 }
 
-ct_status ct_safetensors_save(ct_ctx *ctx,
-                              const ct_params *params,
-                              const char *path,
-                              const ct_option *metadata,
-                              int64_t n_metadata) {
-    if (!ct_params_values(params) && ct_params_count(params) > 0)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: the parameter store is not allocated", path);
+/* fwrite that also counts the bytes and carries their CRC-32C. */
+static bool put(FILE *f, const void *p, size_t n, uint64_t *bytes, uint32_t *crc) {
+    if (n == 0) return true;
+    *crc = ct_crc32c(*crc, p, n);
+    *bytes += n;
+    return fwrite(p, 1, n, f) == n;
+}
+
+ct_status ct_st_write(ct_ctx *ctx,
+                      const char *path,
+                      const ct_tensor *const *tensors,
+                      int64_t n_tensors,
+                      const ct_option *metadata,
+                      int64_t n_metadata,
+                      uint64_t *bytes_out,
+                      uint32_t *crc_out) {
     for (int64_t i = 0; i < n_metadata; i++)
         if (strcmp(metadata[i].key, "format") == 0)
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: metadata key 'format' is reserved", path);
@@ -165,8 +175,8 @@ ct_status ct_safetensors_save(ct_ctx *ctx,
     }
     sb_str(&b, "}");
     uint64_t offset = 0;
-    for (int64_t i = 0; i < ct_params_count(params); i++) {
-        const ct_tensor *t = ct_params_at(params, i);
+    for (int64_t i = 0; i < n_tensors; i++) {
+        const ct_tensor *t = tensors[i];
         const char *dn = dtype_name_of(t->dtype);
         if (!dn) {
             ct_free(ctx, b.p, b.cap);
@@ -210,12 +220,11 @@ ct_status ct_safetensors_save(ct_ctx *ctx,
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)b.len >> (8 * i));
-    bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(b.p, 1, b.len, f) == b.len;
-    for (int64_t i = 0; ok && i < ct_params_count(params); i++) {
-        const ct_tensor *t = ct_params_at(params, i);
-        size_t n = ct_tensor_nbytes(t);
-        ok = n == 0 || fwrite(t->data, 1, n, f) == n;
-    }
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    bool ok = put(f, len8, 8, &bytes, &crc) && put(f, b.p, b.len, &bytes, &crc);
+    for (int64_t i = 0; ok && i < n_tensors; i++)
+        ok = put(f, tensors[i]->data, ct_tensor_nbytes(tensors[i]), &bytes, &crc);
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ct_status s = ok ? CT_OK : io_fail(ctx, tmp, "writing");
     if (fclose(f) != 0 && s == CT_OK) s = io_fail(ctx, tmp, "closing");
@@ -225,7 +234,27 @@ ct_status ct_safetensors_save(ct_ctx *ctx,
         (void)remove(tmp); /* the previous file at path, if any, is untouched */
         return s;
     }
+    if (bytes_out) *bytes_out = bytes;
+    if (crc_out) *crc_out = crc;
     return sync_dir(ctx, path);
+}
+
+ct_status ct_safetensors_save(ct_ctx *ctx,
+                              const ct_params *params,
+                              const char *path,
+                              const ct_option *metadata,
+                              int64_t n_metadata) {
+    if (!ct_params_values(params) && ct_params_count(params) > 0)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: the parameter store is not allocated", path);
+    int64_t n = ct_params_count(params);
+    size_t size = (size_t)(n ? n : 1) * sizeof(ct_tensor *);
+    const ct_tensor **list = ct_alloc(ctx, size);
+    if (!list) return CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %lld tensors", path, (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        list[i] = ct_params_at(params, i);
+    ct_status s = ct_st_write(ctx, path, list, n, metadata, n_metadata, NULL, NULL);
+    ct_free(ctx, list, size);
+    return s;
 }
 
 /* ---- reading ---- */
@@ -342,17 +371,47 @@ load_entry(ct_ctx *ctx, FILE *f, const char *path, uint64_t base, const entry *e
                    e->name, e->dt->name, ct_dtype_name(t->dtype), t->name);
 }
 
+/* The target of a read: a store, or a plain list of tensors. */
+static int64_t target_count(const ct_params *params, int64_t n) {
+    return params ? ct_params_count(params) : n;
+}
+
+static ct_tensor *target_at(const ct_params *params, ct_tensor *const *list, int64_t i) {
+    return params ? ct_params_at(params, i) : list[i];
+}
+
+static ct_tensor *
+target_find(const ct_params *params, ct_tensor *const *list, int64_t n, const char *name) {
+    if (params) return ct_params_find(params, name);
+    for (int64_t i = 0; i < n; i++)
+        if (strcmp(list[i]->name, name) == 0) return list[i];
+    return NULL;
+}
+
 ct_status ct_safetensors_load(ct_ctx *ctx,
                               ct_params *params,
                               const char *path,
                               const ct_safetensors_load_params *lp,
                               int64_t *loaded) {
+    if (loaded) *loaded = 0;
+    if (!ct_params_values(params) && ct_params_count(params) > 0)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: the parameter store is not allocated", path);
+    return ct_st_read(ctx, path, params, NULL, 0, lp, "the model", loaded);
+}
+
+ct_status ct_st_read(ct_ctx *ctx,
+                     const char *path,
+                     ct_params *params,
+                     ct_tensor *const *list,
+                     int64_t n_list,
+                     const ct_safetensors_load_params *lp,
+                     const char *what,
+                     int64_t *loaded) {
     ct_safetensors_load_params p = lp ? *lp : ct_safetensors_load_default_params();
     const char *prefix = p.prefix ? p.prefix : "";
     size_t plen = strlen(prefix);
     if (loaded) *loaded = 0;
-    if (!ct_params_values(params) && ct_params_count(params) > 0)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: the parameter store is not allocated", path);
+    int64_t n_target = target_count(params, n_list);
     FILE *f = fopen(path, "rb");
     if (!f) return io_fail(ctx, path, "opening");
     struct stat stt;
@@ -455,21 +514,21 @@ ct_status ct_safetensors_load(ct_ctx *ctx,
     for (size_t i = 0; i < n_entries; i++) {
         const entry *e = &entries[i];
         ct_tensor *t = NULL;
-        if (strncmp(e->name, prefix, plen) == 0) t = ct_params_find(params, e->name + plen);
+        if (strncmp(e->name, prefix, plen) == 0)
+            t = target_find(params, list, n_list, e->name + plen);
         if (!t) {
             if (p.strict) {
                 s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                            "%s: tensor '%s' is not a parameter or buffer of the model (strict "
-                            "loading)",
-                            path, e->name);
+                            "%s: tensor '%s' is not a %s of %s (strict loading)", path, e->name,
+                            params ? "parameter or buffer" : "tensor", what);
                 goto done;
             }
             continue;
         }
         char a[200], b2[200];
         if (e->ndim != t->ndim || memcmp(e->shape, t->shape, (size_t)e->ndim * 8) != 0) {
-            s = CT_FAIL(ctx, CT_ERR_SHAPE, "%s: tensor '%s': shape %s, the model expects %s", path,
-                        e->name, shape_text(e->shape, e->ndim, a, sizeof a),
+            s = CT_FAIL(ctx, CT_ERR_SHAPE, "%s: tensor '%s': shape %s, %s expects %s", path,
+                        e->name, shape_text(e->shape, e->ndim, a, sizeof a), what,
                         ct_shape_str(t, b2, sizeof b2));
             goto done;
         }
@@ -477,17 +536,16 @@ ct_status ct_safetensors_load(ct_ctx *ctx,
         if (s != CT_OK) goto done;
         done_count++;
     }
-    if (p.strict && done_count != ct_params_count(params)) {
-        for (int64_t i = 0; i < ct_params_count(params); i++) {
-            const ct_tensor *t = ct_params_at(params, i);
+    if (p.strict && done_count != n_target) {
+        for (int64_t i = 0; i < n_target; i++) {
+            const ct_tensor *t = target_at(params, list, i);
             bool found = false;
             for (size_t k = 0; k < n_entries && !found; k++)
                 found = strncmp(entries[k].name, prefix, plen) == 0 &&
                         strcmp(entries[k].name + plen, t->name) == 0;
             if (!found) {
-                s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                            "%s: the model's '%s%s' is missing (strict loading)", path, prefix,
-                            t->name);
+                s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: %s's '%s%s' is missing (strict loading)", path,
+                            what, prefix, t->name);
                 goto done;
             }
         }

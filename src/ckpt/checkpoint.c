@@ -1,0 +1,820 @@
+/*
+ * checkpoint.c - checkpoint directories: <root>/checkpoints/step-<8 digits>/ with the model,
+ * an optional EMA store, the optimizer's buffers and state.json (the manifest, written last),
+ * plus the pointer files `latest` and `best`.
+ *
+ * Invariant: a name without ".tmp" is only ever given to something complete and on disk. A save
+ * writes into step-N.tmp/, fsyncs every file and the directory, renames the directory and
+ * fsyncs checkpoints/ (the commit point), then replaces the pointers by tmp + fsync + rename,
+ * and only then deletes what retention drops (renamed to *.del.tmp first, so a crash half-way
+ * through a delete leaves a .tmp to clean up, never a damaged checkpoint under a final name).
+ * A load trusts nothing it has not checked: every file's size and CRC-32C against state.json.
+ *
+ * Ownership: temporary memory comes from the context's allocator; jansson's values are freed
+ * with json_decref. No state outlives a call.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_internal.h"
+#include "ctrain/ctrain.h"
+
+#define PATH_SIZE      4096
+#define MAX_STATE_JSON ((uint64_t)64 << 20)
+#define MAX_TREE_DEPTH 4 /* a checkpoint directory is flat; this bounds the recursive delete */
+#define CHUNK          ((size_t)1 << 20)
+
+ct_checkpoint_save_params ct_checkpoint_save_default_params(void) {
+    ct_checkpoint_save_params p = {0, 0, NULL, NULL, NULL, false, 0};
+    return p;
+}
+
+/* ---- paths and small file-system helpers ---- */
+
+static ct_status io_fail(ct_ctx *ctx, const char *path, const char *op) {
+    return CT_FAIL(ctx, CT_ERR_IO, "%s: %s failed: %s", path, op, strerror(errno));
+}
+
+static ct_status join(ct_ctx *ctx, char *buf, const char *a, const char *b) {
+    if ((size_t)snprintf(buf, PATH_SIZE, "%s/%s", a, b) >= PATH_SIZE)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s/%s: path longer than %d bytes", a, b,
+                       PATH_SIZE - 1);
+    return CT_OK;
+}
+
+static void step_name(int64_t step, char *buf, size_t size) {
+    (void)snprintf(buf, size, "step-%08lld", (long long)step);
+}
+
+/* step-<digits> exactly as step_name writes it (so "step-1" or "step-00000001.tmp" are not). */
+static bool parse_step_name(const char *name, int64_t *step) {
+    if (strncmp(name, "step-", 5) != 0) return false;
+    const char *d = name + 5;
+    size_t n = strlen(d);
+    if (n < 8 || n > 18) return false;
+    for (size_t i = 0; i < n; i++)
+        if (d[i] < '0' || d[i] > '9') return false;
+    long long v = strtoll(d, NULL, 10);
+    char canon[32];
+    step_name(v, canon, sizeof canon);
+    if (strcmp(canon, name) != 0) return false;
+    *step = v;
+    return true;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static ct_status sync_path(ct_ctx *ctx, const char *path, const char *what) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return io_fail(ctx, path, what);
+    int r = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return r == 0 ? CT_OK : io_fail(ctx, path, what);
+}
+
+static ct_status ensure_dir(ct_ctx *ctx, const char *path) {
+    if (mkdir(path, 0777) == 0) return CT_OK;
+    if (errno != EEXIST) return io_fail(ctx, path, "creating the directory");
+    struct stat st;
+    if (stat(path, &st) != 0) return io_fail(ctx, path, "stat");
+    if (!S_ISDIR(st.st_mode))
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: exists and is not a directory", path);
+    return CT_OK;
+}
+
+/*
+ * Deletes a file or a directory tree (symbolic links are removed, never followed). Returns 0,
+ * or -1 with errno set and the failing path in failed: callers decide whether that is an error,
+ * so this never overwrites the context's message.
+ */
+static int remove_tree(const char *path, int depth, char *failed) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return 0;
+        (void)snprintf(failed, PATH_SIZE, "%s", path);
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = depth < MAX_TREE_DEPTH ? opendir(path) : NULL;
+        if (!d) {
+            if (depth >= MAX_TREE_DEPTH) errno = ELOOP;
+            (void)snprintf(failed, PATH_SIZE, "%s", path);
+            return -1;
+        }
+        struct dirent *e;
+        int r = 0;
+        char child[PATH_SIZE];
+        while (r == 0 && (e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            if ((size_t)snprintf(child, sizeof child, "%s/%s", path, e->d_name) >= sizeof child) {
+                errno = ENAMETOOLONG;
+                (void)snprintf(failed, PATH_SIZE, "%s", path);
+                r = -1;
+            } else {
+                r = remove_tree(child, depth + 1, failed);
+            }
+        }
+        int saved = errno;
+        closedir(d);
+        errno = saved;
+        if (r != 0) return r;
+        if (rmdir(path) != 0) {
+            (void)snprintf(failed, PATH_SIZE, "%s", path);
+            return -1;
+        }
+        return 0;
+    }
+    if (unlink(path) != 0) {
+        (void)snprintf(failed, PATH_SIZE, "%s", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Writes n bytes to path through path.tmp: write, fsync, rename, fsync the directory `dir`. */
+static ct_status
+write_file(ct_ctx *ctx, const char *dir, const char *name, const void *data, size_t n) {
+    char path[PATH_SIZE], tmp[PATH_SIZE + 8];
+    CT_TRY(join(ctx, path, dir, name));
+    (void)snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return io_fail(ctx, tmp, "opening for writing");
+    bool ok = (n == 0 || fwrite(data, 1, n, f) == n) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ct_status s = ok ? CT_OK : io_fail(ctx, tmp, "writing");
+    if (fclose(f) != 0 && s == CT_OK) s = io_fail(ctx, tmp, "closing");
+    if (s == CT_OK && rename(tmp, path) != 0) s = io_fail(ctx, path, "renaming the .tmp file to");
+    if (s != CT_OK) {
+        (void)remove(tmp);
+        return s;
+    }
+    return sync_path(ctx, dir, "fsync of the directory");
+}
+
+/* The directory name a pointer file holds; false when it is missing or not a step name. */
+static bool read_pointer(const char *ckdir, const char *name, char *out, size_t size) {
+    char path[PATH_SIZE];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", ckdir, name) >= sizeof path) return false;
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char buf[64];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    int64_t step;
+    if (!parse_step_name(buf, &step) || strlen(buf) >= size) return false;
+    memcpy(out, buf, strlen(buf) + 1);
+    return true;
+}
+
+/* ---- listing ---- */
+
+typedef struct steps {
+    ct_ctx *ctx;
+    int64_t *v;
+    size_t n, cap;
+} steps;
+
+static void steps_fini(steps *s) {
+    ct_free(s->ctx, s->v, s->cap * sizeof *s->v);
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* The steps of the step-N directories in ckdir, newest first; none when ckdir is missing. */
+static ct_status list_steps(ct_ctx *ctx, const char *ckdir, steps *out) {
+    out->ctx = ctx;
+    out->v = NULL;
+    out->n = out->cap = 0;
+    DIR *d = opendir(ckdir);
+    if (!d) return errno == ENOENT ? CT_OK : io_fail(ctx, ckdir, "opening the directory");
+    struct dirent *e;
+    ct_status s = CT_OK;
+    while ((e = readdir(d)) != NULL) {
+        int64_t step;
+        if (!parse_step_name(e->d_name, &step)) continue;
+        char path[PATH_SIZE];
+        struct stat st;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", ckdir, e->d_name) >= sizeof path ||
+            stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        if (out->n == out->cap) {
+            size_t cap = out->cap ? out->cap * 2 : 16;
+            int64_t *v = ct_alloc(ctx, cap * sizeof *v);
+            if (!v) {
+                s = CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %zu checkpoints", ckdir, cap);
+                break;
+            }
+            if (out->n) memcpy(v, out->v, out->n * sizeof *v);
+            ct_free(ctx, out->v, out->cap * sizeof *v);
+            out->v = v;
+            out->cap = cap;
+        }
+        out->v[out->n++] = step;
+    }
+    closedir(d);
+    if (s != CT_OK) {
+        steps_fini(out);
+        return s;
+    }
+    if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_desc);
+    return CT_OK;
+}
+
+ct_status
+ct_checkpoint_list(ct_ctx *ctx, const char *root, int64_t *out, int64_t cap, int64_t *count) {
+    if (count) *count = 0;
+    if (!root || cap < 0 || (cap > 0 && !out))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_checkpoint_list: bad root, steps or cap");
+    char ckdir[PATH_SIZE];
+    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+    steps st;
+    CT_TRY(list_steps(ctx, ckdir, &st));
+    for (size_t i = 0; i < st.n && (int64_t)i < cap; i++)
+        out[i] = st.v[i];
+    if (count) *count = (int64_t)st.n;
+    steps_fini(&st);
+    return CT_OK;
+}
+
+static ct_status cleanup_dir(ct_ctx *ctx, const char *ckdir) {
+    DIR *d = opendir(ckdir);
+    if (!d) return errno == ENOENT ? CT_OK : io_fail(ctx, ckdir, "opening the directory");
+    struct dirent *e;
+    ct_status s = CT_OK;
+    char path[PATH_SIZE], failed[PATH_SIZE];
+    while (s == CT_OK && (e = readdir(d)) != NULL) {
+        if (!ends_with(e->d_name, ".tmp")) continue;
+        s = join(ctx, path, ckdir, e->d_name);
+        if (s == CT_OK && remove_tree(path, 0, failed) != 0)
+            s = CT_FAIL(ctx, CT_ERR_IO,
+                        "%s: removing the left-over of an interrupted save failed: %s", failed,
+                        strerror(errno));
+    }
+    closedir(d);
+    return s;
+}
+
+ct_status ct_checkpoint_cleanup(ct_ctx *ctx, const char *root) {
+    if (!root) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_checkpoint_cleanup: root is NULL");
+    char ckdir[PATH_SIZE];
+    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+    return cleanup_dir(ctx, ckdir);
+}
+
+/* ---- saving ---- */
+
+typedef struct jbuf {
+    ct_ctx *ctx;
+    char *p;
+    size_t len, cap;
+} jbuf;
+
+/* jansson's dump callback: collects the text in memory from the context's allocator. */
+static int jbuf_put(const char *s, size_t n, void *user) {
+    jbuf *b = user;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *q = ct_alloc(b->ctx, cap);
+        if (!q) return -1;
+        if (b->len) memcpy(q, b->p, b->len);
+        ct_free(b->ctx, b->p, b->cap);
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+/* Records a written file in state.json's "files". */
+static ct_status
+add_file(ct_ctx *ctx, json_t *files, const char *name, uint64_t bytes, uint32_t crc) {
+    char hex[16];
+    (void)snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
+    json_t *o = json_object();
+    if (!o || json_object_set_new(o, "bytes", json_integer((json_int_t)bytes)) != 0 ||
+        json_object_set_new(o, "crc32c", json_string(hex)) != 0 ||
+        json_object_set_new(files, name, o) != 0)
+        return CT_FAIL(ctx, CT_ERR_OOM, "building state.json's entry for %s", name);
+    return CT_OK;
+}
+
+static ct_status
+save_store(ct_ctx *ctx, const char *dir, const char *name, const ct_params *store, json_t *files) {
+    char path[PATH_SIZE];
+    CT_TRY(join(ctx, path, dir, name));
+    int64_t n = ct_params_count(store);
+    size_t size = (size_t)(n ? n : 1) * sizeof(ct_tensor *);
+    const ct_tensor **list = ct_alloc(ctx, size);
+    if (!list) return CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %lld tensors", path, (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        list[i] = ct_params_at(store, i);
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    ct_status s = ct_st_write(ctx, path, list, n, NULL, 0, &bytes, &crc);
+    ct_free(ctx, list, size);
+    CT_TRY(s);
+    return add_file(ctx, files, name, bytes, crc);
+}
+
+/* The optimizer's buffers as [numel] F32 views plus "steps" (I64 scalar); list has
+ * count + 1 entries. */
+static ct_status optim_views(const ct_optim *opt,
+                             int64_t numel,
+                             int64_t *steps_value,
+                             ct_tensor *views,
+                             ct_tensor **list,
+                             int32_t count) {
+    for (int32_t i = 0; i < count; i++) {
+        const char *name;
+        float *data;
+        CT_TRY(ct_optim_buffer(opt, i, &name, &data));
+        views[i] = ct_tensor_view(data, CT_F32, 1, &numel);
+        views[i].name = name;
+        list[i] = &views[i];
+    }
+    views[count] = ct_tensor_view(steps_value, CT_I64, 0, NULL);
+    views[count].name = "steps";
+    list[count] = &views[count];
+    return CT_OK;
+}
+
+static ct_status
+save_optim(ct_ctx *ctx, const char *dir, const ct_optim *opt, int64_t numel, json_t *files) {
+    char path[PATH_SIZE];
+    CT_TRY(join(ctx, path, dir, "optimizer.safetensors"));
+    int32_t count = ct_optim_buffer_count(opt);
+    size_t vsize = (size_t)(count + 1) * sizeof(ct_tensor);
+    size_t lsize = (size_t)(count + 1) * sizeof(ct_tensor *);
+    ct_tensor *views = ct_alloc(ctx, vsize);
+    ct_tensor **list = ct_alloc(ctx, lsize);
+    int64_t steps_value = ct_optim_steps(opt);
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    ct_status s = views && list ? CT_OK
+                                : CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %d optimizer buffers", path,
+                                          (int)count);
+    if (s == CT_OK) s = optim_views(opt, numel, &steps_value, views, list, count);
+    if (s == CT_OK)
+        s = ct_st_write(ctx, path, (const ct_tensor *const *)list, count + 1, NULL, 0, &bytes,
+                        &crc);
+    ct_free(ctx, views, vsize);
+    ct_free(ctx, list, lsize);
+    CT_TRY(s);
+    return add_file(ctx, files, "optimizer.safetensors", bytes, crc);
+}
+
+static ct_status
+save_state(ct_ctx *ctx, const char *dir, const ct_checkpoint_save_params *p, json_t *files) {
+    json_t *doc = json_object();
+    ct_status s = CT_OK;
+    if (!doc ||
+        json_object_set_new(doc, "format_version", json_integer(CT_CHECKPOINT_FORMAT_VERSION)) ||
+        json_object_set_new(doc, "ctrain_version", json_string(ct_version())) ||
+        json_object_set_new(doc, "step", json_integer((json_int_t)p->step)) ||
+        json_object_set_new(doc, "epoch", json_integer((json_int_t)p->epoch)) ||
+        json_object_set_new(doc, "state", p->state ? json_incref(p->state) : json_object()) ||
+        json_object_set(doc, "files", files))
+        s = CT_FAIL(ctx, CT_ERR_OOM, "%s: building state.json", dir);
+    jbuf b = {ctx, NULL, 0, 0};
+    if (s == CT_OK &&
+        (json_dump_callback(doc, jbuf_put, &b, JSON_INDENT(2)) != 0 || jbuf_put("\n", 1, &b) != 0))
+        s = CT_FAIL(ctx, CT_ERR_OOM, "%s: writing state.json to memory", dir);
+    json_decref(doc);
+    if (s == CT_OK) s = write_file(ctx, dir, "state.json", b.p, b.len);
+    ct_free(ctx, b.p, b.cap);
+    return s;
+}
+
+/* Deletes all but the newest keep checkpoints, sparing the ones the pointers name. A failure is
+ * logged: the new checkpoint is already published. */
+static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep) {
+    steps st;
+    if (list_steps(ctx, ckdir, &st) != CT_OK) {
+        ct_log(ctx, CT_LOG_WARN, "checkpoint retention skipped: %s", ct_last_error(ctx));
+        return;
+    }
+    char latest[64] = "", best[64] = "", name[64], path[PATH_SIZE], del[PATH_SIZE + 8];
+    char failed[PATH_SIZE];
+    (void)read_pointer(ckdir, "latest", latest, sizeof latest);
+    (void)read_pointer(ckdir, "best", best, sizeof best);
+    for (size_t i = (size_t)keep; i < st.n; i++) {
+        step_name(st.v[i], name, sizeof name);
+        if (strcmp(name, latest) == 0 || strcmp(name, best) == 0) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", ckdir, name) >= sizeof path) continue;
+        (void)snprintf(del, sizeof del, "%s.del.tmp", path);
+        /* renamed first: a crash during the delete leaves a .tmp, not a damaged step-N */
+        if (rename(path, del) != 0) {
+            ct_log(ctx, CT_LOG_WARN, "checkpoint retention: %s: renaming to %s failed: %s", path,
+                   del, strerror(errno));
+            continue;
+        }
+        if (remove_tree(del, 0, failed) != 0)
+            ct_log(ctx, CT_LOG_WARN, "checkpoint retention: %s: removing failed: %s", failed,
+                   strerror(errno));
+    }
+    steps_fini(&st);
+}
+
+static ct_status save_into(ct_ctx *ctx,
+                           const char *tmpdir,
+                           const ct_params *params,
+                           const ct_checkpoint_save_params *p) {
+    json_t *files = json_object();
+    if (!files) return CT_FAIL(ctx, CT_ERR_OOM, "%s: building state.json", tmpdir);
+    ct_status s = save_store(ctx, tmpdir, "model.safetensors", params, files);
+    if (s == CT_OK && p->ema) s = save_store(ctx, tmpdir, "ema.safetensors", p->ema, files);
+    if (s == CT_OK && p->optim)
+        s = save_optim(ctx, tmpdir, p->optim, ct_params_numel(params), files);
+    if (s == CT_OK) s = save_state(ctx, tmpdir, p, files); /* the manifest, last */
+    json_decref(files);
+    if (s == CT_OK) s = sync_path(ctx, tmpdir, "fsync of the directory");
+    return s;
+}
+
+ct_status ct_checkpoint_save(ct_ctx *ctx,
+                             const char *root,
+                             const ct_params *params,
+                             const ct_checkpoint_save_params *p,
+                             char *saved_path,
+                             size_t saved_path_size) {
+    if (saved_path && saved_path_size) saved_path[0] = '\0';
+    if (!root || !params || !p)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "ct_checkpoint_save: root, params and p are "
+                       "required");
+    if (p->step < 0 || p->step > 99999999999LL || p->keep < 0)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "%s: checkpoint step %lld and keep %lld must be >= 0 (step < 1e11)", root,
+                       (long long)p->step, (long long)p->keep);
+    if (p->state && !json_is_object(p->state))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: the checkpoint state must be a JSON object",
+                       root);
+    const ct_params *stores[2] = {params, p->ema};
+    for (int i = 0; i < 2; i++)
+        if (stores[i] && !ct_params_values(stores[i]) && ct_params_count(stores[i]) > 0)
+            return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: the %s store is not allocated", root,
+                           i ? "EMA" : "parameter");
+
+    char ckdir[PATH_SIZE], name[64], final[PATH_SIZE], tmpdir[PATH_SIZE], failed[PATH_SIZE];
+    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+    CT_TRY(ensure_dir(ctx, root));
+    CT_TRY(ensure_dir(ctx, ckdir));
+    CT_TRY(cleanup_dir(ctx, ckdir));
+    step_name(p->step, name, sizeof name);
+    CT_TRY(join(ctx, final, ckdir, name));
+    if ((size_t)snprintf(tmpdir, sizeof tmpdir, "%s.tmp", final) >= sizeof tmpdir)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s.tmp: path too long", final);
+    struct stat st;
+    if (lstat(final, &st) == 0)
+        return CT_FAIL(ctx, CT_ERR_IO,
+                       "%s: already exists: step %lld was saved before (hint: load it, or remove "
+                       "it to save again)",
+                       final, (long long)p->step);
+    if (mkdir(tmpdir, 0777) != 0) return io_fail(ctx, tmpdir, "creating the directory");
+
+    ct_status s = save_into(ctx, tmpdir, params, p);
+    if (s == CT_OK && rename(tmpdir, final) != 0)
+        s = io_fail(ctx, final, "renaming the .tmp directory to");
+    if (s != CT_OK) {
+        (void)remove_tree(tmpdir, 0, failed); /* best effort; the next save removes it too */
+        return s;
+    }
+    /* published: from here on a failure leaves the new checkpoint complete but unpointed */
+    CT_TRY(sync_path(ctx, ckdir, "fsync of the directory"));
+    char text[80];
+    int n = snprintf(text, sizeof text, "%s\n", name);
+    CT_TRY(write_file(ctx, ckdir, "latest", text, (size_t)n));
+    if (p->best) CT_TRY(write_file(ctx, ckdir, "best", text, (size_t)n));
+    if (p->keep > 0) retain(ctx, ckdir, p->keep);
+    if (saved_path && saved_path_size) (void)snprintf(saved_path, saved_path_size, "%s", final);
+    return CT_OK;
+}
+
+/* ---- verifying and loading ---- */
+
+/* Checks one file's size and CRC-32C against its state.json entry. */
+static ct_status
+check_file(ct_ctx *ctx, const char *dir, const char *name, json_t *entry, unsigned char *buf) {
+    char path[PATH_SIZE];
+    CT_TRY(join(ctx, path, dir, name));
+    json_t *jb = json_object_get(entry, "bytes"), *jc = json_object_get(entry, "crc32c");
+    if (strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+        !json_is_integer(jb) || json_integer_value(jb) < 0 || !json_is_string(jc) ||
+        strlen(json_string_value(jc)) != 8)
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s/state.json: files.%s: expected {\"bytes\": N, \"crc32c\": \"8 hex "
+                       "digits\"}",
+                       dir, name);
+    char *end;
+    unsigned long want = strtoul(json_string_value(jc), &end, 16);
+    if (*end != '\0')
+        return CT_FAIL(ctx, CT_ERR_FORMAT, "%s/state.json: files.%s: crc32c '%s' is not hex", dir,
+                       name, json_string_value(jc));
+    FILE *f = fopen(path, "rb");
+    if (!f) return io_fail(ctx, path, "opening (state.json lists it)");
+    struct stat st;
+    ct_status s = CT_OK;
+    if (fstat(fileno(f), &st) != 0) {
+        s = io_fail(ctx, path, "fstat");
+    } else if ((uint64_t)st.st_size != (uint64_t)json_integer_value(jb)) {
+        s = CT_FAIL(ctx, CT_ERR_FORMAT,
+                    "%s: %llu bytes, state.json records %llu (the file is truncated or damaged)",
+                    path, (unsigned long long)st.st_size,
+                    (unsigned long long)json_integer_value(jb));
+    } else {
+        uint32_t crc = 0;
+        size_t n;
+        while ((n = fread(buf, 1, CHUNK, f)) > 0)
+            crc = ct_crc32c(crc, buf, n);
+        if (ferror(f))
+            s = io_fail(ctx, path, "reading");
+        else if (crc != (uint32_t)want)
+            s = CT_FAIL(ctx, CT_ERR_FORMAT,
+                        "%s: CRC-32C %08x, state.json records %08lx (the file is damaged)", path,
+                        (unsigned)crc, want);
+    }
+    fclose(f);
+    return s;
+}
+
+/* Reads and parses dir/state.json into *doc. */
+static ct_status read_state(ct_ctx *ctx, const char *dir, json_t **doc) {
+    char path[PATH_SIZE];
+    *doc = NULL;
+    CT_TRY(join(ctx, path, dir, "state.json"));
+    FILE *f = fopen(path, "rb");
+    if (!f) return io_fail(ctx, path, "opening");
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        ct_status s = io_fail(ctx, path, "fstat");
+        fclose(f);
+        return s;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size > MAX_STATE_JSON) {
+        fclose(f);
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s: %llu bytes, more than the %llu a state.json may "
+                       "have",
+                       path, (unsigned long long)size, (unsigned long long)MAX_STATE_JSON);
+    }
+    char *text = ct_alloc(ctx, (size_t)size + 1);
+    if (!text) {
+        fclose(f);
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %llu bytes", path,
+                       (unsigned long long)size);
+    }
+    size_t got = fread(text, 1, (size_t)size, f);
+    fclose(f);
+    ct_status s = CT_OK;
+    if (got != (size_t)size) {
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: reading %llu bytes failed", path,
+                    (unsigned long long)size);
+    } else {
+        json_error_t jerr;
+        *doc = json_loadb(text, got, JSON_REJECT_DUPLICATES, &jerr);
+        if (!*doc)
+            s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: line %d column %d: %s (truncated or damaged)",
+                        path, jerr.line, jerr.column, jerr.text);
+        else if (!json_is_object(*doc))
+            s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: expected a JSON object", path);
+    }
+    ct_free(ctx, text, (size_t)size + 1);
+    if (s != CT_OK) {
+        json_decref(*doc);
+        *doc = NULL;
+    }
+    return s;
+}
+
+/*
+ * Checks a checkpoint directory: state.json, its format version, every listed file's size and
+ * CRC-32C. *damaged tells a damaged or incomplete checkpoint (worth falling back from) from one
+ * that is intact but unreadable by this ctrain (a newer format). *doc is state.json on success.
+ */
+static ct_status verify(ct_ctx *ctx, const char *dir, json_t **doc, bool *damaged) {
+    *damaged = true;
+    CT_TRY(read_state(ctx, dir, doc));
+    json_t *d = *doc;
+    json_t *ver = json_object_get(d, "format_version"), *step = json_object_get(d, "step");
+    json_t *epoch = json_object_get(d, "epoch"), *state = json_object_get(d, "state");
+    json_t *files = json_object_get(d, "files");
+    ct_status s = CT_OK;
+    if (!json_is_integer(ver) || json_integer_value(ver) < 1) {
+        s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s/state.json: format_version missing or not >= 1", dir);
+    } else if (json_integer_value(ver) > CT_CHECKPOINT_FORMAT_VERSION) {
+        json_t *by = json_object_get(d, "ctrain_version");
+        *damaged = false;
+        s = CT_FAIL(ctx, CT_ERR_FORMAT,
+                    "%s/state.json: format_version %lld (written by ctrain %s), this ctrain %s "
+                    "reads versions up to %d (hint: load it with a newer ctrain)",
+                    dir, (long long)json_integer_value(ver),
+                    json_is_string(by) ? json_string_value(by) : "?", ct_version(),
+                    CT_CHECKPOINT_FORMAT_VERSION);
+    } else if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_integer(epoch) ||
+               !json_is_object(state) || !json_is_object(files) ||
+               !json_object_get(files, "model.safetensors")) {
+        s = CT_FAIL(ctx, CT_ERR_FORMAT,
+                    "%s/state.json: expected integers step >= 0 and epoch, objects state and "
+                    "files, and files listing model.safetensors",
+                    dir);
+    } else {
+        unsigned char *buf = ct_alloc(ctx, CHUNK);
+        if (!buf) s = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a read buffer", dir);
+        const char *name;
+        json_t *entry;
+        json_object_foreach(files, name, entry) {
+            if (s != CT_OK) break;
+            s = check_file(ctx, dir, name, entry, buf);
+        }
+        ct_free(ctx, buf, CHUNK);
+    }
+    if (s != CT_OK) {
+        json_decref(*doc);
+        *doc = NULL;
+    }
+    return s;
+}
+
+ct_status ct_checkpoint_verify(ct_ctx *ctx, const char *dir, int64_t *step_out) {
+    if (step_out) *step_out = 0;
+    if (!dir) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_checkpoint_verify: dir is NULL");
+    json_t *doc;
+    bool damaged;
+    CT_TRY(verify(ctx, dir, &doc, &damaged));
+    if (step_out) *step_out = (int64_t)json_integer_value(json_object_get(doc, "step"));
+    json_decref(doc);
+    return CT_OK;
+}
+
+static ct_status load_optim(ct_ctx *ctx, const char *path, ct_optim *opt, int64_t numel) {
+    int32_t count = ct_optim_buffer_count(opt);
+    size_t vsize = (size_t)(count + 1) * sizeof(ct_tensor);
+    size_t lsize = (size_t)(count + 1) * sizeof(ct_tensor *);
+    ct_tensor *views = ct_alloc(ctx, vsize);
+    ct_tensor **list = ct_alloc(ctx, lsize);
+    int64_t steps_value = 0;
+    ct_status s = views && list ? CT_OK
+                                : CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %d optimizer buffers", path,
+                                          (int)count);
+    if (s == CT_OK) s = optim_views(opt, numel, &steps_value, views, list, count);
+    if (s == CT_OK) s = ct_st_read(ctx, path, NULL, list, count + 1, NULL, "the optimizer", NULL);
+    if (s == CT_OK && steps_value < 0)
+        s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: steps %lld is negative", path, (long long)steps_value);
+    if (s == CT_OK) s = ct_optim_set_steps(opt, steps_value);
+    ct_free(ctx, views, vsize);
+    ct_free(ctx, list, lsize);
+    return s;
+}
+
+static ct_status load_files(
+    ct_ctx *ctx, const char *dir, json_t *doc, ct_params *params, ct_params *ema, ct_optim *opt) {
+    json_t *files = json_object_get(doc, "files");
+    char path[PATH_SIZE];
+    CT_TRY(join(ctx, path, dir, "model.safetensors"));
+    CT_TRY(ct_st_read(ctx, path, params, NULL, 0, NULL, "the model", NULL));
+    if (ema) {
+        CT_TRY(join(ctx, path, dir, "ema.safetensors"));
+        if (!json_object_get(files, "ema.safetensors"))
+            return CT_FAIL(ctx, CT_ERR_FORMAT,
+                           "%s: the checkpoint has no EMA weights (hint: load without EMA)", dir);
+        CT_TRY(ct_st_read(ctx, path, ema, NULL, 0, NULL, "the EMA model", NULL));
+    }
+    if (opt) {
+        CT_TRY(join(ctx, path, dir, "optimizer.safetensors"));
+        if (!json_object_get(files, "optimizer.safetensors"))
+            return CT_FAIL(ctx, CT_ERR_FORMAT,
+                           "%s: the checkpoint has no optimizer state (hint: load the weights "
+                           "only, with a fresh optimizer)",
+                           dir);
+        CT_TRY(load_optim(ctx, path, opt, ct_params_numel(params)));
+    }
+    return CT_OK;
+}
+
+/* Where `which` points. *fallback is set when "latest" may fall back; *limit is the newest
+ * step a fallback may pick (INT64_MAX when the pointer itself is missing or damaged). */
+static ct_status resolve(ct_ctx *ctx,
+                         const char *ckdir,
+                         const char *which,
+                         char *dir,
+                         bool *fallback,
+                         int64_t *limit,
+                         bool *have_dir) {
+    char name[64];
+    *fallback = false;
+    *have_dir = true;
+    *limit = INT64_MAX;
+    if (strcmp(which, "latest") == 0) {
+        *fallback = true;
+        if (!read_pointer(ckdir, "latest", name, sizeof name)) {
+            *have_dir = false;
+            return CT_OK;
+        }
+        (void)parse_step_name(name, limit);
+        return join(ctx, dir, ckdir, name);
+    }
+    if (strcmp(which, "best") == 0) {
+        if (!read_pointer(ckdir, "best", name, sizeof name))
+            return CT_FAIL(ctx, CT_ERR_IO,
+                           "%s/best: missing or not a checkpoint name (no checkpoint was saved "
+                           "as best)",
+                           ckdir);
+        return join(ctx, dir, ckdir, name);
+    }
+    struct stat st;
+    CT_TRY(join(ctx, dir, ckdir, which));
+    if (!strchr(which, '/') && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return CT_OK;
+    if ((size_t)snprintf(dir, PATH_SIZE, "%s", which) >= PATH_SIZE)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: path too long", which);
+    return CT_OK;
+}
+
+ct_status ct_checkpoint_load(ct_ctx *ctx,
+                             const char *root,
+                             const char *which,
+                             ct_params *params,
+                             ct_params *ema,
+                             ct_optim *opt,
+                             json_t **state_out,
+                             int64_t *step_out,
+                             int64_t *epoch_out,
+                             char *loaded_path,
+                             size_t loaded_path_size) {
+    if (state_out) *state_out = NULL;
+    if (step_out) *step_out = 0;
+    if (epoch_out) *epoch_out = 0;
+    if (loaded_path && loaded_path_size) loaded_path[0] = '\0';
+    if (!root || !which || !params)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "ct_checkpoint_load: root, which and params are "
+                       "required");
+    char ckdir[PATH_SIZE], dir[PATH_SIZE];
+    bool fallback, have_dir, damaged = true;
+    int64_t limit;
+    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+    CT_TRY(resolve(ctx, ckdir, which, dir, &fallback, &limit, &have_dir));
+    json_t *doc = NULL;
+    ct_status s = have_dir ? verify(ctx, dir, &doc, &damaged) : CT_ERR_IO;
+    if (s != CT_OK && fallback && damaged) {
+        char why[PATH_SIZE + 64]; /* holds either message whole */
+        if (have_dir) {
+            size_t n = strlen(ct_last_error(ctx)); /* < CT_ERRMSG_SIZE: the context's buffer */
+            memcpy(why, ct_last_error(ctx), n + 1);
+        } else {
+            (void)snprintf(why, sizeof why, "%s/latest is missing or damaged", ckdir);
+        }
+        steps st;
+        CT_TRY(list_steps(ctx, ckdir, &st));
+        char name[64], cand[PATH_SIZE];
+        bool found = false;
+        for (size_t i = 0; i < st.n && !found; i++) {
+            step_name(st.v[i], name, sizeof name);
+            if (st.v[i] > limit || (have_dir && st.v[i] == limit)) continue;
+            if (join(ctx, cand, ckdir, name) != CT_OK) continue;
+            bool dmg;
+            found = verify(ctx, cand, &doc, &dmg) == CT_OK;
+        }
+        steps_fini(&st);
+        if (!found) {
+            s = CT_FAIL(ctx, have_dir ? CT_ERR_FORMAT : CT_ERR_IO,
+                        "%s: no checkpoint to load: %s; no other checkpoint directory verifies",
+                        ckdir, why);
+            return s;
+        }
+        ct_log(ctx, CT_LOG_WARN, "checkpoint: %s; loading %s instead", why, cand);
+        memcpy(dir, cand, strlen(cand) + 1);
+        s = CT_OK;
+    }
+    if (s != CT_OK) return s;
+    s = load_files(ctx, dir, doc, params, ema, opt);
+    if (s == CT_OK) {
+        if (step_out) *step_out = (int64_t)json_integer_value(json_object_get(doc, "step"));
+        if (epoch_out) *epoch_out = (int64_t)json_integer_value(json_object_get(doc, "epoch"));
+        if (state_out) *state_out = json_incref(json_object_get(doc, "state"));
+        if (loaded_path && loaded_path_size)
+            (void)snprintf(loaded_path, loaded_path_size, "%s", dir);
+    }
+    json_decref(doc);
+    return s;
+}
