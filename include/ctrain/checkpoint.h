@@ -93,6 +93,12 @@ typedef struct ct_checkpoint_save_params {
     bool best;             /* also point `best` at this checkpoint; default false */
     int64_t keep;          /* after the save, delete all but the newest `keep` checkpoints, never
                               the ones `latest` and `best` point to; 0 (default) keeps all */
+    bool replace;          /* an existing checkpoint of this step is replaced (with a warning):
+                              a resumed run re-making the steps of a continuation it abandoned.
+                              Default false: an existing step is an error, nothing is touched.
+                              The old one is moved aside (*.tmp) before the new one is renamed
+                              in, so a crash between the two leaves the older checkpoints for
+                              `latest`'s fallback */
 } ct_checkpoint_save_params;
 
 CT_API ct_checkpoint_save_params ct_checkpoint_save_default_params(void);

@@ -110,6 +110,21 @@ typedef struct ct_trainer_params {
                                         count taken at fit start and at each finite epoch's end
                                         (not the EMA, monitor or early-stopping state) */
     ct_trainer_callbacks callbacks;
+    /* Checkpoints (checkpoint.h) under checkpoint_dir (borrowed; NULL = none): after every
+       save_every_epochs epochs (default 1; 0 = not by epochs), every save_every_steps steps
+       (0 = not by steps), whenever the monitor improves (then `best` points at it) and when
+       fit ends without failure; keep the newest `keep` (0 = all). A step's checkpoint is
+       written after all of its evaluations, epoch-end ones included, so it holds their
+       monitor and early-stopping states. A failed save ends the run with its error. A fresh
+       trainer never overwrites: a step already saved in the directory is an error; after a
+       resume or a rollback, the later checkpoints of the abandoned continuation are replaced
+       (with a warning).
+       The EMA shadow is not saved yet, so a resumed run with EMA restarts its average. In a
+       distributed run rank 0 writes and broadcasts whether it worked. */
+    const char *checkpoint_dir;
+    int64_t save_every_epochs;
+    int64_t save_every_steps;
+    int64_t keep;
 } ct_trainer_params;
 
 CT_API ct_trainer_params ct_trainer_default_params(void);
@@ -134,6 +149,19 @@ CT_API ct_status ct_trainer_create(ct_ctx *ctx,
                                    const ct_trainer_params *p,
                                    ct_trainer **out);
 CT_API void ct_trainer_destroy(ct_trainer *t);
+
+/*
+ * Continues from a checkpoint of checkpoint_dir: `which` is "latest" (falling back to the
+ * newest one that verifies), "best", or a directory. Restores the weights and buffers, the
+ * optimizer (moments and step count), the step and epoch, the training and evaluation
+ * loaders' positions, the dropout RNG, the schedule and the monitor, early-stopping and
+ * non-finite states, so that ct_trainer_fit continues with exactly the updates an
+ * uninterrupted run would have made. The trainer must be made with the same model, data and
+ * settings. Errors: those of ct_checkpoint_load; CT_ERR_FORMAT naming state.json and the part
+ * missing (a checkpoint of another configuration); a part the setters refuse. After a failure
+ * the trainer is partly restored: destroy it.
+ */
+CT_API ct_status ct_trainer_resume(ct_trainer *t, const char *which);
 
 /*
  * Trains until max_epochs or max_steps, early stopping, a callback's CT_STOP (all CT_OK), or a

@@ -32,7 +32,7 @@
 #define CHUNK          ((size_t)1 << 20)
 
 ct_checkpoint_save_params ct_checkpoint_save_default_params(void) {
-    ct_checkpoint_save_params p = {0, 0, NULL, NULL, NULL, false, 0};
+    ct_checkpoint_save_params p = {0, 0, NULL, NULL, NULL, false, 0, false};
     return p;
 }
 
@@ -253,6 +253,20 @@ ct_checkpoint_list(ct_ctx *ctx, const char *root, int64_t *out, int64_t cap, int
     return CT_OK;
 }
 
+/* A step-N.old.tmp is a replaced checkpoint moved aside; when the save that replaced it did
+ * not get its new step-N in (a crash between the two renames), it is renamed back rather than
+ * deleted. True when it was. */
+static bool restore_aside(const char *path) {
+    size_t n = strlen(path), suffix = strlen(".old.tmp");
+    if (n <= suffix || n >= PATH_SIZE || strcmp(path + n - suffix, ".old.tmp") != 0) return false;
+    char orig[PATH_SIZE];
+    memcpy(orig, path, n - suffix);
+    orig[n - suffix] = '\0';
+    struct stat st;
+    if (lstat(orig, &st) == 0 || errno != ENOENT) return false;
+    return rename(path, orig) == 0;
+}
+
 static ct_status cleanup_dir(ct_ctx *ctx, const char *ckdir) {
     DIR *d = opendir(ckdir);
     if (!d) return errno == ENOENT ? CT_OK : io_fail(ctx, ckdir, "opening the directory");
@@ -262,6 +276,7 @@ static ct_status cleanup_dir(ct_ctx *ctx, const char *ckdir) {
     while (s == CT_OK && (e = readdir(d)) != NULL) {
         if (!ends_with(e->d_name, ".tmp")) continue;
         s = join(ctx, path, ckdir, e->d_name);
+        if (s == CT_OK && restore_aside(path)) continue;
         if (s == CT_OK && remove_tree(path, 0, failed) != 0)
             s = CT_FAIL(ctx, CT_ERR_IO,
                         "%s: removing the left-over of an interrupted save failed: %s", failed,
@@ -405,14 +420,20 @@ save_state(ct_ctx *ctx, const char *dir, const ct_checkpoint_save_params *p, jso
     return s;
 }
 
-/* Deletes all but the newest keep checkpoints, sparing the ones the pointers name. A failure is
- * logged: the new checkpoint is already published. */
-static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep) {
+/* Deletes all but the newest keep checkpoints up to step `upto`, sparing the ones the pointers
+ * name and every one after `upto` (with replace: the abandoned continuation's, which the
+ * resumed run replaces as it reaches them, and which are not "newer" than what it saved). A
+ * failure is logged: the new checkpoint is already published. */
+static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep, int64_t upto) {
     steps st;
     if (list_steps(ctx, ckdir, &st) != CT_OK) {
         ct_log(ctx, CT_LOG_WARN, "checkpoint retention skipped: %s", ct_last_error(ctx));
         return;
     }
+    size_t later = 0; /* newest first: the ones after upto lead the list */
+    while (later < st.n && st.v[later] > upto)
+        later++;
+    keep += (int64_t)later;
     char latest[64] = "", best[64] = "", name[64], path[PATH_SIZE], del[PATH_SIZE + 8];
     char failed[PATH_SIZE];
     (void)read_pointer(ckdir, "latest", latest, sizeof latest);
@@ -485,7 +506,8 @@ ct_status ct_checkpoint_save(ct_ctx *ctx,
     if ((size_t)snprintf(tmpdir, sizeof tmpdir, "%s.tmp", final) >= sizeof tmpdir)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s.tmp: path too long", final);
     struct stat st;
-    if (lstat(final, &st) == 0)
+    bool exists = lstat(final, &st) == 0;
+    if (exists && !p->replace)
         return CT_FAIL(ctx, CT_ERR_IO,
                        "%s: already exists: step %lld was saved before (hint: load it, or remove "
                        "it to save again)",
@@ -493,19 +515,48 @@ ct_status ct_checkpoint_save(ct_ctx *ctx,
     if (mkdir(tmpdir, 0777) != 0) return io_fail(ctx, tmpdir, "creating the directory");
 
     ct_status s = save_into(ctx, tmpdir, params, p);
-    if (s == CT_OK && rename(tmpdir, final) != 0)
+    char aside[PATH_SIZE + 16] = "";
+    bool moved = false;
+    if (s == CT_OK && exists) {
+        /* `best` must not come to name a checkpoint that is not the best one */
+        char best[64] = "";
+        if (!p->best && read_pointer(ckdir, "best", best, sizeof best) && strcmp(best, name) == 0) {
+            char bp[PATH_SIZE];
+            s = join(ctx, bp, ckdir, "best");
+            if (s == CT_OK && unlink(bp) != 0) s = io_fail(ctx, bp, "removing the pointer");
+            if (s == CT_OK) s = sync_path(ctx, ckdir, "fsync of the directory");
+            if (s == CT_OK)
+                ct_log(ctx, CT_LOG_WARN,
+                       "%s: the `best` pointer named the checkpoint being replaced: removed",
+                       ckdir);
+        }
+    }
+    if (s == CT_OK && exists) {
+        (void)snprintf(aside, sizeof aside, "%s.old.tmp", final);
+        moved = rename(final, aside) == 0;
+        if (!moved)
+            s = io_fail(ctx, final,
+                        "moving the checkpoint it replaces aside to .old.tmp, renaming");
+        else
+            ct_log(ctx, CT_LOG_WARN, "%s: replaced by a new checkpoint of step %lld", final,
+                   (long long)p->step);
+    }
+    if (s == CT_OK && rename(tmpdir, final) != 0) {
         s = io_fail(ctx, final, "renaming the .tmp directory to");
+        if (moved) (void)rename(aside, final); /* the replaced one comes back */
+    }
     if (s != CT_OK) {
         (void)remove_tree(tmpdir, 0, failed); /* best effort; the next save removes it too */
         return s;
     }
     /* published: from here on a failure leaves the new checkpoint complete but unpointed */
     CT_TRY(sync_path(ctx, ckdir, "fsync of the directory"));
+    if (exists) (void)remove_tree(aside, 0, failed); /* else the next save's cleanup does */
     char text[80];
     int n = snprintf(text, sizeof text, "%s\n", name);
     CT_TRY(write_file(ctx, ckdir, "latest", text, (size_t)n));
     if (p->best) CT_TRY(write_file(ctx, ckdir, "best", text, (size_t)n));
-    if (p->keep > 0) retain(ctx, ckdir, p->keep);
+    if (p->keep > 0) retain(ctx, ckdir, p->keep, p->replace ? p->step : INT64_MAX);
     if (saved_path && saved_path_size) (void)snprintf(saved_path, saved_path_size, "%s", final);
     return CT_OK;
 }

@@ -11,10 +11,16 @@
  * Ownership: the trainer owns its graph, metric sets, EMA, rollback snapshot and, when it was
  * given none, its communicator; everything else is borrowed.
  */
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core_internal.h"
+#include "ctrain/checkpoint.h"
 #include "ctrain/loss.h"
 #include "ctrain/ops.h"
 #include "ctrain/trainer.h"
@@ -25,6 +31,7 @@ typedef struct engine_rt {
     bool ran;
     bool feeds_monitor, feeds_early_stop; /* the monitored metrics are among its values */
     int64_t last_step;                    /* the step of its last cadence run; -1 none */
+    ct_loader_state resume_state;         /* parsed by restore_state before any is applied */
 } engine_rt;
 
 enum { TRAIN_LOSS, TRAIN_LR, TRAIN_GRAD_NORM, TRAIN_VALUES };
@@ -50,7 +57,12 @@ struct ct_trainer {
     ct_ema *ema;
     ct_nonfinite_policy nf;
     int64_t step, epoch, skipped;
-    bool stop; /* early stopping or a callback's CT_STOP */
+    int64_t last_saved_step;  /* -1: none saved by this trainer yet */
+    bool save_due, save_best; /* a checkpoint (a best one) is owed for the current step */
+    int64_t replace_upto;     /* saves of steps up to this one replace an existing checkpoint: the
+                                 abandoned continuation after a resume (INT64_MAX) or a rollback
+                                 (the last step saved before it); -1: none */
+    bool stop;                /* early stopping or a callback's CT_STOP */
     /* the training log window */
     double window_loss;
     int64_t window_count;
@@ -71,7 +83,264 @@ ct_trainer_params ct_trainer_default_params(void) {
     p.accum_steps = 1;
     p.steps_per_loop = 10;
     p.check_grads = true;
+    p.save_every_epochs = 1;
     return p;
+}
+
+/* ---- checkpoint state ----
+ * The trainer's part of state.json. 64-bit integers that may exceed 2^53 and every double go in
+ * as strings (doubles as their bit patterns in hex), so that a resume restores them exactly and
+ * an infinity (a plateau schedule's first best) survives JSON. */
+
+static json_t *u64_json(uint64_t v) {
+    char buf[24];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    return json_string(buf);
+}
+
+static json_t *f64_json(double v) {
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    char buf[24];
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)bits);
+    return json_string(buf);
+}
+
+static json_t *monitor_json(const ct_monitor_state *m) {
+    return json_pack("{s:o, s:I, s:b}", "best", f64_json(m->best), "best_step",
+                     (json_int_t)m->best_step, "has_best", (int)m->has_best);
+}
+
+static json_t *trainer_state(const ct_trainer *t) {
+    ct_loader_state ls = ct_loader_get_state(t->train);
+    const ct_rng *r = ct_graph_rng(t->g);
+    json_t *st = json_pack("{s:{s:I, s:I, s:I}, s:{s:I, s:I, s:o}, s:{s:o, s:o, s:o}}", "trainer",
+                           "step", (json_int_t)t->step, "epoch", (json_int_t)t->epoch, "skipped",
+                           (json_int_t)t->skipped, "loader", "epoch", (json_int_t)ls.epoch,
+                           "next_batch", (json_int_t)ls.next_batch, "seed", u64_json(ls.seed),
+                           "dropout_rng", "seed", u64_json(r->seed), "stream", u64_json(r->stream),
+                           "counter", u64_json(r->counter));
+    if (!st) return NULL;
+    int bad = 0;
+    if (t->sched) {
+        ct_schedule_state ss;
+        ct_schedule_get_state(t->sched, &ss);
+        bad |= json_object_set_new(
+            st, "schedule",
+            json_pack("{s:I, s:o, s:I, s:I, s:o}", "steps", (json_int_t)ss.steps, "best",
+                      f64_json(ss.best), "bad_epochs", (json_int_t)ss.bad_epochs, "cooldown_left",
+                      (json_int_t)ss.cooldown_left, "lr", f64_json(ss.lr)));
+    }
+    if (t->has_monitor) bad |= json_object_set_new(st, "monitor", monitor_json(&t->monitor.state));
+    /* evaluation loaders advance an epoch per evaluation: their shuffles and transforms
+     * depend on it */
+    json_t *eng = json_object();
+    bad |= json_object_set_new(st, "engines", eng);
+    for (int64_t i = 0; eng && i < t->n_engines; i++) {
+        ct_loader_state es = ct_loader_get_state(t->engines[i].e.loader);
+        bad |= json_object_set_new(eng, t->engines[i].e.key,
+                                   json_pack("{s:I, s:I, s:o}", "epoch", (json_int_t)es.epoch,
+                                             "next_batch", (json_int_t)es.next_batch, "seed",
+                                             u64_json(es.seed)));
+    }
+    if (t->has_es)
+        bad |= json_object_set_new(
+            st, "early_stopping",
+            json_pack("{s:o, s:I, s:I, s:b}", "monitor", monitor_json(&t->es.state.monitor),
+                      "evals", (json_int_t)t->es.state.evals, "bad_evals",
+                      (json_int_t)t->es.state.bad_evals, "stopped", (int)t->es.state.stopped));
+    bad |= json_object_set_new(st, "nonfinite",
+                               json_pack("{s:I, s:I, s:I}", "skipped",
+                                         (json_int_t)t->nf.state.skipped, "consecutive_skipped",
+                                         (json_int_t)t->nf.state.consecutive_skipped, "rollbacks",
+                                         (json_int_t)t->nf.state.rollbacks));
+    if (bad) {
+        json_decref(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* Writes the checkpoint owed for the current step (save_due or save_best), once. Called only
+ * when every evaluation of the step has run (the epoch's end ones included), so the saved
+ * monitor and early-stopping states are those an uninterrupted run has at that point, and a
+ * step that is both due and best is one checkpoint that `best` points at.
+ * Only rank 0 writes: every rank holds the same weights and optimizer state. */
+static ct_status save_now(ct_trainer *t, bool best);
+
+static ct_status flush_checkpoint(ct_trainer *t) {
+    bool best = t->save_best, due = t->save_due;
+    t->save_best = t->save_due = false;
+    if (!t->p.checkpoint_dir || (!best && !due) || t->last_saved_step == t->step) return CT_OK;
+    ct_status s = CT_OK;
+    if (!t->comm || ct_comm_rank(t->comm) == 0) s = save_now(t, best);
+    if (t->comm && ct_comm_world_size(t->comm) > 1) {
+        /* the other ranks would otherwise wait in the next all-reduce for a rank that left */
+        int32_t code = (int32_t)s;
+        CT_TRY(ct_comm_broadcast(t->comm, &code, sizeof code, 0));
+        if (code != CT_OK && s == CT_OK)
+            return CT_FAIL(t->ctx, (ct_status)code,
+                           "rank 0 failed to save the checkpoint of "
+                           "step %lld (its log has the reason)",
+                           (long long)t->step);
+    }
+    if (s == CT_OK) t->last_saved_step = t->step;
+    return s;
+}
+
+/* Rank 0's part of flush_checkpoint. */
+static ct_status save_now(ct_trainer *t, bool best) {
+    json_t *st = trainer_state(t);
+    if (!st) return CT_FAIL(t->ctx, CT_ERR_OOM, "checkpoint: building the trainer state");
+    ct_checkpoint_save_params sp = ct_checkpoint_save_default_params();
+    sp.step = t->step;
+    sp.epoch = t->epoch;
+    sp.optim = t->opt;
+    sp.state = st;
+    sp.best = best;
+    sp.keep = t->p.keep;
+    sp.replace = t->step <= t->replace_upto;
+    ct_status s = ct_checkpoint_save(t->ctx, t->p.checkpoint_dir, t->params, &sp, NULL, 0);
+    json_decref(st);
+    if (s != CT_OK)
+        return ct_err_wrap(t->ctx, "saving the checkpoint of step %lld", (long long)t->step);
+    return CT_OK;
+}
+
+/* Readers for trainer_state's fields: each returns false when the field is missing or of
+ * another type, so a hand-edited or foreign state.json fails with the field's name. */
+static bool get_i64(const json_t *o, const char *k, int64_t *v) {
+    json_t *x = json_object_get(o, k);
+    if (!json_is_integer(x)) return false;
+    *v = (int64_t)json_integer_value(x);
+    return true;
+}
+
+static bool get_bool(const json_t *o, const char *k, bool *v) {
+    json_t *x = json_object_get(o, k);
+    if (!json_is_boolean(x)) return false;
+    *v = json_is_true(x);
+    return true;
+}
+
+static bool get_u64(const json_t *o, const char *k, int base, uint64_t *v) {
+    const char *s = json_string_value(json_object_get(o, k));
+    /* digits only: strtoull alone would take "-1", " 7" and "+7" */
+    if (!s || !(base == 16 ? isxdigit((unsigned char)*s) : isdigit((unsigned char)*s)))
+        return false;
+    char *end;
+    errno = 0;
+    *v = (uint64_t)strtoull(s, &end, base);
+    return *end == '\0' && errno != ERANGE;
+}
+
+static bool get_f64(const json_t *o, const char *k, double *v) {
+    uint64_t bits;
+    if (!get_u64(o, k, 16, &bits)) return false;
+    memcpy(v, &bits, sizeof bits);
+    return true;
+}
+
+static bool get_monitor(const json_t *o, const char *k, ct_monitor_state *m) {
+    const json_t *x = json_object_get(o, k);
+    return get_f64(x, "best", &m->best) && get_i64(x, "best_step", &m->best_step) &&
+           get_bool(x, "has_best", &m->has_best);
+}
+
+/* Applies a checkpoint's trainer state. Everything is parsed before anything is applied. */
+static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path) {
+    const json_t *tr = json_object_get(st, "trainer"), *lo = json_object_get(st, "loader"),
+                 *rn = json_object_get(st, "dropout_rng"), *sc = json_object_get(st, "schedule"),
+                 *es = json_object_get(st, "early_stopping"),
+                 *nf = json_object_get(st, "nonfinite");
+    int64_t step, epoch, skipped;
+    ct_loader_state ls;
+    ct_rng rng;
+    ct_nonfinite_state nfs;
+    const char *bad = NULL;
+    if (!get_i64(tr, "step", &step) || !get_i64(tr, "epoch", &epoch) ||
+        !get_i64(tr, "skipped", &skipped))
+        bad = "trainer";
+    else if (!get_i64(lo, "epoch", &ls.epoch) || !get_i64(lo, "next_batch", &ls.next_batch) ||
+             !get_u64(lo, "seed", 10, &ls.seed))
+        bad = "loader";
+    else if (!get_u64(rn, "seed", 10, &rng.seed) || !get_u64(rn, "stream", 10, &rng.stream) ||
+             !get_u64(rn, "counter", 10, &rng.counter))
+        bad = "dropout_rng";
+    else if (!get_i64(nf, "skipped", &nfs.skipped) ||
+             !get_i64(nf, "consecutive_skipped", &nfs.consecutive_skipped) ||
+             !get_i64(nf, "rollbacks", &nfs.rollbacks))
+        bad = "nonfinite";
+    ct_schedule_state ss;
+    if (!bad && t->sched &&
+        (!get_i64(sc, "steps", &ss.steps) || !get_f64(sc, "best", &ss.best) ||
+         !get_i64(sc, "bad_epochs", &ss.bad_epochs) ||
+         !get_i64(sc, "cooldown_left", &ss.cooldown_left) || !get_f64(sc, "lr", &ss.lr)))
+        bad = "schedule";
+    ct_monitor_state ms;
+    if (!bad && t->has_monitor && !get_monitor(st, "monitor", &ms)) bad = "monitor";
+    ct_early_stop_state ess;
+    if (!bad && t->has_es &&
+        (!get_monitor(es, "monitor", &ess.monitor) || !get_i64(es, "evals", &ess.evals) ||
+         !get_i64(es, "bad_evals", &ess.bad_evals) || !get_bool(es, "stopped", &ess.stopped)))
+        bad = "early_stopping";
+    const json_t *eng = json_object_get(st, "engines");
+    for (int64_t i = 0; !bad && i < t->n_engines; i++) {
+        const json_t *e = json_object_get(eng, t->engines[i].e.key);
+        ct_loader_state els;
+        if (!get_i64(e, "epoch", &els.epoch) || !get_i64(e, "next_batch", &els.next_batch) ||
+            !get_u64(e, "seed", 10, &els.seed))
+            bad = t->engines[i].e.key;
+        else
+            t->engines[i].resume_state = els;
+    }
+    if (bad)
+        return CT_FAIL(t->ctx, CT_ERR_FORMAT,
+                       "%s/state.json: the trainer state's '%s' part is missing or malformed "
+                       "(a checkpoint made by another trainer configuration?)",
+                       path, bad);
+    /* each setter validates (a failure names the part); the trainer is then partly restored
+     * and is to be destroyed, as trainer.h says */
+    ct_ctx *ctx = t->ctx;
+    if (ct_loader_set_state(t->train, &ls) != CT_OK)
+        return ct_err_wrap(ctx, "%s: restoring the training loader", path);
+    for (int64_t i = 0; i < t->n_engines; i++)
+        if (ct_loader_set_state(t->engines[i].e.loader, &t->engines[i].resume_state) != CT_OK)
+            return ct_err_wrap(ctx, "%s: restoring the loader of engine '%s'", path,
+                               t->engines[i].e.key);
+    if (t->sched) {
+        if (ct_schedule_set_state(t->sched, &ss) != CT_OK)
+            return ct_err_wrap(ctx, "%s: restoring the schedule", path);
+        CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_lr(t->sched)));
+    }
+    if ((t->has_monitor && ct_monitor_set_state(ctx, &t->monitor, &ms) != CT_OK) ||
+        (t->has_es && ct_early_stop_set_state(ctx, &t->es, &ess) != CT_OK) ||
+        ct_nonfinite_set_state(ctx, &t->nf, &nfs) != CT_OK)
+        return ct_err_wrap(ctx, "%s: restoring the monitor and policies", path);
+    *ct_graph_rng(t->g) = rng;
+    t->step = step;
+    t->epoch = epoch;
+    t->skipped = skipped;
+    t->last_saved_step = step;
+    t->save_due = t->save_best = false;
+    t->replace_upto = INT64_MAX;
+    return CT_OK;
+}
+
+ct_status ct_trainer_resume(ct_trainer *t, const char *which) {
+    ct_ctx *ctx = t->ctx;
+    if (!t->p.checkpoint_dir)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "resume: the trainer has no checkpoint_dir");
+    json_t *st = NULL;
+    char path[4096];
+    CT_TRY(ct_checkpoint_load(ctx, t->p.checkpoint_dir, which ? which : "latest", t->params, NULL,
+                              t->opt, &st, NULL, NULL, path, sizeof path));
+    ct_status s = restore_state(t, st, path);
+    json_decref(st);
+    if (s == CT_OK)
+        ct_log(ctx, CT_LOG_INFO, "resumed from %s (step %lld, epoch %lld)", path,
+               (long long)t->step, (long long)t->epoch);
+    return s;
 }
 
 /* ---- task defaults ---- */
@@ -232,19 +501,23 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
         CT_TRY(event(t, t->p.callbacks.on_eval_end(t->p.callbacks.user, t, en->e.key, v, n)));
     if (!policies) return CT_OK;
     double value;
+    bool best = false;
     if (en->feeds_monitor && ct_metrics_get(en->m, t->monitor.metric, &value) == CT_OK) {
         /* on_best sees the improvement before it is recorded: a failed best save keeps the
          * old best */
-        if (ct_monitor_is_better(&t->monitor, value) && t->p.callbacks.on_best)
+        bool better = ct_monitor_is_better(&t->monitor, value);
+        if (better && t->p.callbacks.on_best)
             CT_TRY(
                 event(t, t->p.callbacks.on_best(t->p.callbacks.user, t, t->monitor.metric, value)));
         ct_monitor_update(&t->monitor, value, t->step, NULL);
+        best = better;
     }
     if (en->feeds_early_stop && ct_metrics_get(en->m, t->es.monitor.metric, &value) == CT_OK) {
         bool stop = false;
         ct_early_stop_update(&t->es, value, &stop);
         if (stop) t->stop = true;
     }
+    if (best) t->save_best = true; /* saved once the step's evaluations are all done */
     return CT_OK;
 }
 
@@ -353,6 +626,8 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         ct_nonfinite_get_state(&t->nf, &keep); /* the count survives the rollback */
         snapshot(t, false);
         t->step = t->snap_step;
+        if (t->last_saved_step > t->replace_upto) /* re-made steps replace their first saves */
+            t->replace_upto = t->last_saved_step;
         t->window_loss = 0.0; /* the log window restarts with the restored state */
         t->window_count = 0;
         ct_params_zero_grad(t->params);
@@ -452,6 +727,12 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         if (t->step > before) { /* a skipped or rolled-back step triggers nothing */
             if (t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
             CT_TRY(evaluate_due(t, false, 0));
+            if (t->p.save_every_steps && t->step % t->p.save_every_steps == 0) t->save_due = true;
+            /* the epoch's last step (or the run's) owes its checkpoint until fit has run the
+             * evaluations that follow it */
+            bool last = i + 1 >= bpe || t->stop || (t->p.max_steps && t->step >= t->p.max_steps) ||
+                        t->p.dev_run;
+            if (!last) CT_TRY(flush_checkpoint(t));
         }
         if (i + 1 >= bpe && bpe < total) { /* the limit is reached: skip to the next epoch */
             ct_loader_state st = ct_loader_get_state(t->train);
@@ -486,7 +767,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
 static ct_status fit(ct_trainer *t) {
     ct_ctx *ctx = t->ctx;
     const ct_trainer_callbacks *cb = &t->p.callbacks;
-    t->stop = false;
+    t->stop = t->has_es && t->es.state.stopped; /* a resumed early-stopped run stays stopped */
     if (cb->on_fit_start) CT_TRY(event(t, cb->on_fit_start(cb->user, t)));
     if (t->snap) snapshot(t, true);
     ct_params_zero_grad(t->params);
@@ -507,8 +788,13 @@ static ct_status fit(ct_trainer *t) {
         CT_TRY(evaluate_due(t, true, t->epoch));
         if (cb->on_epoch_end) CT_TRY(event(t, cb->on_epoch_end(cb->user, t, t->epoch)));
         if (t->snap) snapshot(t, true); /* the epoch ended finite: the new last good state */
+        if (t->p.save_every_epochs && t->epoch % t->p.save_every_epochs == 0) t->save_due = true;
+        CT_TRY(flush_checkpoint(t));
         if (t->p.dev_run) break;
     }
+    /* the final state, so `latest` is where this run ended (a failed run saves nothing) */
+    t->save_due = true;
+    CT_TRY(flush_checkpoint(t));
     if (cb->on_fit_end) CT_TRY(event(t, cb->on_fit_end(cb->user, t)));
     (void)ctx;
     return CT_OK;
@@ -566,6 +852,9 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         p.limit_eval_batches < 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "trainer: accum_steps and steps_per_loop must be >= 1, limits >= 0");
+    if (p.save_every_epochs < 0 || p.save_every_steps < 0 || p.keep < 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "trainer: save_every_epochs, save_every_steps and keep must be >= 0");
     if (!(p.grad_clip_norm >= 0.0f) || !(p.grad_clip_value >= 0.0f))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: clipping thresholds must be >= 0");
     if (task && ((int)task->kind < 0 || task->kind >= CT_TASK_KIND_COUNT))
@@ -594,6 +883,8 @@ ct_status ct_trainer_create(ct_ctx *ctx,
     if (!t) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a trainer");
     memset(t, 0, sizeof *t);
     t->ctx = ctx;
+    t->last_saved_step = -1;
+    t->replace_upto = -1;
     t->model = model;
     t->params = params;
     t->opt = opt;

@@ -231,6 +231,51 @@ static void checkpoint_should_keep_the_newest_and_never_delete_best(void) {
     ct_params_destroy(B);
 }
 
+static void checkpoint_should_replace_a_step_when_asked(void) {
+    char root[256], p[512], q[600];
+    ct_params *A = make_store(1.0f, 4), *B = make_store(0.0f, 4);
+    root_of("replace", root);
+    for (int64_t s = 1; s <= 5; s++) {
+        *(int64_t *)ct_params_find(A, "bn.num_batches_tracked")->data = s;
+        CT_CHECK_INT(save_step(root, A, s, s == 2, 0), CT_OK);
+    }
+    /* a resumed run re-makes step 2: replaced with a warning, `best` (which named the old
+     * step 2) removed, latest on the new one, and keep=2 counts only steps up to 2, so the
+     * abandoned 3..5 and step 1 all stay */
+    *(int64_t *)ct_params_find(A, "bn.num_batches_tracked")->data = 42;
+    ct_checkpoint_save_params sp = ct_checkpoint_save_default_params();
+    sp.step = 2;
+    sp.keep = 2;
+    sp.replace = true;
+    int before = captured.warnings;
+    CT_CHECK_INT(ct_checkpoint_save(ctx, root, A, &sp, NULL, 0), CT_OK);
+    CT_CHECK(captured.warnings >= before + 2);
+    int64_t step = 0, count = 0;
+    CT_CHECK_INT(ct_checkpoint_load(ctx, root, "latest", B, NULL, NULL, NULL, &step, NULL, NULL, 0),
+                 CT_OK);
+    CT_CHECK_INT(step, 2);
+    CT_CHECK_INT(*(int64_t *)ct_params_find(B, "bn.num_batches_tracked")->data, 42);
+    CT_CHECK(ct_checkpoint_load(ctx, root, "best", B, NULL, NULL, NULL, NULL, NULL, NULL, 0) !=
+             CT_OK);
+    CT_CHECK_INT(ct_checkpoint_list(ctx, root, NULL, 0, &count), CT_OK);
+    CT_CHECK_INT(count, 5);
+    snprintf(p, sizeof p, "%s/checkpoints/step-00000002.old.tmp", root);
+    CT_CHECK(!exists(p));
+    /* a crash between moving step 3 aside and renaming its replacement in: the next cleanup
+     * puts it back rather than deleting the only copy */
+    snprintf(q, sizeof q, "%s/checkpoints/step-00000003", root);
+    snprintf(p, sizeof p, "%s/checkpoints/step-00000003.old.tmp", root);
+    CT_CHECK_INT(rename(q, p), 0);
+    CT_CHECK_INT(ct_checkpoint_cleanup(ctx, root), CT_OK);
+    CT_CHECK(exists(q) && !exists(p));
+    CT_CHECK_INT(
+        ct_checkpoint_load(ctx, root, "step-00000003", B, NULL, NULL, NULL, &step, NULL, NULL, 0),
+        CT_OK);
+    CT_CHECK_INT(*(int64_t *)ct_params_find(B, "bn.num_batches_tracked")->data, 3);
+    ct_params_destroy(A);
+    ct_params_destroy(B);
+}
+
 static void checkpoint_should_remove_leftovers_of_interrupted_saves(void) {
     char root[256], a[512], b[512], c[600];
     ct_params *A = make_store(1.0f, 4);
@@ -387,6 +432,7 @@ int main(void) {
     CT_RUN(checkpoint_should_compute_crc32c_known_answers);
     CT_RUN(checkpoint_should_round_trip_model_ema_optimizer_and_state);
     CT_RUN(checkpoint_should_keep_the_newest_and_never_delete_best);
+    CT_RUN(checkpoint_should_replace_a_step_when_asked);
     CT_RUN(checkpoint_should_remove_leftovers_of_interrupted_saves);
     CT_RUN(checkpoint_should_fall_back_from_a_damaged_latest);
     CT_RUN(checkpoint_should_refuse_a_newer_format);

@@ -574,6 +574,9 @@ static void trainer_should_clip_gradients_by_value(void) {
 /* Runs one epoch (15 steps) whose training loss call 3 is multiplied by `scale` (and calls
  * up to zero_upto by 0), under the non-finite options given (NULL: stop). Returns fit's
  * status; the weights in *w (malloc'd). */
+/* When set, run_with_bad_step saves a checkpoint there after every step. */
+static const char *bad_step_ckdir;
+
 static ct_status run_with_bad_step(const ct_options *nonfinite,
                                    float scale,
                                    int64_t zero_upto,
@@ -593,6 +596,8 @@ static ct_status run_with_bad_step(const ct_options *nonfinite,
     ct_task task = rec_task(r);
     ct_trainer_params p = rec_params(r);
     p.nonfinite = nonfinite;
+    p.checkpoint_dir = bad_step_ckdir;
+    p.save_every_steps = 1;
     ct_trainer *t = make_trainer(&s, &task, NULL, 0, &p);
     ct_status st = CT_ERR_INTERNAL;
     if (t) {
@@ -652,8 +657,19 @@ static void trainer_should_apply_the_nonfinite_policies(void) {
     free(w_zero);
     st = run_with_bad_step(NULL, 0.0f, 3, &w_zero, &numel, &zsteps, &zskipped, &r);
     CT_CHECK_INT(st, CT_OK);
+    /* with a checkpoint after every step: steps 1 and 2 are saved, rolled back and made again,
+     * and the second saves replace the first */
+    char tmpl[] = "/tmp/ct_rollback_XXXXXX";
+    bad_step_ckdir = mkdtemp(tmpl);
     st = run_with_bad_step(&rb, NAN, 0, &w, &numel, &steps, &skipped, &r);
     CT_CHECK_MSG(st == CT_OK, "%s: %s", ct_status_str(st), ct_last_error(ctx));
+    int64_t saved[16], n_saved = 0;
+    CT_CHECK_INT(ct_checkpoint_list(ctx, bad_step_ckdir, saved, 16, &n_saved), CT_OK);
+    CT_CHECK_INT(n_saved, 12);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", bad_step_ckdir);
+    CT_CHECK_INT(system(cmd), 0);
+    bad_step_ckdir = NULL;
     CT_CHECK(all_finite(w, numel));
     CT_CHECK_INT(steps, 12);
     CT_CHECK_INT(skipped, 0);
@@ -688,6 +704,10 @@ static void trainer_should_stop_early_when_the_loss_does_not_improve(void) {
         CT_CHECK(st != NULL && st->state.stopped && st->state.evals == 3 &&
                  st->state.bad_evals == 2);
         CT_CHECK(ct_trainer_ema(t) == NULL);
+        /* a stopped run stays stopped: fit again (or after resuming its checkpoint) trains
+         * no more */
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(ct_trainer_step(t), 45);
     }
     ct_trainer_destroy(t);
     setup_close(&s);
@@ -1258,6 +1278,133 @@ static void trainer_should_train_a_language_model(void) {
     unlink(path);
 }
 
+/* One training run of the resume test: Adam, shuffled data, a monitor, early stopping and
+ * checkpoints every 5 steps and every epoch under dir. resume_from: NULL = a fresh start.
+ * Returns the final weights (malloc'd) and the trainer's step and monitor best. */
+static float *resume_run(const char *dir,
+                         int64_t max_epochs,
+                         const char *resume_from,
+                         int64_t *step,
+                         double *best,
+                         int64_t *es_evals,
+                         int64_t *numel) {
+    setup s;
+    setup_params sp = setup_defaults();
+    sp.shuffle = true;
+    sp.lr = 0.02f;
+    sp.spread = "1";
+    if (!setup_open(&s, &sp)) return NULL;
+    ct_optim_destroy(s.opt);
+    ct_optim_params op = ct_optim_default_params(CT_OPTIM_ADAM);
+    op.lr = 0.01f;
+    CT_CHECK_INT(ct_optim_create(ctx, s.params, &op, &s.opt), CT_OK);
+    /* a shuffled evaluation cut to 2 batches: which samples an evaluation sees depends on the
+     * evaluation loader's epoch, which the checkpoint must carry too */
+    ct_loader_destroy(s.valid_loader);
+    ct_loader_params lp = ct_loader_default_params();
+    lp.batch_size = 16;
+    lp.shuffle = true;
+    lp.seed = 9;
+    lp.shard = CT_SHARD_EVAL;
+    CT_CHECK_INT(ct_loader_create(ctx, s.valid, &lp, &s.valid_loader), CT_OK);
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_eval_engine e = valid_engine(&s);
+    ct_option mon_items[] = {{"metric", "valid/acc"}, {"mode", "max"}};
+    ct_options mon = {mon_items, 2, "test: monitor"};
+    ct_option es_items[] = {{"monitor", "valid/loss"}, {"patience", "20"}};
+    ct_options es = {es_items, 2, "test: early stopping"};
+    ct_trainer_params p = ct_trainer_default_params();
+    p.max_epochs = max_epochs;
+    p.monitor = &mon;
+    p.early_stopping = &es;
+    p.checkpoint_dir = dir;
+    p.save_every_steps = 5;
+    p.limit_eval_batches = 2;
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    float *w = NULL;
+    if (t) {
+        ct_status st = resume_from ? ct_trainer_resume(t, resume_from) : CT_OK;
+        CT_CHECK_MSG(st == CT_OK, "resume: %s", ct_last_error(ctx));
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        *step = ct_trainer_step(t);
+        *best = ct_trainer_monitor(t) ? ct_trainer_monitor(t)->state.best : NAN;
+        const ct_early_stop *es_now = ct_trainer_early_stop(t);
+        *es_evals = es_now ? es_now->state.evals * 1000 + es_now->state.bad_evals : -1;
+        w = copy_values(s.params);
+        *numel = ct_params_numel(s.params);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+    return w;
+}
+
+static void trainer_should_resume_exactly_from_its_checkpoints(void) {
+    char ta[] = "/tmp/ct_resume_a_XXXXXX", tb[] = "/tmp/ct_resume_b_XXXXXX";
+    const char *a = mkdtemp(ta), *b = mkdtemp(tb);
+    CT_CHECK(a && b);
+    if (!a || !b) return;
+    int64_t step[4] = {0}, es[4] = {0}, numel = 0;
+    double best[4];
+    /* uninterrupted: 4 epochs of 15 steps */
+    float *w0 = resume_run(a, 4, NULL, &step[0], &best[0], &es[0], &numel);
+    /* 3 epochs, then continued from the end of epoch 2 and from mid epoch 3 (step 35: the
+     * loader's position inside a shuffled epoch, Adam's moments, the monitor and early
+     * stopping all come back) */
+    float *w1 = resume_run(b, 3, NULL, &step[1], &best[1], &es[1], &numel);
+    float *w2 = resume_run(b, 4, "step-00000030", &step[2], &best[2], &es[2], &numel);
+    float *w3 = resume_run(b, 4, "step-00000035", &step[3], &best[3], &es[3], &numel);
+    if (w0 && w2 && w3) {
+        CT_CHECK_INT(step[0], 60);
+        CT_CHECK_INT(step[1], 45);
+        CT_CHECK_INT(step[2], 60);
+        CT_CHECK_INT(step[3], 60);
+        CT_CHECK(memcmp(w0, w2, (size_t)numel * sizeof(float)) == 0);
+        CT_CHECK(memcmp(w0, w3, (size_t)numel * sizeof(float)) == 0);
+        CT_CHECK(best[0] == best[2] && best[0] == best[3]);
+        /* 4 evaluations, some not better than the best: the counts carried over */
+        CT_CHECK_INT(es[0] / 1000, 4);
+        CT_CHECK_INT(es[2], es[0]);
+        CT_CHECK_INT(es[3], es[0]);
+    }
+    /* the cadence: every 5 steps, the epoch ends among them; latest is the last */
+    int64_t steps[16], count = 0;
+    CT_CHECK_INT(ct_checkpoint_list(ctx, a, steps, 16, &count), CT_OK);
+    CT_CHECK_INT(count, 12);
+    CT_CHECK_INT(steps[0], 60);
+    /* a trainer without a directory cannot resume */
+    setup s;
+    setup_params sp = setup_defaults();
+    if (setup_open(&s, &sp)) {
+        ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+        ct_trainer *t = make_trainer(&s, &task, NULL, 0, NULL);
+        if (t) CT_CHECK_INT(ct_trainer_resume(t, "latest"), CT_ERR_INVALID_ARG);
+        ct_trainer_destroy(t);
+        /* a checkpoint without the trainer's state (saved by hand) is refused by name */
+        ct_checkpoint_save_params cp = ct_checkpoint_save_default_params();
+        cp.step = 7;
+        cp.optim = s.opt;
+        CT_CHECK_INT(ct_checkpoint_save(ctx, a, s.params, &cp, NULL, 0), CT_OK);
+        ct_trainer_params p = ct_trainer_default_params();
+        p.checkpoint_dir = a;
+        t = make_trainer(&s, &task, NULL, 0, &p);
+        if (t) {
+            CT_CHECK_INT(ct_trainer_resume(t, "step-00000007"), CT_ERR_FORMAT);
+            CT_CHECK_MSG(
+                strstr(ct_last_error(ctx), "state.json: the trainer state's 'trainer' part"), "%s",
+                ct_last_error(ctx));
+        }
+        ct_trainer_destroy(t);
+        setup_close(&s);
+    }
+    free(w0);
+    free(w1);
+    free(w2);
+    free(w3);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", a, b);
+    CT_CHECK_INT(system(cmd), 0);
+}
+
 int main(void) {
     ct_ctx_params cp = ct_ctx_default_params();
     cp.n_threads = 2;
@@ -1280,6 +1427,7 @@ int main(void) {
     CT_RUN(trainer_should_use_the_tasks_default_metrics);
     CT_RUN(trainer_should_reject_bad_configurations);
     CT_RUN(trainer_should_train_a_language_model);
+    CT_RUN(trainer_should_resume_exactly_from_its_checkpoints);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
 }
