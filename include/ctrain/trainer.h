@@ -119,7 +119,8 @@ typedef struct ct_trainer_params {
        trainer never overwrites: a step already saved in the directory is an error; after a
        resume or a rollback, the later checkpoints of the abandoned continuation are replaced
        (with a warning).
-       The EMA shadow is not saved yet, so a resumed run with EMA restarts its average. In a
+       With EMA, the shadow goes in ema.safetensors (this costs one more copy of the store,
+       kept for the saves). In a
        distributed run rank 0 writes and broadcasts whether it worked. */
     const char *checkpoint_dir;
     int64_t save_every_epochs;

@@ -55,6 +55,8 @@ struct ct_trainer {
     ct_monitor monitor;
     ct_early_stop es;
     ct_ema *ema;
+    ct_params *ema_store; /* with EMA and checkpoints: the EMA weights laid out as the model's
+                             store, for ema.safetensors */
     ct_nonfinite_policy nf;
     int64_t step, epoch, skipped;
     int64_t last_saved_step;  /* -1: none saved by this trainer yet */
@@ -85,6 +87,25 @@ ct_trainer_params ct_trainer_default_params(void) {
     p.check_grads = true;
     p.save_every_epochs = 1;
     return p;
+}
+
+/* A new allocated store with the same tensors (names, shapes, kinds) as src. */
+static ct_status mirror_store(ct_ctx *ctx, const ct_params *src, ct_params **out) {
+    ct_params *p;
+    CT_TRY(ct_params_create(ctx, &p));
+    ct_status s = CT_OK;
+    for (int64_t i = 0; s == CT_OK && i < ct_params_count(src); i++) {
+        const ct_tensor *a = ct_params_at(src, i);
+        ct_tensor *b;
+        s = ct_params_add(p, a->name, a->dtype, a->ndim, a->shape, ct_params_kind_at(src, i), &b);
+    }
+    if (s == CT_OK) s = ct_params_alloc(p);
+    if (s != CT_OK) {
+        ct_params_destroy(p);
+        return s;
+    }
+    *out = p;
+    return CT_OK;
 }
 
 /* ---- checkpoint state ----
@@ -149,6 +170,13 @@ static json_t *trainer_state(const ct_trainer *t) {
             json_pack("{s:o, s:I, s:I, s:b}", "monitor", monitor_json(&t->es.state.monitor),
                       "evals", (json_int_t)t->es.state.evals, "bad_evals",
                       (json_int_t)t->es.state.bad_evals, "stopped", (int)t->es.state.stopped));
+    if (t->ema) {
+        ct_ema_state em;
+        ct_ema_get_state(t->ema, &em);
+        bad |= json_object_set_new(st, "ema",
+                                   json_pack("{s:I, s:o}", "updates", (json_int_t)em.updates,
+                                             "decay", f64_json(em.decay)));
+    }
     bad |= json_object_set_new(st, "nonfinite",
                                json_pack("{s:I, s:I, s:I}", "skipped",
                                          (json_int_t)t->nf.state.skipped, "consecutive_skipped",
@@ -188,14 +216,28 @@ static ct_status flush_checkpoint(ct_trainer *t) {
     return s;
 }
 
+/* Copies every tensor of src into dst, a store of the same layout (mirror_store). */
+static void copy_store(ct_params *dst, const ct_params *src) {
+    for (int64_t i = 0; i < ct_params_count(src); i++) {
+        const ct_tensor *a = ct_params_at(src, i);
+        memcpy(ct_params_at(dst, i)->data, a->data, ct_tensor_nbytes(a));
+    }
+}
+
 /* Rank 0's part of flush_checkpoint. */
 static ct_status save_now(ct_trainer *t, bool best) {
+    if (t->ema_store) { /* the shadow's values and buffers, by way of an exact swap */
+        CT_TRY(ct_ema_swap_in(t->ema));
+        copy_store(t->ema_store, t->params);
+        CT_TRY(ct_ema_swap_out(t->ema));
+    }
     json_t *st = trainer_state(t);
     if (!st) return CT_FAIL(t->ctx, CT_ERR_OOM, "checkpoint: building the trainer state");
     ct_checkpoint_save_params sp = ct_checkpoint_save_default_params();
     sp.step = t->step;
     sp.epoch = t->epoch;
     sp.optim = t->opt;
+    sp.ema = t->ema_store;
     sp.state = st;
     sp.best = best;
     sp.keep = t->p.keep;
@@ -284,6 +326,11 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
         (!get_monitor(es, "monitor", &ess.monitor) || !get_i64(es, "evals", &ess.evals) ||
          !get_i64(es, "bad_evals", &ess.bad_evals) || !get_bool(es, "stopped", &ess.stopped)))
         bad = "early_stopping";
+    ct_ema_state ems;
+    const json_t *emj = json_object_get(st, "ema");
+    if (!bad && t->ema &&
+        (!get_i64(emj, "updates", &ems.updates) || !get_f64(emj, "decay", &ems.decay)))
+        bad = "ema";
     const json_t *eng = json_object_get(st, "engines");
     for (int64_t i = 0; !bad && i < t->n_engines; i++) {
         const json_t *e = json_object_get(eng, t->engines[i].e.key);
@@ -317,6 +364,13 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
         (t->has_es && ct_early_stop_set_state(ctx, &t->es, &ess) != CT_OK) ||
         ct_nonfinite_set_state(ctx, &t->nf, &nfs) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the monitor and policies", path);
+    if (t->ema_store) { /* the loaded EMA weights into the shadow, by the same exact swap */
+        CT_TRY(ct_ema_swap_in(t->ema));
+        copy_store(t->params, t->ema_store);
+        CT_TRY(ct_ema_swap_out(t->ema));
+    }
+    if (t->ema && ct_ema_set_state(t->ema, &ems) != CT_OK)
+        return ct_err_wrap(ctx, "%s: restoring the EMA", path);
     *ct_graph_rng(t->g) = rng;
     t->step = step;
     t->epoch = epoch;
@@ -333,8 +387,8 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *which) {
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "resume: the trainer has no checkpoint_dir");
     json_t *st = NULL;
     char path[4096];
-    CT_TRY(ct_checkpoint_load(ctx, t->p.checkpoint_dir, which ? which : "latest", t->params, NULL,
-                              t->opt, &st, NULL, NULL, path, sizeof path));
+    CT_TRY(ct_checkpoint_load(ctx, t->p.checkpoint_dir, which ? which : "latest", t->params,
+                              t->ema_store, t->opt, &st, NULL, NULL, path, sizeof path));
     ct_status s = restore_state(t, st, path);
     json_decref(st);
     if (s == CT_OK)
@@ -914,6 +968,7 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         t->has_es = s == CT_OK;
     }
     if (s == CT_OK && p.ema) s = ct_ema_create(ctx, params, p.ema, &t->ema);
+    if (s == CT_OK && p.ema && p.checkpoint_dir) s = mirror_store(ctx, params, &t->ema_store);
     if (s == CT_OK) s = ct_nonfinite_init(ctx, &t->nf, p.nonfinite);
     if (s == CT_OK && t->nf.mode == CT_NONFINITE_MODE_ROLLBACK) {
         t->snap_bytes = store_bytes(params) + (size_t)ct_optim_buffer_count(opt) *
@@ -987,6 +1042,7 @@ void ct_trainer_destroy(ct_trainer *t) {
         ct_metrics_destroy(t->engines[i].m);
     ct_free(ctx, t->engines, (size_t)t->engines_cap * sizeof *t->engines);
     ct_ema_destroy(t->ema);
+    ct_params_destroy(t->ema_store);
     ct_graph_destroy(t->g);
     if (t->own_comm) ct_comm_destroy(t->comm);
     ct_free(ctx, t->snap, t->snap_bytes ? t->snap_bytes : 1);

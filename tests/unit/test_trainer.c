@@ -1287,6 +1287,7 @@ static float *resume_run(const char *dir,
                          int64_t *step,
                          double *best,
                          int64_t *es_evals,
+                         float **ema,
                          int64_t *numel) {
     setup s;
     setup_params sp = setup_defaults();
@@ -1320,6 +1321,9 @@ static float *resume_run(const char *dir,
     p.checkpoint_dir = dir;
     p.save_every_steps = 5;
     p.limit_eval_batches = 2;
+    ct_option ema_items[] = {{"decay", "0.9"}};
+    ct_options ema_opts = {ema_items, 1, "test: ema"};
+    p.ema = &ema_opts; /* evaluations see the EMA weights: the shadow must come back too */
     ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
     float *w = NULL;
     if (t) {
@@ -1332,6 +1336,9 @@ static float *resume_run(const char *dir,
         *es_evals = es_now ? es_now->state.evals * 1000 + es_now->state.bad_evals : -1;
         w = copy_values(s.params);
         *numel = ct_params_numel(s.params);
+        size_t bytes = (size_t)*numel * sizeof(float);
+        *ema = malloc(bytes);
+        memcpy(*ema, ct_ema_shadow(ct_trainer_ema(t)), bytes);
     }
     ct_trainer_destroy(t);
     setup_close(&s);
@@ -1344,15 +1351,16 @@ static void trainer_should_resume_exactly_from_its_checkpoints(void) {
     CT_CHECK(a && b);
     if (!a || !b) return;
     int64_t step[4] = {0}, es[4] = {0}, numel = 0;
+    float *ema[4] = {NULL, NULL, NULL, NULL};
     double best[4];
     /* uninterrupted: 4 epochs of 15 steps */
-    float *w0 = resume_run(a, 4, NULL, &step[0], &best[0], &es[0], &numel);
+    float *w0 = resume_run(a, 4, NULL, &step[0], &best[0], &es[0], &ema[0], &numel);
     /* 3 epochs, then continued from the end of epoch 2 and from mid epoch 3 (step 35: the
      * loader's position inside a shuffled epoch, Adam's moments, the monitor and early
      * stopping all come back) */
-    float *w1 = resume_run(b, 3, NULL, &step[1], &best[1], &es[1], &numel);
-    float *w2 = resume_run(b, 4, "step-00000030", &step[2], &best[2], &es[2], &numel);
-    float *w3 = resume_run(b, 4, "step-00000035", &step[3], &best[3], &es[3], &numel);
+    float *w1 = resume_run(b, 3, NULL, &step[1], &best[1], &es[1], &ema[1], &numel);
+    float *w2 = resume_run(b, 4, "step-00000030", &step[2], &best[2], &es[2], &ema[2], &numel);
+    float *w3 = resume_run(b, 4, "step-00000035", &step[3], &best[3], &es[3], &ema[3], &numel);
     if (w0 && w2 && w3) {
         CT_CHECK_INT(step[0], 60);
         CT_CHECK_INT(step[1], 45);
@@ -1360,6 +1368,12 @@ static void trainer_should_resume_exactly_from_its_checkpoints(void) {
         CT_CHECK_INT(step[3], 60);
         CT_CHECK(memcmp(w0, w2, (size_t)numel * sizeof(float)) == 0);
         CT_CHECK(memcmp(w0, w3, (size_t)numel * sizeof(float)) == 0);
+        CT_CHECK(ema[0] && ema[2] && ema[3]);
+        if (ema[0] && ema[2] && ema[3]) {
+            CT_CHECK(memcmp(ema[0], ema[2], (size_t)numel * sizeof(float)) == 0);
+            CT_CHECK(memcmp(ema[0], ema[3], (size_t)numel * sizeof(float)) == 0);
+            CT_CHECK(memcmp(ema[0], w0, (size_t)numel * sizeof(float)) != 0);
+        }
         CT_CHECK(best[0] == best[2] && best[0] == best[3]);
         /* 4 evaluations, some not better than the best: the counts carried over */
         CT_CHECK_INT(es[0] / 1000, 4);
@@ -1400,6 +1414,8 @@ static void trainer_should_resume_exactly_from_its_checkpoints(void) {
     free(w1);
     free(w2);
     free(w3);
+    for (int k = 0; k < 4; k++)
+        free(ema[k]);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s %s", a, b);
     CT_CHECK_INT(system(cmd), 0);
