@@ -99,6 +99,8 @@ typedef struct ct_checkpoint_save_params {
                               The old one is moved aside (*.tmp) before the new one is renamed
                               in, so a crash between the two leaves the older checkpoints for
                               `latest`'s fallback */
+    int64_t spare_step;    /* retention never deletes this step's checkpoint either (a run
+                              keeps the one it resumed from); -1 (default) = none */
 } ct_checkpoint_save_params;
 
 CT_API ct_checkpoint_save_params ct_checkpoint_save_default_params(void);

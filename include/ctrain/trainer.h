@@ -113,7 +113,8 @@ typedef struct ct_trainer_params {
     /* Checkpoints (checkpoint.h) under checkpoint_dir (borrowed; NULL = none): after every
        save_every_epochs epochs (default 1; 0 = not by epochs), every save_every_steps steps
        (0 = not by steps), whenever the monitor improves (then `best` points at it) and when
-       fit ends without failure; keep the newest `keep` (0 = all). A step's checkpoint is
+       fit ends without failure; keep the newest `keep` (0 = all) besides `latest`, `best` and
+       the checkpoint resumed from. A step's checkpoint is
        written after all of its evaluations, epoch-end ones included, so it holds their
        monitor and early-stopping states. A failed save ends the run with its error. A fresh
        trainer never overwrites: a step already saved in the directory is an error; after a

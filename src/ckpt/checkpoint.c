@@ -32,7 +32,7 @@
 #define CHUNK          ((size_t)1 << 20)
 
 ct_checkpoint_save_params ct_checkpoint_save_default_params(void) {
-    ct_checkpoint_save_params p = {0, 0, NULL, NULL, NULL, false, 0, false};
+    ct_checkpoint_save_params p = {0, 0, NULL, NULL, NULL, false, 0, false, -1};
     return p;
 }
 
@@ -424,7 +424,7 @@ save_state(ct_ctx *ctx, const char *dir, const ct_checkpoint_save_params *p, jso
  * name and every one after `upto` (with replace: the abandoned continuation's, which the
  * resumed run replaces as it reaches them, and which are not "newer" than what it saved). A
  * failure is logged: the new checkpoint is already published. */
-static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep, int64_t upto) {
+static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep, int64_t upto, int64_t spare) {
     steps st;
     if (list_steps(ctx, ckdir, &st) != CT_OK) {
         ct_log(ctx, CT_LOG_WARN, "checkpoint retention skipped: %s", ct_last_error(ctx));
@@ -440,6 +440,7 @@ static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep, int64_t upto) {
     (void)read_pointer(ckdir, "best", best, sizeof best);
     for (size_t i = (size_t)keep; i < st.n; i++) {
         step_name(st.v[i], name, sizeof name);
+        if (st.v[i] == spare) continue;
         if (strcmp(name, latest) == 0 || strcmp(name, best) == 0) continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", ckdir, name) >= sizeof path) continue;
         (void)snprintf(del, sizeof del, "%s.del.tmp", path);
@@ -556,7 +557,7 @@ ct_status ct_checkpoint_save(ct_ctx *ctx,
     int n = snprintf(text, sizeof text, "%s\n", name);
     CT_TRY(write_file(ctx, ckdir, "latest", text, (size_t)n));
     if (p->best) CT_TRY(write_file(ctx, ckdir, "best", text, (size_t)n));
-    if (p->keep > 0) retain(ctx, ckdir, p->keep, p->replace ? p->step : INT64_MAX);
+    if (p->keep > 0) retain(ctx, ckdir, p->keep, p->replace ? p->step : INT64_MAX, p->spare_step);
     if (saved_path && saved_path_size) (void)snprintf(saved_path, saved_path_size, "%s", final);
     return CT_OK;
 }

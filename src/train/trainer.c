@@ -55,6 +55,7 @@ struct ct_trainer {
     ct_monitor monitor;
     ct_early_stop es;
     ct_ema *ema;
+    int64_t resumed_step; /* the checkpoint resumed from, which retention spares; -1 none */
     ct_params *ema_store; /* with EMA and checkpoints: the EMA weights laid out as the model's
                              store, for ema.safetensors */
     ct_nonfinite_policy nf;
@@ -242,6 +243,7 @@ static ct_status save_now(ct_trainer *t, bool best) {
     sp.best = best;
     sp.keep = t->p.keep;
     sp.replace = t->step <= t->replace_upto;
+    sp.spare_step = t->resumed_step;
     ct_status s = ct_checkpoint_save(t->ctx, t->p.checkpoint_dir, t->params, &sp, NULL, 0);
     json_decref(st);
     if (s != CT_OK)
@@ -378,6 +380,7 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     t->last_saved_step = step;
     t->save_due = t->save_best = false;
     t->replace_upto = INT64_MAX;
+    t->resumed_step = step;
     return CT_OK;
 }
 
@@ -939,6 +942,7 @@ ct_status ct_trainer_create(ct_ctx *ctx,
     t->ctx = ctx;
     t->last_saved_step = -1;
     t->replace_upto = -1;
+    t->resumed_step = -1;
     t->model = model;
     t->params = params;
     t->opt = opt;

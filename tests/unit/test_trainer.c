@@ -1278,6 +1278,9 @@ static void trainer_should_train_a_language_model(void) {
     unlink(path);
 }
 
+/* keep for resume_run's checkpoints (0 = all) */
+static int64_t resume_keep;
+
 /* One training run of the resume test: Adam, shuffled data, a monitor, early stopping and
  * checkpoints every 5 steps and every epoch under dir. resume_from: NULL = a fresh start.
  * Returns the final weights (malloc'd) and the trainer's step and monitor best. */
@@ -1320,6 +1323,7 @@ static float *resume_run(const char *dir,
     p.early_stopping = &es;
     p.checkpoint_dir = dir;
     p.save_every_steps = 5;
+    p.keep = resume_keep;
     p.limit_eval_batches = 2;
     ct_option ema_items[] = {{"decay", "0.9"}};
     ct_options ema_opts = {ema_items, 1, "test: ema"};
@@ -1360,6 +1364,7 @@ static void trainer_should_resume_exactly_from_its_checkpoints(void) {
      * stopping all come back) */
     float *w1 = resume_run(b, 3, NULL, &step[1], &best[1], &es[1], &ema[1], &numel);
     float *w2 = resume_run(b, 4, "step-00000030", &step[2], &best[2], &es[2], &ema[2], &numel);
+    resume_keep = 2; /* the checkpoint resumed from is kept whatever keep says */
     float *w3 = resume_run(b, 4, "step-00000035", &step[3], &best[3], &es[3], &ema[3], &numel);
     if (w0 && w2 && w3) {
         CT_CHECK_INT(step[0], 60);
@@ -1380,6 +1385,13 @@ static void trainer_should_resume_exactly_from_its_checkpoints(void) {
         CT_CHECK_INT(es[2], es[0]);
         CT_CHECK_INT(es[3], es[0]);
     }
+    resume_keep = 0;
+    int64_t kept[16], n_kept = 0;
+    CT_CHECK_INT(ct_checkpoint_list(ctx, b, kept, 16, &n_kept), CT_OK);
+    bool has35 = false;
+    for (int64_t k = 0; k < n_kept && k < 16; k++)
+        has35 = has35 || kept[k] == 35;
+    CT_CHECK(has35 && n_kept <= 4); /* the newest 2, best, and the one resumed from */
     /* the cadence: every 5 steps, the epoch ends among them; latest is the last */
     int64_t steps[16], count = 0;
     CT_CHECK_INT(ct_checkpoint_list(ctx, a, steps, 16, &count), CT_OK);
