@@ -295,29 +295,11 @@ ct_status ct_checkpoint_cleanup(ct_ctx *ctx, const char *root) {
 
 /* ---- saving ---- */
 
-typedef struct jbuf {
-    ct_ctx *ctx;
-    char *p;
-    size_t len, cap;
-} jbuf;
-
 /* jansson's dump callback: collects the text in memory from the context's allocator. */
-static int jbuf_put(const char *s, size_t n, void *user) {
-    jbuf *b = user;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        char *q = ct_alloc(b->ctx, cap);
-        if (!q) return -1;
-        if (b->len) memcpy(q, b->p, b->len);
-        ct_free(b->ctx, b->p, b->cap);
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    return 0;
+static int dump_put(const char *s, size_t n, void *user) {
+    ct_ckpt_buf *b = user;
+    ct_ckpt_buf_put(b, s, n);
+    return b->oom ? -1 : 0;
 }
 
 /* Records a written file in state.json's "files". */
@@ -410,9 +392,9 @@ save_state(ct_ctx *ctx, const char *dir, const ct_checkpoint_save_params *p, jso
         json_object_set_new(doc, "state", p->state ? json_incref(p->state) : json_object()) ||
         json_object_set(doc, "files", files))
         s = CT_FAIL(ctx, CT_ERR_OOM, "%s: building state.json", dir);
-    jbuf b = {ctx, NULL, 0, 0};
+    ct_ckpt_buf b = {ctx, NULL, 0, 0, false};
     if (s == CT_OK &&
-        (json_dump_callback(doc, jbuf_put, &b, JSON_INDENT(2)) != 0 || jbuf_put("\n", 1, &b) != 0))
+        (json_dump_callback(doc, dump_put, &b, JSON_INDENT(2)) != 0 || dump_put("\n", 1, &b) != 0))
         s = CT_FAIL(ctx, CT_ERR_OOM, "%s: writing state.json to memory", dir);
     json_decref(doc);
     if (s == CT_OK) s = write_file(ctx, dir, "state.json", b.p, b.len);

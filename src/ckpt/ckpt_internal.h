@@ -1,7 +1,7 @@
 /*
- * ckpt_internal.h - what checkpoint.c shares with safetensors.c and crc32c.c: the safetensors
- * writer and reader over an arbitrary list of tensors (optimizer buffers are not a ct_params
- * store) and the two CRC-32C implementations. Not installed; not part of the API.
+ * ckpt_internal.h - what checkpoint.c shares with safetensors.c and crc32c.c: a text buffer,
+ * the safetensors writer and reader over an arbitrary list of tensors (optimizer buffers are
+ * not a ct_params store) and the two CRC-32C implementations. Not installed; not part of the API.
  */
 #ifndef CT_CKPT_INTERNAL_H
 #define CT_CKPT_INTERNAL_H
@@ -14,6 +14,17 @@
 CT_INTERNAL uint32_t ct_crc32c_sw(uint32_t crc, const void *data, size_t n);
 CT_INTERNAL uint32_t ct_crc32c_hw(uint32_t crc, const void *data, size_t n);
 CT_INTERNAL bool ct_crc32c_hw_available(void);
+
+/* A growable text buffer from the context's allocator, always NUL-terminated once written to.
+ * An allocation failure sets oom and makes later puts no-ops; the owner frees p (cap bytes). */
+typedef struct ct_ckpt_buf {
+    ct_ctx *ctx;
+    char *p;
+    size_t len, cap;
+    bool oom;
+} ct_ckpt_buf;
+
+CT_INTERNAL void ct_ckpt_buf_put(ct_ckpt_buf *b, const char *s, size_t n);
 
 /*
  * Writes the n tensors (names and data borrowed) as a safetensors file at path, through

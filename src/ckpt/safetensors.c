@@ -71,14 +71,7 @@ ct_safetensors_load_params ct_safetensors_load_default_params(void) {
 
 /* ---- writing ---- */
 
-typedef struct sbuf {
-    ct_ctx *ctx;
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
+void ct_ckpt_buf_put(ct_ckpt_buf *b, const char *s, size_t n) {
     if (b->oom) return;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 1024;
@@ -99,26 +92,26 @@ static void sb_put(sbuf *b, const char *s, size_t n) {
     b->p[b->len] = '\0';
 }
 
-static void sb_str(sbuf *b, const char *s) {
-    sb_put(b, s, strlen(s));
+static void sb_str(ct_ckpt_buf *b, const char *s) {
+    ct_ckpt_buf_put(b, s, strlen(s));
 }
 
 /* A JSON string literal. */
-static void sb_json(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void sb_json(ct_ckpt_buf *b, const char *s) {
+    ct_ckpt_buf_put(b, "\"", 1);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         if (*c == '"' || *c == '\\') {
             char e[2] = {'\\', (char)*c};
-            sb_put(b, e, 2);
+            ct_ckpt_buf_put(b, e, 2);
         } else if (*c < 0x20) {
             char e[8];
             (void)snprintf(e, sizeof e, "\\u%04x", *c);
-            sb_put(b, e, 6);
+            ct_ckpt_buf_put(b, e, 6);
         } else {
-            sb_put(b, (const char *)c, 1);
+            ct_ckpt_buf_put(b, (const char *)c, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    ct_ckpt_buf_put(b, "\"", 1);
 }
 
 static ct_status io_fail(ct_ctx *ctx, const char *path, const char *op) {
@@ -165,7 +158,7 @@ ct_status ct_st_write(ct_ctx *ctx,
     for (int64_t i = 0; i < n_metadata; i++)
         if (strcmp(metadata[i].key, "format") == 0)
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: metadata key 'format' is reserved", path);
-    sbuf b = {ctx, NULL, 0, 0, false};
+    ct_ckpt_buf b = {ctx, NULL, 0, 0, false};
     sb_str(&b, "{\"__metadata__\":{\"format\":\"pt\"");
     for (int64_t i = 0; i < n_metadata; i++) {
         sb_str(&b, ",");
