@@ -17,7 +17,7 @@ build: deps
 	cmake --build build -j $(JOBS)
 
 demo: build
-	./build/examples/mlp_demo
+	./build/ctrain fit examples/fashion_mnist_mlp.yaml
 
 test: deps test-release test-asan test-noomp test-tsan format-check
 

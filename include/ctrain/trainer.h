@@ -86,6 +86,12 @@ typedef struct ct_trainer_callbacks {
     /* fit is ending with a failure (status s, message in ct_last_error); called once, before
        fit returns s. Its own result is ignored. May be NULL. */
     void (*on_exception)(void *user, ct_trainer *t, ct_status s);
+    /* after each training micro-batch (its loss, NaN when not finite) and each evaluation
+       batch (loss NaN), for progress displays and interruption: split is "train" or an engine
+       key; done and total count the batches of this epoch or evaluation. CT_STOP ends the run
+       at the end of the current step (an interrupted evaluation still finishes). May be NULL. */
+    ct_status (*on_batch)(
+        void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss);
 } ct_trainer_callbacks;
 
 typedef struct ct_trainer_params {
@@ -127,6 +133,10 @@ typedef struct ct_trainer_params {
     int64_t save_every_epochs;
     int64_t save_every_steps;
     int64_t keep;
+    /* Recorded in every checkpoint's state.json (borrowed; NULL or "" = none). A resume from a
+       checkpoint that recorded a different one fails with CT_ERR_CONFIG: it was written by a
+       run of another configuration. The command line passes its configuration fingerprint. */
+    const char *fingerprint;
 } ct_trainer_params;
 
 CT_API ct_trainer_params ct_trainer_default_params(void);

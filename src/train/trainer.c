@@ -144,6 +144,9 @@ static json_t *trainer_state(const ct_trainer *t) {
                            "counter", u64_json(r->counter));
     if (!st) return NULL;
     int bad = 0;
+    if (t->p.fingerprint && t->p.fingerprint[0])
+        bad |= json_object_set_new(json_object_get(st, "trainer"), "fingerprint",
+                                   json_string(t->p.fingerprint));
     if (t->sched) {
         ct_schedule_state ss;
         ct_schedule_get_state(t->sched, &ss);
@@ -302,6 +305,12 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     ct_rng rng;
     ct_nonfinite_state nfs;
     const char *bad = NULL;
+    const char *fp = json_string_value(json_object_get(tr, "fingerprint"));
+    if (t->p.fingerprint && t->p.fingerprint[0] && fp && strcmp(fp, t->p.fingerprint) != 0)
+        return CT_FAIL(t->ctx, CT_ERR_CONFIG,
+                       "%s: written by a run of another configuration (fingerprint %s, this run's "
+                       "%s): resume it with the configuration it was made with",
+                       path, fp, t->p.fingerprint);
     if (!get_i64(tr, "step", &step) || !get_i64(tr, "epoch", &epoch) ||
         !get_i64(tr, "skipped", &skipped))
         bad = "trainer";
@@ -530,6 +539,13 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
             s = ct_metrics_update_loss(en->m, NULL, (double)((const float *)loss->data)[0], items);
         if (s != CT_OK) break;
         nb++;
+        if (t->p.callbacks.on_batch) {
+            int64_t total = ct_loader_batches_per_epoch(en->e.loader);
+            if (limit && limit < total) total = limit;
+            s = event(t, t->p.callbacks.on_batch(t->p.callbacks.user, t, en->e.key, nb, total,
+                                                 (double)NAN));
+            if (s != CT_OK) break;
+        }
     }
     if (s == CT_OK && b.size > 0) {
         /* stopped early (limit): the next pass starts at the next epoch's beginning */
@@ -777,6 +793,9 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
          * under-weighted, and the reported loss stays the unscaled mean */
         ct_tensor *scaled = pos.length > 1 ? ct_op_scale(g, loss, 1.0f / (float)pos.length) : loss;
         if (ct_graph_backward(g, scaled) != CT_OK) return failure(t, "training backward");
+        if (t->p.callbacks.on_batch)
+            CT_TRY(event(t, t->p.callbacks.on_batch(t->p.callbacks.user, t, "train", i + 1, bpe,
+                                                    finite ? (double)lv : (double)NAN)));
         if (!pos.last) continue;
         int64_t before = t->step;
         CT_TRY(finish_window(t, window_ok));

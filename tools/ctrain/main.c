@@ -1,56 +1,836 @@
 /*
- * main.c - the ctrain command-line tool. For now it answers --version and --help; the commands
- * (fit, eval, predict, config, inspect) arrive with the command-line issue.
+ * main.c - the ctrain command-line tool: fit, eval, config and inspect over experiment files
+ * (include/ctrain/experiment.h), with progress on stderr, a log.txt in the run directory, and
+ * the exit codes of docs/cli.md:
+ *     0 success; 1 the run failed (a non-finite stop included); 2 a usage, configuration or
+ *     input error; 130 interrupted by SIGINT; 143 stopped by SIGTERM.
  *
- * Exit codes: 0 success, 2 usage error.
+ * The only process-wide state is the signal flag, which a signal handler must set.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
 
+#include "ctrain/checkpoint.h"
 #include "ctrain/ctrain.h"
+#include "ctrain/experiment.h"
 
-static void usage(FILE *f) {
-    (void)fprintf(f, "usage: ctrain [--version] [--help]\n"
-                     "\n"
-                     "ctrain is a model-training framework in C. This build provides the library\n"
-                     "(libctrain: tensors, autograd, ops, losses, optimizers) and this tool's\n"
-                     "--version and --help; the training commands are not part of this build.\n"
-                     "\n"
-                     "options:\n"
-                     "  -V, --version   print the version and exit\n"
-                     "  -h, --help      print this help and exit\n"
-                     "\n"
-                     "exit codes: 0 success, 2 usage error\n");
+#ifndef CT_EXAMPLES_DIR
+#define CT_EXAMPLES_DIR "examples"
+#endif
+
+enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2, EXIT_SIGINT = 130, EXIT_SIGTERM = 143 };
+
+static volatile sig_atomic_t g_signal = 0;
+
+static void on_signal(int sig) {
+    if (g_signal) { /* a second one: stop now */
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    g_signal = sig;
 }
 
-int main(int argc, char **argv) {
+/* ---- the session: the context's log, log.txt and the progress display ---- */
+
+typedef enum progress_mode { PROGRESS_BAR, PROGRESS_PLAIN, PROGRESS_NONE } progress_mode;
+
+typedef struct session {
+    FILE *log_file;
+    bool quiet; /* info messages only into log.txt */
+    progress_mode progress;
+    double interval, interval_seconds;
+    /* the current bar */
+    char split[32];
+    double t0, t_last, frac_last;
+    bool bar_open;
+    double loss_sum;
+    int64_t loss_n;
+    double lr;
+    int64_t batch_size, eval_batch_size;
+    int64_t max_epochs;
+    ct_experiment *exp;
+} session;
+
+static double now_s(void) {
+    struct timeval tv;
+    (void)gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
+static void close_bar(session *s) {
+    if (s->bar_open) {
+        (void)fputc('\n', stderr);
+        s->bar_open = false;
+    }
+}
+
+/* A line for the terminal (stderr) and log.txt. */
+static void say(session *s, const char *fmt, ...) CT_PRINTF(2, 3);
+static void say(session *s, const char *fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    close_bar(s);
+    (void)fprintf(stderr, "%s\n", buf);
+    if (s->log_file) {
+        (void)fprintf(s->log_file, "%s\n", buf);
+        (void)fflush(s->log_file);
+    }
+}
+
+static void log_fn(void *user, ct_log_level level, const char *msg) {
+    session *s = user;
+    static const char *const names[] = {"debug", "info", "warning", "error"};
+    const char *name = (unsigned)level < CT_LOG_LEVEL_COUNT ? names[level] : "log";
+    if (s->log_file) {
+        (void)fprintf(s->log_file, "%s: %s\n", name, msg);
+        (void)fflush(s->log_file);
+    }
+    if (level >= CT_LOG_WARN || !s->quiet) {
+        close_bar(s);
+        (void)fprintf(stderr, "ctrain: %s: %s\n", name, msg);
+    }
+}
+
+static void fmt_duration(double sec, char *buf, size_t n) {
+    if (!isfinite(sec) || sec < 0) sec = 0;
+    long long t = (long long)(sec + 0.5);
+    if (t >= 3600)
+        (void)snprintf(buf, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+    else
+        (void)snprintf(buf, n, "%lld:%02lld", t / 60, t % 60);
+}
+
+static ct_status
+on_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss) {
+    session *s = user;
+    double now = now_s();
+    if (strcmp(s->split, split) != 0 || done == 1) {
+        close_bar(s);
+        (void)snprintf(s->split, sizeof s->split, "%s", split);
+        s->t0 = now;
+        s->t_last = 0;
+        s->frac_last = 0;
+        s->loss_sum = 0;
+        s->loss_n = 0;
+    }
+    if (isfinite(loss)) {
+        s->loss_sum += loss;
+        s->loss_n++;
+    }
+    if (s->progress == PROGRESS_NONE) return g_signal ? CT_STOP : CT_OK;
+    double frac = total > 0 ? (double)done / (double)total : 0;
+    bool is_train = strcmp(split, "train") == 0;
+    bool last = done >= total;
+    /* plain lines: training every `interval` of an epoch or interval_seconds; evaluation,
+       usually short, by time only */
+    if (s->t_last == 0 && s->progress == PROGRESS_PLAIN) s->t_last = now;
+    bool due = s->progress == PROGRESS_BAR
+                   ? (now - s->t_last >= 0.1 || last)
+                   : (now - s->t_last >= s->interval_seconds ||
+                      (is_train && (frac - s->frac_last >= s->interval - 1e-12 || last)));
+    if (!due) return g_signal ? CT_STOP : CT_OK;
+    double el = now - s->t0;
+    double rate =
+        el > 0 ? (double)done * (double)(is_train ? s->batch_size : s->eval_batch_size) / el : 0;
+    char eta[32];
+    fmt_duration(done > 0 ? el * (double)(total - done) / (double)done : 0, eta, sizeof eta);
+    char head[64];
+    if (is_train)
+        (void)snprintf(head, sizeof head, "train epoch %lld%s%lld",
+                       (long long)ct_trainer_epoch(t) + 1, s->max_epochs ? "/" : "",
+                       (long long)s->max_epochs);
+    else
+        (void)snprintf(head, sizeof head, "%s", split);
+    if (s->max_epochs == 0 && is_train) head[strlen(head)] = '\0';
+    char tail[96] = "";
+    if (is_train && s->loss_n > 0)
+        (void)snprintf(tail, sizeof tail, " loss %.4f lr %.3g", s->loss_sum / (double)s->loss_n,
+                       s->lr);
+    if (s->progress == PROGRESS_BAR) {
+        char bar[26];
+        int filled = (int)(frac * 24);
+        for (int i = 0; i < 24; i++)
+            bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+        bar[24] = '\0';
+        (void)fprintf(stderr, "\r\033[K%s [%s] %lld/%lld %.0f samples/s ETA %s%s", head, bar,
+                      (long long)done, (long long)total, rate, eta, tail);
+        (void)fflush(stderr);
+        s->bar_open = true;
+        if (last) close_bar(s);
+    } else {
+        (void)fprintf(stderr, "%s %lld/%lld (%.0f%%) %.0f samples/s ETA %s%s\n", head,
+                      (long long)done, (long long)total, frac * 100, rate, eta, tail);
+        s->frac_last = frac;
+    }
+    s->t_last = now;
+    return g_signal ? CT_STOP : CT_OK;
+}
+
+static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    session *s = user;
+    (void)t;
+    for (int64_t i = 0; i < n; i++)
+        if (strcmp(v[i].name, "train/lr") == 0) s->lr = v[i].value;
+    return g_signal ? CT_STOP : CT_OK;
+}
+
+static ct_status
+on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    session *s = user;
+    char line[1024];
+    size_t at = 0;
+    at += (size_t)snprintf(line, sizeof line, "%s epoch %lld step %lld:", key,
+                           (long long)ct_trainer_epoch(t), (long long)ct_trainer_step(t));
+    for (int64_t i = 0; i < n && at < sizeof line; i++) {
+        const char *name = strchr(v[i].name, '/');
+        at += (size_t)snprintf(line + at, sizeof line - at, " %s %.4f", name ? name + 1 : v[i].name,
+                               v[i].value);
+    }
+    /* the monitor has not seen these values yet */
+    const ct_monitor *m = ct_trainer_monitor(t);
+    size_t kl = strlen(key);
+    for (int64_t i = 0; m && i < n && at < sizeof line; i++) {
+        if (strcmp(v[i].name, m->metric) != 0 || strncmp(m->metric, key, kl) != 0) continue;
+        if (ct_monitor_is_better(m, v[i].value))
+            (void)snprintf(line + at, sizeof line - at, " (new best %s)", m->metric);
+        else
+            (void)snprintf(line + at, sizeof line - at, " (best %s %.4f at step %lld)", m->metric,
+                           m->state.best, (long long)m->state.best_step);
+    }
+    say(s, "%s", line);
+    return g_signal ? CT_STOP : CT_OK;
+}
+
+static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
+    session *s = user;
+    int64_t n;
+    const ct_metric_value *v = ct_trainer_metrics(t, "train", &n);
+    double loss = NAN;
+    for (int64_t i = 0; i < n; i++)
+        if (strcmp(v[i].name, "train/loss") == 0) loss = v[i].value;
+    if (s->log_file) {
+        (void)fprintf(s->log_file, "epoch %lld done: step %lld train/loss %.4f\n", (long long)epoch,
+                      (long long)ct_trainer_step(t), loss);
+        (void)fflush(s->log_file);
+    }
+    return g_signal ? CT_STOP : CT_OK;
+}
+
+/* ---- commands ---- */
+
+static void usage(FILE *f) {
+    (void)fprintf(f,
+                  "usage: ctrain COMMAND [options]\n"
+                  "\n"
+                  "commands:\n"
+                  "  fit CONFIG [key=value ...]      train (resumes the run directory's latest "
+                  "checkpoint)\n"
+                  "  eval CONFIG [--checkpoint best|latest|PATH] [--json] [key=value ...]\n"
+                  "                                  evaluate a checkpoint on every evaluation "
+                  "dataset\n"
+                  "  config CONFIG [key=value ...]   check a configuration and print it resolved\n"
+                  "  config --reference              print every key (docs/config.md)\n"
+                  "  inspect PATH                    describe and verify a run directory or "
+                  "checkpoint\n"
+                  "\n"
+                  "overrides: key.path=value replaces, +key.path=value adds, ++key.path=value "
+                  "sets,\n"
+                  "           ~key.path deletes (Hydra's grammar); values are YAML "
+                  "(lr=3e-4, hidden=[256,128])\n"
+                  "\n"
+                  "options: -V, --version   print the version;  -h, --help   this help "
+                  "(ctrain COMMAND --help for a command's)\n"
+                  "\n"
+                  "exit codes: 0 success, 1 the run failed, 2 usage, configuration or input "
+                  "error,\n"
+                  "            130 interrupted (SIGINT), 143 stopped (SIGTERM)\n");
+}
+
+static void list_examples(FILE *f) {
+    DIR *d = opendir(CT_EXAMPLES_DIR);
+    if (!d) return;
+    (void)fprintf(f, "\nbundled examples (%s):\n", CT_EXAMPLES_DIR);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t n = strlen(de->d_name);
+        if (n > 5 && strcmp(de->d_name + n - 5, ".yaml") == 0)
+            (void)fprintf(f, "  ctrain fit %s/%s\n", CT_EXAMPLES_DIR, de->d_name);
+    }
+    (void)closedir(d);
+}
+
+/* Exit code for a failure while setting up (reading the configuration and the data). */
+static int setup_code(ct_status s) {
+    return s == CT_ERR_OOM || s == CT_ERR_INTERNAL || s == CT_ERR_DIST ? EXIT_RUN_FAILED
+                                                                       : EXIT_USAGE;
+}
+
+static int fail(ct_ctx *ctx, int code) {
+    (void)fprintf(stderr, "ctrain: error: %s\n", ct_last_error(ctx));
+    return code;
+}
+
+/* Loads CONFIG, applies the overrides and resolves it. */
+static ct_status
+load_config(ct_ctx *ctx, const char *path, char **overrides, int n, ct_config **out) {
+    ct_config *cfg = NULL;
+    CT_TRY(ct_config_load_file(ctx, path, &cfg));
+    ct_status s = CT_OK;
+    for (int i = 0; s == CT_OK && i < n; i++)
+        s = ct_config_override(cfg, overrides[i]);
+    if (s == CT_OK) s = ct_experiment_resolve(ctx, cfg);
+    if (s != CT_OK) {
+        ct_config_destroy(cfg);
+        return s;
+    }
+    *out = cfg;
+    return CT_OK;
+}
+
+/* The shared options of fit/eval/config: CONFIG and overrides after the flags. */
+typedef struct cmd_args {
+    const char *config;
+    char **overrides;
+    int n_overrides;
+    const char *checkpoint;
+    bool json, reference, help;
+} cmd_args;
+
+static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **ov) {
+    memset(a, 0, sizeof *a);
+    a->overrides = ov;
+    a->checkpoint = "best";
     static const struct option opts[] = {
-        {"version", no_argument, NULL, 'V'},
+        {"checkpoint", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},
+        {"reference", no_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int c;
+    optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+Vh", opts, NULL)) != -1) {
+    int c;
+    /* '+' would stop at the first operand; permuting lets flags follow CONFIG, and a leading
+       '-' keeps operands ("~key" deletions) in order */
+    while ((c = getopt_long(argc, argv, "-h", opts, NULL)) != -1) {
         switch (c) {
-        case 'V':
-            printf("ctrain %s\n", ct_version());
-            return 0;
+        case 1:
+            if (!a->config)
+                a->config = optarg;
+            else
+                a->overrides[a->n_overrides++] = optarg;
+            break;
+        case 'c':
+            a->checkpoint = optarg;
+            break;
+        case 'j':
+            a->json = true;
+            break;
+        case 'r':
+            a->reference = true;
+            break;
         case 'h':
-            usage(stdout);
-            return 0;
+            a->help = true;
+            break;
         default:
-            (void)fprintf(stderr, "ctrain: unknown option '%s'\n", argv[optind - 1]);
-            usage(stderr);
-            return 2;
+            (void)fprintf(stderr, "ctrain %s: unknown option '%s'\n", cmd, argv[optind - 1]);
+            return EXIT_USAGE;
         }
     }
-    if (optind < argc) {
-        (void)fprintf(stderr, "ctrain: unknown command '%s'\n", argv[optind]);
-        usage(stderr);
-        return 2;
+    if (strcmp(cmd, "eval") != 0 && (strcmp(a->checkpoint, "best") != 0 || a->json)) {
+        (void)fprintf(stderr, "ctrain %s: --checkpoint and --json are options of eval\n", cmd);
+        return EXIT_USAGE;
     }
+    if (a->reference && strcmp(cmd, "config") != 0) {
+        (void)fprintf(stderr, "ctrain %s: --reference is an option of config\n", cmd);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static void cmd_usage(const char *cmd) {
+    if (strcmp(cmd, "fit") == 0)
+        (void)printf("usage: ctrain fit CONFIG [key=value ...]\n\n"
+                     "Trains the experiment CONFIG describes, in its output_dir (default "
+                     "runs/<name>):\nconfig.yaml, metrics.jsonl, log.txt and checkpoints/. A "
+                     "run directory that holds\ncheckpoints of the same configuration is "
+                     "resumed from its latest one; of another\nconfiguration, refused (exit "
+                     "2). SIGINT or SIGTERM stop at the end of the step,\nsave a checkpoint "
+                     "and exit 130 or 143.\n");
+    else if (strcmp(cmd, "eval") == 0)
+        (void)printf("usage: ctrain eval CONFIG [--checkpoint best|latest|PATH] [--json] "
+                     "[key=value ...]\n\nLoads a checkpoint of the run directory (default "
+                     "best, else latest) and runs every\nevaluation dataset once; prints the "
+                     "metrics (--json: one JSON object). Writes nothing.\n");
+    else if (strcmp(cmd, "config") == 0)
+        (void)printf("usage: ctrain config CONFIG [key=value ...]\n       ctrain config "
+                     "--reference\n\nChecks CONFIG with the overrides and prints the resolved "
+                     "configuration as YAML\n(exit 0 when valid, 2 otherwise); --reference "
+                     "prints every key as Markdown.\n");
+    else
+        (void)printf("usage: ctrain inspect PATH\n\nDescribes a run directory (its "
+                     "checkpoints, which verify, latest and best, the last\nmetrics) or one "
+                     "checkpoint directory (step, epoch, files, tensors with shapes and\n"
+                     "dtypes), verifying checksums; exit 1 when something is damaged.\n");
+}
+
+static int open_session(session *s, ct_ctx **ctx) {
+    memset(s, 0, sizeof *s);
+    ct_ctx_params cp = ct_ctx_default_params();
+    cp.log = log_fn;
+    cp.log_user = s;
+    if (ct_ctx_create(&cp, ctx) != CT_OK) {
+        (void)fprintf(stderr, "ctrain: error: cannot create a context\n");
+        return EXIT_RUN_FAILED;
+    }
+    return 0;
+}
+
+static void apply_logging(session *s, const ct_config *cfg) {
+    const ct_cfg_node *root = ct_config_root(cfg);
+    const char *mode = ct_config_find(root, "logging.progress")->value;
+    bool tty = isatty(STDERR_FILENO);
+    s->progress = strcmp(mode, "none") == 0    ? PROGRESS_NONE
+                  : strcmp(mode, "bar") == 0   ? PROGRESS_BAR
+                  : strcmp(mode, "plain") == 0 ? PROGRESS_PLAIN
+                  : tty                        ? PROGRESS_BAR
+                                               : PROGRESS_PLAIN;
+    s->interval = atof(ct_config_find(root, "logging.interval")->value);
+    s->interval_seconds = atof(ct_config_find(root, "logging.interval_seconds")->value);
+    s->batch_size = atoll(ct_config_find(root, "data.batch_size")->value);
+    long long ebs = atoll(ct_config_find(root, "data.eval_batch_size")->value);
+    s->eval_batch_size = ebs > 0 ? ebs : s->batch_size;
+    s->max_epochs = atoll(ct_config_find(root, "trainer.max_epochs")->value);
+}
+
+static int make_dir_p(const char *dir) {
+    char buf[1024];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return -1;
+    for (char *p = buf + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+            if (end) break;
+            *p = '/';
+        }
+    }
+    return 0;
+}
+
+static int cmd_fit(int argc, char **argv) {
+    cmd_args a;
+    char **ov = calloc((size_t)argc + 1, sizeof(char *));
+    if (!ov) return EXIT_RUN_FAILED;
+    int rc = parse_args("fit", argc, argv, &a, ov);
+    if (rc) goto out_free;
+    if (a.help) {
+        cmd_usage("fit");
+        goto out_free;
+    }
+    if (!a.config) {
+        (void)fprintf(stderr, "ctrain fit: missing CONFIG\n");
+        cmd_usage("fit");
+        list_examples(stderr);
+        rc = EXIT_USAGE;
+        goto out_free;
+    }
+    session s;
+    ct_ctx *ctx;
+    if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
+    ct_config *cfg = NULL;
+    ct_experiment *e = NULL;
+    ct_status st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
+    if (st != CT_OK) {
+        rc = fail(ctx, setup_code(st));
+        goto out;
+    }
+    apply_logging(&s, cfg);
+    const ct_cfg_node *root = ct_config_root(cfg);
+    (void)ct_ctx_set_threads(ctx, atoll(ct_config_find(root, "threads")->value));
+    const char *out_dir = ct_config_find(root, "output_dir")->value;
+    if (make_dir_p(out_dir) == 0) {
+        char path[1100];
+        (void)snprintf(path, sizeof path, "%s/log.txt", out_dir);
+        s.log_file = fopen(path, "a");
+    }
+    ct_experiment_params ep = ct_experiment_default_params();
+    ep.callbacks.user = &s;
+    ep.callbacks.on_batch = on_batch;
+    ep.callbacks.on_log = on_log;
+    ep.callbacks.on_eval_end = on_eval_end;
+    ep.callbacks.on_epoch_end = on_epoch_end;
+    st = ct_experiment_create(ctx, cfg, &ep, &e);
+    if (st != CT_OK) {
+        rc = fail(ctx, setup_code(st));
+        goto out;
+    }
+    s.exp = e;
+    say(&s, "ctrain %s: fit %s -> %s (%lld training samples, %lld parameters)", ct_version(),
+        a.config, out_dir, (long long)ct_experiment_train_samples(e),
+        (long long)ct_params_numel(ct_experiment_params_store(e)));
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    (void)sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGTERM, &sa, NULL);
+    st = ct_experiment_fit(e);
+    ct_trainer *t = ct_experiment_trainer(e);
+    if (st != CT_OK) {
+        close_bar(&s);
+        say(&s, "ctrain: error: %s", ct_last_error(ctx));
+        rc = st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED;
+        goto out;
+    }
+    char summary[1024];
+    size_t at = (size_t)snprintf(summary, sizeof summary, "done: %lld steps, %lld epochs",
+                                 (long long)ct_trainer_step(t), (long long)ct_trainer_epoch(t));
+    const ct_monitor *m = ct_trainer_monitor(t);
+    if (m && m->state.has_best)
+        at += (size_t)snprintf(summary + at, sizeof summary - at, "; best %s %.4f at step %lld",
+                               m->metric, m->state.best, (long long)m->state.best_step);
+    int64_t n;
+    const ct_metric_value *v = ct_trainer_metrics(t, "test", &n);
+    for (int64_t i = 0; i < n && at < sizeof summary; i++)
+        at += (size_t)snprintf(summary + at, sizeof summary - at, "%s %s %.4f", i ? "," : ";",
+                               v[i].name, v[i].value);
+    say(&s, "%s", summary);
+    rc = g_signal == SIGINT ? EXIT_SIGINT : g_signal == SIGTERM ? EXIT_SIGTERM : 0;
+    if (rc)
+        say(&s, "stopped by %s at step %lld; a checkpoint was saved: run the same command to go on",
+            g_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)ct_trainer_step(t));
+out:
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+    if (s.log_file) (void)fclose(s.log_file);
+    ct_ctx_destroy(ctx);
+out_free:
+    free(ov);
+    return rc;
+}
+
+static int cmd_eval(int argc, char **argv) {
+    cmd_args a;
+    char **ov = calloc((size_t)argc + 1, sizeof(char *));
+    if (!ov) return EXIT_RUN_FAILED;
+    int rc = parse_args("eval", argc, argv, &a, ov);
+    if (rc) goto out_free;
+    if (a.help) {
+        cmd_usage("eval");
+        goto out_free;
+    }
+    if (!a.config) {
+        (void)fprintf(stderr, "ctrain eval: missing CONFIG\n");
+        rc = EXIT_USAGE;
+        goto out_free;
+    }
+    session s;
+    ct_ctx *ctx;
+    if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
+    s.quiet = true;
+    ct_config *cfg = NULL;
+    ct_experiment *e = NULL;
+    ct_status st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
+    if (st != CT_OK) {
+        rc = fail(ctx, setup_code(st));
+        goto out;
+    }
+    apply_logging(&s, cfg);
+    s.progress = PROGRESS_NONE;
+    (void)ct_ctx_set_threads(ctx, atoll(ct_config_find(ct_config_root(cfg), "threads")->value));
+    ct_experiment_params ep = ct_experiment_default_params();
+    ep.read_only = true;
+    st = ct_experiment_create(ctx, cfg, &ep, &e);
+    if (st != CT_OK) {
+        rc = fail(ctx, setup_code(st));
+        goto out;
+    }
+    int64_t n_eng;
+    const char *const *keys = ct_experiment_engines(e, &n_eng);
+    if (n_eng == 0) {
+        (void)fprintf(stderr, "ctrain eval: %s has no data.valid or data.test to evaluate on\n",
+                      a.config);
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    const char *which = a.checkpoint;
+    int64_t step = 0;
+    st = ct_experiment_load(e, which, &step);
+    if (st != CT_OK && strcmp(which, "best") == 0 && st == CT_ERR_IO) {
+        /* no best pointer (no monitor): the latest */
+        ct_clear_error(ctx);
+        which = "latest";
+        st = ct_experiment_load(e, which, &step);
+    }
+    if (st != CT_OK) {
+        rc = fail(ctx, EXIT_USAGE);
+        goto out;
+    }
+    json_t *obj = json_object();
+    (void)json_object_set_new(obj, "step", json_integer((json_int_t)step));
+    (void)json_object_set_new(obj, "checkpoint", json_string(which));
+    ct_trainer *t = ct_experiment_trainer(e);
+    for (int64_t k = 0; k < n_eng && rc == 0; k++) {
+        st = ct_trainer_evaluate(t, keys[k]);
+        if (st != CT_OK) {
+            rc = fail(ctx, EXIT_RUN_FAILED);
+            break;
+        }
+        int64_t n;
+        const ct_metric_value *v = ct_trainer_metrics(t, keys[k], &n);
+        if (!a.json) (void)printf("%s (step %lld):", keys[k], (long long)step);
+        for (int64_t i = 0; i < n; i++) {
+            if (a.json)
+                (void)json_object_set_new(
+                    obj, v[i].name, isfinite(v[i].value) ? json_real(v[i].value) : json_null());
+            else
+                (void)printf(" %s %.6g", v[i].name, v[i].value);
+        }
+        if (!a.json) (void)printf("\n");
+    }
+    if (rc == 0 && a.json) {
+        char *txt = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        if (txt) (void)printf("%s\n", txt);
+        free(txt);
+    }
+    json_decref(obj);
+out:
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+    ct_ctx_destroy(ctx);
+out_free:
+    free(ov);
+    return rc;
+}
+
+static int cmd_config(int argc, char **argv) {
+    cmd_args a;
+    char **ov = calloc((size_t)argc + 1, sizeof(char *));
+    if (!ov) return EXIT_RUN_FAILED;
+    int rc = parse_args("config", argc, argv, &a, ov);
+    if (rc) goto out_free;
+    if (a.help) {
+        cmd_usage("config");
+        goto out_free;
+    }
+    if (a.reference) {
+        ct_experiment_write_reference(stdout);
+        goto out_free;
+    }
+    if (!a.config) {
+        (void)fprintf(stderr, "ctrain config: missing CONFIG\n");
+        rc = EXIT_USAGE;
+        goto out_free;
+    }
+    session s;
+    ct_ctx *ctx;
+    if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
+    ct_config *cfg = NULL;
+    ct_status st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
+    if (st != CT_OK) {
+        rc = fail(ctx, setup_code(st));
+    } else {
+        char fp[17];
+        ct_experiment_fingerprint(cfg, fp);
+        (void)printf("# %s resolved (fingerprint %s)\n", a.config, fp);
+        if (ct_config_write(cfg, stdout) != CT_OK) rc = fail(ctx, EXIT_RUN_FAILED);
+    }
+    ct_config_destroy(cfg);
+    ct_ctx_destroy(ctx);
+out_free:
+    free(ov);
+    return rc;
+}
+
+/* ---- inspect ---- */
+
+static bool is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Lists a safetensors file's tensors from its header. */
+static int list_tensors(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 1;
+    unsigned char len8[8];
+    int rc = 1;
+    if (fread(len8, 1, 8, f) == 8) {
+        uint64_t n = 0;
+        for (int i = 7; i >= 0; i--)
+            n = n << 8 | len8[i];
+        char *hdr = n < (100u << 20) ? malloc(n + 1) : NULL;
+        if (hdr && fread(hdr, 1, n, f) == n) {
+            hdr[n] = '\0';
+            json_t *j = json_loads(hdr, 0, NULL);
+            const char *name;
+            json_t *v;
+            json_object_foreach(j, name, v) {
+                if (strcmp(name, "__metadata__") == 0) continue;
+                (void)printf("    %-40s %-5s [", name,
+                             json_string_value(json_object_get(v, "dtype")));
+                size_t i;
+                json_t *d;
+                json_array_foreach(json_object_get(v, "shape"), i, d)(void)
+                    printf("%s%lld", i ? ", " : "", (long long)json_integer_value(d));
+                (void)printf("]\n");
+            }
+            rc = j ? 0 : 1;
+            json_decref(j);
+        }
+        free(hdr);
+    }
+    (void)fclose(f);
+    return rc;
+}
+
+static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
+    int64_t step = -1;
+    if (ct_checkpoint_verify(ctx, dir, &step) != CT_OK) {
+        (void)printf("  %s: DAMAGED: %s\n", dir, ct_last_error(ctx));
+        return 1;
+    }
+    char path[1200];
+    (void)snprintf(path, sizeof path, "%s/state.json", dir);
+    json_t *st = json_load_file(path, 0, NULL);
+    const json_t *tr = json_object_get(json_object_get(st, "state"), "trainer");
+    (void)printf("  %s: ok, step %lld, epoch %lld", dir, (long long)step,
+                 (long long)json_integer_value(json_object_get(st, "epoch")));
+    const char *fp = json_string_value(json_object_get(tr, "fingerprint"));
+    if (fp) (void)printf(", fingerprint %s", fp);
+    (void)printf("\n");
+    if (tensors) {
+        const char *name;
+        json_t *v;
+        json_object_foreach(json_object_get(st, "files"), name, v) {
+            (void)printf("  %s (%lld bytes, crc32c %s)\n", name,
+                         (long long)json_integer_value(json_object_get(v, "bytes")),
+                         json_string_value(json_object_get(v, "crc32c"))
+                             ? json_string_value(json_object_get(v, "crc32c"))
+                             : "?");
+            size_t n = strlen(name);
+            if (n > 12 && strcmp(name + n - 12, ".safetensors") == 0) {
+                (void)snprintf(path, sizeof path, "%s/%s", dir, name);
+                (void)list_tensors(path);
+            }
+        }
+    }
+    json_decref(st);
+    return 0;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        cmd_usage("inspect");
+        return 0;
+    }
+    if (argc != 2) {
+        (void)fprintf(stderr, "ctrain inspect: expected one PATH\n");
+        return EXIT_USAGE;
+    }
+    const char *p = argv[1];
+    if (!is_dir(p)) {
+        (void)fprintf(stderr, "ctrain inspect: %s: not a directory\n", p);
+        return EXIT_USAGE;
+    }
+    session s;
+    ct_ctx *ctx;
+    if (open_session(&s, &ctx) != 0) return EXIT_RUN_FAILED;
+    s.quiet = true;
+    char path[1200];
+    (void)snprintf(path, sizeof path, "%s/state.json", p);
+    int bad = 0;
+    if (access(path, F_OK) == 0) {
+        (void)printf("checkpoint %s\n", p);
+        bad = inspect_checkpoint(ctx, p, true);
+    } else {
+        (void)snprintf(path, sizeof path, "%s/checkpoints", p);
+        if (!is_dir(path)) {
+            (void)fprintf(stderr,
+                          "ctrain inspect: %s: neither a run directory (no checkpoints/) "
+                          "nor a checkpoint (no state.json)\n",
+                          p);
+            ct_ctx_destroy(ctx);
+            return EXIT_USAGE;
+        }
+        (void)printf("run %s\n", p);
+        int64_t steps[4096], count = 0;
+        if (ct_checkpoint_list(ctx, p, steps, 4096, &count) != CT_OK) {
+            (void)printf("  cannot list: %s\n", ct_last_error(ctx));
+            bad = 1;
+        }
+        static const char *const ptrs[] = {"latest", "best"};
+        for (int i = 0; i < 2; i++) {
+            char ptr[1300], target[256] = "";
+            (void)snprintf(ptr, sizeof ptr, "%s/checkpoints/%s", p, ptrs[i]);
+            FILE *f = fopen(ptr, "r");
+            if (f) {
+                if (!fgets(target, sizeof target, f)) target[0] = '\0';
+                (void)fclose(f);
+                target[strcspn(target, "\r\n")] = '\0';
+                (void)printf("  %s -> %s\n", ptrs[i], target);
+            }
+        }
+        (void)printf("  %lld checkpoint(s):\n", (long long)count);
+        for (int64_t i = 0; i < count && i < 4096; i++) {
+            char dir[1300];
+            (void)snprintf(dir, sizeof dir, "%s/checkpoints/step-%08lld", p, (long long)steps[i]);
+            bad |= inspect_checkpoint(ctx, dir, false);
+        }
+        (void)snprintf(path, sizeof path, "%s/metrics.jsonl", p);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            char *line = NULL, *last = NULL;
+            size_t cap = 0;
+            while (getline(&line, &cap, f) > 0) {
+                free(last);
+                last = strdup(line);
+            }
+            free(line);
+            (void)fclose(f);
+            if (last) (void)printf("  last record: %s", last);
+            free(last);
+        }
+    }
+    (void)printf("%s\n", bad ? "DAMAGED" : "ok");
+    ct_ctx_destroy(ctx);
+    return bad ? EXIT_RUN_FAILED : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+        (void)printf("ctrain %s\n", ct_version());
+        return 0;
+    }
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        list_examples(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "fit") == 0) return cmd_fit(argc - 1, argv + 1);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "config") == 0) return cmd_config(argc - 1, argv + 1);
+    if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
+    (void)fprintf(stderr, "ctrain: unknown %s '%s'\n", cmd[0] == '-' ? "option" : "command", cmd);
     usage(stderr);
-    return 2;
+    return EXIT_USAGE;
 }

@@ -1,0 +1,143 @@
+/*
+ * experiment.h - an experiment file made into a run: the schema every key is checked against
+ * (types, defaults, ranges, valid values, documentation; docs/config.md is generated from it),
+ * the configuration's fingerprint, and the builder that turns a resolved configuration into
+ * datasets, loaders, a model, an optimizer, a schedule and a trainer, with a run directory that
+ * holds config.yaml, metrics.jsonl (and metrics.csv) and checkpoints/.
+ *
+ * Components are found by name in the library's tables (dataset, model, metric, schedule
+ * types); a user's own come from a shared library named in the file:
+ *     task:  {plugin: ./libmytask.so, symbol: my_task}        (a `const ct_task`)
+ *     data.train: {plugin: ./libmydata.so, symbol: my_data, ...options}   (a ct_dataset_vtable)
+ *     metrics.valid: [{plugin: ./libm.so, symbol: my_metric}]            (a ct_metric_vtable)
+ * A relative plugin path is taken from the experiment file's folder.
+ *
+ * Ownership: ct_experiment_create borrows the resolved config, which must outlive the
+ * experiment; the experiment owns everything it builds (and the plugins it opened).
+ */
+#ifndef CTRAIN_EXPERIMENT_H
+#define CTRAIN_EXPERIMENT_H
+
+#include <stdio.h>
+
+#include "ctrain/config.h"
+#include "ctrain/trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ct_key_type {
+    CT_KEY_SECTION = 0, /* a mapping of the keys listed under it */
+    CT_KEY_INT,
+    CT_KEY_FLOAT,
+    CT_KEY_BOOL,    /* true | false */
+    CT_KEY_STRING,  /* any text */
+    CT_KEY_ENUM,    /* one of `choices` */
+    CT_KEY_OPTIONS, /* a mapping handed to a component, which checks its own keys */
+    CT_KEY_LIST,    /* a sequence of names or option mappings */
+    CT_KEY_PLUGGABLE /* one of `choices`, or {plugin: PATH, symbol: NAME} */,
+    CT_KEY_TYPE_COUNT
+} ct_key_type;
+
+#define CT_KEY_REQUIRED 1u /* must be given */
+#define CT_KEY_OPTIONAL                                                                            \
+    2u                      /* a section whose presence turns a feature on: no defaults are        \
+                               filled in unless it is there */
+#define CT_KEY_RESUMABLE 4u /* may differ when a run resumes: not part of the fingerprint */
+
+typedef struct ct_key_def {
+    const char *path; /* "optimizer.lr" */
+    ct_key_type type;
+    const char *def;     /* the default as YAML text; NULL: none (absent means off, or the
+                            component's own default) */
+    double lo, hi;       /* INT, FLOAT: the accepted range */
+    const char *choices; /* ENUM, PLUGGABLE: "a|b|c" */
+    unsigned flags;
+    const char *doc; /* one or two sentences for docs/config.md */
+} ct_key_def;
+
+/* The schema: every key an experiment file may hold. */
+CT_API const ct_key_def *ct_experiment_schema(int64_t *count);
+
+/*
+ * Checks a loaded config (after overrides) against the schema and fills in every default, so
+ * that the config is the resolved one. Errors (CT_ERR_CONFIG, each "file:line:col: key
+ * 'path': ..."): an unknown key, with the closest known one and the section's keys; a value of
+ * the wrong type; a number out of range; a name that is not one of the valid values (listed); a
+ * missing required key. A null value (`key:` with nothing) counts as absent.
+ * `name` defaults to the file's stem and `output_dir` to runs/<name>.
+ */
+CT_API ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg);
+
+/* A 16-hex-digit fingerprint of a resolved config: every key but the RESUMABLE ones, in a way
+ * that does not depend on the order of keys in the file. */
+CT_API void ct_experiment_fingerprint(const ct_config *cfg, char out[17]);
+/* The keys (not RESUMABLE) whose values differ between two resolved configs, as
+ * "optimizer.lr: 0.1 -> 0.2; ..." into buf (truncated to fit). Returns how many differ. */
+CT_API int64_t ct_experiment_diff(const ct_config *a, const ct_config *b, char *buf, size_t size);
+
+/* Writes the schema as the Markdown reference of docs/config.md. */
+CT_API void ct_experiment_write_reference(FILE *f);
+
+typedef struct ct_experiment ct_experiment;
+
+typedef struct ct_experiment_params {
+    /* Called after the experiment's own handlers (which write metrics.jsonl); user, e.g. the
+     * command line's progress display. The trainer argument is the experiment's. */
+    ct_trainer_callbacks callbacks;
+    /* true: write nothing into the run directory (evaluation, prediction): no config.yaml, no
+     * metrics logs, no checkpoints. */
+    bool read_only;
+    /* Skip opening the training data (prediction). */
+    bool no_train_data;
+} ct_experiment_params;
+
+CT_API ct_experiment_params ct_experiment_default_params(void);
+
+/*
+ * Builds the run from a resolved config: opens the datasets and plugins, builds the model,
+ * optimizer, schedule and trainer. Unless read_only, creates output_dir and writes the
+ * resolved config there as config.yaml. Errors: CT_ERR_CONFIG for a component's bad key or
+ * value (naming the file, line and section), CT_ERR_IO / CT_ERR_FORMAT for data files, and
+ * the builders' own. *out is NULL on failure.
+ */
+CT_API ct_status ct_experiment_create(ct_ctx *ctx,
+                                      const ct_config *resolved,
+                                      const ct_experiment_params *p,
+                                      ct_experiment **out);
+CT_API void ct_experiment_destroy(ct_experiment *e);
+
+CT_API ct_trainer *ct_experiment_trainer(const ct_experiment *e);
+CT_API ct_model *ct_experiment_model(const ct_experiment *e);
+CT_API ct_params *ct_experiment_params_store(const ct_experiment *e);
+CT_API const char *ct_experiment_output_dir(const ct_experiment *e);
+/* The engine keys ("valid", "test") in order; n receives the count. */
+CT_API const char *const *ct_experiment_engines(const ct_experiment *e, int64_t *n);
+/* Samples in one training epoch on this process, and the training batch size. */
+CT_API int64_t ct_experiment_train_samples(const ct_experiment *e);
+/* The dataset info of the training data (after the experiment's transforms: f32 features when
+ * the model takes numbers). */
+CT_API const ct_dataset_info *ct_experiment_train_info(const ct_experiment *e);
+/* The loader transforms applied to evaluation data, to apply to prediction inputs too. */
+CT_API const ct_loader_params *ct_experiment_eval_loader_params(const ct_experiment *e);
+CT_API ct_task_kind ct_experiment_task_kind(const ct_experiment *e);
+
+/*
+ * Trains (ct_trainer_fit), resuming from the run directory's latest checkpoint when it has
+ * one whose configuration fingerprint matches (a different one fails with CT_ERR_CONFIG
+ * naming the keys that changed: use another output_dir, or delete the old run).
+ * Then evaluates the "test" engine once when it has no cadence of its own. Metrics go to
+ * metrics.jsonl; on a resume, records of steps after the checkpoint are dropped first.
+ */
+CT_API ct_status ct_experiment_fit(ct_experiment *e);
+
+/* Loads a checkpoint ("latest", "best" or a path) into the model (and EMA) for evaluation;
+ * *step receives its step. */
+CT_API ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTRAIN_EXPERIMENT_H */

@@ -1,0 +1,833 @@
+/*
+ * config.c - the experiment-file tree: parsing YAML/JSON with libfyaml's event API into nodes
+ * that keep their line and column, Hydra-style overrides, and the YAML writer.
+ *
+ * libfyaml's document API does not expose node positions in the version Debian 12 ships, so
+ * the tree is built from parser events, whose start marks carry them.
+ *
+ * Ownership: the ct_config owns every node and string, all from the context's allocator;
+ * ct_config_destroy frees them. Anchors live only during a parse.
+ */
+#include "ctrain/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <libfyaml.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CFG_MAX_DEPTH   64
+#define CFG_MAX_ANCHORS 256
+
+struct ct_config {
+    ct_ctx *ctx;
+    char *name;
+    ct_cfg_node *root;
+};
+
+static const char k_cmdline[] = "command line";
+
+/* ---- nodes ---- */
+
+static char *dup_n(ct_ctx *ctx, const char *s, size_t n) {
+    char *d = ct_alloc(ctx, n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+static char *dup_s(ct_ctx *ctx, const char *s) {
+    return dup_n(ctx, s, strlen(s));
+}
+
+static void free_s(ct_ctx *ctx, char *s) {
+    if (s) ct_free(ctx, s, strlen(s) + 1);
+}
+
+static void free_node(ct_ctx *ctx, ct_cfg_node *n) {
+    while (n) {
+        ct_cfg_node *next = n->next;
+        free_node(ctx, n->first);
+        free_s(ctx, n->key);
+        free_s(ctx, n->value);
+        ct_free(ctx, n, sizeof *n);
+        n = next;
+    }
+}
+
+static ct_cfg_node *new_node(ct_ctx *ctx, ct_cfg_kind kind, const char *source, int line, int col) {
+    ct_cfg_node *n = ct_alloc(ctx, sizeof *n);
+    if (!n) return NULL;
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    n->source = source;
+    n->line = line;
+    n->col = col;
+    return n;
+}
+
+static void append_child(ct_cfg_node *parent, ct_cfg_node *child) {
+    child->parent = parent;
+    child->next = NULL;
+    if (!parent->first) {
+        parent->first = child;
+    } else {
+        ct_cfg_node *c = parent->first;
+        while (c->next)
+            c = c->next;
+        c->next = child;
+    }
+    parent->n_children++;
+}
+
+static ct_cfg_node *map_get(const ct_cfg_node *map, const char *key, size_t len) {
+    for (ct_cfg_node *c = map->first; c; c = c->next)
+        if (c->key && strlen(c->key) == len && memcmp(c->key, key, len) == 0) return c;
+    return NULL;
+}
+
+/* A deep copy of src; the copy's source pointer is src's (a string the config outlives). */
+static ct_cfg_node *copy_tree(ct_ctx *ctx, const ct_cfg_node *src, const char *source) {
+    ct_cfg_node *n = new_node(ctx, src->kind, source ? source : src->source, src->line, src->col);
+    if (!n) return NULL;
+    n->quoted = src->quoted;
+    n->null = src->null;
+    if ((src->key && !(n->key = dup_s(ctx, src->key))) ||
+        (src->value && !(n->value = dup_s(ctx, src->value)))) {
+        free_node(ctx, n);
+        return NULL;
+    }
+    for (const ct_cfg_node *c = src->first; c; c = c->next) {
+        ct_cfg_node *cc = copy_tree(ctx, c, source);
+        if (!cc) {
+            free_node(ctx, n);
+            return NULL;
+        }
+        append_child(n, cc);
+    }
+    return n;
+}
+
+static bool is_null_text(const char *s) {
+    return s[0] == '\0' || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 ||
+           strcmp(s, "Null") == 0 || strcmp(s, "NULL") == 0;
+}
+
+/* ---- parsing ---- */
+
+typedef struct parse_state {
+    ct_ctx *ctx;
+    const char *source;
+    ct_cfg_node *root;
+    ct_cfg_node *stack[CFG_MAX_DEPTH];
+    int depth;
+    /* in a map: the key waiting for its value */
+    char *pending_key;
+    int key_line, key_col;
+    struct {
+        char *name;
+        ct_cfg_node *node;
+    } anchors[CFG_MAX_ANCHORS];
+    int n_anchors;
+    int docs;
+} parse_state;
+
+static ct_status perr(parse_state *ps, int line, int col, const char *fmt, ...) CT_PRINTF(4, 5);
+static ct_status perr(parse_state *ps, int line, int col, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return CT_FAIL(ps->ctx, CT_ERR_CONFIG, "%s:%d:%d: %s", ps->source, line, col, msg);
+}
+
+static ct_status
+add_anchor(parse_state *ps, struct fy_token *anchor, ct_cfg_node *n, int line, int col) {
+    if (!anchor) return CT_OK;
+    size_t len = 0;
+    const char *txt = fy_token_get_text(anchor, &len);
+    if (!txt) return CT_OK;
+    if (ps->n_anchors == CFG_MAX_ANCHORS) return perr(ps, line, col, "more than 256 anchors");
+    char *name = dup_n(ps->ctx, txt, len);
+    if (!name) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
+    ps->anchors[ps->n_anchors].name = name;
+    ps->anchors[ps->n_anchors].node = n;
+    ps->n_anchors++;
+    return CT_OK;
+}
+
+/* Places a finished or opened node: as the value of the pending key, a sequence item, or the
+ * root. */
+static ct_status place(parse_state *ps, ct_cfg_node *n) {
+    if (ps->depth == 0) {
+        if (ps->root) return perr(ps, n->line, n->col, "more than one root node");
+        ps->root = n;
+        return CT_OK;
+    }
+    ct_cfg_node *top = ps->stack[ps->depth - 1];
+    if (top->kind == CT_CFG_MAP) {
+        n->key = ps->pending_key;
+        n->line = ps->key_line;
+        n->col = ps->key_col;
+        ps->pending_key = NULL;
+    }
+    append_child(top, n);
+    return CT_OK;
+}
+
+static bool awaiting_key(const parse_state *ps) {
+    return ps->depth > 0 && ps->stack[ps->depth - 1]->kind == CT_CFG_MAP && !ps->pending_key;
+}
+
+static ct_status on_scalar(parse_state *ps, struct fy_event *ev, int line, int col) {
+    if (ev->scalar.tag)
+        return perr(ps, line, col, "YAML tags are not supported (quote the value instead)");
+    size_t len = 0;
+    const char *txt = fy_token_get_text(ev->scalar.value, &len);
+    if (!txt) {
+        txt = "";
+        len = 0;
+    }
+    enum fy_scalar_style style = fy_token_scalar_style(ev->scalar.value);
+    bool quoted = style != FYSS_PLAIN;
+    if (memchr(txt, '\0', len)) return perr(ps, line, col, "a scalar holds a NUL character");
+    if (awaiting_key(ps)) {
+        char *key = dup_n(ps->ctx, txt, len);
+        if (!key) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
+        ct_cfg_node *map = ps->stack[ps->depth - 1];
+        ct_status s = CT_OK;
+        if (!quoted && strcmp(key, "<<") == 0)
+            s = perr(ps, line, col, "merge keys (<<) are not supported");
+        else if (!quoted && is_null_text(key))
+            s = perr(ps, line, col, "a null key");
+        else if (map_get(map, key, len))
+            s = perr(ps, line, col, "duplicate key '%s'", key);
+        else if (strchr(key, '.'))
+            s = perr(ps, line, col, "key '%s' holds a '.', which separates the parts of a path",
+                     key);
+        if (s != CT_OK) {
+            free_s(ps->ctx, key);
+            return s;
+        }
+        ps->pending_key = key;
+        ps->key_line = line;
+        ps->key_col = col;
+        return CT_OK;
+    }
+    ct_cfg_node *n = new_node(ps->ctx, CT_CFG_SCALAR, ps->source, line, col);
+    if (!n || !(n->value = dup_n(ps->ctx, txt, len))) {
+        free_node(ps->ctx, n);
+        return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
+    }
+    n->quoted = quoted;
+    n->null = !quoted && is_null_text(n->value);
+    ct_status s = place(ps, n);
+    if (s != CT_OK) {
+        free_node(ps->ctx, n);
+        return s;
+    }
+    return add_anchor(ps, ev->scalar.anchor, n, line, col);
+}
+
+static ct_status on_alias(parse_state *ps, struct fy_event *ev, int line, int col) {
+    if (awaiting_key(ps)) return perr(ps, line, col, "an alias as a key");
+    size_t len = 0;
+    const char *txt = fy_token_get_text(ev->alias.anchor, &len);
+    const ct_cfg_node *target = NULL;
+    for (int i = ps->n_anchors - 1; i >= 0 && txt; i--)
+        if (strlen(ps->anchors[i].name) == len && memcmp(ps->anchors[i].name, txt, len) == 0) {
+            target = ps->anchors[i].node;
+            break;
+        }
+    if (!target) return perr(ps, line, col, "unknown anchor");
+    for (int d = 0; d < ps->depth; d++)
+        if (ps->stack[d] == target)
+            return perr(ps, line, col, "an alias to an enclosing node (a cycle)");
+    ct_cfg_node *n = copy_tree(ps->ctx, target, ps->source);
+    if (!n) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
+    n->line = line;
+    n->col = col;
+    free_s(ps->ctx, n->key);
+    n->key = NULL;
+    ct_status s = place(ps, n);
+    if (s != CT_OK) free_node(ps->ctx, n);
+    return s;
+}
+
+static ct_status on_collection_start(parse_state *ps, struct fy_event *ev, int line, int col) {
+    bool map = ev->type == FYET_MAPPING_START;
+    struct fy_token *tag = map ? ev->mapping_start.tag : ev->sequence_start.tag;
+    struct fy_token *anchor = map ? ev->mapping_start.anchor : ev->sequence_start.anchor;
+    if (tag) return perr(ps, line, col, "YAML tags are not supported");
+    if (awaiting_key(ps)) return perr(ps, line, col, "a mapping or sequence used as a key");
+    if (ps->depth == CFG_MAX_DEPTH) return perr(ps, line, col, "nesting deeper than 64");
+    ct_cfg_node *n = new_node(ps->ctx, map ? CT_CFG_MAP : CT_CFG_SEQ, ps->source, line, col);
+    if (!n) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
+    ct_status s = place(ps, n);
+    if (s != CT_OK) {
+        free_node(ps->ctx, n);
+        return s;
+    }
+    ps->stack[ps->depth++] = n;
+    return add_anchor(ps, anchor, n, line, col);
+}
+
+/* The parser's own diagnostics are collected; the first error becomes the message. */
+static ct_status syntax_error(parse_state *ps, struct fy_diag *diag) {
+    void *it = NULL;
+    struct fy_diag_error *e;
+    while ((e = fy_diag_errors_iterate(diag, &it)) != NULL) {
+        if (e->type < FYET_ERROR) continue;
+        return CT_FAIL(ps->ctx, CT_ERR_CONFIG, "%s:%d:%d: YAML syntax error: %s", ps->source,
+                       e->line > 0 ? e->line : 1, e->column > 0 ? e->column : 1,
+                       e->msg ? e->msg : "unknown");
+    }
+    return CT_FAIL(ps->ctx, CT_ERR_CONFIG, "%s: YAML syntax error", ps->source);
+}
+
+static ct_status parse(parse_state *ps, const char *text, size_t len, bool map_root) {
+    struct fy_diag_cfg dcfg;
+    fy_diag_cfg_default(&dcfg);
+    dcfg.fp = NULL;
+    dcfg.colorize = false;
+    struct fy_diag *diag = fy_diag_create(&dcfg);
+    if (!diag) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: cannot create the YAML parser", ps->source);
+    fy_diag_set_collect_errors(diag, true);
+    struct fy_parse_cfg pcfg = {NULL, FYPCF_QUIET | FYPCF_DISABLE_RECYCLING, NULL, diag};
+    struct fy_parser *fyp = fy_parser_create(&pcfg);
+    ct_status s = CT_OK;
+    if (!fyp || fy_parser_set_string(fyp, text, len) != 0) {
+        s = CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: cannot create the YAML parser", ps->source);
+        goto done;
+    }
+    for (;;) {
+        struct fy_event *ev = fy_parser_parse(fyp);
+        if (!ev) {
+            if (fy_parser_get_stream_error(fyp)) s = syntax_error(ps, diag);
+            break;
+        }
+        const struct fy_mark *m = fy_event_start_mark(ev);
+        int line = m ? m->line + 1 : 1, col = m ? m->column + 1 : 1;
+        switch (ev->type) {
+        case FYET_DOCUMENT_START:
+            if (++ps->docs > 1) s = perr(ps, line, col, "more than one YAML document");
+            break;
+        case FYET_SCALAR:
+            s = on_scalar(ps, ev, line, col);
+            break;
+        case FYET_ALIAS:
+            s = on_alias(ps, ev, line, col);
+            break;
+        case FYET_MAPPING_START:
+        case FYET_SEQUENCE_START:
+            s = on_collection_start(ps, ev, line, col);
+            break;
+        case FYET_MAPPING_END:
+        case FYET_SEQUENCE_END:
+            if (ps->depth > 0) ps->depth--;
+            break;
+        default:
+            break;
+        }
+        fy_parser_event_free(fyp, ev);
+        if (s != CT_OK) break;
+    }
+    if (s == CT_OK && !ps->root)
+        s = CT_FAIL(ps->ctx, CT_ERR_CONFIG,
+                    "%s: the file is empty (expected a mapping of settings)", ps->source);
+    if (s == CT_OK && map_root && ps->root->kind != CT_CFG_MAP)
+        s = CT_FAIL(ps->ctx, CT_ERR_CONFIG, "%s:%d:%d: expected a mapping of settings at the top",
+                    ps->source, ps->root->line, ps->root->col);
+done:
+    fy_parser_destroy(fyp);
+    fy_diag_destroy(diag);
+    free_s(ps->ctx, ps->pending_key);
+    ps->pending_key = NULL;
+    for (int i = 0; i < ps->n_anchors; i++)
+        free_s(ps->ctx, ps->anchors[i].name);
+    ps->n_anchors = 0;
+    if (s != CT_OK) {
+        free_node(ps->ctx, ps->root);
+        ps->root = NULL;
+    }
+    return s;
+}
+
+static ct_status make_config(ct_ctx *ctx, const char *name, ct_config **out) {
+    ct_config *c = ct_alloc(ctx, sizeof *c);
+    if (!c) return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", name);
+    memset(c, 0, sizeof *c);
+    c->ctx = ctx;
+    if (!(c->name = dup_s(ctx, name))) {
+        ct_free(ctx, c, sizeof *c);
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", name);
+    }
+    *out = c;
+    return CT_OK;
+}
+
+ct_status ct_config_load_string(
+    ct_ctx *ctx, const char *name, const char *text, size_t len, ct_config **out) {
+    if (!out) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_config_load_string: out is NULL");
+    *out = NULL;
+    if (!name || (!text && len > 0))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_config_load_string: NULL name or text");
+    ct_config *c = NULL;
+    CT_TRY(make_config(ctx, name, &c));
+    parse_state *ps = ct_alloc(ctx, sizeof *ps);
+    if (!ps) {
+        ct_config_destroy(c);
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", name);
+    }
+    memset(ps, 0, sizeof *ps);
+    ps->ctx = ctx;
+    ps->source = c->name;
+    ct_status s = parse(ps, text ? text : "", len, true);
+    c->root = ps->root;
+    ct_free(ctx, ps, sizeof *ps);
+    if (s != CT_OK) {
+        ct_config_destroy(c);
+        return s;
+    }
+    *out = c;
+    return CT_OK;
+}
+
+ct_status ct_config_load_file(ct_ctx *ctx, const char *path, ct_config **out) {
+    if (!out) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_config_load_file: out is NULL");
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    ct_status s = CT_OK;
+    while (buf) {
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+        if (len == cap) {
+            if (cap >= (size_t)64 << 20) {
+                s = CT_FAIL(ctx, CT_ERR_CONFIG, "%s: larger than 64 MiB: not an experiment file",
+                            path);
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (s == CT_OK && !buf) s = CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", path);
+    if (s == CT_OK && ferror(f)) s = CT_FAIL(ctx, CT_ERR_IO, "%s: read failed", path);
+    (void)fclose(f);
+    if (s == CT_OK) s = ct_config_load_string(ctx, path, buf, len, out);
+    free(buf);
+    return s;
+}
+
+ct_status ct_config_create_empty(ct_ctx *ctx, const char *name, ct_config **out) {
+    *out = NULL;
+    ct_config *c = NULL;
+    CT_TRY(make_config(ctx, name, &c));
+    if (!(c->root = new_node(ctx, CT_CFG_MAP, c->name, 1, 1))) {
+        ct_config_destroy(c);
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", name);
+    }
+    *out = c;
+    return CT_OK;
+}
+
+void ct_config_destroy(ct_config *cfg) {
+    if (!cfg) return;
+    ct_ctx *ctx = cfg->ctx;
+    free_node(ctx, cfg->root);
+    free_s(ctx, cfg->name);
+    ct_free(ctx, cfg, sizeof *cfg);
+}
+
+ct_cfg_node *ct_config_root(const ct_config *cfg) {
+    return cfg->root;
+}
+
+const char *ct_config_name(const ct_config *cfg) {
+    return cfg->name;
+}
+
+/* ---- paths ---- */
+
+static ct_cfg_node *child_by_segment(const ct_cfg_node *n, const char *seg, size_t len) {
+    if (n->kind == CT_CFG_MAP) return map_get(n, seg, len);
+    if (n->kind != CT_CFG_SEQ || len == 0 || len > 9) return NULL;
+    int64_t idx = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)seg[i])) return NULL;
+        idx = idx * 10 + (seg[i] - '0');
+    }
+    ct_cfg_node *c = n->first;
+    for (int64_t i = 0; c && i < idx; i++)
+        c = c->next;
+    return c;
+}
+
+ct_cfg_node *ct_config_find(const ct_cfg_node *from, const char *path) {
+    const ct_cfg_node *n = from;
+    const char *p = path;
+    while (n && *p) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        n = child_by_segment(n, p, len);
+        if (!dot) break;
+        p = dot + 1;
+    }
+    return (ct_cfg_node *)(uintptr_t)n;
+}
+
+void ct_config_path(const ct_cfg_node *node, char *buf, size_t size) {
+    if (size == 0) return;
+    const ct_cfg_node *chain[CFG_MAX_DEPTH + 2];
+    int k = 0;
+    for (const ct_cfg_node *n = node; n && n->parent && k < CFG_MAX_DEPTH + 2; n = n->parent)
+        chain[k++] = n;
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = k - 1; i >= 0; i--) {
+        const ct_cfg_node *n = chain[i];
+        char idx[24];
+        const char *seg = n->key;
+        if (!seg) {
+            int64_t j = 0;
+            for (const ct_cfg_node *c = n->parent->first; c && c != n; c = c->next)
+                j++;
+            (void)snprintf(idx, sizeof idx, "%lld", (long long)j);
+            seg = idx;
+        }
+        int w = snprintf(buf + at, size - at, "%s%s", at ? "." : "", seg);
+        if (w < 0 || (size_t)w >= size - at) return;
+        at += (size_t)w;
+    }
+}
+
+/* ---- editing ---- */
+
+void ct_config_remove(ct_config *cfg, ct_cfg_node *node) {
+    ct_cfg_node *p = node->parent;
+    if (!p) return;
+    ct_cfg_node **link = &p->first;
+    while (*link && *link != node)
+        link = &(*link)->next;
+    if (*link) {
+        *link = node->next;
+        p->n_children--;
+    }
+    node->next = NULL;
+    free_node(cfg->ctx, node);
+}
+
+ct_status ct_config_copy_into(
+    ct_config *cfg, ct_cfg_node *dst, const char *key, const ct_cfg_node *src, ct_cfg_node **out) {
+    ct_ctx *ctx = cfg->ctx;
+    ct_cfg_node *n = copy_tree(ctx, src, NULL);
+    if (!n) return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", cfg->name);
+    free_s(ctx, n->key);
+    n->key = NULL;
+    if (key && !(n->key = dup_s(ctx, key))) {
+        free_node(ctx, n);
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", cfg->name);
+    }
+    append_child(dst, n);
+    if (out) *out = n;
+    return CT_OK;
+}
+
+/* Parses an override's value as YAML (any root); an empty value is a null scalar. */
+static ct_status parse_value(ct_config *cfg, const char *text, ct_cfg_node **out) {
+    ct_ctx *ctx = cfg->ctx;
+    if (text[0] == '\0') {
+        *out = new_node(ctx, CT_CFG_SCALAR, k_cmdline, 0, 0);
+        if (!*out || !((*out)->value = dup_s(ctx, ""))) {
+            free_node(ctx, *out);
+            return CT_FAIL(ctx, CT_ERR_OOM, "override: out of memory");
+        }
+        (*out)->null = true;
+        return CT_OK;
+    }
+    parse_state *ps = ct_alloc(ctx, sizeof *ps);
+    if (!ps) return CT_FAIL(ctx, CT_ERR_OOM, "override: out of memory");
+    memset(ps, 0, sizeof *ps);
+    ps->ctx = ctx;
+    ps->source = k_cmdline;
+    ct_status s = parse(ps, text, strlen(text), false);
+    *out = ps->root;
+    ct_free(ctx, ps, sizeof *ps);
+    return s;
+}
+
+static void mark_cmdline(ct_cfg_node *n) {
+    for (; n; n = n->next) {
+        n->source = k_cmdline;
+        n->line = 0;
+        n->col = 0;
+        mark_cmdline(n->first);
+    }
+}
+
+ct_status ct_config_override(ct_config *cfg, const char *arg) {
+    ct_ctx *ctx = cfg->ctx;
+    int mode = 0; /* 0 replace, 1 add, 2 force, 3 delete */
+    const char *p = arg;
+    if (strncmp(p, "++", 2) == 0) {
+        mode = 2;
+        p += 2;
+    } else if (p[0] == '+') {
+        mode = 1;
+        p++;
+    } else if (p[0] == '~') {
+        mode = 3;
+        p++;
+    }
+    const char *eq = strchr(p, '=');
+    if (mode != 3 && !eq)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "override '%s': expected key=value, +key=value, ++key=value or ~key", arg);
+    if (mode == 3 && eq)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': a deletion (~key) takes no value", arg);
+    size_t klen = eq ? (size_t)(eq - p) : strlen(p);
+    if (klen == 0 || klen >= 512)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': empty or overlong key", arg);
+    char path[512];
+    memcpy(path, p, klen);
+    path[klen] = '\0';
+    for (size_t i = 0; i < klen; i++) {
+        unsigned char ch = (unsigned char)path[i];
+        bool empty_seg = ch == '.' && (i == 0 || i + 1 == klen || path[i + 1] == '.');
+        if (empty_seg || isspace(ch) || ch == '=' || ch == '+' || ch == '~')
+            return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': bad key path '%s'", arg, path);
+    }
+    /* walk to the parent of the last segment */
+    char *last = strrchr(path, '.');
+    ct_cfg_node *parent = cfg->root;
+    const char *leaf = path;
+    if (last) {
+        *last = '\0';
+        leaf = last + 1;
+        parent = ct_config_find(cfg->root, path);
+        if (!parent && (mode == 1 || mode == 2)) {
+            /* make the missing maps on the way */
+            parent = cfg->root;
+            char *seg = path;
+            while (seg) {
+                char *dot = strchr(seg, '.');
+                if (dot) *dot = '\0';
+                ct_cfg_node *c = child_by_segment(parent, seg, strlen(seg));
+                if (!c) {
+                    if (parent->kind != CT_CFG_MAP) break;
+                    c = new_node(ctx, CT_CFG_MAP, k_cmdline, 0, 0);
+                    if (!c || !(c->key = dup_s(ctx, seg))) {
+                        free_node(ctx, c);
+                        return CT_FAIL(ctx, CT_ERR_OOM, "override: out of memory");
+                    }
+                    append_child(parent, c);
+                }
+                parent = c;
+                if (dot) *dot = '.';
+                seg = dot ? dot + 1 : NULL;
+            }
+        }
+        if (parent && parent->kind == CT_CFG_SCALAR) {
+            ct_status s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                                  "override '%s': '%s' is a value, not a section", arg, path);
+            return s;
+        }
+        if (last) *last = '.';
+    }
+    ct_cfg_node *existing = parent ? child_by_segment(parent, leaf, strlen(leaf)) : NULL;
+    if (mode == 3) {
+        if (!existing)
+            return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': key '%s' is not in %s", arg, path,
+                           cfg->name);
+        ct_config_remove(cfg, existing);
+        return CT_OK;
+    }
+    if (mode == 0 && !existing)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "override '%s': key '%s' is not in %s (to add it, write +%s)", arg, path,
+                       cfg->name, arg);
+    if (mode == 1 && existing)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "override '%s': key '%s' is already set (to replace it, write %s)", arg,
+                       path, arg + 1);
+    if (!parent || (parent->kind != CT_CFG_MAP && !existing))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': cannot add '%s' there", arg, path);
+    ct_cfg_node *v = NULL;
+    ct_status s = parse_value(cfg, eq + 1, &v);
+    if (s != CT_OK) return ct_err_wrap(ctx, "override '%s'", arg);
+    mark_cmdline(v);
+    if (existing) {
+        /* replace in place, keeping the position among its siblings */
+        v->key = existing->key;
+        existing->key = NULL;
+        v->parent = existing->parent;
+        v->next = existing->next;
+        ct_cfg_node **link = &parent->first;
+        while (*link != existing)
+            link = &(*link)->next;
+        *link = v;
+        existing->next = NULL;
+        free_node(ctx, existing);
+        return CT_OK;
+    }
+    if (!(v->key = dup_s(ctx, leaf))) {
+        free_node(ctx, v);
+        return CT_FAIL(ctx, CT_ERR_OOM, "override: out of memory");
+    }
+    append_child(parent, v);
+    return CT_OK;
+}
+
+ct_status ct_config_set(ct_config *cfg, const char *path, const char *value, bool quoted) {
+    ct_ctx *ctx = cfg->ctx;
+    ct_cfg_node *n = ct_config_find(cfg->root, path);
+    if (!n) {
+        char arg[600];
+        (void)snprintf(arg, sizeof arg, "++%s=", path);
+        CT_TRY(ct_config_override(cfg, arg));
+        n = ct_config_find(cfg->root, path);
+        if (!n) return CT_FAIL(ctx, CT_ERR_INTERNAL, "ct_config_set: '%s' not made", path);
+    }
+    if (n->kind != CT_CFG_SCALAR)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: '%s' is a section, not a value", cfg->name, path);
+    char *v = dup_s(ctx, value);
+    if (!v) return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", cfg->name);
+    free_s(ctx, n->value);
+    n->value = v;
+    n->quoted = quoted;
+    n->null = !quoted && is_null_text(v);
+    return CT_OK;
+}
+
+/* ---- writing ---- */
+
+static bool plain_safe(const char *s, bool is_key) {
+    if (s[0] == '\0') return false;
+    if (strchr("-?:,[]{}#&*!|>'\"%@` \t", s[0]) &&
+        !(s[0] == '-' && s[1] != '\0' && s[1] != ' ' && !is_key))
+        return false;
+    size_t n = strlen(s);
+    if (s[n - 1] == ' ' || s[n - 1] == ':') return false;
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c < 0x20 || c == 0x7f) return false;
+        if (c == ':' && p[1] == ' ') return false;
+        if (c == '#' && p > s && p[-1] == ' ') return false;
+        if (is_key && strchr(",[]{}", c)) return false;
+    }
+    return true;
+}
+
+static void write_quoted(FILE *f, const char *s) {
+    (void)fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"':
+            (void)fputs("\\\"", f);
+            break;
+        case '\\':
+            (void)fputs("\\\\", f);
+            break;
+        case '\n':
+            (void)fputs("\\n", f);
+            break;
+        case '\t':
+            (void)fputs("\\t", f);
+            break;
+        case '\r':
+            (void)fputs("\\r", f);
+            break;
+        default:
+            if (*p < 0x20 || *p == 0x7f)
+                (void)fprintf(f, "\\x%02x", *p);
+            else
+                (void)fputc(*p, f);
+        }
+    }
+    (void)fputc('"', f);
+}
+
+static void write_scalar(FILE *f, const ct_cfg_node *n) {
+    if (n->null)
+        (void)fputs("null", f);
+    else if (n->quoted || !plain_safe(n->value, false) || is_null_text(n->value))
+        write_quoted(f, n->value);
+    else
+        (void)fputs(n->value, f);
+}
+
+static void write_key(FILE *f, const char *k) {
+    if (plain_safe(k, true) && !is_null_text(k))
+        (void)fputs(k, f);
+    else
+        write_quoted(f, k);
+}
+
+static void write_node(FILE *f, const ct_cfg_node *n, int indent);
+
+/* The value after "key:" or "- ". */
+static void write_value(FILE *f, const ct_cfg_node *v, int indent) {
+    if (v->kind == CT_CFG_SCALAR) {
+        (void)fputc(' ', f);
+        write_scalar(f, v);
+        (void)fputc('\n', f);
+    } else if (v->n_children == 0) {
+        (void)fputs(v->kind == CT_CFG_MAP ? " {}\n" : " []\n", f);
+    } else {
+        (void)fputc('\n', f);
+        write_node(f, v, indent + 2);
+    }
+}
+
+static void write_node(FILE *f, const ct_cfg_node *n, int indent) {
+    for (const ct_cfg_node *c = n->first; c; c = c->next) {
+        (void)fprintf(f, "%*s", indent, "");
+        if (n->kind == CT_CFG_MAP) {
+            write_key(f, c->key);
+            (void)fputc(':', f);
+            write_value(f, c, indent);
+        } else {
+            (void)fputc('-', f);
+            write_value(f, c, indent);
+        }
+    }
+}
+
+ct_status ct_config_write(const ct_config *cfg, FILE *f) {
+    if (cfg->root->n_children == 0)
+        (void)fputs("{}\n", f);
+    else
+        write_node(f, cfg->root, 0);
+    if (ferror(f)) return CT_FAIL(cfg->ctx, CT_ERR_IO, "writing the configuration failed");
+    return CT_OK;
+}
+
+ct_status ct_config_to_string(const ct_config *cfg, char **out, size_t *len) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return CT_FAIL(cfg->ctx, CT_ERR_OOM, "writing the configuration: out of memory");
+    ct_status s = ct_config_write(cfg, f);
+    if (fclose(f) != 0 && s == CT_OK)
+        s = CT_FAIL(cfg->ctx, CT_ERR_OOM, "writing the configuration: out of memory");
+    if (s == CT_OK) {
+        *out = dup_n(cfg->ctx, buf, n);
+        *len = n;
+        if (!*out) s = CT_FAIL(cfg->ctx, CT_ERR_OOM, "writing the configuration: out of memory");
+    }
+    free(buf);
+    return s;
+}

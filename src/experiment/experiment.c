@@ -1,0 +1,1194 @@
+/*
+ * experiment.c - a resolved experiment config made into a run: datasets (and plugins), loaders
+ * with their transforms, the model, optimizer, schedule, metrics and trainer, and the run
+ * directory's records (config.yaml, metrics.jsonl, metrics.csv).
+ *
+ * Ownership: the experiment owns everything it builds. Option lists handed to components point
+ * into the borrowed config or into strings the experiment owns (joined lists, computed
+ * defaults), all kept in `pool` until ct_experiment_destroy, because the trainer and the
+ * metric sets borrow their options for their lifetime.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "ctrain/checkpoint.h"
+#include "ctrain/experiment.h"
+#include "ctrain/loss.h"
+#include "ctrain/ops.h"
+#include "experiment_internal.h"
+
+#define MAX_PLUGINS 16
+#define MAX_ENGINES 2
+
+typedef struct pool_block {
+    struct pool_block *next;
+    size_t size;
+} pool_block;
+
+typedef enum loss_kind {
+    LOSS_AUTO = 0,
+    LOSS_CE,
+    LOSS_MSE,
+    LOSS_L1,
+    LOSS_SMOOTH_L1,
+    LOSS_HUBER
+} loss_kind;
+
+struct ct_experiment {
+    ct_ctx *ctx;
+    const ct_config *cfg;
+    ct_experiment_params p;
+    pool_block *pool;
+    char base_dir[1024]; /* the config file's folder, for relative plugin paths */
+    const char *out_dir;
+    void *plugins[MAX_PLUGINS];
+    int n_plugins;
+
+    ct_dataset *train_all, *train, *valid_all, *valid, *test;
+    ct_loader *train_loader, *eval_loaders[MAX_ENGINES];
+    ct_loader_params train_lp, eval_lp;
+    ct_dataset_info info;
+    bool have_info;
+
+    ct_params *params;
+    ct_model *model;
+    ct_optim *opt;
+    ct_schedule *sched;
+    ct_task task;
+    loss_kind loss;
+    float label_smoothing, beta, delta;
+
+    ct_eval_engine engines[MAX_ENGINES];
+    const char *engine_keys[MAX_ENGINES];
+    int64_t n_engines;
+    int64_t test_every;
+    ct_options monitor_o, es_o, ema_o, nf_o;
+    ct_trainer_params tp;
+    ct_trainer *trainer;
+    char fingerprint[17];
+
+    FILE *jsonl, *csv;
+    double t_start, t_last_log;
+    int64_t step_last_log;
+    int64_t batch_size, accum;
+};
+
+/* ---- small helpers ---- */
+
+static void *pool_alloc(ct_experiment *e, size_t size) {
+    pool_block *b = ct_alloc(e->ctx, sizeof(pool_block) + 64 + size);
+    if (!b) return NULL;
+    b->next = e->pool;
+    b->size = sizeof(pool_block) + 64 + size;
+    e->pool = b;
+    void *mem = (char *)b + 64;
+    memset(mem, 0, size);
+    return mem;
+}
+
+static char *pool_printf(ct_experiment *e, const char *fmt, ...) CT_PRINTF(2, 3);
+static char *pool_printf(ct_experiment *e, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return NULL;
+    char *s = pool_alloc(e, (size_t)n + 1);
+    if (!s) return NULL;
+    va_start(ap, fmt);
+    (void)vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static ct_status oom(ct_experiment *e) {
+    return CT_FAIL(e->ctx, CT_ERR_OOM, "%s: out of memory", ct_config_name(e->cfg));
+}
+
+static double now_seconds(void) {
+    struct timeval tv;
+    (void)gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
+static const ct_cfg_node *node(const ct_experiment *e, const char *path) {
+    return ct_config_find(ct_config_root(e->cfg), path);
+}
+
+/* Resolved keys are present and checked; these only convert. */
+static const char *str_at(const ct_experiment *e, const char *path) {
+    const ct_cfg_node *n = node(e, path);
+    return n && n->kind == CT_CFG_SCALAR ? n->value : NULL;
+}
+
+static int64_t int_at(const ct_experiment *e, const char *path) {
+    int64_t v = 0;
+    const char *s = str_at(e, path);
+    if (s) (void)ctx_parse_int(s, &v);
+    return v;
+}
+
+static double float_at(const ct_experiment *e, const char *path, double fallback) {
+    double v = fallback;
+    const char *s = str_at(e, path);
+    if (s) (void)ctx_parse_float(s, &v);
+    return v;
+}
+
+static bool bool_at(const ct_experiment *e, const char *path) {
+    const char *s = str_at(e, path);
+    return s && ctx_parse_bool(s) == 1;
+}
+
+static char *where_of(ct_experiment *e, const ct_cfg_node *n) {
+    char w[600], path[512];
+    ctx_where(n, w, sizeof w);
+    ct_config_path(n, path, sizeof path);
+    return pool_printf(e, "%s: %s", w, path);
+}
+
+static bool skip_key(const char *key, const char *const *skip) {
+    for (; skip && *skip; skip++)
+        if (strcmp(key, *skip) == 0) return true;
+    return false;
+}
+
+/* A mapping as key=value options (sequences joined with commas), minus the `skip` keys. */
+static ct_status to_options(ct_experiment *e,
+                            const ct_cfg_node *map,
+                            const char *const *skip,
+                            int64_t extra,
+                            ct_options *out) {
+    ct_option *items = pool_alloc(e, sizeof(ct_option) * (size_t)(map->n_children + extra + 1));
+    const char *w = where_of(e, map);
+    if (!items || !w) return oom(e);
+    int64_t n = 0;
+    for (const ct_cfg_node *c = map->first; c; c = c->next) {
+        if (skip_key(c->key, skip)) continue;
+        const char *v = c->value;
+        if (c->kind == CT_CFG_SEQ) {
+            size_t len = 1;
+            for (const ct_cfg_node *it = c->first; it; it = it->next)
+                len += strlen(it->value ? it->value : "") + 1;
+            char *j = pool_alloc(e, len);
+            if (!j) return oom(e);
+            for (const ct_cfg_node *it = c->first; it; it = it->next) {
+                if (it != c->first) (void)strcat(j, ",");
+                (void)strcat(j, it->value ? it->value : "");
+            }
+            v = j;
+        } else if (c->kind == CT_CFG_MAP) {
+            char msg[700];
+            ctx_where(c, msg, sizeof msg);
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                           "%s: %s: key '%s': expected a value, got a mapping", msg, w, c->key);
+        }
+        items[n].key = c->key;
+        items[n].value = c->null ? "" : v;
+        n++;
+    }
+    out->items = items;
+    out->count = n;
+    out->where = w;
+    return CT_OK;
+}
+
+static void add_option(ct_options *o, const char *key, const char *value) {
+    ct_option *items = (ct_option *)(uintptr_t)o->items;
+    items[o->count].key = key;
+    items[o->count].value = value;
+    o->count++;
+}
+
+/* Opens a plugin (relative paths from the config file's folder) and finds its symbol. */
+static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const void **out) {
+    const ct_cfg_node *pl = ct_config_find(map, "plugin"), *sy = ct_config_find(map, "symbol");
+    char w[600];
+    ctx_where(map, w, sizeof w);
+    if (!pl || !sy || pl->kind != CT_CFG_SCALAR || sy->kind != CT_CFG_SCALAR)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a plugin needs plugin: PATH and symbol: NAME",
+                       w);
+    char path[2048];
+    if (pl->value[0] == '/' || !strchr(pl->value, '/'))
+        (void)snprintf(path, sizeof path, "%s", pl->value);
+    else
+        (void)snprintf(path, sizeof path, "%s/%s", e->base_dir, pl->value);
+    if (e->n_plugins == MAX_PLUGINS)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: more than %d plugins", w, MAX_PLUGINS);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: cannot load plugin '%s': %s", w, path,
+                       why ? why : "unknown error");
+    }
+    e->plugins[e->n_plugins++] = h;
+    (void)dlerror();
+    void *sym = dlsym(h, sy->value);
+    if (!sym)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: plugin '%s' has no symbol '%s'", w, path,
+                       sy->value);
+    *out = sym;
+    return CT_OK;
+}
+
+/* ---- data ---- */
+
+static ct_status open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_dataset **out) {
+    static const char *const skip[] = {"type", "plugin", "symbol", NULL};
+    ct_options o;
+    CT_TRY(to_options(e, map, skip, 0, &o));
+    if (ct_config_find(map, "plugin")) {
+        const void *vt;
+        CT_TRY(plugin_symbol(e, map, &vt));
+        return ct_dataset_open_with(e->ctx, vt, &o, out);
+    }
+    const ct_cfg_node *type = ct_config_find(map, "type");
+    if (!type || type->kind != CT_CFG_SCALAR) {
+        int64_t n;
+        const ct_dataset_vtable *const *types = ct_dataset_types(&n);
+        char list[512] = "";
+        for (int64_t i = 0; i < n; i++) {
+            (void)strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+            (void)strncat(list, types[i]->name, sizeof list - strlen(list) - 1);
+        }
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: missing key 'type' (one of: %s), or plugin",
+                       o.where, list);
+    }
+    return ct_dataset_open(e->ctx, type->value, &o, out);
+}
+
+static ct_status float_list(
+    ct_experiment *e, const ct_cfg_node *n, float *out, int max, int *count, const char *what) {
+    char w[600];
+    ctx_where(n, w, sizeof w);
+    int k = 0;
+    if (n->kind == CT_CFG_SEQ) {
+        for (const ct_cfg_node *it = n->first; it; it = it->next) {
+            double v;
+            if (k == max || !it->value || !ctx_parse_float(it->value, &v))
+                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: expected up to %d numbers", w, what,
+                               max);
+            out[k++] = (float)v;
+        }
+    } else {
+        double v;
+        if (!n->value || !ctx_parse_float(n->value, &v))
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: expected a number or a list", w, what);
+        out[k++] = (float)v;
+    }
+    *count = k;
+    return CT_OK;
+}
+
+static ct_status
+add_transforms(ct_experiment *e, const char *path, ct_loader_params *lp, bool augment) {
+    const ct_cfg_node *list = node(e, path);
+    for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
+        char w[600], ip[256];
+        ctx_where(it, w, sizeof w);
+        ct_config_path(it, ip, sizeof ip);
+        const ct_cfg_node *tn = it->kind == CT_CFG_MAP ? ct_config_find(it, "type") : it;
+        const char *type = tn && tn->kind == CT_CFG_SCALAR ? tn->value : "";
+        if (lp->n_transforms == CT_LOADER_MAX_TRANSFORMS)
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: more than %d transforms", w, ip,
+                           CT_LOADER_MAX_TRANSFORMS);
+        ct_transform *t = &lp->transforms[lp->n_transforms];
+        memset(t, 0, sizeof *t);
+        static const char *const kinds[2][2] = {{"scale", "normalize"}, {"random_crop", "hflip"}};
+        const char *const *names = kinds[augment ? 1 : 0];
+        static const char *const keys[4][4] = {{"type", "a", "b", NULL},
+                                               {"type", "mean", "std", NULL},
+                                               {"type", "pad", NULL, NULL},
+                                               {"type", "p", NULL, NULL}};
+        int which = strcmp(type, names[0]) == 0 ? 0 : strcmp(type, names[1]) == 0 ? 1 : -1;
+        if (which < 0)
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s.type': '%s' is not one of: %s, %s%s",
+                           w, ip, type, names[0], names[1],
+                           augment ? " (scale and normalize go in data.transforms)"
+                                   : " (random_crop and hflip go in data.augment)");
+        int idx = (augment ? 2 : 0) + which;
+        for (const ct_cfg_node *k = it->kind == CT_CFG_MAP ? it->first : NULL; k; k = k->next) {
+            bool ok = false;
+            for (int j = 0; j < 4 && keys[idx][j]; j++)
+                ok = ok || strcmp(k->key, keys[idx][j]) == 0;
+            if (!ok)
+                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: unknown key '%s.%s' for %s", w, ip,
+                               k->key, type);
+        }
+        const ct_cfg_node *v;
+        int cnt;
+        if (idx == 0) {
+            t->kind = CT_TRANSFORM_SCALE;
+            t->a = (float)(((v = ct_config_find(it, "a")) && v->value) ? atof(v->value) : 1.0);
+            t->b = (float)(((v = ct_config_find(it, "b")) && v->value) ? atof(v->value) : 0.0);
+            if ((v = ct_config_find(it, "a"))) CT_TRY(float_list(e, v, &t->a, 1, &cnt, "a"));
+            if ((v = ct_config_find(it, "b"))) CT_TRY(float_list(e, v, &t->b, 1, &cnt, "b"));
+        } else if (idx == 1) {
+            t->kind = CT_TRANSFORM_NORMALIZE;
+            int nm = 0, ns = 0;
+            const ct_cfg_node *m = ct_config_find(it, "mean"), *s = ct_config_find(it, "std");
+            if (!m || !s)
+                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: normalize needs mean and std", w,
+                               ip);
+            CT_TRY(float_list(e, m, t->mean, CT_TRANSFORM_MAX_CHANNELS, &nm, "mean"));
+            CT_TRY(float_list(e, s, t->std, CT_TRANSFORM_MAX_CHANNELS, &ns, "std"));
+            if (nm != ns)
+                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: mean has %d values, std %d", w, ip,
+                               nm, ns);
+            for (int c = nm; c < CT_TRANSFORM_MAX_CHANNELS; c++) { /* one value: every channel */
+                t->mean[c] = nm == 1 ? t->mean[0] : 0.0f;
+                t->std[c] = nm == 1 ? t->std[0] : 1.0f;
+            }
+        } else if (idx == 2) {
+            t->kind = CT_TRANSFORM_RANDOM_CROP;
+            int64_t pad = 4;
+            if ((v = ct_config_find(it, "pad")) &&
+                (!v->value || !ctx_parse_int(v->value, &pad) || pad < 0))
+                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s.pad: expected an integer >= 0", w,
+                               ip);
+            t->pad = pad;
+        } else {
+            t->kind = CT_TRANSFORM_HFLIP;
+            double p = 0.5;
+            if ((v = ct_config_find(it, "p")) &&
+                (!v->value || !ctx_parse_float(v->value, &p) || p < 0 || p > 1))
+                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s.p: expected a number in [0, 1]", w,
+                               ip);
+            t->p = (float)p;
+        }
+        lp->n_transforms++;
+    }
+    return CT_OK;
+}
+
+static ct_status build_data(ct_experiment *e) {
+    ct_ctx *ctx = e->ctx;
+    int64_t seed = int_at(e, "seed");
+    const ct_cfg_node *tr = node(e, "data.train"), *va = node(e, "data.valid"),
+                      *te = node(e, "data.test");
+    if (!e->p.no_train_data || (va && ct_config_find(va, "split"))) {
+        CT_TRY(open_dataset(e, tr, &e->train_all));
+        e->train = e->train_all;
+    }
+    if (va && ct_config_find(va, "split")) {
+        static const char *const known[] = {"split", "seed", NULL};
+        ct_options o;
+        CT_TRY(to_options(e, va, NULL, 0, &o));
+        CT_TRY(ct_options_check(ctx, &o, known));
+        double frac;
+        int64_t sseed;
+        CT_TRY(ct_options_double(ctx, &o, "split", 0.1, 1e-9, 1 - 1e-9, &frac));
+        CT_TRY(ct_options_int(ctx, &o, "seed", 0, 0, INT64_MAX, &sseed));
+        CT_TRY(ct_dataset_split(e->train_all, frac, (uint64_t)sseed, &e->train, &e->valid));
+    } else if (va) {
+        CT_TRY(open_dataset(e, va, &e->valid_all));
+        e->valid = e->valid_all;
+    }
+    if (te) CT_TRY(open_dataset(e, te, &e->test));
+    const ct_dataset *any = e->train ? e->train : e->valid ? e->valid : e->test;
+    if (!any) {
+        /* prediction without data: the model's input comes from the training file's header */
+        CT_TRY(open_dataset(e, tr, &e->train_all));
+        e->train = e->train_all;
+        any = e->train;
+    }
+    e->info = *ct_dataset_info_of(any);
+    e->have_info = true;
+
+    ct_loader_params lp = ct_loader_default_params();
+    lp.batch_size = int_at(e, "data.batch_size");
+    lp.shuffle = bool_at(e, "data.shuffle");
+    lp.drop_last = bool_at(e, "data.drop_last");
+    lp.seed = (uint64_t)seed;
+    lp.prefetch = int_at(e, "data.prefetch");
+    lp.to_f32 = e->info.x_dtype != CT_I64 && e->info.x_dtype != CT_I32;
+    CT_TRY(add_transforms(e, "data.transforms", &lp, false));
+    ct_loader_params el = lp;
+    int64_t ebs = int_at(e, "data.eval_batch_size");
+    el.batch_size = ebs > 0 ? ebs : lp.batch_size;
+    el.shuffle = false;
+    el.drop_last = false;
+    el.shard = CT_SHARD_EVAL;
+    CT_TRY(add_transforms(e, "data.augment", &lp, true));
+    e->train_lp = lp;
+    e->eval_lp = el;
+    e->batch_size = lp.batch_size;
+    if (e->train && !e->p.no_train_data)
+        CT_TRY(ct_loader_create(ctx, e->train, &lp, &e->train_loader));
+    const ct_dataset *eval_ds[MAX_ENGINES] = {e->valid, e->test};
+    static const char *const keys[MAX_ENGINES] = {"valid", "test"};
+    for (int i = 0; i < MAX_ENGINES; i++) {
+        if (!eval_ds[i]) continue;
+        const ct_dataset_info *di = ct_dataset_info_of(eval_ds[i]);
+        if (di->x_ndim != e->info.x_ndim || di->x_dtype != e->info.x_dtype ||
+            memcmp(di->x_shape, e->info.x_shape, sizeof(int64_t) * (size_t)di->x_ndim) != 0)
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "%s: data.%s: its samples' shape or type differs from data.train's",
+                           ct_config_name(e->cfg), keys[i]);
+        CT_TRY(ct_loader_create(ctx, eval_ds[i], &el, &e->eval_loaders[i]));
+    }
+    return CT_OK;
+}
+
+/* ---- model ---- */
+
+static ct_status
+layer_specs(ct_experiment *e, const ct_cfg_node *list, ct_layer_spec **out, int64_t *n) {
+    static const char *const skip[] = {"type", "name", "children", NULL};
+    ct_layer_spec *specs = pool_alloc(e, sizeof(ct_layer_spec) * (size_t)(list->n_children + 1));
+    if (!specs) return oom(e);
+    int64_t k = 0;
+    for (const ct_cfg_node *it = list->first; it; it = it->next, k++) {
+        char w[600];
+        ctx_where(it, w, sizeof w);
+        if (it->kind == CT_CFG_SCALAR) { /* a bare layer name: relu, flatten */
+            specs[k].type = it->value;
+            specs[k].opts.where = where_of(e, it);
+            continue;
+        }
+        if (it->kind != CT_CFG_MAP)
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a layer is a name or a mapping", w);
+        const ct_cfg_node *t = ct_config_find(it, "type"), *nm = ct_config_find(it, "name"),
+                          *ch = ct_config_find(it, "children");
+        if (!t || t->kind != CT_CFG_SCALAR)
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a layer needs `type`", w);
+        specs[k].type = t->value;
+        specs[k].name = nm && nm->kind == CT_CFG_SCALAR ? nm->value : NULL;
+        CT_TRY(to_options(e, it, skip, 0, &specs[k].opts));
+        if (ch) {
+            if (ch->kind != CT_CFG_SEQ)
+                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: `children` is a list of layers", w);
+            ct_layer_spec *kids;
+            CT_TRY(layer_specs(e, ch, &kids, &specs[k].n_children));
+            specs[k].children = kids;
+        }
+    }
+    *out = specs;
+    *n = k;
+    return CT_OK;
+}
+
+static ct_task_kind auto_kind(const ct_dataset_info *in) {
+    if ((in->x_dtype == CT_I64 || in->x_dtype == CT_I32) && in->y_ndim >= 1 &&
+        in->y_dtype == CT_I64)
+        return CT_TASK_LANGUAGE_MODEL;
+    if (in->y_dtype == CT_F32) return CT_TASK_REGRESSION;
+    return CT_TASK_CLASSIFICATION;
+}
+
+static ct_status build_model(ct_experiment *e) {
+    ct_ctx *ctx = e->ctx;
+    const ct_cfg_node *m = node(e, "model");
+    const ct_cfg_node *type = ct_config_find(m, "type");
+    const char *w = where_of(e, m);
+    if (!w) return oom(e);
+    if (!type || type->kind != CT_CFG_SCALAR) {
+        char list[256] = "sequential";
+        for (int64_t i = 0; ct_model_type_name(i); i++) {
+            (void)strncat(list, ", ", sizeof list - strlen(list) - 1);
+            (void)strncat(list, ct_model_type_name(i), sizeof list - strlen(list) - 1);
+        }
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: missing key 'type' (one of: %s)", w, list);
+    }
+    const ct_dataset_info *in = &e->info;
+    ct_dtype in_dtype = e->train_lp.to_f32 ? CT_F32 : in->x_dtype;
+    CT_TRY(ct_params_create(ctx, &e->params));
+    uint64_t seed = (uint64_t)int_at(e, "seed");
+    if (strcmp(type->value, "sequential") == 0) {
+        const ct_cfg_node *layers = ct_config_find(m, "layers");
+        for (const ct_cfg_node *c = m->first; c; c = c->next)
+            if (strcmp(c->key, "type") && strcmp(c->key, "layers"))
+                return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s' (sequential takes layers)",
+                               w, c->key);
+        if (!layers || layers->kind != CT_CFG_SEQ || layers->n_children == 0)
+            return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: sequential needs `layers:`, a list of layers",
+                           w);
+        ct_layer_spec *specs;
+        int64_t n;
+        CT_TRY(layer_specs(e, layers, &specs, &n));
+        CT_TRY(ct_model_create(ctx, e->params, in_dtype, in->x_ndim, in->x_shape, specs, n,
+                               &e->model));
+        CT_TRY(ct_params_alloc(e->params));
+        return ct_model_init(e->model, seed);
+    }
+    static const char *const skip[] = {"type", NULL};
+    ct_options o;
+    CT_TRY(to_options(e, m, skip, 1, &o));
+    /* the output size follows from the data unless given */
+    const char *size_key = strcmp(type->value, "gpt") == 0 ? "vocab" : "out";
+    if (!ct_options_get(&o, size_key)) {
+        int64_t out = in->n_classes;
+        if (e->task.kind == CT_TASK_REGRESSION) {
+            out = 1;
+            for (int32_t i = 0; i < in->y_ndim; i++)
+                out *= in->y_shape[i];
+        }
+        if (out > 0) {
+            const char *v = pool_printf(e, "%lld", (long long)out);
+            if (!v) return oom(e);
+            add_option(&o, size_key, v);
+        }
+    }
+    return ct_model_build_alloc(ctx, type->value, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
+                                seed, &e->model);
+}
+
+/* ---- task and loss ---- */
+
+static ct_tensor *experiment_loss(void *user, ct_graph *g, ct_tensor *out, ct_tensor *y) {
+    const ct_experiment *e = user;
+    if (e->task.kind == CT_TASK_LANGUAGE_MODEL && out->ndim >= 2) {
+        int64_t v = out->shape[out->ndim - 1], rows = ct_tensor_numel(out) / (v ? v : 1);
+        out = ct_op_reshape(g, out, 2, (int64_t[]){rows, v});
+        y = ct_graph_wrap(g, y->data, y->dtype, 1, (int64_t[]){ct_tensor_numel(y)});
+        if (!out || !y) return NULL;
+    } else if (e->task.kind == CT_TASK_REGRESSION && ct_tensor_numel(out) == ct_tensor_numel(y) &&
+               !ct_tensor_same_shape(out, y)) {
+        out = ct_op_reshape(g, out, y->ndim, y->shape);
+        if (!out) return NULL;
+    }
+    switch (e->loss) {
+    case LOSS_MSE:
+        return ct_loss_mse(g, out, y, CT_REDUCTION_MEAN);
+    case LOSS_L1:
+        return ct_loss_l1(g, out, y, CT_REDUCTION_MEAN);
+    case LOSS_SMOOTH_L1:
+        return ct_loss_smooth_l1(g, out, y, e->beta, CT_REDUCTION_MEAN);
+    case LOSS_HUBER:
+        return ct_loss_huber(g, out, y, e->delta, CT_REDUCTION_MEAN);
+    default: {
+        ct_cross_entropy_params ce = ct_cross_entropy_default_params();
+        ce.label_smoothing = e->label_smoothing;
+        return ct_loss_cross_entropy(g, out, y, &ce);
+    }
+    }
+}
+
+static ct_status build_task(ct_experiment *e) {
+    const ct_cfg_node *t = node(e, "task");
+    if (t->kind == CT_CFG_MAP) {
+        const void *sym;
+        CT_TRY(plugin_symbol(e, t, &sym));
+        e->task = *(const ct_task *)sym;
+        if ((unsigned)e->task.kind >= CT_TASK_KIND_COUNT) {
+            char w[600];
+            ctx_where(t, w, sizeof w);
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: the plugin's task has an unknown kind %d", w,
+                           (int)e->task.kind);
+        }
+    } else {
+        static const char *const kinds[] = {"classification", "regression", "language_model"};
+        e->task.kind = auto_kind(&e->info);
+        for (int i = 0; i < 3; i++)
+            if (strcmp(t->value, kinds[i]) == 0) e->task.kind = (ct_task_kind)i;
+    }
+    static const char *const losses[] = {"auto", "cross_entropy", "mse",
+                                         "l1",   "smooth_l1",     "huber"};
+    const char *lt = str_at(e, "loss.type");
+    for (int i = 0; i < 6; i++)
+        if (lt && strcmp(lt, losses[i]) == 0) e->loss = (loss_kind)i;
+    e->label_smoothing = (float)float_at(e, "loss.label_smoothing", 0);
+    e->beta = (float)float_at(e, "loss.beta", 1);
+    e->delta = (float)float_at(e, "loss.delta", 1);
+    if (e->loss == LOSS_AUTO && e->label_smoothing > 0 && e->task.kind != CT_TASK_REGRESSION)
+        e->loss = LOSS_CE;
+    if (e->loss != LOSS_AUTO) {
+        if (e->task.loss) {
+            const ct_cfg_node *n = node(e, "loss.type");
+            char w[600];
+            ctx_where(n, w, sizeof w);
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                           "%s: key 'loss.type': the task plugin computes its own loss", w);
+        }
+        e->task.loss = experiment_loss;
+        e->task.user = e;
+    }
+    return CT_OK;
+}
+
+/* ---- optimizer and schedule ---- */
+
+static ct_status build_optimizer(ct_experiment *e) {
+    static const char *const names[] = {"sgd", "adam", "adamw", "rmsprop", "adagrad"};
+    ct_optim_kind kind = CT_OPTIM_ADAM;
+    const char *t = str_at(e, "optimizer.type");
+    for (int i = 0; i < CT_OPTIM_KIND_COUNT; i++)
+        if (t && strcmp(t, names[i]) == 0) kind = (ct_optim_kind)i;
+    ct_optim_params op = ct_optim_default_params(kind);
+    op.lr = (float)float_at(e, "optimizer.lr", op.lr);
+    op.weight_decay = (float)float_at(e, "optimizer.weight_decay", op.weight_decay);
+    op.momentum = (float)float_at(e, "optimizer.momentum", op.momentum);
+    op.dampening = (float)float_at(e, "optimizer.dampening", op.dampening);
+    op.nesterov = bool_at(e, "optimizer.nesterov");
+    op.beta1 = (float)float_at(e, "optimizer.beta1", op.beta1);
+    op.beta2 = (float)float_at(e, "optimizer.beta2", op.beta2);
+    op.eps = (float)float_at(e, "optimizer.eps", op.eps);
+    op.alpha = (float)float_at(e, "optimizer.alpha", op.alpha);
+    op.centered = bool_at(e, "optimizer.centered");
+    op.lr_decay = (float)float_at(e, "optimizer.lr_decay", op.lr_decay);
+    op.initial_accumulator_value =
+        (float)float_at(e, "optimizer.initial_accumulator_value", op.initial_accumulator_value);
+    op.zero_grad = true;
+    ct_status s = ct_optim_create(e->ctx, e->params, &op, &e->opt);
+    if (s != CT_OK) return ct_err_wrap(e->ctx, "%s: optimizer", ct_config_name(e->cfg));
+    const ct_cfg_node *groups = node(e, "optimizer.groups");
+    for (const ct_cfg_node *g = groups ? groups->first : NULL; g; g = g->next) {
+        static const char *const known[] = {"params", "lr_scale", "weight_decay", NULL};
+        ct_options o;
+        if (g->kind != CT_CFG_MAP) {
+            char w[600];
+            ctx_where(g, w, sizeof w);
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                           "%s: a group is {params: GLOBS, lr_scale: X, weight_decay: Y}", w);
+        }
+        CT_TRY(to_options(e, g, NULL, 0, &o));
+        CT_TRY(ct_options_check(e->ctx, &o, known));
+        const char *pat;
+        double scale, wd;
+        CT_TRY(ct_options_string(e->ctx, &o, "params", NULL, &pat));
+        CT_TRY(ct_options_double(e->ctx, &o, "lr_scale", 1.0, 0, 1e30, &scale));
+        CT_TRY(
+            ct_options_double(e->ctx, &o, "weight_decay", (double)op.weight_decay, 0, 1e30, &wd));
+        s = ct_optim_add_group(e->opt, pat, (float)scale, (float)wd);
+        if (s != CT_OK) return ct_err_wrap(e->ctx, "%s", o.where);
+    }
+    return CT_OK;
+}
+
+/* The steps the run will make: what `total: auto` and `t_max: auto` mean. */
+static int64_t total_steps(const ct_experiment *e) {
+    int64_t max_steps = int_at(e, "trainer.max_steps"), epochs = int_at(e, "trainer.max_epochs");
+    int64_t accum = int_at(e, "trainer.accum_steps"),
+            limit = int_at(e, "trainer.limit_train_batches");
+    int64_t bpe = e->train_loader ? ct_loader_batches_per_epoch(e->train_loader) : 0;
+    if (limit > 0 && limit < bpe) bpe = limit;
+    int64_t per_epoch = accum > 0 ? (bpe + accum - 1) / accum : bpe;
+    int64_t by_epochs = epochs > 0 ? epochs * per_epoch : 0;
+    if (max_steps > 0 && (by_epochs == 0 || max_steps < by_epochs)) return max_steps;
+    return by_epochs;
+}
+
+static ct_status build_schedule(ct_experiment *e) {
+    const ct_cfg_node *m = node(e, "scheduler");
+    if (!m) return CT_OK;
+    static const char *const skip[] = {"type", NULL};
+    ct_options o;
+    CT_TRY(to_options(e, m, skip, 0, &o));
+    for (int64_t i = 0; i < o.count; i++)
+        if (strcmp(o.items[i].value, "auto") == 0 &&
+            (strcmp(o.items[i].key, "total") == 0 || strcmp(o.items[i].key, "t_max") == 0)) {
+            const char *v = pool_printf(e, "%lld", (long long)total_steps(e));
+            if (!v) return oom(e);
+            ((ct_option *)(uintptr_t)o.items)[i].value = v;
+        }
+    const ct_cfg_node *type = ct_config_find(m, "type");
+    if (!type || type->kind != CT_CFG_SCALAR)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: missing key 'type' (a schedule type)", o.where);
+    if (strcmp(type->value, "plateau") == 0)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s: type 'plateau' needs a metric each step, which the trainer does not "
+                       "feed a schedule; use a closed-form type (cosine, step, ...)",
+                       o.where);
+    return ct_schedule_create(e->ctx, type->value, &o, ct_optim_lr(e->opt), &e->sched);
+}
+
+/* ---- metrics and the trainer ---- */
+
+static ct_status metric_specs(ct_experiment *e, const char *path, ct_eval_engine *en) {
+    const ct_cfg_node *list = node(e, path);
+    if (!list) return CT_OK;
+    ct_metric_spec *specs = pool_alloc(e, sizeof(ct_metric_spec) * (size_t)(list->n_children + 1));
+    if (!specs) return oom(e);
+    int64_t k = 0;
+    static const char *const skip[] = {"type", "name", "plugin", "symbol", NULL};
+    for (const ct_cfg_node *it = list->first; it; it = it->next, k++) {
+        if (it->kind == CT_CFG_SCALAR) {
+            specs[k].type = it->value;
+            specs[k].opts.where = where_of(e, it);
+            continue;
+        }
+        const ct_cfg_node *t = ct_config_find(it, "type"), *nm = ct_config_find(it, "name");
+        CT_TRY(to_options(e, it, skip, 0, &specs[k].opts));
+        if (ct_config_find(it, "plugin")) {
+            const void *vt;
+            CT_TRY(plugin_symbol(e, it, &vt));
+            specs[k].vt = vt;
+        } else if (!t || t->kind != CT_CFG_SCALAR) {
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a metric needs `type` (or plugin)",
+                           specs[k].opts.where);
+        }
+        specs[k].type = t && t->kind == CT_CFG_SCALAR ? t->value : NULL;
+        specs[k].name = nm && nm->kind == CT_CFG_SCALAR ? nm->value : NULL;
+    }
+    en->metrics = specs;
+    en->n_metrics = k;
+    return CT_OK;
+}
+
+static const char *auto_mode(const char *metric) {
+    const char *slash = strrchr(metric, '/');
+    const char *m = slash ? slash + 1 : metric;
+    static const char *const higher[] = {"acc",    "accuracy", "f1", "precision",
+                                         "recall", "r2",       NULL};
+    for (int i = 0; higher[i]; i++)
+        if (strcmp(m, higher[i]) == 0) return "max";
+    return strncmp(m, "top", 3) == 0 ? "max" : "min";
+}
+
+static ct_status policy_options(ct_experiment *e,
+                                ct_options *o,
+                                const char *section,
+                                const char *const *keys,
+                                const char *const *as) {
+    ct_option *items = pool_alloc(e, sizeof(ct_option) * 8);
+    const ct_cfg_node *sec = node(e, section);
+    if (!items || !sec) return oom(e);
+    o->items = items;
+    o->count = 0;
+    o->where = where_of(e, sec);
+    for (int i = 0; keys[i]; i++) {
+        char path[128];
+        (void)snprintf(path, sizeof path, "%s.%s", section, keys[i]);
+        const char *v = str_at(e, path);
+        if (!v) continue;
+        if (strcmp(keys[i], "mode") == 0 && strcmp(v, "auto") == 0) continue; /* set after */
+        add_option(o, as[i], v);
+    }
+    return CT_OK;
+}
+
+/* ---- records: metrics.jsonl and metrics.csv ---- */
+
+static void record(ct_experiment *e,
+                   ct_trainer *t,
+                   const ct_metric_value *v,
+                   int64_t n,
+                   const char *const *extra_names,
+                   const double *extra,
+                   int64_t n_extra) {
+    if (!e->jsonl) return;
+    double now = now_seconds();
+    (void)fprintf(e->jsonl, "{\"step\":%lld,\"epoch\":%lld,\"time\":%.3f",
+                  (long long)ct_trainer_step(t), (long long)ct_trainer_epoch(t), now);
+    for (int64_t i = 0; i < n + n_extra; i++) {
+        const char *name = i < n ? v[i].name : extra_names[i - n];
+        double x = i < n ? v[i].value : extra[i - n];
+        if (strcmp(name, "train/lr") == 0) name = "lr";
+        if (strcmp(name, "train/grad_norm") == 0) name = "grad_norm";
+        if (isfinite(x))
+            (void)fprintf(e->jsonl, ",\"%s\":%.17g", name, x);
+        else
+            (void)fprintf(e->jsonl, ",\"%s\":null", name);
+        if (e->csv)
+            (void)fprintf(e->csv, "%lld,%lld,%.3f,%s,%.17g\n", (long long)ct_trainer_step(t),
+                          (long long)ct_trainer_epoch(t), now, name, x);
+    }
+    (void)fputs("}\n", e->jsonl);
+    (void)fflush(e->jsonl);
+    if (e->csv) (void)fflush(e->csv);
+}
+
+static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    ct_experiment *e = user;
+    double now = now_seconds();
+    int64_t steps = ct_trainer_step(t) - e->step_last_log;
+    double dt = now - e->t_last_log;
+    double sps = dt > 0 ? (double)(steps * e->batch_size * e->accum) / dt : 0.0;
+    e->t_last_log = now;
+    e->step_last_log = ct_trainer_step(t);
+    static const char *const names[] = {"samples_per_sec"};
+    record(e, t, v, n, names, &sps, 1);
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_log ? cb->on_log(cb->user, t, v, n) : CT_OK;
+}
+
+static ct_status
+on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    ct_experiment *e = user;
+    record(e, t, v, n, NULL, NULL, 0);
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_eval_end ? cb->on_eval_end(cb->user, t, key, v, n) : CT_OK;
+}
+
+static ct_status fwd_fit_start(void *user, ct_trainer *t) {
+    ct_experiment *e = user;
+    e->t_last_log = now_seconds();
+    e->step_last_log = ct_trainer_step(t);
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_fit_start ? cb->on_fit_start(cb->user, t) : CT_OK;
+}
+static ct_status fwd_best(void *user, ct_trainer *t, const char *metric, double value) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_best ? cb->on_best(cb->user, t, metric, value) : CT_OK;
+}
+static ct_status fwd_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_epoch_end ? cb->on_epoch_end(cb->user, t, epoch) : CT_OK;
+}
+static ct_status fwd_fit_end(void *user, ct_trainer *t) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_fit_end ? cb->on_fit_end(cb->user, t) : CT_OK;
+}
+static void fwd_exception(void *user, ct_trainer *t, ct_status s) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    if (cb->on_exception) cb->on_exception(cb->user, t, s);
+}
+static ct_status
+fwd_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_batch ? cb->on_batch(cb->user, t, split, done, total, loss) : CT_OK;
+}
+
+static ct_status build_trainer(ct_experiment *e) {
+    ct_trainer_params tp = ct_trainer_default_params();
+    tp.max_epochs = int_at(e, "trainer.max_epochs");
+    tp.max_steps = int_at(e, "trainer.max_steps");
+    tp.accum_steps = int_at(e, "trainer.accum_steps");
+    e->accum = tp.accum_steps;
+    tp.grad_clip_norm = (float)float_at(e, "trainer.grad_clip_norm", 0);
+    tp.grad_clip_value = (float)float_at(e, "trainer.grad_clip_value", 0);
+    tp.check_grads = bool_at(e, "trainer.check_grads");
+    tp.steps_per_loop = int_at(e, "trainer.steps_per_loop");
+    tp.limit_train_batches = int_at(e, "trainer.limit_train_batches");
+    tp.limit_eval_batches = int_at(e, "trainer.limit_eval_batches");
+    tp.dev_run = bool_at(e, "trainer.dev_run");
+    tp.seed = (uint64_t)int_at(e, "seed");
+    e->test_every = int_at(e, "trainer.test_every_epochs");
+
+    /* engines */
+    for (int i = 0; i < MAX_ENGINES; i++) {
+        if (!e->eval_loaders[i]) continue;
+        ct_eval_engine *en = &e->engines[e->n_engines];
+        en->key = i == 0 ? "valid" : "test";
+        en->loader = e->eval_loaders[i];
+        en->every_epochs = i == 0 ? int_at(e, "trainer.valid_every_epochs") : e->test_every;
+        en->every_steps = i == 0 ? int_at(e, "trainer.valid_every_steps") : 0;
+        CT_TRY(metric_specs(e, i == 0 ? "metrics.valid" : "metrics.test", en));
+        e->engine_keys[e->n_engines++] = en->key;
+    }
+
+    /* the monitor for `best` */
+    const char *mon = str_at(e, "checkpoint.monitor");
+    if ((!mon || !mon[0]) && e->eval_loaders[0]) mon = "valid/loss";
+    if (mon && mon[0]) {
+        ct_option *items = pool_alloc(e, sizeof(ct_option) * 3);
+        if (!items) return oom(e);
+        e->monitor_o.items = items;
+        e->monitor_o.where = where_of(e, node(e, "checkpoint"));
+        const char *mode = str_at(e, "checkpoint.mode");
+        add_option(&e->monitor_o, "metric", mon);
+        add_option(&e->monitor_o, "mode", strcmp(mode, "auto") == 0 ? auto_mode(mon) : mode);
+        add_option(&e->monitor_o, "min_delta", str_at(e, "checkpoint.min_delta"));
+        tp.monitor = &e->monitor_o;
+    }
+    if (node(e, "early_stopping")) {
+        static const char *const keys[] = {"monitor",   "mode",   "patience",
+                                           "min_delta", "warmup", NULL};
+        CT_TRY(policy_options(e, &e->es_o, "early_stopping", keys, keys));
+        const char *mode = str_at(e, "early_stopping.mode");
+        if (strcmp(mode, "auto") == 0)
+            add_option(&e->es_o, "mode", auto_mode(str_at(e, "early_stopping.monitor")));
+        tp.early_stopping = &e->es_o;
+    }
+    const ct_cfg_node *ema = node(e, "trainer.ema");
+    if (ema && !e->p.read_only) {
+        CT_TRY(to_options(e, ema, NULL, 0, &e->ema_o));
+        tp.ema = &e->ema_o;
+    }
+    {
+        static const char *const keys[] = {"on_nonfinite", "max_skips", "max_rollbacks", NULL};
+        CT_TRY(policy_options(e, &e->nf_o, "trainer", keys, keys));
+        tp.nonfinite = &e->nf_o;
+    }
+    if (!e->p.read_only && bool_at(e, "checkpoint.enabled")) {
+        tp.checkpoint_dir = e->out_dir;
+        tp.save_every_epochs = int_at(e, "checkpoint.save_every_epochs");
+        tp.save_every_steps = int_at(e, "checkpoint.save_every_steps");
+        tp.keep = int_at(e, "checkpoint.keep");
+    } else {
+        tp.save_every_epochs = 0;
+    }
+    ct_experiment_fingerprint(e->cfg, e->fingerprint);
+    tp.fingerprint = e->fingerprint;
+    tp.callbacks.user = e;
+    tp.callbacks.on_fit_start = fwd_fit_start;
+    tp.callbacks.on_log = on_log;
+    tp.callbacks.on_eval_end = on_eval_end;
+    tp.callbacks.on_best = fwd_best;
+    tp.callbacks.on_epoch_end = fwd_epoch_end;
+    tp.callbacks.on_fit_end = fwd_fit_end;
+    tp.callbacks.on_exception = fwd_exception;
+    tp.callbacks.on_batch = fwd_batch;
+    e->tp = tp;
+    if (!e->train_loader) return CT_OK; /* prediction: no trainer */
+    return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, NULL, &e->task,
+                             e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);
+}
+
+/* ---- the run directory ---- */
+
+static ct_status make_dirs(ct_ctx *ctx, const char *dir) {
+    char buf[1024];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: path too long", dir);
+    for (char *p = buf + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create directory: %s", buf,
+                               strerror(errno));
+            if (end) break;
+            *p = '/';
+        }
+    }
+    return CT_OK;
+}
+
+static ct_status write_config(ct_experiment *e) {
+    char tmp[1100], path[1100];
+    (void)snprintf(path, sizeof path, "%s/config.yaml", e->out_dir);
+    (void)snprintf(tmp, sizeof tmp, "%s/config.yaml.tmp", e->out_dir);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    (void)fprintf(f, "# the resolved configuration of this run (fingerprint %s)\n", e->fingerprint);
+    ct_status s = ct_config_write(e->cfg, f);
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+        s = CT_FAIL(e->ctx, CT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    (void)fclose(f);
+    if (s == CT_OK && rename(tmp, path) != 0)
+        s = CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+    if (s != CT_OK) (void)remove(tmp);
+    return s;
+}
+
+/* A run directory holding checkpoints of another configuration is not touched. */
+static ct_status check_previous(ct_experiment *e, bool *resumable) {
+    *resumable = false;
+    int64_t count = 0;
+    CT_TRY(ct_checkpoint_list(e->ctx, e->out_dir, NULL, 0, &count));
+    if (count == 0) return CT_OK;
+    char path[1100];
+    (void)snprintf(path, sizeof path, "%s/config.yaml", e->out_dir);
+    ct_config *old = NULL;
+    ct_status s = ct_config_load_file(e->ctx, path, &old);
+    if (s == CT_OK) s = ct_experiment_resolve(e->ctx, old);
+    if (s != CT_OK) {
+        ct_config_destroy(old);
+        return ct_err_wrap(e->ctx,
+                           "%s holds %lld checkpoint(s) but its config.yaml cannot be read; "
+                           "refusing to touch it",
+                           e->out_dir, (long long)count);
+    }
+    char fp[17];
+    ct_experiment_fingerprint(old, fp);
+    if (strcmp(fp, e->fingerprint) != 0) {
+        char diff[1024];
+        int64_t nd = ct_experiment_diff(old, e->cfg, diff, sizeof diff);
+        ct_config_destroy(old);
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s holds checkpoints of another configuration (%lld key(s) differ: %s); "
+                       "set another output_dir, or delete %s to start over",
+                       e->out_dir, (long long)nd, diff, e->out_dir);
+    }
+    ct_config_destroy(old);
+    *resumable = true;
+    return CT_OK;
+}
+
+/* Keeps the records of steps up to `step` (a resumed run redoes the later ones). */
+static ct_status truncate_records(ct_experiment *e, const char *name, int64_t step, bool csv) {
+    char path[1100], tmp[1100];
+    (void)snprintf(path, sizeof path, "%s/%s", e->out_dir, name);
+    (void)snprintf(tmp, sizeof tmp, "%s/%s.tmp", e->out_dir, name);
+    FILE *in = fopen(path, "r");
+    if (!in) return CT_OK;
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        (void)fclose(in);
+        return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    bool first = true;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        long long s = -1;
+        bool keep = csv ? (first || (sscanf(line, "%lld,", &s) == 1 && s <= step))
+                        : (sscanf(line, "{\"step\":%lld", &s) == 1 && s <= step);
+        first = false;
+        if (keep && line[len - 1] == '\n') (void)fwrite(line, 1, (size_t)len, out);
+    }
+    free(line);
+    (void)fclose(in);
+    ct_status s = CT_OK;
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0)
+        s = CT_FAIL(e->ctx, CT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    (void)fclose(out);
+    if (s == CT_OK && rename(tmp, path) != 0)
+        s = CT_FAIL(e->ctx, CT_ERR_IO, "%s: rename failed: %s", tmp, strerror(errno));
+    return s;
+}
+
+static ct_status open_records(ct_experiment *e, bool append) {
+    char path[1100];
+    (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
+    if (!(e->jsonl = fopen(path, append ? "a" : "w")))
+        return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (bool_at(e, "logging.csv")) {
+        (void)snprintf(path, sizeof path, "%s/metrics.csv", e->out_dir);
+        bool fresh = !append || access(path, F_OK) != 0;
+        if (!(e->csv = fopen(path, append ? "a" : "w")))
+            return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        if (fresh) (void)fputs("step,epoch,time,metric,value\n", e->csv);
+    }
+    return CT_OK;
+}
+
+/* ---- public ---- */
+
+ct_experiment_params ct_experiment_default_params(void) {
+    ct_experiment_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+ct_status ct_experiment_create(ct_ctx *ctx,
+                               const ct_config *resolved,
+                               const ct_experiment_params *p,
+                               ct_experiment **out) {
+    *out = NULL;
+    ct_experiment *e = ct_alloc(ctx, sizeof *e);
+    if (!e) return CT_FAIL(ctx, CT_ERR_OOM, "experiment: out of memory");
+    memset(e, 0, sizeof *e);
+    e->ctx = ctx;
+    e->cfg = resolved;
+    e->p = p ? *p : ct_experiment_default_params();
+    const char *file = ct_config_name(resolved);
+    const char *slash = strrchr(file, '/');
+    if (slash)
+        (void)snprintf(e->base_dir, sizeof e->base_dir, "%.*s", (int)(slash - file), file);
+    else
+        (void)snprintf(e->base_dir, sizeof e->base_dir, ".");
+    e->out_dir = str_at(e, "output_dir");
+    ct_status s =
+        e->out_dir ? CT_OK : CT_FAIL(ctx, CT_ERR_CONFIG, "%s: not resolved (no output_dir)", file);
+    if (s == CT_OK) s = build_data(e);
+    if (s == CT_OK) s = build_task(e);
+    if (s == CT_OK) s = build_model(e);
+    if (s == CT_OK) s = build_optimizer(e);
+    if (s == CT_OK) s = build_schedule(e);
+    if (s == CT_OK) s = build_trainer(e);
+    if (s != CT_OK) {
+        ct_experiment_destroy(e);
+        return s;
+    }
+    *out = e;
+    return CT_OK;
+}
+
+void ct_experiment_destroy(ct_experiment *e) {
+    if (!e) return;
+    if (e->jsonl) (void)fclose(e->jsonl);
+    if (e->csv) (void)fclose(e->csv);
+    ct_trainer_destroy(e->trainer);
+    ct_schedule_destroy(e->sched);
+    ct_optim_destroy(e->opt);
+    ct_model_destroy(e->model);
+    ct_params_destroy(e->params);
+    for (int i = 0; i < MAX_ENGINES; i++)
+        ct_loader_destroy(e->eval_loaders[i]);
+    ct_loader_destroy(e->train_loader);
+    if (e->valid != e->valid_all) ct_dataset_destroy(e->valid);
+    if (e->train != e->train_all) ct_dataset_destroy(e->train);
+    ct_dataset_destroy(e->valid_all);
+    ct_dataset_destroy(e->test);
+    ct_dataset_destroy(e->train_all);
+    /* plugins last: their vtables were in use until now */
+    for (int i = e->n_plugins - 1; i >= 0; i--)
+        (void)dlclose(e->plugins[i]);
+    while (e->pool) {
+        pool_block *b = e->pool;
+        e->pool = b->next;
+        ct_free(e->ctx, b, b->size);
+    }
+    ct_free(e->ctx, e, sizeof *e);
+}
+
+ct_trainer *ct_experiment_trainer(const ct_experiment *e) {
+    return e->trainer;
+}
+ct_model *ct_experiment_model(const ct_experiment *e) {
+    return e->model;
+}
+ct_params *ct_experiment_params_store(const ct_experiment *e) {
+    return e->params;
+}
+const char *ct_experiment_output_dir(const ct_experiment *e) {
+    return e->out_dir;
+}
+const char *const *ct_experiment_engines(const ct_experiment *e, int64_t *n) {
+    *n = e->n_engines;
+    return e->engine_keys;
+}
+int64_t ct_experiment_train_samples(const ct_experiment *e) {
+    return e->train_loader ? ct_loader_samples_per_epoch(e->train_loader) : 0;
+}
+const ct_dataset_info *ct_experiment_train_info(const ct_experiment *e) {
+    return &e->info;
+}
+const ct_loader_params *ct_experiment_eval_loader_params(const ct_experiment *e) {
+    return &e->eval_lp;
+}
+ct_task_kind ct_experiment_task_kind(const ct_experiment *e) {
+    return e->task.kind;
+}
+
+ct_status ct_experiment_fit(ct_experiment *e) {
+    ct_ctx *ctx = e->ctx;
+    if (!e->trainer) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "fit: the experiment has no trainer");
+    bool resume = false;
+    if (!e->p.read_only) {
+        CT_TRY(make_dirs(ctx, e->out_dir));
+        CT_TRY(check_previous(e, &resume));
+        CT_TRY(write_config(e));
+    }
+    if (resume && e->tp.checkpoint_dir) {
+        CT_TRY(ct_trainer_resume(e->trainer, "latest"));
+        int64_t step = ct_trainer_step(e->trainer);
+        ct_log(ctx, CT_LOG_INFO, "resuming %s from step %lld (epoch %lld)", e->out_dir,
+               (long long)step, (long long)ct_trainer_epoch(e->trainer));
+        CT_TRY(truncate_records(e, "metrics.jsonl", step, false));
+        CT_TRY(truncate_records(e, "metrics.csv", step, true));
+    }
+    if (!e->p.read_only) CT_TRY(open_records(e, resume));
+    e->t_start = now_seconds();
+    CT_TRY(ct_trainer_fit(e->trainer));
+    if (e->eval_loaders[1] && e->test_every == 0) CT_TRY(ct_trainer_evaluate(e->trainer, "test"));
+    return CT_OK;
+}
+
+ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step) {
+    char loaded[1100];
+    int64_t st = 0, ep = 0;
+    CT_TRY(ct_checkpoint_load(e->ctx, e->out_dir, which, e->params, NULL, NULL, NULL, &st, &ep,
+                              loaded, sizeof loaded));
+    /* evaluation during training used the EMA weights: so does this one */
+    if (node(e, "trainer.ema")) {
+        char path[1200];
+        (void)snprintf(path, sizeof path, "%s/ema.safetensors", loaded);
+        if (access(path, F_OK) == 0) {
+            ct_safetensors_load_params lp = ct_safetensors_load_default_params();
+            CT_TRY(ct_safetensors_load(e->ctx, e->params, path, &lp, NULL));
+        }
+    }
+    if (step) *step = st;
+    return CT_OK;
+}

@@ -1,0 +1,660 @@
+/*
+ * schema.c - the table of every key an experiment file may hold, and what is done with it:
+ * strict checking with file:line:col errors and "did you mean" suggestions, filling in
+ * defaults (so the config becomes the resolved one), the fingerprint, the diff of two configs,
+ * and the Markdown reference that docs/config.md holds (a test keeps the two equal).
+ *
+ * Adding a key is one table line here and reading it in experiment.c.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/experiment.h"
+#include "experiment_internal.h"
+
+#define BIG 1e18
+#define S   CT_KEY_SECTION
+#define I   CT_KEY_INT
+#define F   CT_KEY_FLOAT
+#define B   CT_KEY_BOOL
+#define STR CT_KEY_STRING
+#define E   CT_KEY_ENUM
+#define O   CT_KEY_OPTIONS
+#define L   CT_KEY_LIST
+#define P   CT_KEY_PLUGGABLE
+#define REQ CT_KEY_REQUIRED
+#define OPT CT_KEY_OPTIONAL
+#define RES CT_KEY_RESUMABLE
+
+static const ct_key_def k_schema[] = {
+    {"name", STR, NULL, 0, 0, NULL, RES,
+     "The experiment's name. Default: the file's name without its extension."},
+    {"seed", I, "0", 0, 9.2e18, NULL, 0,
+     "Seeds the model's initialisation, shuffling, augmentation and dropout."},
+    {"output_dir", STR, NULL, 0, 0, NULL, RES,
+     "The run directory (config.yaml, metrics.jsonl, checkpoints/). Default: runs/<name>, "
+     "relative to the current directory."},
+    {"threads", I, "0", 0, 1024, NULL, RES,
+     "Threads for the kernels; 0 = all cores. Results do not depend on it."},
+
+    {"data", S, NULL, 0, 0, NULL, REQ, "The datasets and how they are batched."},
+    {"data.train", O, NULL, 0, 0, NULL, REQ,
+     "The training dataset: `type` (idx, cifar10, csv, npy, text, tokens, synthetic) and that "
+     "type's keys (docs/data.md), or `plugin` and `symbol` naming a ct_dataset_vtable."},
+    {"data.valid", O, NULL, 0, 0, NULL, 0,
+     "The validation dataset, as data.train; or `{split: FRACTION}` to hold out that share of "
+     "the training data (`seed` picks which, default 0). Absent: no validation."},
+    {"data.test", O, NULL, 0, 0, NULL, 0, "The test dataset, as data.train. Absent: no test."},
+    {"data.batch_size", I, "32", 1, 1048576, NULL, 0, "Samples per training batch."},
+    {"data.eval_batch_size", I, "0", 0, 1048576, NULL, RES,
+     "Samples per evaluation batch; 0 = batch_size."},
+    {"data.shuffle", B, "true", 0, 0, NULL, 0,
+     "Shuffle the training data each epoch (a permutation from the seed and the epoch)."},
+    {"data.drop_last", B, "false", 0, 0, NULL, 0, "Drop a last partial training batch."},
+    {"data.prefetch", I, "2", 0, 64, NULL, RES, "Batches assembled ahead on a background thread."},
+    {"data.transforms", L, "[]", 0, 0, NULL, 0,
+     "Applied to every split, in order: `{type: scale, a: A, b: B}` (x*a+b) and "
+     "`{type: normalize, mean: [..], std: [..]}` (per channel)."},
+    {"data.augment", L, "[]", 0, 0, NULL, 0,
+     "Applied to training batches only, after the transforms: `{type: random_crop, pad: N}` "
+     "and `{type: hflip, p: P}`."},
+
+    {"model", O, NULL, 0, 0, NULL, REQ,
+     "The model: `type` mlp, cnn or gpt with that builder's keys (docs/models.md); `out` (and "
+     "gpt's `vocab`) default to the data's classes or target size. Or `type: sequential` with "
+     "`layers:` a list of `{type: LAYER, ...options}` (residual blocks take `children:`)."},
+    {"task", P, "auto", 0, 0, "auto|classification|regression|language_model", 0,
+     "What is learned; auto: language_model for token data, regression for numeric targets, "
+     "else classification. Or `{plugin: PATH, symbol: NAME}` naming a `const ct_task`."},
+    {"loss", S, NULL, 0, 0, NULL, 0, "The loss; by default the task's."},
+    {"loss.type", E, "auto", 0, 0, "auto|cross_entropy|mse|l1|smooth_l1|huber", 0,
+     "auto: cross-entropy for classification and language models, MSE for regression."},
+    {"loss.label_smoothing", F, "0", 0, 1, NULL, 0, "cross_entropy: label smoothing in [0, 1]."},
+    {"loss.beta", F, "1", 0, BIG, NULL, 0, "smooth_l1: the threshold."},
+    {"loss.delta", F, "1", 1e-12, BIG, NULL, 0, "huber: the threshold."},
+
+    {"optimizer", S, NULL, 0, 0, NULL, 0, "The optimizer (torch.optim's formulas, bit for bit)."},
+    {"optimizer.type", E, "adam", 0, 0, "sgd|adam|adamw|rmsprop|adagrad", 0, "Which optimizer."},
+    {"optimizer.lr", F, NULL, 0, BIG, NULL, 0,
+     "The base learning rate. Default: PyTorch's (1e-3; rmsprop and adagrad 1e-2)."},
+    {"optimizer.weight_decay", F, NULL, 0, BIG, NULL, 0,
+     "L2 decay (adamw: decoupled). Default 0 (adamw 1e-2)."},
+    {"optimizer.momentum", F, "0", 0, BIG, NULL, 0, "sgd, rmsprop: momentum."},
+    {"optimizer.dampening", F, "0", 0, BIG, NULL, 0, "sgd: dampening."},
+    {"optimizer.nesterov", B, "false", 0, 0, NULL, 0, "sgd: Nesterov momentum."},
+    {"optimizer.beta1", F, "0.9", 0, 0.999999, NULL, 0, "adam, adamw: beta1."},
+    {"optimizer.beta2", F, "0.999", 0, 0.99999999, NULL, 0, "adam, adamw: beta2."},
+    {"optimizer.eps", F, NULL, 0, BIG, NULL, 0, "Denominator term. Default 1e-8 (adagrad 1e-10)."},
+    {"optimizer.alpha", F, "0.99", 0, 1, NULL, 0, "rmsprop: smoothing constant."},
+    {"optimizer.centered", B, "false", 0, 0, NULL, 0, "rmsprop: centered."},
+    {"optimizer.lr_decay", F, "0", 0, BIG, NULL, 0, "adagrad: learning-rate decay."},
+    {"optimizer.initial_accumulator_value", F, "0", 0, BIG, NULL, 0,
+     "adagrad: start of the squared-gradient sum."},
+    {"optimizer.groups", L, "[]", 0, 0, NULL, 0,
+     "Parameter groups: `{params: \"*.bias,*norm*\", lr_scale: 1, weight_decay: 0}`; a "
+     "parameter takes the last group whose glob list matches its name."},
+
+    {"scheduler", O, NULL, 0, 0, NULL, 0,
+     "A learning-rate schedule stepped once per optimizer step: `type` (constant, step, "
+     "multistep, exponential, cosine, warmup_linear, warmup_cosine, onecycle, polynomial) and "
+     "its keys (include/ctrain/schedule.h); `t_max` or `total: auto` is the run's total steps. "
+     "Absent: a constant rate."},
+
+    {"trainer", S, NULL, 0, 0, NULL, 0, "The loop."},
+    {"trainer.max_epochs", I, "10", 0, 1e15, NULL, RES,
+     "Epochs to train; 0 = no limit (then max_steps must be set)."},
+    {"trainer.max_steps", I, "0", 0, 1e15, NULL, RES,
+     "Optimizer steps to train; 0 = no limit. The first limit reached ends the run."},
+    {"trainer.accum_steps", I, "1", 1, 1e6, NULL, 0,
+     "Micro-batches per optimizer step (windows never straddle an epoch)."},
+    {"trainer.grad_clip_norm", F, "0", 0, BIG, NULL, 0,
+     "Clip the global gradient L2 norm; 0 = off."},
+    {"trainer.grad_clip_value", F, "0", 0, BIG, NULL, 0,
+     "Clamp each gradient to [-v, v]; 0 = off."},
+    {"trainer.precision", E, "fp32", 0, 0, "fp32", 0,
+     "Arithmetic precision. This build trains in fp32 only."},
+    {"trainer.steps_per_loop", I, "10", 1, 1e12, NULL, RES,
+     "Steps between training-metric records (train/loss, lr, grad_norm) in metrics.jsonl."},
+    {"trainer.on_nonfinite", E, "stop", 0, 0, "stop|skip|rollback", 0,
+     "A NaN or infinite loss or gradient: stop the run (exit 1), skip the update, or roll back "
+     "to the last good state (docs/policies.md)."},
+    {"trainer.max_skips", I, "100", 1, 1e12, NULL, 0,
+     "skip: consecutive skipped steps before stopping."},
+    {"trainer.max_rollbacks", I, "3", 0, 1e6, NULL, 0, "rollback: rollbacks before stopping."},
+    {"trainer.check_grads", B, "true", 0, 0, NULL, 0,
+     "Scan the gradients for NaN/inf each step (the loss is always checked)."},
+    {"trainer.limit_train_batches", I, "0", 0, 1e15, NULL, RES, "Batches per epoch; 0 = all."},
+    {"trainer.limit_eval_batches", I, "0", 0, 1e15, NULL, RES, "Batches per evaluation; 0 = all."},
+    {"trainer.dev_run", B, "false", 0, 0, NULL, RES,
+     "One batch of training and of each evaluation, then stop (a smoke test)."},
+    {"trainer.valid_every_epochs", I, "1", 0, 1e12, NULL, 0,
+     "Evaluate on data.valid after every N epochs; 0 = not by epochs."},
+    {"trainer.valid_every_steps", I, "0", 0, 1e15, NULL, 0,
+     "Evaluate on data.valid after every N steps; 0 = not by steps."},
+    {"trainer.test_every_epochs", I, "0", 0, 1e12, NULL, 0,
+     "Evaluate on data.test after every N epochs; 0 = once, when training ends."},
+    {"trainer.ema", O, NULL, 0, 0, NULL, 0,
+     "Keep an exponential moving average of the weights, used for evaluation and saved with "
+     "checkpoints: `{decay: 0.999, warmup: false, every: 1}`. Absent: off."},
+
+    {"metrics", S, NULL, 0, 0, NULL, 0,
+     "Metrics per evaluation engine, besides its loss. Absent: the task's defaults (accuracy; "
+     "mse and mae; perplexity)."},
+    {"metrics.valid", L, NULL, 0, 0, NULL, 0,
+     "For data.valid: names (accuracy, topk, precision, recall, f1, confusion, mse, mae, rmse, "
+     "r2, perplexity) or `{type: NAME, name: SHOWN_AS, ...options}` or `{plugin, symbol}`."},
+    {"metrics.test", L, NULL, 0, 0, NULL, 0, "For data.test, as metrics.valid."},
+
+    {"checkpoint", S, NULL, 0, 0, NULL, 0, "Checkpoints under output_dir/checkpoints."},
+    {"checkpoint.enabled", B, "true", 0, 0, NULL, RES, "Write checkpoints at all."},
+    {"checkpoint.monitor", STR, "", 0, 0, NULL, 0,
+     "The metric that picks `best` (valid/loss, valid/acc, ...); empty: valid/loss when there "
+     "is validation data, else none."},
+    {"checkpoint.mode", E, "auto", 0, 0, "auto|min|max", 0,
+     "Whether a lower or higher monitored value is better; auto: max for acc, top*, f1, "
+     "precision, recall and r2, else min."},
+    {"checkpoint.min_delta", F, "0", 0, BIG, NULL, 0, "How much better a value must be to count."},
+    {"checkpoint.keep", I, "3", 0, 1e9, NULL, RES,
+     "Keep the newest N checkpoints besides latest and best; 0 = all."},
+    {"checkpoint.save_every_epochs", I, "1", 0, 1e12, NULL, RES,
+     "Save after every N epochs; 0 = not by epochs. A run also saves when it ends."},
+    {"checkpoint.save_every_steps", I, "0", 0, 1e15, NULL, RES,
+     "Save every N steps; 0 = not by steps."},
+
+    {"early_stopping", S, NULL, 0, 0, NULL, OPT,
+     "Stop when a metric stops improving. Absent: off."},
+    {"early_stopping.monitor", STR, "valid/loss", 0, 0, NULL, 0, "The metric watched."},
+    {"early_stopping.mode", E, "auto", 0, 0, "auto|min|max", 0, "As checkpoint.mode."},
+    {"early_stopping.patience", I, "5", 1, 1e9, NULL, 0,
+     "Evaluations without improvement before stopping."},
+    {"early_stopping.min_delta", F, "0", 0, BIG, NULL, 0, "How much better counts as better."},
+    {"early_stopping.warmup", I, "0", 0, 1e9, NULL, 0, "First evaluations ignored."},
+
+    {"logging", S, NULL, 0, 0, NULL, RES, "What a run shows and records."},
+    {"logging.csv", B, "false", 0, 0, NULL, RES, "Also write metrics.csv."},
+    {"logging.progress", E, "auto", 0, 0, "auto|bar|plain|none", RES,
+     "auto: a redrawn bar on a terminal, plain lines otherwise."},
+    {"logging.interval", F, "0.1", 0.001, 1, NULL, RES,
+     "plain: a line every this fraction of an epoch or evaluation..."},
+    {"logging.interval_seconds", F, "30", 0, BIG, NULL, RES,
+     "...or every this many seconds, whichever comes first."},
+};
+
+const ct_key_def *ct_experiment_schema(int64_t *count) {
+    *count = (int64_t)(sizeof k_schema / sizeof k_schema[0]);
+    return k_schema;
+}
+
+const ct_key_def *ctx_schema_find(const char *path) {
+    for (size_t i = 0; i < sizeof k_schema / sizeof k_schema[0]; i++)
+        if (strcmp(k_schema[i].path, path) == 0) return &k_schema[i];
+    return NULL;
+}
+
+/* ---- messages ---- */
+
+/* "file:line:col" of a node (or "command line" for an override's). */
+void ctx_where(const ct_cfg_node *n, char *buf, size_t size) {
+    if (n->line > 0)
+        (void)snprintf(buf, size, "%s:%d:%d", n->source, n->line, n->col);
+    else
+        (void)snprintf(buf, size, "%s", n->source);
+}
+
+static ct_status key_error(ct_ctx *ctx, const ct_cfg_node *n, const char *path, const char *what) {
+    char w[600];
+    ctx_where(n, w, sizeof w);
+    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %s", w, path, what);
+}
+
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    size_t row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t prev = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t cur = row[j];
+            size_t sub = prev + (a[i - 1] == b[j - 1] ? 0 : 1);
+            size_t best = row[j] + 1 < row[j - 1] + 1 ? row[j] + 1 : row[j - 1] + 1;
+            row[j] = sub < best ? sub : best;
+            prev = cur;
+        }
+    }
+    return row[lb];
+}
+
+/* The keys directly under `section` ("" for the top), for "did you mean" and the list. */
+static ct_status
+unknown_key(ct_ctx *ctx, const ct_cfg_node *n, const char *section, const char *key) {
+    size_t sl = strlen(section);
+    const char *best = NULL;
+    size_t best_d = 99;
+    char list[1024];
+    size_t at = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < sizeof k_schema / sizeof k_schema[0]; i++) {
+        const char *p = k_schema[i].path;
+        if (sl && (strncmp(p, section, sl) != 0 || p[sl] != '.')) continue;
+        const char *leaf = sl ? p + sl + 1 : p;
+        if (strchr(leaf, '.')) continue;
+        size_t d = edit_distance(key, leaf);
+        if (d < best_d) {
+            best_d = d;
+            best = leaf;
+        }
+        int w = snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", leaf);
+        if (w > 0 && (size_t)w < sizeof list - at) at += (size_t)w;
+    }
+    char path[512], hint[300] = "";
+    (void)snprintf(path, sizeof path, "%s%s%s", section, sl ? "." : "", key);
+    size_t kl = strlen(key);
+    if (best && best_d <= (kl < 4 ? 1 : kl / 3 + 1))
+        (void)snprintf(hint, sizeof hint, " (did you mean '%s%s%s'?)", section, sl ? "." : "",
+                       best);
+    char w[600];
+    ctx_where(n, w, sizeof w);
+    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s; the keys of %s%s%s are: %s", w,
+                   path, hint, sl ? "'" : "", sl ? section : "the top level", sl ? "'" : "", list);
+}
+
+/* ---- scalar parsing ---- */
+
+int ctx_parse_bool(const char *v) {
+    if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "TRUE")) return 1;
+    if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "FALSE")) return 0;
+    return -1;
+}
+
+bool ctx_parse_int(const char *v, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || errno == ERANGE) return false;
+    *out = (int64_t)x;
+    return true;
+}
+
+bool ctx_parse_float(const char *v, double *out) {
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || errno == ERANGE || !isfinite(x)) {
+        /* YAML's .inf/.nan are not useful for settings: reject them too */
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool in_choices(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return true;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return false;
+}
+
+static ct_status
+check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char *path) {
+    char what[700];
+    if (n->kind != CT_CFG_SCALAR) {
+        static const char *const names[] = {"a value", "a mapping", "a sequence"};
+        (void)snprintf(what, sizeof what, "expected %s, got %s",
+                       d->type == CT_KEY_INT     ? "an integer"
+                       : d->type == CT_KEY_FLOAT ? "a number"
+                       : d->type == CT_KEY_BOOL  ? "true or false"
+                                                 : "a value",
+                       names[n->kind]);
+        return key_error(ctx, n, path, what);
+    }
+    const char *v = n->value;
+    const char *q = n->quoted ? " (a quoted string; remove the quotes)" : "";
+    switch (d->type) {
+    case CT_KEY_INT: {
+        int64_t x;
+        if (n->quoted || !ctx_parse_int(v, &x)) {
+            (void)snprintf(what, sizeof what, "expected an integer, got '%s'%s", v, q);
+            return key_error(ctx, n, path, what);
+        }
+        if ((double)x < d->lo || (double)x > d->hi) {
+            (void)snprintf(what, sizeof what, "%lld is out of range [%.15g, %.15g]", (long long)x,
+                           d->lo, d->hi);
+            return key_error(ctx, n, path, what);
+        }
+        return CT_OK;
+    }
+    case CT_KEY_FLOAT: {
+        double x;
+        if (n->quoted || !ctx_parse_float(v, &x)) {
+            (void)snprintf(what, sizeof what, "expected a number, got '%s'%s", v, q);
+            return key_error(ctx, n, path, what);
+        }
+        if (x < d->lo || x > d->hi) {
+            (void)snprintf(what, sizeof what, "%g is out of range [%g, %g]", x, d->lo, d->hi);
+            return key_error(ctx, n, path, what);
+        }
+        return CT_OK;
+    }
+    case CT_KEY_BOOL:
+        if (n->quoted || ctx_parse_bool(v) < 0) {
+            (void)snprintf(what, sizeof what, "expected true or false, got '%s'%s", v, q);
+            return key_error(ctx, n, path, what);
+        }
+        return CT_OK;
+    case CT_KEY_ENUM:
+    case CT_KEY_PLUGGABLE:
+        if (!in_choices(d->choices, v)) {
+            (void)snprintf(what, sizeof what, "'%s' is not one of: %s", v, d->choices);
+            for (char *p = what; *p; p++)
+                if (*p == '|') *p = ',';
+            return key_error(ctx, n, path, what);
+        }
+        return CT_OK;
+    default:
+        return CT_OK;
+    }
+}
+
+/* Values in an options mapping: scalars, or sequences of scalars (joined with commas when
+ * handed on); nested mappings only where a component takes them (layers, children). */
+static ct_status check_options(ct_ctx *ctx, const ct_cfg_node *map, const char *path) {
+    for (const ct_cfg_node *c = map->first; c; c = c->next) {
+        if (c->kind != CT_CFG_SEQ || strcmp(c->key, "layers") == 0 ||
+            strcmp(c->key, "children") == 0)
+            continue;
+        for (const ct_cfg_node *it = c->first; it; it = it->next)
+            if (it->kind != CT_CFG_SCALAR) {
+                char p[600];
+                (void)snprintf(p, sizeof p, "%s.%s", path, c->key);
+                return key_error(ctx, it, p, "expected a list of values");
+            }
+    }
+    return CT_OK;
+}
+
+/* Null values count as absent: removed before anything else looks. */
+static void drop_nulls(ct_config *cfg, ct_cfg_node *n) {
+    ct_cfg_node *c = n->first;
+    while (c) {
+        ct_cfg_node *next = c->next;
+        if (c->kind == CT_CFG_SCALAR && c->null && n->kind == CT_CFG_MAP)
+            ct_config_remove(cfg, c);
+        else
+            drop_nulls(cfg, c);
+        c = next;
+    }
+}
+
+static ct_status check_map(ct_ctx *ctx, const ct_cfg_node *map, const char *section) {
+    for (const ct_cfg_node *c = map->first; c; c = c->next) {
+        char path[512];
+        (void)snprintf(path, sizeof path, "%s%s%s", section, section[0] ? "." : "", c->key);
+        const ct_key_def *d = ctx_schema_find(path);
+        if (!d) return unknown_key(ctx, c, section, c->key);
+        switch (d->type) {
+        case CT_KEY_SECTION:
+            if (c->kind != CT_CFG_MAP) return key_error(ctx, c, path, "expected a mapping of keys");
+            CT_TRY(check_map(ctx, c, path));
+            break;
+        case CT_KEY_OPTIONS:
+            if (c->kind != CT_CFG_MAP)
+                return key_error(ctx, c, path, "expected a mapping ({type: ..., key: value})");
+            CT_TRY(check_options(ctx, c, path));
+            break;
+        case CT_KEY_LIST:
+            if (c->kind != CT_CFG_SEQ) return key_error(ctx, c, path, "expected a list ([...])");
+            for (const ct_cfg_node *it = c->first; it; it = it->next) {
+                if (it->kind == CT_CFG_SEQ)
+                    return key_error(ctx, it, path, "expected names or mappings in the list");
+                if (it->kind == CT_CFG_MAP) {
+                    char ip[600];
+                    ct_config_path(it, ip, sizeof ip);
+                    CT_TRY(check_options(ctx, it, ip));
+                }
+            }
+            break;
+        case CT_KEY_PLUGGABLE:
+            if (c->kind == CT_CFG_MAP) {
+                for (const ct_cfg_node *k = c->first; k; k = k->next)
+                    if (strcmp(k->key, "plugin") && strcmp(k->key, "symbol")) {
+                        char p[600];
+                        (void)snprintf(p, sizeof p, "%s.%s", path, k->key);
+                        return key_error(ctx, k, p,
+                                         "unknown key (a plugin takes plugin and symbol)");
+                    }
+                if (!ct_config_find(c, "plugin") || !ct_config_find(c, "symbol"))
+                    return key_error(ctx, c, path, "a plugin needs both plugin: and symbol:");
+                break;
+            }
+            CT_TRY(check_scalar(ctx, d, c, path));
+            break;
+        default:
+            CT_TRY(check_scalar(ctx, d, c, path));
+        }
+    }
+    return CT_OK;
+}
+
+/* The section a path lies in ("optimizer" for "optimizer.lr"; "" at the top). */
+static void parent_of(const char *path, char *buf, size_t size) {
+    const char *dot = strrchr(path, '.');
+    size_t n = dot ? (size_t)(dot - path) : 0;
+    if (n >= size) n = size - 1;
+    memcpy(buf, path, n);
+    buf[n] = '\0';
+}
+
+static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
+    ct_cfg_node *root = ct_config_root(cfg);
+    for (size_t i = 0; i < sizeof k_schema / sizeof k_schema[0]; i++) {
+        const ct_key_def *d = &k_schema[i];
+        char parent[512];
+        parent_of(d->path, parent, sizeof parent);
+        if (parent[0]) {
+            const ct_key_def *pd = ctx_schema_find(parent);
+            if (pd && (pd->flags & CT_KEY_OPTIONAL) && !ct_config_find(root, parent)) continue;
+        }
+        if (ct_config_find(root, d->path)) continue;
+        if (d->flags & CT_KEY_REQUIRED) {
+            char w[600];
+            const ct_cfg_node *p = parent[0] ? ct_config_find(root, parent) : root;
+            ctx_where(p ? p : root, w, sizeof w);
+            return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: missing required key '%s': %s", w, d->path,
+                           d->doc);
+        }
+        if (d->type == CT_KEY_SECTION && !(d->flags & CT_KEY_OPTIONAL)) {
+            char arg[600];
+            (void)snprintf(arg, sizeof arg, "++%s={}", d->path);
+            CT_TRY(ct_config_override(cfg, arg));
+            continue;
+        }
+        if (!d->def) continue;
+        char arg[700];
+        (void)snprintf(arg, sizeof arg, "++%s=%s", d->path, d->def);
+        CT_TRY(ct_config_override(cfg, arg));
+    }
+    return CT_OK;
+}
+
+ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
+    ct_cfg_node *root = ct_config_root(cfg);
+    drop_nulls(cfg, root);
+    CT_TRY(check_map(ctx, root, ""));
+    CT_TRY(fill_defaults(ctx, cfg));
+    if (!ct_config_find(root, "name")) {
+        const char *file = ct_config_name(cfg);
+        const char *base = strrchr(file, '/');
+        base = base ? base + 1 : file;
+        char stem[256];
+        (void)snprintf(stem, sizeof stem, "%s", base);
+        char *ext = strrchr(stem, '.');
+        if (ext && ext != stem) *ext = '\0';
+        for (char *p = stem; *p; p++)
+            if (isspace((unsigned char)*p) || *p == '/') *p = '_';
+        CT_TRY(ct_config_set(cfg, "name", stem[0] ? stem : "experiment", true));
+    }
+    if (!ct_config_find(root, "output_dir")) {
+        char dir[512];
+        (void)snprintf(dir, sizeof dir, "runs/%s", ct_config_find(root, "name")->value);
+        CT_TRY(ct_config_set(cfg, "output_dir", dir, true));
+    }
+    const ct_cfg_node *me = ct_config_find(root, "trainer.max_epochs"),
+                      *ms = ct_config_find(root, "trainer.max_steps");
+    if (strcmp(me->value, "0") == 0 && strcmp(ms->value, "0") == 0)
+        return key_error(ctx, me, "trainer.max_epochs",
+                         "0 (no limit) needs trainer.max_steps > 0, or the run would never end");
+    return CT_OK;
+}
+
+/* ---- fingerprint and diff ---- */
+
+static uint64_t fnv1a(uint64_t h, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        h ^= *p;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static bool resumable(const char *path) {
+    /* the RESUMABLE flag of the key itself or of any section above it */
+    char buf[512];
+    (void)snprintf(buf, sizeof buf, "%s", path);
+    for (;;) {
+        const ct_key_def *d = ctx_schema_find(buf);
+        if (d && (d->flags & CT_KEY_RESUMABLE)) return true;
+        char *dot = strrchr(buf, '.');
+        if (!dot) return false;
+        *dot = '\0';
+    }
+}
+
+typedef void (*leaf_fn)(void *user, const char *path, const ct_cfg_node *n);
+
+static void walk_leaves(const ct_cfg_node *n, leaf_fn fn, void *user) {
+    for (const ct_cfg_node *c = n->first; c; c = c->next) {
+        char path[512];
+        ct_config_path(c, path, sizeof path);
+        if (resumable(path)) continue;
+        if (c->kind == CT_CFG_SCALAR || c->n_children == 0)
+            fn(user, path, c);
+        else
+            walk_leaves(c, fn, user);
+    }
+}
+
+static const char *leaf_text(const ct_cfg_node *n) {
+    if (n->kind == CT_CFG_MAP) return "{}";
+    if (n->kind == CT_CFG_SEQ) return "[]";
+    return n->null ? "null" : n->value;
+}
+
+static void hash_leaf(void *user, const char *path, const ct_cfg_node *n) {
+    uint64_t h = fnv1a(14695981039346656037ULL, path);
+    h = fnv1a(h, "=");
+    h = fnv1a(h, leaf_text(n));
+    *(uint64_t *)user += h * 0x9E3779B97F4A7C15ULL;
+}
+
+void ct_experiment_fingerprint(const ct_config *cfg, char out[17]) {
+    uint64_t sum = 0;
+    walk_leaves(ct_config_root(cfg), hash_leaf, &sum);
+    (void)snprintf(out, 17, "%016llx", (unsigned long long)sum);
+}
+
+typedef struct diff_state {
+    const ct_config *other;
+    bool forward;
+    char *buf;
+    size_t size, at;
+    int64_t count;
+} diff_state;
+
+static void diff_leaf(void *user, const char *path, const ct_cfg_node *n) {
+    diff_state *ds = user;
+    const ct_cfg_node *o = ct_config_find(ct_config_root(ds->other), path);
+    bool same = o && (o->kind == CT_CFG_SCALAR || o->n_children == 0) &&
+                strcmp(leaf_text(o), leaf_text(n)) == 0;
+    if (same || (!ds->forward && o)) return;
+    ds->count++;
+    const char *a = ds->forward ? leaf_text(n) : "(absent)";
+    const char *b =
+        ds->forward ? (o ? (o->kind == CT_CFG_SCALAR ? leaf_text(o) : "(a section)") : "(absent)")
+                    : leaf_text(n);
+    if (ds->at >= ds->size) return;
+    int w = snprintf(ds->buf + ds->at, ds->size - ds->at, "%s%s: %s -> %s", ds->at ? "; " : "",
+                     path, a, b);
+    if (w > 0) ds->at += (size_t)w < ds->size - ds->at ? (size_t)w : ds->size - ds->at;
+}
+
+int64_t ct_experiment_diff(const ct_config *a, const ct_config *b, char *buf, size_t size) {
+    diff_state ds = {b, true, buf, size, 0, 0};
+    if (size) buf[0] = '\0';
+    walk_leaves(ct_config_root(a), diff_leaf, &ds);
+    ds.other = a;
+    ds.forward = false;
+    walk_leaves(ct_config_root(b), diff_leaf, &ds);
+    return ds.count;
+}
+
+/* ---- the reference ---- */
+
+void ct_experiment_write_reference(FILE *f) {
+    static const char *const type_names[] = {"section", "integer", "number", "bool",  "string",
+                                             "one of",  "mapping", "list",   "one of"};
+    (void)fputs("# Experiment files\n\n"
+                "<!-- Generated by `ctrain config --reference` from src/experiment/schema.c; a "
+                "test keeps this file equal to its output. Edit the table, not this file. -->\n\n"
+                "Every key an experiment file may hold. An unknown key, a value of the wrong type "
+                "or out of range, a name that is not one of the valid values and a missing "
+                "required key are errors (exit code 2) that name the file, line, column and key. "
+                "A null value (`key:` with nothing after it) counts as absent. `ctrain config "
+                "FILE` prints the resolved file, every default filled in. Keys marked *resumable* "
+                "may change when a run resumes; a change to any other key makes `ctrain fit` "
+                "refuse to resume the run directory (the configuration fingerprint differs).\n\n"
+                "| key | type | default | meaning |\n|---|---|---|---|\n",
+                f);
+    int64_t n;
+    const ct_key_def *defs = ct_experiment_schema(&n);
+    for (int64_t i = 0; i < n; i++) {
+        const ct_key_def *d = &defs[i];
+        char type[256];
+        if (d->type == CT_KEY_ENUM || d->type == CT_KEY_PLUGGABLE) {
+            size_t at = 0;
+            at += (size_t)snprintf(type, sizeof type, "one of");
+            for (const char *p = d->choices; *p && at + 4 < sizeof type;) {
+                const char *bar = strchr(p, '|');
+                int len = bar ? (int)(bar - p) : (int)strlen(p);
+                at += (size_t)snprintf(type + at, sizeof type - at, "%s`%.*s`",
+                                       p == d->choices ? " " : ", ", len, p);
+                if (!bar) break;
+                p = bar + 1;
+            }
+            if (d->type == CT_KEY_PLUGGABLE && at + 12 < sizeof type)
+                (void)snprintf(type + at, sizeof type - at, ", or a plugin");
+        } else if (d->type == CT_KEY_INT || d->type == CT_KEY_FLOAT) {
+            if (d->hi >= 1e12)
+                (void)snprintf(type, sizeof type, "%s >= %g", type_names[d->type], d->lo);
+            else
+                (void)snprintf(type, sizeof type, "%s in [%g, %g]", type_names[d->type], d->lo,
+                               d->hi);
+        } else {
+            (void)snprintf(type, sizeof type, "%s", type_names[d->type]);
+        }
+        const char *req = (d->flags & CT_KEY_REQUIRED) ? "**required**" : NULL;
+        (void)fprintf(f, "| `%s` | %s | %s%s%s | %s%s |\n", d->path, type, req ? "" : "`",
+                      req ? req : (d->def ? (d->def[0] ? d->def : "\"\"") : "-"), req ? "" : "`",
+                      d->doc, (d->flags & CT_KEY_RESUMABLE) ? " *resumable*" : "");
+    }
+}
