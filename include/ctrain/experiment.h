@@ -89,8 +89,6 @@ typedef struct ct_experiment_params {
     /* true: write nothing into the run directory (evaluation, prediction): no config.yaml, no
      * metrics logs, no checkpoints. */
     bool read_only;
-    /* Skip opening the training data (prediction). */
-    bool no_train_data;
 } ct_experiment_params;
 
 CT_API ct_experiment_params ct_experiment_default_params(void);
@@ -132,9 +130,20 @@ CT_API ct_task_kind ct_experiment_task_kind(const ct_experiment *e);
  */
 CT_API ct_status ct_experiment_fit(ct_experiment *e);
 
-/* Loads a checkpoint ("latest", "best" or a path) into the model (and EMA) for evaluation;
- * *step receives its step. */
+/* Loads a checkpoint ("latest", "best" or a path) into the model for evaluation: the EMA
+ * weights when the run keeps an EMA, as its evaluations did. *step receives its step. */
 CT_API ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step);
+
+/*
+ * Runs the model over the features in `input` (a .npy array (N, sample...) of the training
+ * data's sample shape; u8 or numbers) after the evaluation transforms and writes `output`:
+ * .csv rows "index,class,p_0,...,p_{C-1}" (classification: the argmax and the softmax
+ * probabilities) or "index,y_0,..." (regression), or a .npy float32 array [N, C] of those
+ * probabilities or values. Language models are not supported (CT_ERR_CONFIG). Errors:
+ * CT_ERR_FORMAT / CT_ERR_IO for the input, CT_ERR_SHAPE for a sample shape that differs from
+ * the model's, CT_ERR_IO for the output (written to a temporary name, then renamed).
+ */
+CT_API ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char *output);
 
 #ifdef __cplusplus
 }

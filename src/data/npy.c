@@ -503,6 +503,21 @@ npy_load(ct_ctx *ctx, npy_ds *d, const char *x_path, const char *y_path, ct_data
     CT_TRY(ct_data_read_file(ctx, x_path, NPY_MAX_BYTES, &d->x_buf, &d->x_buf_size));
     CT_TRY(parse_npy(ctx, x_path, d->x_buf, d->x_buf_size, &xa));
     CT_TRY(check_features(ctx, x_path, &xa));
+    if (!y_path) { /* unlabelled features (prediction): every target is class 0 */
+        info->n = xa.shape[0];
+        info->x_ndim = xa.ndim - 1;
+        for (int32_t k = 1; k < xa.ndim; k++)
+            info->x_shape[k - 1] = xa.shape[k];
+        info->x_dtype = xa.kind == 'u' ? CT_U8 : CT_F32;
+        if (xa.kind == 'u')
+            d->x_off = xa.data_off;
+        else
+            CT_TRY(to_f32_array(ctx, x_path, &xa, &d->x_buf, &d->x_buf_size, &d->x_off));
+        info->y_dtype = CT_I64;
+        d->x_bytes = ct_data_sample_bytes(info->x_dtype, info->x_ndim, info->x_shape);
+        d->y_bytes = sizeof(int64_t);
+        return CT_OK;
+    }
     CT_TRY(ct_data_read_file(ctx, y_path, NPY_MAX_BYTES, &d->y_buf, &d->y_buf_size));
     CT_TRY(parse_npy(ctx, y_path, d->y_buf, d->y_buf_size, &ya));
     CT_TRY(check_labels(ctx, y_path, &ya, x_path, xa.shape[0]));
@@ -541,7 +556,8 @@ static ct_status npy_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
     int64_t limit;
     CT_TRY(ct_options_check(ctx, opts, known));
     CT_TRY(ct_options_string(ctx, opts, "features", NULL, &x_path));
-    CT_TRY(ct_options_string(ctx, opts, "labels", NULL, &y_path));
+    CT_TRY(ct_options_string(ctx, opts, "labels", "", &y_path));
+    if (!y_path[0]) y_path = NULL;
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
     npy_ds *d = ct_alloc(ctx, sizeof *d);
     if (!d) return CT_FAIL(ctx, CT_ERR_OOM, "npy: allocating the dataset");
@@ -561,7 +577,10 @@ static ct_status npy_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
 static ct_status npy_get(const void *self, int64_t i, void *x, void *y) {
     const npy_ds *d = self;
     memcpy(x, d->x_buf + d->x_off + (size_t)i * d->x_bytes, d->x_bytes);
-    memcpy(y, d->y_buf + d->y_off + (size_t)i * d->y_bytes, d->y_bytes);
+    if (d->y_buf)
+        memcpy(y, d->y_buf + d->y_off + (size_t)i * d->y_bytes, d->y_bytes);
+    else
+        memset(y, 0, d->y_bytes);
     return CT_OK;
 }
 

@@ -55,7 +55,6 @@ struct ct_experiment {
     ct_loader *train_loader, *eval_loaders[MAX_ENGINES];
     ct_loader_params train_lp, eval_lp;
     ct_dataset_info info;
-    bool have_info;
 
     ct_params *params;
     ct_model *model;
@@ -373,10 +372,8 @@ static ct_status build_data(ct_experiment *e) {
     int64_t seed = int_at(e, "seed");
     const ct_cfg_node *tr = node(e, "data.train"), *va = node(e, "data.valid"),
                       *te = node(e, "data.test");
-    if (!e->p.no_train_data || (va && ct_config_find(va, "split"))) {
-        CT_TRY(open_dataset(e, tr, &e->train_all));
-        e->train = e->train_all;
-    }
+    CT_TRY(open_dataset(e, tr, &e->train_all));
+    e->train = e->train_all;
     if (va && ct_config_find(va, "split")) {
         static const char *const known[] = {"split", "seed", NULL};
         ct_options o;
@@ -392,15 +389,7 @@ static ct_status build_data(ct_experiment *e) {
         e->valid = e->valid_all;
     }
     if (te) CT_TRY(open_dataset(e, te, &e->test));
-    const ct_dataset *any = e->train ? e->train : e->valid ? e->valid : e->test;
-    if (!any) {
-        /* prediction without data: the model's input comes from the training file's header */
-        CT_TRY(open_dataset(e, tr, &e->train_all));
-        e->train = e->train_all;
-        any = e->train;
-    }
-    e->info = *ct_dataset_info_of(any);
-    e->have_info = true;
+    e->info = *ct_dataset_info_of(e->train);
 
     ct_loader_params lp = ct_loader_default_params();
     lp.batch_size = int_at(e, "data.batch_size");
@@ -420,8 +409,7 @@ static ct_status build_data(ct_experiment *e) {
     e->train_lp = lp;
     e->eval_lp = el;
     e->batch_size = lp.batch_size;
-    if (e->train && !e->p.no_train_data)
-        CT_TRY(ct_loader_create(ctx, e->train, &lp, &e->train_loader));
+    CT_TRY(ct_loader_create(ctx, e->train, &lp, &e->train_loader));
     const ct_dataset *eval_ds[MAX_ENGINES] = {e->valid, e->test};
     static const char *const keys[MAX_ENGINES] = {"valid", "test"};
     for (int i = 0; i < MAX_ENGINES; i++) {
@@ -927,7 +915,6 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.callbacks.on_exception = fwd_exception;
     tp.callbacks.on_batch = fwd_batch;
     e->tp = tp;
-    if (!e->train_loader) return CT_OK; /* prediction: no trainer */
     return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, NULL, &e->task,
                              e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);
 }
@@ -1191,4 +1178,156 @@ ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step)
     }
     if (step) *step = st;
     return CT_OK;
+}
+
+/* ---- prediction ---- */
+
+/* The .npy header for a float32 [n, c] array, padded so the data starts at a multiple of 64. */
+static void write_npy_header(FILE *f, int64_t n, int64_t c) {
+    char dict[128];
+    int len = snprintf(dict, sizeof dict,
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                       (long long)n, (long long)c);
+    size_t total = 10 + (size_t)len + 1;
+    size_t pad = (64 - total % 64) % 64;
+    size_t hlen = (size_t)len + pad + 1;
+    unsigned char pre[10] = {0x93,
+                             'N',
+                             'U',
+                             'M',
+                             'P',
+                             'Y',
+                             1,
+                             0,
+                             (unsigned char)(hlen & 0xff),
+                             (unsigned char)(hlen >> 8)};
+    (void)fwrite(pre, 1, sizeof pre, f);
+    (void)fwrite(dict, 1, (size_t)len, f);
+    for (size_t i = 0; i < pad; i++)
+        (void)fputc(' ', f);
+    (void)fputc('\n', f);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char *output) {
+    ct_ctx *ctx = e->ctx;
+    if (e->task.kind == CT_TASK_LANGUAGE_MODEL)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: language models are not supported");
+    bool npy_out = ends_with(output, ".npy");
+    if (!npy_out && !ends_with(output, ".csv"))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: output '%s': expected a .csv or .npy name",
+                       output);
+    if (!ends_with(input, ".npy"))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: input '%s': expected a .npy array", input);
+    ct_option item = {"features", input};
+    ct_options o = {&item, 1, "predict: input"};
+    ct_dataset *ds = NULL;
+    ct_loader *l = NULL;
+    ct_graph *g = NULL;
+    FILE *f = NULL;
+    char tmp[1100];
+    (void)snprintf(tmp, sizeof tmp, "%s.tmp", output);
+    CT_TRY(ct_dataset_open(ctx, "npy", &o, &ds));
+    const ct_dataset_info *di = ct_dataset_info_of(ds);
+    ct_status s = CT_OK;
+    bool same = di->x_ndim == e->info.x_ndim &&
+                memcmp(di->x_shape, e->info.x_shape, sizeof(int64_t) * (size_t)di->x_ndim) == 0;
+    if (!same) {
+        char a[128] = "", b[128] = "";
+        for (int32_t i = 0; i < di->x_ndim; i++)
+            (void)snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", i ? ", " : "",
+                           (long long)di->x_shape[i]);
+        for (int32_t i = 0; i < e->info.x_ndim; i++)
+            (void)snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", i ? ", " : "",
+                           (long long)e->info.x_shape[i]);
+        s = CT_FAIL(ctx, CT_ERR_SHAPE,
+                    "%s: samples of shape [%s], but the model takes the training data's [%s]",
+                    input, a, b);
+    }
+    ct_loader_params lp = e->eval_lp;
+    lp.to_f32 = true;
+    if (s == CT_OK) s = ct_loader_create(ctx, ds, &lp, &l);
+    ct_graph_params gp = ct_graph_default_params();
+    if (s == CT_OK) s = ct_graph_create(ctx, &gp, &g);
+    if (s == CT_OK) {
+        ct_graph_set_grad_enabled(g, false);
+        ct_graph_set_training(g, false);
+        if (!(f = fopen(tmp, "wb")))
+            s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    int64_t oshape[CT_MAX_DIMS];
+    int32_t ond = ct_model_output_shape(e->model, oshape);
+    int64_t c = 1;
+    for (int32_t i = 0; i < ond; i++)
+        c *= oshape[i];
+    bool classify = e->task.kind == CT_TASK_CLASSIFICATION;
+    if (s == CT_OK) {
+        if (npy_out) {
+            write_npy_header(f, di->n, c);
+        } else {
+            (void)fputs(classify ? "index,class" : "index", f);
+            for (int64_t j = 0; j < c; j++)
+                (void)fprintf(f, classify ? ",p_%lld" : ",y_%lld", (long long)j);
+            (void)fputc('\n', f);
+        }
+    }
+    float *row = s == CT_OK ? ct_alloc(ctx, sizeof(float) * (size_t)c) : NULL;
+    if (s == CT_OK && !row) s = CT_FAIL(ctx, CT_ERR_OOM, "predict: out of memory");
+    ct_batch b;
+    while (s == CT_OK && (s = ct_loader_next(l, &b)) == CT_OK && b.size > 0) {
+        ct_graph_reset(g);
+        ct_tensor *x = ct_graph_wrap(g, b.x.data, b.x.dtype, b.x.ndim, b.x.shape);
+        ct_tensor *out = x ? ct_model_forward(e->model, g, x) : NULL;
+        if (!out) {
+            s = ct_graph_status(g) != CT_OK ? ct_graph_status(g) : CT_ERR_INTERNAL;
+            if (ct_last_status(ctx) == CT_OK) s = CT_FAIL(ctx, s, "predict: the model failed");
+            break;
+        }
+        const float *outp = out->data;
+        for (int64_t i = 0; i < b.size; i++) {
+            const float *r = outp + i * c;
+            int64_t arg = 0;
+            if (classify) { /* softmax in double, as the metrics do */
+                double mx = (double)r[0], sum = 0;
+                for (int64_t j = 1; j < c; j++)
+                    if ((double)r[j] > mx) {
+                        mx = (double)r[j];
+                        arg = j;
+                    }
+                for (int64_t j = 0; j < c; j++)
+                    sum += exp((double)r[j] - mx);
+                for (int64_t j = 0; j < c; j++)
+                    row[j] = (float)(exp((double)r[j] - mx) / sum);
+            } else {
+                memcpy(row, r, sizeof(float) * (size_t)c);
+            }
+            if (npy_out) {
+                (void)fwrite(row, sizeof(float), (size_t)c, f);
+            } else {
+                (void)fprintf(f, "%lld", (long long)b.index[i]);
+                if (classify) (void)fprintf(f, ",%lld", (long long)arg);
+                for (int64_t j = 0; j < c; j++)
+                    (void)fprintf(f, ",%.9g", (double)row[j]);
+                (void)fputc('\n', f);
+            }
+        }
+    }
+    if (row) ct_free(ctx, row, sizeof(float) * (size_t)c);
+    if (f) {
+        if ((fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) && s == CT_OK)
+            s = CT_FAIL(ctx, CT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+        (void)fclose(f);
+        if (s == CT_OK && rename(tmp, output) != 0)
+            s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot rename to %s: %s", tmp, output,
+                        strerror(errno));
+        if (s != CT_OK) (void)remove(tmp);
+    }
+    ct_graph_destroy(g);
+    ct_loader_destroy(l);
+    ct_dataset_destroy(ds);
+    return s;
 }

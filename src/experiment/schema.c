@@ -35,7 +35,7 @@ static const ct_key_def k_schema[] = {
     {"seed", I, "0", 0, 9.2e18, NULL, 0,
      "Seeds the model's initialisation, shuffling, augmentation and dropout."},
     {"output_dir", STR, NULL, 0, 0, NULL, RES,
-     "The run directory (config.yaml, metrics.jsonl, checkpoints/). Default: runs/<name>, "
+     "The run directory (config.yaml, metrics.jsonl, checkpoints/). Default: `runs/NAME`, "
      "relative to the current directory."},
     {"threads", I, "0", 0, 1024, NULL, RES,
      "Threads for the kernels; 0 = all cores. Results do not depend on it."},
@@ -647,14 +647,19 @@ void ct_experiment_write_reference(FILE *f) {
             if (d->hi >= 1e12)
                 (void)snprintf(type, sizeof type, "%s >= %g", type_names[d->type], d->lo);
             else
-                (void)snprintf(type, sizeof type, "%s in [%g, %g]", type_names[d->type], d->lo,
-                               d->hi);
+                (void)snprintf(type, sizeof type, "%s in [%.15g, %.15g]", type_names[d->type],
+                               d->lo, d->hi);
         } else {
             (void)snprintf(type, sizeof type, "%s", type_names[d->type]);
         }
-        const char *req = (d->flags & CT_KEY_REQUIRED) ? "**required**" : NULL;
-        (void)fprintf(f, "| `%s` | %s | %s%s%s | %s%s |\n", d->path, type, req ? "" : "`",
-                      req ? req : (d->def ? (d->def[0] ? d->def : "\"\"") : "-"), req ? "" : "`",
-                      d->doc, (d->flags & CT_KEY_RESUMABLE) ? " *resumable*" : "");
+        char def[128];
+        if (d->flags & CT_KEY_REQUIRED)
+            (void)snprintf(def, sizeof def, "**required**");
+        else if (!d->def)
+            (void)snprintf(def, sizeof def, "-");
+        else
+            (void)snprintf(def, sizeof def, "`%s`", d->def[0] ? d->def : "\"\"");
+        (void)fprintf(f, "| `%s` | %s | %s | %s%s |\n", d->path, type, def, d->doc,
+                      (d->flags & CT_KEY_RESUMABLE) ? " *resumable*" : "");
     }
 }

@@ -1,6 +1,6 @@
 /*
- * main.c - the ctrain command-line tool: fit, eval, config and inspect over experiment files
- * (include/ctrain/experiment.h), with progress on stderr, a log.txt in the run directory, and
+ * main.c - the ctrain command-line tool: fit, eval, predict, config and inspect over experiment
+ * files (include/ctrain/experiment.h), with progress on stderr, a log.txt in the run directory, and
  * the exit codes of docs/cli.md:
  *     0 success; 1 the run failed (a non-finite stop included); 2 a usage, configuration or
  *     input error; 130 interrupted by SIGINT; 143 stopped by SIGTERM.
@@ -241,6 +241,8 @@ static void usage(FILE *f) {
                   "  eval CONFIG [--checkpoint best|latest|PATH] [--json] [key=value ...]\n"
                   "                                  evaluate a checkpoint on every evaluation "
                   "dataset\n"
+                  "  predict CONFIG --input X.npy --output OUT.csv|.npy [--checkpoint ...]\n"
+                  "                                  write the model's predictions for X\n"
                   "  config CONFIG [key=value ...]   check a configuration and print it resolved\n"
                   "  config --reference              print every key (docs/config.md)\n"
                   "  inspect PATH                    describe and verify a run directory or "
@@ -306,6 +308,7 @@ typedef struct cmd_args {
     char **overrides;
     int n_overrides;
     const char *checkpoint;
+    const char *input, *output;
     bool json, reference, help;
 } cmd_args;
 
@@ -318,6 +321,8 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
         {"json", no_argument, NULL, 'j'},
         {"reference", no_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
+        {"input", required_argument, NULL, 'i'},
+        {"output", required_argument, NULL, 'o'},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -339,6 +344,12 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
         case 'j':
             a->json = true;
             break;
+        case 'i':
+            a->input = optarg;
+            break;
+        case 'o':
+            a->output = optarg;
+            break;
         case 'r':
             a->reference = true;
             break;
@@ -350,8 +361,16 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
             return EXIT_USAGE;
         }
     }
-    if (strcmp(cmd, "eval") != 0 && (strcmp(a->checkpoint, "best") != 0 || a->json)) {
-        (void)fprintf(stderr, "ctrain %s: --checkpoint and --json are options of eval\n", cmd);
+    bool loads = strcmp(cmd, "eval") == 0 || strcmp(cmd, "predict") == 0;
+    if ((!loads && strcmp(a->checkpoint, "best") != 0) || (a->json && strcmp(cmd, "eval") != 0)) {
+        (void)fprintf(stderr,
+                      "ctrain %s: --checkpoint is an option of eval and predict, --json "
+                      "of eval\n",
+                      cmd);
+        return EXIT_USAGE;
+    }
+    if ((a->input || a->output) && strcmp(cmd, "predict") != 0) {
+        (void)fprintf(stderr, "ctrain %s: --input and --output are options of predict\n", cmd);
         return EXIT_USAGE;
     }
     if (a->reference && strcmp(cmd, "config") != 0) {
@@ -375,6 +394,13 @@ static void cmd_usage(const char *cmd) {
                      "[key=value ...]\n\nLoads a checkpoint of the run directory (default "
                      "best, else latest) and runs every\nevaluation dataset once; prints the "
                      "metrics (--json: one JSON object). Writes nothing.\n");
+    else if (strcmp(cmd, "predict") == 0)
+        (void)printf("usage: ctrain predict CONFIG --input X.npy --output OUT.csv|OUT.npy "
+                     "[--checkpoint best|latest|PATH]\n                      [key=value ...]\n\n"
+                     "Runs the model of a checkpoint (default best, else latest) over the "
+                     "features in X.npy\n(N samples of the training data's shape) and writes "
+                     "the class and class probabilities\n(classification) or the values "
+                     "(regression) per sample. Writes nothing into the run.\n");
     else if (strcmp(cmd, "config") == 0)
         (void)printf("usage: ctrain config CONFIG [key=value ...]\n       ctrain config "
                      "--reference\n\nChecks CONFIG with the overrides and prints the resolved "
@@ -523,6 +549,64 @@ out_free:
     return rc;
 }
 
+/* Loads `*which`; the default "best" falls back to "latest" in a run without a best. */
+static ct_status load_checkpoint(ct_ctx *ctx, ct_experiment *e, const char **which, int64_t *step) {
+    ct_status st = ct_experiment_load(e, *which, step);
+    if (st == CT_ERR_IO && strcmp(*which, "best") == 0) {
+        ct_clear_error(ctx);
+        *which = "latest";
+        st = ct_experiment_load(e, *which, step);
+    }
+    return st;
+}
+
+static int cmd_predict(int argc, char **argv) {
+    cmd_args a;
+    char **ov = calloc((size_t)argc + 1, sizeof(char *));
+    if (!ov) return EXIT_RUN_FAILED;
+    int rc = parse_args("predict", argc, argv, &a, ov);
+    if (rc) goto out_free;
+    if (a.help) {
+        cmd_usage("predict");
+        goto out_free;
+    }
+    if (!a.config || !a.input || !a.output) {
+        (void)fprintf(stderr, "ctrain predict: needs CONFIG, --input FILE and --output FILE\n");
+        rc = EXIT_USAGE;
+        goto out_free;
+    }
+    session s;
+    ct_ctx *ctx;
+    if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
+    s.quiet = true;
+    ct_config *cfg = NULL;
+    ct_experiment *e = NULL;
+    ct_status st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
+    if (st == CT_OK) {
+        (void)ct_ctx_set_threads(ctx, atoll(ct_config_find(ct_config_root(cfg), "threads")->value));
+        ct_experiment_params ep = ct_experiment_default_params();
+        ep.read_only = true;
+        st = ct_experiment_create(ctx, cfg, &ep, &e);
+    }
+    const char *which = a.checkpoint;
+    int64_t step = 0;
+    if (st == CT_OK) st = load_checkpoint(ctx, e, &which, &step);
+    if (st != CT_OK) {
+        rc = fail(ctx, setup_code(st));
+    } else if ((st = ct_experiment_predict(e, a.input, a.output)) != CT_OK) {
+        rc = fail(ctx, st == CT_ERR_OOM || st == CT_ERR_INTERNAL ? EXIT_RUN_FAILED : EXIT_USAGE);
+    } else {
+        (void)fprintf(stderr, "ctrain predict: %s -> %s (checkpoint %s, step %lld)\n", a.input,
+                      a.output, which, (long long)step);
+    }
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+    ct_ctx_destroy(ctx);
+out_free:
+    free(ov);
+    return rc;
+}
+
 static int cmd_eval(int argc, char **argv) {
     cmd_args a;
     char **ov = calloc((size_t)argc + 1, sizeof(char *));
@@ -569,13 +653,7 @@ static int cmd_eval(int argc, char **argv) {
     }
     const char *which = a.checkpoint;
     int64_t step = 0;
-    st = ct_experiment_load(e, which, &step);
-    if (st != CT_OK && strcmp(which, "best") == 0 && st == CT_ERR_IO) {
-        /* no best pointer (no monitor): the latest */
-        ct_clear_error(ctx);
-        which = "latest";
-        st = ct_experiment_load(e, which, &step);
-    }
+    st = load_checkpoint(ctx, e, &which, &step);
     if (st != CT_OK) {
         rc = fail(ctx, EXIT_USAGE);
         goto out;
@@ -829,6 +907,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "fit") == 0) return cmd_fit(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "config") == 0) return cmd_config(argc - 1, argv + 1);
+    if (strcmp(cmd, "predict") == 0) return cmd_predict(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     (void)fprintf(stderr, "ctrain: unknown %s '%s'\n", cmd[0] == '-' ? "option" : "command", cmd);
     usage(stderr);
