@@ -70,6 +70,12 @@ CT_API const ct_key_def *ct_experiment_schema(int64_t *count);
  */
 CT_API ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg);
 
+/* ct_config_override, except that `key=value` for a key of the schema that the file lacks
+ * sets it, as Hydra does for keys with defaults (only `+` would be accepted otherwise), unless
+ * the key lies in an optional section the file does not have (early_stopping.patience: that
+ * needs `+`, since adding it turns the feature on). */
+CT_API ct_status ct_experiment_override(ct_config *cfg, const char *arg);
+
 /* A 16-hex-digit fingerprint of a resolved config: every key but the RESUMABLE ones, in a way
  * that does not depend on the order of keys in the file. */
 CT_API void ct_experiment_fingerprint(const ct_config *cfg, char out[17]);

@@ -1150,8 +1150,6 @@ ct_status ct_experiment_fit(ct_experiment *e) {
     if (resume && e->tp.checkpoint_dir) {
         CT_TRY(ct_trainer_resume(e->trainer, "latest"));
         int64_t step = ct_trainer_step(e->trainer);
-        ct_log(ctx, CT_LOG_INFO, "resuming %s from step %lld (epoch %lld)", e->out_dir,
-               (long long)step, (long long)ct_trainer_epoch(e->trainer));
         CT_TRY(truncate_records(e, "metrics.jsonl", step, false));
         CT_TRY(truncate_records(e, "metrics.csv", step, true));
     }

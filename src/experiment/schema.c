@@ -517,6 +517,26 @@ ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     return CT_OK;
 }
 
+ct_status ct_experiment_override(ct_config *cfg, const char *arg) {
+    const char *eq = strchr(arg, '=');
+    if (!eq || arg[0] == '+' || arg[0] == '~' || (size_t)(eq - arg) >= 512)
+        return ct_config_override(cfg, arg);
+    char path[512];
+    memcpy(path, arg, (size_t)(eq - arg));
+    path[eq - arg] = '\0';
+    const ct_key_def *d = ctx_schema_find(path);
+    if (!d || ct_config_find(ct_config_root(cfg), path)) return ct_config_override(cfg, arg);
+    char parent[512];
+    parent_of(path, parent, sizeof parent);
+    const ct_key_def *pd = parent[0] ? ctx_schema_find(parent) : NULL;
+    if (pd && (pd->flags & CT_KEY_OPTIONAL) && !ct_config_find(ct_config_root(cfg), parent))
+        return ct_config_override(cfg, arg);
+    char forced[1200];
+    if (snprintf(forced, sizeof forced, "++%s", arg) >= (int)sizeof forced)
+        return ct_config_override(cfg, arg);
+    return ct_config_override(cfg, forced);
+}
+
 /* ---- fingerprint and diff ---- */
 
 static uint64_t fnv1a(uint64_t h, const char *s) {

@@ -46,6 +46,9 @@ typedef enum progress_mode { PROGRESS_BAR, PROGRESS_PLAIN, PROGRESS_NONE } progr
 
 typedef struct session {
     FILE *log_file;
+    char log_path[1100]; /* opened at fit start: a refused run directory gets nothing */
+    char pending[4096];  /* lines said before that, written when it opens */
+    size_t n_pending;
     bool quiet; /* info messages only into log.txt */
     progress_mode progress;
     double interval, interval_seconds;
@@ -67,6 +70,18 @@ static double now_s(void) {
     return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
 }
 
+/* Writes a line to log.txt, or keeps it until the file is open. */
+static void to_log(session *s, const char *prefix, const char *line) {
+    if (s->log_file) {
+        (void)fprintf(s->log_file, "%s%s\n", prefix, line);
+        (void)fflush(s->log_file);
+    } else if (s->log_path[0]) {
+        int w = snprintf(s->pending + s->n_pending, sizeof s->pending - s->n_pending, "%s%s\n",
+                         prefix, line);
+        if (w > 0 && (size_t)w < sizeof s->pending - s->n_pending) s->n_pending += (size_t)w;
+    }
+}
+
 static void close_bar(session *s) {
     if (s->bar_open) {
         (void)fputc('\n', stderr);
@@ -84,20 +99,16 @@ static void say(session *s, const char *fmt, ...) {
     va_end(ap);
     close_bar(s);
     (void)fprintf(stderr, "%s\n", buf);
-    if (s->log_file) {
-        (void)fprintf(s->log_file, "%s\n", buf);
-        (void)fflush(s->log_file);
-    }
+    to_log(s, "", buf);
 }
 
 static void log_fn(void *user, ct_log_level level, const char *msg) {
     session *s = user;
     static const char *const names[] = {"debug", "info", "warning", "error"};
     const char *name = (unsigned)level < CT_LOG_LEVEL_COUNT ? names[level] : "log";
-    if (s->log_file) {
-        (void)fprintf(s->log_file, "%s: %s\n", name, msg);
-        (void)fflush(s->log_file);
-    }
+    char prefix[16];
+    (void)snprintf(prefix, sizeof prefix, "%s: ", name);
+    to_log(s, prefix, msg);
     if (level >= CT_LOG_WARN || !s->quiet) {
         close_bar(s);
         (void)fprintf(stderr, "ctrain: %s: %s\n", name, msg);
@@ -214,6 +225,23 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
     return g_signal ? CT_STOP : CT_OK;
 }
 
+static ct_status on_fit_start(void *user, ct_trainer *t) {
+    session *s = user;
+    (void)t;
+    if (s->log_path[0] && !s->log_file) {
+        s->log_file = fopen(s->log_path, "a");
+        if (!s->log_file) {
+            (void)fprintf(stderr, "ctrain: warning: %s: cannot open: %s\n", s->log_path,
+                          strerror(errno));
+        } else {
+            (void)fwrite(s->pending, 1, s->n_pending, s->log_file);
+            (void)fflush(s->log_file);
+        }
+        s->n_pending = 0;
+    }
+    return g_signal ? CT_STOP : CT_OK;
+}
+
 static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
     session *s = user;
     int64_t n;
@@ -292,7 +320,7 @@ load_config(ct_ctx *ctx, const char *path, char **overrides, int n, ct_config **
     CT_TRY(ct_config_load_file(ctx, path, &cfg));
     ct_status s = CT_OK;
     for (int i = 0; s == CT_OK && i < n; i++)
-        s = ct_config_override(cfg, overrides[i]);
+        s = ct_experiment_override(cfg, overrides[i]);
     if (s == CT_OK) s = ct_experiment_resolve(ctx, cfg);
     if (s != CT_OK) {
         ct_config_destroy(cfg);
@@ -442,21 +470,6 @@ static void apply_logging(session *s, const ct_config *cfg) {
     s->max_epochs = atoll(ct_config_find(root, "trainer.max_epochs")->value);
 }
 
-static int make_dir_p(const char *dir) {
-    char buf[1024];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return -1;
-    for (char *p = buf + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-            if (end) break;
-            *p = '/';
-        }
-    }
-    return 0;
-}
-
 static int cmd_fit(int argc, char **argv) {
     cmd_args a;
     char **ov = calloc((size_t)argc + 1, sizeof(char *));
@@ -488,17 +501,14 @@ static int cmd_fit(int argc, char **argv) {
     const ct_cfg_node *root = ct_config_root(cfg);
     (void)ct_ctx_set_threads(ctx, atoll(ct_config_find(root, "threads")->value));
     const char *out_dir = ct_config_find(root, "output_dir")->value;
-    if (make_dir_p(out_dir) == 0) {
-        char path[1100];
-        (void)snprintf(path, sizeof path, "%s/log.txt", out_dir);
-        s.log_file = fopen(path, "a");
-    }
+    (void)snprintf(s.log_path, sizeof s.log_path, "%s/log.txt", out_dir);
     ct_experiment_params ep = ct_experiment_default_params();
     ep.callbacks.user = &s;
     ep.callbacks.on_batch = on_batch;
     ep.callbacks.on_log = on_log;
     ep.callbacks.on_eval_end = on_eval_end;
     ep.callbacks.on_epoch_end = on_epoch_end;
+    ep.callbacks.on_fit_start = on_fit_start;
     st = ct_experiment_create(ctx, cfg, &ep, &e);
     if (st != CT_OK) {
         rc = fail(ctx, setup_code(st));
