@@ -31,6 +31,7 @@
 #include "ctrain/autograd.h"
 #include "ctrain/nn.h"
 #include "ctrain/options.h"
+#include "ctrain/rng.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -114,6 +115,47 @@ CT_API ct_status ct_model_build_alloc(ct_ctx *ctx,
                                       int32_t in_ndim,
                                       const int64_t *in_shape,
                                       uint64_t seed,
+                                      ct_model **out);
+
+/*
+ * A model type of the user's (a plugin's `symbol` in an experiment file): its own tensors and
+ * forward, written with the ops of ops.h. The model calls:
+ *   create   reads opts (unknown keys: fail with CT_ERR_CONFIG), checks the input sample
+ *            (in_dtype, in_ndim, in_shape), declares its tensors in params with ct_params_add
+ *            under state_dict names (keeping the ct_tensor pointers, whose data arrive with
+ *            ct_params_alloc), writes the output sample shape (out_shape has CT_MAX_DIMS
+ *            room) and sets *self to its state (may stay NULL);
+ *   init     (may be NULL) initialises its tensors from rng at ct_model_init;
+ *   forward  x [B, in sample...] -> [B, out sample...], NULL on failure (graph status);
+ *   destroy  (may be NULL) frees self at ct_model_destroy, or after a create that failed
+ *            having set *self.
+ * The vtable must outlive the model.
+ */
+typedef struct ct_model_vtable {
+    const char *name;
+    ct_status (*create)(ct_ctx *ctx,
+                        const ct_options *opts,
+                        ct_params *params,
+                        ct_dtype in_dtype,
+                        int32_t in_ndim,
+                        const int64_t *in_shape,
+                        int32_t *out_ndim,
+                        int64_t *out_shape,
+                        void **self);
+    void (*init)(void *self, ct_rng *rng);
+    ct_tensor *(*forward)(void *self, ct_graph *g, ct_tensor *x);
+    void (*destroy)(ct_ctx *ctx, void *self);
+} ct_model_vtable;
+
+/* A model of a user's type (see ct_model_vtable). Fails as vt->create does, or with
+ * CT_ERR_INVALID_ARG for a vtable without create or forward. *out is NULL on failure. */
+CT_API ct_status ct_model_create_with(ct_ctx *ctx,
+                                      const ct_model_vtable *vt,
+                                      const ct_options *opts,
+                                      ct_params *params,
+                                      ct_dtype in_dtype,
+                                      int32_t in_ndim,
+                                      const int64_t *in_shape,
                                       ct_model **out);
 
 /* No-op for NULL. The parameters stay in the store. */

@@ -477,6 +477,21 @@ static ct_status build_model(ct_experiment *e) {
     const ct_cfg_node *type = ct_config_find(m, "type");
     const char *w = where_of(e, m);
     if (!w) return oom(e);
+    const ct_dataset_info *in = &e->info;
+    ct_dtype in_dtype = e->train_lp.to_f32 ? CT_F32 : in->x_dtype;
+    uint64_t seed = (uint64_t)int_at(e, "seed");
+    if (ct_config_find(m, "plugin")) {
+        static const char *const skip[] = {"plugin", "symbol", NULL};
+        ct_options o;
+        const void *vt;
+        CT_TRY(to_options(e, m, skip, 0, &o));
+        CT_TRY(plugin_symbol(e, m, &vt));
+        CT_TRY(ct_params_create(ctx, &e->params));
+        CT_TRY(ct_model_create_with(ctx, vt, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
+                                    &e->model));
+        CT_TRY(ct_params_alloc(e->params));
+        return ct_model_init(e->model, seed);
+    }
     if (!type || type->kind != CT_CFG_SCALAR) {
         char list[256] = "sequential";
         for (int64_t i = 0; ct_model_type_name(i); i++) {
@@ -485,10 +500,7 @@ static ct_status build_model(ct_experiment *e) {
         }
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: missing key 'type' (one of: %s)", w, list);
     }
-    const ct_dataset_info *in = &e->info;
-    ct_dtype in_dtype = e->train_lp.to_f32 ? CT_F32 : in->x_dtype;
     CT_TRY(ct_params_create(ctx, &e->params));
-    uint64_t seed = (uint64_t)int_at(e, "seed");
     if (strcmp(type->value, "sequential") == 0) {
         const ct_cfg_node *layers = ct_config_find(m, "layers");
         for (const ct_cfg_node *c = m->first; c; c = c->next)

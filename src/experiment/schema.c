@@ -65,7 +65,8 @@ static const ct_key_def k_schema[] = {
     {"model", O, NULL, 0, 0, NULL, REQ,
      "The model: `type` mlp, cnn or gpt with that builder's keys (docs/models.md); `out` (and "
      "gpt's `vocab`) default to the data's classes or target size. Or `type: sequential` with "
-     "`layers:` a list of `{type: LAYER, ...options}` (residual blocks take `children:`)."},
+     "`layers:` a list of `{type: LAYER, ...options}` (residual blocks take `children:`). Or "
+     "`plugin` and `symbol` naming a ct_model_vtable, with its own options."},
     {"task", P, "auto", 0, 0, "auto|classification|regression|language_model", 0,
      "What is learned; auto: language_model for token data, regression for numeric targets, "
      "else classification. Or `{plugin: PATH, symbol: NAME}` naming a `const ct_task`."},

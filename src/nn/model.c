@@ -21,6 +21,8 @@ struct ct_model {
     int64_t in_shape[CT_MAX_DIMS], out_shape[CT_MAX_DIMS];
     const char *alias, *target; /* a tied tensor's second name and its store name */
     bool var_len;
+    const ct_model_vtable *vt; /* a user's model type instead of a root node */
+    void *self;
 };
 
 /* ---- nodes ---- */
@@ -322,7 +324,47 @@ void ct_model_destroy(ct_model *m) {
     if (!m) return;
     ct_ctx *ctx = m->ctx;
     ct_layer_free(ctx, m->root);
+    if (m->vt && m->vt->destroy) m->vt->destroy(ctx, m->self);
     ct_free(ctx, m, sizeof *m);
+}
+
+ct_status ct_model_create_with(ct_ctx *ctx,
+                               const ct_model_vtable *vt,
+                               const ct_options *opts,
+                               ct_params *params,
+                               ct_dtype in_dtype,
+                               int32_t in_ndim,
+                               const int64_t *in_shape,
+                               ct_model **out) {
+    if (!out) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_model_create_with: out is NULL");
+    *out = NULL;
+    if (!vt || !vt->create || !vt->forward || !params || in_ndim < 0 || in_ndim >= CT_MAX_DIMS)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "ct_model_create_with: a vtable with create and forward, a store and an "
+                       "input of 0..%d dims are required",
+                       CT_MAX_DIMS - 1);
+    ct_model *m = ct_alloc(ctx, sizeof *m);
+    if (!m) return CT_FAIL(ctx, CT_ERR_OOM, "model '%s': out of memory", vt->name);
+    memset(m, 0, sizeof *m);
+    m->ctx = ctx;
+    m->params = params;
+    m->in_dtype = in_dtype;
+    m->in_ndim = in_ndim;
+    for (int32_t d = 0; d < in_ndim; d++)
+        m->in_shape[d] = in_shape[d];
+    ct_status s = vt->create(ctx, opts, params, in_dtype, in_ndim, in_shape, &m->out_ndim,
+                             m->out_shape, &m->self);
+    if (s == CT_OK && (m->out_ndim < 0 || m->out_ndim >= CT_MAX_DIMS))
+        s = CT_FAIL(ctx, CT_ERR_INVALID_ARG, "model '%s': create gave an output of %d dims",
+                    vt->name, (int)m->out_ndim);
+    m->vt = vt;
+    if (s != CT_OK) { /* a failed create frees what it made itself */
+        if (m->self && vt->destroy) vt->destroy(ctx, m->self);
+        ct_free(ctx, m, sizeof *m);
+        return s;
+    }
+    *out = m;
+    return CT_OK;
 }
 
 ct_status ct_model_init(ct_model *m, uint64_t seed) {
@@ -334,7 +376,11 @@ ct_status ct_model_init(ct_model *m, uint64_t seed) {
                            "between ct_model_create and ct_model_init)",
                            ct_params_at(m->params, i)->name);
     ct_rng rng = ct_rng_init(seed, 0x6D6F64656Cull /* "model" */);
-    ct_layer_init_tree(m->root, &rng);
+    if (m->vt) {
+        if (m->vt->init) m->vt->init(m->self, &rng);
+    } else {
+        ct_layer_init_tree(m->root, &rng);
+    }
     return CT_OK;
 }
 
@@ -358,6 +404,7 @@ ct_tensor *ct_model_forward(ct_model *m, ct_graph *g, ct_tensor *x) {
                       m->var_len ? " (the first sample dim may be shorter)" : "");
         return NULL;
     }
+    if (m->vt) return m->vt->forward(m->self, g, x);
     return m->root->type->forward(m->root, g, x);
 }
 

@@ -418,6 +418,116 @@ static void model_should_pass_gradcheck_wrt_input(void) {
     fx_close(&f);
 }
 
+/* ---- a user's model type through ct_model_vtable ---- */
+
+typedef struct user_model {
+    ct_tensor *w;
+    int *destroyed;
+} user_model;
+
+static ct_status um_create(ct_ctx *ctx,
+                           const ct_options *opts,
+                           ct_params *params,
+                           ct_dtype in_dtype,
+                           int32_t in_ndim,
+                           const int64_t *in_shape,
+                           int32_t *out_ndim,
+                           int64_t *out_shape,
+                           void **self) {
+    static const char *const known[] = {"out", NULL};
+    int64_t out;
+    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_int(ctx, opts, "out", 2, 1, 64, &out));
+    user_model *u = calloc(1, sizeof *u);
+    if (!u) return CT_FAIL(ctx, CT_ERR_OOM, "user model");
+    *self = u;
+    if (in_dtype != CT_F32 || in_ndim != 1)
+        return CT_FAIL(ctx, CT_ERR_SHAPE, "user model: expected f32 [features]");
+    CT_TRY(ct_params_add(params, "proj.weight", CT_F32, 2, (const int64_t[]){out, in_shape[0]},
+                         CT_PARAM_TRAINABLE, &u->w));
+    *out_ndim = 1;
+    out_shape[0] = out;
+    return CT_OK;
+}
+
+static void um_init(void *self, ct_rng *rng) {
+    user_model *u = self;
+    ct_nn_init_uniform(u->w, rng, -0.5f, 0.5f);
+}
+
+static ct_tensor *um_forward(void *self, ct_graph *g, ct_tensor *x) {
+    user_model *u = self;
+    return ct_op_linear(g, x, u->w, NULL);
+}
+
+static int um_destroyed;
+
+static void um_destroy(ct_ctx *ctx, void *self) {
+    (void)ctx;
+    um_destroyed++;
+    free(self);
+}
+
+static const ct_model_vtable k_user_model = {"user", um_create, um_init, um_forward, um_destroy};
+
+static void model_should_run_a_user_model_type(void) {
+    fixture f;
+    fx_open(&f);
+    ct_option o[] = {{"out", "3"}};
+    ct_options opts = {o, 1, "test"};
+    ct_model *m = NULL;
+    um_destroyed = 0;
+    CT_CHECK_INT(ct_model_create_with(f.ctx, &k_user_model, &opts, f.params, CT_F32, 1,
+                                      (const int64_t[]){4}, &m),
+                 CT_OK);
+    int64_t shape[CT_MAX_DIMS];
+    CT_CHECK_INT(ct_model_output_shape(m, shape), 1);
+    CT_CHECK_INT(shape[0], 3);
+    CT_CHECK_INT(ct_params_alloc(f.params), CT_OK);
+    CT_CHECK_INT(ct_model_init(m, 7), CT_OK);
+    ct_tensor *w = ct_model_param(m, "proj.weight");
+    CT_CHECK(w != NULL);
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_graph_create(f.ctx, NULL, &g), CT_OK);
+    float xd[2 * 4] = {1, 2, 3, 4, -1, 0, 1, 0};
+    ct_tensor *x = ct_graph_wrap(g, xd, CT_F32, 2, (const int64_t[]){2, 4});
+    ct_tensor *y = ct_model_forward(m, g, x);
+    CT_CHECK(y != NULL && y->ndim == 2 && y->shape[0] == 2 && y->shape[1] == 3);
+    if (y && w) {
+        const float *wd = w->data, *yd = y->data;
+        for (int r = 0; r < 2; r++)
+            for (int c = 0; c < 3; c++) {
+                double ref = 0;
+                for (int k = 0; k < 4; k++)
+                    ref += (double)wd[c * 4 + k] * (double)xd[r * 4 + k];
+                CT_CHECK(fabs((double)yd[r * 3 + c] - ref) < 1e-5);
+            }
+    }
+    /* a wrong input is refused before the user's forward sees it */
+    ct_graph_reset(g);
+    ct_tensor *bad = ct_graph_wrap(g, xd, CT_F32, 2, (const int64_t[]){1, 8});
+    CT_CHECK(ct_model_forward(m, g, bad) == NULL);
+    CT_CHECK_INT(ct_graph_status(g), CT_ERR_SHAPE);
+    ct_graph_destroy(g);
+    ct_model_destroy(m);
+    CT_CHECK_INT(um_destroyed, 1);
+    /* an unknown option fails in create, and nothing leaks */
+    ct_params_destroy(f.params);
+    CT_CHECK_INT(ct_params_create(f.ctx, &f.params), CT_OK);
+    ct_option bad_o[] = {{"outt", "3"}};
+    ct_options bad_opts = {bad_o, 1, "test"};
+    CT_CHECK_INT(ct_model_create_with(f.ctx, &k_user_model, &bad_opts, f.params, CT_F32, 1,
+                                      (const int64_t[]){4}, &m),
+                 CT_ERR_CONFIG);
+    CT_CHECK(m == NULL);
+    /* a create that fails after making its state has it destroyed */
+    CT_CHECK_INT(ct_model_create_with(f.ctx, &k_user_model, &opts, f.params, CT_F32, 2,
+                                      (const int64_t[]){4, 4}, &m),
+                 CT_ERR_SHAPE);
+    CT_CHECK_INT(um_destroyed, 2);
+    fx_close(&f);
+}
+
 int main(void) {
     CT_RUN(model_should_list_layer_and_model_types);
     CT_RUN(model_should_reject_unknown_types_keys_and_shapes);
@@ -428,5 +538,6 @@ int main(void) {
     CT_RUN(model_should_follow_the_graph_mode);
     CT_RUN(model_should_free_everything_when_allocation_fails);
     CT_RUN(model_should_pass_gradcheck_wrt_input);
+    CT_RUN(model_should_run_a_user_model_type);
     return ct_test_finish();
 }
