@@ -463,6 +463,43 @@ layer_specs(ct_experiment *e, const ct_cfg_node *list, ct_layer_spec **out, int6
     return CT_OK;
 }
 
+/* model.init_from: initial weights from a safetensors file (PyTorch-trained, say), as a path
+ * or {path, strict (true), prefix ("")}. A resumed run then loads its checkpoint over them. */
+static ct_status init_from(ct_experiment *e, const ct_cfg_node *model) {
+    const ct_cfg_node *n = ct_config_find(model, "init_from");
+    if (!n) return CT_OK;
+    char w[600];
+    ctx_where(n, w, sizeof w);
+    ct_safetensors_load_params lp = ct_safetensors_load_default_params();
+    const char *path = n->kind == CT_CFG_SCALAR ? n->value : NULL;
+    if (n->kind == CT_CFG_MAP) {
+        for (const ct_cfg_node *c = n->first; c; c = c->next) {
+            int b = c->value ? ctx_parse_bool(c->value) : -1;
+            if (strcmp(c->key, "path") == 0 && c->kind == CT_CFG_SCALAR)
+                path = c->value;
+            else if (strcmp(c->key, "prefix") == 0 && c->kind == CT_CFG_SCALAR)
+                lp.prefix = c->value;
+            else if (strcmp(c->key, "strict") == 0 && b >= 0)
+                lp.strict = b == 1;
+            else
+                return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                               "%s: key 'model.init_from.%s': expected path (a file), strict "
+                               "(true or false) or prefix (text)",
+                               w, c->key);
+        }
+    }
+    if (!path || !path[0])
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s: key 'model.init_from': expected a safetensors path or {path: ..., "
+                       "strict: ..., prefix: ...}",
+                       w);
+    int64_t loaded = 0;
+    ct_status s = ct_safetensors_load(e->ctx, e->params, path, &lp, &loaded);
+    if (s != CT_OK) return ct_err_wrap(e->ctx, "%s: model.init_from", w);
+    ct_log(e->ctx, CT_LOG_INFO, "initial weights: %lld tensors from %s", (long long)loaded, path);
+    return CT_OK;
+}
+
 static ct_task_kind auto_kind(const ct_dataset_info *in) {
     if ((in->x_dtype == CT_I64 || in->x_dtype == CT_I32) && in->y_ndim >= 1 &&
         in->y_dtype == CT_I64)
@@ -481,7 +518,7 @@ static ct_status build_model(ct_experiment *e) {
     ct_dtype in_dtype = e->train_lp.to_f32 ? CT_F32 : in->x_dtype;
     uint64_t seed = (uint64_t)int_at(e, "seed");
     if (ct_config_find(m, "plugin")) {
-        static const char *const skip[] = {"plugin", "symbol", NULL};
+        static const char *const skip[] = {"plugin", "symbol", "init_from", NULL};
         ct_options o;
         const void *vt;
         CT_TRY(to_options(e, m, skip, 0, &o));
@@ -490,7 +527,8 @@ static ct_status build_model(ct_experiment *e) {
         CT_TRY(ct_model_create_with(ctx, vt, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
                                     &e->model));
         CT_TRY(ct_params_alloc(e->params));
-        return ct_model_init(e->model, seed);
+        CT_TRY(ct_model_init(e->model, seed));
+        return init_from(e, m);
     }
     if (!type || type->kind != CT_CFG_SCALAR) {
         char list[256] = "sequential";
@@ -504,7 +542,7 @@ static ct_status build_model(ct_experiment *e) {
     if (strcmp(type->value, "sequential") == 0) {
         const ct_cfg_node *layers = ct_config_find(m, "layers");
         for (const ct_cfg_node *c = m->first; c; c = c->next)
-            if (strcmp(c->key, "type") && strcmp(c->key, "layers"))
+            if (strcmp(c->key, "type") && strcmp(c->key, "layers") && strcmp(c->key, "init_from"))
                 return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s' (sequential takes layers)",
                                w, c->key);
         if (!layers || layers->kind != CT_CFG_SEQ || layers->n_children == 0)
@@ -516,9 +554,10 @@ static ct_status build_model(ct_experiment *e) {
         CT_TRY(ct_model_create(ctx, e->params, in_dtype, in->x_ndim, in->x_shape, specs, n,
                                &e->model));
         CT_TRY(ct_params_alloc(e->params));
-        return ct_model_init(e->model, seed);
+        CT_TRY(ct_model_init(e->model, seed));
+        return init_from(e, m);
     }
-    static const char *const skip[] = {"type", NULL};
+    static const char *const skip[] = {"type", "init_from", NULL};
     ct_options o;
     CT_TRY(to_options(e, m, skip, 1, &o));
     /* the output size follows from the data unless given */
@@ -536,8 +575,9 @@ static ct_status build_model(ct_experiment *e) {
             add_option(&o, size_key, v);
         }
     }
-    return ct_model_build_alloc(ctx, type->value, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
-                                seed, &e->model);
+    CT_TRY(ct_model_build_alloc(ctx, type->value, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
+                                seed, &e->model));
+    return init_from(e, m);
 }
 
 /* ---- task and loss ---- */

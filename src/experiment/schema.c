@@ -66,7 +66,9 @@ static const ct_key_def k_schema[] = {
      "The model: `type` mlp, cnn or gpt with that builder's keys (docs/models.md); `out` (and "
      "gpt's `vocab`) default to the data's classes or target size. Or `type: sequential` with "
      "`layers:` a list of `{type: LAYER, ...options}` (residual blocks take `children:`). Or "
-     "`plugin` and `symbol` naming a ct_model_vtable, with its own options."},
+     "`plugin` and `symbol` naming a ct_model_vtable, with its own options. `init_from: "
+     "FILE.safetensors` (or `{path, strict: true, prefix: \"\"}`) loads initial weights, e.g. "
+     "PyTorch's, by state_dict name; a resumed run loads its checkpoint instead."},
     {"task", P, "auto", 0, 0, "auto|classification|regression|language_model", 0,
      "What is learned; auto: language_model for token data, regression for numeric targets, "
      "else classification. Or `{plugin: PATH, symbol: NAME}` naming a `const ct_task`."},
@@ -371,6 +373,11 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
  * handed on); nested mappings only where a component takes them (layers, children). */
 static ct_status check_options(ct_ctx *ctx, const ct_cfg_node *map, const char *path) {
     for (const ct_cfg_node *c = map->first; c; c = c->next) {
+        if (c->kind == CT_CFG_MAP && strcmp(c->key, "init_from") != 0) {
+            char p[600];
+            (void)snprintf(p, sizeof p, "%s.%s", path, c->key);
+            return key_error(ctx, c, p, "expected a value or a list of values, got a mapping");
+        }
         if (c->kind != CT_CFG_SEQ || strcmp(c->key, "layers") == 0 ||
             strcmp(c->key, "children") == 0)
             continue;

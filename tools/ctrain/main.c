@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctrain/checkpoint.h"
@@ -264,7 +265,8 @@ static void usage(FILE *f) {
                   "usage: ctrain COMMAND [options]\n"
                   "\n"
                   "commands:\n"
-                  "  fit CONFIG [key=value ...]      train (resumes the run directory's latest "
+                  "  fit CONFIG [--restart] [key=value ...]\n"
+                  "                                  train (resumes the run directory's latest "
                   "checkpoint)\n"
                   "  eval CONFIG [--checkpoint best|latest|PATH] [--json] [key=value ...]\n"
                   "                                  evaluate a checkpoint on every evaluation "
@@ -337,7 +339,7 @@ typedef struct cmd_args {
     int n_overrides;
     const char *checkpoint;
     const char *input, *output;
-    bool json, reference, help;
+    bool json, reference, help, restart;
 } cmd_args;
 
 static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **ov) {
@@ -348,6 +350,7 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
         {"checkpoint", required_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},
         {"reference", no_argument, NULL, 'r'},
+        {"restart", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {"input", required_argument, NULL, 'i'},
         {"output", required_argument, NULL, 'o'},
@@ -378,6 +381,9 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
         case 'o':
             a->output = optarg;
             break;
+        case 'R':
+            a->restart = true;
+            break;
         case 'r':
             a->reference = true;
             break;
@@ -397,6 +403,10 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
                       cmd);
         return EXIT_USAGE;
     }
+    if (a->restart && strcmp(cmd, "fit") != 0) {
+        (void)fprintf(stderr, "ctrain %s: --restart is an option of fit\n", cmd);
+        return EXIT_USAGE;
+    }
     if ((a->input || a->output) && strcmp(cmd, "predict") != 0) {
         (void)fprintf(stderr, "ctrain %s: --input and --output are options of predict\n", cmd);
         return EXIT_USAGE;
@@ -410,13 +420,14 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
 
 static void cmd_usage(const char *cmd) {
     if (strcmp(cmd, "fit") == 0)
-        (void)printf("usage: ctrain fit CONFIG [key=value ...]\n\n"
+        (void)printf("usage: ctrain fit CONFIG [--restart] [key=value ...]\n\n"
                      "Trains the experiment CONFIG describes, in its output_dir (default "
                      "runs/<name>):\nconfig.yaml, metrics.jsonl, log.txt and checkpoints/. A "
                      "run directory that holds\ncheckpoints of the same configuration is "
                      "resumed from its latest one; of another\nconfiguration, refused (exit "
                      "2). SIGINT or SIGTERM stop at the end of the step,\nsave a checkpoint "
-                     "and exit 130 or 143.\n");
+                     "and exit 130 or 143.\n--restart renames an existing run directory to "
+                     "NAME.old-DATE-TIME and starts over.\n");
     else if (strcmp(cmd, "eval") == 0)
         (void)printf("usage: ctrain eval CONFIG [--checkpoint best|latest|PATH] [--json] "
                      "[key=value ...]\n\nLoads a checkpoint of the run directory (default "
@@ -515,6 +526,21 @@ static int cmd_fit(int argc, char **argv) {
         goto out;
     }
     s.exp = e;
+    if (a.restart && access(out_dir, F_OK) == 0) {
+        /* starting over keeps the old run: it is renamed, never deleted */
+        char old[1100], stamp[32];
+        time_t now = time(NULL);
+        struct tm tm;
+        (void)strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+        (void)snprintf(old, sizeof old, "%s.old-%s", out_dir, stamp);
+        if (rename(out_dir, old) != 0) {
+            (void)fprintf(stderr, "ctrain: error: --restart: cannot rename %s to %s: %s\n", out_dir,
+                          old, strerror(errno));
+            rc = EXIT_RUN_FAILED;
+            goto out;
+        }
+        (void)fprintf(stderr, "ctrain: --restart: the previous run is now %s\n", old);
+    }
     say(&s, "ctrain %s: fit %s -> %s (%lld training samples, %lld parameters)", ct_version(),
         a.config, out_dir, (long long)ct_experiment_train_samples(e),
         (long long)ct_params_numel(ct_experiment_params_store(e)));
