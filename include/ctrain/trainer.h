@@ -133,6 +133,13 @@ typedef struct ct_trainer_params {
     int64_t save_every_epochs;
     int64_t save_every_steps;
     int64_t keep;
+    /* The schedule (when given) is stepped after every optimizer step, or with
+       schedule_per_epoch after every epoch (the epoch count drives it then, as PyTorch's
+       scheduler.step() once per epoch). A metric-driven schedule ("plateau") is stepped with
+       schedule_metric (borrowed; NULL = the monitor's metric, else "valid/loss") after every
+       evaluation that computes it; no engine computing it is a CT_ERR_CONFIG at create. */
+    bool schedule_per_epoch;
+    const char *schedule_metric;
     /* Recorded in every checkpoint's state.json (borrowed; NULL or "" = none). A resume from a
        checkpoint that recorded a different one fails with CT_ERR_CONFIG: it was written by a
        run of another configuration. The command line passes its configuration fingerprint. */

@@ -60,6 +60,9 @@ struct ct_experiment {
     ct_model *model;
     ct_optim *opt;
     ct_schedule *sched;
+    bool sched_per_epoch;
+    const char *sched_metric;
+    int64_t steps_per_epoch;
     ct_task task;
     loss_kind loss;
     float label_smoothing, beta, delta;
@@ -703,39 +706,65 @@ static ct_status build_optimizer(ct_experiment *e) {
 }
 
 /* The steps the run will make: what `total: auto` and `t_max: auto` mean. */
-static int64_t total_steps(const ct_experiment *e) {
+static int64_t total_steps(ct_experiment *e) {
     int64_t max_steps = int_at(e, "trainer.max_steps"), epochs = int_at(e, "trainer.max_epochs");
     int64_t accum = int_at(e, "trainer.accum_steps"),
             limit = int_at(e, "trainer.limit_train_batches");
     int64_t bpe = e->train_loader ? ct_loader_batches_per_epoch(e->train_loader) : 0;
     if (limit > 0 && limit < bpe) bpe = limit;
     int64_t per_epoch = accum > 0 ? (bpe + accum - 1) / accum : bpe;
+    e->steps_per_epoch = per_epoch;
     int64_t by_epochs = epochs > 0 ? epochs * per_epoch : 0;
     if (max_steps > 0 && (by_epochs == 0 || max_steps < by_epochs)) return max_steps;
     return by_epochs;
 }
 
+static const char *auto_mode(const char *metric) {
+    const char *slash = strrchr(metric, '/');
+    const char *m = slash ? slash + 1 : metric;
+    static const char *const higher[] = {"acc",    "accuracy", "f1", "precision",
+                                         "recall", "r2",       NULL};
+    for (int i = 0; higher[i]; i++)
+        if (strcmp(m, higher[i]) == 0) return "max";
+    return strncmp(m, "top", 3) == 0 ? "max" : "min";
+}
+
 static ct_status build_schedule(ct_experiment *e) {
     const ct_cfg_node *m = node(e, "scheduler");
     if (!m) return CT_OK;
-    static const char *const skip[] = {"type", NULL};
+    static const char *const skip[] = {"type", "interval", "monitor", NULL};
     ct_options o;
-    CT_TRY(to_options(e, m, skip, 0, &o));
+    CT_TRY(to_options(e, m, skip, 1, &o));
+    const ct_cfg_node *iv = ct_config_find(m, "interval"), *mon = ct_config_find(m, "monitor");
+    if (iv && (iv->kind != CT_CFG_SCALAR ||
+               (strcmp(iv->value, "step") != 0 && strcmp(iv->value, "epoch") != 0)))
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key 'interval': expected step or epoch",
+                       o.where);
+    if (mon && (mon->kind != CT_CFG_SCALAR || !mon->value[0]))
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key 'monitor': expected a metric name", o.where);
+    e->sched_per_epoch = iv && strcmp(iv->value, "epoch") == 0;
+    e->sched_metric = mon ? mon->value : NULL;
     for (int64_t i = 0; i < o.count; i++)
         if (strcmp(o.items[i].value, "auto") == 0 &&
             (strcmp(o.items[i].key, "total") == 0 || strcmp(o.items[i].key, "t_max") == 0)) {
-            const char *v = pool_printf(e, "%lld", (long long)total_steps(e));
+            int64_t total = total_steps(e);
+            if (e->sched_per_epoch) { /* the schedule counts epochs then */
+                int64_t epochs = int_at(e, "trainer.max_epochs");
+                int64_t per = e->steps_per_epoch > 0 ? e->steps_per_epoch : 1;
+                total = epochs > 0 ? epochs : (total + per - 1) / per;
+            }
+            const char *v = pool_printf(e, "%lld", (long long)total);
             if (!v) return oom(e);
             ((ct_option *)(uintptr_t)o.items)[i].value = v;
         }
     const ct_cfg_node *type = ct_config_find(m, "type");
     if (!type || type->kind != CT_CFG_SCALAR)
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: missing key 'type' (a schedule type)", o.where);
-    if (strcmp(type->value, "plateau") == 0)
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                       "%s: type 'plateau' needs a metric each step, which the trainer does not "
-                       "feed a schedule; use a closed-form type (cosine, step, ...)",
-                       o.where);
+    if (strcmp(type->value, "plateau") == 0 && !ct_options_get(&o, "mode")) {
+        /* the direction follows the metric, as checkpoint.mode: auto does */
+        const char *metric = e->sched_metric ? e->sched_metric : str_at(e, "checkpoint.monitor");
+        add_option(&o, "mode", auto_mode(metric && metric[0] ? metric : "valid/loss"));
+    }
     return ct_schedule_create(e->ctx, type->value, &o, ct_optim_lr(e->opt), &e->sched);
 }
 
@@ -770,16 +799,6 @@ static ct_status metric_specs(ct_experiment *e, const char *path, ct_eval_engine
     en->metrics = specs;
     en->n_metrics = k;
     return CT_OK;
-}
-
-static const char *auto_mode(const char *metric) {
-    const char *slash = strrchr(metric, '/');
-    const char *m = slash ? slash + 1 : metric;
-    static const char *const higher[] = {"acc",    "accuracy", "f1", "precision",
-                                         "recall", "r2",       NULL};
-    for (int i = 0; higher[i]; i++)
-        if (strcmp(m, higher[i]) == 0) return "max";
-    return strncmp(m, "top", 3) == 0 ? "max" : "min";
 }
 
 static ct_status policy_options(ct_experiment *e,
@@ -901,6 +920,8 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.dev_run = bool_at(e, "trainer.dev_run");
     tp.seed = (uint64_t)int_at(e, "seed");
     e->test_every = int_at(e, "trainer.test_every_epochs");
+    tp.schedule_per_epoch = e->sched_per_epoch;
+    tp.schedule_metric = e->sched_metric;
 
     /* engines */
     for (int i = 0; i < MAX_ENGINES; i++) {

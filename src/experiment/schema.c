@@ -101,10 +101,13 @@ static const ct_key_def k_schema[] = {
      "parameter takes the last group whose glob list matches its name."},
 
     {"scheduler", O, NULL, 0, 0, NULL, 0,
-     "A learning-rate schedule stepped once per optimizer step: `type` (constant, step, "
-     "multistep, exponential, cosine, warmup_linear, warmup_cosine, onecycle, polynomial) and "
-     "its keys (include/ctrain/schedule.h); `t_max` or `total: auto` is the run's total steps. "
-     "Absent: a constant rate."},
+     "A learning-rate schedule: `type` (constant, step, multistep, exponential, cosine, "
+     "warmup_linear, warmup_cosine, onecycle, polynomial) and "
+     "its keys (include/ctrain/schedule.h), stepped once per optimizer step, or per epoch with "
+     "`interval: epoch`; `t_max` or `total: auto` is the run's total steps (epochs). Or "
+     "`type: plateau` (ReduceLROnPlateau's keys), stepped after each evaluation of `monitor` "
+     "(default: checkpoint.monitor, else valid/loss; its `mode` follows the metric). Absent: "
+     "a constant rate."},
 
     {"trainer", S, NULL, 0, 0, NULL, 0, "The loop."},
     {"trainer.max_epochs", I, "10", 0, 1e15, NULL, RES,

@@ -30,6 +30,7 @@ typedef struct engine_rt {
     ct_metrics *m;
     bool ran;
     bool feeds_monitor, feeds_early_stop; /* the monitored metrics are among its values */
+    bool feeds_schedule;                  /* and the metric a plateau schedule follows */
     int64_t last_step;                    /* the step of its last cadence run; -1 none */
     ct_loader_state resume_state;         /* parsed by restore_state before any is applied */
 } engine_rt;
@@ -42,6 +43,7 @@ struct ct_trainer {
     ct_params *params;
     ct_optim *opt;
     ct_schedule *sched;
+    const char *sched_metric; /* what a metric-driven schedule follows; NULL otherwise */
     ct_comm *comm;
     bool own_comm;
     ct_task task;
@@ -585,6 +587,8 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
         ct_monitor_update(&t->monitor, value, t->step, NULL);
         best = better;
     }
+    if (en->feeds_schedule && ct_metrics_get(en->m, t->sched_metric, &value) == CT_OK)
+        CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step_metric(t->sched, value)));
     if (en->feeds_early_stop && ct_metrics_get(en->m, t->es.monitor.metric, &value) == CT_OK) {
         bool stop = false;
         ct_early_stop_update(&t->es, value, &stop);
@@ -719,7 +723,8 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     ct_optim_step(t->opt);
     ct_params_zero_grad(t->params);
     t->step++;
-    if (t->sched) CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
+    if (t->sched && !t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
+        CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
     if (t->ema) CT_TRY(ct_ema_update(t->ema, t->step, NULL));
     return CT_OK;
 }
@@ -860,6 +865,8 @@ static ct_status fit(ct_trainer *t) {
             break;
         }
         t->epoch++;
+        if (t->sched && t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
+            CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
         CT_TRY(log_window(t));
         CT_TRY(evaluate_due(t, true, t->epoch));
         if (cb->on_epoch_end) CT_TRY(event(t, cb->on_epoch_end(cb->user, t, t->epoch)));
@@ -1029,9 +1036,13 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         if (s != CT_OK) s = ct_err_wrap(ctx, "trainer: engine '%s'", engines[i].key);
     }
     /* the monitored metrics must be values of an engine, or the policies would never act */
-    const char *watched[2] = {t->has_monitor ? t->monitor.metric : NULL,
-                              t->has_es ? t->es.monitor.metric : NULL};
-    for (int w = 0; s == CT_OK && w < 2; w++) {
+    if (schedule && ct_schedule_needs_metric(schedule))
+        t->sched_metric = p.schedule_metric ? p.schedule_metric
+                          : t->has_monitor  ? t->monitor.metric
+                                            : "valid/loss";
+    const char *watched[3] = {t->has_monitor ? t->monitor.metric : NULL,
+                              t->has_es ? t->es.monitor.metric : NULL, t->sched_metric};
+    for (int w = 0; s == CT_OK && w < 3; w++) {
         if (!watched[w]) continue;
         bool found = false;
         for (int64_t i = 0; i < t->n_engines; i++) {
@@ -1040,14 +1051,19 @@ ct_status ct_trainer_create(ct_ctx *ctx,
             found = true;
             if (w == 0)
                 t->engines[i].feeds_monitor = true;
-            else
+            else if (w == 1)
                 t->engines[i].feeds_early_stop = true;
+            else
+                t->engines[i].feeds_schedule = true;
         }
         ct_clear_error(ctx); /* the lookups above are probes */
         if (!found)
             s = CT_FAIL(ctx, CT_ERR_CONFIG,
                         "trainer: %s watches '%s', which no evaluation engine computes",
-                        w == 0 ? "the monitor" : "early stopping", watched[w]);
+                        w == 0   ? "the monitor"
+                        : w == 1 ? "early stopping"
+                                 : "the metric-driven schedule",
+                        watched[w]);
     }
     if (s != CT_OK) {
         ct_trainer_destroy(t);

@@ -713,6 +713,62 @@ static void trainer_should_stop_early_when_the_loss_does_not_improve(void) {
     setup_close(&s);
 }
 
+static void trainer_should_step_schedules_per_epoch_and_on_a_metric(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_eval_engine e = valid_engine(&s);
+    /* per epoch: StepLR(step_size=1, gamma=0.5) stepped at each epoch's end */
+    ct_option st_items[] = {{"step_size", "1"}, {"gamma", "0.5"}};
+    ct_options st_opts = {st_items, 2, "test: scheduler"};
+    ct_schedule *sched = NULL;
+    CT_CHECK_INT(ct_schedule_create(ctx, "step", &st_opts, 0.1f, &sched), CT_OK);
+    ct_trainer_params p = ct_trainer_default_params();
+    p.max_epochs = 3;
+    p.schedule_per_epoch = true;
+    ct_trainer *t = NULL;
+    CT_CHECK_INT(ct_trainer_create(ctx, s.model, s.params, s.opt, sched, NULL, &task,
+                                   s.train_loader, &e, 1, &p, &t),
+                 CT_OK);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(ct_schedule_steps(sched), 3);
+        CT_CHECK_CLOSE(ct_optim_lr(s.opt), 0.0125, 1e-7, 0);
+    }
+    ct_trainer_destroy(t);
+    ct_schedule_destroy(sched);
+    /* on a metric: plateau with an absolute threshold no loss can beat after the first
+       evaluation, patience 0: every later evaluation halves the rate */
+    ct_option pl_items[] = {
+        {"threshold_mode", "abs"}, {"threshold", "100"}, {"patience", "0"}, {"factor", "0.5"}};
+    ct_options pl_opts = {pl_items, 4, "test: scheduler"};
+    sched = NULL;
+    t = NULL;
+    CT_CHECK_INT(ct_schedule_create(ctx, "plateau", &pl_opts, 0.1f, &sched), CT_OK);
+    p = ct_trainer_default_params();
+    p.max_epochs = 3;
+    CT_CHECK_INT(ct_trainer_create(ctx, s.model, s.params, s.opt, sched, NULL, &task,
+                                   s.train_loader, &e, 1, &p, &t),
+                 CT_OK);
+    if (t) {
+        CT_CHECK_CLOSE(ct_optim_lr(s.opt), 0.1, 1e-7, 0);
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_INT(ct_schedule_steps(sched), 3); /* once per evaluation, not per step */
+        CT_CHECK_CLOSE(ct_optim_lr(s.opt), 0.025, 1e-7, 0);
+    }
+    ct_trainer_destroy(t);
+    /* a metric no engine computes is refused when the trainer is made */
+    p.schedule_metric = "valid/nope";
+    t = NULL;
+    CT_CHECK_INT(ct_trainer_create(ctx, s.model, s.params, s.opt, sched, NULL, &task,
+                                   s.train_loader, &e, 1, &p, &t),
+                 CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "valid/nope") != NULL);
+    ct_schedule_destroy(sched);
+    setup_close(&s);
+}
+
 static void trainer_should_report_each_new_best(void) {
     setup s;
     setup_params sp = setup_defaults();
@@ -1443,6 +1499,7 @@ int main(void) {
     CT_RUN(trainer_should_clip_gradients_by_value);
     CT_RUN(trainer_should_apply_the_nonfinite_policies);
     CT_RUN(trainer_should_stop_early_when_the_loss_does_not_improve);
+    CT_RUN(trainer_should_step_schedules_per_epoch_and_on_a_metric);
     CT_RUN(trainer_should_report_each_new_best);
     CT_RUN(trainer_should_evaluate_the_ema_weights);
     CT_RUN(trainer_should_call_back_in_order_and_honour_their_status);
