@@ -35,6 +35,7 @@ typedef enum ct_task_kind {
 } ct_task_kind;
 
 typedef struct ct_trainer ct_trainer;
+struct json_t; /* jansson's JSON value */
 
 /*
  * What a user writes; the defaults suit supervised tasks, so a classifier sets only `kind`.
@@ -53,6 +54,13 @@ typedef struct ct_task {
                             ct_tensor **target);
     ct_tensor *(*loss)(void *user, ct_graph *g, ct_tensor *output, ct_tensor *target);
     void *user;
+    /* The task's own state in checkpoints (a running normaliser, a prototype bank), as JSON
+       (jansson): save_state adds its keys to `state` (state.json's "extra" object) at every
+       checkpoint; load_state reads them back at ct_trainer_resume (a checkpoint without
+       "extra" fails before it is called). Not rolled back by on_nonfinite rollback. Both NULL:
+       none. */
+    ct_status (*save_state)(void *user, struct json_t *state);
+    ct_status (*load_state)(void *user, const struct json_t *state);
 } ct_task;
 
 /* An evaluation engine, declared as data. Metric values are named "<key>/<metric>". */

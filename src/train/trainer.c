@@ -239,6 +239,20 @@ static ct_status save_now(ct_trainer *t, bool best) {
     }
     json_t *st = trainer_state(t);
     if (!st) return CT_FAIL(t->ctx, CT_ERR_OOM, "checkpoint: building the trainer state");
+    if (t->task.save_state) {
+        json_t *extra = json_object();
+        ct_status us = extra ? t->task.save_state(t->task.user, extra) : CT_ERR_OOM;
+        if (us == CT_OK && json_object_set_new(st, "extra", extra) != 0)
+            us = CT_ERR_OOM;
+        else if (us != CT_OK)
+            json_decref(extra);
+        if (us != CT_OK) {
+            json_decref(st);
+            if (ct_last_status(t->ctx) == CT_OK || us == CT_ERR_OOM)
+                return CT_FAIL(t->ctx, us, "checkpoint: the task's save_state failed");
+            return ct_err_wrap(t->ctx, "checkpoint: the task's save_state");
+        }
+    }
     ct_checkpoint_save_params sp = ct_checkpoint_save_default_params();
     sp.step = t->step;
     sp.epoch = t->epoch;
@@ -354,11 +368,15 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
         else
             t->engines[i].resume_state = els;
     }
+    const json_t *extra = json_object_get(st, "extra");
+    if (!bad && t->task.load_state && !json_is_object(extra)) bad = "extra";
     if (bad)
         return CT_FAIL(t->ctx, CT_ERR_FORMAT,
                        "%s/state.json: the trainer state's '%s' part is missing or malformed "
                        "(a checkpoint made by another trainer configuration?)",
                        path, bad);
+    if (t->task.load_state && t->task.load_state(t->task.user, extra) != CT_OK)
+        return ct_err_wrap(t->ctx, "%s: the task's load_state", path);
     /* each setter validates (a failure names the part); the trainer is then partly restored
      * and is to be destroyed, as trainer.h says */
     ct_ctx *ctx = t->ctx;

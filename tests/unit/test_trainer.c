@@ -11,6 +11,7 @@
  * shared. A custom task (`rec`) wraps the batch like the default and counts batches and loss
  * calls per split, and the same struct records what the callbacks see.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,7 +185,7 @@ static ct_tensor *rec_loss(void *user, ct_graph *g, ct_tensor *output, ct_tensor
 }
 
 static ct_task rec_task(rec *r) {
-    ct_task t = {CT_TASK_CLASSIFICATION, rec_prep, rec_loss, r};
+    ct_task t = {CT_TASK_CLASSIFICATION, rec_prep, rec_loss, r, NULL, NULL};
     return t;
 }
 
@@ -367,7 +368,7 @@ static void trainer_should_fit_a_classifier_and_report_metrics(void) {
     sp.shuffle = true;
     if (!setup_open(&s, &sp)) return;
     rec r = {0};
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL}; /* the defaults */
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL}; /* the defaults */
     ct_eval_engine e = valid_engine(&s);
     ct_trainer_params p = rec_params(&r);
     p.max_epochs = 3;
@@ -442,7 +443,7 @@ static void trainer_should_accumulate_like_a_larger_batch(void) {
         sp.valid_fraction = 0;
         sp.batch = run == 0 ? 32 : 128;
         if (!setup_open(&s, &sp)) return;
-        ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+        ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
         ct_trainer_params p = ct_trainer_default_params();
         p.max_epochs = 2;
         p.accum_steps = run == 0 ? 4 : 1;
@@ -481,7 +482,7 @@ static void trainer_should_clip_gradients_by_norm(void) {
     /* one step clipped to half the norm: w1 = w0 - lr * g * clip / (norm + 1e-6) */
     float clip = (float)(norm / 2);
     rec r = {0};
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
     ct_trainer_params p = rec_params(&r);
     p.max_steps = 1;
     p.max_epochs = 0;
@@ -554,7 +555,7 @@ static void trainer_should_clip_gradients_by_value(void) {
         want[i] = w0[i] - c;
     }
     CT_CHECK(clamped > 0 && clamped < numel);
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
     ct_trainer_params p = ct_trainer_default_params();
     p.max_steps = 1;
     p.grad_clip_value = v;
@@ -685,7 +686,7 @@ static void trainer_should_stop_early_when_the_loss_does_not_improve(void) {
     sp.lr = 0.0f; /* the weights never move: every evaluation ties the first */
     if (!setup_open(&s, &sp)) return;
     rec r = {0};
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
     ct_eval_engine e = valid_engine(&s);
     ct_option es_items[] = {{"monitor", "valid/loss"}, {"patience", "2"}};
     ct_options es = {es_items, 2, "test: early_stopping"};
@@ -717,7 +718,7 @@ static void trainer_should_step_schedules_per_epoch_and_on_a_metric(void) {
     setup s;
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
     ct_eval_engine e = valid_engine(&s);
     /* per epoch: StepLR(step_size=1, gamma=0.5) stepped at each epoch's end */
     ct_option st_items[] = {{"step_size", "1"}, {"gamma", "0.5"}};
@@ -776,7 +777,7 @@ static void trainer_should_report_each_new_best(void) {
     sp.spread = "1";
     if (!setup_open(&s, &sp)) return;
     rec r = {0};
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
     ct_eval_engine e = valid_engine(&s);
     ct_option mon_items[] = {{"metric", "valid/acc"}, {"mode", "max"}};
     ct_options mon = {mon_items, 2, "test: monitor"};
@@ -836,7 +837,7 @@ static void trainer_should_evaluate_the_ema_weights(void) {
     setup ref;
     setup_params sp = setup_defaults();
     if (!setup_open(&ref, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
     ct_eval_engine e_ref = valid_engine(&ref);
     ct_trainer_params p = ct_trainer_default_params();
     ct_trainer *t = make_trainer(&ref, &task, &e_ref, 1, &p);
@@ -902,7 +903,7 @@ static void trainer_should_call_back_in_order_and_honour_their_status(void) {
     setup s;
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
     ct_eval_engine e = valid_engine(&s);
     rec r = {0};
     ct_trainer_params p = rec_params(&r);
@@ -1132,7 +1133,7 @@ static void trainer_should_fail_when_a_task_hook_fails(void) {
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
     int64_t calls = 0;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, failing_loss, &calls};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, failing_loss, &calls, NULL, NULL};
     ct_eval_engine e = valid_engine(&s);
     rec r = {0};
     ct_trainer_params p = rec_params(&r);
@@ -1175,7 +1176,7 @@ static void trainer_should_reject_bad_configurations(void) {
     setup s;
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
     ct_eval_engine two[2] = {valid_engine(&s), valid_engine(&s)};
     ct_trainer_params p = ct_trainer_default_params();
     ct_trainer *t = (ct_trainer *)&s; /* must be reset to NULL */
@@ -1298,7 +1299,7 @@ static void trainer_should_train_a_language_model(void) {
     lp.to_f32 = false;
     ct_optim_params op = ct_optim_default_params(CT_OPTIM_ADAM);
     op.lr = 1e-2f;
-    ct_task task = {CT_TASK_LANGUAGE_MODEL, NULL, NULL, NULL};
+    ct_task task = {CT_TASK_LANGUAGE_MODEL, NULL, NULL, NULL, NULL, NULL};
     rec r = {0};
     ct_trainer_params p = ct_trainer_default_params();
     p.max_epochs = 0;
@@ -1340,6 +1341,44 @@ static int64_t resume_keep;
 /* One training run of the resume test: Adam, shuffled data, a monitor, early stopping and
  * checkpoints every 5 steps and every epoch under dir. resume_from: NULL = a fresh start.
  * Returns the final weights (malloc'd) and the trainer's step and monitor best. */
+/* A task with state of its own: it counts the training batches it prepared, and that count
+ * goes into checkpoints (state.json "extra") and comes back at a resume. */
+typedef struct counting_task {
+    int64_t train_batches;
+    int64_t loads;
+} counting_task;
+
+static ct_status counting_prep(void *user,
+                               ct_graph *g,
+                               const ct_batch *b,
+                               const char *split,
+                               ct_tensor **input,
+                               ct_tensor **target) {
+    counting_task *c = user;
+    if (strcmp(split, "train") == 0) c->train_batches++;
+    *input = ct_graph_wrap(g, b->x.data, b->x.dtype, b->x.ndim, b->x.shape);
+    *target = ct_graph_wrap(g, b->y.data, b->y.dtype, b->y.ndim, b->y.shape);
+    return ct_graph_status(g);
+}
+
+static ct_status counting_save(void *user, json_t *state) {
+    counting_task *c = user;
+    return json_object_set_new(state, "batches", json_integer((json_int_t)c->train_batches)) == 0
+               ? CT_OK
+               : CT_ERR_OOM;
+}
+
+static ct_status counting_load(void *user, const json_t *state) {
+    counting_task *c = user;
+    const json_t *b = json_object_get(state, "batches");
+    if (!json_is_integer(b)) return CT_FAIL(ctx, CT_ERR_FORMAT, "extra: no batch count");
+    c->train_batches = (int64_t)json_integer_value(b);
+    c->loads++;
+    return CT_OK;
+}
+
+static counting_task resume_counter;
+
 static float *resume_run(const char *dir,
                          int64_t max_epochs,
                          const char *resume_from,
@@ -1367,7 +1406,9 @@ static float *resume_run(const char *dir,
     lp.seed = 9;
     lp.shard = CT_SHARD_EVAL;
     CT_CHECK_INT(ct_loader_create(ctx, s.valid, &lp, &s.valid_loader), CT_OK);
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+    memset(&resume_counter, 0, sizeof resume_counter);
+    ct_task task = {CT_TASK_CLASSIFICATION, counting_prep, NULL,
+                    &resume_counter,        counting_save, counting_load};
     ct_eval_engine e = valid_engine(&s);
     ct_option mon_items[] = {{"metric", "valid/acc"}, {"mode", "max"}};
     ct_options mon = {mon_items, 2, "test: monitor"};
@@ -1418,10 +1459,16 @@ static void trainer_should_resume_exactly_from_its_checkpoints(void) {
     /* 3 epochs, then continued from the end of epoch 2 and from mid epoch 3 (step 35: the
      * loader's position inside a shuffled epoch, Adam's moments, the monitor and early
      * stopping all come back) */
+    int64_t batches0 = resume_counter.train_batches;
     float *w1 = resume_run(b, 3, NULL, &step[1], &best[1], &es[1], &ema[1], &numel);
     float *w2 = resume_run(b, 4, "step-00000030", &step[2], &best[2], &es[2], &ema[2], &numel);
+    /* the task's own state came back from state.json and went on counting */
+    CT_CHECK_INT(resume_counter.loads, 1);
+    CT_CHECK_INT(resume_counter.train_batches, batches0);
+    CT_CHECK_INT(batches0, 60);
     resume_keep = 2; /* the checkpoint resumed from is kept whatever keep says */
     float *w3 = resume_run(b, 4, "step-00000035", &step[3], &best[3], &es[3], &ema[3], &numel);
+    CT_CHECK_INT(resume_counter.train_batches, batches0);
     if (w0 && w2 && w3) {
         CT_CHECK_INT(step[0], 60);
         CT_CHECK_INT(step[1], 45);
@@ -1457,7 +1504,7 @@ static void trainer_should_resume_exactly_from_its_checkpoints(void) {
     setup s;
     setup_params sp = setup_defaults();
     if (setup_open(&s, &sp)) {
-        ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL};
+        ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
         ct_trainer *t = make_trainer(&s, &task, NULL, 0, NULL);
         if (t) CT_CHECK_INT(ct_trainer_resume(t, "latest"), CT_ERR_INVALID_ARG);
         ct_trainer_destroy(t);
