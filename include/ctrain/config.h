@@ -57,6 +57,8 @@ CT_API void ct_config_destroy(ct_config *cfg);
 
 CT_API ct_cfg_node *ct_config_root(const ct_config *cfg);
 CT_API const char *ct_config_name(const ct_config *cfg);
+/* The context the config was made with. */
+CT_API ct_ctx *ct_config_ctx(const ct_config *cfg);
 
 /* The node at a dotted path under `from` ("optimizer.lr"; a sequence item by its index:
  * "metrics.valid.0"), or NULL. */

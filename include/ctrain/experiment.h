@@ -12,8 +12,9 @@
  *     metrics.valid: [{plugin: ./libm.so, symbol: my_metric}]            (a ct_metric_vtable)
  * A relative plugin path is taken from the experiment file's folder.
  *
- * Ownership: ct_experiment_create borrows the resolved config, which must outlive the
- * experiment; the experiment owns everything it builds (and the plugins it opened).
+ * Ownership: ct_experiment_create borrows the resolved config (and fills in what needs the
+ * data), which must outlive the experiment; the experiment owns everything it builds (and the
+ * plugins it opened).
  */
 #ifndef CTRAIN_EXPERIMENT_H
 #define CTRAIN_EXPERIMENT_H
@@ -101,13 +102,15 @@ CT_API ct_experiment_params ct_experiment_default_params(void);
 
 /*
  * Builds the run from a resolved config: opens the datasets and plugins, builds the model,
- * optimizer, schedule and trainer. Unless read_only, creates output_dir and writes the
- * resolved config there as config.yaml. Errors: CT_ERR_CONFIG for a component's bad key or
- * value (naming the file, line and section), CT_ERR_IO / CT_ERR_FORMAT for data files, and
- * the builders' own. *out is NULL on failure.
+ * optimizer, schedule and trainer. Values that need the data are filled into the config
+ * (scheduler `total: auto` becomes the step count), so config.yaml and the fingerprint hold
+ * them. fit (unless read_only) creates output_dir and writes the config there as
+ * config.yaml. Errors: CT_ERR_CONFIG for a component's bad key or value (naming the file, line and
+ * section), CT_ERR_IO / CT_ERR_FORMAT for data files, and the builders' own. *out is NULL on
+ * failure.
  */
 CT_API ct_status ct_experiment_create(ct_ctx *ctx,
-                                      const ct_config *resolved,
+                                      ct_config *resolved,
                                       const ct_experiment_params *p,
                                       ct_experiment **out);
 CT_API void ct_experiment_destroy(ct_experiment *e);

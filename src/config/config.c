@@ -460,6 +460,10 @@ const char *ct_config_name(const ct_config *cfg) {
     return cfg->name;
 }
 
+ct_ctx *ct_config_ctx(const ct_config *cfg) {
+    return cfg->ctx;
+}
+
 /* ---- paths ---- */
 
 static ct_cfg_node *child_by_segment(const ct_cfg_node *n, const char *seg, size_t len) {

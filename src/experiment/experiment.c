@@ -43,7 +43,7 @@ typedef enum loss_kind {
 
 struct ct_experiment {
     ct_ctx *ctx;
-    const ct_config *cfg;
+    ct_config *cfg;
     ct_experiment_params p;
     pool_block *pool;
     char base_dir[1024]; /* the config file's folder, for relative plugin paths */
@@ -218,7 +218,7 @@ static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const v
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a plugin needs plugin: PATH and symbol: NAME",
                        w);
     char path[2048];
-    if (pl->value[0] == '/' || !strchr(pl->value, '/'))
+    if (pl->value[0] == '/' || !strchr(pl->value, '/') || strcmp(e->base_dir, ".") == 0)
         (void)snprintf(path, sizeof path, "%s", pl->value);
     else
         (void)snprintf(path, sizeof path, "%s/%s", e->base_dir, pl->value);
@@ -384,8 +384,16 @@ static ct_status build_data(ct_experiment *e) {
         CT_TRY(ct_options_check(ctx, &o, known));
         double frac;
         int64_t sseed;
-        CT_TRY(ct_options_double(ctx, &o, "split", 0.1, 1e-9, 1 - 1e-9, &frac));
+        CT_TRY(ct_options_double(ctx, &o, "split", 0.1, 0, 1, &frac));
         CT_TRY(ct_options_int(ctx, &o, "seed", 0, 0, INT64_MAX, &sseed));
+        int64_t n = ct_dataset_info_of(e->train_all)->n;
+        double held = floor(frac * (double)n + 0.5);
+        if (frac <= 0 || frac >= 1 || held < 1 || held > (double)(n - 1))
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "%s: key 'split': %g of %lld samples leaves %.0f for validation and "
+                           "%.0f for training; expected a fraction in (0, 1) that leaves both "
+                           "at least one",
+                           o.where, frac, (long long)n, held, (double)n - held);
         CT_TRY(ct_dataset_split(e->train_all, frac, (uint64_t)sseed, &e->train, &e->valid));
     } else if (va) {
         CT_TRY(open_dataset(e, va, &e->valid_all));
@@ -665,19 +673,19 @@ static ct_status build_optimizer(ct_experiment *e) {
     for (int i = 0; i < CT_OPTIM_KIND_COUNT; i++)
         if (t && strcmp(t, names[i]) == 0) kind = (ct_optim_kind)i;
     ct_optim_params op = ct_optim_default_params(kind);
-    op.lr = (float)float_at(e, "optimizer.lr", op.lr);
-    op.weight_decay = (float)float_at(e, "optimizer.weight_decay", op.weight_decay);
-    op.momentum = (float)float_at(e, "optimizer.momentum", op.momentum);
-    op.dampening = (float)float_at(e, "optimizer.dampening", op.dampening);
+    op.lr = (float)float_at(e, "optimizer.lr", (double)op.lr);
+    op.weight_decay = (float)float_at(e, "optimizer.weight_decay", (double)op.weight_decay);
+    op.momentum = (float)float_at(e, "optimizer.momentum", (double)op.momentum);
+    op.dampening = (float)float_at(e, "optimizer.dampening", (double)op.dampening);
     op.nesterov = bool_at(e, "optimizer.nesterov");
-    op.beta1 = (float)float_at(e, "optimizer.beta1", op.beta1);
-    op.beta2 = (float)float_at(e, "optimizer.beta2", op.beta2);
-    op.eps = (float)float_at(e, "optimizer.eps", op.eps);
-    op.alpha = (float)float_at(e, "optimizer.alpha", op.alpha);
+    op.beta1 = (float)float_at(e, "optimizer.beta1", (double)op.beta1);
+    op.beta2 = (float)float_at(e, "optimizer.beta2", (double)op.beta2);
+    op.eps = (float)float_at(e, "optimizer.eps", (double)op.eps);
+    op.alpha = (float)float_at(e, "optimizer.alpha", (double)op.alpha);
     op.centered = bool_at(e, "optimizer.centered");
-    op.lr_decay = (float)float_at(e, "optimizer.lr_decay", op.lr_decay);
-    op.initial_accumulator_value =
-        (float)float_at(e, "optimizer.initial_accumulator_value", op.initial_accumulator_value);
+    op.lr_decay = (float)float_at(e, "optimizer.lr_decay", (double)op.lr_decay);
+    op.initial_accumulator_value = (float)float_at(e, "optimizer.initial_accumulator_value",
+                                                   (double)op.initial_accumulator_value);
     op.zero_grad = true;
     ct_status s = ct_optim_create(e->ctx, e->params, &op, &e->opt);
     if (s != CT_OK) return ct_err_wrap(e->ctx, "%s: optimizer", ct_config_name(e->cfg));
@@ -756,6 +764,11 @@ static ct_status build_schedule(ct_experiment *e) {
             const char *v = pool_printf(e, "%lld", (long long)total);
             if (!v) return oom(e);
             ((ct_option *)(uintptr_t)o.items)[i].value = v;
+            /* the number goes into config.yaml and the fingerprint: a resume that would
+               stretch the schedule (a longer run) is then a changed configuration */
+            char path[64];
+            (void)snprintf(path, sizeof path, "scheduler.%s", o.items[i].key);
+            CT_TRY(ct_config_set(e->cfg, path, v, false));
         }
     const ct_cfg_node *type = ct_config_find(m, "type");
     if (!type || type->kind != CT_CFG_SCALAR)
@@ -1121,7 +1134,7 @@ ct_experiment_params ct_experiment_default_params(void) {
 }
 
 ct_status ct_experiment_create(ct_ctx *ctx,
-                               const ct_config *resolved,
+                               ct_config *resolved,
                                const ct_experiment_params *p,
                                ct_experiment **out) {
     *out = NULL;
@@ -1228,7 +1241,15 @@ ct_status ct_experiment_fit(ct_experiment *e) {
     }
     if (!e->p.read_only) CT_TRY(open_records(e, resume));
     e->t_start = now_seconds();
+    int64_t before = ct_trainer_step(e->trainer);
     CT_TRY(ct_trainer_fit(e->trainer));
+    if (resume && ct_trainer_step(e->trainer) == before) {
+        /* a finished run asked again: nothing to train, and its test record already exists */
+        ct_log(ctx, CT_LOG_INFO,
+               "%s is complete at step %lld (raise trainer.max_epochs or max_steps to go on)",
+               e->out_dir, (long long)before);
+        return CT_OK;
+    }
     if (e->eval_loaders[1] && e->test_every == 0) CT_TRY(ct_trainer_evaluate(e->trainer, "test"));
     return CT_OK;
 }

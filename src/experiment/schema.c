@@ -291,6 +291,7 @@ bool ctx_parse_float(const char *v, double *out) {
     char *end = NULL;
     errno = 0;
     double x = strtod(v, &end);
+    if (errno == ERANGE && end != v && *end == '\0' && fabs(x) < 1.0) errno = 0; /* underflow */
     if (end == v || *end != '\0' || errno == ERANGE || !isfinite(x)) {
         /* YAML's .inf/.nan are not useful for settings: reject them too */
         return false;
@@ -491,6 +492,10 @@ static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
             continue;
         }
         if (!d->def) continue;
+        if (!d->def[0]) { /* an empty string, not a null (which would count as absent) */
+            CT_TRY(ct_config_set(cfg, d->path, "", true));
+            continue;
+        }
         char arg[700];
         (void)snprintf(arg, sizeof arg, "++%s=%s", d->path, d->def);
         CT_TRY(ct_config_override(cfg, arg));
@@ -536,9 +541,19 @@ ct_status ct_experiment_override(ct_config *cfg, const char *arg) {
     memcpy(path, arg, (size_t)(eq - arg));
     path[eq - arg] = '\0';
     const ct_key_def *d = ctx_schema_find(path);
-    if (!d || ct_config_find(ct_config_root(cfg), path)) return ct_config_override(cfg, arg);
     char parent[512];
     parent_of(path, parent, sizeof parent);
+    const ct_key_def *sec = parent[0] ? ctx_schema_find(parent) : NULL;
+    if (!d && (!parent[0] || (sec && sec->type == CT_KEY_SECTION)) &&
+        !ct_config_find(ct_config_root(cfg), path)) {
+        /* a key the schema does not have, in a section it describes: say so, not "use +" */
+        const char *leaf = parent[0] ? path + strlen(parent) + 1 : path;
+        ct_cfg_node where;
+        memset(&where, 0, sizeof where);
+        where.source = "command line";
+        return unknown_key(ct_config_ctx(cfg), &where, parent, leaf);
+    }
+    if (!d || ct_config_find(ct_config_root(cfg), path)) return ct_config_override(cfg, arg);
     const ct_key_def *pd = parent[0] ? ctx_schema_find(parent) : NULL;
     if (pd && (pd->flags & CT_KEY_OPTIONAL) && !ct_config_find(ct_config_root(cfg), parent))
         return ct_config_override(cfg, arg);

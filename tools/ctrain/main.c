@@ -60,6 +60,7 @@ typedef struct session {
     double loss_sum;
     int64_t loss_n;
     double lr;
+    bool have_lr; /* lr is known from the first training record on */
     int64_t batch_size, eval_batch_size;
     int64_t max_epochs;
     ct_experiment *exp;
@@ -168,9 +169,11 @@ on_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t tot
         (void)snprintf(head, sizeof head, "%s", split);
     if (s->max_epochs == 0 && is_train) head[strlen(head)] = '\0';
     char tail[96] = "";
-    if (is_train && s->loss_n > 0)
+    if (is_train && s->loss_n > 0 && s->have_lr)
         (void)snprintf(tail, sizeof tail, " loss %.4f lr %.3g", s->loss_sum / (double)s->loss_n,
                        s->lr);
+    else if (is_train && s->loss_n > 0)
+        (void)snprintf(tail, sizeof tail, " loss %.4f", s->loss_sum / (double)s->loss_n);
     if (s->progress == PROGRESS_BAR) {
         char bar[26];
         int filled = (int)(frac * 24);
@@ -195,7 +198,10 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
     session *s = user;
     (void)t;
     for (int64_t i = 0; i < n; i++)
-        if (strcmp(v[i].name, "train/lr") == 0) s->lr = v[i].value;
+        if (strcmp(v[i].name, "train/lr") == 0) {
+            s->lr = v[i].value;
+            s->have_lr = true;
+        }
     return g_signal ? CT_STOP : CT_OK;
 }
 
@@ -291,15 +297,30 @@ static void usage(FILE *f) {
                   "            130 interrupted (SIGINT), 143 stopped (SIGTERM)\n");
 }
 
+/* The bundled example experiments: installed beside the binary (PREFIX/share/ctrain/examples),
+ * else in the source tree it was built from. */
 static void list_examples(FILE *f) {
-    DIR *d = opendir(CT_EXAMPLES_DIR);
+    char dir[1100] = "";
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        (void)snprintf(dir, sizeof dir, "%s/../share/ctrain/examples", exe);
+    }
+    DIR *d = dir[0] ? opendir(dir) : NULL;
+    if (!d) {
+        (void)snprintf(dir, sizeof dir, "%s", CT_EXAMPLES_DIR);
+        d = opendir(dir);
+    }
     if (!d) return;
-    (void)fprintf(f, "\nbundled examples (%s):\n", CT_EXAMPLES_DIR);
+    (void)fprintf(f, "\nbundled examples:\n");
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        size_t n = strlen(de->d_name);
-        if (n > 5 && strcmp(de->d_name + n - 5, ".yaml") == 0)
-            (void)fprintf(f, "  ctrain fit %s/%s\n", CT_EXAMPLES_DIR, de->d_name);
+        size_t len = strlen(de->d_name);
+        if (len > 5 && strcmp(de->d_name + len - 5, ".yaml") == 0)
+            (void)fprintf(f, "  ctrain fit %s/%s\n", dir, de->d_name);
     }
     (void)closedir(d);
 }
@@ -418,38 +439,40 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
     return 0;
 }
 
-static void cmd_usage(const char *cmd) {
+static void cmd_usage(FILE *f, const char *cmd) {
     if (strcmp(cmd, "fit") == 0)
-        (void)printf("usage: ctrain fit CONFIG [--restart] [key=value ...]\n\n"
-                     "Trains the experiment CONFIG describes, in its output_dir (default "
-                     "runs/<name>):\nconfig.yaml, metrics.jsonl, log.txt and checkpoints/. A "
-                     "run directory that holds\ncheckpoints of the same configuration is "
-                     "resumed from its latest one; of another\nconfiguration, refused (exit "
-                     "2). SIGINT or SIGTERM stop at the end of the step,\nsave a checkpoint "
-                     "and exit 130 or 143.\n--restart renames an existing run directory to "
-                     "NAME.old-DATE-TIME and starts over.\n");
+        (void)fprintf(f, "usage: ctrain fit CONFIG [--restart] [key=value ...]\n\n"
+                         "Trains the experiment CONFIG describes, in its output_dir (default "
+                         "runs/<name>):\nconfig.yaml, metrics.jsonl, log.txt and checkpoints/. A "
+                         "run directory that holds\ncheckpoints of the same configuration is "
+                         "resumed from its latest one; of another\nconfiguration, refused (exit "
+                         "2). SIGINT or SIGTERM stop at the end of the step,\nsave a checkpoint "
+                         "and exit 130 or 143.\n--restart renames an existing run directory to "
+                         "NAME.old-DATE-TIME and starts over.\n");
     else if (strcmp(cmd, "eval") == 0)
-        (void)printf("usage: ctrain eval CONFIG [--checkpoint best|latest|PATH] [--json] "
-                     "[key=value ...]\n\nLoads a checkpoint of the run directory (default "
-                     "best, else latest) and runs every\nevaluation dataset once; prints the "
-                     "metrics (--json: one JSON object). Writes nothing.\n");
+        (void)fprintf(f, "usage: ctrain eval CONFIG [--checkpoint best|latest|PATH] [--json] "
+                         "[key=value ...]\n\nLoads a checkpoint of the run directory (default "
+                         "best, else latest) and runs every\nevaluation dataset once; prints the "
+                         "metrics (--json: one JSON object). Writes nothing.\n");
     else if (strcmp(cmd, "predict") == 0)
-        (void)printf("usage: ctrain predict CONFIG --input X.npy --output OUT.csv|OUT.npy "
-                     "[--checkpoint best|latest|PATH]\n                      [key=value ...]\n\n"
-                     "Runs the model of a checkpoint (default best, else latest) over the "
-                     "features in X.npy\n(N samples of the training data's shape) and writes "
-                     "the class and class probabilities\n(classification) or the values "
-                     "(regression) per sample. Writes nothing into the run.\n");
+        (void)fprintf(f,
+                      "usage: ctrain predict CONFIG --input X.npy --output OUT.csv|OUT.npy "
+                      "[--checkpoint best|latest|PATH]\n                      [key=value ...]\n\n"
+                      "Runs the model of a checkpoint (default best, else latest) over the "
+                      "features in X.npy\n(N samples of the training data's shape) and writes "
+                      "the class and class probabilities\n(classification) or the values "
+                      "(regression) per sample. Writes nothing into the run.\n");
     else if (strcmp(cmd, "config") == 0)
-        (void)printf("usage: ctrain config CONFIG [key=value ...]\n       ctrain config "
-                     "--reference\n\nChecks CONFIG with the overrides and prints the resolved "
-                     "configuration as YAML\n(exit 0 when valid, 2 otherwise); --reference "
-                     "prints every key as Markdown.\n");
+        (void)fprintf(f, "usage: ctrain config CONFIG [key=value ...]\n       ctrain config "
+                         "--reference\n\nChecks CONFIG with the overrides (the schema, then each "
+                         "component's keys,\nopening the data files) and prints the resolved "
+                         "configuration as YAML\n(exit 0 when valid, 2 otherwise); --reference "
+                         "prints every key as Markdown.\n");
     else
-        (void)printf("usage: ctrain inspect PATH\n\nDescribes a run directory (its "
-                     "checkpoints, which verify, latest and best, the last\nmetrics) or one "
-                     "checkpoint directory (step, epoch, files, tensors with shapes and\n"
-                     "dtypes), verifying checksums; exit 1 when something is damaged.\n");
+        (void)fprintf(f, "usage: ctrain inspect PATH\n\nDescribes a run directory (its "
+                         "checkpoints, which verify, latest and best, the last\nmetrics) or one "
+                         "checkpoint directory (step, epoch, files, tensors with shapes and\n"
+                         "dtypes), verifying checksums; exit 1 when something is damaged.\n");
 }
 
 static int open_session(session *s, ct_ctx **ctx) {
@@ -488,12 +511,12 @@ static int cmd_fit(int argc, char **argv) {
     int rc = parse_args("fit", argc, argv, &a, ov);
     if (rc) goto out_free;
     if (a.help) {
-        cmd_usage("fit");
+        cmd_usage(stdout, "fit");
         goto out_free;
     }
     if (!a.config) {
         (void)fprintf(stderr, "ctrain fit: missing CONFIG\n");
-        cmd_usage("fit");
+        cmd_usage(stderr, "fit");
         list_examples(stderr);
         rc = EXIT_USAGE;
         goto out_free;
@@ -603,7 +626,7 @@ static int cmd_predict(int argc, char **argv) {
     int rc = parse_args("predict", argc, argv, &a, ov);
     if (rc) goto out_free;
     if (a.help) {
-        cmd_usage("predict");
+        cmd_usage(stdout, "predict");
         goto out_free;
     }
     if (!a.config || !a.input || !a.output) {
@@ -650,7 +673,7 @@ static int cmd_eval(int argc, char **argv) {
     int rc = parse_args("eval", argc, argv, &a, ov);
     if (rc) goto out_free;
     if (a.help) {
-        cmd_usage("eval");
+        cmd_usage(stdout, "eval");
         goto out_free;
     }
     if (!a.config) {
@@ -738,7 +761,7 @@ static int cmd_config(int argc, char **argv) {
     int rc = parse_args("config", argc, argv, &a, ov);
     if (rc) goto out_free;
     if (a.help) {
-        cmd_usage("config");
+        cmd_usage(stdout, "config");
         goto out_free;
     }
     if (a.reference) {
@@ -753,8 +776,17 @@ static int cmd_config(int argc, char **argv) {
     session s;
     ct_ctx *ctx;
     if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
+    s.quiet = true;
     ct_config *cfg = NULL;
+    ct_experiment *e = NULL;
     ct_status st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
+    if (st == CT_OK) {
+        /* valid means fit would start: the components check their own keys and the data
+           files open (nothing is trained or written) */
+        ct_experiment_params ep = ct_experiment_default_params();
+        ep.read_only = true;
+        st = ct_experiment_create(ctx, cfg, &ep, &e);
+    }
     if (st != CT_OK) {
         rc = fail(ctx, setup_code(st));
     } else {
@@ -763,6 +795,7 @@ static int cmd_config(int argc, char **argv) {
         (void)printf("# %s resolved (fingerprint %s)\n", a.config, fp);
         if (ct_config_write(cfg, stdout) != CT_OK) rc = fail(ctx, EXIT_RUN_FAILED);
     }
+    ct_experiment_destroy(e);
     ct_config_destroy(cfg);
     ct_ctx_destroy(ctx);
 out_free:
@@ -849,7 +882,7 @@ static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
 
 static int cmd_inspect(int argc, char **argv) {
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        cmd_usage("inspect");
+        cmd_usage(stdout, "inspect");
         return 0;
     }
     if (argc != 2) {

@@ -1,0 +1,178 @@
+/*
+ * mytask.c - an example plugin for `ctrain fit`: a dataset type, a task and a model type,
+ * built into libmytask.so by the Makefile here and named in experiment.yaml:
+ *     data.train: {plugin: ./libmytask.so, symbol: my_data, n: 1000, seed: 1}
+ *     task:       {plugin: ./libmytask.so, symbol: my_task}
+ *     model:      {plugin: ./libmytask.so, symbol: my_model, hidden: 16}
+ *
+ * my_data is the XOR problem: n points (x0, x1) uniform in [-1, 1)^2, class 1 where the signs
+ * of x0 and x1 differ, else 0; a linear model cannot separate it, an MLP can. Sample i is a
+ * hash of (seed, i), so the dataset stores nothing and reads in any order give the same data.
+ * Options: n (samples, default 1000), seed (default 0).
+ *
+ * my_task is a classification task whose loss is cross-entropy with label smoothing 0.05
+ * (the targets become 0.975 and 0.025 rather than 1 and 0).
+ *
+ * my_model is a two-layer tanh network, in.weight/in.bias and out.weight/out.bias, written with
+ * the library's ops: its own tensors (declared in the store, so the optimizer, checkpoints and
+ * EMA handle them), initialisation and forward. Options: hidden (default 16), out (default 2).
+ *
+ * The plugin is compiled against ctrain's headers only and not linked with libctrain: its calls
+ * into the library (ct_options_*, ct_fail_at through CT_FAIL, ct_graph_*, ct_loss_*) resolve
+ * against the ctrain executable that loads it.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "ctrain/ctrain.h"
+#include "ctrain/loss.h"
+#include "ctrain/model.h"
+#include "ctrain/ops.h"
+#include "ctrain/trainer.h"
+
+#define LABEL_SMOOTHING 0.05f
+
+/* ---- the dataset ---- */
+
+typedef struct xor_data {
+    int64_t n;
+    uint64_t seed;
+} xor_data;
+
+static ct_status xor_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
+    static const char *const known[] = {"n", "seed", NULL};
+    *self = NULL;
+    int64_t n, seed;
+    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_int(ctx, opts, "n", 1000, 1, INT64_C(1) << 40, &n));
+    CT_TRY(ct_options_int(ctx, opts, "seed", 0, 0, INT64_MAX, &seed));
+    xor_data *d = malloc(sizeof *d);
+    if (!d) return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", opts->where);
+    d->n = n;
+    d->seed = (uint64_t)seed;
+    info->n = n;
+    info->x_dtype = CT_F32;
+    info->x_ndim = 1;
+    info->x_shape[0] = 2;
+    info->y_dtype = CT_I64; /* one class index per sample */
+    info->y_ndim = 0;
+    info->n_classes = 2;
+    *self = d;
+    return CT_OK;
+}
+
+/* splitmix64: a well-mixed 64-bit hash of its input */
+static uint64_t mix(uint64_t z) {
+    z += UINT64_C(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* A float in [-1, 1) from the top 24 bits of a hash. */
+static float unit(uint64_t h) {
+    return (float)(h >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static ct_status xor_get(const void *self, int64_t i, void *x, void *y) {
+    const xor_data *d = self;
+    uint64_t h = mix(d->seed ^ mix((uint64_t)i));
+    float *xf = x;
+    xf[0] = unit(h);
+    xf[1] = unit(mix(h));
+    *(int64_t *)y = (xf[0] < 0) != (xf[1] < 0);
+    return CT_OK;
+}
+
+static void xor_close(ct_ctx *ctx, void *self) {
+    (void)ctx;
+    free(self);
+}
+
+const ct_dataset_vtable my_data = {
+    .name = "xor",
+    .open = xor_open,
+    .get = xor_get,
+    .close = xor_close,
+};
+
+/* ---- the task ---- */
+
+/* output: logits [B, 2]; target: classes [B] */
+static ct_tensor *smoothed_ce(void *user, ct_graph *g, ct_tensor *output, ct_tensor *target) {
+    (void)user;
+    ct_cross_entropy_params p = ct_cross_entropy_default_params();
+    p.label_smoothing = LABEL_SMOOTHING;
+    return ct_loss_cross_entropy(g, output, target, &p);
+}
+
+const ct_task my_task = {
+    .kind = CT_TASK_CLASSIFICATION,
+    .prep_batch = NULL, /* the default: the batch's x and y */
+    .loss = smoothed_ce,
+    .user = NULL,
+};
+
+/* ---- the model ---- */
+
+typedef struct tanh_net {
+    ct_tensor *w1, *b1, *w2, *b2; /* in the caller's store; data from ct_params_alloc on */
+} tanh_net;
+
+static ct_status net_create(ct_ctx *ctx,
+                            const ct_options *opts,
+                            ct_params *params,
+                            ct_dtype in_dtype,
+                            int32_t in_ndim,
+                            const int64_t *in_shape,
+                            int32_t *out_ndim,
+                            int64_t *out_shape,
+                            void **self) {
+    static const char *const known[] = {"hidden", "out", NULL};
+    int64_t hidden, out;
+    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_int(ctx, opts, "hidden", 16, 1, 1 << 16, &hidden));
+    CT_TRY(ct_options_int(ctx, opts, "out", 2, 1, 1 << 16, &out));
+    if (in_dtype != CT_F32 || in_ndim != 1)
+        return CT_FAIL(ctx, CT_ERR_SHAPE, "%s: my_model takes f32 samples [features]", opts->where);
+    tanh_net *n = calloc(1, sizeof *n);
+    if (!n) return CT_FAIL(ctx, CT_ERR_OOM, "my_model: out of memory");
+    *self = n;
+    int64_t in = in_shape[0];
+    CT_TRY(ct_params_add(params, "in.weight", CT_F32, 2, (const int64_t[]){hidden, in},
+                         CT_PARAM_TRAINABLE, &n->w1));
+    CT_TRY(ct_params_add(params, "in.bias", CT_F32, 1, (const int64_t[]){hidden},
+                         CT_PARAM_TRAINABLE, &n->b1));
+    CT_TRY(ct_params_add(params, "out.weight", CT_F32, 2, (const int64_t[]){out, hidden},
+                         CT_PARAM_TRAINABLE, &n->w2));
+    CT_TRY(ct_params_add(params, "out.bias", CT_F32, 1, (const int64_t[]){out}, CT_PARAM_TRAINABLE,
+                         &n->b2));
+    *out_ndim = 1;
+    out_shape[0] = out;
+    return CT_OK;
+}
+
+static void net_init(void *self, ct_rng *rng) {
+    tanh_net *n = self;
+    ct_nn_init_linear(n->w1, n->b1, rng); /* nn.Linear's default initialisation */
+    ct_nn_init_linear(n->w2, n->b2, rng);
+}
+
+static ct_tensor *net_forward(void *self, ct_graph *g, ct_tensor *x) {
+    tanh_net *n = self;
+    ct_tensor *h = ct_op_tanh(g, ct_op_linear(g, x, n->w1, n->b1));
+    return ct_op_linear(g, h, n->w2, n->b2);
+}
+
+static void net_destroy(ct_ctx *ctx, void *self) {
+    (void)ctx;
+    free(self);
+}
+
+const ct_model_vtable my_model = {
+    .name = "my_model",
+    .create = net_create,
+    .init = net_init,
+    .forward = net_forward,
+    .destroy = net_destroy,
+};

@@ -1,0 +1,437 @@
+#!/usr/bin/env bash
+# End-to-end test of the ctrain command line: drives the built binary on tiny synthetic
+# experiments (each trains in well under a second) and checks exit codes, messages, the run
+# directory, eval, inspect, resuming and signals.
+#     usage: cli.sh PATH/TO/ctrain PATH/TO/jsonq
+# Prints "ok   NAME" or "FAIL NAME: WHY" per check and "cli: N passed, M failed" at the end;
+# exits non-zero when any check failed. Everything happens in a temporary directory.
+set -uo pipefail
+
+if [[ $# -ne 2 ]]; then
+    echo "usage: $0 CTRAIN JSONQ" >&2
+    exit 2
+fi
+ctrain=$(realpath "$1")
+jsonq=$(realpath "$2")
+work=$(mktemp -d "${TMPDIR:-/tmp}/ctrain-cli.XXXXXX")
+bg_pid=
+cleanup() {
+    [[ -n "$bg_pid" ]] && kill -KILL "$bg_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work" || exit 1
+
+passed=0
+failed=0
+ok() {
+    echo "ok   $1"
+    passed=$((passed + 1))
+}
+fail() {
+    echo "FAIL $1: $2"
+    failed=$((failed + 1))
+}
+# verdict NAME WHY: ok when WHY is empty, else FAIL with WHY; returns whether it was ok.
+verdict() {
+    if [[ -z $2 ]]; then
+        ok "$1"
+    else
+        fail "$1" "$2"
+        return 1
+    fi
+}
+# The end of a command's output, on one line, for failure messages.
+tail_of() { cat "$@" 2>/dev/null | tail -c 600 | tr '\n' '|'; }
+
+# expect NAME RC [PATTERN ...] -- COMMAND ...
+# Runs COMMAND (stdout into out, stderr into err) and checks its exit code and that its output
+# (both streams) matches every extended regular expression PATTERN; a PATTERN that starts with
+# '!' must not match.
+expect() {
+    local name=$1 want=$2
+    shift 2
+    local pats=()
+    while [[ $# -gt 0 && $1 != "--" ]]; do
+        pats+=("$1")
+        shift
+    done
+    shift
+    "$@" >out 2>err
+    local rc=$?
+    if [[ $rc -ne $want ]]; then
+        fail "$name" "exit $rc, expected $want; output: $(tail_of out err)"
+        return 1
+    fi
+    local p
+    for p in "${pats[@]}"; do
+        if [[ $p == '!'* ]]; then
+            if cat out err | grep -qE -- "${p:1}"; then
+                fail "$name" "output matches /${p:1}/: $(tail_of out err)"
+                return 1
+            fi
+        elif ! cat out err | grep -qE -- "$p"; then
+            fail "$name" "output lacks /$p/: $(tail_of out err)"
+            return 1
+        fi
+    done
+    ok "$name"
+}
+
+# Every file and folder under a directory with its size, mtime (ns) and content checksum.
+snapshot() {
+    (cd "$1" && find . -printf '%y %p %s %T@\n' | sort && find . -type f -print0 | sort -z |
+        xargs -0 -r sha256sum)
+}
+
+# The records of a metrics.jsonl without the fields that vary from run to run (time, speed).
+records() { sed -E 's/"time":[0-9.e+-]+,?//; s/,?"samples_per_sec":[0-9.e+-]+//' "$1"; }
+
+# The step directory a run's checkpoints/latest points at.
+latest_dir() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest" 2>/dev/null)"; }
+
+# Waits (up to 30 s) until the file holds a match of PATTERN while process PID lives.
+wait_for() {
+    local file=$1 pattern=$2 pid=$3
+    for _ in $(seq 600); do
+        grep -qE -- "$pattern" "$file" 2>/dev/null && return 0
+        kill -0 "$pid" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
+# ---- the experiments ----
+
+cat >tiny.yaml <<'YAML'
+seed: 1
+data:
+  train: {type: synthetic, kind: blobs, n: 2000, features: 8, classes: 4, seed: 3}
+  valid: {split: 0.2}
+  test: {type: synthetic, kind: blobs, n: 500, features: 8, classes: 4, seed: 3}
+  batch_size: 32
+model: {type: mlp, hidden: [32]}
+optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
+scheduler: {type: cosine, t_max: auto}
+trainer: {max_epochs: 3}
+metrics:
+  valid: [accuracy, {type: f1, average: macro}]
+checkpoint: {monitor: valid/acc}
+YAML
+# tiny.yaml with line $1 (1-based) replaced by $2 (awk escapes: \n), into $3
+edit_line() { awk -v n="$1" -v s="$2" 'NR == n { print s; next } { print }' tiny.yaml >"$3"; }
+quiet=(++logging.progress=none)
+
+# ---- usage ----
+
+expect version 0 '^ctrain [0-9]+\.[0-9]+' -- "$ctrain" --version
+expect help 0 'usage: ctrain COMMAND' 'exit codes' -- "$ctrain" --help
+expect fit_help 0 'usage: ctrain fit CONFIG' -- "$ctrain" fit --help
+expect eval_help 0 'usage: ctrain eval CONFIG' -- "$ctrain" eval --help
+expect no_command 2 'usage: ctrain' -- "$ctrain"
+expect unknown_command 2 "unknown command 'frobnicate'" -- "$ctrain" frobnicate
+expect unknown_option 2 "unknown option '--bogus'" -- "$ctrain" fit tiny.yaml --bogus
+expect fit_without_config 2 'missing CONFIG' 'bundled examples' \
+    'ctrain fit .*fashion_mnist_mlp\.yaml' -- "$ctrain" fit
+expect missing_config_file 2 'nothere\.yaml: cannot open' -- "$ctrain" fit nothere.yaml
+expect config_reference 0 '^# Experiment files' 'optimizer\.lr' -- "$ctrain" config --reference
+
+# ---- fit ----
+
+if expect fit 0 'done: 150 steps, 3 epochs' -- "$ctrain" fit tiny.yaml ++output_dir=run "${quiet[@]}"; then
+    why=
+    for f in config.yaml metrics.jsonl log.txt checkpoints/latest; do
+        [[ -s run/$f ]] || why+="run/$f missing or empty; "
+    done
+    [[ -f $(latest_dir run)/model.safetensors ]] || why+="checkpoints/latest names no checkpoint; "
+    grep -q '^{"step":[0-9]' run/metrics.jsonl || why+="metrics.jsonl has no step records; "
+    grep -q '"valid/acc":' run/metrics.jsonl || why+="metrics.jsonl has no valid/acc; "
+    grep -q '"test/acc":' run/metrics.jsonl || why+="metrics.jsonl has no test/acc; "
+    "$jsonq" step run/metrics.jsonl >/dev/null 2>jq.err || why+="metrics.jsonl: $(cat jq.err); "
+    grep -q 'valid epoch 3 step 150: acc' run/log.txt || why+="log.txt lacks the evaluations; "
+    verdict fit_run_directory "$why"
+else
+    fail fit_run_directory "fit failed"
+fi
+
+# ---- config and overrides ----
+
+fingerprint() { sed -nE '1s/.*fingerprint ([0-9a-f]{16}).*/\1/p' "$1"; }
+if expect config_resolved 0 '^# tiny\.yaml resolved \(fingerprint [0-9a-f]{16}\)' \
+    '^  lr: 0\.1$' '^  max_steps: 0$' '^output_dir: ' -- "$ctrain" config tiny.yaml; then
+    cp out resolved.yaml
+    fp=$(fingerprint resolved.yaml)
+    "$ctrain" config resolved.yaml >reread.yaml 2>err
+    rc=$?
+    if [[ $rc -ne 0 ]]; then
+        fail config_reread "exit $rc: $(tail_of err)"
+    elif [[ $(fingerprint reread.yaml) != "$fp" ]]; then
+        fail config_reread "fingerprint $(fingerprint reread.yaml), expected $fp"
+    elif ! diff <(tail -n +2 resolved.yaml) <(tail -n +2 reread.yaml) >/dev/null; then
+        fail config_reread "the re-resolved YAML differs: $(diff resolved.yaml reread.yaml | tr '\n' '|')"
+    else
+        ok config_reread
+    fi
+fi
+if expect override_replace 0 '^  lr: 0\.05$' -- "$ctrain" config tiny.yaml optimizer.lr=0.05; then
+    why=
+    [[ $(fingerprint out) != "$fp" ]] || why="the same fingerprint with another lr"
+    verdict override_changes_fingerprint "$why"
+fi
+expect override_add 0 '^early_stopping:$' '^  patience: 2$' -- \
+    "$ctrain" config tiny.yaml +early_stopping.patience=2
+expect override_delete 0 '!f1' '!average: macro' -- "$ctrain" config tiny.yaml '~metrics.valid'
+expect override_set_new 0 '^output_dir: "?elsewhere"?$' -- \
+    "$ctrain" config tiny.yaml ++output_dir=elsewhere
+# a key the schema lacks is unknown, with the section's keys (not a hint to add it with +)
+expect override_unknown_key 2 "unknown key 'trainer\.nonexistent'" '!\+trainer' -- \
+    "$ctrain" config tiny.yaml trainer.nonexistent=1
+expect override_missing_top_key 2 "command line: unknown key 'x'" -- \
+    "$ctrain" config tiny.yaml x=1
+# a component's key the file lacks needs +, and the message says so
+expect override_component_key 2 "'model\.dropout' is not in tiny\.yaml" '\+model\.dropout=0\.1' -- \
+    "$ctrain" config tiny.yaml model.dropout=0.1
+# a schema key the file lacks is set without +
+expect override_schema_default 0 '^  progress: plain$' -- \
+    "$ctrain" config tiny.yaml logging.progress=plain
+expect override_add_unknown_key 2 "unknown key 'x'" -- "$ctrain" config tiny.yaml +x=1
+expect override_add_existing 2 "'optimizer\.lr' is already set" -- \
+    "$ctrain" config tiny.yaml +optimizer.lr=0.3
+expect override_delete_missing 2 "'early_stopping\.patience' is not in tiny\.yaml" -- \
+    "$ctrain" config tiny.yaml '~early_stopping.patience'
+expect override_malformed 2 "expected key=value" -- "$ctrain" config tiny.yaml optimizer.lr
+expect override_bad_value 2 "key 'optimizer\.lr': expected a number, got 'abc'" -- \
+    "$ctrain" config tiny.yaml optimizer.lr=abc
+
+# ---- configuration errors: exit 2 naming file:line:col and the key ----
+
+edit_line 8 'optimzer: {type: sgd, lr: 0.1, momentum: 0.9}' e_typo.yaml
+expect error_unknown_key 2 "e_typo\.yaml:8:1: unknown key 'optimzer' \(did you mean 'optimizer'\?\)" \
+    -- "$ctrain" config e_typo.yaml
+edit_line 8 'optimizer: {type: sgd, lrr: 0.1, momentum: 0.9}' e_nested.yaml
+expect error_unknown_nested_key 2 \
+    "e_nested\.yaml:8:[0-9]+: unknown key 'optimizer\.lrr' \(did you mean 'optimizer\.lr'\?\)" \
+    -- "$ctrain" config e_nested.yaml
+edit_line 8 'optimizer: {type: sgd, learning_rate: 0.1, momentum: 0.9}' e_lr.yaml
+expect error_unknown_key_lists_section 2 \
+    "e_lr\.yaml:8:[0-9]+: unknown key 'optimizer\.learning_rate'.*keys of 'optimizer' are: .*\blr\b" \
+    -- "$ctrain" config e_lr.yaml
+edit_line 8 'optimizer: {type: sgd, lr: abc, momentum: 0.9}' e_type.yaml
+expect error_wrong_type 2 "e_type\.yaml:8:[0-9]+: key 'optimizer\.lr': expected a number, got 'abc'" \
+    -- "$ctrain" config e_type.yaml
+edit_line 6 '  batch_size: 0' e_range.yaml
+expect error_out_of_range 2 "e_range\.yaml:6:[0-9]+: key 'data\.batch_size': 0 is out of range" \
+    -- "$ctrain" config e_range.yaml
+edit_line 8 'optimizer: {type: adamx, lr: 0.1}' e_enum.yaml
+expect error_unknown_enum 2 \
+    "e_enum\.yaml:8:[0-9]+: key 'optimizer\.type': 'adamx' is not one of: .*sgd.*adam.*adamw" \
+    -- "$ctrain" config e_enum.yaml
+edit_line 3 '  shuffle: true' e_required.yaml
+expect error_missing_required 2 "e_required\.yaml:[0-9]+:[0-9]+: missing required key 'data\.train'" \
+    -- "$ctrain" config e_required.yaml
+edit_line 7 'model: {type: mlp, hidden: [32}' e_syntax.yaml
+expect error_yaml_syntax 2 "e_syntax\.yaml:7:[0-9]+: YAML syntax error" -- \
+    "$ctrain" config e_syntax.yaml
+edit_line 6 '  batch_size: 32\n  batch_size: 16' e_dup.yaml
+expect error_duplicate_key 2 "e_dup\.yaml:7:[0-9]+: duplicate key 'batch_size'" -- \
+    "$ctrain" config e_dup.yaml
+printf 'just a scalar\n' >e_scalar.yaml
+expect error_not_a_mapping 2 'e_scalar\.yaml.*expected a mapping' -- "$ctrain" config e_scalar.yaml
+expect error_stops_fit_early 2 "unknown key 'optimzer'" -- \
+    "$ctrain" fit e_typo.yaml ++output_dir=e_run "${quiet[@]}"
+why=
+[[ -e e_run ]] && why="fit on an invalid file created e_run/"
+verdict error_leaves_no_run_dir "$why"
+
+# ---- component and data errors ----
+
+edit_line 3 '  train: {type: synthetic, kind: blobs, n: 2000, features: 8, classes: 4, colour: red}' \
+    e_option.yaml
+expect error_dataset_option 2 "e_option\.yaml:3:[0-9]+: data\.train: unknown key 'colour'" -- \
+    "$ctrain" fit e_option.yaml ++output_dir=e_option "${quiet[@]}"
+edit_line 3 "  train: {type: idx, images: $work/no-images.gz, labels: $work/no-labels.gz}" \
+    e_nofile.yaml
+expect error_missing_data_file 2 "e_nofile\.yaml:3:[0-9]+: data\.train: .*no-images\.gz: cannot open" -- \
+    "$ctrain" fit e_nofile.yaml ++output_dir=e_nofile "${quiet[@]}"
+
+# ---- eval: reads the run directory, writes nothing ----
+
+snapshot run >before.txt
+expect eval 0 '^valid \(step [0-9]+\): valid/acc [0-9.]+' '^test \(step [0-9]+\): test/acc' -- \
+    "$ctrain" eval tiny.yaml ++output_dir=run
+if expect eval_json 0 -- "$ctrain" eval tiny.yaml --json ++output_dir=run; then
+    cp out eval.json
+    why=
+    [[ $(wc -l <eval.json) -eq 1 ]] || why+="not one line; "
+    for k in valid/acc valid/loss test/acc step; do
+        "$jsonq" "$k" eval.json >/dev/null 2>jq.err || why+="$k: $(cat jq.err); "
+    done
+    [[ $("$jsonq" checkpoint eval.json 2>/dev/null) == best ]] || why+="checkpoint is not best; "
+    [[ -n $why ]] && why+="in: $(cat eval.json)"
+    verdict eval_json_parses "$why"
+fi
+# the latest checkpoint is the end of training: its valid/acc is the last one recorded
+if "$ctrain" eval tiny.yaml --json --checkpoint latest ++output_dir=run >eval_latest.json 2>err; then
+    got=$("$jsonq" valid/acc eval_latest.json)
+    want=$("$jsonq" valid/acc run/metrics.jsonl)
+    why=
+    [[ -n $got && $got == "$want" ]] || why="valid/acc $got, the run recorded $want"
+    verdict eval_latest_matches_fit "$why"
+else
+    fail eval_latest_matches_fit "exit $?: $(tail_of err)"
+fi
+snapshot run >after.txt
+verdict eval_writes_nothing "$(diff before.txt after.txt | head -n 6 | tr '\n' '|')"
+expect eval_no_checkpoint 2 'no checkpoint' -- "$ctrain" eval tiny.yaml ++output_dir=empty_run
+why=
+[[ -e empty_run ]] && why="eval created empty_run/"
+verdict eval_no_checkpoint_writes_nothing "$why"
+
+# ---- inspect ----
+
+expect inspect_run 0 '^run run$' 'latest -> step-0+150' 'best -> step-' \
+    'step-0+150: ok, step 150, epoch 3' '^ok$' -- "$ctrain" inspect run
+ck=$(latest_dir run)
+expect inspect_checkpoint 0 "^checkpoint $ck\$" 'model\.safetensors \([0-9]+ bytes' \
+    '0\.weight +F32 +\[32, 8\]' '2\.weight +F32 +\[4, 32\]' '^ok$' -- "$ctrain" inspect "$ck"
+cp -r run damaged
+f=$(latest_dir damaged)/model.safetensors
+size=$(stat -c %s "$f")
+byte=$(od -An -tu1 -j $((size - 5)) -N1 "$f" | tr -d ' ')
+# shellcheck disable=SC2059 # the format is the one octal escape of the new byte
+printf "\\$(printf '%03o' $(((byte + 1) % 256)))" |
+    dd of="$f" bs=1 seek=$((size - 5)) conv=notrunc status=none
+expect inspect_damaged_run 1 'DAMAGED' 'CRC-32C' -- "$ctrain" inspect damaged
+expect inspect_damaged_checkpoint 1 'DAMAGED' -- "$ctrain" inspect "$(latest_dir damaged)"
+expect inspect_not_a_run 2 'neither a run directory' -- "$ctrain" inspect "$work"
+expect inspect_missing 2 'not a directory' -- "$ctrain" inspect "$work/nothere"
+
+# valid means fit would start: `config` checks the components' keys and opens the data too
+expect config_checks_components 2 "data\.train: unknown key 'colour'" -- \
+    "$ctrain" config e_option.yaml
+expect split_whole 2 "key 'split'.*expected a fraction in \(0, 1\)" -- \
+    "$ctrain" config tiny.yaml data.valid.split=1
+expect split_leaves_no_training 2 "key 'split'.*leaves 2000 for validation and 0 for training" -- \
+    "$ctrain" config tiny.yaml data.valid.split=0.9999
+
+# ---- resuming: 2 epochs, then on to 3 == 3 straight; a changed setting is refused ----
+
+# (t_max fixed: with t_max auto the schedule's length follows max_epochs)
+fixed=(scheduler.t_max=150 "${quiet[@]}")
+"$ctrain" fit tiny.yaml ++output_dir=resumed trainer.max_epochs=2 "${fixed[@]}" >/dev/null 2>&1
+rc1=$?
+"$ctrain" fit tiny.yaml ++output_dir=resumed trainer.max_epochs=3 "${fixed[@]}" >resume.out 2>&1
+rc2=$?
+"$ctrain" fit tiny.yaml ++output_dir=straight "${fixed[@]}" >/dev/null 2>&1
+rc3=$?
+if [[ $rc1 -ne 0 || $rc2 -ne 0 || $rc3 -ne 0 ]]; then
+    fail resume "exits $rc1 $rc2 $rc3: $(tail_of resume.out)"
+else
+    why=
+    grep -qE 'resum(ed|ing) ' resumed/log.txt ||
+        why="log.txt does not say it resumed: $(tail_of resumed/log.txt)"
+    verdict resume_logged "$why"
+    a=$(records resumed/metrics.jsonl | grep '"valid/acc"' | tail -n 1)
+    b=$(records straight/metrics.jsonl | grep '"valid/acc"' | tail -n 1)
+    why=
+    [[ -n $a && $a == "$b" ]] || why="resumed '$a', straight '$b'"
+    verdict resume_final_metrics_equal "$why"
+    # every record after the resumed checkpoint (step 100) equal, the test evaluation included
+    a=$(records resumed/metrics.jsonl | awk -F'[:,]' '$2 + 0 > 100')
+    b=$(records straight/metrics.jsonl | awk -F'[:,]' '$2 + 0 > 100')
+    why=
+    if [[ -z $a ]]; then
+        why="no records after step 100"
+    elif [[ $a != "$b" ]]; then
+        why=$(diff <(echo "$a") <(echo "$b") | head -n 4 | tr '\n' '|')
+    fi
+    verdict resume_records_equal "$why"
+    why=
+    cmp -s "$(latest_dir resumed)/model.safetensors" "$(latest_dir straight)/model.safetensors" ||
+        why="the final model.safetensors differ"
+    verdict resume_weights_equal "$why"
+fi
+(cd resumed && find . -type f -print0 | sort -z | xargs -0 sha256sum) >before.txt
+expect resume_changed_config 2 'another configuration' 'optimizer\.lr: 0\.1 -> 0\.05' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=resumed optimizer.lr=0.05 "${fixed[@]}"
+(cd resumed && find . -type f -print0 | sort -z | xargs -0 sha256sum) >after.txt
+verdict resume_refused_writes_nothing "$(diff before.txt after.txt | head -n 4 | tr '\n' '|')"
+# a finished run asked again trains nothing and records nothing twice
+n_test=$(grep -c '"test/acc"' resumed/metrics.jsonl)
+expect refit_finished_run 0 'is complete at step 150' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=resumed trainer.max_epochs=3 "${fixed[@]}"
+verdict refit_records_nothing_twice \
+    "$([[ $(grep -c '"test/acc"' resumed/metrics.jsonl) == "$n_test" ]] || echo "test records")"
+# t_max: auto is resolved into config.yaml: a longer run would stretch the schedule, so a
+# resume with another max_epochs is a changed configuration
+"$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=2 "${quiet[@]}" >/dev/null 2>&1
+expect resume_auto_schedule_refused 2 'scheduler\.t_max: 100 -> 150' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=3 "${quiet[@]}"
+
+# ---- a non-finite loss stops the run: exit 1 ----
+
+expect nonfinite_exit_1 1 'non-finite' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=nan optimizer.lr=1e10 "${quiet[@]}"
+
+# ---- signals: stop at the end of the step, save a checkpoint, exit 130 / 143 ----
+
+# A run long enough to be interrupted (50 epochs of 200000 samples); once stopped, finishing
+# its epoch from the saved checkpoint must give exactly what an uninterrupted run gives.
+long=(data.train.n=200000 trainer.max_epochs=50 scheduler.t_max=200000 ++logging.progress=plain
+    ++logging.interval=0.05)
+interrupt() { # NAME SIGNAL RC DIR
+    local name=$1 sig=$2 want=$3 dir=$4
+    "$ctrain" fit tiny.yaml ++output_dir="$dir" "${long[@]}" >"$dir.out" 2>&1 &
+    bg_pid=$!
+    if ! wait_for "$dir.out" '^train epoch' "$bg_pid"; then
+        fail "$name" "training did not start: $(tail_of "$dir.out")"
+        kill -KILL "$bg_pid" 2>/dev/null
+        wait "$bg_pid" 2>/dev/null
+        bg_pid=
+        return 1
+    fi
+    sleep 0.3
+    kill -s "$sig" "$bg_pid"
+    wait "$bg_pid"
+    local rc=$?
+    bg_pid=
+    local why=
+    [[ $rc -eq $want ]] || why+="exit $rc, expected $want; "
+    grep -q "stopped by $sig at step" "$dir.out" || why+="no 'stopped by $sig' line; "
+    [[ -f $(latest_dir "$dir")/model.safetensors ]] || why+="no checkpoint saved; "
+    "$ctrain" inspect "$dir" >/dev/null 2>&1 || why+="inspect finds it damaged; "
+    [[ -n $why ]] && why+=$(tail_of "$dir.out")
+    verdict "$name" "$why"
+}
+if interrupt sigint SIGINT 130 sig_int; then
+    # finish the interrupted epoch: epochs done at the checkpoint + 1
+    ck=$(latest_dir sig_int)/state.json
+    epochs=$(sed -nE 's/^  "epoch": ([0-9]+),?$/\1/p' "$ck" | head -n 1)
+    if [[ -z $epochs ]]; then
+        fail sigint_resume_exact "cannot read the epoch from $ck"
+    else
+        rest=(trainer.max_epochs=$((epochs + 1)) ++logging.progress=none)
+        "$ctrain" fit tiny.yaml ++output_dir=sig_int "${long[@]}" "${rest[@]}" >sig_resume.out 2>&1
+        rc1=$?
+        "$ctrain" fit tiny.yaml ++output_dir=sig_straight "${long[@]}" "${rest[@]}" >/dev/null 2>&1
+        rc2=$?
+        a=$(records sig_int/metrics.jsonl | grep '"valid/acc"' | tail -n 1)
+        b=$(records sig_straight/metrics.jsonl | grep '"valid/acc"' | tail -n 1)
+        if [[ $rc1 -ne 0 || $rc2 -ne 0 ]]; then
+            fail sigint_resume_exact "exits $rc1 $rc2: $(tail_of sig_resume.out)"
+        elif ! grep -qE 'resum(ed|ing) ' sig_resume.out; then
+            fail sigint_resume_exact "the second fit did not resume: $(tail_of sig_resume.out)"
+        elif [[ -z $a || $a != "$b" ]]; then
+            fail sigint_resume_exact "resumed '$a', uninterrupted '$b'"
+        elif ! cmp -s "$(latest_dir sig_int)/model.safetensors" \
+            "$(latest_dir sig_straight)/model.safetensors"; then
+            fail sigint_resume_exact "the final model.safetensors differ"
+        else
+            ok sigint_resume_exact
+        fi
+    fi
+fi
+interrupt sigterm SIGTERM 143 sig_term
+
+echo "cli: $passed passed, $failed failed"
+[[ $failed -eq 0 && $passed -gt 0 ]]
