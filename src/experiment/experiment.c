@@ -1068,8 +1068,9 @@ static ct_status check_previous(ct_experiment *e, bool *resumable) {
         ct_config_destroy(old);
         return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                        "%s holds checkpoints of another configuration (%lld key(s) differ: %s); "
-                       "set another output_dir, or delete %s to start over",
-                       e->out_dir, (long long)nd, diff, e->out_dir);
+                       "set another output_dir, or start over with --restart (which keeps the "
+                       "old run under another name)",
+                       e->out_dir, (long long)nd, diff);
     }
     ct_config_destroy(old);
     *resumable = true;
@@ -1231,9 +1232,15 @@ ct_status ct_experiment_fit(ct_experiment *e) {
     if (!e->p.read_only) {
         CT_TRY(make_dirs(ctx, e->out_dir));
         CT_TRY(check_previous(e, &resume));
+        if (resume && !e->tp.checkpoint_dir)
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "%s holds checkpoints, which a run with checkpoint.enabled false "
+                           "would neither resume nor keep up to date; set another output_dir "
+                           "or start over with --restart",
+                           e->out_dir);
         CT_TRY(write_config(e));
     }
-    if (resume && e->tp.checkpoint_dir) {
+    if (resume) {
         CT_TRY(ct_trainer_resume(e->trainer, "latest"));
         int64_t step = ct_trainer_step(e->trainer);
         CT_TRY(truncate_records(e, "metrics.jsonl", step, false));
