@@ -100,6 +100,9 @@ typedef struct ct_trainer_callbacks {
        at the end of the current step (an interrupted evaluation still finishes). May be NULL. */
     ct_status (*on_batch)(
         void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss);
+    /* before each optimizer update, with the gradients it will apply (averaged over ranks,
+       checked and clipped) in ct_params_grads: for gradient statistics. May be NULL. */
+    ct_status (*on_grads)(void *user, ct_trainer *t);
 } ct_trainer_callbacks;
 
 typedef struct ct_trainer_params {

@@ -10,6 +10,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "ctrain/experiment.h"
 #include "ctrain/loss.h"
 #include "ctrain/ops.h"
+#include "ctrain/tboard.h"
 #include "experiment_internal.h"
 
 #define MAX_PLUGINS 16
@@ -77,6 +79,9 @@ struct ct_experiment {
     char fingerprint[17];
 
     FILE *jsonl, *csv;
+    ct_tb_writer *tb;
+    int64_t hist_every;  /* epochs between histograms; 0 = none */
+    bool hist_grads_due; /* the epoch's last window is running: its gradients go out */
     double t_start, t_last_log;
     int64_t step_last_log;
     int64_t batch_size, accum;
@@ -838,6 +843,56 @@ static ct_status policy_options(ct_experiment *e,
 
 /* ---- records: metrics.jsonl and metrics.csv ---- */
 
+/* TensorBoard files are a convenience: a failure to write one is reported once and the run
+ * goes on with metrics.jsonl, which stays complete. */
+static void tb_failed(ct_experiment *e) {
+    ct_log(e->ctx, CT_LOG_WARN, "tensorboard: %s; no more events are written",
+           ct_last_error(e->ctx));
+    ct_tb_close(e->tb);
+    e->tb = NULL;
+}
+
+static bool hist_excluded(const ct_experiment *e, const char *name) {
+    const char *pat = str_at(e, "logging.histogram_exclude");
+    while (pat && *pat) {
+        const char *comma = strchr(pat, ',');
+        size_t len = comma ? (size_t)(comma - pat) : strlen(pat);
+        while (len && *pat == ' ') {
+            pat++;
+            len--;
+        }
+        char one[256];
+        if (len && len < sizeof one) {
+            memcpy(one, pat, len);
+            one[len] = '\0';
+            while (len && one[len - 1] == ' ')
+                one[--len] = '\0';
+            if (fnmatch(one, name, 0) == 0) return true;
+        }
+        pat = comma ? comma + 1 : NULL;
+    }
+    return false;
+}
+
+/* Histograms of the trainable tensors' values (weights/) or gradients (grads/); the gradients
+ * are those of the update about to be made, so they carry its step number. */
+static void histograms(ct_experiment *e, ct_trainer *t, bool grads) {
+    const float *values = ct_params_values(e->params);
+    const float *base = grads ? ct_params_grads(e->params) : values;
+    for (int64_t i = 0; e->tb && i < ct_params_count(e->params); i++) {
+        if (ct_params_kind_at(e->params, i) != CT_PARAM_TRAINABLE) continue;
+        const ct_tensor *p = ct_params_at(e->params, i);
+        if (hist_excluded(e, p->name)) continue;
+        const float *v = base + ((const float *)p->data - values);
+        char tag[300];
+        (void)snprintf(tag, sizeof tag, "%s/%s", grads ? "grads" : "weights", p->name);
+        if (ct_tb_histogram(e->tb, tag, ct_trainer_step(t) + (grads ? 1 : 0), 0, v,
+                            ct_tensor_numel(p)) != CT_OK)
+            tb_failed(e);
+    }
+    if (e->tb && ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
+}
+
 static void record(ct_experiment *e,
                    ct_trainer *t,
                    const ct_metric_value *v,
@@ -861,7 +916,10 @@ static void record(ct_experiment *e,
         if (e->csv)
             (void)fprintf(e->csv, "%lld,%lld,%.3f,%s,%.17g\n", (long long)ct_trainer_step(t),
                           (long long)ct_trainer_epoch(t), now, name, x);
+        if (e->tb && ct_tb_scalar(e->tb, name, ct_trainer_step(t), now, (float)x) != CT_OK)
+            tb_failed(e);
     }
+    if (e->tb && ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
     (void)fputs("}\n", e->jsonl);
     (void)fflush(e->jsonl);
     if (e->csv) (void)fflush(e->csv);
@@ -901,7 +959,9 @@ static ct_status fwd_best(void *user, ct_trainer *t, const char *metric, double 
     return cb->on_best ? cb->on_best(cb->user, t, metric, value) : CT_OK;
 }
 static ct_status fwd_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
-    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    ct_experiment *e = user;
+    if (e->tb && e->hist_every && epoch % e->hist_every == 0) histograms(e, t, false);
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_epoch_end ? cb->on_epoch_end(cb->user, t, epoch) : CT_OK;
 }
 static ct_status fwd_fit_end(void *user, ct_trainer *t) {
@@ -912,9 +972,24 @@ static void fwd_exception(void *user, ct_trainer *t, ct_status s) {
     const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
     if (cb->on_exception) cb->on_exception(cb->user, t, s);
 }
+static ct_status fwd_grads(void *user, ct_trainer *t) {
+    ct_experiment *e = user;
+    if (e->hist_grads_due) {
+        e->hist_grads_due = false;
+        histograms(e, t, true);
+    }
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_grads ? cb->on_grads(cb->user, t) : CT_OK;
+}
+
 static ct_status
 fwd_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss) {
-    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    ct_experiment *e = user;
+    /* the epoch's last micro-batch: its window's gradients are the epoch's last */
+    if (e->tb && e->hist_every && done == total && strcmp(split, "train") == 0 &&
+        (ct_trainer_epoch(t) + 1) % e->hist_every == 0)
+        e->hist_grads_due = true;
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_batch ? cb->on_batch(cb->user, t, split, done, total, loss) : CT_OK;
 }
 
@@ -1000,6 +1075,7 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.callbacks.on_fit_end = fwd_fit_end;
     tp.callbacks.on_exception = fwd_exception;
     tp.callbacks.on_batch = fwd_batch;
+    tp.callbacks.on_grads = fwd_grads;
     e->tp = tp;
     return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, NULL, &e->task,
                              e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);
@@ -1111,6 +1187,41 @@ static ct_status truncate_records(ct_experiment *e, const char *name, int64_t st
     return s;
 }
 
+/* A new events file per process (TensorBoard reads every one in the directory), starting with
+ * the resolved configuration as text. */
+static ct_status open_tensorboard(ct_experiment *e) {
+    CT_TRY(ct_tb_open(e->ctx, e->out_dir, NULL, 0, &e->tb));
+    e->hist_every = int_at(e, "logging.histogram_every");
+    char *yaml = NULL;
+    size_t len = 0;
+    CT_TRY(ct_config_to_string(e->cfg, &yaml, &len));
+    /* the text plugin renders Markdown: indented four spaces, the YAML shows as code */
+    size_t lines = 1;
+    for (size_t i = 0; i < len; i++)
+        lines += yaml[i] == '\n';
+    size_t cap = len + 4 * lines + 1;
+    char *md = ct_alloc(e->ctx, cap);
+    ct_status s = md ? CT_OK : CT_FAIL(e->ctx, CT_ERR_OOM, "tensorboard: out of memory");
+    if (md) {
+        size_t at = 0;
+        bool bol = true;
+        for (size_t i = 0; i < len; i++) {
+            if (bol) {
+                memcpy(md + at, "    ", 4);
+                at += 4;
+            }
+            md[at++] = yaml[i];
+            bol = yaml[i] == '\n';
+        }
+        md[at] = '\0';
+        s = ct_tb_text(e->tb, "config", ct_trainer_step(e->trainer), 0, md);
+        if (s == CT_OK) s = ct_tb_flush(e->tb);
+        ct_free(e->ctx, md, cap);
+    }
+    ct_free(e->ctx, yaml, len + 1);
+    return s;
+}
+
 static ct_status open_records(ct_experiment *e, bool append) {
     char path[1100];
     (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
@@ -1123,6 +1234,7 @@ static ct_status open_records(ct_experiment *e, bool append) {
             return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         if (fresh) (void)fputs("step,epoch,time,metric,value\n", e->csv);
     }
+    if (bool_at(e, "logging.tensorboard")) CT_TRY(open_tensorboard(e));
     return CT_OK;
 }
 
@@ -1172,6 +1284,7 @@ void ct_experiment_destroy(ct_experiment *e) {
     if (!e) return;
     if (e->jsonl) (void)fclose(e->jsonl);
     if (e->csv) (void)fclose(e->csv);
+    ct_tb_close(e->tb);
     ct_trainer_destroy(e->trainer);
     ct_schedule_destroy(e->sched);
     ct_optim_destroy(e->opt);

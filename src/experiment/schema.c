@@ -181,6 +181,15 @@ static const ct_key_def k_schema[] = {
 
     {"logging", S, NULL, 0, 0, NULL, RES, "What a run shows and records."},
     {"logging.csv", B, "false", 0, 0, NULL, RES, "Also write metrics.csv."},
+    {"logging.tensorboard", B, "false", 0, 0, NULL, RES,
+     "Also write TensorBoard event files (events.out.tfevents.*) into the run directory: every "
+     "metrics.jsonl value as a scalar, the resolved configuration as text."},
+    {"logging.histogram_every", I, "0", 0, 1e12, NULL, RES,
+     "With tensorboard: histograms of every parameter (weights/NAME) and of its gradient at the "
+     "epoch's last step (grads/NAME) every N epochs; 0 = none."},
+    {"logging.histogram_exclude", STR, "", 0, 0, NULL, RES,
+     "Comma-separated globs of parameter names left out of the histograms, e.g. "
+     "\"*norm*,*bn*\"."},
     {"logging.progress", E, "auto", 0, 0, "auto|bar|plain|none", RES,
      "auto: a redrawn bar on a terminal, plain lines otherwise."},
     {"logging.interval", F, "0.1", 0.001, 1, NULL, RES,

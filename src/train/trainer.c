@@ -738,6 +738,7 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     }
     if (t->p.grad_clip_value > 0.0f)
         CT_TRY(ct_optim_clip_grad_value(ctx, t->params, t->p.grad_clip_value));
+    if (t->p.callbacks.on_grads) CT_TRY(event(t, t->p.callbacks.on_grads(t->p.callbacks.user, t)));
     ct_optim_step(t->opt);
     ct_params_zero_grad(t->params);
     t->step++;

@@ -1,0 +1,169 @@
+"""tensorboard.py - a run's TensorBoard events file read back independently of ctrain.
+
+`ctrain fit` with logging.tensorboard and logging.histogram_every 1 on a tiny experiment; then
+every record's framing is checked with a CRC-32C written here in Python from its definition,
+every Event is decoded by protoc --decode_raw (protobuf-compiler) and by a small reader here,
+and the events must say what metrics.jsonl says: the same scalar tags and values (as float32)
+at the same steps, the configuration as text, and weight and gradient histograms of every
+parameter at every epoch whose counts add up to the parameter's size.
+Exits 77 (ctest's skip) with a message when protoc is missing: never silently.
+Usage: /usr/bin/python3 tensorboard.py PATH/TO/ctrain
+"""
+import glob
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+CTRAIN = os.path.abspath(sys.argv[1])
+if not shutil.which("protoc"):
+    print("SKIP: tensorboard needs protoc (Debian protobuf-compiler; scripts/install-deps.sh)")
+    sys.exit(77)
+
+PASSED = FAILED = 0
+
+
+def check(name, cond, why=""):
+    global PASSED, FAILED
+    if cond:
+        PASSED += 1
+        print(f"ok   {name}")
+    else:
+        FAILED += 1
+        print(f"FAIL {name}: {why}")
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked(c):
+    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def fields(buf):
+    """(field number, wire type, value) of a protobuf message."""
+    i, out = 0, []
+    while i < len(buf):
+        key, i = varint(buf, i)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            v, i = varint(buf, i)
+        elif wire == 1:
+            v = buf[i:i + 8]
+            i += 8
+        elif wire == 5:
+            v = buf[i:i + 4]
+            i += 4
+        elif wire == 2:
+            n, i = varint(buf, i)
+            v = buf[i:i + n]
+            i += n
+        else:
+            raise ValueError(f"wire type {wire}")
+        out.append((num, wire, v))
+    return out
+
+
+def varint(buf, i):
+    v = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
+def first(fs, num):
+    return next((v for n, _, v in fs if n == num), None)
+
+
+CONFIG = """
+seed: 1
+data:
+  train: {type: synthetic, kind: blobs, n: 600, features: 8, classes: 4, seed: 3}
+  valid: {split: 0.2}
+  batch_size: 32
+model: {type: mlp, hidden: [16]}
+optimizer: {type: sgd, lr: 0.1}
+trainer: {max_epochs: 2, steps_per_loop: 5}
+logging: {progress: none, tensorboard: true, histogram_every: 1, histogram_exclude: "*.bias"}
+"""
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "exp.yaml"), "w") as f:
+            f.write(CONFIG)
+        p = subprocess.run([CTRAIN, "fit", "exp.yaml"], cwd=tmp, capture_output=True, text=True)
+        check("fit", p.returncode == 0, p.stderr[-500:])
+        files = glob.glob(os.path.join(tmp, "runs", "exp", "events.out.tfevents.*"))
+        check("one events file", len(files) == 1, str(files))
+        if len(files) != 1:
+            return
+        data = open(files[0], "rb").read()
+        records, i, framing_ok = [], 0, True
+        while i < len(data):
+            (n,) = struct.unpack("<Q", data[i:i + 8])
+            (hc,) = struct.unpack("<I", data[i + 8:i + 12])
+            body = data[i + 12:i + 12 + n]
+            (dc,) = struct.unpack("<I", data[i + 12 + n:i + 16 + n])
+            framing_ok &= hc == masked(crc32c(data[i:i + 8])) and dc == masked(crc32c(body))
+            records.append(body)
+            i += 16 + n
+        check("framing and masked CRC-32C of every record", framing_ok and i == len(data))
+        decoded = all(subprocess.run(["protoc", "--decode_raw"], input=r,
+                                     capture_output=True).returncode == 0 for r in records)
+        check("protoc --decode_raw reads every event", decoded)
+
+        first_ev = fields(records[0])
+        check("first event: file_version brain.Event:2",
+              first(first_ev, 3) == b"brain.Event:2")
+        scalars, texts, hists = {}, [], {}
+        for r in records[1:]:
+            ev = fields(r)
+            step = first(ev, 2) or 0
+            summary = first(ev, 5)
+            value = fields(first(fields(summary), 1))
+            tag = first(value, 1).decode()
+            if first(value, 2) is not None:
+                scalars[(step, tag)] = struct.unpack("<f", first(value, 2))[0]
+            elif first(value, 8) is not None:
+                texts.append(first(fields(first(value, 8)), 8).decode())
+            elif first(value, 5) is not None:
+                h = fields(first(value, 5))
+                counts = first(h, 7)
+                total = sum(struct.unpack(f"<{len(counts) // 8}d", counts))
+                hists.setdefault(tag, []).append((step, total))
+        want = {}
+        for line in open(os.path.join(tmp, "runs", "exp", "metrics.jsonl")):
+            rec = json.loads(line)
+            for k, v in rec.items():
+                if k not in ("step", "epoch", "time") and v is not None:
+                    want[(rec["step"], k)] = struct.unpack("<f", struct.pack("<f", v))[0]
+        check("scalars: every metrics.jsonl value, same tag, step and float32 value",
+              scalars == want, f"{len(scalars)} events, {len(want)} values; "
+              f"missing {sorted(set(want) - set(scalars))[:3]}")
+        check("the configuration as text", len(texts) == 1 and "optimizer:" in texts[0])
+        sizes = {"weights/0.weight": 128, "weights/2.weight": 64, "grads/0.weight": 128,
+                 "grads/2.weight": 64}
+        ok = set(hists) == set(sizes) and all(
+            len(v) == 2 and all(t == sizes[k] for _, t in v) for k, v in hists.items())
+        check("histograms of weights and gradients each epoch, biases excluded", ok,
+              str({k: v for k, v in hists.items()}))
+    print(f"tensorboard: {PASSED} passed, {FAILED} failed")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if FAILED else 0)

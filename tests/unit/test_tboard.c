@@ -1,0 +1,248 @@
+/*
+ * test_tboard.c - TensorBoard event files read back: the TFRecord framing and its masked
+ * CRC-32C, and each Event decoded by a small protobuf reader written here from the wire format
+ * (tests/e2e/cli.sh also has protoc --decode_raw read a run's file).
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctrain/ctrain.h"
+#include "ctrain/tboard.h"
+#include "harness.h"
+
+static ct_ctx *ctx;
+
+/* ---- a protobuf reader for the test ---- */
+
+typedef struct field {
+    unsigned num, wire;
+    uint64_t v;             /* varint, or the bits of a fixed32/fixed64 */
+    const unsigned char *p; /* length-delimited */
+    size_t n;
+} field;
+
+static bool next_field(const unsigned char **at, const unsigned char *end, field *f) {
+    if (*at >= end) return false;
+    uint64_t key = 0;
+    int shift = 0;
+    while (*at < end) {
+        unsigned char c = *(*at)++;
+        key |= (uint64_t)(c & 0x7f) << shift;
+        shift += 7;
+        if (!(c & 0x80)) break;
+    }
+    f->num = (unsigned)(key >> 3);
+    f->wire = (unsigned)(key & 7);
+    f->v = 0;
+    f->p = NULL;
+    f->n = 0;
+    if (f->wire == 0 || f->wire == 2) {
+        uint64_t v = 0;
+        shift = 0;
+        while (*at < end) {
+            unsigned char c = *(*at)++;
+            v |= (uint64_t)(c & 0x7f) << shift;
+            shift += 7;
+            if (!(c & 0x80)) break;
+        }
+        if (f->wire == 0) {
+            f->v = v;
+        } else {
+            if ((size_t)(end - *at) < v) return false;
+            f->p = *at;
+            f->n = (size_t)v;
+            *at += v;
+        }
+    } else if (f->wire == 1 || f->wire == 5) {
+        size_t k = f->wire == 1 ? 8 : 4;
+        if ((size_t)(end - *at) < k) return false;
+        for (size_t i = 0; i < k; i++)
+            f->v |= (uint64_t)(*at)[i] << (8 * i);
+        *at += k;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* The first field `num` of a message, or false. */
+static bool find(const unsigned char *p, size_t n, unsigned num, field *out) {
+    const unsigned char *at = p, *end = p + n;
+    field f;
+    while (next_field(&at, end, &f))
+        if (f.num == num) {
+            *out = f;
+            return true;
+        }
+    return false;
+}
+
+static double as_double(uint64_t bits) {
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+static float as_float(uint64_t bits) {
+    uint32_t b = (uint32_t)bits;
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+/* ---- the file ---- */
+
+typedef struct record {
+    unsigned char *data;
+    size_t n;
+} record;
+
+/* Reads every TFRecord, checking both masked CRCs. */
+static int read_records(const char *path, record *out, int cap) {
+    FILE *f = fopen(path, "rb");
+    CT_CHECK(f != NULL);
+    if (!f) return 0;
+    int k = 0;
+    unsigned char head[12];
+    while (k < cap && fread(head, 1, 12, f) == 12) {
+        uint64_t len = 0;
+        for (int i = 0; i < 8; i++)
+            len |= (uint64_t)head[i] << (8 * i);
+        uint32_t hc = 0, dc = 0;
+        for (int i = 0; i < 4; i++)
+            hc |= (uint32_t)head[8 + i] << (8 * i);
+        CT_CHECK(hc == ct_tb_masked_crc(head, 8));
+        out[k].data = malloc(len ? len : 1);
+        out[k].n = len;
+        unsigned char tail[4];
+        CT_CHECK(fread(out[k].data, 1, len, f) == len);
+        CT_CHECK(fread(tail, 1, 4, f) == 4);
+        for (int i = 0; i < 4; i++)
+            dc |= (uint32_t)tail[i] << (8 * i);
+        CT_CHECK(dc == ct_tb_masked_crc(out[k].data, len));
+        k++;
+    }
+    (void)fclose(f);
+    return k;
+}
+
+/* The Summary.Value of an Event record. */
+static bool event_value(const record *r, int64_t *step, field *value) {
+    field f;
+    *step = find(r->data, r->n, 2, &f) ? (int64_t)f.v : 0;
+    field summary;
+    if (!find(r->data, r->n, 5, &summary)) return false;
+    return find(summary.p, summary.n, 1, value);
+}
+
+static void tboard_should_mask_crcs_like_tensorflow(void) {
+    /* crc32c("123456789") = 0xE3069283; masked: rotate right by 15, add 0xa282ead8 */
+    uint32_t c = 0xE3069283u;
+    uint32_t want = ((c >> 15) | (c << 17)) + 0xa282ead8u;
+    CT_CHECK_INT(ct_tb_masked_crc("123456789", 9), want);
+    /* TensorFlow's framing of an empty record: the masked CRC of 8 zero bytes */
+    unsigned char zero[8] = {0};
+    CT_CHECK(ct_tb_masked_crc(zero, 8) != 0);
+}
+
+static void tboard_should_write_records_that_decode(void) {
+    char tmpl[] = "/tmp/ct_tboard_XXXXXX";
+    const char *dir = mkdtemp(tmpl);
+    CT_CHECK(dir != NULL);
+    if (!dir) return;
+    ct_tb_writer *w = NULL;
+    char path[1100];
+    CT_CHECK_INT(ct_tb_open(ctx, dir, path, sizeof path, &w), CT_OK);
+    CT_CHECK(strstr(path, "/events.out.tfevents.") != NULL);
+    float v[1000];
+    for (int i = 0; i < 1000; i++)
+        v[i] = (float)(i - 500) * 0.01f;
+    v[7] = NAN; /* left out */
+    if (w) {
+        CT_CHECK_INT(ct_tb_scalar(w, "train/loss", 42, 1700000000.5, 0.25f), CT_OK);
+        CT_CHECK_INT(ct_tb_histogram(w, "weights/0.weight", 43, 0, v, 1000), CT_OK);
+        CT_CHECK_INT(ct_tb_text(w, "config", 0, 0, "lr: 0.1"), CT_OK);
+        ct_tb_close(w);
+    }
+    record r[8];
+    int n = read_records(path, r, 8);
+    CT_CHECK_INT(n, 4);
+    if (n == 4) {
+        field f;
+        /* 1: the file version, with a wall time */
+        CT_CHECK(find(r[0].data, r[0].n, 3, &f) && f.n == 13 &&
+                 memcmp(f.p, "brain.Event:2", 13) == 0);
+        CT_CHECK(find(r[0].data, r[0].n, 1, &f) && f.wire == 1 && as_double(f.v) > 1e9);
+        /* 2: a scalar */
+        int64_t step;
+        field val;
+        CT_CHECK(find(r[1].data, r[1].n, 1, &f) && as_double(f.v) == 1700000000.5);
+        CT_CHECK(event_value(&r[1], &step, &val));
+        CT_CHECK_INT(step, 42);
+        CT_CHECK(find(val.p, val.n, 1, &f) && f.n == 10 && memcmp(f.p, "train/loss", 10) == 0);
+        CT_CHECK(find(val.p, val.n, 2, &f) && f.wire == 5 && as_float(f.v) == 0.25f);
+        /* 3: a histogram: 999 finite values, their min, max, sum, and the buckets add up */
+        CT_CHECK(event_value(&r[2], &step, &val));
+        CT_CHECK_INT(step, 43);
+        field h;
+        CT_CHECK(find(val.p, val.n, 5, &h));
+        double mn = 0, mx = 0, num = 0, sum = 0, ref_sum = 0;
+        for (int i = 0; i < 1000; i++)
+            if (i != 7) ref_sum += (double)v[i];
+        CT_CHECK(find(h.p, h.n, 1, &f) && (mn = as_double(f.v)) == (double)v[0]);
+        CT_CHECK(find(h.p, h.n, 2, &f) && (mx = as_double(f.v)) == (double)v[999]);
+        CT_CHECK(find(h.p, h.n, 3, &f) && (num = as_double(f.v)) == 999);
+        CT_CHECK(find(h.p, h.n, 4, &f) && fabs((sum = as_double(f.v)) - ref_sum) < 1e-9);
+        field lim, cnt;
+        CT_CHECK(find(h.p, h.n, 6, &lim) && find(h.p, h.n, 7, &cnt) && lim.n == cnt.n &&
+                 lim.n % 8 == 0 && lim.n > 8);
+        if (lim.n == cnt.n && lim.n % 8 == 0) {
+            double total = 0, prev = -INFINITY;
+            bool increasing = true, covered = true;
+            for (size_t k = 0; k < lim.n / 8; k++) {
+                uint64_t lb = 0, cb = 0;
+                for (int b = 0; b < 8; b++) {
+                    lb |= (uint64_t)lim.p[8 * k + (size_t)b] << (8 * b);
+                    cb |= (uint64_t)cnt.p[8 * k + (size_t)b] << (8 * b);
+                }
+                double l = as_double(lb), c = as_double(cb);
+                increasing = increasing && l > prev;
+                prev = l;
+                total += c;
+            }
+            covered = prev >= mx; /* the last limit bounds the largest value */
+            CT_CHECK(increasing && covered);
+            CT_CHECK(total == 999);
+        }
+        (void)mn;
+        (void)num;
+        (void)sum;
+        /* 4: text, as the text plugin reads it */
+        CT_CHECK(event_value(&r[3], &step, &val));
+        field t, md, pd;
+        CT_CHECK(find(val.p, val.n, 8, &t));
+        CT_CHECK(find(t.p, t.n, 1, &f) && f.v == 7); /* DT_STRING */
+        CT_CHECK(find(t.p, t.n, 8, &f) && f.n == 7 && memcmp(f.p, "lr: 0.1", 7) == 0);
+        CT_CHECK(find(val.p, val.n, 9, &md) && find(md.p, md.n, 1, &pd) &&
+                 find(pd.p, pd.n, 1, &f) && f.n == 4 && memcmp(f.p, "text", 4) == 0);
+    }
+    for (int i = 0; i < n; i++)
+        free(r[i].data);
+    (void)unlink(path);
+    (void)rmdir(dir);
+    /* a directory that is not there: an I/O error naming the path */
+    CT_CHECK_INT(ct_tb_open(ctx, "/nonexistent/dir", NULL, 0, &w), CT_ERR_IO);
+    CT_CHECK(strstr(ct_last_error(ctx), "/nonexistent/dir/events.out.tfevents.") != NULL);
+}
+
+int main(void) {
+    if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
+    CT_RUN(tboard_should_mask_crcs_like_tensorflow);
+    CT_RUN(tboard_should_write_records_that_decode);
+    ct_ctx_destroy(ctx);
+    return ct_test_finish();
+}
