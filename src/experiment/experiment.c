@@ -23,6 +23,7 @@
 #include "ctrain/experiment.h"
 #include "ctrain/loss.h"
 #include "ctrain/ops.h"
+#include "ctrain/report.h"
 #include "ctrain/tboard.h"
 #include "experiment_internal.h"
 
@@ -939,10 +940,19 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
     return cb->on_log ? cb->on_log(cb->user, t, v, n) : CT_OK;
 }
 
+/* The report is a view of metrics.jsonl: a failure to write it is a warning, never the end
+ * of a run. */
+static void write_report(ct_experiment *e) {
+    ct_report_params rp = ct_report_default_params();
+    if (ct_report_write(e->ctx, e->out_dir, &rp, NULL) != CT_OK)
+        ct_log(e->ctx, CT_LOG_WARN, "report: %s", ct_last_error(e->ctx));
+}
+
 static ct_status
 on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
     ct_experiment *e = user;
     record(e, t, v, n, NULL, NULL, 0);
+    if (e->jsonl && strcmp(str_at(e, "logging.report"), "live") == 0) write_report(e);
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_eval_end ? cb->on_eval_end(cb->user, t, key, v, n) : CT_OK;
 }
@@ -1371,6 +1381,7 @@ ct_status ct_experiment_fit(ct_experiment *e) {
         return CT_OK;
     }
     if (e->eval_loaders[1] && e->test_every == 0) CT_TRY(ct_trainer_evaluate(e->trainer, "test"));
+    if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0) write_report(e);
     return CT_OK;
 }
 

@@ -181,6 +181,9 @@ static const ct_key_def k_schema[] = {
 
     {"logging", S, NULL, 0, 0, NULL, RES, "What a run shows and records."},
     {"logging.csv", B, "false", 0, 0, NULL, RES, "Also write metrics.csv."},
+    {"logging.report", E, "end", 0, 0, "end|live|none", RES,
+     "report.html in the run directory (docs/logging.md): written when fit ends, also after "
+     "every evaluation (live), or not at all. `ctrain report RUN_DIR` writes one at any time."},
     {"logging.tensorboard", B, "false", 0, 0, NULL, RES,
      "Also write TensorBoard event files (events.out.tfevents.*) into the run directory: every "
      "metrics.jsonl value as a scalar, the resolved configuration as text."},

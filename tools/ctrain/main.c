@@ -24,6 +24,7 @@
 #include "ctrain/checkpoint.h"
 #include "ctrain/ctrain.h"
 #include "ctrain/experiment.h"
+#include "ctrain/report.h"
 
 #ifndef CT_EXAMPLES_DIR
 #define CT_EXAMPLES_DIR "examples"
@@ -213,6 +214,7 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
     at += (size_t)snprintf(line, sizeof line, "%s epoch %lld step %lld:", key,
                            (long long)ct_trainer_epoch(t), (long long)ct_trainer_step(t));
     for (int64_t i = 0; i < n && at < sizeof line; i++) {
+        if (strstr(v[i].name, "/confusion/")) continue; /* counts: metrics.jsonl and report */
         const char *name = strchr(v[i].name, '/');
         at += (size_t)snprintf(line + at, sizeof line - at, " %s %.4f", name ? name + 1 : v[i].name,
                                v[i].value);
@@ -283,6 +285,8 @@ static void usage(FILE *f) {
                   "  config --reference              print every key (docs/config.md)\n"
                   "  inspect PATH                    describe and verify a run directory or "
                   "checkpoint\n"
+                  "  report RUN_DIR [--output F.html] [--svg DIR] [--log]\n"
+                  "                                  a self-contained HTML report with plots\n"
                   "\n"
                   "overrides: key.path=value replaces, +key.path=value adds, ++key.path=value "
                   "sets,\n"
@@ -462,6 +466,14 @@ static void cmd_usage(FILE *f, const char *cmd) {
                       "features in X.npy\n(N samples of the training data's shape) and writes "
                       "the class and class probabilities\n(classification) or the values "
                       "(regression) per sample. Writes nothing into the run.\n");
+    else if (strcmp(cmd, "report") == 0)
+        (void)fprintf(f, "usage: ctrain report RUN_DIR [--output FILE.html] [--svg DIR] [--log]\n\n"
+                         "Writes one self-contained HTML page (inline SVG, no script) from the "
+                         "run's\nmetrics.jsonl: curves per metric and split, learning rate, "
+                         "gradient norm,\nthroughput, the best checkpoint marked, confusion "
+                         "matrices, the configuration.\nDefault output RUN_DIR/report.html; "
+                         "--svg also writes each plot as DIR/NAME.svg;\n--log draws losses on a "
+                         "log scale.\n");
     else if (strcmp(cmd, "config") == 0)
         (void)fprintf(f, "usage: ctrain config CONFIG [key=value ...]\n       ctrain config "
                          "--reference\n\nChecks CONFIG with the overrides (the schema, then each "
@@ -590,9 +602,11 @@ static int cmd_fit(int argc, char **argv) {
                                m->metric, m->state.best, (long long)m->state.best_step);
     int64_t n;
     const ct_metric_value *v = ct_trainer_metrics(t, "test", &n);
-    for (int64_t i = 0; i < n && at < sizeof summary; i++)
-        at += (size_t)snprintf(summary + at, sizeof summary - at, "%s %s %.4f", i ? "," : ";",
+    for (int64_t i = 0, shown = 0; i < n && at < sizeof summary; i++) {
+        if (strstr(v[i].name, "/confusion/")) continue; /* counts: metrics.jsonl and report */
+        at += (size_t)snprintf(summary + at, sizeof summary - at, "%s %s %.4f", shown++ ? "," : ";",
                                v[i].name, v[i].value);
+    }
     say(&s, "%s", summary);
     rc = g_signal == SIGINT ? EXIT_SIGINT : g_signal == SIGTERM ? EXIT_SIGTERM : 0;
     if (rc)
@@ -803,6 +817,64 @@ out_free:
     return rc;
 }
 
+static int cmd_report(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"output", required_argument, NULL, 'o'},
+        {"svg", required_argument, NULL, 's'},
+        {"log", no_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    ct_report_params rp = ct_report_default_params();
+    const char *dir = NULL;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "-h", opts, NULL)) != -1) {
+        switch (c) {
+        case 1:
+            if (dir) {
+                (void)fprintf(stderr, "ctrain report: expected one RUN_DIR\n");
+                return EXIT_USAGE;
+            }
+            dir = optarg;
+            break;
+        case 'o':
+            rp.html = optarg;
+            break;
+        case 's':
+            rp.svg_dir = optarg;
+            break;
+        case 'l':
+            rp.log_y = true;
+            break;
+        case 'h':
+            cmd_usage(stdout, "report");
+            return 0;
+        default:
+            (void)fprintf(stderr, "ctrain report: unknown option '%s'\n", argv[optind - 1]);
+            return EXIT_USAGE;
+        }
+    }
+    if (!dir) {
+        (void)fprintf(stderr, "ctrain report: missing RUN_DIR\n");
+        return EXIT_USAGE;
+    }
+    session s;
+    ct_ctx *ctx;
+    if (open_session(&s, &ctx) != 0) return EXIT_RUN_FAILED;
+    int64_t points = 0;
+    ct_status st = ct_report_write(ctx, dir, &rp, &points);
+    int rc = 0;
+    if (st != CT_OK)
+        rc = fail(ctx, st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE);
+    else
+        (void)fprintf(stderr, "ctrain report: %s (%lld values)\n",
+                      rp.html ? rp.html : "report.html in the run directory", (long long)points);
+    ct_ctx_destroy(ctx);
+    return rc;
+}
+
 /* ---- inspect ---- */
 
 static bool is_dir(const char *p) {
@@ -977,6 +1049,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "config") == 0) return cmd_config(argc - 1, argv + 1);
     if (strcmp(cmd, "predict") == 0) return cmd_predict(argc - 1, argv + 1);
+    if (strcmp(cmd, "report") == 0) return cmd_report(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     (void)fprintf(stderr, "ctrain: unknown %s '%s'\n", cmd[0] == '-' ? "option" : "command", cmd);
     usage(stderr);

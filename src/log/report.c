@@ -1,0 +1,535 @@
+/*
+ * report.c - the run report: metrics.jsonl read into series, each plot drawn as SVG by hand
+ * (axes with round-number ticks, one polyline per series, a legend, the best step marked), and
+ * the HTML page around them. No script: the page reads the same in any browser or offline.
+ *
+ * Ownership: every series and matrix is allocated from the context's allocator and freed
+ * before ct_report_write returns.
+ */
+#include "ctrain/report.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_SERIES  256
+#define MAX_CLASSES 64
+
+typedef struct point {
+    double step, value;
+} point;
+
+typedef struct series {
+    char name[128]; /* "valid/acc", "lr" */
+    point *pts;
+    int64_t n, cap;
+} series;
+
+/* The last and the best-step confusion matrices of one split. */
+typedef struct confusion {
+    char split[64];
+    int64_t n_classes;
+    double last[MAX_CLASSES * MAX_CLASSES], best[MAX_CLASSES * MAX_CLASSES];
+    int64_t last_step, best_step_seen;
+    bool has_best;
+} confusion;
+
+typedef struct report {
+    ct_ctx *ctx;
+    series *s;
+    int64_t n_series;
+    confusion *cm;
+    int64_t n_cm;
+    int64_t best_step; /* -1 when the run has no best checkpoint */
+    char best_metric[128];
+    int64_t points;
+} report;
+
+static series *find_series(report *r, const char *name) {
+    for (int64_t i = 0; i < r->n_series; i++)
+        if (strcmp(r->s[i].name, name) == 0) return &r->s[i];
+    if (r->n_series == MAX_SERIES) return NULL;
+    series *s = &r->s[r->n_series++];
+    memset(s, 0, sizeof *s);
+    (void)snprintf(s->name, sizeof s->name, "%s", name);
+    return s;
+}
+
+static bool add_point(report *r, series *s, double step, double value) {
+    if (s->n == s->cap) {
+        int64_t cap = s->cap ? 2 * s->cap : 64;
+        point *np = ct_alloc(r->ctx, (size_t)cap * sizeof *np);
+        if (!np) return false;
+        if (s->n) memcpy(np, s->pts, (size_t)s->n * sizeof *np);
+        ct_free(r->ctx, s->pts, (size_t)s->cap * sizeof *np);
+        s->pts = np;
+        s->cap = cap;
+    }
+    s->pts[s->n].step = step;
+    s->pts[s->n].value = value;
+    s->n++;
+    return true;
+}
+
+static confusion *find_cm(report *r, const char *split) {
+    for (int64_t i = 0; i < r->n_cm; i++)
+        if (strcmp(r->cm[i].split, split) == 0) return &r->cm[i];
+    if (r->n_cm == 4) return NULL;
+    confusion *c = &r->cm[r->n_cm++];
+    memset(c, 0, sizeof *c);
+    (void)snprintf(c->split, sizeof c->split, "%s", split);
+    return c;
+}
+
+/* "valid/confusion/3/5" -> split "valid", true 3, predicted 5. */
+static bool parse_confusion(const char *key, char *split, size_t size, int64_t *t, int64_t *p) {
+    const char *c = strstr(key, "/confusion/");
+    if (!c || (size_t)(c - key) >= size) return false;
+    long long a, b;
+    char tail;
+    if (sscanf(c + 11, "%lld/%lld%c", &a, &b, &tail) != 2) return false;
+    if (a < 0 || b < 0 || a >= MAX_CLASSES || b >= MAX_CLASSES) return false;
+    memcpy(split, key, (size_t)(c - key));
+    split[c - key] = '\0';
+    *t = a;
+    *p = b;
+    return true;
+}
+
+static ct_status read_metrics(report *r, const char *run_dir) {
+    char path[1100];
+    (void)snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return CT_FAIL(r->ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    int64_t lineno = 0;
+    ct_status s = CT_OK;
+    while (s == CT_OK && getline(&line, &cap, f) > 0) {
+        lineno++;
+        json_error_t err;
+        json_t *o = json_loads(line, 0, &err);
+        if (!json_is_object(o)) {
+            json_decref(o);
+            s = CT_FAIL(r->ctx, CT_ERR_FORMAT, "%s:%lld: expected a JSON object per line: %s", path,
+                        (long long)lineno, err.text);
+            break;
+        }
+        double step = (double)json_integer_value(json_object_get(o, "step"));
+        const char *key;
+        json_t *v;
+        json_object_foreach(o, key, v) {
+            if (!strcmp(key, "step") || !strcmp(key, "epoch") || !strcmp(key, "time")) continue;
+            if (!json_is_number(v)) continue; /* null: not finite */
+            double x = json_number_value(v);
+            char split[64];
+            int64_t ti, pi;
+            if (parse_confusion(key, split, sizeof split, &ti, &pi)) {
+                confusion *c = find_cm(r, split);
+                if (!c) continue;
+                if (c->last_step != (int64_t)step) {
+                    memset(c->last, 0, sizeof c->last);
+                    c->last_step = (int64_t)step;
+                }
+                c->last[ti * MAX_CLASSES + pi] = x;
+                if (ti + 1 > c->n_classes) c->n_classes = ti + 1;
+                if (pi + 1 > c->n_classes) c->n_classes = pi + 1;
+                if ((int64_t)step == r->best_step) {
+                    c->best[ti * MAX_CLASSES + pi] = x;
+                    c->has_best = true;
+                }
+                continue;
+            }
+            series *se = find_series(r, key);
+            if (se && !add_point(r, se, step, x)) {
+                s = CT_FAIL(r->ctx, CT_ERR_OOM, "report: out of memory");
+                break;
+            }
+            r->points++;
+        }
+        json_decref(o);
+    }
+    free(line);
+    (void)fclose(f);
+    return s;
+}
+
+/* ---- drawing ---- */
+
+static void esc(FILE *f, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '&':
+            (void)fputs("&amp;", f);
+            break;
+        case '<':
+            (void)fputs("&lt;", f);
+            break;
+        case '>':
+            (void)fputs("&gt;", f);
+            break;
+        case '"':
+            (void)fputs("&quot;", f);
+            break;
+        default:
+            (void)fputc(*s, f);
+        }
+    }
+}
+
+static const char *const k_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                       "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+/* A round tick spacing for a range: 1, 2 or 5 times a power of ten, about n ticks. */
+static double tick_step(double range, int n) {
+    if (!(range > 0)) return 1;
+    double raw = range / n, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
+}
+
+enum { W = 640, H = 300, ML = 64, MR = 160, MT = 28, MB = 40 };
+
+/* One line chart of the given series; returns the points drawn. */
+static int64_t chart(FILE *f,
+                     const char *title,
+                     series *const *s,
+                     int n,
+                     int64_t best_step,
+                     bool log_y,
+                     bool standalone) {
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (int k = 0; k < n; k++)
+        for (int64_t i = 0; i < s[k]->n; i++) {
+            double y = s[k]->pts[i].value;
+            if (log_y && !(y > 0)) continue;
+            x0 = fmin(x0, s[k]->pts[i].step);
+            x1 = fmax(x1, s[k]->pts[i].step);
+            y0 = fmin(y0, log_y ? log10(y) : y);
+            y1 = fmax(y1, log_y ? log10(y) : y);
+        }
+    if (!isfinite(x0)) return 0;
+    if (x1 == x0) x1 = x0 + 1;
+    if (y1 == y0) {
+        y0 -= 0.5;
+        y1 += 0.5;
+    }
+    double pad = (y1 - y0) * 0.05;
+    y0 -= pad;
+    y1 += pad;
+    double pw = W - ML - MR, ph = H - MT - MB;
+#define SX(x) (ML + ((x)-x0) / (x1 - x0) * pw)
+#define SY(y) (MT + (1 - ((y)-y0) / (y1 - y0)) * ph)
+    (void)fprintf(f,
+                  "<svg %sviewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
+                  "font-family=\"sans-serif\" font-size=\"11\">\n",
+                  standalone ? "xmlns=\"http://www.w3.org/2000/svg\" " : "", W, H, W, H);
+    (void)fprintf(f, "<title>");
+    esc(f, title);
+    (void)fprintf(f, "</title>\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    (void)fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", ML);
+    esc(f, title);
+    (void)fprintf(f, "%s</text>\n", log_y ? " (log scale)" : "");
+    /* grid and ticks */
+    double ys = tick_step(y1 - y0, 5);
+    for (double y = ceil(y0 / ys) * ys; y <= y1; y += ys) {
+        double v = log_y ? pow(10, y) : y;
+        (void)fprintf(f,
+                      "<line x1=\"%d\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                      "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n",
+                      ML, ML + pw, SY(y), SY(y), ML - 4, SY(y) + 4, fabs(v) < 1e-12 ? 0 : v);
+    }
+    double xs = tick_step(x1 - x0, 6);
+    for (double x = ceil(x0 / xs) * xs; x <= x1; x += xs)
+        (void)fprintf(f,
+                      "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>"
+                      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.6g</text>\n",
+                      SX(x), SX(x), MT, MT + ph, SX(x), MT + ph + 14, x);
+    (void)fprintf(
+        f,
+        "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
+        "stroke=\"#888\"/>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
+        ML, MT, pw, ph, ML + pw / 2, H - 6);
+    double bs = (double)best_step;
+    if (best_step >= 0 && bs >= x0 && bs <= x1)
+        (void)fprintf(f,
+                      "<line class=\"best\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
+                      "stroke=\"#555\" stroke-dasharray=\"4 3\"/><text x=\"%.1f\" y=\"%d\" "
+                      "font-size=\"10\">best</text>\n",
+                      SX(bs), SX(bs), MT, MT + ph, SX(bs) + 3, MT + 10);
+    int64_t drawn = 0;
+    for (int k = 0; k < n; k++) {
+        const char *color = k_colors[k % 8];
+        (void)fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
+                      color);
+        int64_t in_line = 0;
+        for (int64_t i = 0; i < s[k]->n; i++) {
+            double y = s[k]->pts[i].value;
+            if (log_y && !(y > 0)) continue;
+            (void)fprintf(f, "%s%.1f,%.1f", in_line++ ? " " : "", SX(s[k]->pts[i].step),
+                          SY(log_y ? log10(y) : y));
+            drawn++;
+        }
+        (void)fprintf(f, "\"/>\n");
+        if (s[k]->n == 1) /* one point: a dot, or it would not show */
+            (void)fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n",
+                          SX(s[k]->pts[0].step),
+                          SY(log_y ? log10(fmax(s[k]->pts[0].value, 1e-300)) : s[k]->pts[0].value),
+                          color);
+        double ly = MT + 12 + 16 * k;
+        (void)fprintf(f,
+                      "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                      "stroke-width=\"2\"/><text x=\"%d\" y=\"%.1f\">",
+                      W - MR + 10, W - MR + 28, ly, ly, color, W - MR + 32, ly + 4);
+        esc(f, s[k]->name);
+        (void)fprintf(f, "</text>\n");
+    }
+    (void)fprintf(f, "</svg>\n");
+#undef SX
+#undef SY
+    return drawn;
+}
+
+/* A confusion matrix as a heat map (rows normalised), with per-class precision and recall. */
+static void heatmap(FILE *f, const char *title, const double *m, int64_t n) {
+    int cell = n <= 10 ? 32 : n <= 20 ? 20 : 10;
+    int size = (int)n * cell, off = 60;
+    (void)fprintf(f,
+                  "<figure><svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" "
+                  "font-family=\"sans-serif\" font-size=\"10\"><title>",
+                  size + off + 10, size + off + 10, size + off + 10, size + off + 10);
+    esc(f, title);
+    (void)fprintf(f, "</title>\n");
+    for (int64_t t = 0; t < n; t++) {
+        double row = 0;
+        for (int64_t p = 0; p < n; p++)
+            row += m[t * MAX_CLASSES + p];
+        for (int64_t p = 0; p < n; p++) {
+            double c = m[t * MAX_CLASSES + p], frac = row > 0 ? c / row : 0;
+            int shade = 255 - (int)(frac * 200);
+            (void)fprintf(f,
+                          "<rect x=\"%lld\" y=\"%lld\" width=\"%d\" height=\"%d\" "
+                          "fill=\"rgb(%d,%d,255)\" stroke=\"#fff\"/>",
+                          (long long)(off + p * cell), (long long)(off + t * cell), cell, cell,
+                          shade, shade);
+            if (cell >= 20)
+                (void)fprintf(f, "<text x=\"%lld\" y=\"%lld\" text-anchor=\"middle\">%.0f</text>",
+                              (long long)(off + p * cell + cell / 2),
+                              (long long)(off + t * cell + cell / 2 + 4), c);
+        }
+        (void)fprintf(f, "<text x=\"%d\" y=\"%lld\" text-anchor=\"end\">%lld</text>\n", off - 4,
+                      (long long)(off + t * cell + cell / 2 + 4), (long long)t);
+    }
+    (void)fprintf(f,
+                  "<text x=\"%d\" y=\"14\">predicted &#8594;</text><text x=\"4\" y=\"%d\">true "
+                  "&#8595;</text></svg>\n<figcaption>",
+                  off, off - 6);
+    esc(f, title);
+    (void)fprintf(f, "</figcaption></figure>\n<table><tr><th>class</th><th>precision</th>"
+                     "<th>recall</th><th>support</th></tr>\n");
+    for (int64_t c = 0; c < n; c++) {
+        double tp = m[c * MAX_CLASSES + c], col = 0, row = 0;
+        for (int64_t k = 0; k < n; k++) {
+            col += m[k * MAX_CLASSES + c];
+            row += m[c * MAX_CLASSES + k];
+        }
+        (void)fprintf(f, "<tr><td>%lld</td><td>%.4f</td><td>%.4f</td><td>%.0f</td></tr>\n",
+                      (long long)c, col > 0 ? tp / col : 0, row > 0 ? tp / row : 0, row);
+    }
+    (void)fprintf(f, "</table>\n");
+}
+
+/* The metric part of a name: "acc" for "valid/acc", the name itself without a split. */
+static const char *metric_of(const char *name) {
+    const char *slash = strchr(name, '/');
+    return slash ? slash + 1 : name;
+}
+
+static void slug(const char *title, char *out, size_t size) {
+    size_t k = 0;
+    for (const char *p = title; *p && k + 1 < size; p++)
+        out[k++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ? *p : '_');
+    out[k] = '\0';
+}
+
+/* Draws one plot into the page and, with svg_dir, into its own file. */
+static ct_status plot(report *r,
+                      FILE *html,
+                      const ct_report_params *p,
+                      const char *title,
+                      series *const *s,
+                      int n,
+                      bool log_y) {
+    (void)fprintf(html, "<figure>\n");
+    (void)chart(html, title, s, n, r->best_step, log_y, false);
+    (void)fprintf(html, "</figure>\n");
+    if (!p->svg_dir) return CT_OK;
+    char name[128], path[1200];
+    slug(title, name, sizeof name);
+    (void)snprintf(path, sizeof path, "%s/%s.svg", p->svg_dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return CT_FAIL(r->ctx, CT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    (void)fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    (void)chart(f, title, s, n, r->best_step, log_y, true);
+    if (fclose(f) != 0) return CT_FAIL(r->ctx, CT_ERR_IO, "%s: write failed", path);
+    return CT_OK;
+}
+
+static int64_t read_best(const char *run_dir) {
+    char path[1100], buf[64] = "";
+    (void)snprintf(path, sizeof path, "%s/checkpoints/best", run_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long long step = -1;
+    if (fgets(buf, sizeof buf, f)) (void)sscanf(buf, "step-%lld", &step);
+    (void)fclose(f);
+    return step;
+}
+
+static void copy_file(FILE *out, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        (void)fputs("(no config.yaml)", out);
+        return;
+    }
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf - 1, f)) > 0) {
+        buf[n] = '\0';
+        esc(out, buf);
+    }
+    (void)fclose(f);
+}
+
+static ct_status write_page(report *r, const char *run_dir, const ct_report_params *p, FILE *f) {
+    (void)fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                     "<title>ctrain report: ");
+    esc(f, run_dir);
+    (void)fprintf(f, "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"
+                     "figure{display:inline-block;margin:0.5em}table{border-collapse:collapse;"
+                     "margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
+                     "pre{background:#f6f6f6;padding:1em;overflow:auto}</style></head><body>\n"
+                     "<h1>");
+    esc(f, run_dir);
+    (void)fprintf(f, "</h1>\n");
+    if (r->best_step >= 0)
+        (void)fprintf(f, "<p>Best checkpoint: step %lld (dashed line).</p>\n",
+                      (long long)r->best_step);
+    /* final values */
+    (void)fprintf(f, "<h2>Final values</h2><table><tr><th>metric</th><th>last</th><th>at step"
+                     "</th><th>min</th><th>max</th></tr>\n");
+    for (int64_t i = 0; i < r->n_series; i++) {
+        const series *s = &r->s[i];
+        double mn = INFINITY, mx = -INFINITY;
+        for (int64_t k = 0; k < s->n; k++) {
+            mn = fmin(mn, s->pts[k].value);
+            mx = fmax(mx, s->pts[k].value);
+        }
+        (void)fprintf(f, "<tr><td style=\"text-align:left\">");
+        esc(f, s->name);
+        (void)fprintf(f, "</td><td>%.6g</td><td>%.0f</td><td>%.6g</td><td>%.6g</td></tr>\n",
+                      s->pts[s->n - 1].value, s->pts[s->n - 1].step, mn, mx);
+    }
+    (void)fprintf(f, "</table>\n<h2>Curves</h2>\n");
+    /* one plot per metric name across splits (loss first), then lr, grad_norm, throughput */
+    bool done[MAX_SERIES] = {false};
+    static const char *const singles[] = {"lr", "grad_norm", "samples_per_sec", NULL};
+    static const char *const titles[] = {"learning rate", "gradient norm",
+                                         "throughput (samples/s)"};
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t i = 0; i < r->n_series; i++) {
+            if (done[i]) continue;
+            const char *m = metric_of(r->s[i].name);
+            bool is_single = false;
+            for (int k = 0; singles[k]; k++)
+                is_single = is_single || strcmp(r->s[i].name, singles[k]) == 0;
+            if (is_single || (pass == 0) != (strcmp(m, "loss") == 0)) continue;
+            series *group[16];
+            int n = 0;
+            for (int64_t j = i; j < r->n_series && n < 16; j++)
+                if (!done[j] && strchr(r->s[j].name, '/') &&
+                    strcmp(metric_of(r->s[j].name), m) == 0) {
+                    group[n++] = &r->s[j];
+                    done[j] = true;
+                }
+            if (n == 0) continue;
+            CT_TRY(plot(r, f, p, m, group, n, pass == 0 && p->log_y));
+        }
+    for (int k = 0; singles[k]; k++)
+        for (int64_t i = 0; i < r->n_series; i++)
+            if (strcmp(r->s[i].name, singles[k]) == 0) {
+                series *one = &r->s[i];
+                CT_TRY(plot(r, f, p, titles[k], &one, 1, false));
+            }
+    for (int64_t i = 0; i < r->n_cm; i++) {
+        confusion *c = &r->cm[i];
+        if (c->n_classes == 0) continue;
+        char title[160];
+        (void)fprintf(f, "<h2>Confusion: ");
+        esc(f, c->split);
+        (void)fprintf(f, "</h2>\n");
+        (void)snprintf(title, sizeof title, "%s, last evaluation (step %lld)", c->split,
+                       (long long)c->last_step);
+        heatmap(f, title, c->last, c->n_classes);
+        if (c->has_best) {
+            (void)snprintf(title, sizeof title, "%s, best checkpoint (step %lld)", c->split,
+                           (long long)r->best_step);
+            heatmap(f, title, c->best, c->n_classes);
+        }
+    }
+    (void)fprintf(f, "<h2>Configuration</h2>\n<pre>");
+    char path[1100];
+    (void)snprintf(path, sizeof path, "%s/config.yaml", run_dir);
+    copy_file(f, path);
+    (void)fprintf(f,
+                  "</pre>\n<p>Written by ctrain from metrics.jsonl (%lld values).</p>\n"
+                  "</body></html>\n",
+                  (long long)r->points);
+    return CT_OK;
+}
+
+ct_report_params ct_report_default_params(void) {
+    ct_report_params p = {NULL, NULL, false};
+    return p;
+}
+
+ct_status
+ct_report_write(ct_ctx *ctx, const char *run_dir, const ct_report_params *pp, int64_t *n_points) {
+    ct_report_params p = pp ? *pp : ct_report_default_params();
+    report r;
+    memset(&r, 0, sizeof r);
+    r.ctx = ctx;
+    r.best_step = read_best(run_dir);
+    r.s = ct_alloc(ctx, MAX_SERIES * sizeof *r.s);
+    r.cm = ct_alloc(ctx, 4 * sizeof *r.cm);
+    ct_status s = r.s && r.cm ? CT_OK : CT_FAIL(ctx, CT_ERR_OOM, "report: out of memory");
+    if (s == CT_OK) s = read_metrics(&r, run_dir);
+    char html[1100], tmp[1200];
+    if (p.html)
+        (void)snprintf(html, sizeof html, "%s", p.html);
+    else
+        (void)snprintf(html, sizeof html, "%s/report.html", run_dir);
+    (void)snprintf(tmp, sizeof tmp, "%s.tmp", html);
+    if (s == CT_OK && p.svg_dir && mkdir(p.svg_dir, 0777) != 0 && errno != EEXIST)
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create: %s", p.svg_dir, strerror(errno));
+    FILE *f = NULL;
+    if (s == CT_OK && !(f = fopen(tmp, "w")))
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (s == CT_OK) s = write_page(&r, run_dir, &p, f);
+    if (f) {
+        if (fclose(f) != 0 && s == CT_OK)
+            s = CT_FAIL(ctx, CT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+        if (s == CT_OK && rename(tmp, html) != 0)
+            s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot rename to %s: %s", tmp, html, strerror(errno));
+        if (s != CT_OK) (void)remove(tmp);
+    }
+    if (n_points) *n_points = r.points;
+    for (int64_t i = 0; r.s && i < r.n_series; i++)
+        ct_free(ctx, r.s[i].pts, (size_t)r.s[i].cap * sizeof(point));
+    ct_free(ctx, r.s, MAX_SERIES * sizeof *r.s);
+    ct_free(ctx, r.cm, 4 * sizeof *r.cm);
+    return s;
+}

@@ -1,0 +1,128 @@
+"""report.py - the run report checked as a reader would: `ctrain fit` with a confusion metric
+writes report.html; every inline SVG parses as XML and each curve has one point per value of
+metrics.jsonl; `ctrain report --svg` writes standalone SVG files that parse; and, where Debian's
+chromium is installed, a headless screenshot of the page is not blank (skipped with a message
+otherwise).
+Usage: /usr/bin/python3 report.py PATH/TO/ctrain
+"""
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+CTRAIN = os.path.abspath(sys.argv[1])
+PASSED = FAILED = 0
+
+
+def check(name, cond, why=""):
+    global PASSED, FAILED
+    if cond:
+        PASSED += 1
+        print(f"ok   {name}")
+    else:
+        FAILED += 1
+        print(f"FAIL {name}: {why}")
+
+
+CONFIG = """
+seed: 1
+data:
+  train: {type: synthetic, kind: blobs, n: 800, features: 8, classes: 4, seed: 3}
+  valid: {split: 0.25}
+  test: {type: synthetic, kind: blobs, n: 200, features: 8, classes: 4, seed: 3}
+  batch_size: 32
+model: {type: mlp, hidden: [16]}
+optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
+trainer: {max_epochs: 3, steps_per_loop: 5}
+metrics:
+  valid: [accuracy, confusion]
+checkpoint: {monitor: valid/acc}
+logging: {progress: none}
+"""
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "exp.yaml"), "w") as f:
+            f.write(CONFIG)
+        p = subprocess.run([CTRAIN, "fit", "exp.yaml"], cwd=tmp, capture_output=True, text=True)
+        check("fit", p.returncode == 0, p.stderr[-400:])
+        run = os.path.join(tmp, "runs", "exp")
+        html_path = os.path.join(run, "report.html")
+        check("fit writes report.html", os.path.exists(html_path))
+        if not os.path.exists(html_path):
+            return
+        html = open(html_path).read()
+        check("no script, no network", "<script" not in html and "http://" not in
+              html.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in html)
+        svgs = re.findall(r"<svg .*?</svg>", html, flags=re.S)
+        parsed = []
+        for s in svgs:
+            try:
+                parsed.append(ET.fromstring(s.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1)))
+            except ET.ParseError as e:
+                check("inline svg parses", False, str(e))
+        check("every inline SVG parses as XML", len(parsed) == len(svgs) and len(svgs) >= 5,
+              f"{len(parsed)} of {len(svgs)}")
+        # points per series against metrics.jsonl
+        counts = {}
+        for line in open(os.path.join(run, "metrics.jsonl")):
+            for k, v in json.loads(line).items():
+                if k not in ("step", "epoch", "time") and v is not None and "/confusion/" not in k:
+                    counts[k] = counts.get(k, 0) + 1
+        drawn = {}
+        for svg in parsed:
+            lines = svg.findall(f"{SVG}polyline")
+            labels = [t.text for t in svg.findall(f"{SVG}text") if t.text in counts]
+            for pl, name in zip(lines, labels):
+                drawn[name] = len(pl.get("points").split())
+        check("each curve has one point per recorded value", drawn == counts,
+              f"drawn {drawn}, recorded {counts}")
+        check("the best checkpoint is marked", 'class="best"' in html)
+        check("confusion heat maps with precision and recall",
+              "Confusion: valid" in html and "best checkpoint (step" in html and
+              html.count("<th>precision</th>") == 2)
+        # ctrain report --svg: standalone files
+        out = os.path.join(tmp, "r.html")
+        svgdir = os.path.join(tmp, "svg")
+        p = subprocess.run([CTRAIN, "report", run, "--output", out, "--svg", svgdir, "--log"],
+                           capture_output=True, text=True)
+        check("ctrain report", p.returncode == 0 and os.path.exists(out), p.stderr)
+        files = glob.glob(os.path.join(svgdir, "*.svg"))
+        ok = len(files) == 4  # loss, acc, learning rate, throughput
+        for fn in files:
+            try:
+                ET.parse(fn)
+            except ET.ParseError:
+                ok = False
+        check("--svg writes standalone SVG files that parse", ok, str(files))
+        check("--log draws losses on a log scale", "(log scale)" in open(out).read())
+        p = subprocess.run([CTRAIN, "report", os.path.join(tmp, "nothere")], capture_output=True,
+                           text=True)
+        check("a directory without metrics.jsonl: exit 2 naming it",
+              p.returncode == 2 and "metrics.jsonl" in p.stderr, p.stderr)
+        chromium = shutil.which("chromium")
+        if not chromium:
+            print("SKIP screenshot: Debian's chromium is not installed")
+        else:
+            shot = os.path.join(tmp, "shot.png")
+            subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                            f"--screenshot={shot}", "--window-size=1000,1400",
+                            "file://" + html_path], capture_output=True, timeout=120)
+            size = os.path.getsize(shot) if os.path.exists(shot) else 0
+            # a blank white page of that size compresses to a few kilobytes
+            check("headless chromium renders a page that is not blank", size > 20000,
+                  f"screenshot of {size} bytes")
+    print(f"report: {PASSED} passed, {FAILED} failed")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if FAILED else 0)
