@@ -16,8 +16,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define MAX_SERIES  256
-#define MAX_CLASSES 64
+#define MAX_SERIES      256
+#define MAX_CLASSES     64
+#define MAX_EPOCH_MARKS 4096
 
 typedef struct point {
     double step, value;
@@ -44,7 +45,9 @@ typedef struct report {
     int64_t n_series;
     confusion *cm;
     int64_t n_cm;
-    int64_t best_step; /* -1 when the run has no best checkpoint */
+    int64_t best_step;                /* -1 when the run has no best checkpoint */
+    double epoch_at[MAX_EPOCH_MARKS]; /* the step at which epoch k + 1 was complete */
+    int64_t n_epochs;
     char best_metric[128];
     int64_t points;
 } report;
@@ -120,6 +123,9 @@ static ct_status read_metrics(report *r, const char *run_dir) {
             break;
         }
         double step = (double)json_integer_value(json_object_get(o, "step"));
+        int64_t epoch = (int64_t)json_integer_value(json_object_get(o, "epoch"));
+        while (r->n_epochs < epoch && r->n_epochs < MAX_EPOCH_MARKS) /* epochs completed */
+            r->epoch_at[r->n_epochs++] = step;
         const char *key;
         json_t *v;
         json_object_foreach(o, key, v) {
@@ -191,16 +197,17 @@ static double tick_step(double range, int n) {
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
 }
 
-enum { W = 640, H = 300, ML = 64, MR = 160, MT = 28, MB = 40 };
+enum { W = 640, H = 310, ML = 64, MR = 160, MT = 28, MB = 50 };
 
 /* One line chart of the given series; returns the points drawn. */
 static int64_t chart(FILE *f,
+                     const report *r,
                      const char *title,
                      series *const *s,
                      int n,
-                     int64_t best_step,
                      bool log_y,
                      bool standalone) {
+    int64_t best_step = r->best_step;
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (int k = 0; k < n; k++)
         for (int64_t i = 0; i < s[k]->n; i++) {
@@ -251,8 +258,25 @@ static int64_t chart(FILE *f,
     (void)fprintf(
         f,
         "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
-        "stroke=\"#888\"/>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
+        "stroke=\"#888\"/>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">step (e1, e2, "
+        "...: the ends of epochs)</text>\n",
         ML, MT, pw, ph, ML + pw / 2, H - 6);
+    /* epoch ends: light lines labelled with the epoch, thinned to at most 12 labels */
+    int64_t every = r->n_epochs > 12 ? (r->n_epochs + 11) / 12 : 1;
+    for (int64_t k = 0; k < r->n_epochs; k++) {
+        double x = r->epoch_at[k];
+        if (x < x0 || x > x1) continue;
+        (void)fprintf(f,
+                      "<line class=\"epoch\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
+                      "stroke=\"#cce\" stroke-dasharray=\"1 2\"/>",
+                      SX(x), SX(x), MT, MT + ph);
+        if ((k + 1) % every == 0)
+            (void)fprintf(f,
+                          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#669\" "
+                          "text-anchor=\"middle\">e%lld</text>",
+                          SX(x), MT + ph + 26, (long long)(k + 1));
+        (void)fputc('\n', f);
+    }
     double bs = (double)best_step;
     if (best_step >= 0 && bs >= x0 && bs <= x1)
         (void)fprintf(f,
@@ -364,7 +388,7 @@ static ct_status plot(report *r,
                       int n,
                       bool log_y) {
     (void)fprintf(html, "<figure>\n");
-    (void)chart(html, title, s, n, r->best_step, log_y, false);
+    (void)chart(html, r, title, s, n, log_y, false);
     (void)fprintf(html, "</figure>\n");
     if (!p->svg_dir) return CT_OK;
     char name[128], path[1200];
@@ -373,7 +397,7 @@ static ct_status plot(report *r,
     FILE *f = fopen(path, "w");
     if (!f) return CT_FAIL(r->ctx, CT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     (void)fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    (void)chart(f, title, s, n, r->best_step, log_y, true);
+    (void)chart(f, r, title, s, n, log_y, true);
     if (fclose(f) != 0) return CT_FAIL(r->ctx, CT_ERR_IO, "%s: write failed", path);
     return CT_OK;
 }
