@@ -19,6 +19,7 @@
 
 #define CFG_MAX_DEPTH   64
 #define CFG_MAX_ANCHORS 256
+#define CFG_MAX_NODES   100000 /* a file this big is not an experiment: aliases run wild */
 
 struct ct_config {
     ct_ctx *ctx;
@@ -132,6 +133,7 @@ typedef struct parse_state {
     } anchors[CFG_MAX_ANCHORS];
     int n_anchors;
     int docs;
+    int64_t nodes;
 } parse_state;
 
 static ct_status perr(parse_state *ps, int line, int col, const char *fmt, ...) CT_PRINTF(4, 5);
@@ -178,6 +180,27 @@ static ct_status place(parse_state *ps, ct_cfg_node *n) {
     return CT_OK;
 }
 
+/* Nodes in a subtree and its depth (1 for a scalar). */
+static int64_t subtree_size(const ct_cfg_node *n, int *depth) {
+    int64_t count = 1;
+    int deepest = 0;
+    for (const ct_cfg_node *c = n->first; c; c = c->next) {
+        int d = 0;
+        count += subtree_size(c, &d);
+        if (d > deepest) deepest = d;
+    }
+    *depth = deepest + 1;
+    return count;
+}
+
+static ct_status count_node(parse_state *ps, int64_t more, int line, int col) {
+    ps->nodes += more;
+    if (ps->nodes > CFG_MAX_NODES)
+        return perr(ps, line, col, "more than %d nodes (aliases expanding without end?)",
+                    CFG_MAX_NODES);
+    return CT_OK;
+}
+
 static bool awaiting_key(const parse_state *ps) {
     return ps->depth > 0 && ps->stack[ps->depth - 1]->kind == CT_CFG_MAP && !ps->pending_key;
 }
@@ -203,6 +226,8 @@ static ct_status on_scalar(parse_state *ps, struct fy_event *ev, int line, int c
             s = perr(ps, line, col, "merge keys (<<) are not supported");
         else if (!quoted && is_null_text(key))
             s = perr(ps, line, col, "a null key");
+        else if (key[0] == '\0')
+            s = perr(ps, line, col, "an empty key");
         else if (map_get(map, key, len))
             s = perr(ps, line, col, "duplicate key '%s'", key);
         else if (strchr(key, '.'))
@@ -217,6 +242,7 @@ static ct_status on_scalar(parse_state *ps, struct fy_event *ev, int line, int c
         ps->key_col = col;
         return CT_OK;
     }
+    CT_TRY(count_node(ps, 1, line, col));
     ct_cfg_node *n = new_node(ps->ctx, CT_CFG_SCALAR, ps->source, line, col);
     if (!n || !(n->value = dup_n(ps->ctx, txt, len))) {
         free_node(ps->ctx, n);
@@ -246,6 +272,10 @@ static ct_status on_alias(parse_state *ps, struct fy_event *ev, int line, int co
     for (int d = 0; d < ps->depth; d++)
         if (ps->stack[d] == target)
             return perr(ps, line, col, "an alias to an enclosing node (a cycle)");
+    int depth = 0;
+    CT_TRY(count_node(ps, subtree_size(target, &depth), line, col));
+    if (ps->depth + depth > CFG_MAX_DEPTH)
+        return perr(ps, line, col, "nesting deeper than %d (through an alias)", CFG_MAX_DEPTH);
     ct_cfg_node *n = copy_tree(ps->ctx, target, ps->source);
     if (!n) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
     n->line = line;
@@ -264,6 +294,7 @@ static ct_status on_collection_start(parse_state *ps, struct fy_event *ev, int l
     if (tag) return perr(ps, line, col, "YAML tags are not supported");
     if (awaiting_key(ps)) return perr(ps, line, col, "a mapping or sequence used as a key");
     if (ps->depth == CFG_MAX_DEPTH) return perr(ps, line, col, "nesting deeper than 64");
+    CT_TRY(count_node(ps, 1, line, col));
     ct_cfg_node *n = new_node(ps->ctx, map ? CT_CFG_MAP : CT_CFG_SEQ, ps->source, line, col);
     if (!n) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
     ct_status s = place(ps, n);
@@ -288,7 +319,67 @@ static ct_status syntax_error(parse_state *ps, struct fy_diag *diag) {
     return CT_FAIL(ps->ctx, CT_ERR_CONFIG, "%s: YAML syntax error", ps->source);
 }
 
+/* The offset of the first byte that breaks UTF-8 (overlong forms, surrogates and code points
+ * past U+10FFFF included), or len when the text is valid. */
+static size_t utf8_error_at(const unsigned char *s, size_t len) {
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        size_t k = c < 0x80             ? 1
+                   : (c & 0xe0) == 0xc0 ? 2
+                   : (c & 0xf0) == 0xe0 ? 3
+                   : (c & 0xf8) == 0xf0 ? 4
+                                        : 0;
+        if (k == 0 || i + k > len) return i;
+        uint32_t cp = k == 1 ? c : k == 2 ? c & 0x1fu : k == 3 ? c & 0x0fu : c & 0x07u;
+        for (size_t j = 1; j < k; j++) {
+            if ((s[i + j] & 0xc0) != 0x80) return i;
+            cp = cp << 6 | (s[i + j] & 0x3fu);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+        i += k;
+    }
+    return len;
+}
+
+/* Where a position in the text is, for messages. */
+static void line_col(const char *text, size_t at, int *line, int *col) {
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < at; i++) {
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
 static ct_status parse(parse_state *ps, const char *text, size_t len, bool map_root) {
+    /* libfyaml 0.7.12 is given only what it reads right: UTF-8 (it can loop on a directive
+       followed by an invalid byte) and no run of four single quotes (it misreads escaped
+       quotes in a row); both fixed upstream, both rejected here with a location */
+    size_t bad = utf8_error_at((const unsigned char *)text, len);
+    if (bad < len) {
+        int line, col;
+        line_col(text, bad, &line, &col);
+        return CT_FAIL(ps->ctx, CT_ERR_CONFIG, "%s:%d:%d: not UTF-8 text (byte 0x%02x)", ps->source,
+                       line, col, (unsigned)(unsigned char)text[bad]);
+    }
+    const char *quotes = NULL;
+    for (size_t i = 0; i + 4 <= len && !quotes; i++)
+        if (text[i] == '\'' && text[i + 1] == '\'' && text[i + 2] == '\'' && text[i + 3] == '\'')
+            quotes = text + i;
+    if (quotes) {
+        int line, col;
+        line_col(text, (size_t)(quotes - text), &line, &col);
+        return CT_FAIL(ps->ctx, CT_ERR_CONFIG,
+                       "%s:%d:%d: four single quotes in a row, which the YAML library of this "
+                       "system misreads; write the value in double quotes",
+                       ps->source, line, col);
+    }
     struct fy_diag_cfg dcfg;
     fy_diag_cfg_default(&dcfg);
     dcfg.fp = NULL;
@@ -608,6 +699,8 @@ ct_status ct_config_override(ct_config *cfg, const char *arg) {
     char path[512];
     memcpy(path, p, klen);
     path[klen] = '\0';
+    if (utf8_error_at((const unsigned char *)path, klen) < klen)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': the key is not UTF-8 text", arg);
     for (size_t i = 0; i < klen; i++) {
         unsigned char ch = (unsigned char)path[i];
         bool empty_seg = ch == '.' && (i == 0 || i + 1 == klen || path[i + 1] == '.');
@@ -720,9 +813,11 @@ ct_status ct_config_set(ct_config *cfg, const char *path, const char *value, boo
 
 static bool plain_safe(const char *s, bool is_key) {
     if (s[0] == '\0') return false;
-    if (strchr("-?:,[]{}#&*!|>'\"%@` \t", s[0]) &&
-        !(s[0] == '-' && s[1] != '\0' && s[1] != ' ' && !is_key))
-        return false;
+    /* "-", "?" and ":" start a plain scalar when a non-space follows (YAML 1.2, 7.3.3) */
+    bool indicator_ok = strchr("-?:", s[0]) && s[1] != '\0' && s[1] != ' ' && s[1] != '\t';
+    if (strchr("-?:,[]{}#&*!|>'\"%@` \t", s[0]) && !indicator_ok) return false;
+    if (is_key && strcmp(s, "<<") == 0) return false;     /* would read back as a merge key */
+    if (strncmp(s, "\xef\xbb\xbf", 3) == 0) return false; /* U+FEFF: a byte-order mark */
     size_t n = strlen(s);
     if (s[n - 1] == ' ' || s[n - 1] == ':') return false;
     for (const char *p = s; *p; p++) {

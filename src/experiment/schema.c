@@ -291,6 +291,7 @@ int ctx_parse_bool(const char *v) {
 }
 
 bool ctx_parse_int(const char *v, int64_t *out) {
+    if (isspace((unsigned char)v[0])) return false; /* strtoll would skip it: "\f10" is text */
     char *end = NULL;
     errno = 0;
     long long x = strtoll(v, &end, 10);
@@ -300,6 +301,7 @@ bool ctx_parse_int(const char *v, int64_t *out) {
 }
 
 bool ctx_parse_float(const char *v, double *out) {
+    if (isspace((unsigned char)v[0])) return false;
     char *end = NULL;
     errno = 0;
     double x = strtod(v, &end);
