@@ -633,188 +633,143 @@ static ct_status load_checkpoint(ct_ctx *ctx, ct_experiment *e, const char **whi
     return st;
 }
 
-static int cmd_predict(int argc, char **argv) {
+/* What eval, predict and config share: the arguments, the context and the configuration and
+ * experiment opened read-only (nothing is trained or written into the run directory). */
+typedef struct ro_cmd {
     cmd_args a;
-    char **ov = calloc((size_t)argc + 1, sizeof(char *));
-    if (!ov) return EXIT_RUN_FAILED;
-    int rc = parse_args("predict", argc, argv, &a, ov);
-    if (rc) goto out_free;
-    if (a.help) {
-        cmd_usage(stdout, "predict");
-        goto out_free;
-    }
-    if (!a.config || !a.input || !a.output) {
-        (void)fprintf(stderr, "ctrain predict: needs CONFIG, --input FILE and --output FILE\n");
-        rc = EXIT_USAGE;
-        goto out_free;
-    }
+    char **ov;
     session s;
     ct_ctx *ctx;
-    if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
-    s.quiet = true;
-    ct_config *cfg = NULL;
-    ct_experiment *e = NULL;
-    ct_status st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
+    ct_config *cfg;
+    ct_experiment *e;
+} ro_cmd;
+
+/* Parses the arguments and, unless help was asked, opens everything. Returns -1 to go on, or
+ * the exit code (0 after help) once ro_end has cleaned up. */
+static int ro_begin(ro_cmd *c, const char *name, int argc, char **argv) {
+    memset(c, 0, sizeof *c);
+    if (!(c->ov = calloc((size_t)argc + 1, sizeof(char *)))) return EXIT_RUN_FAILED;
+    int rc = parse_args(name, argc, argv, &c->a, c->ov);
+    if (!rc && c->a.help) cmd_usage(stdout, name);
+    if (!rc && !c->a.help && !c->a.config) {
+        (void)fprintf(stderr, "ctrain %s: missing CONFIG\n", name);
+        rc = EXIT_USAGE;
+    }
+    if (!rc && !c->a.help && strcmp(name, "predict") == 0 && (!c->a.input || !c->a.output)) {
+        (void)fprintf(stderr, "ctrain predict: needs --input FILE and --output FILE\n");
+        rc = EXIT_USAGE;
+    }
+    if (rc || c->a.help) {
+        free(c->ov);
+        return rc;
+    }
+    if ((rc = open_session(&c->s, &c->ctx)) != 0) {
+        free(c->ov);
+        return rc;
+    }
+    c->s.quiet = true;
+    c->s.progress = PROGRESS_NONE;
+    ct_status st = load_config(c->ctx, c->a.config, c->a.overrides, c->a.n_overrides, &c->cfg);
     if (st == CT_OK) {
-        (void)ct_ctx_set_threads(ctx, atoll(ct_config_find(ct_config_root(cfg), "threads")->value));
+        const ct_cfg_node *threads = ct_config_find(ct_config_root(c->cfg), "threads");
+        (void)ct_ctx_set_threads(c->ctx, atoll(threads->value));
         ct_experiment_params ep = ct_experiment_default_params();
         ep.read_only = true;
-        st = ct_experiment_create(ctx, cfg, &ep, &e);
+        st = ct_experiment_create(c->ctx, c->cfg, &ep, &c->e);
     }
-    const char *which = a.checkpoint;
-    int64_t step = 0;
-    if (st == CT_OK) st = load_checkpoint(ctx, e, &which, &step);
-    if (st != CT_OK) {
-        rc = fail(ctx, setup_code(st));
-    } else if ((st = ct_experiment_predict(e, a.input, a.output)) != CT_OK) {
-        rc = fail(ctx, st == CT_ERR_OOM || st == CT_ERR_INTERNAL ? EXIT_RUN_FAILED : EXIT_USAGE);
-    } else {
-        (void)fprintf(stderr, "ctrain predict: %s -> %s (checkpoint %s, step %lld)\n", a.input,
-                      a.output, which, (long long)step);
-    }
-    ct_experiment_destroy(e);
-    ct_config_destroy(cfg);
-    ct_ctx_destroy(ctx);
-out_free:
-    free(ov);
+    return st == CT_OK ? -1 : fail(c->ctx, setup_code(st));
+}
+
+static int ro_end(ro_cmd *c, int rc) {
+    ct_experiment_destroy(c->e);
+    ct_config_destroy(c->cfg);
+    ct_ctx_destroy(c->ctx);
+    free(c->ov);
     return rc;
 }
 
+static int cmd_predict(int argc, char **argv) {
+    ro_cmd c;
+    int rc = ro_begin(&c, "predict", argc, argv);
+    if (rc >= 0) return c.ctx ? ro_end(&c, rc) : rc;
+    const char *which = c.a.checkpoint;
+    int64_t step = 0;
+    ct_status st = load_checkpoint(c.ctx, c.e, &which, &step);
+    if (st != CT_OK) return ro_end(&c, fail(c.ctx, setup_code(st)));
+    st = ct_experiment_predict(c.e, c.a.input, c.a.output);
+    if (st != CT_OK)
+        return ro_end(&c, fail(c.ctx, st == CT_ERR_OOM || st == CT_ERR_INTERNAL ? EXIT_RUN_FAILED
+                                                                                : EXIT_USAGE));
+    (void)fprintf(stderr, "ctrain predict: %s -> %s (checkpoint %s, step %lld)\n", c.a.input,
+                  c.a.output, which, (long long)step);
+    return ro_end(&c, 0);
+}
+
 static int cmd_eval(int argc, char **argv) {
-    cmd_args a;
-    char **ov = calloc((size_t)argc + 1, sizeof(char *));
-    if (!ov) return EXIT_RUN_FAILED;
-    int rc = parse_args("eval", argc, argv, &a, ov);
-    if (rc) goto out_free;
-    if (a.help) {
-        cmd_usage(stdout, "eval");
-        goto out_free;
-    }
-    if (!a.config) {
-        (void)fprintf(stderr, "ctrain eval: missing CONFIG\n");
-        rc = EXIT_USAGE;
-        goto out_free;
-    }
-    session s;
-    ct_ctx *ctx;
-    if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
-    s.quiet = true;
-    ct_config *cfg = NULL;
-    ct_experiment *e = NULL;
-    ct_status st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
-    if (st != CT_OK) {
-        rc = fail(ctx, setup_code(st));
-        goto out;
-    }
-    apply_logging(&s, cfg);
-    s.progress = PROGRESS_NONE;
-    (void)ct_ctx_set_threads(ctx, atoll(ct_config_find(ct_config_root(cfg), "threads")->value));
-    ct_experiment_params ep = ct_experiment_default_params();
-    ep.read_only = true;
-    st = ct_experiment_create(ctx, cfg, &ep, &e);
-    if (st != CT_OK) {
-        rc = fail(ctx, setup_code(st));
-        goto out;
-    }
+    ro_cmd c;
+    int rc = ro_begin(&c, "eval", argc, argv);
+    if (rc >= 0) return c.ctx ? ro_end(&c, rc) : rc;
     int64_t n_eng;
-    const char *const *keys = ct_experiment_engines(e, &n_eng);
+    const char *const *keys = ct_experiment_engines(c.e, &n_eng);
     if (n_eng == 0) {
         (void)fprintf(stderr, "ctrain eval: %s has no data.valid or data.test to evaluate on\n",
-                      a.config);
-        rc = EXIT_USAGE;
-        goto out;
+                      c.a.config);
+        return ro_end(&c, EXIT_USAGE);
     }
-    const char *which = a.checkpoint;
+    const char *which = c.a.checkpoint;
     int64_t step = 0;
-    st = load_checkpoint(ctx, e, &which, &step);
-    if (st != CT_OK) {
-        rc = fail(ctx, EXIT_USAGE);
-        goto out;
-    }
+    ct_status st = load_checkpoint(c.ctx, c.e, &which, &step);
+    if (st != CT_OK) return ro_end(&c, fail(c.ctx, EXIT_USAGE));
     json_t *obj = json_object();
     (void)json_object_set_new(obj, "step", json_integer((json_int_t)step));
     (void)json_object_set_new(obj, "checkpoint", json_string(which));
-    ct_trainer *t = ct_experiment_trainer(e);
-    for (int64_t k = 0; k < n_eng && rc == 0; k++) {
-        st = ct_trainer_evaluate(t, keys[k]);
-        if (st != CT_OK) {
-            rc = fail(ctx, EXIT_RUN_FAILED);
+    ct_trainer *t = ct_experiment_trainer(c.e);
+    for (int64_t k = 0; k < n_eng && rc < 0; k++) {
+        if (ct_trainer_evaluate(t, keys[k]) != CT_OK) {
+            rc = fail(c.ctx, EXIT_RUN_FAILED);
             break;
         }
         int64_t n;
         const ct_metric_value *v = ct_trainer_metrics(t, keys[k], &n);
-        if (!a.json) (void)printf("%s (step %lld):", keys[k], (long long)step);
+        if (!c.a.json) (void)printf("%s (step %lld):", keys[k], (long long)step);
         for (int64_t i = 0; i < n; i++) {
-            if (a.json)
+            if (c.a.json)
                 (void)json_object_set_new(
                     obj, v[i].name, isfinite(v[i].value) ? json_real(v[i].value) : json_null());
             else
                 (void)printf(" %s %.6g", v[i].name, v[i].value);
         }
-        if (!a.json) (void)printf("\n");
+        if (!c.a.json) (void)printf("\n");
     }
-    if (rc == 0 && a.json) {
+    if (rc < 0 && c.a.json) {
         char *txt = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17));
         if (txt) (void)printf("%s\n", txt);
         free(txt);
     }
     json_decref(obj);
-out:
-    ct_experiment_destroy(e);
-    ct_config_destroy(cfg);
-    ct_ctx_destroy(ctx);
-out_free:
-    free(ov);
-    return rc;
+    return ro_end(&c, rc < 0 ? 0 : rc);
 }
 
+/* Valid means fit would start: ro_begin has checked the schema, built every component (their
+ * keys checked, the data files opened) and filled in the `auto` lengths. */
 static int cmd_config(int argc, char **argv) {
-    cmd_args a;
-    char **ov = calloc((size_t)argc + 1, sizeof(char *));
-    if (!ov) return EXIT_RUN_FAILED;
-    int rc = parse_args("config", argc, argv, &a, ov);
-    if (rc) goto out_free;
-    if (a.help) {
-        cmd_usage(stdout, "config");
-        goto out_free;
-    }
-    if (a.reference) {
-        ct_experiment_write_reference(stdout);
-        goto out_free;
-    }
-    if (!a.config) {
-        (void)fprintf(stderr, "ctrain config: missing CONFIG\n");
-        rc = EXIT_USAGE;
-        goto out_free;
-    }
-    session s;
-    ct_ctx *ctx;
-    if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
-    s.quiet = true;
-    ct_config *cfg = NULL;
-    ct_experiment *e = NULL;
-    ct_status st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
-    if (st == CT_OK) {
-        /* valid means fit would start: the components check their own keys and the data
-           files open (nothing is trained or written) */
-        ct_experiment_params ep = ct_experiment_default_params();
-        ep.read_only = true;
-        st = ct_experiment_create(ctx, cfg, &ep, &e);
-    }
-    if (st != CT_OK) {
-        rc = fail(ctx, setup_code(st));
-    } else {
-        char fp[17];
-        ct_experiment_fingerprint(cfg, fp);
-        (void)printf("# %s resolved (fingerprint %s)\n", a.config, fp);
-        if (ct_config_write(cfg, stdout) != CT_OK) rc = fail(ctx, EXIT_RUN_FAILED);
-    }
-    ct_experiment_destroy(e);
-    ct_config_destroy(cfg);
-    ct_ctx_destroy(ctx);
-out_free:
-    free(ov);
-    return rc;
+    /* --reference needs no CONFIG */
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--reference") == 0) {
+            if (argc != 2) {
+                (void)fprintf(stderr, "ctrain config: --reference takes no CONFIG\n");
+                return EXIT_USAGE;
+            }
+            ct_experiment_write_reference(stdout);
+            return 0;
+        }
+    ro_cmd c;
+    int rc = ro_begin(&c, "config", argc, argv);
+    if (rc >= 0) return c.ctx ? ro_end(&c, rc) : rc;
+    char fp[17];
+    ct_experiment_fingerprint(c.cfg, fp);
+    (void)printf("# %s resolved (fingerprint %s)\n", c.a.config, fp);
+    return ro_end(&c, ct_config_write(c.cfg, stdout) == CT_OK ? 0 : fail(c.ctx, EXIT_RUN_FAILED));
 }
 
 static int cmd_report(int argc, char **argv) {
