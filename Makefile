@@ -2,10 +2,13 @@
 #   make demo   installs what is missing, builds, and runs the default job
 #   make test   installs what is missing, then: Release build (gcc, -Werror) + every test,
 #               ASan+UBSan build (clang, -Werror) + every test, a build without OpenMP + every
-#               test, the loader under ThreadSanitizer, clang-format check
+#               test, the loader under ThreadSanitizer, clang-format check, 20 s fuzzing of the
+#               config parser and of the checkpoint reader
+#   make fuzz-config, make fuzz-checkpoint   libFuzzer for FUZZ_SECONDS (60) in build-fuzz
 JOBS ?= 2
 
-.PHONY: all deps build demo test test-release test-asan test-noomp test-tsan format-check bench clean
+.PHONY: all deps build demo test test-release test-asan test-noomp test-tsan test-fuzz fuzz-config \
+	fuzz-checkpoint format-check bench clean
 
 all: build
 
@@ -19,7 +22,7 @@ build: deps
 demo: build
 	./build/ctrain fit examples/fashion_mnist_mlp.yaml
 
-test: deps test-release test-asan test-noomp test-tsan format-check
+test: deps test-release test-asan test-noomp test-tsan test-fuzz format-check
 
 test-release:
 	cmake -S . -B build-ci -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DCT_WERROR=ON
@@ -45,6 +48,35 @@ test-tsan:
 	cmake --build build-tsan -j $(JOBS) --target test_loader
 	TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/test_loader
 
+# libFuzzer (clang, ASan+UBSan, in build-fuzz) over a fresh copy of the committed seeds:
+#   fuzz-config      the config parser, schema and writer (tests/fuzz/fuzz_config.c,
+#                    seeds tests/fuzz/corpus)
+#   fuzz-checkpoint  the checkpoint reader: safetensors, state.json, checksummed damage
+#                    (tests/fuzz/fuzz_checkpoint.c, seeds tests/fuzz/corpus_checkpoint)
+# A crash is saved as build-fuzz/artifacts-NAME/crash-* (reproduce:
+# ./build-fuzz/tests/fuzz/fuzz_NAME FILE). Longer runs: `make fuzz-config FUZZ_SECONDS=3600`,
+# or to keep growing the corpus a run left (a later make starts again from the seeds):
+#     ./build-fuzz/tests/fuzz/fuzz_config -max_total_time=3600 -max_len=4096 build-fuzz/corpus-config
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS ?= -max_len=4096 -timeout=10 -rss_limit_mb=2048
+CORPUS_config = tests/fuzz/corpus
+CORPUS_checkpoint = tests/fuzz/corpus_checkpoint
+
+fuzz-config fuzz-checkpoint: fuzz-%:
+	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+		-DCT_SANITIZE=ON -DCT_FUZZ=ON
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_$*
+	rm -rf build-fuzz/corpus-$* build-fuzz/artifacts-$*
+	mkdir -p build-fuzz/corpus-$* build-fuzz/artifacts-$*
+	cp $(CORPUS_$*)/* build-fuzz/corpus-$*/
+	ASAN_OPTIONS=detect_leaks=1 ./build-fuzz/tests/fuzz/fuzz_$* $(FUZZ_FLAGS) \
+		-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+		-artifact_prefix=build-fuzz/artifacts-$*/ build-fuzz/corpus-$*
+
+test-fuzz:
+	$(MAKE) fuzz-config FUZZ_SECONDS=20
+	$(MAKE) fuzz-checkpoint FUZZ_SECONDS=20
+
 format-check:
 	scripts/check-format.sh
 
@@ -55,4 +87,4 @@ bench:
 	/usr/bin/python3 bench/run.py --build build
 
 clean:
-	rm -rf build build-ci build-asan build-noomp build-tsan
+	rm -rf build build-ci build-asan build-noomp build-tsan build-fuzz

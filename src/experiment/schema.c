@@ -534,6 +534,10 @@ ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
             if (isspace((unsigned char)*p) || *p == '/') *p = '_';
         CT_TRY(ct_config_set(cfg, "name", stem[0] ? stem : "experiment", true));
     }
+    const ct_cfg_node *name = ct_config_find(root, "name");
+    if (!name->value[0] || strchr(name->value, '/'))
+        return key_error(ctx, name, "name",
+                         "expected a non-empty name without '/' (it names the run directory)");
     if (!ct_config_find(root, "output_dir")) {
         char dir[512];
         (void)snprintf(dir, sizeof dir, "runs/%s", ct_config_find(root, "name")->value);
@@ -541,7 +545,10 @@ ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     }
     const ct_cfg_node *me = ct_config_find(root, "trainer.max_epochs"),
                       *ms = ct_config_find(root, "trainer.max_steps");
-    if (strcmp(me->value, "0") == 0 && strcmp(ms->value, "0") == 0)
+    int64_t epochs = 0, steps = 0;
+    (void)ctx_parse_int(me->value, &epochs);
+    (void)ctx_parse_int(ms->value, &steps);
+    if (epochs == 0 && steps == 0)
         return key_error(ctx, me, "trainer.max_epochs",
                          "0 (no limit) needs trainer.max_steps > 0, or the run would never end");
     return CT_OK;
@@ -614,7 +621,25 @@ static void walk_leaves(const ct_cfg_node *n, leaf_fn fn, void *user) {
     }
 }
 
-static const char *leaf_text(const ct_cfg_node *n) {
+/* A leaf as the fingerprint and the diff compare it: plain numbers and bools in one canonical
+ * spelling, so 0.001 and 1e-3, True and true, are the same setting. buf holds 32 bytes. */
+static const char *canonical(const ct_cfg_node *n, char *buf) {
+    if (n->kind == CT_CFG_MAP) return "{}";
+    if (n->kind == CT_CFG_SEQ) return "[]";
+    if (n->null) return "null";
+    if (n->quoted) return n->value;
+    int b = ctx_parse_bool(n->value);
+    if (b >= 0) return b ? "true" : "false";
+    double x;
+    if (ctx_parse_float(n->value, &x)) {
+        (void)snprintf(buf, 32, "%.17g", x);
+        return buf;
+    }
+    return n->value;
+}
+
+/* A leaf as the diff shows it: as written. */
+static const char *shown(const ct_cfg_node *n) {
     if (n->kind == CT_CFG_MAP) return "{}";
     if (n->kind == CT_CFG_SEQ) return "[]";
     return n->null ? "null" : n->value;
@@ -623,7 +648,8 @@ static const char *leaf_text(const ct_cfg_node *n) {
 static void hash_leaf(void *user, const char *path, const ct_cfg_node *n) {
     uint64_t h = fnv1a(14695981039346656037ULL, path);
     h = fnv1a(h, "=");
-    h = fnv1a(h, leaf_text(n));
+    char buf[32];
+    h = fnv1a(h, canonical(n, buf));
     *(uint64_t *)user += h * 0x9E3779B97F4A7C15ULL;
 }
 
@@ -644,14 +670,15 @@ typedef struct diff_state {
 static void diff_leaf(void *user, const char *path, const ct_cfg_node *n) {
     diff_state *ds = user;
     const ct_cfg_node *o = ct_config_find(ct_config_root(ds->other), path);
+    char bo[32], bn[32];
     bool same = o && (o->kind == CT_CFG_SCALAR || o->n_children == 0) &&
-                strcmp(leaf_text(o), leaf_text(n)) == 0;
+                strcmp(canonical(o, bo), canonical(n, bn)) == 0;
     if (same || (!ds->forward && o)) return;
     ds->count++;
-    const char *a = ds->forward ? leaf_text(n) : "(absent)";
-    const char *b =
-        ds->forward ? (o ? (o->kind == CT_CFG_SCALAR ? leaf_text(o) : "(a section)") : "(absent)")
-                    : leaf_text(n);
+    const char *a = ds->forward ? shown(n) : "(absent)";
+    const char *b = ds->forward
+                        ? (o ? (o->kind == CT_CFG_SCALAR ? shown(o) : "(a section)") : "(absent)")
+                        : shown(n);
     if (ds->at >= ds->size) return;
     int w = snprintf(ds->buf + ds->at, ds->size - ds->at, "%s%s: %s -> %s", ds->at ? "; " : "",
                      path, a, b);

@@ -208,7 +208,8 @@ static int64_t chart(FILE *f,
                      bool log_y,
                      bool standalone) {
     int64_t best_step = r->best_step;
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    double x0 = (double)INFINITY, x1 = -(double)INFINITY, y0 = (double)INFINITY,
+           y1 = -(double)INFINITY;
     for (int k = 0; k < n; k++)
         for (int64_t i = 0; i < s[k]->n; i++) {
             double y = s[k]->pts[i].value;
@@ -447,7 +448,7 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
                      "</th><th>min</th><th>max</th></tr>\n");
     for (int64_t i = 0; i < r->n_series; i++) {
         const series *s = &r->s[i];
-        double mn = INFINITY, mx = -INFINITY;
+        double mn = (double)INFINITY, mx = -(double)INFINITY;
         for (int64_t k = 0; k < s->n; k++) {
             mn = fmin(mn, s->pts[k].value);
             mx = fmax(mx, s->pts[k].value);

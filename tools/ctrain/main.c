@@ -255,7 +255,7 @@ static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
     session *s = user;
     int64_t n;
     const ct_metric_value *v = ct_trainer_metrics(t, "train", &n);
-    double loss = NAN;
+    double loss = (double)NAN;
     for (int64_t i = 0; i < n; i++)
         if (strcmp(v[i].name, "train/loss") == 0) loss = v[i].value;
     if (s->log_file) {
