@@ -4,8 +4,8 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clang-format libomp-dev
-      libopenblas-dev libdnnl-dev zlib1g-dev libjansson-dev libfyaml-dev dataset-fashion-mnist
-      protobuf-compiler)
+      libopenblas-dev libdnnl-dev zlib1g-dev libjansson-dev libfyaml-dev libpng-dev
+      dataset-fashion-mnist protobuf-compiler)
 if [[ "${1:-}" == "--bench" ]]; then
     pkgs+=(python3-torch python3-numpy)
 fi

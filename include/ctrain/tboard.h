@@ -7,7 +7,8 @@
  * own writer names them, and starts with an Event whose file_version is "brain.Event:2".
  * Scalars are Summary.Value.simple_value (what PyTorch's SummaryWriter.add_scalar writes);
  * histograms are HistogramProto with TensorFlow's default bucket limits (+-1e-12 * 1.1^k up to
- * 1e20, and 0); text is a DT_STRING tensor with the "text" plugin's metadata.
+ * 1e20, and 0); text is a DT_STRING tensor with the "text" plugin's metadata; images are PNG
+ * (libpng) in Summary.Image.
  *
  * Ownership: ct_tb_open returns a writer the caller closes with ct_tb_close, which flushes.
  * Records are buffered by stdio and flushed by ct_tb_flush (the command line flushes after each
@@ -41,6 +42,15 @@ CT_API ct_status ct_tb_histogram(
     ct_tb_writer *w, const char *tag, int64_t step, double wall_time, const float *v, int64_t n);
 CT_API ct_status
 ct_tb_text(ct_tb_writer *w, const char *tag, int64_t step, double wall_time, const char *text);
+
+/* An RGB image (height x width x 3 bytes, rows top to bottom) as a PNG in Summary.Image. */
+CT_API ct_status ct_tb_image(ct_tb_writer *w,
+                             const char *tag,
+                             int64_t step,
+                             double wall_time,
+                             const unsigned char *rgb,
+                             int64_t height,
+                             int64_t width);
 
 /* TensorFlow's masked CRC-32C of a TFRecord: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
 CT_API uint32_t ct_tb_masked_crc(const void *data, size_t n);

@@ -917,7 +917,9 @@ static void record(ct_experiment *e,
         if (e->csv)
             (void)fprintf(e->csv, "%lld,%lld,%.3f,%s,%.17g\n", (long long)ct_trainer_step(t),
                           (long long)ct_trainer_epoch(t), now, name, x);
-        if (e->tb && ct_tb_scalar(e->tb, name, ct_trainer_step(t), now, (float)x) != CT_OK)
+        /* confusion counts go to TensorBoard as one image per evaluation instead */
+        if (e->tb && !strstr(name, "/confusion/") &&
+            ct_tb_scalar(e->tb, name, ct_trainer_step(t), now, (float)x) != CT_OK)
             tb_failed(e);
     }
     if (e->tb && ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
@@ -948,10 +950,62 @@ static void write_report(ct_experiment *e) {
         ct_log(e->ctx, CT_LOG_WARN, "report: %s", ct_last_error(e->ctx));
 }
 
+/* An evaluation's confusion matrix (values "<key>/confusion/<true>/<pred>") as a TensorBoard
+ * image: rows are true classes, columns predictions, white to blue by the share of the row. */
+static void confusion_image(
+    ct_experiment *e, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    char prefix[96];
+    int plen = snprintf(prefix, sizeof prefix, "%s/confusion/", key);
+    if (plen <= 0 || (size_t)plen >= sizeof prefix) return;
+    int64_t classes = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!strncmp(v[i].name, prefix, (size_t)plen)) classes++;
+    int64_t c = (int64_t)floor(sqrt((double)classes) + 0.5);
+    if (c < 1 || c * c != classes || c > 256) return;
+    int64_t cell = c <= 16 ? 16 : c <= 64 ? 8 : 2, side = c * cell;
+    size_t bytes = (size_t)(side * side * 3);
+    double *m = ct_alloc(e->ctx, sizeof(double) * (size_t)(c * c));
+    unsigned char *img = ct_alloc(e->ctx, bytes);
+    if (m && img) {
+        memset(m, 0, sizeof(double) * (size_t)(c * c));
+        for (int64_t i = 0; i < n; i++) {
+            long long a, b;
+            if (strncmp(v[i].name, prefix, (size_t)plen) ||
+                sscanf(v[i].name + plen, "%lld/%lld", &a, &b) != 2 || a < 0 || b < 0 || a >= c ||
+                b >= c)
+                continue;
+            m[a * c + b] = v[i].value;
+        }
+        for (int64_t r = 0; r < c; r++) {
+            double row = 0;
+            for (int64_t k = 0; k < c; k++)
+                row += m[r * c + k];
+            for (int64_t k = 0; k < c; k++) {
+                double f = row > 0 ? m[r * c + k] / row : 0;
+                unsigned char shade = (unsigned char)(255 - (int)(f * 200));
+                for (int64_t y = r * cell; y < (r + 1) * cell; y++)
+                    for (int64_t x = k * cell; x < (k + 1) * cell; x++) {
+                        unsigned char *px = img + ((size_t)(y * side + x)) * 3;
+                        px[0] = px[1] = shade;
+                        px[2] = 255;
+                    }
+            }
+        }
+        char tag[128];
+        (void)snprintf(tag, sizeof tag, "%s/confusion", key);
+        if (ct_tb_image(e->tb, tag, ct_trainer_step(t), 0, img, side, side) != CT_OK ||
+            ct_tb_flush(e->tb) != CT_OK)
+            tb_failed(e);
+    }
+    ct_free(e->ctx, img, bytes);
+    ct_free(e->ctx, m, sizeof(double) * (size_t)(c * c));
+}
+
 static ct_status
 on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
     ct_experiment *e = user;
     record(e, t, v, n, NULL, NULL, 0);
+    if (e->tb) confusion_image(e, t, key, v, n);
     if (e->jsonl && strcmp(str_at(e, "logging.report"), "live") == 0) write_report(e);
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_eval_end ? cb->on_eval_end(cb->user, t, key, v, n) : CT_OK;

@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <png.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -359,5 +361,63 @@ ct_tb_text(ct_tb_writer *w, const char *tag, int64_t step, double wall_time, con
     reset(&w->inner);
     pb_child(&w->inner, 1, &w->inner2);
     pb_child(&w->value, 9, &w->inner);
+    return finish_value(w);
+}
+
+/* ---- images ---- */
+
+static void png_to_pb(png_structp png, png_bytep data, png_size_t n) {
+    pb_bytes(png_get_io_ptr(png), data, n);
+}
+
+static void png_flush_nothing(png_structp png) {
+    (void)png;
+}
+
+ct_status ct_tb_image(ct_tb_writer *w,
+                      const char *tag,
+                      int64_t step,
+                      double wall_time,
+                      const unsigned char *rgb,
+                      int64_t height,
+                      int64_t width) {
+    if (height < 1 || width < 1 || height > 65536 || width > 65536)
+        return CT_FAIL(w->ctx, CT_ERR_INVALID_ARG, "tensorboard image '%s': size %lldx%lld", tag,
+                       (long long)height, (long long)width);
+    /* the PNG goes into inner2 */
+    reset(&w->inner2);
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!png || !info) {
+        png_destroy_write_struct(&png, &info);
+        return CT_FAIL(w->ctx, CT_ERR_OOM, "tensorboard image '%s': out of memory", tag);
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        return CT_FAIL(w->ctx, CT_ERR_INTERNAL, "tensorboard image '%s': PNG encoding failed", tag);
+    }
+    png_set_write_fn(png, &w->inner2, png_to_pb, png_flush_nothing);
+    png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, PNG_COLOR_TYPE_RGB,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int64_t y = 0; y < height; y++)
+        png_write_row(png, rgb + (size_t)y * (size_t)width * 3);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    if (w->inner2.oom)
+        return CT_FAIL(w->ctx, CT_ERR_OOM, "tensorboard image '%s': out of memory", tag);
+    /* Summary.Image: height=1, width=2, colorspace=3 (RGB), encoded_image_string=4 */
+    reset(&w->inner);
+    pb_key(&w->inner, 1, WIRE_VARINT);
+    pb_varint(&w->inner, (uint64_t)height);
+    pb_key(&w->inner, 2, WIRE_VARINT);
+    pb_varint(&w->inner, (uint64_t)width);
+    pb_key(&w->inner, 3, WIRE_VARINT);
+    pb_varint(&w->inner, 3);
+    pb_child(&w->inner, 4, &w->inner2);
+    begin_event(w, step, wall_time);
+    reset(&w->value);
+    pb_string(&w->value, 1, tag);
+    pb_child(&w->value, 4, &w->inner);
     return finish_value(w);
 }

@@ -351,6 +351,42 @@ else
         why="the final model.safetensors differ"
     verdict resume_weights_equal "$why"
 fi
+# the same with accumulation windows, augmentation (random crops and flips drawn per epoch),
+# EMA and dropout, on 600 Fashion-MNIST images: all of their state comes back from the checkpoint
+fm=/usr/share/datasets/fashion-mnist
+cat >aug.yaml <<EOF
+seed: 5
+data:
+  train: {type: idx, images: $fm/train-images-idx3-ubyte.gz, labels: $fm/train-labels-idx1-ubyte.gz, limit: 600}
+  valid: {split: 0.2}
+  batch_size: 32
+  transforms: [{type: scale, a: 0.0039215686}]
+  augment: [{type: random_crop, pad: 2}, {type: hflip, p: 0.5}]
+model:
+  type: sequential
+  layers: [flatten, {type: linear, out: 32}, relu, {type: dropout, p: 0.2}, {type: linear, out: 10}]
+optimizer: {type: adam, lr: 0.003}
+scheduler: {type: cosine, t_max: 24}
+trainer: {max_epochs: 3, accum_steps: 2, ema: {decay: 0.9}}
+logging: {progress: none}
+EOF
+"$ctrain" fit aug.yaml ++output_dir=resumed2 trainer.max_epochs=1 >/dev/null 2>&1
+rc1=$?
+"$ctrain" fit aug.yaml ++output_dir=resumed2 >resume2.out 2>&1
+rc2=$?
+"$ctrain" fit aug.yaml ++output_dir=straight2 >/dev/null 2>&1
+rc3=$?
+why=
+if [[ $rc1 -ne 0 || $rc2 -ne 0 || $rc3 -ne 0 ]]; then
+    why="exits $rc1 $rc2 $rc3: $(tail_of resume2.out)"
+elif ! cmp -s "$(latest_dir resumed2)/model.safetensors" "$(latest_dir straight2)/model.safetensors" ||
+    ! cmp -s "$(latest_dir resumed2)/ema.safetensors" "$(latest_dir straight2)/ema.safetensors"; then
+    why="the final weights or EMA weights differ"
+elif [[ $(records resumed2/metrics.jsonl) != "$(records straight2/metrics.jsonl)" ]]; then
+    why="metrics.jsonl differs: $(diff <(records resumed2/metrics.jsonl) \
+        <(records straight2/metrics.jsonl) | head -n 4 | tr '\n' '|')"
+fi
+verdict resume_with_accumulation_augmentation_ema "$why"
 (cd resumed && find . -type f -print0 | sort -z | xargs -0 sha256sum) >before.txt
 expect resume_changed_config 2 'another configuration' 'optimizer\.lr: 0\.1 -> 0\.05' -- \
     "$ctrain" fit tiny.yaml ++output_dir=resumed optimizer.lr=0.05 "${fixed[@]}"

@@ -97,6 +97,7 @@ data:
 model: {type: mlp, hidden: [16]}
 optimizer: {type: sgd, lr: 0.1}
 trainer: {max_epochs: 2, steps_per_loop: 5}
+metrics: {valid: [accuracy, confusion]}
 logging: {progress: none, tensorboard: true, histogram_every: 1, histogram_exclude: "*.bias"}
 """
 
@@ -129,7 +130,7 @@ def main():
         first_ev = fields(records[0])
         check("first event: file_version brain.Event:2",
               first(first_ev, 3) == b"brain.Event:2")
-        scalars, texts, hists = {}, [], {}
+        scalars, texts, hists, images = {}, [], {}, []
         for r in records[1:]:
             ev = fields(r)
             step = first(ev, 2) or 0
@@ -140,6 +141,11 @@ def main():
                 scalars[(step, tag)] = struct.unpack("<f", first(value, 2))[0]
             elif first(value, 8) is not None:
                 texts.append(first(fields(first(value, 8)), 8).decode())
+            elif first(value, 4) is not None:
+                img = fields(first(value, 4))
+                png = first(img, 4)
+                w, h = struct.unpack(">II", png[16:24]) if png[:8] == b"\x89PNG\r\n\x1a\n" else (0, 0)
+                images.append((tag, first(img, 1), first(img, 2), first(img, 3), w, h))
             elif first(value, 5) is not None:
                 h = fields(first(value, 5))
                 counts = first(h, 7)
@@ -149,18 +155,52 @@ def main():
         for line in open(os.path.join(tmp, "runs", "exp", "metrics.jsonl")):
             rec = json.loads(line)
             for k, v in rec.items():
-                if k not in ("step", "epoch", "time") and v is not None:
+                if k not in ("step", "epoch", "time") and v is not None and "/confusion/" not in k:
                     want[(rec["step"], k)] = struct.unpack("<f", struct.pack("<f", v))[0]
         check("scalars: every metrics.jsonl value, same tag, step and float32 value",
               scalars == want, f"{len(scalars)} events, {len(want)} values; "
               f"missing {sorted(set(want) - set(scalars))[:3]}")
         check("the configuration as text", len(texts) == 1 and "optimizer:" in texts[0])
+        check("the confusion matrix as a PNG image per evaluation",
+              len(images) == 2 and all(t == "valid/confusion" and hh == 64 and ww == 64 and
+                                       cs == 3 and w == 64 and h == 64
+                                       for t, hh, ww, cs, w, h in images), str(images))
         sizes = {"weights/0.weight": 128, "weights/2.weight": 64, "grads/0.weight": 128,
                  "grads/2.weight": 64}
         ok = set(hists) == set(sizes) and all(
             len(v) == 2 and all(t == sizes[k] for _, t in v) for k, v in hists.items())
         check("histograms of weights and gradients each epoch, biases excluded", ok,
               str({k: v for k, v in hists.items()}))
+        # the reference experiment (Fashion-MNIST MLP), shortened: its events decode too and
+        # its report's curves hold the values of its metrics.jsonl
+        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                               "fashion_mnist_mlp.yaml")
+        p = subprocess.run([CTRAIN, "fit", example, f"++output_dir={tmp}/fm",
+                            "trainer.max_epochs=1", "trainer.limit_train_batches=150",
+                            "scheduler.total=150", "logging.tensorboard=true",
+                            "logging.progress=none"], capture_output=True, text=True)
+        check("fashion-mnist reference run", p.returncode == 0, p.stderr[-300:])
+        ev = glob.glob(os.path.join(tmp, "fm", "events.out.tfevents.*"))
+        ok = len(ev) == 1
+        if ok:
+            raw = open(ev[0], "rb").read()
+            i = n_rec = 0
+            while i < len(raw) and ok:
+                (n,) = struct.unpack("<Q", raw[i:i + 8])
+                body = raw[i + 12:i + 12 + n]
+                ok = subprocess.run(["protoc", "--decode_raw"], input=body,
+                                    capture_output=True).returncode == 0
+                i += 16 + n
+                n_rec += 1
+            ok = ok and n_rec > 5
+        check("fashion-mnist events decode", ok)
+        html = open(os.path.join(tmp, "fm", "report.html")).read() if os.path.exists(
+            os.path.join(tmp, "fm", "report.html")) else ""
+        jl = os.path.join(tmp, "fm", "metrics.jsonl")
+        accs = [json.loads(l).get("valid/acc") for l in open(jl)] if os.path.exists(jl) else []
+        accs = [a for a in accs if a is not None]
+        check("fashion-mnist report.html lists valid/acc's last value",
+              bool(accs) and "valid/acc" in html and f"{accs[-1]:.6g}" in html)
     print(f"tensorboard: {PASSED} passed, {FAILED} failed")
 
 

@@ -831,8 +831,20 @@ static void npy_should_reject_bad_labels(void) {
               sizeof neg, false);
     CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", px}, {"labels", tpath(p, "ybe.npy")}),
                 CT_ERR_FORMAT, p, "big-endian");
-    CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", px}), CT_ERR_CONFIG, "'labels'",
-                "required");
+    /* without labels: unlabelled features (what ctrain predict reads), every target class 0 */
+    CT_CHECK_INT(OPEN(ctx, "npy", &ds, {"features", px}), CT_OK);
+    if (ds) {
+        const ct_dataset_info *in = ct_dataset_info_of(ds);
+        CT_CHECK_INT(in->n, 4);
+        CT_CHECK(in->y_dtype == CT_I64 && in->y_ndim == 0 && in->n_classes == 0);
+        float x[6];
+        int64_t y = -1;
+        CT_CHECK(in->x_ndim == 2 && in->x_shape[0] == 2 && in->x_shape[1] == 3);
+        CT_CHECK_INT(ct_dataset_get(ds, 3, x, &y), CT_OK);
+        CT_CHECK_INT(y, 0);
+        CT_CHECK(memcmp(x, npy_x4 + 18, sizeof x) == 0); /* sample 3's six floats */
+        ct_dataset_destroy(ds);
+    }
     ct_ctx_destroy(ctx);
 }
 
