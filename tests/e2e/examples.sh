@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# examples.sh - the reference experiments of examples/ run as they are, shortened to a few
+# hundred steps: each must learn (its validation accuracy well above chance). The full runs and
+# their results are in docs/results.md.
+# Usage: tests/e2e/examples.sh PATH/TO/ctrain SOURCE_DIR
+set -uo pipefail
+ctrain=$(realpath "$1")
+src=$(realpath "$2")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+# learns NAME CONFIG MIN_VALID_ACC OVERRIDES...
+learns() {
+    local name=$1 config=$2 min=$3
+    shift 3
+    if ! "$ctrain" fit "$config" ++output_dir="$tmp/$name" logging.progress=none \
+        logging.report=none "$@" >"$tmp/$name.log" 2>&1; then
+        echo "FAIL $name: exit $?: $(tail -n 3 "$tmp/$name.log" | tr '\n' '|')"
+        failed=$((failed + 1))
+        return
+    fi
+    local acc
+    acc=$(grep '"valid/acc"' "$tmp/$name/metrics.jsonl" | tail -n 1 |
+        sed -E 's/.*"valid\/acc":([0-9.e+-]+).*/\1/')
+    if awk -v a="$acc" -v m="$min" 'BEGIN { exit !(a >= m) }'; then
+        echo "ok   $name: valid/acc $acc >= $min"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $name: valid/acc '$acc', expected at least $min"
+        failed=$((failed + 1))
+    fi
+}
+
+# 200 steps of the MLP (a tenth of an epoch's validation set is enough to see it learn)
+learns fashion_mnist_mlp "$src/examples/fashion_mnist_mlp.yaml" 0.80 \
+    trainer.max_epochs=1 trainer.limit_train_batches=200 scheduler.total=200 \
+    trainer.limit_eval_batches=2
+# 120 steps of the CNN
+learns fashion_mnist_cnn "$src/examples/fashion_mnist_cnn.yaml" 0.78 \
+    trainer.max_epochs=1 trainer.limit_train_batches=120 scheduler.total=120 \
+    trainer.limit_eval_batches=2
+
+echo "examples: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
