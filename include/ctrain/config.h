@@ -8,7 +8,8 @@
  * so that every later error can say "exp.yaml:12:5: key 'optimizer.lr': ...".
  *
  * Ownership: a ct_config owns all its nodes and strings; nodes are valid until the config is
- * destroyed or an override removes them. It keeps the context it was made with, which must
+ * destroyed or an override removes or replaces them, and a scalar's value string until
+ * ct_config_set gives it another. It keeps the context it was made with, which must
  * outlive it.
  */
 #ifndef CTRAIN_CONFIG_H

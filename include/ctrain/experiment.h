@@ -10,7 +10,8 @@
  *     task:  {plugin: ./libmytask.so, symbol: my_task}        (a `const ct_task`)
  *     data.train: {plugin: ./libmydata.so, symbol: my_data, ...options}   (a ct_dataset_vtable)
  *     metrics.valid: [{plugin: ./libm.so, symbol: my_metric}]            (a ct_metric_vtable)
- * A relative plugin path is taken from the experiment file's folder.
+ * A plugin path with a '/' that is relative is taken from the experiment file's folder; a bare
+ * file name is searched as dlopen(3) searches (LD_LIBRARY_PATH, the system's folders).
  *
  * Ownership: ct_experiment_create borrows the resolved config (and fills in what needs the
  * data), which must outlive the experiment; the experiment owns everything it builds (and the

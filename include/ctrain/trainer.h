@@ -96,8 +96,10 @@ typedef struct ct_trainer_callbacks {
     void (*on_exception)(void *user, ct_trainer *t, ct_status s);
     /* after each training micro-batch (its loss, NaN when not finite) and each evaluation
        batch (loss NaN), for progress displays and interruption: split is "train" or an engine
-       key; done and total count the batches of this epoch or evaluation. CT_STOP ends the run
-       at the end of the current step (an interrupted evaluation still finishes). May be NULL. */
+       key; done and total count the batches of this epoch or evaluation. CT_STOP interrupts:
+       the run ends after the current step and the evaluations due at it (an evaluation under
+       way finishes; an epoch cut short leaves its end-of-epoch evaluations to the resumed run),
+       with its checkpoint; see ct_trainer_interrupted. May be NULL. */
     ct_status (*on_batch)(
         void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss);
     /* before each optimizer update, with the gradients it will apply (averaged over ranks,
@@ -208,6 +210,9 @@ CT_API ct_status ct_trainer_evaluate(ct_trainer *t, const char *key);
 CT_API int64_t ct_trainer_step(const ct_trainer *t);
 CT_API int64_t ct_trainer_epoch(const ct_trainer *t);
 CT_API int64_t ct_trainer_skipped_steps(const ct_trainer *t);
+/* Whether the last fit ended because on_batch returned CT_STOP (an interrupted run, to be
+ * resumed), not because it was done. */
+CT_API bool ct_trainer_interrupted(const ct_trainer *t);
 /* The latest values of an engine (`key`) or of training ("train"); NULL/0 before any. */
 CT_API const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n);
 /* The monitor (for its best value), the early-stopping state and the EMA (NULL when off), to

@@ -10,11 +10,13 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -80,6 +82,7 @@ struct ct_experiment {
     char fingerprint[17];
 
     FILE *jsonl, *csv;
+    int lock_fd; /* the run directory's lock while fit runs; -1 = none */
     ct_tb_writer *tb;
     int64_t hist_every;  /* epochs between histograms; 0 = none */
     bool hist_grads_due; /* the epoch's last window is running: its gradients go out */
@@ -763,9 +766,8 @@ static ct_status build_schedule(ct_experiment *e) {
             (strcmp(o.items[i].key, "total") == 0 || strcmp(o.items[i].key, "t_max") == 0)) {
             int64_t total = total_steps(e);
             if (e->sched_per_epoch) { /* the schedule counts epochs then */
-                int64_t epochs = int_at(e, "trainer.max_epochs");
                 int64_t per = e->steps_per_epoch > 0 ? e->steps_per_epoch : 1;
-                total = epochs > 0 ? epochs : (total + per - 1) / per;
+                total = (total + per - 1) / per; /* the epochs max_epochs or max_steps allow */
             }
             const char *v = pool_printf(e, "%lld", (long long)total);
             if (!v) return oom(e);
@@ -814,6 +816,13 @@ static ct_status metric_specs(ct_experiment *e, const char *path, ct_eval_engine
         }
         specs[k].type = t && t->kind == CT_CFG_SCALAR ? t->value : NULL;
         specs[k].name = nm && nm->kind == CT_CFG_SCALAR ? nm->value : NULL;
+        /* names go verbatim into metrics.jsonl, metrics.csv and TensorBoard tags */
+        for (const char *c = specs[k].name; c && *c; c++)
+            if (*c == '"' || *c == '\\' || *c == ',' || (unsigned char)*c < 0x20 || *c == '/')
+                return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                               "%s: key 'name': '%s' holds a character metric names cannot "
+                               "have (\", \\, ',', '/' or a control character)",
+                               specs[k].opts.where, specs[k].name);
     }
     en->metrics = specs;
     en->n_metrics = k;
@@ -850,6 +859,7 @@ static void tb_failed(ct_experiment *e) {
     ct_log(e->ctx, CT_LOG_WARN, "tensorboard: %s; no more events are written",
            ct_last_error(e->ctx));
     ct_tb_close(e->tb);
+    if (e->lock_fd >= 0) (void)close(e->lock_fd);
     e->tb = NULL;
 }
 
@@ -1111,16 +1121,24 @@ static ct_status build_trainer(ct_experiment *e) {
         tp.early_stopping = &e->es_o;
     }
     const ct_cfg_node *ema = node(e, "trainer.ema");
-    if (ema && !e->p.read_only) {
+    if (ema) {
         CT_TRY(to_options(e, ema, NULL, 0, &e->ema_o));
-        tp.ema = &e->ema_o;
+        if (!e->p.read_only) {
+            tp.ema = &e->ema_o;
+        } else { /* evaluation loads the EMA weights itself; the options are still checked */
+            ct_ema *probe = NULL;
+            CT_TRY(ct_ema_create(e->ctx, e->params, &e->ema_o, &probe));
+            ct_ema_destroy(probe);
+        }
     }
     {
         static const char *const keys[] = {"on_nonfinite", "max_skips", "max_rollbacks", NULL};
         CT_TRY(policy_options(e, &e->nf_o, "trainer", keys, keys));
         tp.nonfinite = &e->nf_o;
     }
-    if (!e->p.read_only && bool_at(e, "checkpoint.enabled")) {
+    /* a dev run is a smoke test: it writes nothing into the run directory (Lightning's
+       fast_dev_run turns off loggers and checkpoints alike) */
+    if (!e->p.read_only && !tp.dev_run && bool_at(e, "checkpoint.enabled")) {
         tp.checkpoint_dir = e->out_dir;
         tp.save_every_epochs = int_at(e, "checkpoint.save_every_epochs");
         tp.save_every_steps = int_at(e, "checkpoint.save_every_steps");
@@ -1182,12 +1200,33 @@ static ct_status write_config(ct_experiment *e) {
     return s;
 }
 
-/* A run directory holding checkpoints of another configuration is not touched. */
+/* One fit per run directory at a time: a second one would interleave records and checkpoints.
+ * The lock is held until the experiment is destroyed (or the process ends). */
+static ct_status lock_run_dir(ct_experiment *e) {
+    char path[1100];
+    (void)snprintf(path, sizeof path, "%s/.lock", e->out_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        (void)close(fd);
+        return CT_FAIL(e->ctx, err == EWOULDBLOCK ? CT_ERR_CONFIG : CT_ERR_IO,
+                       "%s is in use by another ctrain process (%s)", e->out_dir,
+                       err == EWOULDBLOCK ? "its lock is held" : strerror(err));
+    }
+    e->lock_fd = fd;
+    return CT_OK;
+}
+
+/* A run directory holding checkpoints or records of another configuration is not touched. */
 static ct_status check_previous(ct_experiment *e, bool *resumable) {
     *resumable = false;
     int64_t count = 0;
     CT_TRY(ct_checkpoint_list(e->ctx, e->out_dir, NULL, 0, &count));
-    if (count == 0) return CT_OK;
+    char records[1100];
+    (void)snprintf(records, sizeof records, "%s/metrics.jsonl", e->out_dir);
+    bool has_records = access(records, F_OK) == 0;
+    if (count == 0 && !has_records) return CT_OK;
     char path[1100];
     (void)snprintf(path, sizeof path, "%s/config.yaml", e->out_dir);
     ct_config *old = NULL;
@@ -1196,9 +1235,9 @@ static ct_status check_previous(ct_experiment *e, bool *resumable) {
     if (s != CT_OK) {
         ct_config_destroy(old);
         return ct_err_wrap(e->ctx,
-                           "%s holds %lld checkpoint(s) but its config.yaml cannot be read; "
-                           "refusing to touch it",
-                           e->out_dir, (long long)count);
+                           "%s holds a run (%lld checkpoint(s)%s) but its config.yaml cannot be "
+                           "read; refusing to touch it",
+                           e->out_dir, (long long)count, has_records ? ", metrics.jsonl" : "");
     }
     char fp[17];
     ct_experiment_fingerprint(old, fp);
@@ -1207,14 +1246,33 @@ static ct_status check_previous(ct_experiment *e, bool *resumable) {
         int64_t nd = ct_experiment_diff(old, e->cfg, diff, sizeof diff);
         ct_config_destroy(old);
         return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                       "%s holds checkpoints of another configuration (%lld key(s) differ: %s); "
+                       "%s holds a run of another configuration (%lld key(s) differ: %s); "
                        "set another output_dir, or start over with --restart (which keeps the "
                        "old run under another name)",
                        e->out_dir, (long long)nd, diff);
     }
     ct_config_destroy(old);
-    *resumable = true;
+    *resumable = count > 0; /* records without checkpoints: the same run started over */
     return CT_OK;
+}
+
+/* Whether metrics.jsonl has a record of `step` with a value whose name starts with prefix. */
+static bool has_record(const ct_experiment *e, const char *prefix, int64_t step) {
+    char path[1100], key[80];
+    (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
+    (void)snprintf(key, sizeof key, ",\"%s", prefix);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char *line = NULL;
+    size_t cap = 0;
+    bool found = false;
+    while (!found && getline(&line, &cap, f) > 0) {
+        long long s = -1;
+        found = sscanf(line, "{\"step\":%lld", &s) == 1 && s == step && strstr(line, key);
+    }
+    free(line);
+    (void)fclose(f);
+    return found;
 }
 
 /* Keeps the records of steps up to `step` (a resumed run redoes the later ones). */
@@ -1320,6 +1378,7 @@ ct_status ct_experiment_create(ct_ctx *ctx,
     memset(e, 0, sizeof *e);
     e->ctx = ctx;
     e->cfg = resolved;
+    e->lock_fd = -1;
     e->p = p ? *p : ct_experiment_default_params();
     const char *file = ct_config_name(resolved);
     const char *slash = strrchr(file, '/');
@@ -1406,7 +1465,12 @@ ct_status ct_experiment_fit(ct_experiment *e) {
     ct_ctx *ctx = e->ctx;
     if (!e->trainer) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "fit: the experiment has no trainer");
     bool resume = false;
-    if (!e->p.read_only) {
+    bool writes = !e->p.read_only && !e->tp.dev_run;
+    if (writes) {
+        CT_TRY(make_dirs(ctx, e->out_dir));
+        CT_TRY(lock_run_dir(e));
+    }
+    if (writes) {
         CT_TRY(make_dirs(ctx, e->out_dir));
         CT_TRY(check_previous(e, &resume));
         if (resume && !e->tp.checkpoint_dir)
@@ -1423,18 +1487,23 @@ ct_status ct_experiment_fit(ct_experiment *e) {
         CT_TRY(truncate_records(e, "metrics.jsonl", step, false));
         CT_TRY(truncate_records(e, "metrics.csv", step, true));
     }
-    if (!e->p.read_only) CT_TRY(open_records(e, resume));
+    if (writes) CT_TRY(open_records(e, resume));
     e->t_start = now_seconds();
     int64_t before = ct_trainer_step(e->trainer);
     CT_TRY(ct_trainer_fit(e->trainer));
+    /* an interrupted run is tested when it is finished, not now: a record at this step would
+       stay in the middle of the resumed run's log */
+    if (ct_trainer_interrupted(e->trainer)) return CT_OK;
+    bool final_test = e->eval_loaders[1] && e->test_every == 0 && !e->tp.dev_run;
     if (resume && ct_trainer_step(e->trainer) == before) {
-        /* a finished run asked again: nothing to train, and its test record already exists */
+        /* a finished run asked again: nothing to train; its final test is made only if the
+           earlier fit did not get to record it (interrupted or failed in it) */
         ct_log(ctx, CT_LOG_INFO,
                "%s is complete at step %lld (raise trainer.max_epochs or max_steps to go on)",
                e->out_dir, (long long)before);
-        return CT_OK;
+        if (final_test && has_record(e, "test/", before)) return CT_OK;
     }
-    if (e->eval_loaders[1] && e->test_every == 0) CT_TRY(ct_trainer_evaluate(e->trainer, "test"));
+    if (final_test) CT_TRY(ct_trainer_evaluate(e->trainer, "test"));
     if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0) write_report(e);
     return CT_OK;
 }

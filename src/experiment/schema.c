@@ -132,10 +132,11 @@ static const ct_key_def k_schema[] = {
     {"trainer.max_rollbacks", I, "3", 0, 1e6, NULL, 0, "rollback: rollbacks before stopping."},
     {"trainer.check_grads", B, "true", 0, 0, NULL, 0,
      "Scan the gradients for NaN/inf each step (the loss is always checked)."},
-    {"trainer.limit_train_batches", I, "0", 0, 1e15, NULL, RES, "Batches per epoch; 0 = all."},
-    {"trainer.limit_eval_batches", I, "0", 0, 1e15, NULL, RES, "Batches per evaluation; 0 = all."},
+    {"trainer.limit_train_batches", I, "0", 0, 1e15, NULL, 0, "Batches per epoch; 0 = all."},
+    {"trainer.limit_eval_batches", I, "0", 0, 1e15, NULL, 0, "Batches per evaluation; 0 = all."},
     {"trainer.dev_run", B, "false", 0, 0, NULL, RES,
-     "One batch of training and of each evaluation, then stop (a smoke test)."},
+     "One batch of training and of each evaluation, then stop (a smoke test that writes "
+     "nothing into the run directory: no checkpoints, records or report)."},
     {"trainer.valid_every_epochs", I, "1", 0, 1e12, NULL, 0,
      "Evaluate on data.valid after every N epochs; 0 = not by epochs."},
     {"trainer.valid_every_steps", I, "0", 0, 1e15, NULL, 0,
@@ -539,10 +540,14 @@ ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
         return key_error(ctx, name, "name",
                          "expected a non-empty name without '/' (it names the run directory)");
     if (!ct_config_find(root, "output_dir")) {
+        if (strlen(name->value) > 200) return key_error(ctx, name, "name", "longer than 200 bytes");
         char dir[512];
         (void)snprintf(dir, sizeof dir, "runs/%s", ct_config_find(root, "name")->value);
         CT_TRY(ct_config_set(cfg, "output_dir", dir, true));
     }
+    const ct_cfg_node *od = ct_config_find(root, "output_dir");
+    if (!od->value[0] || strlen(od->value) > 800)
+        return key_error(ctx, od, "output_dir", "expected a directory path of 1 to 800 bytes");
     const ct_cfg_node *me = ct_config_find(root, "trainer.max_epochs"),
                       *ms = ct_config_find(root, "trainer.max_steps");
     int64_t epochs = 0, steps = 0;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_SERIES      256
 #define MAX_CLASSES     64
@@ -537,7 +538,8 @@ ct_report_write(ct_ctx *ctx, const char *run_dir, const ct_report_params *pp, in
         (void)snprintf(html, sizeof html, "%s", p.html);
     else
         (void)snprintf(html, sizeof html, "%s/report.html", run_dir);
-    (void)snprintf(tmp, sizeof tmp, "%s.tmp", html);
+    /* a name of this process's own: a live report and `ctrain report` may write at once */
+    (void)snprintf(tmp, sizeof tmp, "%s.%lld.tmp", html, (long long)getpid());
     if (s == CT_OK && p.svg_dir && mkdir(p.svg_dir, 0777) != 0 && errno != EEXIST)
         s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create: %s", p.svg_dir, strerror(errno));
     FILE *f = NULL;

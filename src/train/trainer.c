@@ -68,6 +68,7 @@ struct ct_trainer {
                                  abandoned continuation after a resume (INT64_MAX) or a rollback
                                  (the last step saved before it); -1: none */
     bool stop;                /* early stopping or a callback's CT_STOP */
+    bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
     /* the training log window */
     double window_loss;
     int64_t window_count;
@@ -562,8 +563,9 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
         if (t->p.callbacks.on_batch) {
             int64_t total = ct_loader_batches_per_epoch(en->e.loader);
             if (limit && limit < total) total = limit;
-            s = event(t, t->p.callbacks.on_batch(t->p.callbacks.user, t, en->e.key, nb, total,
-                                                 (double)NAN));
+            s = t->p.callbacks.on_batch(t->p.callbacks.user, t, en->e.key, nb, total, (double)NAN);
+            if (s == CT_STOP) t->interrupt = true; /* this evaluation still finishes */
+            if (s == CT_STOP) s = CT_OK;
             if (s != CT_OK) break;
         }
     }
@@ -817,9 +819,14 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
          * under-weighted, and the reported loss stays the unscaled mean */
         ct_tensor *scaled = pos.length > 1 ? ct_op_scale(g, loss, 1.0f / (float)pos.length) : loss;
         if (ct_graph_backward(g, scaled) != CT_OK) return failure(t, "training backward");
-        if (t->p.callbacks.on_batch)
-            CT_TRY(event(t, t->p.callbacks.on_batch(t->p.callbacks.user, t, "train", i + 1, bpe,
-                                                    finite ? (double)lv : (double)NAN)));
+        if (t->p.callbacks.on_batch) {
+            ct_status bs = t->p.callbacks.on_batch(t->p.callbacks.user, t, "train", i + 1, bpe,
+                                                   finite ? (double)lv : (double)NAN);
+            if (bs == CT_STOP)
+                t->interrupt = true; /* at the end of this step, after its evaluations */
+            else if (bs != CT_OK)
+                return bs;
+        }
         if (!pos.last) continue;
         int64_t before = t->step;
         CT_TRY(finish_window(t, window_ok));
@@ -830,8 +837,8 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             if (t->p.save_every_steps && t->step % t->p.save_every_steps == 0) t->save_due = true;
             /* the epoch's last step (or the run's) owes its checkpoint until fit has run the
              * evaluations that follow it */
-            bool last = i + 1 >= bpe || t->stop || (t->p.max_steps && t->step >= t->p.max_steps) ||
-                        t->p.dev_run;
+            bool last = i + 1 >= bpe || t->stop || t->interrupt ||
+                        (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run;
             if (!last) CT_TRY(flush_checkpoint(t));
         }
         if (i + 1 >= bpe && bpe < total) { /* the limit is reached: skip to the next epoch */
@@ -842,7 +849,8 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             *completed = true;
             break;
         }
-        if (t->stop || (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run) {
+        if (t->stop || t->interrupt || (t->p.max_steps && t->step >= t->p.max_steps) ||
+            t->p.dev_run) {
             *completed = i + 1 >= bpe;
             if (*completed) { /* the marker comes next: take it now so the epoch is closed */
                 CT_TRY(ct_loader_next(t->train, &b));
@@ -868,6 +876,7 @@ static ct_status fit(ct_trainer *t) {
     ct_ctx *ctx = t->ctx;
     const ct_trainer_callbacks *cb = &t->p.callbacks;
     t->stop = t->has_es && t->es.state.stopped; /* a resumed early-stopped run stays stopped */
+    t->interrupt = false;
     if (cb->on_fit_start) CT_TRY(event(t, cb->on_fit_start(cb->user, t)));
     if (t->snap) snapshot(t, true);
     ct_params_zero_grad(t->params);
@@ -880,7 +889,8 @@ static ct_status fit(ct_trainer *t) {
             /* cut mid-epoch (max_steps, early stopping, a callback): log what it did; after
              * max_steps, evaluate as at the end of this (uncounted) epoch */
             CT_TRY(log_window(t));
-            if (!t->stop) CT_TRY(evaluate_due(t, true, t->epoch + 1));
+            /* an interrupt leaves the epoch's evaluations to the resumed run, at its real end */
+            if (!t->stop && !t->interrupt) CT_TRY(evaluate_due(t, true, t->epoch + 1));
             break;
         }
         t->epoch++;
@@ -892,7 +902,7 @@ static ct_status fit(ct_trainer *t) {
         if (t->snap) snapshot(t, true); /* the epoch ended finite: the new last good state */
         if (t->p.save_every_epochs && t->epoch % t->p.save_every_epochs == 0) t->save_due = true;
         CT_TRY(flush_checkpoint(t));
-        if (t->p.dev_run) break;
+        if (t->p.dev_run || t->interrupt) break;
     }
     /* the final state, so `latest` is where this run ended (a failed run saves nothing) */
     t->save_due = true;
@@ -1113,6 +1123,10 @@ int64_t ct_trainer_step(const ct_trainer *t) {
 
 int64_t ct_trainer_epoch(const ct_trainer *t) {
     return t->epoch;
+}
+
+bool ct_trainer_interrupted(const ct_trainer *t) {
+    return t->interrupt;
 }
 
 int64_t ct_trainer_skipped_steps(const ct_trainer *t) {

@@ -42,5 +42,20 @@ learns fashion_mnist_cnn "$src/examples/fashion_mnist_cnn.yaml" 0.78 \
     trainer.max_epochs=1 trainer.limit_train_batches=120 scheduler.total=120 \
     trainer.limit_eval_batches=2
 
+# 60 steps of the byte-level GPT: from ln(256) = 5.55 nats to well under 3.5
+"$ctrain" fit "$src/examples/char_gpt.yaml" ++output_dir="$tmp/char_gpt" logging.progress=none \
+    logging.report=none trainer.max_steps=60 trainer.valid_every_steps=60 scheduler.warmup=10 \
+    trainer.limit_eval_batches=5 >"$tmp/char_gpt.log" 2>&1
+rc=$?
+loss=$(grep '"valid/loss"' "$tmp/char_gpt/metrics.jsonl" 2>/dev/null | tail -n 1 |
+    sed -E 's/.*"valid\/loss":([0-9.e+-]+).*/\1/')
+if [[ $rc -eq 0 ]] && awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 3.5) }'; then
+    echo "ok   char_gpt: valid/loss $loss < 3.5"
+    passed=$((passed + 1))
+else
+    echo "FAIL char_gpt: exit $rc, valid/loss '$loss': $(tail -n 3 "$tmp/char_gpt.log" | tr '\n' '|')"
+    failed=$((failed + 1))
+fi
+
 echo "examples: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

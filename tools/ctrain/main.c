@@ -162,13 +162,13 @@ on_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t tot
     char eta[32];
     fmt_duration(done > 0 ? el * (double)(total - done) / (double)done : 0, eta, sizeof eta);
     char head[64];
-    if (is_train)
-        (void)snprintf(head, sizeof head, "train epoch %lld%s%lld",
-                       (long long)ct_trainer_epoch(t) + 1, s->max_epochs ? "/" : "",
-                       (long long)s->max_epochs);
+    if (is_train && s->max_epochs)
+        (void)snprintf(head, sizeof head, "train epoch %lld/%lld",
+                       (long long)ct_trainer_epoch(t) + 1, (long long)s->max_epochs);
+    else if (is_train)
+        (void)snprintf(head, sizeof head, "train epoch %lld", (long long)ct_trainer_epoch(t) + 1);
     else
         (void)snprintf(head, sizeof head, "%s", split);
-    if (s->max_epochs == 0 && is_train) head[strlen(head)] = '\0';
     char tail[96] = "";
     if (is_train && s->loss_n > 0 && s->have_lr)
         (void)snprintf(tail, sizeof tail, " loss %.4f lr %.3g", s->loss_sum / (double)s->loss_n,
@@ -192,7 +192,7 @@ on_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t tot
         s->frac_last = frac;
     }
     s->t_last = now;
-    return g_signal ? CT_STOP : CT_OK;
+    return g_signal ? CT_STOP : CT_OK; /* the trainer ends after this step's evaluations */
 }
 
 static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
@@ -203,7 +203,7 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
             s->lr = v[i].value;
             s->have_lr = true;
         }
-    return g_signal ? CT_STOP : CT_OK;
+    return CT_OK;
 }
 
 static ct_status
@@ -231,7 +231,7 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
                            m->state.best, (long long)m->state.best_step);
     }
     say(s, "%s", line);
-    return g_signal ? CT_STOP : CT_OK;
+    return CT_OK;
 }
 
 static ct_status on_fit_start(void *user, ct_trainer *t) {
@@ -248,7 +248,7 @@ static ct_status on_fit_start(void *user, ct_trainer *t) {
         }
         s->n_pending = 0;
     }
-    return g_signal ? CT_STOP : CT_OK;
+    return CT_OK;
 }
 
 static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
@@ -263,7 +263,7 @@ static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
                       (long long)ct_trainer_step(t), loss);
         (void)fflush(s->log_file);
     }
-    return g_signal ? CT_STOP : CT_OK;
+    return CT_OK;
 }
 
 /* ---- commands ---- */
