@@ -314,6 +314,11 @@ expect split_whole 2 "key 'split'.*expected a fraction in \(0, 1\)" -- \
 expect split_leaves_no_training 2 "key 'split'.*leaves 2000 for validation and 0 for training" -- \
     "$ctrain" config tiny.yaml data.valid.split=0.9999
 
+# a dev run (one batch of each engine) is a smoke test: it writes nothing
+expect dev_run 0 'done: 1 steps' -- "$ctrain" fit tiny.yaml ++output_dir=dev trainer.dev_run=true \
+    "${quiet[@]}"
+verdict dev_run_writes_nothing "$([[ -e dev ]] && echo "dev/ was created: $(ls dev)")"
+
 # ---- resuming: 2 epochs, then on to 3 == 3 straight; a changed setting is refused ----
 
 # (t_max fixed: with t_max auto the schedule's length follows max_epochs)

@@ -770,6 +770,55 @@ static void trainer_should_step_schedules_per_epoch_and_on_a_metric(void) {
     setup_close(&s);
 }
 
+/* on_batch asks to stop at a chosen training batch; the evaluations that end counts. */
+typedef struct interrupter {
+    int64_t stop_at; /* the training batch (1-based, of the first epoch) that asks to stop */
+    int64_t evals;
+} interrupter;
+
+static ct_status interrupt_batch(
+    void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss) {
+    interrupter *in = user;
+    (void)t, (void)total, (void)loss;
+    return strcmp(split, "train") == 0 && ct_trainer_epoch(t) == 0 && done == in->stop_at ? CT_STOP
+                                                                                          : CT_OK;
+}
+
+static ct_status
+interrupt_eval(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    (void)t, (void)key, (void)v, (void)n;
+    ((interrupter *)user)->evals++;
+    return CT_OK;
+}
+
+static void trainer_should_finish_the_step_and_its_evaluations_when_interrupted(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_eval_engine e = valid_engine(&s);
+    for (int k = 0; k < 2; k++) {
+        /* k 0: in the epoch's last batch, its evaluation still runs and the epoch counts;
+           k 1: mid-epoch, the epoch's evaluation is left to the resumed run */
+        interrupter in = {k == 0 ? 15 : 7, 0};
+        ct_trainer_params p = ct_trainer_default_params();
+        p.max_epochs = 3;
+        p.callbacks.user = &in;
+        p.callbacks.on_batch = interrupt_batch;
+        p.callbacks.on_eval_end = interrupt_eval;
+        ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+        if (t) {
+            CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+            CT_CHECK(ct_trainer_interrupted(t));
+            CT_CHECK_INT(ct_trainer_step(t), k == 0 ? 15 : 7);
+            CT_CHECK_INT(ct_trainer_epoch(t), k == 0 ? 1 : 0);
+            CT_CHECK_INT(in.evals, k == 0 ? 1 : 0);
+        }
+        ct_trainer_destroy(t);
+    }
+    setup_close(&s);
+}
+
 static void trainer_should_report_each_new_best(void) {
     setup s;
     setup_params sp = setup_defaults();
@@ -1547,6 +1596,7 @@ int main(void) {
     CT_RUN(trainer_should_apply_the_nonfinite_policies);
     CT_RUN(trainer_should_stop_early_when_the_loss_does_not_improve);
     CT_RUN(trainer_should_step_schedules_per_epoch_and_on_a_metric);
+    CT_RUN(trainer_should_finish_the_step_and_its_evaluations_when_interrupted);
     CT_RUN(trainer_should_report_each_new_best);
     CT_RUN(trainer_should_evaluate_the_ema_weights);
     CT_RUN(trainer_should_call_back_in_order_and_honour_their_status);
