@@ -1563,6 +1563,8 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
     ct_ctx *ctx = e->ctx;
     if (e->task.kind == CT_TASK_LANGUAGE_MODEL)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: language models are not supported");
+    if (strlen(output) > 1000 || strlen(input) > 1000)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: a path longer than 1000 bytes");
     bool npy_out = ends_with(output, ".npy");
     if (!npy_out && !ends_with(output, ".csv"))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: output '%s': expected a .csv or .npy name",

@@ -525,6 +525,9 @@ ct_report_params ct_report_default_params(void) {
 ct_status
 ct_report_write(ct_ctx *ctx, const char *run_dir, const ct_report_params *pp, int64_t *n_points) {
     ct_report_params p = pp ? *pp : ct_report_default_params();
+    if (strlen(run_dir) > 1000 || (p.html && strlen(p.html) > 1000) ||
+        (p.svg_dir && strlen(p.svg_dir) > 1000))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "report: a path longer than 1000 bytes");
     report r;
     memset(&r, 0, sizeof r);
     r.ctx = ctx;
