@@ -1356,7 +1356,14 @@ static ct_status open_records(ct_experiment *e, bool append) {
             return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         if (fresh) (void)fputs("step,epoch,time,metric,value\n", e->csv);
     }
-    if (bool_at(e, "logging.tensorboard")) CT_TRY(open_tensorboard(e));
+    /* TensorBoard is a view: a failure to start it is a warning, as a failure to write it */
+    if (bool_at(e, "logging.tensorboard") && open_tensorboard(e) != CT_OK) {
+        if (e->tb)
+            tb_failed(e);
+        else
+            ct_log(e->ctx, CT_LOG_WARN, "tensorboard: %s; no events are written",
+                   ct_last_error(e->ctx));
+    }
     return CT_OK;
 }
 
