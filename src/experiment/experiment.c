@@ -1476,6 +1476,9 @@ ct_status ct_experiment_fit(ct_experiment *e) {
     if (writes) {
         CT_TRY(make_dirs(ctx, e->out_dir));
         CT_TRY(lock_run_dir(e));
+        /* what a killed process left half-made or half-deleted goes first, whether or not this
+           fit writes a checkpoint (a finished run asked again does not) */
+        CT_TRY(ct_checkpoint_cleanup(ctx, e->out_dir));
     }
     if (writes) {
         CT_TRY(make_dirs(ctx, e->out_dir));
