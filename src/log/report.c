@@ -8,6 +8,8 @@
  */
 #include "ctrain/report.h"
 
+#include "ctrain/config.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -430,6 +432,56 @@ static void copy_file(FILE *out, const char *path) {
     (void)fclose(f);
 }
 
+/* One row per setting of the resolved configuration: its dotted path and its value (a list
+ * of values on one row). */
+static void config_rows(FILE *f, const ct_cfg_node *n) {
+    for (const ct_cfg_node *c = n->first; c; c = c->next) {
+        bool flat = c->kind == CT_CFG_SCALAR || c->n_children == 0;
+        if (c->kind == CT_CFG_SEQ && !flat) {
+            flat = true;
+            for (const ct_cfg_node *k = c->first; k; k = k->next)
+                flat = flat && k->kind == CT_CFG_SCALAR;
+        }
+        if (!flat) {
+            config_rows(f, c);
+            continue;
+        }
+        char path[512];
+        ct_config_path(c, path, sizeof path);
+        (void)fprintf(f, "<tr><td style=\"text-align:left\">");
+        esc(f, path);
+        (void)fprintf(f, "</td><td style=\"text-align:left\">");
+        if (c->kind == CT_CFG_SCALAR) {
+            esc(f, c->null ? "null" : c->value);
+        } else if (c->kind == CT_CFG_MAP) {
+            (void)fputs("{}", f);
+        } else {
+            (void)fputc('[', f);
+            for (const ct_cfg_node *k = c->first; k; k = k->next) {
+                if (k != c->first) (void)fputs(", ", f);
+                esc(f, k->value);
+            }
+            (void)fputc(']', f);
+        }
+        (void)fprintf(f, "</td></tr>\n");
+    }
+}
+
+static void config_table(report *r, FILE *f, const char *path) {
+    ct_config *cfg = NULL;
+    if (ct_config_load_file(r->ctx, path, &cfg) != CT_OK) {
+        ct_clear_error(r->ctx);
+        (void)fputs("<pre>", f);
+        copy_file(f, path);
+        (void)fputs("</pre>\n", f);
+        return;
+    }
+    (void)fputs("<table><tr><th>key</th><th>value</th></tr>\n", f);
+    config_rows(f, ct_config_root(cfg));
+    (void)fputs("</table>\n", f);
+    ct_config_destroy(cfg);
+}
+
 static ct_status write_page(report *r, const char *run_dir, const ct_report_params *p, FILE *f) {
     (void)fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                      "<title>ctrain report: ");
@@ -506,12 +558,12 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
             heatmap(f, title, c->best, c->n_classes);
         }
     }
-    (void)fprintf(f, "<h2>Configuration</h2>\n<pre>");
+    (void)fprintf(f, "<h2>Configuration</h2>\n");
     char path[1100];
     (void)snprintf(path, sizeof path, "%s/config.yaml", run_dir);
-    copy_file(f, path);
+    config_table(r, f, path);
     (void)fprintf(f,
-                  "</pre>\n<p>Written by ctrain from metrics.jsonl (%lld values).</p>\n"
+                  "<p>Written by ctrain from metrics.jsonl (%lld values).</p>\n"
                   "</body></html>\n",
                   (long long)r->points);
     return CT_OK;

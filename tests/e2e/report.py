@@ -86,6 +86,9 @@ def main():
         check("each curve has one point per recorded value", drawn == counts,
               f"drawn {drawn}, recorded {counts}")
         check("the best checkpoint is marked", 'class="best"' in html)
+        check("the resolved configuration as a table of keys and values",
+              '<td style="text-align:left">optimizer.lr</td><td style="text-align:left">0.1</td>'
+              in html and '>data.batch_size</td>' in html)
         check("confusion heat maps with precision and recall",
               "Confusion: valid" in html and "best checkpoint (step" in html and
               html.count("<th>precision</th>") == 2)
