@@ -155,6 +155,22 @@ CT_API ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t
  */
 CT_API ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char *output);
 
+/*
+ * Samples n_tokens bytes from a byte-level language model (vocab 256, the `text` dataset's)
+ * after `prompt`, writing the prompt and the continuation to out: at each position the logits
+ * of the last token of the window (the last `context` tokens) are divided by temperature
+ * (> 0), cut to the top_k largest (0 = all), and a token is drawn from their softmax with a
+ * counter-based stream of `seed`, so the same arguments give the same text. Errors:
+ * CT_ERR_CONFIG for a model that is not a byte-level language model or a bad argument.
+ */
+CT_API ct_status ct_experiment_generate(ct_experiment *e,
+                                        const char *prompt,
+                                        int64_t n_tokens,
+                                        double temperature,
+                                        int64_t top_k,
+                                        uint64_t seed,
+                                        FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

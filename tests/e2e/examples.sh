@@ -57,5 +57,34 @@ else
     failed=$((failed + 1))
 fi
 
+# sampling from it: the prompt, then N bytes; the same seed gives the same text
+gen() {
+    "$ctrain" predict "$src/examples/char_gpt.yaml" ++output_dir="$tmp/char_gpt" \
+        trainer.max_steps=60 trainer.valid_every_steps=60 scheduler.warmup=10 \
+        trainer.limit_eval_batches=5 --checkpoint latest --prompt "Q: Why" --tokens 50 "$@" \
+        2>"$tmp/gen.err"
+}
+a=$(gen --seed 3)
+rc=$?
+b=$(gen --seed 3)
+c=$(gen --seed 4)
+if [[ $rc -eq 0 && ${a:0:6} == "Q: Why" && ${#a} -ge 40 && $a == "$b" && $a != "$c" ]]; then
+    echo "ok   char_gpt sampling: deterministic by seed"
+    passed=$((passed + 1))
+else
+    echo "FAIL char_gpt sampling: exit $rc, '$a' / '$b' / '$c': $(cat "$tmp/gen.err")"
+    failed=$((failed + 1))
+fi
+if "$ctrain" predict "$src/examples/fashion_mnist_mlp.yaml" ++output_dir="$tmp/fashion_mnist_mlp" \
+    trainer.max_epochs=1 trainer.limit_train_batches=200 scheduler.total=200 \
+    trainer.limit_eval_batches=2 --prompt x >/dev/null 2>"$tmp/gen2.err" ||
+    [[ $? -ne 2 ]] || ! grep -q "byte-level language model" "$tmp/gen2.err"; then
+    echo "FAIL sampling from a classifier: expected exit 2 naming a language model"
+    failed=$((failed + 1))
+else
+    echo "ok   sampling from a classifier is refused"
+    passed=$((passed + 1))
+fi
+
 echo "examples: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -364,12 +364,18 @@ typedef struct cmd_args {
     int n_overrides;
     const char *checkpoint;
     const char *input, *output;
+    const char *prompt; /* predict on a language model: sample after this text */
+    long long tokens, top_k, seed;
+    double temperature;
     bool json, reference, help, restart;
 } cmd_args;
 
 static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **ov) {
     memset(a, 0, sizeof *a);
     a->overrides = ov;
+    a->tokens = 200;
+    a->temperature = 0.8;
+    a->top_k = 40;
     a->checkpoint = "best";
     static const struct option opts[] = {
         {"checkpoint", required_argument, NULL, 'c'},
@@ -379,6 +385,11 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
         {"help", no_argument, NULL, 'h'},
         {"input", required_argument, NULL, 'i'},
         {"output", required_argument, NULL, 'o'},
+        {"prompt", required_argument, NULL, 'p'},
+        {"tokens", required_argument, NULL, 'n'},
+        {"temperature", required_argument, NULL, 't'},
+        {"top-k", required_argument, NULL, 'k'},
+        {"seed", required_argument, NULL, 's'},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -406,6 +417,31 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
         case 'o':
             a->output = optarg;
             break;
+        case 'p':
+            a->prompt = optarg;
+            break;
+        case 'n':
+        case 'k':
+        case 's':
+        case 't': {
+            char *end = NULL;
+            errno = 0;
+            double v = strtod(optarg, &end);
+            if (end == optarg || *end || errno || !(v >= 0) || (c != 't' && v != floor(v))) {
+                (void)fprintf(stderr, "ctrain %s: --%s: expected a %s number, got '%s'\n", cmd,
+                              c == 'n'   ? "tokens"
+                              : c == 'k' ? "top-k"
+                              : c == 's' ? "seed"
+                                         : "temperature",
+                              c == 't' ? "positive" : "whole", optarg);
+                return EXIT_USAGE;
+            }
+            if (c == 'n') a->tokens = (long long)v;
+            if (c == 'k') a->top_k = (long long)v;
+            if (c == 's') a->seed = (long long)v;
+            if (c == 't') a->temperature = v;
+            break;
+        }
         case 'R':
             a->restart = true;
             break;
@@ -432,7 +468,7 @@ static int parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char 
         (void)fprintf(stderr, "ctrain %s: --restart is an option of fit\n", cmd);
         return EXIT_USAGE;
     }
-    if ((a->input || a->output) && strcmp(cmd, "predict") != 0) {
+    if ((a->input || a->output || a->prompt) && strcmp(cmd, "predict") != 0) {
         (void)fprintf(stderr, "ctrain %s: --input and --output are options of predict\n", cmd);
         return EXIT_USAGE;
     }
@@ -465,7 +501,11 @@ static void cmd_usage(FILE *f, const char *cmd) {
                       "Runs the model of a checkpoint (default best, else latest) over the "
                       "features in X.npy\n(N samples of the training data's shape) and writes "
                       "the class and class probabilities\n(classification) or the values "
-                      "(regression) per sample. Writes nothing into the run.\n");
+                      "(regression) per sample. Writes nothing into the run.\n\n"
+                      "       ctrain predict CONFIG --prompt TEXT [--tokens N (200)] "
+                      "[--temperature T (0.8)]\n                      [--top-k K (40)] "
+                      "[--seed S (0)] [--checkpoint ...]\n\nWith --prompt (a byte-level "
+                      "language model): prints TEXT and N sampled bytes.\n");
     else if (strcmp(cmd, "report") == 0)
         (void)fprintf(f, "usage: ctrain report RUN_DIR [--output FILE.html] [--svg DIR] [--log]\n\n"
                          "Writes one self-contained HTML page (inline SVG, no script) from the "
@@ -655,8 +695,10 @@ static int ro_begin(ro_cmd *c, const char *name, int argc, char **argv) {
         (void)fprintf(stderr, "ctrain %s: missing CONFIG\n", name);
         rc = EXIT_USAGE;
     }
-    if (!rc && !c->a.help && strcmp(name, "predict") == 0 && (!c->a.input || !c->a.output)) {
-        (void)fprintf(stderr, "ctrain predict: needs --input FILE and --output FILE\n");
+    if (!rc && !c->a.help && strcmp(name, "predict") == 0 && !c->a.prompt &&
+        (!c->a.input || !c->a.output)) {
+        (void)fprintf(stderr, "ctrain predict: needs --input FILE and --output FILE, or "
+                              "--prompt TEXT for a language model\n");
         rc = EXIT_USAGE;
     }
     if (rc || c->a.help) {
@@ -696,6 +738,16 @@ static int cmd_predict(int argc, char **argv) {
     int64_t step = 0;
     ct_status st = load_checkpoint(c.ctx, c.e, &which, &step);
     if (st != CT_OK) return ro_end(&c, fail(c.ctx, setup_code(st)));
+    if (c.a.prompt) {
+        st = ct_experiment_generate(c.e, c.a.prompt, c.a.tokens, c.a.temperature, c.a.top_k,
+                                    (uint64_t)c.a.seed, stdout);
+        (void)putchar('\n');
+        if (st != CT_OK)
+            return ro_end(&c, fail(c.ctx, st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED));
+        (void)fprintf(stderr, "ctrain predict: %lld bytes sampled (checkpoint %s, step %lld)\n",
+                      c.a.tokens, which, (long long)step);
+        return ro_end(&c, 0);
+    }
     st = ct_experiment_predict(c.e, c.a.input, c.a.output);
     if (st != CT_OK)
         return ro_end(&c, fail(c.ctx, st == CT_ERR_OOM || st == CT_ERR_INTERNAL ? EXIT_RUN_FAILED
