@@ -1741,7 +1741,7 @@ ct_status ct_experiment_generate(ct_experiment *e,
         }
         const float *logits = (const float *)y->data + (len - 1) * vocab;
         /* the top_k-th largest logit is the cut (ties kept) */
-        double cut = -INFINITY;
+        double cut = -(double)INFINITY;
         if (top_k > 0 && top_k < vocab) {
             for (int64_t v = 0; v < vocab; v++)
                 p[v] = (double)logits[v];
@@ -1755,7 +1755,7 @@ ct_status ct_experiment_generate(ct_experiment *e,
             }
             cut = p[top_k - 1];
         }
-        double mx = -INFINITY, sum = 0;
+        double mx = -(double)INFINITY, sum = 0;
         for (int64_t v = 0; v < vocab; v++)
             if ((double)logits[v] >= cut && (double)logits[v] / temperature > mx)
                 mx = (double)logits[v] / temperature;
