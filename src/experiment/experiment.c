@@ -86,7 +86,7 @@ struct ct_experiment {
     ct_tb_writer *tb;
     int64_t hist_every;  /* epochs between histograms; 0 = none */
     bool hist_grads_due; /* the epoch's last window is running: its gradients go out */
-    double t_start, t_last_log;
+    double t_last_log;   /* for samples_per_sec between records */
     int64_t step_last_log;
     int64_t batch_size, accum;
 };
@@ -1498,7 +1498,6 @@ ct_status ct_experiment_fit(ct_experiment *e) {
         CT_TRY(truncate_records(e, "metrics.csv", step, true));
     }
     if (writes) CT_TRY(open_records(e, resume));
-    e->t_start = now_seconds();
     int64_t before = ct_trainer_step(e->trainer);
     CT_TRY(ct_trainer_fit(e->trainer));
     /* an interrupted run is tested when it is finished, not now: a record at this step would

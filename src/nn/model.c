@@ -338,11 +338,15 @@ ct_status ct_model_create_with(ct_ctx *ctx,
                                ct_model **out) {
     if (!out) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_model_create_with: out is NULL");
     *out = NULL;
-    if (!vt || !vt->create || !vt->forward || !params || in_ndim < 0 || in_ndim >= CT_MAX_DIMS)
+    if (!vt || !vt->create || !vt->forward || !params)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
-                       "ct_model_create_with: a vtable with create and forward, a store and an "
-                       "input of 0..%d dims are required",
-                       CT_MAX_DIMS - 1);
+                       "ct_model_create_with: a vtable with create and forward and a store are "
+                       "required");
+    /* the same input check as every other model: the batch dimension must fit in front */
+    CT_TRY(check_input(ctx, in_dtype, in_ndim, in_shape));
+    if (in_ndim >= CT_MAX_DIMS)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "model '%s': input samples of %d dims (at most %d)",
+                       vt->name, (int)in_ndim, CT_MAX_DIMS - 1);
     ct_model *m = ct_alloc(ctx, sizeof *m);
     if (!m) return CT_FAIL(ctx, CT_ERR_OOM, "model '%s': out of memory", vt->name);
     memset(m, 0, sizeof *m);
