@@ -397,6 +397,17 @@ expect resume_changed_config 2 'another configuration' 'optimizer\.lr: 0\.1 -> 0
     "$ctrain" fit tiny.yaml ++output_dir=resumed optimizer.lr=0.05 "${fixed[@]}"
 (cd resumed && find . -type f -print0 | sort -z | xargs -0 sha256sum) >after.txt
 verdict resume_refused_writes_nothing "$(diff before.txt after.txt | head -n 4 | tr '\n' '|')"
+# --restart keeps the refused run under another name and starts over
+expect restart 0 'previous run is now resumed\.old-' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=resumed optimizer.lr=0.05 --restart "${fixed[@]}"
+why=
+old_run=$(ls -d resumed.old-* 2>/dev/null | head -n 1)
+[[ -n $old_run && -f $old_run/metrics.jsonl && -d resumed/checkpoints ]] ||
+    why="no renamed old run, or no new run: $(ls -d resumed*)"
+[[ -z $why ]] && grep -q 'lr: 0.05' resumed/config.yaml || why="${why:-the new config.yaml lacks the new lr}"
+verdict restart_keeps_the_old_run "$why"
+mv "$old_run" resumed_restarted && rm -rf resumed && mv resumed_restarted resumed
+
 # a finished run asked again trains nothing and records nothing twice
 n_test=$(grep -c '"test/acc"' resumed/metrics.jsonl)
 expect refit_finished_run 0 'is complete at step 150' -- \
