@@ -371,15 +371,25 @@ static void line_col(const char *text, size_t at, int *line, int *col) {
     }
 }
 
+/* Whether a quote after prev (gap: white space between them) opens a quoted scalar: at the
+ * start of a line, after a flow indicator or ':', or after "- " or "? " (a '-' or '?' with no
+ * space after it is part of plain text, as in opti-'x'). */
+static bool token_start(char prev, bool gap) {
+    return strchr(":[{,\n", prev) || ((prev == '-' || prev == '?') && gap);
+}
+
 /* The offset of a single-quoted scalar that holds four quotes in a row, or len. A light
  * lexer: double-quoted strings (with their escapes) and comments are skipped, and a quote
- * opens a quoted scalar only where a token starts (after ": ", "- ", "[", "{", ",", "? " or
- * at the start of a line), so plain text such as it's or 5" is left alone. */
+ * opens a quoted scalar only where a token starts (see token_start), so plain text such as
+ * it's or 5" is left alone. */
 static size_t quote_run_at(const char *t, size_t len) {
     char prev = '\n'; /* the last character outside white space */
+    bool gap = true;   /* white space since prev */
     for (size_t i = 0; i < len; i++) {
         char c = t[i];
-        if (c == '"' && strchr(":-[{,?\n", prev)) {
+        bool opens = token_start(prev, gap);
+        gap = c == ' ' || c == '\t' || c == '\r';
+        if (c == '"' && opens) {
             for (i++; i < len && t[i] != '"'; i++)
                 if (t[i] == '\\') i++;
             prev = '"';
@@ -388,7 +398,7 @@ static size_t quote_run_at(const char *t, size_t len) {
             while (i < len && t[i] != '\n')
                 i++;
             prev = '\n';
-        } else if (c == '\'' && strchr(":-[{,?\n", prev)) {
+        } else if (c == '\'' && opens) {
             size_t start = i;
             for (i++; i < len; i++) {
                 if (t[i] != '\'') continue;
@@ -892,6 +902,9 @@ static bool plain_safe(const char *s, bool is_key) {
         if (c == ':' && p[1] == ' ') return false;
         if (c == '#' && p > s && p[-1] == ' ') return false;
         if (is_key && strchr(",[]{}", c)) return false;
+        /* quotes are written inside double quotes, where parse's check for runs of escaped
+           single quotes never looks */
+        if (c == '\'') return false;
     }
     return true;
 }

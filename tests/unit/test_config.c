@@ -301,6 +301,14 @@ static void config_should_read_escaped_quotes_in_single_quotes(void) {
         }
         ct_config_destroy(c);
     }
+    /* quotes inside plain text (after a '-' that is not "- ") are not a quoted scalar */
+    c = load(&f, "opt-''''x: run-'''''\n");
+    if (c) {
+        const ct_cfg_node *k = ct_config_root(c)->first;
+        CT_CHECK_MSG(strcmp(k->key, "opt-''''x") == 0, "key '%s'", k->key);
+        CHECK_VAL(c, "opt-''''x", "run-'''''");
+    }
+    ct_config_destroy(c);
     c = NULL;
     static const char key[] = "'k''''ey': 1\n";
     if (ct_config_load_string(f.ctx, "exp.yaml", key, sizeof key - 1, &c) == CT_OK) {
@@ -896,7 +904,7 @@ static void writer_should_write_keys_that_load_back(void) {
     ct_config_destroy(c);
     /* an override either refuses a key path (not UTF-8; `<<`; quotes the loader refuses) or
      * writes it loadably */
-    const char *args[] = {"++k\xe8=1", "++<<=1", "++a.<<=1", "++q''''k=1"};
+    const char *args[] = {"++k\xe8=1", "++<<=1", "++a.<<=1", "++q''''k=1", "++o-''''k.lr=1"};
     for (size_t k = 0; k < sizeof args / sizeof args[0]; k++) {
         CT_CHECK_INT(ct_config_create_empty(f.ctx, "e.yaml", &c), CT_OK);
         if (c && ct_config_override(c, args[k]) == CT_OK) {
