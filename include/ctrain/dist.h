@@ -5,8 +5,8 @@
  * interface and nothing else.
  *
  * Implementations: "single" (one process: all-reduce and broadcast leave the buffer as it is)
- * here; MPI arrives with the data-parallel issue. A program or plugin can provide its own
- * through ct_comm_create_with.
+ * and "mpi" (src/dist/mpi.c, when the build found MPI: docs/distributed.md). A program or
+ * plugin can provide its own through ct_comm_create_with.
  *
  * Ownership: ct_comm_create_* returns a communicator the caller frees with ct_comm_destroy;
  * buffers passed to its calls are borrowed for the call only. Calls are collective: every rank
@@ -37,10 +37,22 @@ typedef struct ct_comm_vtable {
     ct_status (*broadcast)(void *self, ct_ctx *ctx, void *buf, size_t bytes, int64_t root);
     ct_status (*barrier)(void *self, ct_ctx *ctx);
     void (*destroy)(void *self);
+    /* Ends every rank's process (MPI_Abort), for a rank that failed while the others may wait
+     * in a collective; NULL for one process. */
+    void (*abort)(void *self, int code);
 } ct_comm_vtable;
 
 /* The one-process communicator: rank 0 of 1. */
 CT_API ct_status ct_comm_create_single(ct_ctx *ctx, ct_comm **out);
+/* The MPI communicator over a duplicate of MPI_COMM_WORLD, initialising MPI (thread level
+ * FUNNELED) unless the program did, and finalising it on destroy if it did. Fails with
+ * CT_ERR_DIST when the build has no MPI or MPI cannot start. */
+CT_API ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out);
+/* Whether this build has the MPI communicator. */
+CT_API bool ct_comm_mpi_available(void);
+/* Whether a launcher (mpirun, mpiexec, srun) started this process as one of several ranks:
+ * OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_STEP_NUM_TASKS above 1, or CTRAIN_MPI=1. */
+CT_API bool ct_comm_launched(void);
 /* A communicator over a caller's implementation; self is owned by the communicator from now on
  * (vt->destroy frees it), also on failure. */
 CT_API ct_status ct_comm_create_with(ct_ctx *ctx,
@@ -61,6 +73,9 @@ CT_API ct_status ct_comm_allreduce_sum_f64(ct_comm *c, double *buf, int64_t n);
 CT_API ct_status ct_comm_allreduce_mean_f32(ct_comm *c, float *buf, int64_t n);
 CT_API ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int64_t root);
 CT_API ct_status ct_comm_barrier(ct_comm *c);
+/* Ends the whole job with exit code `code` when the communicator can (MPI); otherwise returns.
+ * For a rank that failed: the others would wait for it in their next collective. */
+CT_API void ct_comm_abort(ct_comm *c, int code);
 
 #ifdef __cplusplus
 }

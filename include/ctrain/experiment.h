@@ -97,6 +97,10 @@ typedef struct ct_experiment_params {
     /* true: write nothing into the run directory (evaluation, prediction): no config.yaml, no
      * metrics logs, no checkpoints. */
     bool read_only;
+    /* The communicator (borrowed; NULL = one process). With several ranks each reads its shard
+       of every split, the trainer averages gradients and reduces metrics over them, and only
+       rank 0 writes into the run directory (docs/distributed.md). */
+    ct_comm *comm;
 } ct_experiment_params;
 
 CT_API ct_experiment_params ct_experiment_default_params(void);

@@ -157,6 +157,11 @@ typedef struct ct_trainer_params {
        checkpoint that recorded a different one fails with CT_ERR_CONFIG: it was written by a
        run of another configuration. The command line passes its configuration fingerprint. */
     const char *fingerprint;
+    /* Distributed runs (comm of world size > 1): checkpoints record the world size, and a
+       resume with another one fails with CT_ERR_CONFIG unless this is set; then the weights,
+       optimizer, schedule and counters are kept and the training loader restarts the saved
+       epoch from its first batch (the shards have changed). */
+    bool allow_world_size_change;
 } ct_trainer_params;
 
 CT_API ct_trainer_params ct_trainer_default_params(void);

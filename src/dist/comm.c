@@ -54,7 +54,7 @@ static void single_destroy(void *self) {
 
 static const ct_comm_vtable single_vt = {
     "single",          single_rank,      single_world,   single_reduce_f32,
-    single_reduce_f64, single_broadcast, single_barrier, single_destroy,
+    single_reduce_f64, single_broadcast, single_barrier, single_destroy, NULL,
 };
 
 /* ---- front end ---- */
@@ -150,4 +150,8 @@ ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int64_t root) {
 
 ct_status ct_comm_barrier(ct_comm *c) {
     return c->vt->barrier(c->self, c->ctx);
+}
+
+void ct_comm_abort(ct_comm *c, int code) {
+    if (c && c->vt->abort && ct_comm_world_size(c) > 1) c->vt->abort(c->self, code);
 }

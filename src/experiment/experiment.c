@@ -417,6 +417,10 @@ static ct_status build_data(ct_experiment *e) {
     lp.drop_last = bool_at(e, "data.drop_last");
     lp.seed = (uint64_t)seed;
     lp.prefetch = int_at(e, "data.prefetch");
+    if (e->p.comm) { /* the global batch is batch_size x world size */
+        lp.rank = ct_comm_rank(e->p.comm);
+        lp.world_size = ct_comm_world_size(e->p.comm);
+    }
     lp.to_f32 = e->info.x_dtype != CT_I64 && e->info.x_dtype != CT_I32;
     CT_TRY(add_transforms(e, "data.transforms", &lp, false));
     ct_loader_params el = lp;
@@ -1158,8 +1162,9 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.callbacks.on_exception = fwd_exception;
     tp.callbacks.on_batch = fwd_batch;
     tp.callbacks.on_grads = fwd_grads;
+    tp.allow_world_size_change = bool_at(e, "trainer.allow_world_size_change");
     e->tp = tp;
-    return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, NULL, &e->task,
+    return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, e->p.comm, &e->task,
                              e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);
 }
 
@@ -1468,34 +1473,52 @@ ct_task_kind ct_experiment_task_kind(const ct_experiment *e) {
     return e->task.kind;
 }
 
+/* Rank 0's preparation of the run directory for fit: the lock, the clean-up, the check of
+ * what an earlier run left (*resume: continue from its latest checkpoint) and config.yaml. */
+static ct_status prepare_run_dir(ct_experiment *e, bool *resume) {
+    ct_ctx *ctx = e->ctx;
+    CT_TRY(make_dirs(ctx, e->out_dir));
+    CT_TRY(lock_run_dir(e));
+    /* what a killed process left half-made or half-deleted goes first, whether or not this
+       fit writes a checkpoint (a finished run asked again does not) */
+    CT_TRY(ct_checkpoint_cleanup(ctx, e->out_dir));
+    CT_TRY(check_previous(e, resume));
+    if (*resume && !e->tp.checkpoint_dir)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s holds checkpoints, which a run with checkpoint.enabled false "
+                       "would neither resume nor keep up to date; set another output_dir "
+                       "or start over with --restart",
+                       e->out_dir);
+    return write_config(e);
+}
+
 ct_status ct_experiment_fit(ct_experiment *e) {
     ct_ctx *ctx = e->ctx;
     if (!e->trainer) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "fit: the experiment has no trainer");
     bool resume = false;
-    bool writes = !e->p.read_only && !e->tp.dev_run;
-    if (writes) {
-        CT_TRY(make_dirs(ctx, e->out_dir));
-        CT_TRY(lock_run_dir(e));
-        /* what a killed process left half-made or half-deleted goes first, whether or not this
-           fit writes a checkpoint (a finished run asked again does not) */
-        CT_TRY(ct_checkpoint_cleanup(ctx, e->out_dir));
-    }
-    if (writes) {
-        CT_TRY(make_dirs(ctx, e->out_dir));
-        CT_TRY(check_previous(e, &resume));
-        if (resume && !e->tp.checkpoint_dir)
-            return CT_FAIL(ctx, CT_ERR_CONFIG,
-                           "%s holds checkpoints, which a run with checkpoint.enabled false "
-                           "would neither resume nor keep up to date; set another output_dir "
-                           "or start over with --restart",
+    /* only rank 0 writes; the others learn from it whether to resume */
+    bool root = !e->p.comm || ct_comm_is_root(e->p.comm);
+    bool writes = !e->p.read_only && !e->tp.dev_run && root;
+    ct_status s = writes ? prepare_run_dir(e, &resume) : CT_OK;
+    if (e->p.comm && ct_comm_world_size(e->p.comm) > 1) {
+        int32_t said[2] = {(int32_t)s, resume};
+        CT_TRY(ct_comm_broadcast(e->p.comm, said, sizeof said, 0));
+        if (s == CT_OK && said[0] != CT_OK)
+            return CT_FAIL(ctx, (ct_status)said[0],
+                           "rank 0 could not prepare the run directory %s (its message says why)",
                            e->out_dir);
-        CT_TRY(write_config(e));
+        resume = said[1] != 0;
     }
+    CT_TRY(s);
     if (resume) {
+        /* every rank reads the checkpoint (output_dir is on a file system they share), and
+           fit starts by giving every rank rank 0's weights */
         CT_TRY(ct_trainer_resume(e->trainer, "latest"));
         int64_t step = ct_trainer_step(e->trainer);
-        CT_TRY(truncate_records(e, "metrics.jsonl", step, false));
-        CT_TRY(truncate_records(e, "metrics.csv", step, true));
+        if (writes) {
+            CT_TRY(truncate_records(e, "metrics.jsonl", step, false));
+            CT_TRY(truncate_records(e, "metrics.csv", step, true));
+        }
     }
     if (writes) CT_TRY(open_records(e, resume));
     int64_t before = ct_trainer_step(e->trainer);

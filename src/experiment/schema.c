@@ -122,6 +122,9 @@ static const ct_key_def k_schema[] = {
      "Clamp each gradient to [-v, v]; 0 = off."},
     {"trainer.precision", E, "fp32", 0, 0, "fp32", 0,
      "Arithmetic precision. This build trains in fp32 only."},
+    {"trainer.allow_world_size_change", B, "false", 0, 0, NULL, RES,
+     "Resume a checkpoint written by another number of MPI processes: the weights and optimizer "
+     "state are kept and the epoch's data starts over (docs/distributed.md)."},
     {"trainer.steps_per_loop", I, "10", 1, 1e12, NULL, RES,
      "Steps between training-metric records (train/loss, lr, grad_norm) in metrics.jsonl."},
     {"trainer.on_nonfinite", E, "stop", 0, 0, "stop|skip|rollback", 0,

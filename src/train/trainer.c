@@ -150,6 +150,8 @@ static json_t *trainer_state(const ct_trainer *t) {
     if (t->p.fingerprint && t->p.fingerprint[0])
         bad |= json_object_set_new(json_object_get(st, "trainer"), "fingerprint",
                                    json_string(t->p.fingerprint));
+    bad |= json_object_set_new(json_object_get(st, "trainer"), "world_size",
+                               json_integer((json_int_t)ct_comm_world_size(t->comm)));
     if (t->sched) {
         ct_schedule_state ss;
         ct_schedule_get_state(t->sched, &ss);
@@ -311,6 +313,16 @@ static bool get_monitor(const json_t *o, const char *k, ct_monitor_state *m) {
            get_bool(x, "has_best", &m->has_best);
 }
 
+/* The dropout stream of a rank: rank 0's is the saved one (and a single process's), each
+ * other rank's is split from it with the same counter, so ranks draw different masks and a
+ * resume restores every rank's position from rank 0's record. */
+static ct_rng rank_stream(ct_rng base, int64_t rank) {
+    if (rank == 0) return base;
+    ct_rng r = ct_rng_split(&base, (uint64_t)rank);
+    r.counter = base.counter;
+    return r;
+}
+
 /* Applies a checkpoint's trainer state. Everything is parsed before anything is applied. */
 static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path) {
     const json_t *tr = json_object_get(st, "trainer"), *lo = json_object_get(st, "loader"),
@@ -328,8 +340,19 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
                        "%s: written by a run of another configuration (fingerprint %s, this run's "
                        "%s): resume it with the configuration it was made with",
                        path, fp, t->p.fingerprint);
+    int64_t world = ct_comm_world_size(t->comm), saved_world = 1; /* absent: one process */
+    if (json_object_get(tr, "world_size") && !get_i64(tr, "world_size", &saved_world))
+        saved_world = 0;
+    if (saved_world != world && saved_world > 0 && !t->p.allow_world_size_change)
+        return CT_FAIL(t->ctx, CT_ERR_CONFIG,
+                       "%s: written by a run of %lld process%s, and this run has %lld: resume it "
+                       "with the same number of processes, or set "
+                       "trainer.allow_world_size_change to keep the weights and optimizer state "
+                       "and restart the epoch's data (docs/distributed.md)",
+                       path, (long long)saved_world, saved_world == 1 ? "" : "es",
+                       (long long)world);
     if (!get_i64(tr, "step", &step) || !get_i64(tr, "epoch", &epoch) ||
-        !get_i64(tr, "skipped", &skipped))
+        !get_i64(tr, "skipped", &skipped) || saved_world < 1)
         bad = "trainer";
     else if (!get_i64(lo, "epoch", &ls.epoch) || !get_i64(lo, "next_batch", &ls.next_batch) ||
              !get_u64(lo, "seed", 10, &ls.seed))
@@ -381,6 +404,15 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     /* each setter validates (a failure names the part); the trainer is then partly restored
      * and is to be destroyed, as trainer.h says */
     ct_ctx *ctx = t->ctx;
+    if (saved_world != world) { /* allowed: the shards changed, so the epoch starts over */
+        ct_log(ctx, CT_LOG_WARN,
+               "%s: written by %lld processes, resumed by %lld: the weights and optimizer state "
+               "are kept; epoch %lld's data starts again from its first batch",
+               path, (long long)saved_world, (long long)world, (long long)ls.epoch + 1);
+        ls.next_batch = 0;
+        for (int64_t i = 0; i < t->n_engines; i++)
+            t->engines[i].resume_state.next_batch = 0;
+    }
     if (ct_loader_set_state(t->train, &ls) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the training loader", path);
     for (int64_t i = 0; i < t->n_engines; i++)
@@ -403,7 +435,7 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     }
     if (t->ema && ct_ema_set_state(t->ema, &ems) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the EMA", path);
-    *ct_graph_rng(t->g) = rng;
+    *ct_graph_rng(t->g) = rank_stream(rng, ct_comm_rank(t->comm));
     t->step = step;
     t->epoch = epoch;
     t->skipped = skipped;
@@ -534,10 +566,28 @@ static engine_rt *find_engine(ct_trainer *t, const char *key) {
     return NULL;
 }
 
+/* Rank 0's buffers (batch-norm running statistics, which each rank updates from its own
+ * shard) to every rank, as DDP's broadcast_buffers: evaluations and checkpoints then see one
+ * model. With values, the trainable weights too (at fit start: every rank begins from rank
+ * 0's weights, fresh or resumed). */
+static ct_status sync_replicas(ct_trainer *t, bool values) {
+    if (ct_comm_world_size(t->comm) < 2) return CT_OK;
+    if (values)
+        CT_TRY(ct_comm_broadcast(t->comm, ct_params_values(t->params),
+                                 sizeof(float) * (size_t)ct_params_numel(t->params), 0));
+    for (int64_t i = 0; i < ct_params_count(t->params); i++) {
+        if (ct_params_kind_at(t->params, i) != CT_PARAM_BUFFER) continue;
+        ct_tensor *b = ct_params_at(t->params, i);
+        CT_TRY(ct_comm_broadcast(t->comm, b->data, ct_tensor_nbytes(b), 0));
+    }
+    return CT_OK;
+}
+
 static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
     ct_ctx *ctx = t->ctx;
     ct_graph *g = t->g;
     ct_status s = CT_OK;
+    CT_TRY(sync_replicas(t, false));
     if (t->ema) CT_TRY(ct_ema_begin_eval(t->ema));
     ct_graph_set_grad_enabled(g, false);
     ct_graph_set_training(g, false);
@@ -627,7 +677,10 @@ ct_status ct_trainer_evaluate(ct_trainer *t, const char *key) {
 /* Runs the engines due at this point: at an epoch's end (epoch = the epoch number just
  * finished, counting from 1) or after a step. An engine never runs twice for the same step
  * (a step cadence landing on an epoch's last step), so early stopping counts it once. */
+static ct_status agree_interrupt(ct_trainer *t);
+
 static ct_status evaluate_due(ct_trainer *t, bool epoch_end, int64_t epoch) {
+    bool ran = false;
     for (int64_t i = 0; i < t->n_engines && !t->stop; i++) {
         engine_rt *en = &t->engines[i];
         bool due = t->p.dev_run ? epoch_end
@@ -636,8 +689,10 @@ static ct_status evaluate_due(ct_trainer *t, bool epoch_end, int64_t epoch) {
         if (!due || en->last_step == t->step) continue;
         en->last_step = t->step;
         CT_TRY(run_engine(t, en, true));
+        ran = true;
     }
-    return CT_OK;
+    /* a stop asked for during an evaluation (on_batch) stops every rank at the same point */
+    return ran ? agree_interrupt(t) : CT_OK;
 }
 
 /* ---- rollback snapshot ---- */
@@ -692,10 +747,13 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     float *grads = ct_params_grads(t->params);
     int64_t n = ct_params_numel(t->params);
     CT_TRY(ct_comm_allreduce_mean_f32(t->comm, grads, n));
-    if (ct_comm_world_size(t->comm) > 1) { /* every rank takes the same decision */
-        float bad = loss_ok ? 0.0f : 1.0f;
-        CT_TRY(ct_comm_allreduce_sum_f32(t->comm, &bad, 1));
-        loss_ok = bad == 0.0f;
+    if (ct_comm_world_size(t->comm) > 1) {
+        /* every rank takes the same decisions: a non-finite loss on any rank is everyone's,
+           and so is an interrupt (a signal reaches the ranks at different batches) */
+        float flags[2] = {loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f};
+        CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 2));
+        loss_ok = flags[0] == 0.0f;
+        t->interrupt = flags[1] != 0.0f;
     }
     /* Gradients are checked before anything is applied: the clipping norm shows a non-finite
      * gradient for free (clip_grad_norm leaves them untouched then); otherwise a scan */
@@ -751,6 +809,12 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
 }
 
 static ct_status log_window(ct_trainer *t) {
+    if (ct_comm_world_size(t->comm) > 1) { /* the mean over every rank's finite losses */
+        double sums[2] = {t->window_loss, (double)t->window_count};
+        CT_TRY(ct_comm_allreduce_sum_f64(t->comm, sums, 2));
+        t->window_loss = sums[0];
+        t->window_count = (int64_t)sums[1];
+    }
     if (t->window_count == 0) return CT_OK;
     int64_t k = 0;
     t->train_values[k].name = "train/loss";
@@ -872,11 +936,21 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     return s;
 }
 
+/* Whether any rank was interrupted (every rank then ends at the same point). */
+static ct_status agree_interrupt(ct_trainer *t) {
+    if (ct_comm_world_size(t->comm) < 2) return CT_OK;
+    float flag = t->interrupt ? 1.0f : 0.0f;
+    CT_TRY(ct_comm_allreduce_sum_f32(t->comm, &flag, 1));
+    t->interrupt = flag != 0.0f;
+    return CT_OK;
+}
+
 static ct_status fit(ct_trainer *t) {
     ct_ctx *ctx = t->ctx;
     const ct_trainer_callbacks *cb = &t->p.callbacks;
     t->stop = t->has_es && t->es.state.stopped; /* a resumed early-stopped run stays stopped */
     t->interrupt = false;
+    CT_TRY(sync_replicas(t, true));
     if (cb->on_fit_start) CT_TRY(event(t, cb->on_fit_start(cb->user, t)));
     if (t->snap) snapshot(t, true);
     ct_params_zero_grad(t->params);
@@ -1018,6 +1092,7 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         t->own_comm = s == CT_OK;
     }
     if (s == CT_OK) s = ct_graph_create(ctx, &gp, &t->g);
+    if (s == CT_OK) *ct_graph_rng(t->g) = rank_stream(*ct_graph_rng(t->g), ct_comm_rank(t->comm));
     if (s == CT_OK && p.monitor) {
         s = ct_monitor_init(ctx, &t->monitor, p.monitor);
         t->has_monitor = s == CT_OK;

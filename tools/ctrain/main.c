@@ -51,7 +51,10 @@ typedef struct session {
     char log_path[1100]; /* opened at fit start: a refused run directory gets nothing */
     char pending[4096];  /* lines said before that, written when it opens */
     size_t n_pending;
-    bool quiet; /* info messages only into log.txt */
+    bool quiet;  /* info messages only into log.txt */
+    bool silent; /* a rank other than 0 of a distributed run: errors only, no log.txt */
+    int64_t rank, world;
+    ct_comm *comm; /* NULL: one process */
     progress_mode progress;
     double interval, interval_seconds;
     /* the current bar */
@@ -100,6 +103,7 @@ static void say(session *s, const char *fmt, ...) {
     va_start(ap, fmt);
     (void)vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    if (s->silent) return;
     close_bar(s);
     (void)fprintf(stderr, "%s\n", buf);
     to_log(s, "", buf);
@@ -111,6 +115,12 @@ static void log_fn(void *user, ct_log_level level, const char *msg) {
     const char *name = (unsigned)level < CT_LOG_LEVEL_COUNT ? names[level] : "log";
     char prefix[16];
     (void)snprintf(prefix, sizeof prefix, "%s: ", name);
+    if (s->silent) { /* rank 0 says what every rank would */
+        if (level >= CT_LOG_ERROR)
+            (void)fprintf(stderr, "ctrain: rank %lld of %lld: %s: %s\n", (long long)s->rank,
+                          (long long)s->world, name, msg);
+        return;
+    }
     to_log(s, prefix, msg);
     if (level >= CT_LOG_WARN || !s->quiet) {
         close_bar(s);
@@ -337,6 +347,18 @@ static int setup_code(ct_status s) {
 
 static int fail(ct_ctx *ctx, int code) {
     (void)fprintf(stderr, "ctrain: error: %s\n", ct_last_error(ctx));
+    return code;
+}
+
+/* A failure of one rank of a distributed run: its message, naming the rank, and the end of
+ * the whole job (the other ranks may be waiting for this one in a collective); for one
+ * process, fail(). */
+static int rank_fail(const session *s, ct_ctx *ctx, int code) {
+    if (s->world < 2) return fail(ctx, code);
+    (void)fprintf(stderr, "ctrain: error: rank %lld of %lld: %s\n", (long long)s->rank,
+                  (long long)s->world, ct_last_error(ctx));
+    (void)fflush(stderr);
+    ct_comm_abort(s->comm, code);
     return code;
 }
 
@@ -578,17 +600,34 @@ static int cmd_fit(int argc, char **argv) {
     if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
     ct_config *cfg = NULL;
     ct_experiment *e = NULL;
-    ct_status st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
+    ct_status st = CT_OK;
+    if (ct_comm_launched()) { /* one rank of several: mpirun, srun (docs/distributed.md) */
+        st = ct_comm_create_mpi(ctx, &s.comm);
+        if (st != CT_OK) {
+            rc = fail(ctx, EXIT_RUN_FAILED);
+            goto out;
+        }
+        s.rank = ct_comm_rank(s.comm);
+        s.world = ct_comm_world_size(s.comm);
+        s.silent = s.rank != 0;
+    }
+    st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
     if (st != CT_OK) {
-        rc = fail(ctx, setup_code(st));
+        rc = rank_fail(&s, ctx, setup_code(st));
         goto out;
     }
     apply_logging(&s, cfg);
+    if (s.silent) s.progress = PROGRESS_NONE;
+    if (s.world > 1) { /* progress counts the samples of every rank */
+        s.batch_size *= s.world;
+        s.eval_batch_size *= s.world;
+    }
     const ct_cfg_node *root = ct_config_root(cfg);
     (void)ct_ctx_set_threads(ctx, atoll(ct_config_find(root, "threads")->value));
     const char *out_dir = ct_config_find(root, "output_dir")->value;
-    (void)snprintf(s.log_path, sizeof s.log_path, "%s/log.txt", out_dir);
+    if (!s.silent) (void)snprintf(s.log_path, sizeof s.log_path, "%s/log.txt", out_dir);
     ct_experiment_params ep = ct_experiment_default_params();
+    ep.comm = s.comm;
     ep.callbacks.user = &s;
     ep.callbacks.on_batch = on_batch;
     ep.callbacks.on_log = on_log;
@@ -597,11 +636,11 @@ static int cmd_fit(int argc, char **argv) {
     ep.callbacks.on_fit_start = on_fit_start;
     st = ct_experiment_create(ctx, cfg, &ep, &e);
     if (st != CT_OK) {
-        rc = fail(ctx, setup_code(st));
+        rc = rank_fail(&s, ctx, setup_code(st));
         goto out;
     }
     s.exp = e;
-    if (a.restart && access(out_dir, F_OK) == 0) {
+    if (a.restart && !s.silent && access(out_dir, F_OK) == 0) {
         /* starting over keeps the old run: it is renamed, never deleted */
         char old[1100], stamp[32];
         time_t now = time(NULL);
@@ -612,13 +651,21 @@ static int cmd_fit(int argc, char **argv) {
             (void)fprintf(stderr, "ctrain: error: --restart: cannot rename %s to %s: %s\n", out_dir,
                           old, strerror(errno));
             rc = EXIT_RUN_FAILED;
+            ct_comm_abort(s.comm, rc); /* the other ranks wait for this one in fit */
             goto out;
         }
         (void)fprintf(stderr, "ctrain: --restart: the previous run is now %s\n", old);
     }
-    say(&s, "ctrain %s: fit %s -> %s (%lld training samples, %lld parameters)", ct_version(),
-        a.config, out_dir, (long long)ct_experiment_train_samples(e),
-        (long long)ct_params_numel(ct_experiment_params_store(e)));
+    if (s.world > 1)
+        say(&s, "ctrain %s: fit %s -> %s on %lld processes (%lld training samples each, global "
+                "batch %lld, %lld parameters)",
+            ct_version(), a.config, out_dir, (long long)s.world,
+            (long long)ct_experiment_train_samples(e), (long long)s.batch_size,
+            (long long)ct_params_numel(ct_experiment_params_store(e)));
+    else
+        say(&s, "ctrain %s: fit %s -> %s (%lld training samples, %lld parameters)", ct_version(),
+            a.config, out_dir, (long long)ct_experiment_train_samples(e),
+            (long long)ct_params_numel(ct_experiment_params_store(e)));
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -629,8 +676,14 @@ static int cmd_fit(int argc, char **argv) {
     ct_trainer *t = ct_experiment_trainer(e);
     if (st != CT_OK) {
         close_bar(&s);
-        say(&s, "ctrain: error: %s", ct_last_error(ctx));
+        if (s.silent) {
+            rc = rank_fail(&s, ctx, st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED);
+            goto out;
+        }
+        say(&s, "ctrain: error: %s%s", s.world > 1 ? "rank 0: " : "", ct_last_error(ctx));
         rc = st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED;
+        if (s.log_file) (void)fflush(s.log_file);
+        ct_comm_abort(s.comm, rc);
         goto out;
     }
     char summary[1024];
@@ -656,6 +709,7 @@ out:
     ct_experiment_destroy(e);
     ct_config_destroy(cfg);
     if (s.log_file) (void)fclose(s.log_file);
+    ct_comm_destroy(s.comm);
     ct_ctx_destroy(ctx);
 out_free:
     free(ov);

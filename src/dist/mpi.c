@@ -1,0 +1,167 @@
+/*
+ * mpi.c - the MPI communicator (data-parallel training under mpirun or srun), and the test of
+ * whether a launcher started this process as one rank of several.
+ *
+ * Built when CMake finds an MPI library (CT_HAVE_MPI); otherwise ct_comm_create_mpi says so.
+ * The communicator owns a duplicate of MPI_COMM_WORLD (so ctrain's collectives never match a
+ * host program's) with MPI_ERRORS_RETURN set, so a failed call becomes a status with
+ * MPI_Error_string's text instead of an exit. It initialises MPI when nobody has (and then
+ * finalises it on destroy); a host program that initialised MPI itself keeps that job.
+ *
+ * Sums use MPI_Allreduce with MPI_SUM: Open MPI and MPICH pick the algorithm from the world
+ * size and the message size only, and every algorithm they have gives each rank the same bits,
+ * so the result is reproducible from run to run and identical across ranks (the tests check
+ * this). Counts above MPI's int are sent in chunks.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core_internal.h"
+#include "ctrain/dist.h"
+
+/* Whether the environment names a world of more than one process: Open MPI's mpirun,
+ * MPICH's Hydra (and other PMI launchers), Slurm's srun, or CTRAIN_MPI=1 to insist. */
+bool ct_comm_launched(void) {
+    const char *force = getenv("CTRAIN_MPI");
+    if (force && strcmp(force, "1") == 0) return true;
+    static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS",
+                                        NULL};
+    for (int i = 0; sizes[i]; i++) {
+        const char *v = getenv(sizes[i]);
+        if (v && atol(v) > 1) return true;
+    }
+    return false;
+}
+
+#ifndef CT_HAVE_MPI
+
+bool ct_comm_mpi_available(void) {
+    return false;
+}
+
+ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
+    *out = NULL;
+    return CT_FAIL(ctx, CT_ERR_DIST,
+                   "this ctrain was built without MPI: install libopenmpi-dev (or libmpich-dev) "
+                   "and build again (docs/distributed.md)");
+}
+
+#else
+
+#include <limits.h>
+#include <mpi.h>
+
+typedef struct mpi_comm {
+    MPI_Comm comm;
+    int rank, size;
+    bool finalize; /* this communicator initialised MPI */
+} mpi_comm;
+
+bool ct_comm_mpi_available(void) {
+    return true;
+}
+
+static ct_status mpi_fail(ct_ctx *ctx, const mpi_comm *m, int code, const char *what) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+    text[len] = '\0';
+    return CT_FAIL(ctx, CT_ERR_DIST, "MPI rank %d of %d: %s failed: %s", m->rank, m->size, what,
+                   len ? text : "(no description)");
+}
+
+static int64_t mpi_rank(const void *self) {
+    return ((const mpi_comm *)self)->rank;
+}
+
+static int64_t mpi_world(const void *self) {
+    return ((const mpi_comm *)self)->size;
+}
+
+/* MPI counts are int: larger buffers go in chunks (each one its own collective, in the same
+ * order on every rank). */
+enum { CHUNK = INT_MAX / 8 };
+
+static ct_status mpi_sum(mpi_comm *m, ct_ctx *ctx, void *buf, int64_t n, MPI_Datatype type,
+                         size_t elem) {
+    char *p = buf;
+    for (int64_t at = 0; at < n; at += CHUNK) {
+        int count = (int)(n - at < CHUNK ? n - at : CHUNK);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, p + (size_t)at * elem, count, type, MPI_SUM, m->comm);
+        if (rc != MPI_SUCCESS) return mpi_fail(ctx, m, rc, "MPI_Allreduce");
+    }
+    return CT_OK;
+}
+
+static ct_status mpi_sum_f32(void *self, ct_ctx *ctx, float *buf, int64_t n) {
+    return mpi_sum(self, ctx, buf, n, MPI_FLOAT, sizeof(float));
+}
+
+static ct_status mpi_sum_f64(void *self, ct_ctx *ctx, double *buf, int64_t n) {
+    return mpi_sum(self, ctx, buf, n, MPI_DOUBLE, sizeof(double));
+}
+
+static ct_status mpi_broadcast(void *self, ct_ctx *ctx, void *buf, size_t bytes, int64_t root) {
+    mpi_comm *m = self;
+    char *p = buf;
+    for (size_t at = 0; at < bytes; at += CHUNK) {
+        int count = (int)(bytes - at < CHUNK ? bytes - at : CHUNK);
+        int rc = MPI_Bcast(p + at, count, MPI_BYTE, (int)root, m->comm);
+        if (rc != MPI_SUCCESS) return mpi_fail(ctx, m, rc, "MPI_Bcast");
+    }
+    return CT_OK;
+}
+
+static ct_status mpi_barrier(void *self, ct_ctx *ctx) {
+    mpi_comm *m = self;
+    int rc = MPI_Barrier(m->comm);
+    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, m, rc, "MPI_Barrier");
+}
+
+static void mpi_abort(void *self, int code) {
+    (void)MPI_Abort(((mpi_comm *)self)->comm, code);
+}
+
+static void mpi_destroy(void *self) {
+    mpi_comm *m = self;
+    if (!m) return;
+    int finalized = 0;
+    (void)MPI_Finalized(&finalized);
+    if (!finalized) {
+        if (m->comm != MPI_COMM_NULL) (void)MPI_Comm_free(&m->comm);
+        if (m->finalize) (void)MPI_Finalize();
+    }
+    free(m);
+}
+
+static const ct_comm_vtable mpi_vt = {
+    "mpi",         mpi_rank,    mpi_world, mpi_sum_f32, mpi_sum_f64, mpi_broadcast,
+    mpi_barrier,   mpi_destroy, mpi_abort,
+};
+
+ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
+    *out = NULL;
+    /* malloc, not the context's allocator: the vtable's destroy has no context */
+    mpi_comm *m = calloc(1, sizeof *m);
+    if (!m) return CT_FAIL(ctx, CT_ERR_OOM, "allocating the MPI communicator");
+    m->comm = MPI_COMM_NULL;
+    int inited = 0, rc = MPI_Initialized(&inited);
+    if (rc == MPI_SUCCESS && !inited) {
+        /* FUNNELED: only this thread calls MPI (the loader's and OpenMP's threads never do) */
+        int provided = 0;
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+        m->finalize = rc == MPI_SUCCESS;
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(m->comm, &m->rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(m->comm, &m->size);
+    if (rc != MPI_SUCCESS) {
+        ct_status s = mpi_fail(ctx, m, rc, "starting MPI");
+        mpi_destroy(m);
+        return s;
+    }
+    return ct_comm_create_with(ctx, &mpi_vt, m, out);
+}
+
+#endif /* CT_HAVE_MPI */

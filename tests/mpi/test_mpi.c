@@ -1,0 +1,210 @@
+/*
+ * test_mpi.c - data-parallel training over the MPI communicator, run under
+ * `mpirun -np 2` and `-np 3` (tests/CMakeLists.txt).
+ *
+ * Every rank runs every check; the failures of all ranks are summed at the end, so the job
+ * passes only when every rank passed. Each rank also trains the single-process twin of the
+ * distributed run (the same experiment with batch_size x world and no communicator) in its
+ * own process, which is what the distributed weights are compared with.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/ctrain.h"
+#include "ctrain/experiment.h"
+#include "harness.h"
+
+static ct_ctx *g_ctx;
+static ct_comm *g_comm;
+static int64_t g_rank, g_world;
+
+/* The experiment: blobs with a test split whose size the world does not divide (501). */
+static const char *const k_config = "seed: 5\n"
+                                    "threads: 1\n"
+                                    "data:\n"
+                                    "  train: {type: synthetic, kind: blobs, n: 1500, features: "
+                                    "6, classes: 3, seed: 2}\n"
+                                    "  test: {type: synthetic, kind: blobs, n: 501, features: 6, "
+                                    "classes: 3, seed: 9}\n"
+                                    "  batch_size: %d\n"
+                                    "  prefetch: 0\n"
+                                    "model: {type: mlp, hidden: [16, 16]}\n"
+                                    "optimizer: %s\n"
+                                    "trainer: {max_steps: %d, max_epochs: 0}\n"
+                                    "metrics:\n"
+                                    "  test: [accuracy, {type: confusion}]\n"
+                                    "checkpoint: {enabled: false}\n"
+                                    "logging: {progress: none, report: none}\n";
+
+/* An experiment and the configuration it reads (borrowed by it for its lifetime). */
+typedef struct run {
+    ct_config *cfg;
+    ct_experiment *e;
+} run;
+
+static run build(const char *optimizer, int batch, int steps, ct_comm *comm) {
+    char text[2048];
+    (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps);
+    run r = {NULL, NULL};
+    ct_status s = ct_config_load_string(g_ctx, "mpi.yaml", text, strlen(text), &r.cfg);
+    if (s == CT_OK) s = ct_experiment_resolve(g_ctx, r.cfg);
+    ct_experiment_params ep = ct_experiment_default_params();
+    ep.read_only = true; /* no run directory */
+    ep.comm = comm;
+    if (s == CT_OK) s = ct_experiment_create(g_ctx, r.cfg, &ep, &r.e);
+    CT_CHECK_MSG(s == CT_OK, "building the experiment: %s", ct_last_error(g_ctx));
+    return r;
+}
+
+static void done(run *r) {
+    ct_experiment_destroy(r->e);
+    ct_config_destroy(r->cfg);
+}
+
+/* max |a - b| / max |b| over the store: the difference relative to the weights' scale (an
+ * element-wise ratio would blow up on the weights that happen to be near zero). */
+static double max_rel_diff(const float *a, const float *b, int64_t n) {
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
+/* Sums differ from rank to rank only if an implementation is broken: every rank must hold
+ * rank 0's bits. */
+static bool same_on_every_rank(const void *buf, size_t bytes) {
+    char *mine = malloc(bytes), *root = malloc(bytes);
+    if (!mine || !root) abort();
+    memcpy(mine, buf, bytes);
+    memcpy(root, buf, bytes);
+    CT_CHECK(ct_comm_broadcast(g_comm, root, bytes, 0) == CT_OK);
+    float differs = memcmp(mine, root, bytes) != 0 ? 1.0f : 0.0f;
+    CT_CHECK(ct_comm_allreduce_sum_f32(g_comm, &differs, 1) == CT_OK);
+    free(mine);
+    free(root);
+    return differs == 0.0f;
+}
+
+static void mpi_sum_should_be_exact_and_identical_on_every_rank(void) {
+    CT_CHECK(ct_comm_world_size(g_comm) == g_world && g_world >= 2);
+    CT_CHECK_MSG(strcmp(ct_comm_name(g_comm), "mpi") == 0, "name %s", ct_comm_name(g_comm));
+    enum { N = 100003 }; /* odd, so the algorithms' chunks are uneven */
+    float *x = malloc(N * sizeof(float));
+    double *d = malloc(N * sizeof(double));
+    if (!x || !d) abort();
+    ct_rng r = ct_rng_init(77, (uint64_t)g_rank);
+    ct_rng_normal(&r, x, N, 0.0f, 1e3f);
+    for (int64_t i = 0; i < N; i++)
+        d[i] = (double)g_rank + 0.25;
+    CT_CHECK(ct_comm_allreduce_sum_f32(g_comm, x, N) == CT_OK);
+    CT_CHECK(ct_comm_allreduce_sum_f64(g_comm, d, N) == CT_OK);
+    CT_CHECK_MSG(same_on_every_rank(x, N * sizeof(float)), "f32 sums differ across ranks");
+    double want = (double)(g_world * (g_world - 1)) / 2.0 + 0.25 * (double)g_world;
+    for (int64_t i = 0; i < N; i++)
+        if (d[i] != want) {
+            CT_CHECK_MSG(false, "f64 sum[%lld] = %.17g, expected %.17g", (long long)i, d[i], want);
+            break;
+        }
+    free(x);
+    free(d);
+}
+
+/* Distributed training with batch B on W ranks equals one process with batch B x W: the
+ * gradient is the mean over the same B x W samples (DistributedSampler's strided shards of
+ * the same permutation), summed in another order. */
+static void training_should_match_one_process_with_the_global_batch(void) {
+    static const char *const optimizers[] = {"{type: sgd, lr: 0.2, momentum: 0.9}",
+                                             "{type: adam, lr: 0.01}"};
+    const int batch = 8, steps = 20;
+    for (int k = 0; k < 2; k++) {
+        run dist = build(optimizers[k], batch, steps, g_comm);
+        run one = build(optimizers[k], batch * (int)g_world, steps, NULL);
+        run fresh = build(optimizers[k], batch, steps, NULL);
+        if (dist.e && one.e && fresh.e) {
+            CT_CHECK_MSG(ct_experiment_fit(dist.e) == CT_OK, "%s", ct_last_error(g_ctx));
+            CT_CHECK_MSG(ct_experiment_fit(one.e) == CT_OK, "%s", ct_last_error(g_ctx));
+            CT_CHECK_INT(ct_trainer_step(ct_experiment_trainer(dist.e)), steps);
+            ct_params *pd = ct_experiment_params_store(dist.e);
+            ct_params *po = ct_experiment_params_store(one.e);
+            int64_t n = ct_params_numel(pd);
+            CT_CHECK_INT(n, ct_params_numel(po));
+            double rel = max_rel_diff(ct_params_values(pd), ct_params_values(po), n);
+            CT_CHECK_MSG(rel <= 1e-5, "%s: weights differ from one process by %.3g (relative)",
+                         optimizers[k], rel);
+            /* and the ranks did not drift apart by a single bit */
+            CT_CHECK_MSG(same_on_every_rank(ct_params_values(pd), sizeof(float) * (size_t)n),
+                         "%s: the ranks' weights differ", optimizers[k]);
+            /* the weights moved: the comparison above is not between two initialisations */
+            double moved = max_rel_diff(ct_params_values(pd),
+                                        ct_params_values(ct_experiment_params_store(fresh.e)), n);
+            CT_CHECK_MSG(moved > 1e-2, "training changed the weights by only %.3g", moved);
+        }
+        done(&fresh);
+        done(&dist);
+        done(&one);
+    }
+}
+
+/* Evaluating 501 samples on W ranks (unequal shards, none padded) gives one process's counts
+ * exactly and its loss to rounding. */
+static void evaluation_should_equal_one_process(void) {
+    run dist = build("{type: sgd, lr: 0.1}", 8, 5, g_comm);
+    run one = build("{type: sgd, lr: 0.1}", 8, 5, NULL);
+    if (dist.e && one.e) {
+        CT_CHECK(ct_experiment_fit(dist.e) == CT_OK);
+        ct_params *pd = ct_experiment_params_store(dist.e);
+        ct_params *po = ct_experiment_params_store(one.e);
+        memcpy(ct_params_values(po), ct_params_values(pd),
+               sizeof(float) * (size_t)ct_params_numel(pd));
+        ct_trainer *td = ct_experiment_trainer(dist.e), *to = ct_experiment_trainer(one.e);
+        CT_CHECK_MSG(ct_trainer_evaluate(td, "test") == CT_OK, "%s", ct_last_error(g_ctx));
+        CT_CHECK_MSG(ct_trainer_evaluate(to, "test") == CT_OK, "%s", ct_last_error(g_ctx));
+        int64_t nd, no;
+        const ct_metric_value *vd = ct_trainer_metrics(td, "test", &nd);
+        const ct_metric_value *vo = ct_trainer_metrics(to, "test", &no);
+        CT_CHECK_INT(nd, no);
+        int64_t counted = 0;
+        for (int64_t i = 0; i < nd && i < no; i++) {
+            CT_CHECK(strcmp(vd[i].name, vo[i].name) == 0);
+            if (strcmp(vd[i].name, "test/loss") == 0) {
+                /* each batch's mean loss is an f32 reduction over that batch, and the shards cut
+                   the batches elsewhere: equal to f32 rounding (metrics.h) */
+                CT_CHECK_CLOSE(vd[i].value, vo[i].value, 0, 1e-6);
+            } else {
+                CT_CHECK_MSG(vd[i].value == vo[i].value, "%s: %.17g on %lld ranks, %.17g in one",
+                             vd[i].name, vd[i].value, (long long)g_world, vo[i].value);
+                if (strstr(vd[i].name, "/confusion/")) counted += (int64_t)vd[i].value;
+            }
+        }
+        CT_CHECK_INT(counted, 501); /* every sample once: nothing padded, nothing dropped */
+    }
+    done(&dist);
+    done(&one);
+}
+
+int main(void) {
+    ct_ctx_params cp = ct_ctx_default_params();
+    if (ct_ctx_create(&cp, &g_ctx) != CT_OK) return 1;
+    if (ct_comm_create_mpi(g_ctx, &g_comm) != CT_OK) {
+        fprintf(stderr, "test_mpi: %s\n", ct_last_error(g_ctx));
+        ct_ctx_destroy(g_ctx);
+        return 1;
+    }
+    g_rank = ct_comm_rank(g_comm);
+    g_world = ct_comm_world_size(g_comm);
+    CT_RUN(mpi_sum_should_be_exact_and_identical_on_every_rank);
+    CT_RUN(training_should_match_one_process_with_the_global_batch);
+    CT_RUN(evaluation_should_equal_one_process);
+    double failures = ct_test_failures;
+    if (ct_comm_allreduce_sum_f64(g_comm, &failures, 1) != CT_OK) failures = 1;
+    int rc = ct_test_finish();
+    if (g_rank == 0)
+        printf("test_mpi: %lld ranks, %.0f failed checks in all\n", (long long)g_world, failures);
+    ct_comm_destroy(g_comm);
+    ct_ctx_destroy(g_ctx);
+    return failures != 0 ? 1 : rc;
+}
