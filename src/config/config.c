@@ -371,32 +371,40 @@ static void line_col(const char *text, size_t at, int *line, int *col) {
     }
 }
 
-/* Whether a quote after prev (gap: white space between them) opens a quoted scalar: at the
- * start of a line, after a flow indicator or ':', or after "- " or "? " (a '-' or '?' with no
- * space after it is part of plain text, as in opti-'x'). */
-static bool token_start(char prev, bool gap) {
-    return strchr(":[{,\n", prev) || ((prev == '-' || prev == '?') && gap);
+/* Whether a quote after prev (gap: white space between them; prev2 the token character
+ * before prev) opens a quoted scalar: at the start of a line, after a flow indicator, after
+ * "- ", "? " or ": ", or right after the ':' of a quoted key ({"a":'b'}). A '-', '?' or ':'
+ * with no space after it is part of plain text (opti-'x', a:'b'). */
+static bool token_start(char prev, char prev2, bool gap) {
+    if (prev == '-' || prev == '?') return gap;
+    if (prev == ':') return gap || prev2 == '"' || prev2 == '\'';
+    return strchr("[{,\n", prev) != NULL;
 }
 
 /* The offset of a single-quoted scalar that holds four quotes in a row, or len. A light
  * lexer: double-quoted strings (with their escapes) and comments are skipped, and a quote
  * opens a quoted scalar only where a token starts (see token_start), so plain text such as
- * it's or 5" is left alone. */
+ * it's or 5" is left alone. Where it cannot tell, it errs towards looking: a double quote
+ * that is never closed skips nothing. */
 static size_t quote_run_at(const char *t, size_t len) {
-    char prev = '\n'; /* the last character outside white space */
-    bool gap = true;   /* white space since prev */
+    char prev = '\n', prev2 = '\n'; /* the last two characters outside white space */
+    bool gap = true;                  /* white space since prev */
     for (size_t i = 0; i < len; i++) {
         char c = t[i];
-        bool opens = token_start(prev, gap);
+        bool opens = token_start(prev, prev2, gap);
         gap = c == ' ' || c == '\t' || c == '\r';
         if (c == '"' && opens) {
-            for (i++; i < len && t[i] != '"'; i++)
-                if (t[i] == '\\') i++;
+            size_t j = i + 1;
+            for (; j < len && t[j] != '"'; j++)
+                if (t[j] == '\\') j++;
+            if (j < len) i = j;
+            prev2 = prev;
             prev = '"';
         } else if (c == '#' &&
                    (i == 0 || t[i - 1] == ' ' || t[i - 1] == '\t' || t[i - 1] == '\n')) {
             while (i < len && t[i] != '\n')
                 i++;
+            prev2 = prev;
             prev = '\n';
         } else if (c == '\'' && opens) {
             size_t start = i;
@@ -410,8 +418,10 @@ static size_t quote_run_at(const char *t, size_t len) {
                 }
                 break; /* the closing quote */
             }
+            prev2 = prev;
             prev = '\'';
-        } else if (c != ' ' && c != '\t' && c != '\r') {
+        } else if (!gap) {
+            prev2 = prev;
             prev = c;
         }
     }
