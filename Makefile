@@ -36,7 +36,8 @@ test-asan:
 	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
 test-noomp:
-	cmake -S . -B build-noomp -G Ninja -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON -DCT_OPENMP=OFF
+	cmake -S . -B build-noomp -G Ninja -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON -DCT_OPENMP=OFF \
+		-DCT_MPI=OFF
 	cmake --build build-noomp -j $(JOBS)
 	ctest --test-dir build-noomp --output-on-failure -j $(JOBS)
 

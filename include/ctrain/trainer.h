@@ -218,6 +218,9 @@ CT_API int64_t ct_trainer_skipped_steps(const ct_trainer *t);
 /* Whether the last fit ended because on_batch returned CT_STOP (an interrupted run, to be
  * resumed), not because it was done. */
 CT_API bool ct_trainer_interrupted(const ct_trainer *t);
+/* Seconds this rank has spent in the gradient all-reduce (waiting for the slowest rank
+ * included); 0 for one process. */
+CT_API double ct_trainer_comm_seconds(const ct_trainer *t);
 /* The latest values of an engine (`key`) or of training ("train"); NULL/0 before any. */
 CT_API const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n);
 /* The monitor (for its best value), the early-stopping state and the EMA (NULL when off), to

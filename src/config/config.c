@@ -388,7 +388,7 @@ static bool token_start(char prev, char prev2, bool gap) {
  * that is never closed skips nothing. */
 static size_t quote_run_at(const char *t, size_t len) {
     char prev = '\n', prev2 = '\n'; /* the last two characters outside white space */
-    bool gap = true;                  /* white space since prev */
+    bool gap = true;                /* white space since prev */
     for (size_t i = 0; i < len; i++) {
         char c = t[i];
         bool opens = token_start(prev, prev2, gap);

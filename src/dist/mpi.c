@@ -82,8 +82,8 @@ static int64_t mpi_world(const void *self) {
  * order on every rank). */
 enum { CHUNK = INT_MAX / 8 };
 
-static ct_status mpi_sum(mpi_comm *m, ct_ctx *ctx, void *buf, int64_t n, MPI_Datatype type,
-                         size_t elem) {
+static ct_status
+mpi_sum(mpi_comm *m, ct_ctx *ctx, void *buf, int64_t n, MPI_Datatype type, size_t elem) {
     char *p = buf;
     for (int64_t at = 0; at < n; at += CHUNK) {
         int count = (int)(n - at < CHUNK ? n - at : CHUNK);
@@ -135,8 +135,8 @@ static void mpi_destroy(void *self) {
 }
 
 static const ct_comm_vtable mpi_vt = {
-    "mpi",         mpi_rank,    mpi_world, mpi_sum_f32, mpi_sum_f64, mpi_broadcast,
-    mpi_barrier,   mpi_destroy, mpi_abort,
+    "mpi",         mpi_rank,    mpi_world,   mpi_sum_f32, mpi_sum_f64,
+    mpi_broadcast, mpi_barrier, mpi_destroy, mpi_abort,
 };
 
 ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {

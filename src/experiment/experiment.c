@@ -84,9 +84,10 @@ struct ct_experiment {
     FILE *jsonl, *csv;
     int lock_fd; /* the run directory's lock while fit runs; -1 = none */
     ct_tb_writer *tb;
-    int64_t hist_every;  /* epochs between histograms; 0 = none */
-    bool hist_grads_due; /* the epoch's last window is running: its gradients go out */
-    double t_last_log;   /* for samples_per_sec between records */
+    int64_t hist_every;   /* epochs between histograms; 0 = none */
+    bool hist_grads_due;  /* the epoch's last window is running: its gradients go out */
+    double t_last_log;    /* for samples_per_sec between records */
+    double comm_last_log; /* ct_trainer_comm_seconds at the last record */
     int64_t step_last_log;
     int64_t batch_size, accum;
 };
@@ -947,11 +948,16 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
     double now = now_seconds();
     int64_t steps = ct_trainer_step(t) - e->step_last_log;
     double dt = now - e->t_last_log;
-    double sps = dt > 0 ? (double)(steps * e->batch_size * e->accum) / dt : 0.0;
+    int64_t world = e->p.comm ? ct_comm_world_size(e->p.comm) : 1;
+    double extra[2] = {dt > 0 ? (double)(steps * e->batch_size * e->accum * world) / dt : 0.0};
     e->t_last_log = now;
     e->step_last_log = ct_trainer_step(t);
-    static const char *const names[] = {"samples_per_sec"};
-    record(e, t, v, n, names, &sps, 1);
+    /* distributed: rank 0's time in the gradient all-reduce per step since the last record */
+    double comm = ct_trainer_comm_seconds(t);
+    extra[1] = steps > 0 ? (comm - e->comm_last_log) * 1e3 / (double)steps : 0.0;
+    e->comm_last_log = comm;
+    static const char *const names[] = {"samples_per_sec", "comm_ms_per_step"};
+    record(e, t, v, n, names, extra, world > 1 ? 2 : 1);
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_log ? cb->on_log(cb->user, t, v, n) : CT_OK;
 }
@@ -1029,6 +1035,7 @@ static ct_status fwd_fit_start(void *user, ct_trainer *t) {
     ct_experiment *e = user;
     e->t_last_log = now_seconds();
     e->step_last_log = ct_trainer_step(t);
+    e->comm_last_log = ct_trainer_comm_seconds(t);
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_fit_start ? cb->on_fit_start(cb->user, t) : CT_OK;
 }

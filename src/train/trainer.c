@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core_internal.h"
 #include "ctrain/checkpoint.h"
@@ -69,6 +70,7 @@ struct ct_trainer {
                                  (the last step saved before it); -1: none */
     bool stop;                /* early stopping or a callback's CT_STOP */
     bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
+    double comm_seconds;      /* spent in the gradient all-reduce (several ranks only) */
     /* the training log window */
     double window_loss;
     int64_t window_count;
@@ -746,7 +748,13 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     ct_ctx *ctx = t->ctx;
     float *grads = ct_params_grads(t->params);
     int64_t n = ct_params_numel(t->params);
-    CT_TRY(ct_comm_allreduce_mean_f32(t->comm, grads, n));
+    if (ct_comm_world_size(t->comm) > 1) {
+        struct timespec a, b;
+        (void)clock_gettime(CLOCK_MONOTONIC, &a);
+        CT_TRY(ct_comm_allreduce_mean_f32(t->comm, grads, n));
+        (void)clock_gettime(CLOCK_MONOTONIC, &b);
+        t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    }
     if (ct_comm_world_size(t->comm) > 1) {
         /* every rank takes the same decisions: a non-finite loss on any rank is everyone's,
            and so is an interrupt (a signal reaches the ranks at different batches) */
@@ -1198,6 +1206,10 @@ int64_t ct_trainer_step(const ct_trainer *t) {
 
 int64_t ct_trainer_epoch(const ct_trainer *t) {
     return t->epoch;
+}
+
+double ct_trainer_comm_seconds(const ct_trainer *t) {
+    return t->comm_seconds;
 }
 
 bool ct_trainer_interrupted(const ct_trainer *t) {

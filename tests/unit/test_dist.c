@@ -3,6 +3,7 @@
  * checks, the mean all-reduce, and a caller-provided implementation (a simulated world of
  * three identical ranks) through ct_comm_create_with.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctrain/ctrain.h"
@@ -76,8 +77,8 @@ static void fake_destroy(void *s) {
     (*((fake *)s)->destroyed)++;
 }
 
-static const ct_comm_vtable fake_vt = {"fake",   fake_rank,  fake_world,   fake_f32,
-                                       fake_f64, fake_bcast, fake_barrier, fake_destroy, NULL};
+static const ct_comm_vtable fake_vt = {"fake",     fake_rank,    fake_world,   fake_f32, fake_f64,
+                                       fake_bcast, fake_barrier, fake_destroy, NULL};
 
 static void custom_comm_should_reduce_and_report_errors(void) {
     int destroyed = 0;
@@ -103,10 +104,43 @@ static void custom_comm_should_reduce_and_report_errors(void) {
     CT_CHECK_INT(destroyed, 3);
 }
 
+/* The launcher is recognised from its environment, so `ctrain fit` run by hand stays one
+ * process even in a build with MPI. */
+static void launch_should_be_read_from_the_environment(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS",
+                                       "CTRAIN_MPI"};
+    for (int i = 0; i < 4; i++)
+        (void)unsetenv(vars[i]);
+    CT_CHECK(!ct_comm_launched());
+    for (int i = 0; i < 3; i++) {
+        (void)setenv(vars[i], "1", 1); /* a world of one is not distributed */
+        CT_CHECK_MSG(!ct_comm_launched(), "%s=1", vars[i]);
+        (void)setenv(vars[i], "4", 1);
+        CT_CHECK_MSG(ct_comm_launched(), "%s=4", vars[i]);
+        (void)unsetenv(vars[i]);
+    }
+    (void)setenv("CTRAIN_MPI", "1", 1);
+    CT_CHECK(ct_comm_launched());
+    (void)unsetenv("CTRAIN_MPI");
+    /* a build without MPI says so instead of pretending to be one process */
+    if (!ct_comm_mpi_available()) {
+        ct_comm *c = NULL;
+        CT_CHECK_INT(ct_comm_create_mpi(ctx, &c), CT_ERR_DIST);
+        CT_CHECK(c == NULL && strstr(ct_last_error(ctx), "built without MPI"));
+    }
+    /* abort is for several ranks: one process goes on */
+    ct_comm *one = NULL;
+    CT_CHECK_INT(ct_comm_create_single(ctx, &one), CT_OK);
+    ct_comm_abort(one, 3);
+    ct_comm_abort(NULL, 3);
+    ct_comm_destroy(one);
+}
+
 int main(void) {
     if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(single_comm_should_be_rank_0_of_1);
     CT_RUN(custom_comm_should_reduce_and_report_errors);
+    CT_RUN(launch_should_be_read_from_the_environment);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
 }

@@ -657,8 +657,9 @@ static int cmd_fit(int argc, char **argv) {
         (void)fprintf(stderr, "ctrain: --restart: the previous run is now %s\n", old);
     }
     if (s.world > 1)
-        say(&s, "ctrain %s: fit %s -> %s on %lld processes (%lld training samples each, global "
-                "batch %lld, %lld parameters)",
+        say(&s,
+            "ctrain %s: fit %s -> %s on %lld processes (%lld training samples each, global "
+            "batch %lld, %lld parameters)",
             ct_version(), a.config, out_dir, (long long)s.world,
             (long long)ct_experiment_train_samples(e), (long long)s.batch_size,
             (long long)ct_params_numel(ct_experiment_params_store(e)));

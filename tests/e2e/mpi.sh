@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# End-to-end test of data-parallel training from the command line: `ctrain fit` under mpirun
+# with 2 and 3 processes on a tiny synthetic experiment. Checks that rank 0 alone writes, that a
+# resume is bit-exact, that a resume with another number of processes is refused unless
+# allowed, that a configuration error and a killed rank end the job with a message naming the
+# cause in bounded time, and that SIGTERM to the job saves a checkpoint.
+#     usage: mpi.sh PATH/TO/ctrain PATH/TO/mpirun
+# Prints "ok   NAME" or "FAIL NAME: WHY" per check and "mpi: N passed, M failed".
+set -uo pipefail
+
+if [[ $# -ne 2 ]]; then
+    echo "usage: $0 CTRAIN MPIRUN" >&2
+    exit 2
+fi
+ctrain=$(realpath "$1")
+mpirun=$2
+launch=("$mpirun")
+# Open MPI refuses root without these and more ranks than cores without --oversubscribe
+# (docs/distributed.md); MPICH's mpiexec needs neither.
+if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
+    launch+=(--allow-run-as-root --oversubscribe --mca btl self,vader)
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/ctrain-mpi.XXXXXX")
+bg_pid=
+cleanup() {
+    [[ -n "$bg_pid" ]] && kill -KILL "$bg_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work" || exit 1
+
+passed=0
+failed=0
+ok() {
+    echo "ok   $1"
+    passed=$((passed + 1))
+}
+fail() {
+    echo "FAIL $1: $2"
+    failed=$((failed + 1))
+}
+tail_of() { cat "$@" 2>/dev/null | tail -c 600 | tr '\n' '|'; }
+# run NP ARGS...: ctrain fit under mpirun with NP processes; output in out, exit code in $rc
+run() {
+    local np=$1
+    shift
+    "${launch[@]}" -np "$np" "$ctrain" fit "$@" >out 2>&1
+    rc=$?
+}
+records() { sed -E 's/"time":[0-9.e+-]+,?//; s/,?"samples_per_sec":[0-9.e+-]+//' "$1"; }
+
+cat >tiny.yaml <<'YAML'
+seed: 1
+threads: 1
+data:
+  train: {type: synthetic, kind: blobs, n: 2000, features: 8, classes: 4, seed: 3}
+  valid: {split: 0.2}
+  test: {type: synthetic, kind: blobs, n: 501, features: 8, classes: 4, seed: 3}
+  batch_size: 16
+model: {type: mlp, hidden: [32]}
+optimizer: {type: adam, lr: 0.01}
+scheduler: {type: cosine, t_max: 300}
+trainer: {max_epochs: 3}
+checkpoint: {monitor: valid/acc}
+logging: {progress: plain, interval_seconds: 0.2}
+YAML
+
+# ---- one run: rank 0 writes, the others say nothing ----
+run 2 tiny.yaml output_dir=runs/a
+if [[ $rc -ne 0 ]]; then
+    fail fit_np2 "exit $rc: $(tail_of out)"
+elif ! grep -q "on 2 processes (.*global batch 32" out; then
+    fail fit_np2 "no 'on 2 processes ... global batch 32' line: $(tail_of out)"
+elif [[ $(grep -c '^done:' out) -ne 1 ]]; then
+    fail fit_np2 "expected one 'done:' line (rank 0's): $(tail_of out)"
+elif [[ $(records runs/a/metrics.jsonl | sort | uniq -d | wc -l) -ne 0 ]]; then
+    fail fit_np2 "metrics.jsonl holds a record twice"
+elif ! grep -q '"test/acc"' runs/a/metrics.jsonl || [[ ! -s runs/a/log.txt ]]; then
+    fail fit_np2 "metrics.jsonl without test/acc, or no log.txt"
+else
+    ok fit_np2
+fi
+# 3 ranks split 1600 training samples into 533 each (one dropped) and 501 test samples into
+# 167 each: the final test record counts every one of them (the confusion matrix's total)
+run 3 tiny.yaml output_dir=runs/c "metrics.test=[accuracy,{type: confusion}]"
+total=$(grep '"test/acc"' runs/c/metrics.jsonl 2>/dev/null | tail -1 |
+    grep -oE '"test/confusion/[0-9]+/[0-9]+":[0-9.e+]+' | awk -F: '{s += $2} END {print s + 0}')
+if [[ $rc -ne 0 ]]; then
+    fail fit_np3 "exit $rc: $(tail_of out)"
+elif ! grep -q "533 training samples each" out; then
+    fail fit_np3 "expected 533 samples per rank: $(tail_of out)"
+elif [[ $total -ne 501 ]]; then
+    fail fit_np3 "the test confusion matrix counts $total samples, expected 501"
+else
+    ok fit_np3
+fi
+
+# ---- resume: 2 epochs, then the third, equals 3 epochs at once, bit for bit ----
+run 2 tiny.yaml output_dir=runs/b trainer.max_epochs=2 logging.progress=none
+rc1=$rc
+run 2 tiny.yaml output_dir=runs/b logging.progress=none
+a=runs/a/checkpoints/$(cat runs/a/checkpoints/latest 2>/dev/null)
+b=runs/b/checkpoints/$(cat runs/b/checkpoints/latest 2>/dev/null)
+if [[ $rc1 -ne 0 || $rc -ne 0 ]]; then
+    fail resume_bit_exact "exit $rc1 then $rc: $(tail_of out)"
+elif [[ ${a##*/} != "${b##*/}" || ! -d $a ]]; then
+    fail resume_bit_exact "latest is $a in one run and $b in the resumed one"
+elif ! cmp -s "$a/model.safetensors" "$b/model.safetensors" ||
+    ! cmp -s "$a/optimizer.safetensors" "$b/optimizer.safetensors"; then
+    fail resume_bit_exact "the weights or optimizer state of $b differ from $a"
+elif ! grep -q '"world_size": *2' "$b/state.json"; then
+    fail resume_bit_exact "state.json does not record world_size 2"
+else
+    ok resume_bit_exact
+fi
+
+# ---- another number of processes: refused, unless allowed ----
+run 3 tiny.yaml output_dir=runs/b trainer.max_epochs=4 logging.progress=none
+if [[ $rc -eq 2 ]] && grep -q "written by a run of 2 processes, and this run has 3" out; then
+    ok world_size_change_refused
+else
+    fail world_size_change_refused "exit $rc: $(tail_of out)"
+fi
+run 3 tiny.yaml output_dir=runs/b trainer.max_epochs=4 logging.progress=none \
+    trainer.allow_world_size_change=true
+if [[ $rc -eq 0 ]] && grep -q "resumed by 3" out && grep -q '^done: ' out &&
+    grep -q '"world_size": *3' "runs/b/checkpoints/$(cat runs/b/checkpoints/latest)/state.json"; then
+    ok world_size_change_allowed
+else
+    fail world_size_change_allowed "exit $rc: $(tail_of out)"
+fi
+
+# ---- failures end the whole job ----
+run 2 tiny.yaml output_dir=runs/e optimizer.lr=abc
+if [[ $rc -eq 2 ]] && grep -q "key 'optimizer.lr': expected a number" out; then
+    ok config_error_exit_2
+else
+    fail config_error_exit_2 "exit $rc: $(tail_of out)"
+fi
+
+long=(tiny.yaml trainer.max_epochs=100000 "data.train={type: synthetic, kind: blobs, n: 20000,
+features: 8, classes: 4, seed: 3}" scheduler.t_max=1000000)
+"${launch[@]}" -np 2 "$ctrain" fit "${long[@]}" output_dir=runs/k >out 2>&1 &
+bg_pid=$!
+for _ in $(seq 200); do grep -q '^train epoch' out && break; sleep 0.1; done
+victim=
+for p in $(pgrep -f "$ctrain fit"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1\|PMI_RANK=1'; then
+        victim=$p
+    fi
+done
+start=$SECONDS
+[[ -n $victim ]] && kill -KILL "$victim"
+ended=
+for _ in $(seq 600); do
+    if ! kill -0 "$bg_pid" 2>/dev/null; then
+        ended=1
+        break
+    fi
+    sleep 0.1
+done
+wait "$bg_pid" 2>/dev/null
+rc=$?
+bg_pid=
+if [[ -z $victim ]]; then
+    fail killed_rank_ends_job "found no rank 1 process to kill: $(tail_of out)"
+elif [[ -z $ended ]]; then
+    fail killed_rank_ends_job "the job still ran 60 s after rank 1 was killed"
+elif [[ $rc -eq 0 ]] || ! grep -qi "rank 1" out; then
+    fail killed_rank_ends_job "exit $rc, or no message naming rank 1: $(tail_of out)"
+else
+    ok killed_rank_ends_job
+    echo "     (the job ended $((SECONDS - start)) s after the kill)"
+fi
+
+# ---- SIGTERM to the launcher: every rank stops at the same step, one checkpoint ----
+"${launch[@]}" -np 2 "$ctrain" fit "${long[@]}" output_dir=runs/t >out 2>&1 &
+bg_pid=$!
+for _ in $(seq 200); do grep -q '^train epoch' out && break; sleep 0.1; done
+sleep 0.5
+kill -TERM "$bg_pid"
+wait "$bg_pid"
+rc=$?
+bg_pid=
+step=$(grep -oE 'stopped by SIGTERM at step [0-9]+' out | grep -oE '[0-9]+$')
+if [[ -z $step ]]; then
+    fail sigterm_saves "no 'stopped by SIGTERM at step N' (exit $rc): $(tail_of out)"
+elif [[ $(cat runs/t/checkpoints/latest 2>/dev/null) != "$(printf 'step-%08d' "$step")" ]]; then
+    fail sigterm_saves "latest is '$(cat runs/t/checkpoints/latest 2>/dev/null)', expected step $step"
+else
+    ok sigterm_saves
+fi
+
+echo "mpi: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
