@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Data-parallel scaling on one machine: the reference Fashion-MNIST models trained by
+`ctrain fit` as 1 process x T threads and as T processes x 1 thread under mpirun (the same
+global batch: batch_size / T per rank), alternately, several times in one run. Prints the
+median training samples/s of each, the ratio (processes / threads; above 1: MPI is faster) and
+the time rank 0 spends in the gradient all-reduce per step.
+
+    /usr/bin/python3 bench/dist.py [--build build] [--np 2] [--steps 400] [--repeats 3]
+                                   [--models mlp,cnn]
+
+Samples/s is read from each run's metrics.jsonl (the records after the first, so start-up and
+the first window's warm-up are left out); evaluation is switched off (no valid/test engines,
+max_steps instead of epochs) so only training steps are timed.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = {
+    "mlp": os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml"),
+    "cnn": os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml"),
+}
+
+
+def mpirun():
+    exe = shutil.which("mpirun") or shutil.which("mpiexec")
+    if not exe:
+        sys.exit("dist.py: no mpirun (install openmpi-bin and libopenmpi-dev, then rebuild)")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    flags = []
+    if "Open MPI" in out.stdout + out.stderr or "OpenRTE" in out.stdout + out.stderr:
+        flags = ["--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader"]
+    return [exe] + flags
+
+
+def run(cmd, outdir):
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit("dist.py: %s failed (exit %d):\n%s" % (" ".join(cmd), res.returncode,
+                                                       res.stderr[-2000:]))
+    recs = []
+    with open(os.path.join(outdir, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if "samples_per_sec" in r:
+                recs.append(r)
+    recs = recs[1:] if len(recs) > 1 else recs
+    sps = statistics.median(r["samples_per_sec"] for r in recs)
+    comm = [r["comm_ms_per_step"] for r in recs if "comm_ms_per_step" in r]
+    return sps, (statistics.median(comm) if comm else 0.0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--models", default="mlp,cnn")
+    a = ap.parse_args()
+    ctrain = os.path.join(a.build, "ctrain")
+    launch = mpirun()
+    tmp = tempfile.mkdtemp(prefix="ctrain-dist-")
+    print("%-4s %8s %14s %14s %7s %16s" % ("", "batch", "1x%d samples/s" % a.np,
+                                           "%dx1 samples/s" % a.np, "ratio", "comm ms/step"))
+    try:
+        for name in a.models.split(","):
+            cfg = MODELS[name]
+            batch = 128
+            common = ["~data.valid", "~data.test", "~metrics", "~checkpoint.monitor",
+                      "checkpoint.enabled=false", "logging.progress=none",
+                      "logging.report=none", "trainer.max_epochs=0",
+                      "trainer.max_steps=%d" % a.steps, "trainer.steps_per_loop=25",
+                      "scheduler.total=%d" % a.steps]
+            threads, procs, comms = [], [], []
+            for k in range(a.repeats):
+                out1 = os.path.join(tmp, "%s-t%d" % (name, k))
+                threads.append(run([ctrain, "fit", cfg, "output_dir=" + out1,
+                                    "threads=%d" % a.np, "data.batch_size=%d" % batch] + common,
+                                   out1)[0])
+                outn = os.path.join(tmp, "%s-p%d" % (name, k))
+                sps, comm = run(launch + ["-np", str(a.np), ctrain, "fit", cfg,
+                                          "output_dir=" + outn, "threads=1",
+                                          "data.batch_size=%d" % (batch // a.np)] + common, outn)
+                procs.append(sps)
+                comms.append(comm)
+            t, p = statistics.median(threads), statistics.median(procs)
+            print("%-4s %8d %14.0f %14.0f %7.2f %16.3f" % (name, batch, t, p, p / t,
+                                                          statistics.median(comms)))
+            sys.stdout.flush()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
