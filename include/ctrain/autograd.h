@@ -98,6 +98,14 @@ CT_API void *ct_graph_alloc(ct_graph *g, size_t size);
  * gets its gradient buffer from the arena; ct_graph_reset sets its grad back to NULL.
  */
 CT_API ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss);
+
+/* Called during the next backward passes as soon as a parameter's gradient is final: when the
+ * oldest node that reads it has run its backward (in the order of the backward pass, the same
+ * in every process running the same graph). A parameter no node reads is not reported. For
+ * data-parallel training, which starts reducing gradients while the backward pass goes on.
+ * fn NULL: none (the default); costs a pass over the tape when set. */
+typedef void (*ct_grad_ready_fn)(void *user, ct_tensor *param);
+CT_API void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user);
 /* Backpropagates from any f32 tensor t that requires grad, with its gradient seeded from
  * seed[0..numel(t)) (added to what t already has). For vector-Jacobian products and tests. */
 CT_API ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed);

@@ -23,6 +23,13 @@ extern "C" {
 
 typedef struct ct_comm ct_comm;
 
+/* A non-blocking all-reduce in flight, in storage the caller owns (so starting one allocates
+ * nothing): impl holds the implementation's handle (an MPI_Request). */
+typedef struct ct_comm_request {
+    bool active;
+    unsigned char impl[32];
+} ct_comm_request;
+
 /* The functions behind a communicator. Every status other than CT_OK must come with a message
  * recorded in ctx (for MPI, MPI_Error_string's text); self is the implementation's state. */
 typedef struct ct_comm_vtable {
@@ -40,6 +47,12 @@ typedef struct ct_comm_vtable {
     /* Ends every rank's process (MPI_Abort), for a rank that failed while the others may wait
      * in a collective; NULL for one process. */
     void (*abort)(void *self, int code);
+    /* Optional (NULL: ct_comm_iallreduce_sum_f32 reduces at once). Starts buf's sum over ranks
+     * with its handle in impl (32 bytes); wait completes it; test advances it without blocking
+     * and says whether it is complete. */
+    ct_status (*iallreduce_sum_f32)(void *self, ct_ctx *ctx, float *buf, int64_t n, void *impl);
+    ct_status (*wait)(void *self, ct_ctx *ctx, void *impl);
+    ct_status (*test)(void *self, ct_ctx *ctx, void *impl, bool *done);
 } ct_comm_vtable;
 
 /* The one-process communicator: rank 0 of 1. */
@@ -73,6 +86,18 @@ CT_API ct_status ct_comm_allreduce_sum_f64(ct_comm *c, double *buf, int64_t n);
 CT_API ct_status ct_comm_allreduce_mean_f32(ct_comm *c, float *buf, int64_t n);
 CT_API ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int64_t root);
 CT_API ct_status ct_comm_barrier(ct_comm *c);
+/* Starts buf[i] = sum over ranks of buf[i] without waiting for it: buf is not to be read or
+ * written until ct_comm_wait(req). Every rank starts the same reductions in the same order.
+ * An implementation without non-blocking reductions (or a buffer above 2^28 elements) reduces
+ * at once, and the wait does nothing. */
+CT_API ct_status ct_comm_iallreduce_sum_f32(ct_comm *c,
+                                            float *buf,
+                                            int64_t n,
+                                            ct_comm_request *req);
+/* Completes req (nothing to do when it is not active). */
+CT_API ct_status ct_comm_wait(ct_comm *c, ct_comm_request *req);
+/* Lets req progress (MPI libraries move data mostly inside MPI calls) without blocking. */
+CT_API ct_status ct_comm_test(ct_comm *c, ct_comm_request *req);
 /* Ends the whole job with exit code `code` when the communicator can (MPI); otherwise returns.
  * For a rank that failed: the others would wait for it in their next collective. */
 CT_API void ct_comm_abort(ct_comm *c, int code);

@@ -162,6 +162,12 @@ typedef struct ct_trainer_params {
        optimizer, schedule and counters are kept and the training loader restarts the saved
        epoch from its first batch (the shards have changed). */
     bool allow_world_size_change;
+    /* Distributed runs: gradients are averaged in buckets of about this many bytes, each
+       all-reduce started (non-blocking) during the backward pass of the step's last
+       micro-batch as soon as its parameters' gradients are final, and all waited for before
+       the update (Horovod/DDP style). Default 1 MiB; 0 = one all-reduce of the whole buffer
+       after the backward pass. */
+    int64_t bucket_bytes;
 } ct_trainer_params;
 
 CT_API ct_trainer_params ct_trainer_default_params(void);
@@ -221,6 +227,8 @@ CT_API bool ct_trainer_interrupted(const ct_trainer *t);
 /* Seconds this rank has spent in the gradient all-reduce (waiting for the slowest rank
  * included); 0 for one process. */
 CT_API double ct_trainer_comm_seconds(const ct_trainer *t);
+/* The number of gradient buckets (bucket_bytes): 0 in one process or with bucket_bytes 0. */
+CT_API int64_t ct_trainer_buckets(const ct_trainer *t);
 /* The latest values of an engine (`key`) or of training ("train"); NULL/0 before any. */
 CT_API const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n);
 /* The monitor (for its best value), the early-stopping state and the EMA (NULL when off), to

@@ -5,6 +5,7 @@
  * needs no growable array. Reverse recording order is a valid topological order for backward
  * because an op can only consume tensors that exist when it runs.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +27,8 @@ struct ct_graph {
     bool training;
     ct_rng rng;
     ct_status status;
+    ct_grad_ready_fn grad_ready;
+    void *grad_ready_user;
 };
 
 ct_graph_params ct_graph_default_params(void) {
@@ -230,6 +233,65 @@ ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss) {
     return ct_graph_backward_seed(g, loss, &one);
 }
 
+void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user) {
+    g->grad_ready = fn;
+    g->grad_ready_user = user;
+}
+
+/* For the grad-ready hook: which node reads each parameter last in the backward pass (the
+ * oldest on the tape). An open-addressing table keyed by the parameter, in the arena. */
+typedef struct last_reader {
+    const ct_tensor *param;
+    const ct_node *node;
+} last_reader;
+
+static size_t reader_slot(const ct_tensor *p, size_t mask) {
+    uint64_t h = (uint64_t)(uintptr_t)p;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return (size_t)h & mask;
+}
+
+static last_reader *last_readers(ct_graph *g, size_t *mask) {
+    size_t refs = 0;
+    for (ct_node *node = g->tape; node; node = node->prev)
+        refs += (size_t)node->n_in;
+    size_t cap = 16;
+    while (cap < 2 * refs)
+        cap *= 2;
+    last_reader *tab = ct_graph_alloc(g, cap * sizeof *tab);
+    if (!tab) return NULL;
+    memset(tab, 0, cap * sizeof *tab);
+    *mask = cap - 1;
+    for (ct_node *node = g->tape; node; node = node->prev)
+        for (int32_t i = 0; i < node->n_in; i++) {
+            const ct_tensor *p = node->in[i];
+            if (!p || !(p->flags & CT_TENSOR_PARAM)) continue;
+            size_t k = reader_slot(p, *mask);
+            while (tab[k].param && tab[k].param != p)
+                k = (k + 1) & *mask;
+            tab[k].param = p;
+            tab[k].node = node; /* newest to oldest: the oldest reader is written last */
+        }
+    return tab;
+}
+
+static void report_ready(ct_graph *g, const ct_node *node, last_reader *tab, size_t mask) {
+    for (int32_t i = 0; i < node->n_in; i++) {
+        ct_tensor *p = node->in[i];
+        if (!p || !(p->flags & CT_TENSOR_PARAM)) continue;
+        size_t k = reader_slot(p, mask);
+        while (tab[k].param != p)
+            k = (k + 1) & mask;
+        /* a node reading p twice reports it once: the entry is cleared */
+        if (tab[k].node == node) {
+            tab[k].node = NULL;
+            g->grad_ready(g->grad_ready_user, p);
+        }
+    }
+}
+
 ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
     if (g->status != CT_OK) return g->status;
     if (!t || !seed || t->dtype != CT_F32)
@@ -247,9 +309,13 @@ ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
     int64_t n = ct_tensor_numel(t);
     for (int64_t i = 0; i < n; i++)
         grad[i] += seed[i];
+    size_t mask = 0;
+    last_reader *tab = g->grad_ready ? last_readers(g, &mask) : NULL;
+    if (g->grad_ready && !tab) return g->status;
     for (ct_node *node = g->tape; node && g->status == CT_OK; node = node->prev) {
-        if (!node->out->grad) continue; /* nothing flowed into this node */
-        node->op->backward(g, node);
+        /* nothing flowed into this node: its parameters' gradients are final all the same */
+        if (node->out->grad) node->op->backward(g, node);
+        if (tab && g->status == CT_OK) report_ready(g, node, tab, mask);
     }
     return g->status;
 }

@@ -53,8 +53,18 @@ static void single_destroy(void *self) {
 }
 
 static const ct_comm_vtable single_vt = {
-    "single",          single_rank,      single_world,   single_reduce_f32,
-    single_reduce_f64, single_broadcast, single_barrier, single_destroy, NULL,
+    "single",
+    single_rank,
+    single_world,
+    single_reduce_f32,
+    single_reduce_f64,
+    single_broadcast,
+    single_barrier,
+    single_destroy,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 /* ---- front end ---- */
@@ -154,4 +164,27 @@ ct_status ct_comm_barrier(ct_comm *c) {
 
 void ct_comm_abort(ct_comm *c, int code) {
     if (c && c->vt->abort && ct_comm_world_size(c) > 1) c->vt->abort(c->self, code);
+}
+
+ct_status ct_comm_iallreduce_sum_f32(ct_comm *c, float *buf, int64_t n, ct_comm_request *req) {
+    req->active = false;
+    CT_TRY(check_count(c, "all-reduce", buf, n));
+    if (n == 0) return CT_OK;
+    if (!c->vt->iallreduce_sum_f32 || !c->vt->wait || n > ((int64_t)1 << 28))
+        return c->vt->allreduce_sum_f32(c->self, c->ctx, buf, n);
+    CT_TRY(c->vt->iallreduce_sum_f32(c->self, c->ctx, buf, n, req->impl));
+    req->active = true;
+    return CT_OK;
+}
+
+ct_status ct_comm_wait(ct_comm *c, ct_comm_request *req) {
+    if (!req->active) return CT_OK;
+    req->active = false;
+    return c->vt->wait(c->self, c->ctx, req->impl);
+}
+
+ct_status ct_comm_test(ct_comm *c, ct_comm_request *req) {
+    if (!req->active || !c->vt->test) return CT_OK;
+    bool done = false;
+    return c->vt->test(c->self, c->ctx, req->impl, &done);
 }

@@ -118,6 +118,35 @@ static ct_status mpi_barrier(void *self, ct_ctx *ctx) {
     return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, m, rc, "MPI_Barrier");
 }
 
+_Static_assert(sizeof(MPI_Request) <= sizeof(((ct_comm_request *)0)->impl),
+               "an MPI_Request fits a ct_comm_request");
+
+static ct_status mpi_isum_f32(void *self, ct_ctx *ctx, float *buf, int64_t n, void *impl) {
+    mpi_comm *m = self;
+    MPI_Request r;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, m->comm, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(ctx, m, rc, "MPI_Iallreduce");
+    memcpy(impl, &r, sizeof r);
+    return CT_OK;
+}
+
+static ct_status mpi_wait(void *self, ct_ctx *ctx, void *impl) {
+    MPI_Request r;
+    memcpy(&r, impl, sizeof r);
+    int rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, self, rc, "MPI_Wait");
+}
+
+static ct_status mpi_test(void *self, ct_ctx *ctx, void *impl, bool *done) {
+    MPI_Request r;
+    memcpy(&r, impl, sizeof r);
+    int flag = 0, rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+    /* a completed request becomes MPI_REQUEST_NULL, which the later wait returns at once */
+    memcpy(impl, &r, sizeof r);
+    *done = flag != 0;
+    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, self, rc, "MPI_Test");
+}
+
 static void mpi_abort(void *self, int code) {
     (void)MPI_Abort(((mpi_comm *)self)->comm, code);
 }
@@ -135,8 +164,8 @@ static void mpi_destroy(void *self) {
 }
 
 static const ct_comm_vtable mpi_vt = {
-    "mpi",         mpi_rank,    mpi_world,   mpi_sum_f32, mpi_sum_f64,
-    mpi_broadcast, mpi_barrier, mpi_destroy, mpi_abort,
+    "mpi",       mpi_rank,    mpi_world, mpi_sum_f32,  mpi_sum_f64, mpi_broadcast,
+    mpi_barrier, mpi_destroy, mpi_abort, mpi_isum_f32, mpi_wait,    mpi_test,
 };
 
 ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {

@@ -1170,6 +1170,7 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.callbacks.on_batch = fwd_batch;
     tp.callbacks.on_grads = fwd_grads;
     tp.allow_world_size_change = bool_at(e, "trainer.allow_world_size_change");
+    tp.bucket_bytes = (int64_t)(float_at(e, "trainer.bucket_mb", 1.0) * 1048576.0);
     e->tp = tp;
     return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, e->p.comm, &e->task,
                              e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);

@@ -122,6 +122,10 @@ static const ct_key_def k_schema[] = {
      "Clamp each gradient to [-v, v]; 0 = off."},
     {"trainer.precision", E, "fp32", 0, 0, "fp32", 0,
      "Arithmetic precision. This build trains in fp32 only."},
+    {"trainer.bucket_mb", F, "1", 0, 1e6, NULL, RES,
+     "MPI runs: gradients are all-reduced in buckets of about this many MiB, each started "
+     "during the backward pass as soon as its gradients are final; 0 = one all-reduce after "
+     "the backward pass (docs/distributed.md)."},
     {"trainer.allow_world_size_change", B, "false", 0, 0, NULL, RES,
      "Resume a checkpoint written by another number of MPI processes: the weights and optimizer "
      "state are kept and the epoch's data starts over (docs/distributed.md)."},

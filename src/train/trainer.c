@@ -38,6 +38,14 @@ typedef struct engine_rt {
 
 enum { TRAIN_LOSS, TRAIN_LR, TRAIN_GRAD_NORM, TRAIN_VALUES };
 
+typedef struct grad_bucket {
+    int64_t start, n; /* a range of the flat gradient buffer */
+    int64_t n_params; /* tensors in it */
+    int64_t pending;  /* of those, the ones whose gradient is not final yet in this pass */
+    bool started;     /* its reduction is in flight */
+    ct_comm_request req;
+} grad_bucket;
+
 struct ct_trainer {
     ct_ctx *ctx;
     ct_model *model;
@@ -71,6 +79,14 @@ struct ct_trainer {
     bool stop;                /* early stopping or a callback's CT_STOP */
     bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
     double comm_seconds;      /* spent in the gradient all-reduce (several ranks only) */
+    /* gradient buckets (several ranks, bucket_bytes > 0): ranges of the flat gradient buffer,
+       the last parameters first, as the backward pass finishes them */
+    grad_bucket *buckets;
+    int64_t n_buckets;
+    int64_t *param_start;  /* offset in the flat buffer of each trainable tensor, ascending */
+    int64_t *param_bucket; /* its bucket */
+    int64_t n_trainable;
+    ct_status bucket_status; /* the first failure to start a bucket's reduction */
     /* the training log window */
     double window_loss;
     int64_t window_count;
@@ -92,6 +108,7 @@ ct_trainer_params ct_trainer_default_params(void) {
     p.steps_per_loop = 10;
     p.check_grads = true;
     p.save_every_epochs = 1;
+    p.bucket_bytes = (int64_t)1 << 20;
     return p;
 }
 
@@ -742,6 +759,108 @@ static void snapshot(ct_trainer *t, bool save) {
     }
 }
 
+/* ---- gradient buckets (data-parallel) ---- */
+
+/* Buckets of about bucket_bytes over the trainable tensors, from the last declared (whose
+ * gradients the backward pass finishes first) to the first. */
+static ct_status build_buckets(ct_trainer *t) {
+    ct_ctx *ctx = t->ctx;
+    const float *base = ct_params_values(t->params);
+    int64_t count = ct_params_count(t->params), n = 0;
+    for (int64_t i = 0; i < count; i++)
+        n += ct_params_kind_at(t->params, i) == CT_PARAM_TRAINABLE;
+    if (n == 0) return CT_OK;
+    t->param_start = ct_alloc(ctx, (size_t)n * sizeof(int64_t));
+    t->param_bucket = ct_alloc(ctx, (size_t)n * sizeof(int64_t));
+    t->buckets = ct_alloc(ctx, (size_t)n * sizeof(grad_bucket)); /* at most one per tensor */
+    if (!t->param_start || !t->param_bucket || !t->buckets)
+        return CT_FAIL(ctx, CT_ERR_OOM, "trainer: gradient buckets");
+    t->n_trainable = n;
+    for (int64_t i = 0, k = 0; i < count; i++)
+        if (ct_params_kind_at(t->params, i) == CT_PARAM_TRAINABLE)
+            t->param_start[k++] = (const float *)ct_params_at(t->params, i)->data - base;
+    for (int64_t k = 1; k < n; k++)
+        if (t->param_start[k] <= t->param_start[k - 1])
+            return CT_FAIL(ctx, CT_ERR_INTERNAL, "trainer: parameters out of order in the store");
+    int64_t total = ct_params_numel(t->params), end = total, nb = 0;
+    grad_bucket *b = NULL;
+    for (int64_t k = n - 1; k >= 0; k--) {
+        if (!b) {
+            b = &t->buckets[nb++];
+            memset(b, 0, sizeof *b);
+            b->n = 0;
+        }
+        b->start = t->param_start[k];
+        b->n = end - b->start;
+        b->n_params++;
+        t->param_bucket[k] = nb - 1;
+        if ((size_t)b->n * sizeof(float) >= (size_t)t->p.bucket_bytes) {
+            end = b->start;
+            b = NULL;
+        }
+    }
+    /* the first bucket also takes what lies before the first tensor (nothing, normally) */
+    t->buckets[nb - 1].n += t->buckets[nb - 1].start;
+    t->buckets[nb - 1].start = 0;
+    t->n_buckets = nb;
+    return CT_OK;
+}
+
+/* The backward pass says a parameter's gradient is final: when it completes a bucket, that
+ * bucket's all-reduce starts, and the ones in flight get a chance to progress. */
+static void on_grad_ready(void *user, ct_tensor *param) {
+    ct_trainer *t = user;
+    int64_t off = (const float *)param->data - ct_params_values(t->params);
+    int64_t lo = 0, hi = t->n_trainable - 1;
+    if (off < 0 || off >= ct_params_numel(t->params)) return; /* not one of the store's */
+    while (lo < hi) { /* the last tensor starting at or before off */
+        int64_t mid = (lo + hi + 1) / 2;
+        if (t->param_start[mid] <= off)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    if (t->param_start[lo] != off) return;
+    grad_bucket *b = &t->buckets[t->param_bucket[lo]];
+    if (t->bucket_status != CT_OK || b->started || --b->pending > 0) return;
+    float *grads = ct_params_grads(t->params);
+    t->bucket_status = ct_comm_iallreduce_sum_f32(t->comm, grads + b->start, b->n, &b->req);
+    b->started = t->bucket_status == CT_OK;
+    for (int64_t i = 0; i < t->n_buckets && t->bucket_status == CT_OK; i++)
+        if (t->buckets[i].started) t->bucket_status = ct_comm_test(t->comm, &t->buckets[i].req);
+}
+
+/* Arms the buckets for the backward pass of a window's last micro-batch. */
+static void arm_buckets(ct_trainer *t) {
+    for (int64_t i = 0; i < t->n_buckets; i++) {
+        t->buckets[i].pending = t->buckets[i].n_params;
+        t->buckets[i].started = false;
+    }
+    t->bucket_status = CT_OK;
+    ct_graph_set_grad_ready(t->g, on_grad_ready, t);
+}
+
+/* The gradient sum over ranks: the buckets the backward pass did not start (parameters it
+ * did not reach) are started now, in bucket order as on every rank, then all are waited for. */
+static ct_status reduce_grads(ct_trainer *t) {
+    ct_graph_set_grad_ready(t->g, NULL, NULL);
+    float *grads = ct_params_grads(t->params);
+    ct_status s = t->bucket_status;
+    for (int64_t i = 0; i < t->n_buckets; i++) {
+        grad_bucket *b = &t->buckets[i];
+        if (!b->started && s == CT_OK) {
+            s = ct_comm_iallreduce_sum_f32(t->comm, grads + b->start, b->n, &b->req);
+            b->started = s == CT_OK;
+        }
+    }
+    for (int64_t i = 0; i < t->n_buckets; i++) { /* every started one completes, failure or not */
+        ct_status w = ct_comm_wait(t->comm, &t->buckets[i].req);
+        if (s == CT_OK) s = w;
+        t->buckets[i].started = false;
+    }
+    return s;
+}
+
 /* ---- one optimizer step at the end of a window ---- */
 
 static ct_status finish_window(ct_trainer *t, bool loss_ok) {
@@ -751,7 +870,14 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     if (ct_comm_world_size(t->comm) > 1) {
         struct timespec a, b;
         (void)clock_gettime(CLOCK_MONOTONIC, &a);
-        CT_TRY(ct_comm_allreduce_mean_f32(t->comm, grads, n));
+        if (t->n_buckets) {
+            CT_TRY(reduce_grads(t));
+            float fw = (float)ct_comm_world_size(t->comm); /* as ct_comm_allreduce_mean_f32 */
+            for (int64_t i = 0; i < n; i++)
+                grads[i] /= fw;
+        } else {
+            CT_TRY(ct_comm_allreduce_mean_f32(t->comm, grads, n));
+        }
         (void)clock_gettime(CLOCK_MONOTONIC, &b);
         t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
     }
@@ -890,7 +1016,11 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         /* each micro-batch weighs 1/length of the window: a short last window is not
          * under-weighted, and the reported loss stays the unscaled mean */
         ct_tensor *scaled = pos.length > 1 ? ct_op_scale(g, loss, 1.0f / (float)pos.length) : loss;
-        if (ct_graph_backward(g, scaled) != CT_OK) return failure(t, "training backward");
+        if (pos.last && t->n_buckets) arm_buckets(t);
+        if (ct_graph_backward(g, scaled) != CT_OK) {
+            if (t->n_buckets) (void)reduce_grads(t); /* nothing left in flight */
+            return failure(t, "training backward");
+        }
         if (t->p.callbacks.on_batch) {
             ct_status bs = t->p.callbacks.on_batch(t->p.callbacks.user, t, "train", i + 1, bpe,
                                                    finite ? (double)lv : (double)NAN);
@@ -1177,6 +1307,10 @@ ct_status ct_trainer_create(ct_ctx *ctx,
                                  : "the metric-driven schedule",
                         watched[w]);
     }
+    if (s == CT_OK && p.bucket_bytes < 0)
+        s = CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: bucket_bytes %lld is negative",
+                    (long long)p.bucket_bytes);
+    if (s == CT_OK && p.bucket_bytes > 0 && ct_comm_world_size(t->comm) > 1) s = build_buckets(t);
     if (s != CT_OK) {
         ct_trainer_destroy(t);
         return s;
@@ -1196,6 +1330,9 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_params_destroy(t->ema_store);
     ct_graph_destroy(t->g);
     if (t->own_comm) ct_comm_destroy(t->comm);
+    ct_free(ctx, t->param_start, (size_t)t->n_trainable * sizeof(int64_t));
+    ct_free(ctx, t->param_bucket, (size_t)t->n_trainable * sizeof(int64_t));
+    ct_free(ctx, t->buckets, (size_t)t->n_trainable * sizeof(grad_bucket));
     ct_free(ctx, t->snap, t->snap_bytes ? t->snap_bytes : 1);
     ct_free(ctx, t, sizeof *t);
 }
@@ -1206,6 +1343,10 @@ int64_t ct_trainer_step(const ct_trainer *t) {
 
 int64_t ct_trainer_epoch(const ct_trainer *t) {
     return t->epoch;
+}
+
+int64_t ct_trainer_buckets(const ct_trainer *t) {
+    return t->n_buckets;
 }
 
 double ct_trainer_comm_seconds(const ct_trainer *t) {

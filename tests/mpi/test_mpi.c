@@ -32,7 +32,7 @@ static const char *const k_config = "seed: 5\n"
                                     "  prefetch: 0\n"
                                     "model: {type: mlp, hidden: [16, 16]}\n"
                                     "optimizer: %s\n"
-                                    "trainer: {max_steps: %d, max_epochs: 0}\n"
+                                    "trainer: {max_steps: %d, max_epochs: 0, bucket_mb: %g}\n"
                                     "metrics:\n"
                                     "  test: [accuracy, {type: confusion}]\n"
                                     "checkpoint: {enabled: false}\n"
@@ -44,9 +44,9 @@ typedef struct run {
     ct_experiment *e;
 } run;
 
-static run build(const char *optimizer, int batch, int steps, ct_comm *comm) {
+static run build(const char *optimizer, int batch, int steps, double bucket_mb, ct_comm *comm) {
     char text[2048];
-    (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps);
+    (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps, bucket_mb);
     run r = {NULL, NULL};
     ct_status s = ct_config_load_string(g_ctx, "mpi.yaml", text, strlen(text), &r.cfg);
     if (s == CT_OK) s = ct_experiment_resolve(g_ctx, r.cfg);
@@ -115,29 +115,41 @@ static void mpi_sum_should_be_exact_and_identical_on_every_rank(void) {
 
 /* Distributed training with batch B on W ranks equals one process with batch B x W: the
  * gradient is the mean over the same B x W samples (DistributedSampler's strided shards of
- * the same permutation), summed in another order. */
+ * the same permutation), summed in another order. With buckets of 0 (one all-reduce after the
+ * backward pass), 512 bytes (the 435 parameters in two buckets, the first started during the
+ * backward pass) and 1 MiB (one bucket). */
 static void training_should_match_one_process_with_the_global_batch(void) {
     static const char *const optimizers[] = {"{type: sgd, lr: 0.2, momentum: 0.9}",
                                              "{type: adam, lr: 0.01}"};
+    static const double buckets[] = {0.0, 512.0 / 1048576.0, 1.0};
     const int batch = 8, steps = 20;
-    for (int k = 0; k < 2; k++) {
-        run dist = build(optimizers[k], batch, steps, g_comm);
-        run one = build(optimizers[k], batch * (int)g_world, steps, NULL);
-        run fresh = build(optimizers[k], batch, steps, NULL);
+    for (int c = 0; c < 6; c++) {
+        int k = c % 2;
+        double mb = buckets[c / 2];
+        run dist = build(optimizers[k], batch, steps, mb, g_comm);
+        run one = build(optimizers[k], batch * (int)g_world, steps, mb, NULL);
+        run fresh = build(optimizers[k], batch, steps, mb, NULL);
         if (dist.e && one.e && fresh.e) {
             CT_CHECK_MSG(ct_experiment_fit(dist.e) == CT_OK, "%s", ct_last_error(g_ctx));
             CT_CHECK_MSG(ct_experiment_fit(one.e) == CT_OK, "%s", ct_last_error(g_ctx));
             CT_CHECK_INT(ct_trainer_step(ct_experiment_trainer(dist.e)), steps);
+            int64_t nb = ct_trainer_buckets(ct_experiment_trainer(dist.e));
+            CT_CHECK_MSG(c / 2 == 0   ? nb == 0
+                         : c / 2 == 1 ? nb == 2
+                                      : nb == 1,
+                         "%lld buckets of %g MiB", (long long)nb, mb);
             ct_params *pd = ct_experiment_params_store(dist.e);
             ct_params *po = ct_experiment_params_store(one.e);
             int64_t n = ct_params_numel(pd);
             CT_CHECK_INT(n, ct_params_numel(po));
             double rel = max_rel_diff(ct_params_values(pd), ct_params_values(po), n);
-            CT_CHECK_MSG(rel <= 1e-5, "%s: weights differ from one process by %.3g (relative)",
-                         optimizers[k], rel);
+            CT_CHECK_MSG(rel <= 1e-5,
+                         "%s, buckets of %g MiB: weights differ from one process by %.3g "
+                         "(relative)",
+                         optimizers[k], mb, rel);
             /* and the ranks did not drift apart by a single bit */
             CT_CHECK_MSG(same_on_every_rank(ct_params_values(pd), sizeof(float) * (size_t)n),
-                         "%s: the ranks' weights differ", optimizers[k]);
+                         "%s, buckets of %g MiB: the ranks' weights differ", optimizers[k], mb);
             /* the weights moved: the comparison above is not between two initialisations */
             double moved = max_rel_diff(ct_params_values(pd),
                                         ct_params_values(ct_experiment_params_store(fresh.e)), n);
@@ -152,8 +164,8 @@ static void training_should_match_one_process_with_the_global_batch(void) {
 /* Evaluating 501 samples on W ranks (unequal shards, none padded) gives one process's counts
  * exactly and its loss to rounding. */
 static void evaluation_should_equal_one_process(void) {
-    run dist = build("{type: sgd, lr: 0.1}", 8, 5, g_comm);
-    run one = build("{type: sgd, lr: 0.1}", 8, 5, NULL);
+    run dist = build("{type: sgd, lr: 0.1}", 8, 5, 1.0, g_comm);
+    run one = build("{type: sgd, lr: 0.1}", 8, 5, 1.0, NULL);
     if (dist.e && one.e) {
         CT_CHECK(ct_experiment_fit(dist.e) == CT_OK);
         ct_params *pd = ct_experiment_params_store(dist.e);

@@ -77,8 +77,9 @@ static void fake_destroy(void *s) {
     (*((fake *)s)->destroyed)++;
 }
 
-static const ct_comm_vtable fake_vt = {"fake",     fake_rank,    fake_world,   fake_f32, fake_f64,
-                                       fake_bcast, fake_barrier, fake_destroy, NULL};
+static const ct_comm_vtable fake_vt = {"fake",   fake_rank,  fake_world,   fake_f32,
+                                       fake_f64, fake_bcast, fake_barrier, fake_destroy,
+                                       NULL,     NULL,       NULL,         NULL};
 
 static void custom_comm_should_reduce_and_report_errors(void) {
     int destroyed = 0;

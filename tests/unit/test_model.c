@@ -528,6 +528,82 @@ static void model_should_run_a_user_model_type(void) {
     fx_close(&f);
 }
 
+/* What the grad-ready hook saw: each parameter once, with a copy of its gradient then. */
+typedef struct ready_log {
+    ct_params *params;
+    int64_t count[64];
+    float *seen; /* flat, like the store's gradients */
+    int64_t order[64], n;
+} ready_log;
+
+static void on_ready(void *user, ct_tensor *p) {
+    ready_log *r = user;
+    for (int64_t i = 0; i < ct_params_count(r->params) && i < 64; i++)
+        if (ct_params_at(r->params, i) == p) {
+            r->count[i]++;
+            r->order[r->n++ % 64] = i;
+            int64_t off = (const float *)p->data - ct_params_values(r->params);
+            memcpy(r->seen + off, p->grad, (size_t)ct_tensor_numel(p) * sizeof(float));
+        }
+}
+
+/* Data-parallel training starts reducing a parameter's gradient when the backward pass says it
+ * is final: every trainable tensor of a GPT (the tied embedding read at both ends included) is
+ * reported once, and its gradient at that moment is its gradient at the end. */
+static void graph_should_report_each_gradient_once_when_final(void) {
+    fixture f;
+    fx_open(&f);
+    ct_options o = {(const ct_option[]){{"n_layer", "2"}, {"d_model", "16"}, {"vocab", "13"}}, 3,
+                    "m"};
+    CT_CHECK_INT(
+        ct_model_build_alloc(f.ctx, "gpt", &o, f.params, CT_I32, 1, (const int64_t[]){8}, 3, &f.m),
+        CT_OK);
+    if (f.m) {
+        ready_log r;
+        memset(&r, 0, sizeof r);
+        r.params = f.params;
+        int64_t n = ct_params_numel(f.params);
+        r.seen = calloc((size_t)n, sizeof(float));
+        int32_t ids[2 * 8];
+        for (int i = 0; i < 16; i++)
+            ids[i] = (i * 5 + 1) % 13;
+        ct_graph_set_grad_ready(f.g, on_ready, &r);
+        ct_tensor *y =
+            ct_model_forward(f.m, f.g, ct_graph_wrap(f.g, ids, CT_I32, 2, (const int64_t[]){2, 8}));
+        ct_tensor *sq = y ? ct_op_mul(f.g, y, y) : NULL;
+        CT_CHECK_INT(ct_graph_backward(f.g, ct_op_sum_all(f.g, sq)), CT_OK);
+        int64_t trainable = 0;
+        for (int64_t i = 0; i < ct_params_count(f.params); i++) {
+            if (ct_params_kind_at(f.params, i) != CT_PARAM_TRAINABLE) continue;
+            trainable++;
+            CT_CHECK_MSG(r.count[i] == 1, "%s reported %lld times", ct_params_at(f.params, i)->name,
+                         (long long)r.count[i]);
+        }
+        CT_CHECK_INT(r.n, trainable);
+        CT_CHECK(memcmp(r.seen, ct_params_grads(f.params), (size_t)n * sizeof(float)) == 0);
+        /* the tied embedding, read by the first nodes and by the last (lm_head), is final
+           only after every block's parameters */
+        const ct_tensor *wte = ct_params_find(f.params, "transformer.wte.weight");
+        int64_t at_wte = -1, last_block = -1;
+        for (int64_t k = 0; k < r.n && k < 64; k++) {
+            const ct_tensor *p = ct_params_at(f.params, r.order[k]);
+            if (p == wte) at_wte = k;
+            if (strncmp(p->name, "transformer.h.", 14) == 0) last_block = k;
+        }
+        CT_CHECK_MSG(at_wte > last_block && last_block >= 0, "wte reported at %lld, blocks by %lld",
+                     (long long)at_wte, (long long)last_block);
+        /* off again: nothing reported */
+        ct_graph_set_grad_ready(f.g, NULL, NULL);
+        ct_graph_reset(f.g);
+        r.n = 0;
+        y = ct_model_forward(f.m, f.g, ct_graph_wrap(f.g, ids, CT_I32, 2, (const int64_t[]){2, 8}));
+        CT_CHECK_INT(ct_graph_backward(f.g, ct_op_sum_all(f.g, y)), CT_OK);
+        CT_CHECK_INT(r.n, 0);
+        free(r.seen);
+    }
+    fx_close(&f);
+}
+
 int main(void) {
     CT_RUN(model_should_list_layer_and_model_types);
     CT_RUN(model_should_reject_unknown_types_keys_and_shapes);
@@ -539,5 +615,6 @@ int main(void) {
     CT_RUN(model_should_free_everything_when_allocation_fails);
     CT_RUN(model_should_pass_gradcheck_wrt_input);
     CT_RUN(model_should_run_a_user_model_type);
+    CT_RUN(graph_should_report_each_gradient_once_when_final);
     return ct_test_finish();
 }
