@@ -1,5 +1,7 @@
 /*
- * csv.c - the "csv" dataset type: a numeric table with a header row of column names.
+ * csv.c - the "csv" dataset type: a numeric table, with a header row of column names or
+ * without one (columns are then named by number from 0), cells separated by one character or
+ * by runs of spaces, the target in the table or in a file of its own (target_path).
  *
  * The file is read whole (plain or gzip), checked line by line (cell counts, quotes) before the
  * table is allocated, then parsed into one f32 buffer [rows, features + 1] whose last column is
@@ -30,10 +32,16 @@ typedef struct span {
     size_t n;
 } span;
 
+/* The delimiter value for "runs of spaces and tabs" (delimiter: space). */
+#define CSV_WHITESPACE '\0'
+
 /* One file being parsed. */
 typedef struct csv_file {
     const char *path;
-    char delim;
+    char delim;    /* or CSV_WHITESPACE */
+    bool header;   /* the first row names the columns */
+    char *numbers; /* without a header: the names "0", "1", ... (owned) */
+    size_t numbers_size;
     unsigned char *data; /* the file's bytes (owned) */
     size_t size;
     size_t pos;   /* start of the next unread line */
@@ -108,9 +116,19 @@ static ct_status
 split(ct_ctx *ctx, const csv_file *f, span line, span *cells, int64_t cap, int64_t *count) {
     int64_t c = 0;
     size_t start = 0;
-    for (size_t k = 0; k <= line.n; k++) {
-        if (k < line.n && line.p[k] != f->delim) continue;
+    bool ws = f->delim == CSV_WHITESPACE;
+    if (ws) /* leading blanks separate nothing */
+        while (start < line.n && is_blank(line.p[start], CSV_WHITESPACE))
+            start++;
+    for (size_t k = start; k <= line.n; k++) {
+        if (k < line.n && (ws ? !is_blank(line.p[k], CSV_WHITESPACE) : line.p[k] != f->delim))
+            continue;
         span cell = trim((span){line.p + start, k - start}, f->delim);
+        if (ws) { /* a run of blanks is one separator; trailing blanks end the row */
+            while (k + 1 < line.n && is_blank(line.p[k + 1], CSV_WHITESPACE))
+                k++;
+            if (k + 1 == line.n) k++;
+        }
         if (cell.n && cell.p[0] == '"') {
             char name[CSV_SHOW + 16] = "";
             if (c < f->n_cols)
@@ -134,29 +152,63 @@ split(ct_ctx *ctx, const csv_file *f, span line, span *cells, int64_t cap, int64
 static void file_close(ct_ctx *ctx, csv_file *f) {
     ct_free(ctx, f->data, f->size);
     ct_free(ctx, f->cols, 2 * (size_t)f->n_cols * sizeof(span));
+    ct_free(ctx, f->numbers, f->numbers_size);
     f->data = NULL;
     f->cols = NULL;
+    f->numbers = NULL;
 }
 
-/* Reads the file and its header row. */
-static ct_status file_open(ct_ctx *ctx, csv_file *f, const char *path, char delim) {
+/* How cells are separated, for messages. */
+static const char *delim_name(const csv_file *f, char *buf, size_t size) {
+    if (f->delim == CSV_WHITESPACE) return "spaces";
+    if (f->delim == '\t') return "tabs";
+    (void)snprintf(buf, size, "'%c'", f->delim);
+    return buf;
+}
+
+/* Without a header: names the n columns "0" .. "n-1". */
+static ct_status number_columns(ct_ctx *ctx, csv_file *f, int64_t n) {
+    f->numbers_size = (size_t)n * 21;
+    f->numbers = ct_alloc(ctx, f->numbers_size);
+    if (!f->numbers)
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %lld column names", f->path, (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        char *name = f->numbers + (size_t)i * 21;
+        int len = snprintf(name, 21, "%lld", (long long)i);
+        f->cols[i] = (span){name, (size_t)len};
+    }
+    return CT_OK;
+}
+
+/* Reads the file and its header row (without a header, counts the first row's cells and
+ * leaves it to be read as data). */
+static ct_status
+file_open(ct_ctx *ctx, csv_file *f, const char *path, char delim, bool header_row) {
     memset(f, 0, sizeof *f);
     f->path = path;
     f->delim = delim;
+    f->header = header_row;
     CT_TRY(ct_data_read_file(ctx, path, CSV_MAX_BYTES, &f->data, &f->size));
     /* spreadsheets often start the file with a UTF-8 byte order mark: skip it */
     if (f->size >= 3 && !memcmp(f->data, "\xEF\xBB\xBF", 3)) f->pos = 3;
+    size_t pos = f->pos;
     span header;
     if (!next_line(f, &header))
-        return CT_FAIL(ctx, CT_ERR_FORMAT,
-                       "%s: empty file (%zu bytes): expected a header row of column names", path,
-                       f->size);
+        return CT_FAIL(ctx, CT_ERR_FORMAT, "%s: empty file (%zu bytes): expected %s", path, f->size,
+                       header_row ? "a header row of column names" : "rows of numbers");
     int64_t n = 0;
     CT_TRY(split(ctx, f, header, NULL, 0, &n));
     f->cols = ct_alloc(ctx, 2 * (size_t)n * sizeof(span));
     if (!f->cols)
         return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %lld column names", path, (long long)n);
-    /* n_cols is still 0 here, so split names no columns while it fills them */
+    f->n_cols = n;
+    if (!header_row) {
+        f->pos = pos;
+        f->line = 0;
+        return number_columns(ctx, f, n);
+    }
+    /* n_cols is 0 while split fills the names, so a bad header cell names no column */
+    f->n_cols = 0;
     int64_t again = 0;
     ct_status s = split(ctx, f, header, f->cols, n, &again);
     f->n_cols = n;
@@ -211,12 +263,15 @@ static ct_status count_rows(ct_ctx *ctx, csv_file *f, int64_t limit, int64_t *ro
     while ((limit == 0 || n < limit) && next_line(f, &s)) {
         int64_t cells = 0;
         CT_TRY(split(ctx, f, s, NULL, 0, &cells));
-        if (cells != f->n_cols)
+        if (cells != f->n_cols) {
+            char d[8];
             return CT_FAIL(ctx, CT_ERR_FORMAT,
-                           "%s:%lld: expected %lld cells, found %lld (the header has %lld "
-                           "columns, separated by '%c')",
+                           "%s:%lld: expected %lld cells, found %lld (the %s has %lld "
+                           "columns, separated by %s)",
                            f->path, (long long)f->line, (long long)f->n_cols, (long long)cells,
-                           (long long)f->n_cols, f->delim);
+                           f->header ? "header" : "first row", (long long)f->n_cols,
+                           delim_name(f, d, sizeof d));
+        }
         n++;
     }
     if (n == 0)
@@ -269,12 +324,13 @@ static ct_status parse_class(ct_ctx *ctx, const csv_file *f, span name, span cel
     return CT_OK;
 }
 
-/* Parses `rows` rows into table [rows, n_out]: table column j is file column src[j]; column
- * target_j (or none when -1) holds a class index when classify. */
+/* Parses `rows` rows into table [rows, stride]: table column j < n_out is file column
+ * src[j]; column target_j (or none when -1) holds a class index when classify. */
 static ct_status parse_rows(ct_ctx *ctx,
                             csv_file *f,
                             const int64_t *src,
                             int64_t n_out,
+                            int64_t stride,
                             int64_t target_j,
                             bool classify,
                             int64_t rows,
@@ -288,7 +344,7 @@ static ct_status parse_rows(ct_ctx *ctx,
         CT_TRY(split(ctx, f, line, cells, f->n_cols, &count));
         for (int64_t j = 0; j < n_out; j++) {
             span name = f->cols[src[j]], cell = cells[src[j]];
-            float *out = &table[r * n_out + j];
+            float *out = &table[r * stride + j];
             if (j == target_j && classify)
                 CT_TRY(parse_class(ctx, f, name, cell, out));
             else
@@ -345,18 +401,21 @@ feature_names(ct_ctx *ctx, const ct_options *opts, const char *list, span **out,
     return CT_OK;
 }
 
-/* Resolves the feature columns and the target into src [n_feat + 1] (features, then target). */
+/* Resolves the feature columns and the target into src [n_feat + 1] (features, then target;
+ * with the target in another file, src[n_feat] is -1 and every column is a feature by
+ * default). */
 static ct_status resolve_columns(ct_ctx *ctx,
                                  const ct_options *opts,
                                  const csv_file *f,
                                  const char *features,
                                  const char *target,
+                                 bool target_here,
                                  int64_t **src_out,
                                  int64_t *n_feat_out) {
     int64_t t = -1;
-    CT_TRY(lookup(ctx, f, span_of(target), -1, &t));
+    if (target_here) CT_TRY(lookup(ctx, f, span_of(target), -1, &t));
     span *names = NULL;
-    int64_t n_feat = f->n_cols - 1;
+    int64_t n_feat = target_here ? f->n_cols - 1 : f->n_cols;
     if (features) CT_TRY(feature_names(ctx, opts, features, &names, &n_feat));
     ct_status s = CT_OK;
     int64_t *src = NULL;
@@ -372,7 +431,7 @@ static ct_status resolve_columns(ct_ctx *ctx,
         goto done;
     }
     for (int64_t j = 0; j < n_feat && !names; j++)
-        src[j] = j < t ? j : j + 1;
+        src[j] = t < 0 || j < t ? j : j + 1;
     for (int64_t j = 0; j < n_feat && names && s == CT_OK; j++) {
         s = lookup(ctx, f, names[j], -1, &src[j]);
         if (s == CT_OK && src[j] == t)
@@ -410,7 +469,7 @@ static ct_status stats_from_file(ct_ctx *ctx,
     int64_t *src = NULL, rows = 0;
     float *table = NULL;
     size_t table_bytes = 0;
-    ct_status s = file_open(ctx, &f, path, main_file->delim);
+    ct_status s = file_open(ctx, &f, path, main_file->delim, main_file->header);
     if (s == CT_OK) {
         src = ct_alloc(ctx, (size_t)n_feat * sizeof(int64_t));
         if (!src) s = CT_FAIL(ctx, CT_ERR_OOM, "allocating %lld indices", (long long)n_feat);
@@ -425,7 +484,7 @@ static ct_status stats_from_file(ct_ctx *ctx,
             s = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes for statistics", path,
                         table_bytes);
     }
-    if (s == CT_OK) s = parse_rows(ctx, &f, src, n_feat, -1, false, rows, table);
+    if (s == CT_OK) s = parse_rows(ctx, &f, src, n_feat, n_feat, -1, false, rows, table);
     if (s == CT_OK) column_stats(table, rows, n_feat, n_feat, mean, sd);
     if (s != CT_OK) s = ct_err_wrap(ctx, "stats_from '%s'", path);
     ct_free(ctx, table, table_bytes);
@@ -435,24 +494,40 @@ static ct_status stats_from_file(ct_ctx *ctx,
 }
 
 /* Parses f's rows (src: the feature columns, then the target) into c's table and standardises
- * the features when asked. */
+ * the features when asked. With tf, the target is column target_col of tf, row for row. */
 static ct_status load(ct_ctx *ctx,
                       csv_file *f,
                       const int64_t *src,
                       int64_t n_feat,
+                      csv_file *tf,
+                      int64_t target_col,
                       int64_t limit,
                       bool standardize,
                       const char *stats_from,
                       csv *c) {
     int64_t rows = 0, cols = n_feat + 1;
     CT_TRY(count_rows(ctx, f, limit, &rows));
+    if (tf) {
+        int64_t trows = 0;
+        CT_TRY(count_rows(ctx, tf, limit, &trows));
+        if (trows != rows)
+            return CT_FAIL(ctx, CT_ERR_FORMAT,
+                           "%s has %lld rows and its target_path %s has %lld: expected one "
+                           "target per row",
+                           f->path, (long long)rows, tf->path, (long long)trows);
+    }
     c->table = ct_alloc(ctx, (size_t)rows * (size_t)cols * sizeof(float));
     if (!c->table)
         return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a table of %lld x %lld", f->path,
                        (long long)rows, (long long)cols);
     c->rows = rows;
     c->cols = cols;
-    CT_TRY(parse_rows(ctx, f, src, cols, n_feat, c->classify, rows, c->table));
+    if (tf) {
+        CT_TRY(parse_rows(ctx, f, src, n_feat, cols, -1, false, rows, c->table));
+        CT_TRY(parse_rows(ctx, tf, &target_col, 1, cols, 0, c->classify, rows, c->table + n_feat));
+    } else {
+        CT_TRY(parse_rows(ctx, f, src, cols, cols, n_feat, c->classify, rows, c->table));
+    }
     if (!standardize) return CT_OK;
     size_t ms_bytes = 2 * (size_t)n_feat * sizeof(double);
     double *mean = ct_alloc(ctx, ms_bytes);
@@ -482,34 +557,39 @@ static void csv_close(ct_ctx *ctx, void *self) {
 }
 
 static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
-    static const char *const known[] = {"path",        "features",   "target", "task", "delimiter",
-                                        "standardize", "stats_from", "limit",  NULL};
+    static const char *const known[] = {"path",      "features",    "target",     "task",
+                                        "delimiter", "standardize", "stats_from", "limit",
+                                        "header",    "target_path", NULL};
     *self = NULL;
     const char *path, *target, *task, *delim_s;
-    bool standardize;
+    bool standardize, header;
     int64_t limit;
     CT_TRY(ct_options_check(ctx, opts, known));
+    const char *features = ct_options_get(opts, "features");
+    const char *stats_from = ct_options_get(opts, "stats_from");
+    const char *target_path = ct_options_get(opts, "target_path");
     CT_TRY(ct_options_string(ctx, opts, "path", NULL, &path));
-    CT_TRY(ct_options_string(ctx, opts, "target", NULL, &target));
+    /* a file of targets alone: its only column, unless target names one */
+    CT_TRY(ct_options_string(ctx, opts, "target", target_path ? "" : NULL, &target));
     CT_TRY(ct_options_string(ctx, opts, "task", "classification", &task));
     CT_TRY(ct_options_string(ctx, opts, "delimiter", ",", &delim_s));
     CT_TRY(ct_options_bool(ctx, opts, "standardize", false, &standardize));
+    CT_TRY(ct_options_bool(ctx, opts, "header", true, &header));
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
-    const char *features = ct_options_get(opts, "features");
-    const char *stats_from = ct_options_get(opts, "stats_from");
     bool classify = strcmp(task, "classification") == 0;
     if (!classify && strcmp(task, "regression") != 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key 'task': expected classification or regression, got '%s'",
                        where(opts), task);
-    /* "tab" and "\t" spell a tab where the config cannot hold one */
+    /* "tab" and "\t" spell a tab where the config cannot hold one; "space" is runs of blanks */
     bool tab = !strcmp(delim_s, "tab") || !strcmp(delim_s, "\\t");
-    char delim = delim_s[0];
-    if (tab) delim = '\t';
-    if ((!tab && strlen(delim_s) != 1) || delim == '"' || delim == '\n' || delim == '\r')
+    bool ws = !strcmp(delim_s, "space");
+    char delim = tab ? '\t' : ws ? CSV_WHITESPACE : delim_s[0];
+    if ((!tab && !ws && strlen(delim_s) != 1) || delim == '"' || delim == '\n' || delim == '\r' ||
+        delim == ' ')
         return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "%s: key 'delimiter': expected one character other than a quote or a line "
-                       "break (or tab), got '%s'",
+                       "%s: key 'delimiter': expected one character other than a quote, a space "
+                       "or a line break, or tab, or space (runs of spaces and tabs), got '%s'",
                        where(opts), delim_s);
     if (stats_from && !standardize)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
@@ -521,13 +601,28 @@ static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
     if (!c) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a csv dataset");
     memset(c, 0, sizeof *c);
     c->classify = classify;
-    csv_file f;
-    int64_t *src = NULL, n_feat = 0;
-    ct_status s = file_open(ctx, &f, path, delim);
-    if (s == CT_OK) s = resolve_columns(ctx, opts, &f, features, target, &src, &n_feat);
-    if (s == CT_OK) s = load(ctx, &f, src, n_feat, limit, standardize, stats_from, c);
+    csv_file f, tf;
+    memset(&tf, 0, sizeof tf);
+    int64_t *src = NULL, n_feat = 0, target_col = 0;
+    ct_status s = file_open(ctx, &f, path, delim, header);
+    if (s == CT_OK)
+        s = resolve_columns(ctx, opts, &f, features, target, !target_path, &src, &n_feat);
+    if (s == CT_OK && target_path) {
+        s = file_open(ctx, &tf, target_path, delim, header);
+        if (s == CT_OK && target[0])
+            s = lookup(ctx, &tf, span_of(target), -1, &target_col);
+        else if (s == CT_OK && tf.n_cols != 1)
+            s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                        "%s: target_path %s has %lld columns: name the target's with key "
+                        "'target'",
+                        where(opts), target_path, (long long)tf.n_cols);
+    }
+    if (s == CT_OK)
+        s = load(ctx, &f, src, n_feat, target_path ? &tf : NULL, target_col, limit, standardize,
+                 stats_from, c);
     if (src) ct_free(ctx, src, (size_t)(n_feat + 1) * sizeof(int64_t));
     file_close(ctx, &f);
+    file_close(ctx, &tf);
     if (s != CT_OK) {
         csv_close(ctx, c);
         return s;

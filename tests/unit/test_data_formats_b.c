@@ -305,6 +305,74 @@ static void csv_should_list_the_columns_for_an_unknown_name(void) {
     ct_ctx_destroy(ctx);
 }
 
+/* The layout scikit-learn ships the diabetes data in: no header, cells separated by runs of
+ * spaces, the targets in a file of their own. */
+static void csv_should_read_headerless_space_separated_files_with_separate_targets(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    char xp[256], yp[256], y2p[256], shortp[256];
+    write_text("x.txt", "59 2  32.1\t101.0\n  48 1 21.6 87.0  \n\n72 2 30.5 93.0\n", xp, sizeof xp);
+    write_text("y.txt", "1.51e+02\n75\n141\n", yp, sizeof yp);
+    write_text("y2.txt", "1 151\n2 75\n3 141\n", y2p, sizeof y2p);
+    write_text("short.txt", "151\n75\n", shortp, sizeof shortp);
+    ct_dataset *ds = NULL;
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target_path", yp}, {"header", "false"},
+                      {"delimiter", "space"}, {"task", "regression"}),
+                 CT_OK);
+    if (ds) {
+        const ct_dataset_info *in = ct_dataset_info_of(ds);
+        CT_CHECK_INT(in->n, 3);
+        CT_CHECK_INT(in->x_shape[0], 4);
+        float x[4], y = 0;
+        CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
+        const float want[4] = {48, 1, 21.6f, 87};
+        CT_CHECK_ARRAYS("row 1", x, want, 4, 0.0, 0.0);
+        CT_CHECK(y == 75.0f);
+        CT_CHECK_INT(ct_dataset_get(ds, 0, x, &y), CT_OK);
+        CT_CHECK(x[3] == 101.0f && y == 151.0f);
+    }
+    ct_dataset_destroy(ds);
+    /* columns without a header are named by number: features and a target column by name */
+    ds = NULL;
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target_path", y2p}, {"target", "1"},
+                      {"features", "3, 0"}, {"header", "false"}, {"delimiter", "space"},
+                      {"task", "regression"}),
+                 CT_OK);
+    if (ds) {
+        float x[2], y = 0;
+        CT_CHECK_INT(ct_dataset_get(ds, 2, x, &y), CT_OK);
+        CT_CHECK(x[0] == 93.0f && x[1] == 72.0f && y == 141.0f);
+    }
+    ct_dataset_destroy(ds);
+    /* a headerless table with its target inside, by number */
+    ds = NULL;
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target", "3"}, {"header", "false"},
+                      {"delimiter", "space"}, {"task", "regression"}),
+                 CT_OK);
+    if (ds) CT_CHECK_INT(ct_dataset_info_of(ds)->x_shape[0], 3);
+    ct_dataset_destroy(ds);
+    /* errors: a target file of several columns needs 'target'; rows must pair up; a row of
+       another length names the first row */
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target_path", y2p}, {"header", "false"},
+                      {"delimiter", "space"}, {"task", "regression"}),
+                 CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "has 2 columns: name the target's with key 'target'");
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target_path", shortp}, {"header", "false"},
+                      {"delimiter", "space"}, {"task", "regression"}),
+                 CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "has 3 rows and its target_path");
+    CHECK_ERR(ctx, "short.txt has 2");
+    write_text("ragged.txt", "1 2 3\n4 5\n", xp, sizeof xp);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target", "0"}, {"header", "false"},
+                      {"delimiter", "space"}),
+                 CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "ragged.txt:2: expected 3 cells, found 2 (the first row has 3 columns, "
+                   "separated by spaces)");
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target", "0"}, {"delimiter", " "}),
+                 CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "key 'delimiter'");
+    ct_ctx_destroy(ctx);
+}
+
 static void csv_should_reject_empty_missing_and_quoted_files(void) {
     ct_ctx *ctx = make_ctx(NULL);
     char path[256];
@@ -843,6 +911,7 @@ int main(void) {
     CT_RUN(csv_should_report_bad_cells_with_line_and_column);
     CT_RUN(csv_should_list_the_columns_for_an_unknown_name);
     CT_RUN(csv_should_reject_empty_missing_and_quoted_files);
+    CT_RUN(csv_should_read_headerless_space_separated_files_with_separate_targets);
     CT_RUN(text_should_make_windows_with_shifted_targets);
     CT_RUN(text_should_concatenate_files_in_order);
     CT_RUN(text_should_reject_files_shorter_than_a_window);
