@@ -8,6 +8,9 @@ the time rank 0 spends in the gradient all-reduce per step.
     /usr/bin/python3 bench/dist.py [--build build] [--np 2] [--steps 400] [--repeats 3]
                                    [--models mlp,cnn]
 
+The processes run twice: with gradient buckets all-reduced during the backward pass
+(trainer.bucket_mb=1, the default) and with one all-reduce after it (bucket_mb=0).
+
 Samples/s is read from each run's metrics.jsonl (the records after the first, so start-up and
 the first window's warm-up are left out); evaluation is switched off (no valid/test engines,
 max_steps instead of epochs) so only training steps are timed.
@@ -67,7 +70,7 @@ def main():
     ctrain = os.path.join(a.build, "ctrain")
     launch = mpirun()
     tmp = tempfile.mkdtemp(prefix="ctrain-dist-")
-    print("%-4s %8s %14s %14s %7s %16s" % ("", "batch", "1x%d samples/s" % a.np,
+    print("%-4s %6s %14s %22s %7s %13s" % ("", "batch", "1x%d samples/s" % a.np,
                                            "%dx1 samples/s" % a.np, "ratio", "comm ms/step"))
     try:
         for name in a.models.split(","):
@@ -78,21 +81,29 @@ def main():
                       "logging.report=none", "trainer.max_epochs=0",
                       "trainer.max_steps=%d" % a.steps, "trainer.steps_per_loop=25",
                       "scheduler.total=%d" % a.steps]
-            threads, procs, comms = [], [], []
+            threads = []
+            procs = {mb: ([], []) for mb in ("1", "0")}
             for k in range(a.repeats):
                 out1 = os.path.join(tmp, "%s-t%d" % (name, k))
                 threads.append(run([ctrain, "fit", cfg, "output_dir=" + out1,
                                     "threads=%d" % a.np, "data.batch_size=%d" % batch] + common,
                                    out1)[0])
-                outn = os.path.join(tmp, "%s-p%d" % (name, k))
-                sps, comm = run(launch + ["-np", str(a.np), ctrain, "fit", cfg,
-                                          "output_dir=" + outn, "threads=1",
-                                          "data.batch_size=%d" % (batch // a.np)] + common, outn)
-                procs.append(sps)
-                comms.append(comm)
-            t, p = statistics.median(threads), statistics.median(procs)
-            print("%-4s %8d %14.0f %14.0f %7.2f %16.3f" % (name, batch, t, p, p / t,
-                                                          statistics.median(comms)))
+                for mb, (sps_list, comm_list) in procs.items():
+                    outn = os.path.join(tmp, "%s-p%d-%s" % (name, k, mb))
+                    sps, comm = run(launch + ["-np", str(a.np), ctrain, "fit", cfg,
+                                              "output_dir=" + outn, "threads=1",
+                                              "trainer.bucket_mb=" + mb,
+                                              "data.batch_size=%d" % (batch // a.np)] + common,
+                                    outn)
+                    sps_list.append(sps)
+                    comm_list.append(comm)
+            t = statistics.median(threads)
+            for mb, (sps_list, comm_list) in procs.items():
+                p = statistics.median(sps_list)
+                label = "%dx1 %s" % (a.np, "buckets" if mb != "0" else "one all-reduce")
+                print("%-4s %6d %14.0f %22s %7.2f %13.3f" % (
+                    name, batch, t, "%.0f (%s)" % (p, label.split(" ", 1)[1]), p / t,
+                    statistics.median(comm_list)))
             sys.stdout.flush()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
