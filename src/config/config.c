@@ -218,18 +218,6 @@ static ct_status on_scalar(parse_state *ps, struct fy_event *ev, int line, int c
     }
     enum fy_scalar_style style = fy_token_scalar_style(ev->scalar.value);
     bool quoted = style != FYSS_PLAIN;
-    if (style == FYSS_SINGLE_QUOTED) {
-        /* libfyaml 0.7.12 misreads escaped quotes in a row ('x''''y' reads as x''', longer
-           runs as heap garbage; fixed upstream): such a scalar is refused, not misread */
-        const struct fy_mark *a = fy_event_start_mark(ev), *b = fy_event_end_mark(ev);
-        size_t from = a && a->input_pos > 0 ? a->input_pos - 1 : 0;
-        size_t to = b && b->input_pos + 1 <= ps->len ? b->input_pos + 1 : ps->len;
-        for (size_t i = from; i + 4 <= to; i++)
-            if (!memcmp(ps->text + i, "''''", 4))
-                return perr(ps, line, col,
-                            "a single-quoted value with escaped quotes in a row, which the YAML "
-                            "library of this system misreads; write it in double quotes");
-    }
     if (memchr(txt, '\0', len)) return perr(ps, line, col, "a scalar holds a NUL character");
     if (awaiting_key(ps)) {
         char *key = dup_n(ps->ctx, txt, len);
@@ -371,60 +359,15 @@ static void line_col(const char *text, size_t at, int *line, int *col) {
     }
 }
 
-/* Whether a quote after prev (gap: white space between them; prev2 the token character
- * before prev) opens a quoted scalar: at the start of a line, after a flow indicator, after
- * "- ", "? " or ": ", or right after the ':' of a quoted key ({"a":'b'}). A '-', '?' or ':'
- * with no space after it is part of plain text (opti-'x', a:'b'). */
-static bool token_start(char prev, char prev2, bool gap) {
-    if (prev == '-' || prev == '?') return gap;
-    if (prev == ':') return gap || prev2 == '"' || prev2 == '\'';
-    return strchr("[{,\n", prev) != NULL;
-}
-
-/* The offset of a single-quoted scalar that holds four quotes in a row, or len. A light
- * lexer: double-quoted strings (with their escapes) and comments are skipped, and a quote
- * opens a quoted scalar only where a token starts (see token_start), so plain text such as
- * it's or 5" is left alone. Where it cannot tell, it errs towards looking: a double quote
- * that is never closed skips nothing. */
+/* The offset of the first four single quotes in a row, or len. libfyaml 0.7.12 misreads
+ * (and leaks) runs of escaped quotes in single-quoted scalars ('x''''y' reads as x''', longer
+ * runs as heap garbage; fixed upstream). Telling a single-quoted scalar from plain text needs
+ * YAML's whole grammar (anchors, tags, flow and block contexts), and every lighter lexer tried
+ * here was wrong somewhere, so any such run is refused, wherever it is: it is never needed (a
+ * double-quoted value spells a quote \x27, which is how the writer writes them). */
 static size_t quote_run_at(const char *t, size_t len) {
-    char prev = '\n', prev2 = '\n'; /* the last two characters outside white space */
-    bool gap = true;                /* white space since prev */
-    for (size_t i = 0; i < len; i++) {
-        char c = t[i];
-        bool opens = token_start(prev, prev2, gap);
-        gap = c == ' ' || c == '\t' || c == '\r';
-        if (c == '"' && opens) {
-            size_t j = i + 1;
-            for (; j < len && t[j] != '"'; j++)
-                if (t[j] == '\\') j++;
-            if (j < len) i = j;
-            prev2 = prev;
-            prev = '"';
-        } else if (c == '#' &&
-                   (i == 0 || t[i - 1] == ' ' || t[i - 1] == '\t' || t[i - 1] == '\n')) {
-            while (i < len && t[i] != '\n')
-                i++;
-            prev2 = prev;
-            prev = '\n';
-        } else if (c == '\'' && opens) {
-            size_t start = i;
-            for (i++; i < len; i++) {
-                if (t[i] != '\'') continue;
-                if (i + 3 < len && t[i + 1] == '\'' && t[i + 2] == '\'' && t[i + 3] == '\'')
-                    return start;
-                if (i + 1 < len && t[i + 1] == '\'') {
-                    i++; /* an escaped quote */
-                    continue;
-                }
-                break; /* the closing quote */
-            }
-            prev2 = prev;
-            prev = '\'';
-        } else if (!gap) {
-            prev2 = prev;
-            prev = c;
-        }
-    }
+    for (size_t i = 0; i + 4 <= len; i++)
+        if (t[i] == '\'' && t[i + 1] == '\'' && t[i + 2] == '\'' && t[i + 3] == '\'') return i;
     return len;
 }
 
@@ -432,15 +375,15 @@ static ct_status parse(parse_state *ps, const char *text, size_t len, bool map_r
     ps->text = text;
     ps->len = len;
     /* libfyaml 0.7.12 is given only UTF-8 (it can loop on a directive followed by an invalid
-       byte) and no single-quoted scalar with escaped quotes in a row (it misreads and leaks
-       them); both fixed upstream. on_scalar checks each single-quoted scalar again. */
+       byte) and no run of four single quotes (see quote_run_at); both fixed upstream */
     size_t run = quote_run_at(text, len);
     if (run < len) {
         int line, col;
         line_col(text, run, &line, &col);
         return CT_FAIL(ps->ctx, CT_ERR_CONFIG,
-                       "%s:%d:%d: a single-quoted value with escaped quotes in a row, which the "
-                       "YAML library of this system misreads; write it in double quotes",
+                       "%s:%d:%d: four single quotes in a row, which the YAML library of this "
+                       "system misreads; write the value in double quotes, with \\x27 for each "
+                       "quote",
                        ps->source, line, col);
     }
     size_t bad = utf8_error_at((const unsigned char *)text, len);
@@ -928,6 +871,12 @@ static void write_quoted(FILE *f, const char *s) {
             break;
         case '\\':
             (void)fputs("\\\\", f);
+            break;
+        case '\'': /* quotes next to quotes as \x27: parse refuses four in a row */
+            if (p[1] == '\'' || (p > (const unsigned char *)s && p[-1] == '\''))
+                (void)fputs("\\x27", f);
+            else
+                (void)fputc('\'', f);
             break;
         case '\n':
             (void)fputs("\\n", f);

@@ -15,10 +15,10 @@
  * The seeds in corpus/ include the inputs of the bugs this target found (bug_*.yaml): keys the
  * writer could not write (`<<`, a leading U+FEFF), `?x` written quoted, aliases nesting past
  * the depth limit or expanding without bound, an empty key confusing paths, a form feed
- * before a number, four single quotes in a row (libfyaml 0.7.12 misreads and leaks; a key
- * holding them, from an override, is written in double quotes; `a:"` is plain text, not a
- * quote that hides the rest of the file from that check), text that is not UTF-8 (libfyaml
- * 0.7.12 loops on "%\xff").
+ * before a number, four single quotes in a row (libfyaml 0.7.12 misreads and leaks them: the
+ * loader now refuses any such run, wherever it is, after three lighter lexers each missed a
+ * case: a key from an override, `a:"` before one, an anchor before one; the writer spells
+ * quotes next to quotes \x27), text that is not UTF-8 (libfyaml 0.7.12 loops on "%\xff").
  *
  * Build and run: `make fuzz-config` (see the Makefile and docs/testing.md).
  */
