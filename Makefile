@@ -86,6 +86,8 @@ bench:
 	cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build build -j $(JOBS)
 	/usr/bin/python3 bench/run.py --build build
+	/usr/bin/python3 bench/models.py --build build
+	/usr/bin/python3 bench/dist.py --build build
 
 clean:
 	rm -rf build build-ci build-asan build-noomp build-tsan build-fuzz
