@@ -19,6 +19,7 @@
 
 #include "kernels/attn_kernels.h"
 #include "kernels/kernels.h"
+#include "kernels/vmath.h"
 #include "ops/ops_internal.h"
 
 /* s[0..T): scores of query i; becomes the probabilities over j <= i and 0 beyond. */
@@ -26,12 +27,13 @@ static void causal_softmax_row(float *s, int64_t i, int64_t T) {
     float mx = s[0];
     for (int64_t j = 1; j <= i; j++)
         if (s[j] > mx) mx = s[j];
+    /* the exponentials in one loop (it vectorises, on vmath.h's exp), the sum in another: in
+       double and in order, as before */
+    for (int64_t j = 0; j <= i; j++)
+        s[j] = ct_vexpf(s[j] - mx);
     double sum = 0.0;
-    for (int64_t j = 0; j <= i; j++) {
-        float e = expf(s[j] - mx);
-        s[j] = e;
-        sum += (double)e;
-    }
+    for (int64_t j = 0; j <= i; j++)
+        sum += (double)s[j];
     float inv = (float)(1.0 / sum);
     for (int64_t j = 0; j <= i; j++)
         s[j] *= inv;

@@ -117,7 +117,34 @@ static bool pool_check(ct_graph *g,
 
 /* y [OH, OW] and the winners' offsets idx [OH, OW] (or NULL) from one plane xp [H, W]. With
  * padding <= kernel/2 every window holds at least one element of the plane. */
+/* The common 2x2 window with stride 2 and no padding, without the general loop nest: the
+ * same candidates in the same order (row-major) and the same rule, so the same maximum and
+ * index (a tie to the first, a NaN winning and the last NaN kept, as PyTorch's CPU kernel). */
+static void max_plane_2x2(const pool_geom *s, const float *xp, float *yp, int64_t *idx) {
+    const int64_t w = s->w;
+    for (int64_t oh = 0; oh < s->oh; oh++) {
+        const float *r0 = xp + 2 * oh * w, *r1 = r0 + w;
+        float *yr = yp + oh * s->ow;
+        int64_t *ir = idx ? idx + oh * s->ow : NULL;
+        for (int64_t ow = 0; ow < s->ow; ow++) {
+            float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+            float m = a;
+            int64_t mi = 0;
+            if (b > m || isnan(b)) m = b, mi = 1;
+            if (c > m || isnan(c)) m = c, mi = w;
+            if (d > m || isnan(d)) m = d, mi = w + 1;
+            yr[ow] = m;
+            if (ir) ir[ow] = 2 * oh * w + 2 * ow + mi;
+        }
+    }
+}
+
 static void max_plane(const pool_geom *s, const float *xp, float *yp, int64_t *idx) {
+    if (s->k[0] == 2 && s->k[1] == 2 && s->s[0] == 2 && s->s[1] == 2 && s->p[0] == 0 &&
+        s->p[1] == 0 && s->oh * 2 <= s->h && s->ow * 2 <= s->w) {
+        max_plane_2x2(s, xp, yp, idx);
+        return;
+    }
     for (int64_t oh = 0; oh < s->oh; oh++) {
         int64_t h0 = oh * s->s[0] - s->p[0], h1 = h0 + s->k[0];
         if (h0 < 0) h0 = 0;

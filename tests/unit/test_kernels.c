@@ -4,10 +4,12 @@
  * backward, on shapes big enough to take the oneDNN paths; and the fast set gives the same bits
  * for 1 and 2 threads.
  */
+#include <math.h>
 #include <string.h>
 
 #include "ctrain/ctrain.h"
 #include "harness.h"
+#include "kernels/vmath.h"
 
 typedef struct run_out {
     float *v[4];
@@ -161,9 +163,65 @@ static void context_should_reject_unknown_kernel_set(void) {
     CT_CHECK(ctx == NULL);
 }
 
+/* vmath.h's exp and erf against libm's (their reference twins) over every input that
+ * matters: exp on [-87.3, 88.7] to 2e-7 relative, exact 0 and inf beyond, NaN kept; erf on
+ * [-9, 9] to 4e-7 absolute, odd, and +-1 at the ends. */
+static void vmath_should_match_libm(void) {
+    double worst_exp = 0, worst_erf = 0;
+    float at_exp = 0, at_erf = 0;
+    for (float x = -87.3f; x < 88.7f; x += 1e-3f + fabsf(x) * 1e-5f) {
+        double want = exp((double)x), rel = fabs((double)ct_vexpf(x) - want) / want;
+        if (rel > worst_exp) worst_exp = rel, at_exp = x;
+    }
+    CT_CHECK_MSG(worst_exp < 2e-7, "exp: relative error %.3g at %.9g", worst_exp, (double)at_exp);
+    CT_CHECK(ct_vexpf(0.0f) == 1.0f);
+    CT_CHECK(ct_vexpf(-100.0f) == 0.0f && ct_vexpf(-INFINITY) == 0.0f);
+    CT_CHECK(isinf(ct_vexpf(89.0f)) && isinf(ct_vexpf(INFINITY)));
+    CT_CHECK(isnan(ct_vexpf(NAN)));
+    for (float x = -9.0f; x < 9.0f; x += 1e-4f) {
+        double err = fabs((double)ct_verff(x) - erf((double)x));
+        if (err > worst_erf) worst_erf = err, at_erf = x;
+        if (ct_verff(-x) != -ct_verff(x)) {
+            CT_CHECK_MSG(false, "erf is not odd at %.9g", (double)x);
+            break;
+        }
+    }
+    CT_CHECK_MSG(worst_erf < 4e-7, "erf: absolute error %.3g at %.9g", worst_erf, (double)at_erf);
+    CT_CHECK(ct_verff(0.0f) == 0.0f && ct_verff(INFINITY) == 1.0f && ct_verff(-INFINITY) == -1.0f);
+}
+
+/* The exact GELU on the fast path (vmath.h) and on the reference path (libm) agree. */
+static void gelu_should_agree_between_kernel_sets(void) {
+    float out[2][4096], grad[2][4096], xs[4096];
+    for (int i = 0; i < 4096; i++)
+        xs[i] = -8.0f + 16.0f * (float)i / 4095.0f;
+    for (int k = 0; k < 2; k++) {
+        ct_ctx_params cp = ct_ctx_default_params();
+        cp.kernels = k ? CT_KERNELS_REFERENCE : CT_KERNELS_FAST;
+        ct_ctx *ctx = NULL;
+        ct_graph *g = NULL;
+        CT_CHECK_INT(ct_ctx_create(&cp, &ctx), CT_OK);
+        CT_CHECK_INT(ct_graph_create(ctx, NULL, &g), CT_OK);
+        ct_tensor *x = ct_graph_wrap(g, xs, CT_F32, 1, (const int64_t[]){4096});
+        x->flags |= CT_TENSOR_REQUIRES_GRAD;
+        ct_tensor *y = ct_op_gelu(g, x, CT_GELU_ERF);
+        CT_CHECK_INT(ct_graph_backward(g, ct_op_sum_all(g, y)), CT_OK);
+        if (y && x->grad) {
+            memcpy(out[k], y->data, sizeof out[k]);
+            memcpy(grad[k], x->grad, sizeof grad[k]);
+        }
+        ct_graph_destroy(g);
+        ct_ctx_destroy(ctx);
+    }
+    CT_CHECK_ARRAYS("gelu", out[0], out[1], 4096, 1e-6, 1e-6);
+    CT_CHECK_ARRAYS("gelu'", grad[0], grad[1], 4096, 1e-6, 1e-6);
+}
+
 int main(void) {
     CT_RUN(kernel_sets_should_agree_on_linear);
     CT_RUN(kernel_sets_should_agree_on_conv2d);
     CT_RUN(context_should_reject_unknown_kernel_set);
+    CT_RUN(vmath_should_match_libm);
+    CT_RUN(gelu_should_agree_between_kernel_sets);
     return ct_test_finish();
 }

@@ -354,6 +354,21 @@ static void max_pool2d_should_route_ties_to_the_first_maximum(void) {
         float expect[6] = {1, 10, 0, 0, 0, 0};
         CT_CHECK_ARRAYS("ties", x->grad, expect, 6, 0.0, 0.0);
     }
+    /* the 2x2 stride-2 fast path keeps the general rule (PyTorch's CPU kernel's): a tie goes
+       to the first of the window in row-major order, and a NaN wins, the last NaN taking the
+       gradient */
+    float w[8] = {3, 3, -INFINITY, NAN, 3, 1, 2, NAN};
+    ct_tensor *x2 = leaf(g, w, 4, (int64_t[]){1, 1, 2, 4});
+    ct_pool2d_params k2 = {{2, 2}, {2, 2}, {0, 0}};
+    ct_tensor *y2 = ct_op_max_pool2d(g, x2, &k2);
+    CT_CHECK(y2 && y2->shape[3] == 2);
+    float seed2[2] = {1.0f, 10.0f};
+    CT_CHECK(y2 && ct_graph_backward_seed(g, y2, seed2) == CT_OK);
+    if (y2) CT_CHECK(((float *)y2->data)[0] == 3.0f && isnan(((float *)y2->data)[1]));
+    if (x2->grad) {
+        float expect[8] = {1, 0, 0, 0, 0, 0, 0, 10};
+        CT_CHECK_ARRAYS("2x2 ties and NaN", x2->grad, expect, 8, 0.0, 0.0);
+    }
     ct_graph_destroy(g);
     ct_ctx_destroy(ctx);
 }

@@ -1,0 +1,76 @@
+/*
+ * vmath.h - exp and erf for f32 written so that the compiler vectorises loops calling them
+ * (no library calls, no branches: selects only), for the elementwise ops' fast path. Their
+ * reference twins are libm's expf and erff, which the ops use with CT_KERNELS_REFERENCE;
+ * tests/unit/test_kernels.c compares the two over the whole f32 range that matters.
+ *
+ * ct_vexpf: Cephes' method, x = n ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial,
+ * 2^n put in the exponent bits. Relative error below 2e-7 where the result is a normal f32;
+ * 0 below -87.3 (libm gives subnormals down to -103.9) and +inf above 88.7.
+ * ct_verff: for |x| >= 0.5 Abramowitz & Stegun 7.1.26, erf(|x|) = 1 - t (a1 + t (a2 + ...))
+ * exp(-x^2) with t = 1 / (1 + p |x|), sign restored; below 0.5 the Taylor series to x^11.
+ * Absolute error below 4e-7 in f32 arithmetic (tests/unit/test_kernels.c checks both).
+ * Internal.
+ */
+#ifndef CT_VMATH_H
+#define CT_VMATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+static inline float ct_vexpf(float x) {
+    const float lo = -87.33654f, hi = 88.72283f;
+    float c = x < lo ? lo : x;
+    c = c > hi ? hi : c;
+    /* n = round(c / ln2) by adding 1.5 * 2^23, whose sum keeps n in its low mantissa bits: no
+       float-to-int conversion (which gcc will not if-convert) and no floorf (which it will
+       not vectorise) */
+    union {
+        float f;
+        int32_t i;
+    } m = {c * 1.44269504088896341f + 12582912.0f};
+    float n = m.f - 12582912.0f;
+    int32_t ni = m.i - 0x4B400000;
+    /* ln 2 in two parts, so n * ln2 subtracts without rounding away r */
+    float r = c - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    /* 2^n as 2^(n/2) 2^(n - n/2): both halves stay normal at either end of the range */
+    int32_t n1 = ni / 2, n2 = ni - n1;
+    union {
+        int32_t i;
+        float f;
+    } s1 = {(n1 + 127) * (1 << 23)}, s2 = {(n2 + 127) * (1 << 23)};
+    float y = p * s1.f * s2.f;
+    y = x < lo ? 0.0f : y;
+    return x > hi ? INFINITY : y;
+}
+
+static inline float ct_verff(float x) {
+    float a = fabsf(x);
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float p = 1.061405429f;
+    p = p * t - 1.453152027f;
+    p = p * t + 1.421413741f;
+    p = p * t - 0.284496736f;
+    p = p * t + 0.254829592f;
+    float e = 1.0f - p * t * ct_vexpf(-a * a);
+    /* near 0 that difference cancels: the Taylor series instead, to x^11 (the next term is
+       below 2e-8 for |x| < 0.5) */
+    float x2 = x * x, q = -1.0f / 1320.0f;
+    q = q * x2 + 1.0f / 216.0f;
+    q = q * x2 - 1.0f / 42.0f;
+    q = q * x2 + 1.0f / 10.0f;
+    q = q * x2 - 1.0f / 3.0f;
+    q = q * x2 + 1.0f;
+    float small = 1.1283791670955126f * x * q;
+    return a < 0.5f ? small : copysignf(e, x);
+}
+
+#endif /* CT_VMATH_H */
