@@ -105,6 +105,17 @@ typedef struct ct_trainer_callbacks {
     /* before each optimizer update, with the gradients it will apply (averaged over ranks,
        checked and clipped) in ct_params_grads: for gradient statistics. May be NULL. */
     ct_status (*on_grads)(void *user, ct_trainer *t);
+    /* an epoch begins (epoch counts from 1, as on_epoch_end's); not called for an epoch a
+       resumed run enters in the middle. May be NULL. */
+    ct_status (*on_epoch_start)(void *user, ct_trainer *t, int64_t epoch);
+    /* a training micro-batch (an iteration; a step is accum_steps of them): start, before its
+       forward pass (batch: its index in the epoch, from 0); end, after its backward pass and,
+       when it ends a step, after the update and the evaluations due at that step (loss NaN
+       when not finite). May be NULL. */
+    ct_status (*on_iteration_start)(void *user, ct_trainer *t, int64_t batch);
+    ct_status (*on_iteration_end)(void *user, ct_trainer *t, int64_t batch, double loss);
+    /* an evaluation engine begins (on_eval_end follows with its metrics). May be NULL. */
+    ct_status (*on_eval_start)(void *user, ct_trainer *t, const char *key);
 } ct_trainer_callbacks;
 
 typedef struct ct_trainer_params {

@@ -1049,6 +1049,23 @@ static ct_status fwd_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_epoch_end ? cb->on_epoch_end(cb->user, t, epoch) : CT_OK;
 }
+/* The events the experiment has no use for itself reach the caller's handlers unchanged. */
+static ct_status fwd_epoch_start(void *user, ct_trainer *t, int64_t epoch) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_epoch_start ? cb->on_epoch_start(cb->user, t, epoch) : CT_OK;
+}
+static ct_status fwd_iteration_start(void *user, ct_trainer *t, int64_t batch) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_iteration_start ? cb->on_iteration_start(cb->user, t, batch) : CT_OK;
+}
+static ct_status fwd_iteration_end(void *user, ct_trainer *t, int64_t batch, double loss) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_iteration_end ? cb->on_iteration_end(cb->user, t, batch, loss) : CT_OK;
+}
+static ct_status fwd_eval_start(void *user, ct_trainer *t, const char *key) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_eval_start ? cb->on_eval_start(cb->user, t, key) : CT_OK;
+}
 static ct_status fwd_fit_end(void *user, ct_trainer *t) {
     const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
     return cb->on_fit_end ? cb->on_fit_end(cb->user, t) : CT_OK;
@@ -1169,6 +1186,12 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.callbacks.on_exception = fwd_exception;
     tp.callbacks.on_batch = fwd_batch;
     tp.callbacks.on_grads = fwd_grads;
+    /* only the ones the caller set: an unset event costs nothing per batch */
+    const ct_trainer_callbacks *ucb = &e->p.callbacks;
+    tp.callbacks.on_epoch_start = ucb->on_epoch_start ? fwd_epoch_start : NULL;
+    tp.callbacks.on_iteration_start = ucb->on_iteration_start ? fwd_iteration_start : NULL;
+    tp.callbacks.on_iteration_end = ucb->on_iteration_end ? fwd_iteration_end : NULL;
+    tp.callbacks.on_eval_start = ucb->on_eval_start ? fwd_eval_start : NULL;
     tp.allow_world_size_change = bool_at(e, "trainer.allow_world_size_change");
     tp.bucket_bytes = (int64_t)(float_at(e, "trainer.bucket_mb", 1.0) * 1048576.0);
     e->tp = tp;

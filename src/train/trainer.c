@@ -607,6 +607,8 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
     ct_graph *g = t->g;
     ct_status s = CT_OK;
     CT_TRY(sync_replicas(t, false));
+    if (t->p.callbacks.on_eval_start)
+        CT_TRY(event(t, t->p.callbacks.on_eval_start(t->p.callbacks.user, t, en->e.key)));
     if (t->ema) CT_TRY(ct_ema_begin_eval(t->ema));
     ct_graph_set_grad_enabled(g, false);
     ct_graph_set_training(g, false);
@@ -884,10 +886,11 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     if (ct_comm_world_size(t->comm) > 1) {
         /* every rank takes the same decisions: a non-finite loss on any rank is everyone's,
            and so is an interrupt (a signal reaches the ranks at different batches) */
-        float flags[2] = {loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f};
-        CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 2));
+        float flags[3] = {loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f, t->stop ? 1.0f : 0.0f};
+        CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 3));
         loss_ok = flags[0] == 0.0f;
         t->interrupt = flags[1] != 0.0f;
+        t->stop = flags[2] != 0.0f; /* a callback's CT_STOP on one rank */
     }
     /* Gradients are checked before anything is applied: the clipping norm shows a non-finite
      * gradient for free (clip_grad_norm leaves them untouched then); otherwise a scan */
@@ -978,6 +981,7 @@ static ct_status log_window(ct_trainer *t) {
 static ct_status train_epoch(ct_trainer *t, bool *completed) {
     ct_ctx *ctx = t->ctx;
     ct_graph *g = t->g;
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
     int64_t total = ct_loader_batches_per_epoch(t->train), bpe = total;
     if (t->p.limit_train_batches && t->p.limit_train_batches < bpe) bpe = t->p.limit_train_batches;
     if (t->p.dev_run && bpe > 1) bpe = 1;
@@ -1001,6 +1005,9 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         }
         ct_accum_pos pos;
         CT_TRY(ct_accum_window(ctx, bpe, t->p.accum_steps, i, &pos));
+        if (i == 0 && cb->on_epoch_start)
+            CT_TRY(event(t, cb->on_epoch_start(cb->user, t, t->epoch + 1)));
+        if (cb->on_iteration_start) CT_TRY(event(t, cb->on_iteration_start(cb->user, t, i)));
         ct_graph_reset(g);
         ct_tensor *out, *y;
         int64_t items;
@@ -1029,7 +1036,12 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             else if (bs != CT_OK)
                 return bs;
         }
-        if (!pos.last) continue;
+        double reported = finite ? (double)lv : (double)NAN;
+        if (!pos.last) {
+            if (cb->on_iteration_end)
+                CT_TRY(event(t, cb->on_iteration_end(cb->user, t, i, reported)));
+            continue;
+        }
         int64_t before = t->step;
         CT_TRY(finish_window(t, window_ok));
         window_ok = true;
@@ -1043,6 +1055,7 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
                         (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run;
             if (!last) CT_TRY(flush_checkpoint(t));
         }
+        if (cb->on_iteration_end) CT_TRY(event(t, cb->on_iteration_end(cb->user, t, i, reported)));
         if (i + 1 >= bpe && bpe < total) { /* the limit is reached: skip to the next epoch */
             ct_loader_state st = ct_loader_get_state(t->train);
             st.epoch++;
@@ -1077,9 +1090,10 @@ ct_status ct_trainer_fit(ct_trainer *t) {
 /* Whether any rank was interrupted (every rank then ends at the same point). */
 static ct_status agree_interrupt(ct_trainer *t) {
     if (ct_comm_world_size(t->comm) < 2) return CT_OK;
-    float flag = t->interrupt ? 1.0f : 0.0f;
-    CT_TRY(ct_comm_allreduce_sum_f32(t->comm, &flag, 1));
-    t->interrupt = flag != 0.0f;
+    float flags[2] = {t->interrupt ? 1.0f : 0.0f, t->stop ? 1.0f : 0.0f};
+    CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 2));
+    t->interrupt = flags[0] != 0.0f;
+    t->stop = flags[1] != 0.0f;
     return CT_OK;
 }
 

@@ -262,7 +262,8 @@ static void rec_exception(void *user, ct_trainer *t, ct_status s) {
 static ct_trainer_params rec_params(rec *r) {
     ct_trainer_params p = ct_trainer_default_params();
     ct_trainer_callbacks cb = {rec_fit_start, rec_log, rec_eval_end,  rec_best, rec_epoch_end,
-                               rec_fit_end,   r,       rec_exception, NULL,     NULL};
+                               rec_fit_end,   r,       rec_exception, NULL,     NULL,
+                               NULL,          NULL,    NULL,          NULL};
     p.callbacks = cb;
     return p;
 }
@@ -1006,6 +1007,88 @@ static void trainer_should_call_back_in_order_and_honour_their_status(void) {
     setup_close(&s);
 }
 
+/* The events of issue 4's list that trainers call around the batches: epoch start, iteration
+ * start and end (a micro-batch; the end of a step's last one comes after its update), eval
+ * start. Recorded as letters: e epoch start, i/j iteration start/end (with the step count
+ * at the end), v eval start, E eval end, P epoch end. */
+typedef struct seq {
+    char s[128];
+    int n;
+    int64_t steps_at_end[16];
+    int n_ends;
+} seq;
+
+static void seq_push(seq *q, char c) {
+    if (q->n < 127) q->s[q->n++] = c;
+    q->s[q->n] = '\0';
+}
+static ct_status seq_epoch_start(void *u, ct_trainer *t, int64_t epoch) {
+    (void)t;
+    seq_push(u, epoch == 1 ? 'e' : '?');
+    return CT_OK;
+}
+static ct_status seq_iter_start(void *u, ct_trainer *t, int64_t batch) {
+    (void)t, (void)batch;
+    seq_push(u, 'i');
+    return CT_OK;
+}
+static ct_status seq_iter_end(void *u, ct_trainer *t, int64_t batch, double loss) {
+    seq *q = u;
+    seq_push(q, isfinite(loss) && batch < 16 ? 'j' : '?');
+    if (q->n_ends < 16) q->steps_at_end[q->n_ends++] = ct_trainer_step(t);
+    return CT_OK;
+}
+static ct_status seq_eval_start(void *u, ct_trainer *t, const char *key) {
+    (void)t;
+    seq_push(u, strcmp(key, "valid") == 0 ? 'v' : '?');
+    return CT_OK;
+}
+static ct_status
+seq_eval_end(void *u, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    (void)t, (void)key, (void)v, (void)n;
+    seq_push(u, 'E');
+    return CT_OK;
+}
+static ct_status seq_epoch_end(void *u, ct_trainer *t, int64_t epoch) {
+    (void)t, (void)epoch;
+    seq_push(u, 'P');
+    return CT_OK;
+}
+
+static void trainer_should_announce_epochs_iterations_and_evaluations(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_eval_engine e = valid_engine(&s);
+    seq q;
+    memset(&q, 0, sizeof q);
+    ct_trainer_params p = ct_trainer_default_params();
+    p.callbacks.user = &q;
+    p.callbacks.on_epoch_start = seq_epoch_start;
+    p.callbacks.on_iteration_start = seq_iter_start;
+    p.callbacks.on_iteration_end = seq_iter_end;
+    p.callbacks.on_eval_start = seq_eval_start;
+    p.callbacks.on_eval_end = seq_eval_end;
+    p.callbacks.on_epoch_end = seq_epoch_end;
+    p.max_epochs = 1;
+    p.accum_steps = 4;
+    p.limit_train_batches = 6; /* windows of 4 and 2 micro-batches: two steps */
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK_MSG(strcmp(q.s, "eijijijijijijvEP") == 0, "events %s", q.s);
+        /* a step's last micro-batch ends after its update */
+        const int64_t want[6] = {0, 0, 0, 1, 1, 2};
+        CT_CHECK_INT(q.n_ends, 6);
+        for (int i = 0; i < 6 && i < q.n_ends; i++)
+            CT_CHECK_MSG(q.steps_at_end[i] == want[i], "iteration %d ended at step %lld", i,
+                         (long long)q.steps_at_end[i]);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
 static void trainer_should_run_one_batch_each_in_dev_run(void) {
     setup s;
     setup_params sp = setup_defaults();
@@ -1600,6 +1683,7 @@ int main(void) {
     CT_RUN(trainer_should_report_each_new_best);
     CT_RUN(trainer_should_evaluate_the_ema_weights);
     CT_RUN(trainer_should_call_back_in_order_and_honour_their_status);
+    CT_RUN(trainer_should_announce_epochs_iterations_and_evaluations);
     CT_RUN(trainer_should_run_one_batch_each_in_dev_run);
     CT_RUN(trainer_should_stop_mid_epoch_at_max_steps);
     CT_RUN(trainer_should_count_an_epoch_ended_by_max_steps);
