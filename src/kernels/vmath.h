@@ -43,10 +43,12 @@ static inline float ct_vexpf(float x) {
     p = p * r * r + r + 1.0f;
     /* 2^n as 2^(n/2) 2^(n - n/2): both halves stay normal at either end of the range */
     int32_t n1 = ni / 2, n2 = ni - n1;
+    /* unsigned: a NaN input gives a meaningless n, whose shifted bits must not overflow (the
+       result is NaN regardless, from p) */
     union {
-        int32_t i;
+        uint32_t u;
         float f;
-    } s1 = {(n1 + 127) * (1 << 23)}, s2 = {(n2 + 127) * (1 << 23)};
+    } s1 = {(uint32_t)(n1 + 127) << 23}, s2 = {(uint32_t)(n2 + 127) << 23};
     float y = p * s1.f * s2.f;
     y = x < lo ? 0.0f : y;
     return x > hi ? INFINITY : y;
