@@ -1025,7 +1025,9 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         ct_tensor *scaled = pos.length > 1 ? ct_op_scale(g, loss, 1.0f / (float)pos.length) : loss;
         if (pos.last && t->n_buckets) arm_buckets(t);
         if (ct_graph_backward(g, scaled) != CT_OK) {
-            if (t->n_buckets) (void)reduce_grads(t); /* nothing left in flight */
+            /* no waiting for reductions in flight: the other ranks may never join them; the
+               failed run ends the job (the command line aborts it) */
+            ct_graph_set_grad_ready(g, NULL, NULL);
             return failure(t, "training backward");
         }
         if (t->p.callbacks.on_batch) {
