@@ -6,6 +6,8 @@
 # Prints "ok   NAME" or "FAIL NAME: WHY" per check and "cli: N passed, M failed" at the end;
 # exits non-zero when any check failed. Everything happens in a temporary directory.
 set -uo pipefail
+# shellcheck source=tests/e2e/harness.sh
+source "$(dirname "$(realpath "$0")")/harness.sh"
 
 if [[ $# -ne 2 ]]; then
     echo "usage: $0 CTRAIN JSONQ" >&2
@@ -22,16 +24,6 @@ cleanup() {
 trap cleanup EXIT
 cd "$work" || exit 1
 
-passed=0
-failed=0
-ok() {
-    echo "ok   $1"
-    passed=$((passed + 1))
-}
-fail() {
-    echo "FAIL $1: $2"
-    failed=$((failed + 1))
-}
 # verdict NAME WHY: ok when WHY is empty, else FAIL with WHY; returns whether it was ok.
 verdict() {
     if [[ -z $2 ]]; then
@@ -41,8 +33,6 @@ verdict() {
         return 1
     fi
 }
-# The end of a command's output, on one line, for failure messages.
-tail_of() { cat "$@" 2>/dev/null | tail -c 600 | tr '\n' '|'; }
 
 # expect NAME RC [PATTERN ...] -- COMMAND ...
 # Runs COMMAND (stdout into out, stderr into err) and checks its exit code and that its output
@@ -84,8 +74,6 @@ snapshot() {
         xargs -0 -r sha256sum)
 }
 
-# The records of a metrics.jsonl without the fields that vary from run to run (time, speed).
-records() { sed -E 's/"time":[0-9.e+-]+,?//; s/,?"samples_per_sec":[0-9.e+-]+//' "$1"; }
 
 # The step directory a run's checkpoints/latest points at.
 latest_dir() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest" 2>/dev/null)"; }

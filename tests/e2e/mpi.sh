@@ -7,6 +7,8 @@
 #     usage: mpi.sh PATH/TO/ctrain PATH/TO/mpirun
 # Prints "ok   NAME" or "FAIL NAME: WHY" per check and "mpi: N passed, M failed".
 set -uo pipefail
+# shellcheck source=tests/e2e/harness.sh
+source "$(dirname "$(realpath "$0")")/harness.sh"
 
 if [[ $# -ne 2 ]]; then
     echo "usage: $0 CTRAIN MPIRUN" >&2
@@ -29,17 +31,6 @@ cleanup() {
 trap cleanup EXIT
 cd "$work" || exit 1
 
-passed=0
-failed=0
-ok() {
-    echo "ok   $1"
-    passed=$((passed + 1))
-}
-fail() {
-    echo "FAIL $1: $2"
-    failed=$((failed + 1))
-}
-tail_of() { cat "$@" 2>/dev/null | tail -c 600 | tr '\n' '|'; }
 # run NP ARGS...: ctrain fit under mpirun with NP processes; output in out, exit code in $rc
 run() {
     local np=$1
@@ -47,7 +38,6 @@ run() {
     "${launch[@]}" -np "$np" "$ctrain" fit "$@" >out 2>&1
     rc=$?
 }
-records() { sed -E 's/"time":[0-9.e+-]+,?//; s/,?"samples_per_sec":[0-9.e+-]+//' "$1"; }
 
 cat >tiny.yaml <<'YAML'
 seed: 1
