@@ -123,7 +123,7 @@ static double with_trainer(setup *s, int64_t steps, int64_t steps_per_loop, bool
     tp.max_steps = steps;
     tp.steps_per_loop = steps_per_loop;
     tp.check_grads = check_grads;
-    ct_task task = {CT_TASK_CLASSIFICATION, prep_flat, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION, .prep_batch = prep_flat};
     ct_trainer *t;
     if (ct_trainer_create(s->ctx, s->m, s->P, s->opt, NULL, NULL, &task, s->loader, NULL, 0, &tp,
                           &t) != CT_OK)

@@ -79,7 +79,7 @@ int main(void) {
 
     /* the trainer: evaluate "valid" after every epoch, on the EMA weights; stop when the
      * validation loss has not improved for 3 evaluations */
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_metric_spec acc = {"accuracy", NULL, NULL, {NULL, 0, NULL}};
     ct_eval_engine engine = {"valid", valid_loader, 1, 0, &acc, 1};
     ct_option ema[] = {{"decay", "0.99"}, {"warmup", "true"}};

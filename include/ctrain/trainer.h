@@ -41,7 +41,8 @@ struct json_t; /* jansson's JSON value */
  * What a user writes; the defaults suit supervised tasks, so a classifier sets only `kind`.
  *   prep_batch: the model input and targets for a batch (split is "train" or an engine key);
  *               default: x and y of the batch as step tensors.
- *   loss:       a scalar loss from the model output and targets; default by kind.
+ *   loss:       a scalar loss from the model output and targets; default by kind (or
+ *               loss_parts, below, for a loss reported in named parts).
  * Both return NULL on failure (with the graph's sticky status or CT_FAIL in the context).
  */
 typedef struct ct_task {
@@ -61,7 +62,17 @@ typedef struct ct_task {
        none. */
     ct_status (*save_state)(void *user, struct json_t *state);
     ct_status (*load_state)(void *user, const struct json_t *state);
+    /* A loss in named parts, instead of `loss`: loss_parts returns the total (the value that is
+       backpropagated) and sets parts[k] to part k, a scalar f32 tensor (or leaves it NULL for a
+       batch without that part), for the names listed in loss_components ("ce,aux", at most
+       CT_LOSS_MAX_PARTS, each without '/' or ','). Training records train/loss/<name> (the
+       mean over the log window), evaluation engines <key>/loss/<name>. Both NULL: none. */
+    const char *loss_components;
+    ct_tensor *(*loss_parts)(
+        void *user, ct_graph *g, ct_tensor *output, ct_tensor *target, ct_tensor **parts);
 } ct_task;
+
+#define CT_LOSS_MAX_PARTS 8
 
 /* An evaluation engine, declared as data. Metric values are named "<key>/<metric>". */
 typedef struct ct_eval_engine {

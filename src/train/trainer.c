@@ -36,7 +36,12 @@ typedef struct engine_rt {
     ct_loader_state resume_state;         /* parsed by restore_state before any is applied */
 } engine_rt;
 
-enum { TRAIN_LOSS, TRAIN_LR, TRAIN_GRAD_NORM, TRAIN_VALUES };
+enum {
+    TRAIN_LOSS,
+    TRAIN_LR,
+    TRAIN_GRAD_NORM,
+    TRAIN_VALUES = TRAIN_GRAD_NORM + 1 + CT_LOSS_MAX_PARTS
+};
 
 typedef struct grad_bucket {
     int64_t start, n; /* a range of the flat gradient buffer */
@@ -90,6 +95,16 @@ struct ct_trainer {
     /* the training log window */
     double window_loss;
     int64_t window_count;
+    /* the task's loss parts: names (in part_text), "train/loss/<name>", this batch's tensors
+       and the log window's sums and counts */
+    char *part_text;
+    size_t part_text_size;
+    const char *part_name[CT_LOSS_MAX_PARTS];
+    char part_log[CT_LOSS_MAX_PARTS][CT_METRIC_NAME_MAX];
+    int64_t n_parts;
+    ct_tensor *parts[CT_LOSS_MAX_PARTS];
+    double part_sum[CT_LOSS_MAX_PARTS];
+    int64_t part_count[CT_LOSS_MAX_PARTS];
     float grad_norm;
     ct_metric_value train_values[TRAIN_VALUES];
     int64_t n_train_values;
@@ -536,7 +551,18 @@ static ct_tensor *forward_loss(ct_trainer *t,
     ct_tensor *o = ct_model_forward(t->model, g, x);
     if (!o) return NULL;
     ct_tensor *loss;
-    if (t->task.loss) {
+    if (t->task.loss_parts) {
+        memset(t->parts, 0, sizeof t->parts);
+        loss = t->task.loss_parts(t->task.user, g, o, y, t->parts);
+        flatten_pair(t, g, &o, &y);
+        for (int64_t k = 0; loss && k < t->n_parts; k++)
+            if (t->parts[k] &&
+                (t->parts[k]->dtype != CT_F32 || ct_tensor_numel(t->parts[k]) != 1)) {
+                CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "%s: loss part '%s' must be one f32 value", split,
+                              t->part_name[k]);
+                return NULL;
+            }
+    } else if (t->task.loss) {
         loss = t->task.loss(t->task.user, g, o, y);
         flatten_pair(t, g, &o, &y);
     } else {
@@ -629,6 +655,10 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
         s = ct_metrics_update(en->m, out, y);
         if (s == CT_OK)
             s = ct_metrics_update_loss(en->m, NULL, (double)((const float *)loss->data)[0], items);
+        for (int64_t k = 0; s == CT_OK && k < t->n_parts; k++)
+            if (t->parts[k])
+                s = ct_metrics_update_loss(en->m, t->part_name[k],
+                                           (double)((const float *)t->parts[k]->data)[0], items);
         if (s != CT_OK) break;
         nb++;
         if (t->p.callbacks.on_batch) {
@@ -863,6 +893,16 @@ static ct_status reduce_grads(ct_trainer *t) {
     return s;
 }
 
+/* A new log window: nothing summed yet. */
+static void reset_window(ct_trainer *t) {
+    t->window_loss = 0.0;
+    t->window_count = 0;
+    for (int64_t k = 0; k < t->n_parts; k++) {
+        t->part_sum[k] = 0.0;
+        t->part_count[k] = 0;
+    }
+}
+
 /* ---- one optimizer step at the end of a window ---- */
 
 static ct_status finish_window(ct_trainer *t, bool loss_ok) {
@@ -920,8 +960,7 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         t->step = t->snap_step;
         if (t->last_saved_step > t->replace_upto) /* re-made steps replace their first saves */
             t->replace_upto = t->last_saved_step;
-        t->window_loss = 0.0; /* the log window restarts with the restored state */
-        t->window_count = 0;
+        reset_window(t); /* the log window restarts with the restored state */
         ct_params_zero_grad(t->params);
         (void)ct_nonfinite_set_state(ctx, &t->nf, &keep);
         ct_log(ctx, CT_LOG_WARN, "non-finite values: rolled back to step %lld (rollback %lld)",
@@ -947,10 +986,18 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
 
 static ct_status log_window(ct_trainer *t) {
     if (ct_comm_world_size(t->comm) > 1) { /* the mean over every rank's finite losses */
-        double sums[2] = {t->window_loss, (double)t->window_count};
-        CT_TRY(ct_comm_allreduce_sum_f64(t->comm, sums, 2));
+        double sums[2 + 2 * CT_LOSS_MAX_PARTS] = {t->window_loss, (double)t->window_count};
+        for (int64_t k = 0; k < t->n_parts; k++) {
+            sums[2 + 2 * k] = t->part_sum[k];
+            sums[3 + 2 * k] = (double)t->part_count[k];
+        }
+        CT_TRY(ct_comm_allreduce_sum_f64(t->comm, sums, 2 + 2 * t->n_parts));
         t->window_loss = sums[0];
         t->window_count = (int64_t)sums[1];
+        for (int64_t k = 0; k < t->n_parts; k++) {
+            t->part_sum[k] = sums[2 + 2 * k];
+            t->part_count[k] = (int64_t)sums[3 + 2 * k];
+        }
     }
     if (t->window_count == 0) return CT_OK;
     int64_t k = 0;
@@ -962,9 +1009,13 @@ static ct_status log_window(ct_trainer *t) {
         t->train_values[k].name = "train/grad_norm";
         t->train_values[k++].value = (double)t->grad_norm;
     }
+    for (int64_t p = 0; p < t->n_parts; p++)
+        if (t->part_count[p] > 0) {
+            t->train_values[k].name = t->part_log[p];
+            t->train_values[k++].value = t->part_sum[p] / (double)t->part_count[p];
+        }
     t->n_train_values = k;
-    t->window_loss = 0.0;
-    t->window_count = 0;
+    reset_window(t);
     if (t->p.callbacks.on_log)
         return event(t, t->p.callbacks.on_log(t->p.callbacks.user, t, t->train_values, k));
     return CT_OK;
@@ -1019,6 +1070,13 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         if (finite) {
             t->window_loss += (double)lv;
             t->window_count++;
+        }
+        for (int64_t k = 0; k < t->n_parts; k++) {
+            float pv = t->parts[k] ? ((const float *)t->parts[k]->data)[0] : (float)NAN;
+            if (isfinite(pv)) {
+                t->part_sum[k] += (double)pv;
+                t->part_count[k]++;
+            }
         }
         /* each micro-batch weighs 1/length of the window: a short last window is not
          * under-weighted, and the reported loss stays the unscaled mean */
@@ -1137,6 +1195,42 @@ static ct_status fit(ct_trainer *t) {
     CT_TRY(flush_checkpoint(t));
     if (cb->on_fit_end) CT_TRY(event(t, cb->on_fit_end(cb->user, t)));
     (void)ctx;
+    return CT_OK;
+}
+
+/* The task's loss_components into part_name and part_log. */
+static ct_status parse_parts(ct_trainer *t) {
+    ct_ctx *ctx = t->ctx;
+    const char *list = t->task.loss_components;
+    if (!t->task.loss_parts != !list)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "trainer: a task sets loss_parts and loss_components together (got %s "
+                       "without %s)",
+                       list ? "loss_components" : "loss_parts",
+                       list ? "loss_parts" : "loss_components");
+    if (!list) return CT_OK;
+    t->part_text_size = strlen(list) + 1;
+    t->part_text = ct_alloc(ctx, t->part_text_size);
+    if (!t->part_text) return CT_FAIL(ctx, CT_ERR_OOM, "trainer: loss components");
+    memcpy(t->part_text, list, t->part_text_size);
+    /* part_text stays whole for the metrics' "components" option; the names are read from
+       the "train/loss/<name>" strings */
+    const char *p = list;
+    for (bool more = true; more;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        more = e != NULL;
+        if (t->n_parts == CT_LOSS_MAX_PARTS || len == 0 || memchr(p, '/', len) ||
+            len + 12 >= CT_METRIC_NAME_MAX)
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "trainer: loss_components '%s': expected at most %d comma-separated "
+                           "names, each non-empty, without '/' and shorter than %d bytes",
+                           list, CT_LOSS_MAX_PARTS, CT_METRIC_NAME_MAX - 12);
+        (void)snprintf(t->part_log[t->n_parts], CT_METRIC_NAME_MAX, "train/loss/%.*s", (int)len, p);
+        t->part_name[t->n_parts] = t->part_log[t->n_parts] + 11; /* after "train/loss/" */
+        t->n_parts++;
+        p = e ? e + 1 : p + len;
+    }
     return CT_OK;
 }
 
@@ -1264,6 +1358,8 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         t->snap = ct_alloc(ctx, t->snap_bytes ? t->snap_bytes : 1);
         if (!t->snap) s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: allocating the rollback snapshot");
     }
+    if (s == CT_OK) s = parse_parts(t);
+    ct_option parts_option = {"components", t->part_text};
     if (s == CT_OK && n_engines > 0) {
         t->engines = ct_alloc(ctx, (size_t)n_engines * sizeof *t->engines);
         if (!t->engines)
@@ -1289,6 +1385,11 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         if (nm) memcpy(specs, given, (size_t)nm * sizeof *specs);
         memset(&specs[nm], 0, sizeof *specs);
         specs[nm].type = "loss";
+        if (t->n_parts) {
+            specs[nm].opts.items = &parts_option;
+            specs[nm].opts.count = 1;
+            specs[nm].opts.where = "trainer: the task's loss_components";
+        }
         s = ct_metrics_create(ctx, engines[i].key, t->n_classes, specs, nm + 1, &en->m);
         ct_free(ctx, specs, (size_t)(nm + 1) * sizeof *specs);
         if (s != CT_OK) s = ct_err_wrap(ctx, "trainer: engine '%s'", engines[i].key);
@@ -1346,6 +1447,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_params_destroy(t->ema_store);
     ct_graph_destroy(t->g);
     if (t->own_comm) ct_comm_destroy(t->comm);
+    ct_free(ctx, t->part_text, t->part_text_size);
     ct_free(ctx, t->param_start, (size_t)t->n_trainable * sizeof(int64_t));
     ct_free(ctx, t->param_bucket, (size_t)t->n_trainable * sizeof(int64_t));
     ct_free(ctx, t->buckets, (size_t)t->n_trainable * sizeof(grad_bucket));

@@ -185,7 +185,8 @@ static ct_tensor *rec_loss(void *user, ct_graph *g, ct_tensor *output, ct_tensor
 }
 
 static ct_task rec_task(rec *r) {
-    ct_task t = {CT_TASK_CLASSIFICATION, rec_prep, rec_loss, r, NULL, NULL};
+    ct_task t = {
+        .kind = CT_TASK_CLASSIFICATION, .prep_batch = rec_prep, .loss = rec_loss, .user = r};
     return t;
 }
 
@@ -369,7 +370,7 @@ static void trainer_should_fit_a_classifier_and_report_metrics(void) {
     sp.shuffle = true;
     if (!setup_open(&s, &sp)) return;
     rec r = {0};
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL}; /* the defaults */
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION}; /* the defaults */
     ct_eval_engine e = valid_engine(&s);
     ct_trainer_params p = rec_params(&r);
     p.max_epochs = 3;
@@ -444,7 +445,7 @@ static void trainer_should_accumulate_like_a_larger_batch(void) {
         sp.valid_fraction = 0;
         sp.batch = run == 0 ? 32 : 128;
         if (!setup_open(&s, &sp)) return;
-        ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+        ct_task task = {.kind = CT_TASK_CLASSIFICATION};
         ct_trainer_params p = ct_trainer_default_params();
         p.max_epochs = 2;
         p.accum_steps = run == 0 ? 4 : 1;
@@ -483,7 +484,7 @@ static void trainer_should_clip_gradients_by_norm(void) {
     /* one step clipped to half the norm: w1 = w0 - lr * g * clip / (norm + 1e-6) */
     float clip = (float)(norm / 2);
     rec r = {0};
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_trainer_params p = rec_params(&r);
     p.max_steps = 1;
     p.max_epochs = 0;
@@ -556,7 +557,7 @@ static void trainer_should_clip_gradients_by_value(void) {
         want[i] = w0[i] - c;
     }
     CT_CHECK(clamped > 0 && clamped < numel);
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_trainer_params p = ct_trainer_default_params();
     p.max_steps = 1;
     p.grad_clip_value = v;
@@ -687,7 +688,7 @@ static void trainer_should_stop_early_when_the_loss_does_not_improve(void) {
     sp.lr = 0.0f; /* the weights never move: every evaluation ties the first */
     if (!setup_open(&s, &sp)) return;
     rec r = {0};
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_eval_engine e = valid_engine(&s);
     ct_option es_items[] = {{"monitor", "valid/loss"}, {"patience", "2"}};
     ct_options es = {es_items, 2, "test: early_stopping"};
@@ -719,7 +720,7 @@ static void trainer_should_step_schedules_per_epoch_and_on_a_metric(void) {
     setup s;
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_eval_engine e = valid_engine(&s);
     /* per epoch: StepLR(step_size=1, gamma=0.5) stepped at each epoch's end */
     ct_option st_items[] = {{"step_size", "1"}, {"gamma", "0.5"}};
@@ -796,7 +797,7 @@ static void trainer_should_finish_the_step_and_its_evaluations_when_interrupted(
     setup s;
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_eval_engine e = valid_engine(&s);
     for (int k = 0; k < 2; k++) {
         /* k 0: in the epoch's last batch, its evaluation still runs and the epoch counts;
@@ -827,7 +828,7 @@ static void trainer_should_report_each_new_best(void) {
     sp.spread = "1";
     if (!setup_open(&s, &sp)) return;
     rec r = {0};
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_eval_engine e = valid_engine(&s);
     ct_option mon_items[] = {{"metric", "valid/acc"}, {"mode", "max"}};
     ct_options mon = {mon_items, 2, "test: monitor"};
@@ -887,7 +888,7 @@ static void trainer_should_evaluate_the_ema_weights(void) {
     setup ref;
     setup_params sp = setup_defaults();
     if (!setup_open(&ref, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_eval_engine e_ref = valid_engine(&ref);
     ct_trainer_params p = ct_trainer_default_params();
     ct_trainer *t = make_trainer(&ref, &task, &e_ref, 1, &p);
@@ -953,7 +954,7 @@ static void trainer_should_call_back_in_order_and_honour_their_status(void) {
     setup s;
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_eval_engine e = valid_engine(&s);
     rec r = {0};
     ct_trainer_params p = rec_params(&r);
@@ -1059,7 +1060,7 @@ static void trainer_should_announce_epochs_iterations_and_evaluations(void) {
     setup s;
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_eval_engine e = valid_engine(&s);
     seq q;
     memset(&q, 0, sizeof q);
@@ -1086,6 +1087,97 @@ static void trainer_should_announce_epochs_iterations_and_evaluations(void) {
                          (long long)q.steps_at_end[i]);
     }
     ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
+/* A loss in two named parts: cross-entropy and a penalty on the logits' size, the total
+ * being ce + 0.1 aux. part_mode 1 gives a part that is not a scalar. */
+static int part_mode;
+
+static ct_tensor *
+two_part_loss(void *user, ct_graph *g, ct_tensor *o, ct_tensor *y, ct_tensor **parts) {
+    (void)user;
+    ct_cross_entropy_params cp = ct_cross_entropy_default_params();
+    ct_tensor *ce = ct_loss_cross_entropy(g, o, y, &cp);
+    ct_tensor *sq = ct_op_mul(g, o, o);
+    ct_tensor *aux = ct_op_scale(g, ct_op_sum_all(g, sq), 1.0f / (float)ct_tensor_numel(o));
+    parts[0] = ce;
+    parts[1] = part_mode == 1 ? sq : aux;
+    return ct_op_add(g, ce, ct_op_scale(g, aux, 0.1f));
+}
+
+typedef struct parts_seen {
+    double loss, ce, aux;
+    int logs;
+    double vloss, vce, vaux;
+} parts_seen;
+
+static ct_status parts_log(void *u, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    (void)t;
+    parts_seen *q = u;
+    q->loss = value_of(v, n, "train/loss", NULL);
+    q->ce = value_of(v, n, "train/loss/ce", NULL);
+    q->aux = value_of(v, n, "train/loss/aux", NULL);
+    q->logs++;
+    return CT_OK;
+}
+
+static ct_status
+parts_eval(void *u, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    (void)t, (void)key;
+    parts_seen *q = u;
+    q->vloss = value_of(v, n, "valid/loss", NULL);
+    q->vce = value_of(v, n, "valid/loss/ce", NULL);
+    q->vaux = value_of(v, n, "valid/loss/aux", NULL);
+    return CT_OK;
+}
+
+static void trainer_should_report_the_named_parts_of_a_loss(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    ct_task task = {
+        .kind = CT_TASK_CLASSIFICATION, .loss_components = "ce,aux", .loss_parts = two_part_loss};
+    ct_eval_engine e = valid_engine(&s);
+    parts_seen q;
+    memset(&q, 0, sizeof q);
+    ct_trainer_params p = ct_trainer_default_params();
+    p.callbacks.user = &q;
+    p.callbacks.on_log = parts_log;
+    p.callbacks.on_eval_end = parts_eval;
+    p.max_epochs = 1;
+    part_mode = 0;
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        CT_CHECK(q.logs > 0);
+        /* the window means of the parts make up the mean of the total */
+        CT_CHECK(q.ce > 0 && q.aux > 0);
+        CT_CHECK_CLOSE(q.loss, q.ce + 0.1 * q.aux, 1e-6, 1e-5);
+        CT_CHECK(q.vce > 0 && q.vaux > 0);
+        CT_CHECK_CLOSE(q.vloss, q.vce + 0.1 * q.vaux, 1e-6, 1e-5);
+    }
+    ct_trainer_destroy(t);
+    /* a part that is not one value fails the run, naming it */
+    part_mode = 1;
+    t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_ERR_SHAPE);
+        CT_CHECK(strstr(ct_last_error(ctx), "loss part 'aux' must be one f32 value") != NULL);
+    }
+    ct_trainer_destroy(t);
+    part_mode = 0;
+    /* components and the hook come together, and names are plain */
+    const char *bad[] = {"ce,a/b", "ce,", "", NULL};
+    for (int i = 0; i < 4; i++) {
+        ct_task b = task;
+        b.loss_components = bad[i];
+        ct_trainer *u = NULL;
+        CT_CHECK_INT(ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &b,
+                                       s.train_loader, &e, 1, &p, &u),
+                     CT_ERR_CONFIG);
+        CT_CHECK(u == NULL);
+    }
     setup_close(&s);
 }
 
@@ -1265,7 +1357,7 @@ static void trainer_should_fail_when_a_task_hook_fails(void) {
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
     int64_t calls = 0;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, failing_loss, &calls, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION, .loss = failing_loss, .user = &calls};
     ct_eval_engine e = valid_engine(&s);
     rec r = {0};
     ct_trainer_params p = rec_params(&r);
@@ -1308,7 +1400,7 @@ static void trainer_should_reject_bad_configurations(void) {
     setup s;
     setup_params sp = setup_defaults();
     if (!setup_open(&s, &sp)) return;
-    ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_eval_engine two[2] = {valid_engine(&s), valid_engine(&s)};
     ct_trainer_params p = ct_trainer_default_params();
     ct_trainer *t = (ct_trainer *)&s; /* must be reset to NULL */
@@ -1431,7 +1523,7 @@ static void trainer_should_train_a_language_model(void) {
     lp.to_f32 = false;
     ct_optim_params op = ct_optim_default_params(CT_OPTIM_ADAM);
     op.lr = 1e-2f;
-    ct_task task = {CT_TASK_LANGUAGE_MODEL, NULL, NULL, NULL, NULL, NULL};
+    ct_task task = {.kind = CT_TASK_LANGUAGE_MODEL};
     rec r = {0};
     ct_trainer_params p = ct_trainer_default_params();
     p.max_epochs = 0;
@@ -1539,8 +1631,11 @@ static float *resume_run(const char *dir,
     lp.shard = CT_SHARD_EVAL;
     CT_CHECK_INT(ct_loader_create(ctx, s.valid, &lp, &s.valid_loader), CT_OK);
     memset(&resume_counter, 0, sizeof resume_counter);
-    ct_task task = {CT_TASK_CLASSIFICATION, counting_prep, NULL,
-                    &resume_counter,        counting_save, counting_load};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION,
+                    .prep_batch = counting_prep,
+                    .user = &resume_counter,
+                    .save_state = counting_save,
+                    .load_state = counting_load};
     ct_eval_engine e = valid_engine(&s);
     ct_option mon_items[] = {{"metric", "valid/acc"}, {"mode", "max"}};
     ct_options mon = {mon_items, 2, "test: monitor"};
@@ -1636,7 +1731,7 @@ static void trainer_should_resume_exactly_from_its_checkpoints(void) {
     setup s;
     setup_params sp = setup_defaults();
     if (setup_open(&s, &sp)) {
-        ct_task task = {CT_TASK_CLASSIFICATION, NULL, NULL, NULL, NULL, NULL};
+        ct_task task = {.kind = CT_TASK_CLASSIFICATION};
         ct_trainer *t = make_trainer(&s, &task, NULL, 0, NULL);
         if (t) CT_CHECK_INT(ct_trainer_resume(t, "latest"), CT_ERR_INVALID_ARG);
         ct_trainer_destroy(t);
@@ -1684,6 +1779,7 @@ int main(void) {
     CT_RUN(trainer_should_evaluate_the_ema_weights);
     CT_RUN(trainer_should_call_back_in_order_and_honour_their_status);
     CT_RUN(trainer_should_announce_epochs_iterations_and_evaluations);
+    CT_RUN(trainer_should_report_the_named_parts_of_a_loss);
     CT_RUN(trainer_should_run_one_batch_each_in_dev_run);
     CT_RUN(trainer_should_stop_mid_epoch_at_max_steps);
     CT_RUN(trainer_should_count_an_epoch_ended_by_max_steps);
