@@ -70,6 +70,24 @@ typedef struct ct_task {
     const char *loss_components;
     ct_tensor *(*loss_parts)(
         void *user, ct_graph *g, ct_tensor *output, ct_tensor *target, ct_tensor **parts);
+    /* The whole forward computation of a batch, for what prep_batch + model + loss cannot say
+       (two passes, a teacher model, a custom model call): returns the scalar loss (the trainer
+       runs the backward pass, accumulation, clipping and the update) and sets *output and
+       *target for the engines' metrics (the model's output for the batch and its targets).
+       train_step serves training batches, eval_step evaluation batches (in no-grad mode);
+       either NULL: the default path (prep_batch, the model, loss or loss_parts). */
+    ct_tensor *(*train_step)(void *user,
+                             ct_graph *g,
+                             ct_model *model,
+                             const ct_batch *batch,
+                             ct_tensor **output,
+                             ct_tensor **target);
+    ct_tensor *(*eval_step)(void *user,
+                            ct_graph *g,
+                            ct_model *model,
+                            const ct_batch *batch,
+                            ct_tensor **output,
+                            ct_tensor **target);
 } ct_task;
 
 #define CT_LOSS_MAX_PARTS 8

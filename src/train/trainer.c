@@ -539,6 +539,27 @@ static ct_tensor *forward_loss(ct_trainer *t,
                                ct_tensor **target,
                                int64_t *items) {
     ct_graph *g = t->g;
+    memset(t->parts, 0, sizeof t->parts); /* no part from an earlier batch is reported again */
+    bool training = strcmp(split, "train") == 0;
+    ct_tensor *(*step)(void *, ct_graph *, ct_model *, const ct_batch *, ct_tensor **,
+                       ct_tensor **) = training ? t->task.train_step : t->task.eval_step;
+    if (step) { /* the task computes the whole forward pass itself */
+        ct_tensor *o = NULL, *y = NULL;
+        ct_tensor *loss = step(t->task.user, g, t->model, b, &o, &y);
+        if (!loss) return NULL;
+        if (!o || !y || loss->dtype != CT_F32 || ct_tensor_numel(loss) != 1) {
+            CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
+                          "%s: the task's %s must return one f32 loss and set the output and "
+                          "target",
+                          split, training ? "train_step" : "eval_step");
+            return NULL;
+        }
+        flatten_pair(t, g, &o, &y);
+        *out = o;
+        *target = y;
+        *items = t->task.kind == CT_TASK_REGRESSION ? b->size : ct_tensor_numel(y);
+        return loss;
+    }
     ct_tensor *x = NULL, *y = NULL;
     ct_status s = t->task.prep_batch ? t->task.prep_batch(t->task.user, g, b, split, &x, &y)
                                      : default_prep(NULL, g, b, split, &x, &y);
@@ -552,7 +573,6 @@ static ct_tensor *forward_loss(ct_trainer *t,
     if (!o) return NULL;
     ct_tensor *loss;
     if (t->task.loss_parts) {
-        memset(t->parts, 0, sizeof t->parts);
         loss = t->task.loss_parts(t->task.user, g, o, y, t->parts);
         flatten_pair(t, g, &o, &y);
         for (int64_t k = 0; loss && k < t->n_parts; k++)

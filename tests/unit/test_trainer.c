@@ -1181,6 +1181,70 @@ static void trainer_should_report_the_named_parts_of_a_loss(void) {
     setup_close(&s);
 }
 
+/* A task that runs the model itself: the batch's features go through the model twice (the
+ * second time scaled by 0, as a stand-in for a second model call) and the loss is the first
+ * pass's cross-entropy. step_mode 1 forgets to set the output. */
+typedef struct step_calls {
+    int train, eval, mode;
+} step_calls;
+
+static ct_tensor *
+own_step(step_calls *c, ct_graph *g, ct_model *m, const ct_batch *b, ct_tensor **o, ct_tensor **y) {
+    ct_tensor *x = ct_graph_wrap(g, b->x.data, b->x.dtype, b->x.ndim, b->x.shape);
+    *y = ct_graph_wrap(g, b->y.data, b->y.dtype, b->y.ndim, b->y.shape);
+    ct_tensor *out = ct_model_forward(m, g, x);
+    ct_tensor *again = ct_model_forward(m, g, x);
+    ct_cross_entropy_params cp = ct_cross_entropy_default_params();
+    ct_tensor *loss = ct_loss_cross_entropy(g, out, *y, &cp);
+    loss = ct_op_add(g, loss, ct_op_scale(g, ct_op_sum_all(g, again), 0.0f));
+    *o = c->mode == 1 ? NULL : out;
+    return loss;
+}
+static ct_tensor *
+own_train_step(void *u, ct_graph *g, ct_model *m, const ct_batch *b, ct_tensor **o, ct_tensor **y) {
+    ((step_calls *)u)->train++;
+    return own_step(u, g, m, b, o, y);
+}
+static ct_tensor *
+own_eval_step(void *u, ct_graph *g, ct_model *m, const ct_batch *b, ct_tensor **o, ct_tensor **y) {
+    ((step_calls *)u)->eval++;
+    return own_step(u, g, m, b, o, y);
+}
+
+static void trainer_should_run_a_tasks_own_steps(void) {
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    step_calls c = {0, 0, 0};
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION,
+                    .user = &c,
+                    .train_step = own_train_step,
+                    .eval_step = own_eval_step};
+    ct_eval_engine e = valid_engine(&s);
+    ct_trainer_params p = ct_trainer_default_params();
+    p.max_epochs = 3;
+    ct_trainer *t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
+        /* 15 training batches and 4 evaluation batches (120 samples of 32) per epoch */
+        CT_CHECK_MSG(c.train == 45 && c.eval == 12, "train_step %d, eval_step %d", c.train, c.eval);
+        int64_t n;
+        const ct_metric_value *v = ct_trainer_metrics(t, "valid", &n);
+        double acc = value_of(v, n, "valid/acc", NULL);
+        CT_CHECK_MSG(acc > 0.9, "valid/acc %.3f after 3 epochs of the task's own steps", acc);
+    }
+    ct_trainer_destroy(t);
+    /* a step that sets no output fails the run with a message naming the hook */
+    c.mode = 1;
+    t = make_trainer(&s, &task, &e, 1, &p);
+    if (t) {
+        CT_CHECK_INT(ct_trainer_fit(t), CT_ERR_SHAPE);
+        CT_CHECK(strstr(ct_last_error(ctx), "train_step must return one f32 loss") != NULL);
+    }
+    ct_trainer_destroy(t);
+    setup_close(&s);
+}
+
 static void trainer_should_run_one_batch_each_in_dev_run(void) {
     setup s;
     setup_params sp = setup_defaults();
@@ -1780,6 +1844,7 @@ int main(void) {
     CT_RUN(trainer_should_call_back_in_order_and_honour_their_status);
     CT_RUN(trainer_should_announce_epochs_iterations_and_evaluations);
     CT_RUN(trainer_should_report_the_named_parts_of_a_loss);
+    CT_RUN(trainer_should_run_a_tasks_own_steps);
     CT_RUN(trainer_should_run_one_batch_each_in_dev_run);
     CT_RUN(trainer_should_stop_mid_epoch_at_max_steps);
     CT_RUN(trainer_should_count_an_epoch_ended_by_max_steps);
