@@ -15,14 +15,7 @@ if [[ $# -ne 2 ]]; then
 fi
 ctrain=$(realpath "$1")
 jsonq=$(realpath "$2")
-work=$(mktemp -d "${TMPDIR:-/tmp}/ctrain-cli.XXXXXX")
-bg_pid=
-cleanup() {
-    [[ -n "$bg_pid" ]] && kill -KILL "$bg_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-cd "$work" || exit 1
+enter_workdir cli
 
 # verdict NAME WHY: ok when WHY is empty, else FAIL with WHY; returns whether it was ok.
 verdict() {

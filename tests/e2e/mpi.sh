@@ -22,14 +22,7 @@ launch=("$mpirun")
 if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
     launch+=(--allow-run-as-root --oversubscribe --mca btl self,vader)
 fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/ctrain-mpi.XXXXXX")
-bg_pid=
-cleanup() {
-    [[ -n "$bg_pid" ]] && kill -KILL "$bg_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-cd "$work" || exit 1
+enter_workdir mpi
 
 # run NP ARGS...: ctrain fit under mpirun with NP processes; output in out, exit code in $rc
 run() {
