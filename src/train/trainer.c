@@ -840,7 +840,6 @@ static ct_status build_buckets(ct_trainer *t) {
         if (!b) {
             b = &t->buckets[nb++];
             memset(b, 0, sizeof *b);
-            b->n = 0;
         }
         b->start = t->param_start[k];
         b->n = end - b->start;
@@ -942,8 +941,6 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         }
         (void)clock_gettime(CLOCK_MONOTONIC, &b);
         t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
-    }
-    if (ct_comm_world_size(t->comm) > 1) {
         /* every rank takes the same decisions: a non-finite loss on any rank is everyone's,
            and so is an interrupt (a signal reaches the ranks at different batches) */
         float flags[3] = {loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f, t->stop ? 1.0f : 0.0f};
