@@ -1564,7 +1564,10 @@ ct_status ct_experiment_fit(ct_experiment *e) {
         ct_log(ctx, CT_LOG_INFO,
                "%s is complete at step %lld (raise trainer.max_epochs or max_steps to go on)",
                e->out_dir, (long long)before);
-        if (final_test && has_record(e, "test/", before)) return CT_OK;
+        int32_t recorded = final_test && root && has_record(e, "test/", before);
+        if (e->p.comm && ct_comm_world_size(e->p.comm) > 1) /* rank 0's records decide */
+            CT_TRY(ct_comm_broadcast(e->p.comm, &recorded, sizeof recorded, 0));
+        if (recorded) return CT_OK;
     }
     if (final_test) CT_TRY(ct_trainer_evaluate(e->trainer, "test"));
     if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0) write_report(e);

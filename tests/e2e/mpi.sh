@@ -97,6 +97,17 @@ else
     ok resume_bit_exact
 fi
 
+# ---- a finished run asked again: nothing trained, its final test not repeated ----
+tests_before=$(grep -c '"test/acc"' runs/a/metrics.jsonl)
+run 2 tiny.yaml output_dir=runs/a logging.progress=none
+if [[ $rc -eq 0 ]] && grep -q "is complete at step" out &&
+    [[ $(grep -c '"test/acc"' runs/a/metrics.jsonl) -eq $tests_before ]]; then
+    ok finished_run_again
+else
+    fail finished_run_again "exit $rc, test records $tests_before -> \
+$(grep -c '"test/acc"' runs/a/metrics.jsonl): $(tail_of out)"
+fi
+
 # ---- another number of processes: refused, unless allowed ----
 run 3 tiny.yaml output_dir=runs/b trainer.max_epochs=4 logging.progress=none
 if [[ $rc -eq 2 ]] && grep -q "written by a run of 2 processes, and this run has 3" out; then
