@@ -91,6 +91,10 @@ struct ct_trainer {
     int64_t *param_start;  /* offset in the flat buffer of each trainable tensor, ascending */
     int64_t *param_bucket; /* its bucket */
     int64_t n_trainable;
+    /* several ranks: each rank's loader epoch and next batch and its dropout stream and
+       counter ([n_rank_pos][4]), gathered at every checkpoint and saved per rank */
+    uint64_t *rank_pos;
+    int64_t n_rank_pos;
     ct_status bucket_status; /* the first failure to start a bucket's reduction */
     /* the training log window */
     double window_loss;
@@ -186,6 +190,18 @@ static json_t *trainer_state(const ct_trainer *t) {
                                    json_string(t->p.fingerprint));
     bad |= json_object_set_new(json_object_get(st, "trainer"), "world_size",
                                json_integer((json_int_t)ct_comm_world_size(t->comm)));
+    if (t->rank_pos) { /* every rank's own position, as rank 0 gathered them */
+        json_t *ranks = json_array();
+        bad |= !ranks;
+        for (int64_t k = 0; ranks && k < t->n_rank_pos; k++) {
+            const uint64_t *q = t->rank_pos + 4 * k;
+            bad |= json_array_append_new(
+                ranks, json_pack("{s:{s:I, s:I}, s:{s:o, s:o}}", "loader", "epoch",
+                                 (json_int_t)q[0], "next_batch", (json_int_t)q[1], "dropout_rng",
+                                 "stream", u64_json(q[2]), "counter", u64_json(q[3])));
+        }
+        if (ranks) bad |= json_object_set_new(st, "ranks", ranks);
+    }
     if (t->sched) {
         ct_schedule_state ss;
         ct_schedule_get_state(t->sched, &ss);
@@ -239,11 +255,27 @@ static json_t *trainer_state(const ct_trainer *t) {
  * Only rank 0 writes: every rank holds the same weights and optimizer state. */
 static ct_status save_now(ct_trainer *t, bool best);
 
+/* Every rank's loader position and dropout stream into rank_pos, on every rank: each rank
+ * broadcasts its own four numbers in turn. */
+static ct_status gather_positions(ct_trainer *t) {
+    ct_loader_state ls = ct_loader_get_state(t->train);
+    const ct_rng *r = ct_graph_rng(t->g);
+    uint64_t *mine = t->rank_pos + 4 * ct_comm_rank(t->comm);
+    mine[0] = (uint64_t)ls.epoch;
+    mine[1] = (uint64_t)ls.next_batch;
+    mine[2] = r->stream;
+    mine[3] = r->counter;
+    for (int64_t k = 0; k < t->n_rank_pos; k++)
+        CT_TRY(ct_comm_broadcast(t->comm, t->rank_pos + 4 * k, 4 * sizeof(uint64_t), k));
+    return CT_OK;
+}
+
 static ct_status flush_checkpoint(ct_trainer *t) {
     bool best = t->save_best, due = t->save_due;
     t->save_best = t->save_due = false;
     if (!t->p.checkpoint_dir || (!best && !due) || t->last_saved_step == t->step) return CT_OK;
     ct_status s = CT_OK;
+    if (t->rank_pos) CT_TRY(gather_positions(t));
     if (!t->comm || ct_comm_rank(t->comm) == 0) s = save_now(t, best);
     if (t->comm && ct_comm_world_size(t->comm) > 1) {
         /* the other ranks would otherwise wait in the next all-reduce for a rank that left */
@@ -347,9 +379,9 @@ static bool get_monitor(const json_t *o, const char *k, ct_monitor_state *m) {
            get_bool(x, "has_best", &m->has_best);
 }
 
-/* The dropout stream of a rank: rank 0's is the saved one (and a single process's), each
- * other rank's is split from it with the same counter, so ranks draw different masks and a
- * resume restores every rank's position from rank 0's record. */
+/* The dropout stream of a rank: rank 0's is the run's (and a single process's), each other
+ * rank's is split from it with the same counter, so ranks draw different masks. Checkpoints
+ * save every rank's stream; a resume by another number of ranks derives them again. */
 static ct_rng rank_stream(ct_rng base, int64_t rank) {
     if (rank == 0) return base;
     ct_rng r = ct_rng_split(&base, (uint64_t)rank);
@@ -363,7 +395,7 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
                  *rn = json_object_get(st, "dropout_rng"), *sc = json_object_get(st, "schedule"),
                  *es = json_object_get(st, "early_stopping"),
                  *nf = json_object_get(st, "nonfinite");
-    int64_t step, epoch, skipped;
+    int64_t step = 0, epoch = 0, skipped = 0;
     ct_loader_state ls;
     ct_rng rng;
     ct_nonfinite_state nfs;
@@ -428,6 +460,27 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     }
     const json_t *extra = json_object_get(st, "extra");
     if (!bad && t->task.load_state && !json_is_object(extra)) bad = "extra";
+    /* this rank's dropout stream: its own saved one when the checkpoint has them (several
+       ranks, the same number), else split from rank 0's */
+    ct_rng own_rng = rank_stream(rng, ct_comm_rank(t->comm));
+    const json_t *ranks = json_object_get(st, "ranks");
+    if (!bad && ranks && saved_world == world) {
+        const json_t *mine = json_array_get(ranks, (size_t)ct_comm_rank(t->comm));
+        const json_t *ml = json_object_get(mine, "loader");
+        const json_t *mr = json_object_get(mine, "dropout_rng");
+        int64_t e0, b0;
+        if (!json_is_array(ranks) || json_array_size(ranks) != (size_t)world ||
+            !get_i64(ml, "epoch", &e0) || !get_i64(ml, "next_batch", &b0) ||
+            !get_u64(mr, "stream", 10, &own_rng.stream) ||
+            !get_u64(mr, "counter", 10, &own_rng.counter))
+            bad = "ranks";
+        else if (e0 != ls.epoch || b0 != ls.next_batch)
+            return CT_FAIL(t->ctx, CT_ERR_FORMAT,
+                           "%s/state.json: rank %lld's saved position (epoch %lld, batch %lld) "
+                           "differs from the loader's (epoch %lld, batch %lld)",
+                           path, (long long)ct_comm_rank(t->comm), (long long)e0, (long long)b0,
+                           (long long)ls.epoch, (long long)ls.next_batch);
+    }
     if (bad)
         return CT_FAIL(t->ctx, CT_ERR_FORMAT,
                        "%s/state.json: the trainer state's '%s' part is missing or malformed "
@@ -469,7 +522,7 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     }
     if (t->ema && ct_ema_set_state(t->ema, &ems) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the EMA", path);
-    *ct_graph_rng(t->g) = rank_stream(rng, ct_comm_rank(t->comm));
+    *ct_graph_rng(t->g) = own_rng;
     t->step = step;
     t->epoch = epoch;
     t->skipped = skipped;
@@ -1445,6 +1498,11 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         s = CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: bucket_bytes %lld is negative",
                     (long long)p.bucket_bytes);
     if (s == CT_OK && p.bucket_bytes > 0 && ct_comm_world_size(t->comm) > 1) s = build_buckets(t);
+    if (s == CT_OK && ct_comm_world_size(t->comm) > 1) {
+        t->n_rank_pos = ct_comm_world_size(t->comm);
+        t->rank_pos = ct_alloc(ctx, (size_t)t->n_rank_pos * 4 * sizeof(uint64_t));
+        if (!t->rank_pos) s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: rank positions");
+    }
     if (s != CT_OK) {
         ct_trainer_destroy(t);
         return s;
@@ -1465,6 +1523,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_graph_destroy(t->g);
     if (t->own_comm) ct_comm_destroy(t->comm);
     ct_free(ctx, t->part_text, t->part_text_size);
+    ct_free(ctx, t->rank_pos, (size_t)t->n_rank_pos * 4 * sizeof(uint64_t));
     ct_free(ctx, t->param_start, (size_t)t->n_trainable * sizeof(int64_t));
     ct_free(ctx, t->param_bucket, (size_t)t->n_trainable * sizeof(int64_t));
     ct_free(ctx, t->buckets, (size_t)t->n_trainable * sizeof(grad_bucket));

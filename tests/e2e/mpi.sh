@@ -91,8 +91,9 @@ elif [[ ${a##*/} != "${b##*/}" || ! -d $a ]]; then
 elif ! cmp -s "$a/model.safetensors" "$b/model.safetensors" ||
     ! cmp -s "$a/optimizer.safetensors" "$b/optimizer.safetensors"; then
     fail resume_bit_exact "the weights or optimizer state of $b differ from $a"
-elif ! grep -q '"world_size": *2' "$b/state.json"; then
-    fail resume_bit_exact "state.json does not record world_size 2"
+elif ! grep -q '"world_size": *2' "$b/state.json" ||
+    [[ $(grep -o '"stream"' "$b/state.json" | wc -l) -ne 3 ]]; then
+    fail resume_bit_exact "state.json does not record world_size 2 and each rank's stream"
 else
     ok resume_bit_exact
 fi
