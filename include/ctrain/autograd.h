@@ -101,9 +101,11 @@ CT_API ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss);
 
 /* Called during the next backward passes as soon as a parameter's gradient is final: when the
  * oldest node that reads it has run its backward (in the order of the backward pass, the same
- * in every process running the same graph). A parameter no node reads is not reported. For
- * data-parallel training, which starts reducing gradients while the backward pass goes on.
- * fn NULL: none (the default); costs a pass over the tape when set. */
+ * in every process running the same graph). A parameter no node reads is not reported, and
+ * nothing is reported in a pass whose tape has a node that does not list its inputs (concat).
+ * For data-parallel training, which starts reducing gradients while the backward pass goes
+ * on, and reduces whatever was not reported after it. fn NULL: none (the default); costs a
+ * pass over the tape when set. */
 typedef void (*ct_grad_ready_fn)(void *user, ct_tensor *param);
 CT_API void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user);
 /* Backpropagates from any f32 tensor t that requires grad, with its gradient seeded from

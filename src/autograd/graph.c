@@ -253,10 +253,15 @@ static size_t reader_slot(const ct_tensor *p, size_t mask) {
     return (size_t)h & mask;
 }
 
-static last_reader *last_readers(ct_graph *g, size_t *mask) {
+static last_reader *last_readers(ct_graph *g, size_t *mask, bool *hidden) {
     size_t refs = 0;
-    for (ct_node *node = g->tape; node; node = node->prev)
+    *hidden = false;
+    for (ct_node *node = g->tape; node; node = node->prev) {
         refs += (size_t)node->n_in;
+        /* a node with no listed inputs (concat keeps its many in `saved`) may read any
+           parameter: then no gradient is known final before the pass ends */
+        if (node->n_in == 0) *hidden = true;
+    }
     size_t cap = 16;
     while (cap < 2 * refs)
         cap *= 2;
@@ -310,8 +315,10 @@ ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
     for (int64_t i = 0; i < n; i++)
         grad[i] += seed[i];
     size_t mask = 0;
-    last_reader *tab = g->grad_ready ? last_readers(g, &mask) : NULL;
+    bool hidden = false;
+    last_reader *tab = g->grad_ready ? last_readers(g, &mask, &hidden) : NULL;
     if (g->grad_ready && !tab) return g->status;
+    if (hidden) tab = NULL; /* nothing reported early; the caller reduces after the pass */
     for (ct_node *node = g->tape; node && g->status == CT_OK; node = node->prev) {
         /* nothing flowed into this node: its parameters' gradients are final all the same */
         if (node->out->grad) node->op->backward(g, node);

@@ -82,6 +82,8 @@ struct ct_trainer {
                                  abandoned continuation after a resume (INT64_MAX) or a rollback
                                  (the last step saved before it); -1: none */
     bool stop;                /* early stopping or a callback's CT_STOP */
+    bool stop_asked;          /* several ranks: a callback's CT_STOP on this rank, which becomes
+                                 stop where the ranks agree (agree_interrupt, a step's end) */
     bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
     double comm_seconds;      /* spent in the gradient all-reduce (several ranks only) */
     /* gradient buckets (several ranks, bucket_bytes > 0): ranges of the flat gradient buffer,
@@ -90,6 +92,7 @@ struct ct_trainer {
     int64_t n_buckets;
     int64_t *param_start;  /* offset in the flat buffer of each trainable tensor, ascending */
     int64_t *param_bucket; /* its bucket */
+    int64_t next_bucket;   /* the next bucket to start: they start in index order */
     int64_t n_trainable;
     /* several ranks: each rank's loader epoch and next batch and its dropout stream and
        counter ([n_rank_pos][4]), gathered at every checkpoint and saved per rank */
@@ -462,7 +465,7 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     if (!bad && t->task.load_state && !json_is_object(extra)) bad = "extra";
     /* this rank's dropout stream: its own saved one when the checkpoint has them (several
        ranks, the same number), else split from rank 0's */
-    ct_rng own_rng = rank_stream(rng, ct_comm_rank(t->comm));
+    ct_rng own_rng = bad ? rng : rank_stream(rng, ct_comm_rank(t->comm));
     const json_t *ranks = json_object_get(st, "ranks");
     if (!bad && ranks && saved_world == world) {
         const json_t *mine = json_array_get(ranks, (size_t)ct_comm_rank(t->comm));
@@ -670,7 +673,12 @@ static ct_status failure(ct_trainer *t, const char *where) {
 /* Runs a callback's result through the stop rule: CT_STOP ends the run cleanly. */
 static ct_status event(ct_trainer *t, ct_status s) {
     if (s == CT_STOP) {
-        t->stop = true;
+        /* with several ranks a stop takes effect where they agree, so that every rank leaves
+           at the same point */
+        if (ct_comm_world_size(t->comm) > 1)
+            t->stop_asked = true;
+        else
+            t->stop = true;
         return CT_OK;
     }
     return s;
@@ -875,12 +883,12 @@ static ct_status build_buckets(ct_trainer *t) {
     for (int64_t i = 0; i < count; i++)
         n += ct_params_kind_at(t->params, i) == CT_PARAM_TRAINABLE;
     if (n == 0) return CT_OK;
+    t->n_trainable = n; /* before the allocations: destroy frees with this size */
     t->param_start = ct_alloc(ctx, (size_t)n * sizeof(int64_t));
     t->param_bucket = ct_alloc(ctx, (size_t)n * sizeof(int64_t));
     t->buckets = ct_alloc(ctx, (size_t)n * sizeof(grad_bucket)); /* at most one per tensor */
     if (!t->param_start || !t->param_bucket || !t->buckets)
         return CT_FAIL(ctx, CT_ERR_OOM, "trainer: gradient buckets");
-    t->n_trainable = n;
     for (int64_t i = 0, k = 0; i < count; i++)
         if (ct_params_kind_at(t->params, i) == CT_PARAM_TRAINABLE)
             t->param_start[k++] = (const float *)ct_params_at(t->params, i)->data - base;
@@ -926,11 +934,18 @@ static void on_grad_ready(void *user, ct_tensor *param) {
     }
     if (t->param_start[lo] != off) return;
     grad_bucket *b = &t->buckets[t->param_bucket[lo]];
-    if (t->bucket_status != CT_OK || b->started || --b->pending > 0) return;
+    if (b->pending > 0) b->pending--;
+    /* buckets start in index order only, as every rank must issue its reductions in the same
+       order: a bucket completed early (or a rank whose graph skipped some parameters) waits
+       for the ones before it */
     float *grads = ct_params_grads(t->params);
-    t->bucket_status = ct_comm_iallreduce_sum_f32(t->comm, grads + b->start, b->n, &b->req);
-    b->started = t->bucket_status == CT_OK;
-    for (int64_t i = 0; i < t->n_buckets && t->bucket_status == CT_OK; i++)
+    while (t->bucket_status == CT_OK && t->next_bucket < t->n_buckets &&
+           t->buckets[t->next_bucket].pending == 0) {
+        grad_bucket *nb = &t->buckets[t->next_bucket++];
+        t->bucket_status = ct_comm_iallreduce_sum_f32(t->comm, grads + nb->start, nb->n, &nb->req);
+        nb->started = t->bucket_status == CT_OK;
+    }
+    for (int64_t i = 0; i < t->next_bucket && t->bucket_status == CT_OK; i++)
         if (t->buckets[i].started) t->bucket_status = ct_comm_test(t->comm, &t->buckets[i].req);
 }
 
@@ -940,22 +955,21 @@ static void arm_buckets(ct_trainer *t) {
         t->buckets[i].pending = t->buckets[i].n_params;
         t->buckets[i].started = false;
     }
+    t->next_bucket = 0;
     t->bucket_status = CT_OK;
     ct_graph_set_grad_ready(t->g, on_grad_ready, t);
 }
 
 /* The gradient sum over ranks: the buckets the backward pass did not start (parameters it
- * did not reach) are started now, in bucket order as on every rank, then all are waited for. */
+ * did not reach) are started now, continuing in index order, then all are waited for. */
 static ct_status reduce_grads(ct_trainer *t) {
     ct_graph_set_grad_ready(t->g, NULL, NULL);
     float *grads = ct_params_grads(t->params);
     ct_status s = t->bucket_status;
-    for (int64_t i = 0; i < t->n_buckets; i++) {
-        grad_bucket *b = &t->buckets[i];
-        if (!b->started && s == CT_OK) {
-            s = ct_comm_iallreduce_sum_f32(t->comm, grads + b->start, b->n, &b->req);
-            b->started = s == CT_OK;
-        }
+    for (; t->next_bucket < t->n_buckets && s == CT_OK; t->next_bucket++) {
+        grad_bucket *b = &t->buckets[t->next_bucket];
+        s = ct_comm_iallreduce_sum_f32(t->comm, grads + b->start, b->n, &b->req);
+        b->started = s == CT_OK;
     }
     for (int64_t i = 0; i < t->n_buckets; i++) { /* every started one completes, failure or not */
         ct_status w = ct_comm_wait(t->comm, &t->buckets[i].req);
@@ -996,11 +1010,13 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
         /* every rank takes the same decisions: a non-finite loss on any rank is everyone's,
            and so is an interrupt (a signal reaches the ranks at different batches) */
-        float flags[3] = {loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f, t->stop ? 1.0f : 0.0f};
+        float flags[3] = {loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f,
+                          t->stop_asked ? 1.0f : 0.0f};
         CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 3));
         loss_ok = flags[0] == 0.0f;
         t->interrupt = flags[1] != 0.0f;
-        t->stop = flags[2] != 0.0f; /* a callback's CT_STOP on one rank */
+        if (flags[2] != 0.0f) t->stop = true; /* a callback's CT_STOP on any rank */
+        t->stop_asked = false;
     }
     /* Gradients are checked before anything is applied: the clipping norm shows a non-finite
      * gradient for free (clip_grad_norm leaves them untouched then); otherwise a scan */
@@ -1069,7 +1085,10 @@ static ct_status log_window(ct_trainer *t) {
             t->part_count[k] = (int64_t)sums[3 + 2 * k];
         }
     }
-    if (t->window_count == 0) return CT_OK;
+    if (t->window_count == 0) { /* nothing finite to report; parts too start again */
+        reset_window(t);
+        return CT_OK;
+    }
     int64_t k = 0;
     t->train_values[k].name = "train/loss";
     t->train_values[k++].value = t->window_loss / (double)t->window_count;
@@ -1161,10 +1180,12 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         if (t->p.callbacks.on_batch) {
             ct_status bs = t->p.callbacks.on_batch(t->p.callbacks.user, t, "train", i + 1, bpe,
                                                    finite ? (double)lv : (double)NAN);
-            if (bs == CT_STOP)
+            if (bs == CT_STOP) {
                 t->interrupt = true; /* at the end of this step, after its evaluations */
-            else if (bs != CT_OK)
+            } else if (bs != CT_OK) {
+                ct_graph_set_grad_ready(g, NULL, NULL); /* as for a failed backward pass */
                 return bs;
+            }
         }
         double reported = finite ? (double)lv : (double)NAN;
         if (!pos.last) {
@@ -1220,10 +1241,11 @@ ct_status ct_trainer_fit(ct_trainer *t) {
 /* Whether any rank was interrupted (every rank then ends at the same point). */
 static ct_status agree_interrupt(ct_trainer *t) {
     if (ct_comm_world_size(t->comm) < 2) return CT_OK;
-    float flags[2] = {t->interrupt ? 1.0f : 0.0f, t->stop ? 1.0f : 0.0f};
+    float flags[2] = {t->interrupt ? 1.0f : 0.0f, t->stop_asked ? 1.0f : 0.0f};
     CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 2));
     t->interrupt = flags[0] != 0.0f;
-    t->stop = flags[1] != 0.0f;
+    if (flags[1] != 0.0f) t->stop = true;
+    t->stop_asked = false;
     return CT_OK;
 }
 
@@ -1234,6 +1256,7 @@ static ct_status fit(ct_trainer *t) {
     t->interrupt = false;
     CT_TRY(sync_replicas(t, true));
     if (cb->on_fit_start) CT_TRY(event(t, cb->on_fit_start(cb->user, t)));
+    CT_TRY(agree_interrupt(t));
     if (t->snap) snapshot(t, true);
     ct_params_zero_grad(t->params);
     while (!t->stop) {
@@ -1255,6 +1278,7 @@ static ct_status fit(ct_trainer *t) {
         CT_TRY(log_window(t));
         CT_TRY(evaluate_due(t, true, t->epoch));
         if (cb->on_epoch_end) CT_TRY(event(t, cb->on_epoch_end(cb->user, t, t->epoch)));
+        CT_TRY(agree_interrupt(t));     /* the epoch's stops, before its checkpoint */
         if (t->snap) snapshot(t, true); /* the epoch ended finite: the new last good state */
         if (t->p.save_every_epochs && t->epoch % t->p.save_every_epochs == 0) t->save_due = true;
         CT_TRY(flush_checkpoint(t));

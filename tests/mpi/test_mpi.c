@@ -44,6 +44,8 @@ typedef struct run {
     ct_experiment *e;
 } run;
 
+static const ct_trainer_callbacks *g_callbacks; /* for the next build, or NULL */
+
 static run build(const char *optimizer, int batch, int steps, double bucket_mb, ct_comm *comm) {
     char text[2048];
     (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps, bucket_mb);
@@ -53,6 +55,7 @@ static run build(const char *optimizer, int batch, int steps, double bucket_mb, 
     ct_experiment_params ep = ct_experiment_default_params();
     ep.read_only = true; /* no run directory */
     ep.comm = comm;
+    if (g_callbacks) ep.callbacks = *g_callbacks;
     if (s == CT_OK) s = ct_experiment_create(g_ctx, r.cfg, &ep, &r.e);
     CT_CHECK_MSG(s == CT_OK, "building the experiment: %s", ct_last_error(g_ctx));
     return r;
@@ -198,6 +201,31 @@ static void evaluation_should_equal_one_process(void) {
     done(&one);
 }
 
+/* A callback's CT_STOP on one rank only (rank 1 after its 3rd step's last micro-batch): every
+ * rank stops at the same step, at the next point where they agree, and none waits forever. */
+static ct_status stop_on_rank_1(void *user, ct_trainer *t, int64_t batch, double loss) {
+    (void)user, (void)batch, (void)loss;
+    return g_rank == 1 && ct_trainer_step(t) == 3 ? CT_STOP : CT_OK;
+}
+
+static void a_stop_on_one_rank_should_stop_every_rank_at_the_same_step(void) {
+    ct_trainer_callbacks cb;
+    memset(&cb, 0, sizeof cb);
+    cb.on_iteration_end = stop_on_rank_1;
+    g_callbacks = &cb;
+    run r = build("{type: sgd, lr: 0.1}", 8, 50, 1.0, g_comm);
+    g_callbacks = NULL;
+    if (r.e) {
+        CT_CHECK_MSG(ct_experiment_fit(r.e) == CT_OK, "%s", ct_last_error(g_ctx));
+        int64_t step = ct_trainer_step(ct_experiment_trainer(r.e));
+        CT_CHECK_MSG(step >= 3 && step <= 4, "stopped at step %lld", (long long)step);
+        double steps = (double)step;
+        CT_CHECK(ct_comm_allreduce_sum_f64(g_comm, &steps, 1) == CT_OK);
+        CT_CHECK_MSG(steps == (double)(step * g_world), "the ranks stopped at different steps");
+    }
+    done(&r);
+}
+
 int main(void) {
     ct_ctx_params cp = ct_ctx_default_params();
     if (ct_ctx_create(&cp, &g_ctx) != CT_OK) return 1;
@@ -211,6 +239,7 @@ int main(void) {
     CT_RUN(mpi_sum_should_be_exact_and_identical_on_every_rank);
     CT_RUN(training_should_match_one_process_with_the_global_batch);
     CT_RUN(evaluation_should_equal_one_process);
+    CT_RUN(a_stop_on_one_rank_should_stop_every_rank_at_the_same_step);
     double failures = ct_test_failures;
     if (ct_comm_allreduce_sum_f64(g_comm, &failures, 1) != CT_OK) failures = 1;
     int rc = ct_test_finish();

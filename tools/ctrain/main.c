@@ -706,6 +706,13 @@ static int cmd_fit(int argc, char **argv) {
     if (rc)
         say(&s, "stopped by %s at step %lld; a checkpoint was saved: run the same command to go on",
             g_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)ct_trainer_step(t));
+    else if (s.world > 1 && ct_trainer_interrupted(t)) { /* a signal reached another rank */
+        rc = EXIT_SIGTERM;
+        say(&s,
+            "stopped by a signal to another rank at step %lld; a checkpoint was saved: run the "
+            "same command to go on",
+            (long long)ct_trainer_step(t));
+    }
 out:
     ct_experiment_destroy(e);
     ct_config_destroy(cfg);
