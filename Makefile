@@ -88,6 +88,7 @@ bench:
 	/usr/bin/python3 bench/run.py --build build
 	/usr/bin/python3 bench/models.py --build build
 	/usr/bin/python3 bench/dist.py --build build
+	/usr/bin/python3 bench/time_to_accuracy.py --build build
 
 clean:
 	rm -rf build build-ci build-asan build-noomp build-tsan build-fuzz
