@@ -71,6 +71,17 @@ CT_API void ct_graph_set_training(ct_graph *g, bool training);
 CT_API bool ct_graph_training(const ct_graph *g);
 /* The graph's RNG stream (dropout). Borrowed; save and restore it by value. */
 CT_API ct_rng *ct_graph_rng(ct_graph *g);
+/* Mixed precision (default CT_F32: off). CT_BF16: matmul, linear and conv2d round their
+ * operands to bf16 (nearest, ties to even) and multiply them with f32 accumulation into f32
+ * outputs; their backward passes round the incoming gradient the same way and take the op's
+ * gradients from it and the rounded operands kept from the forward pass. causal_attention
+ * rounds q, k, v and its incoming gradient (the probabilities stay f32 inside the fused
+ * kernel). Every other op, the losses, the norms and the parameters (the master weights) and
+ * their gradients stay f32. Any other dtype is a CT_ERR_INVALID_ARG (recorded as the graph's
+ * failure) and leaves the setting as it was. Nodes remember how they ran: a backward pass
+ * does not depend on the setting at the time it runs. */
+CT_API ct_status ct_graph_set_autocast(ct_graph *g, ct_dtype dtype);
+CT_API ct_dtype ct_graph_autocast(const ct_graph *g);
 
 /* CT_OK, or the first failure since the last reset. */
 CT_API ct_status ct_graph_status(const ct_graph *g);

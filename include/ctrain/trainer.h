@@ -208,6 +208,11 @@ typedef struct ct_trainer_params {
        the update (Horovod/DDP style). Default 1 MiB; 0 = one all-reduce of the whole buffer
        after the backward pass. */
     int64_t bucket_bytes;
+    /* Mixed precision: CT_F32 (default) or CT_BF16, which runs every forward and backward pass
+       (training and evaluation) under bf16 autocast (ct_graph_set_autocast: matmul, linear and
+       conv2d multiply bf16-rounded operands with f32 accumulation); parameters, gradients,
+       optimizer state, losses and norms stay f32. */
+    ct_dtype precision;
 } ct_trainer_params;
 
 CT_API ct_trainer_params ct_trainer_default_params(void);

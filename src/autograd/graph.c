@@ -25,6 +25,7 @@ struct ct_graph {
     outside_leaf *outside;
     bool grad_enabled;
     bool training;
+    ct_dtype autocast; /* CT_F32 (off) or CT_BF16 */
     ct_rng rng;
     ct_status status;
     ct_grad_ready_fn grad_ready;
@@ -47,6 +48,7 @@ ct_status ct_graph_create(ct_ctx *ctx, const ct_graph_params *params, ct_graph *
     ct_arena_init(&g->arena, ctx, p.arena_chunk);
     g->grad_enabled = true;
     g->training = true;
+    g->autocast = CT_F32;
     g->rng = ct_rng_init(p.seed, 0x64726F70ull /* "drop" */);
     *out = g;
     return CT_OK;
@@ -89,6 +91,19 @@ void ct_graph_set_training(ct_graph *g, bool training) {
 
 bool ct_graph_training(const ct_graph *g) {
     return g->training;
+}
+
+ct_status ct_graph_set_autocast(ct_graph *g, ct_dtype dtype) {
+    if (dtype != CT_F32 && dtype != CT_BF16)
+        return CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
+                             "graph: autocast dtype must be f32 (off) or bf16, got %s",
+                             ct_dtype_name(dtype));
+    g->autocast = dtype;
+    return CT_OK;
+}
+
+ct_dtype ct_graph_autocast(const ct_graph *g) {
+    return g->autocast;
 }
 
 ct_rng *ct_graph_rng(ct_graph *g) {

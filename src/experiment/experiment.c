@@ -1095,6 +1095,11 @@ fwd_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t to
     return cb->on_batch ? cb->on_batch(cb->user, t, split, done, total, loss) : CT_OK;
 }
 
+/* trainer.precision: training, evaluation and prediction all compute in it. */
+static ct_dtype precision_at(const ct_experiment *e) {
+    return strcmp(str_at(e, "trainer.precision"), "bf16") == 0 ? CT_BF16 : CT_F32;
+}
+
 static ct_status build_trainer(ct_experiment *e) {
     ct_trainer_params tp = ct_trainer_default_params();
     tp.max_epochs = int_at(e, "trainer.max_epochs");
@@ -1103,6 +1108,7 @@ static ct_status build_trainer(ct_experiment *e) {
     e->accum = tp.accum_steps;
     tp.grad_clip_norm = (float)float_at(e, "trainer.grad_clip_norm", 0);
     tp.grad_clip_value = (float)float_at(e, "trainer.grad_clip_value", 0);
+    tp.precision = precision_at(e);
     tp.check_grads = bool_at(e, "trainer.check_grads");
     tp.steps_per_loop = int_at(e, "trainer.steps_per_loop");
     tp.limit_train_batches = int_at(e, "trainer.limit_train_batches");
@@ -1667,6 +1673,7 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
     if (s == CT_OK) s = ct_loader_create(ctx, ds, &lp, &l);
     ct_graph_params gp = ct_graph_default_params();
     if (s == CT_OK) s = ct_graph_create(ctx, &gp, &g);
+    if (s == CT_OK) s = ct_graph_set_autocast(g, precision_at(e));
     if (s == CT_OK) {
         ct_graph_set_grad_enabled(g, false);
         ct_graph_set_training(g, false);
@@ -1776,6 +1783,7 @@ ct_status ct_experiment_generate(ct_experiment *e,
     ct_graph_params gp = ct_graph_default_params();
     ct_status s = ids && p ? ct_graph_create(ctx, &gp, &g)
                            : CT_FAIL(ctx, CT_ERR_OOM, "generate: out of memory");
+    if (s == CT_OK) s = ct_graph_set_autocast(g, precision_at(e));
     size_t n = 0;
     for (size_t i = 0; s == CT_OK && i < plen; i++)
         ids[n++] = (unsigned char)prompt[i];

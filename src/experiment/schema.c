@@ -120,8 +120,11 @@ static const ct_key_def k_schema[] = {
      "Clip the global gradient L2 norm; 0 = off."},
     {"trainer.grad_clip_value", F, "0", 0, BIG, NULL, 0,
      "Clamp each gradient to [-v, v]; 0 = off."},
-    {"trainer.precision", E, "fp32", 0, 0, "fp32", 0,
-     "Arithmetic precision. This build trains in fp32 only."},
+    {"trainer.precision", E, "fp32", 0, 0, "fp32|bf16", 0,
+     "Arithmetic precision. bf16: mixed precision, as PyTorch's bf16 autocast: matmuls, linear "
+     "layers and convolutions multiply operands rounded to bf16 with f32 accumulation, forward "
+     "and backward, in training, evaluation and prediction; weights, gradients, optimizer "
+     "state, losses and norms stay f32 (docs/training.md)."},
     {"trainer.bucket_mb", F, "1", 0, 1e6, NULL, RES,
      "MPI runs: gradients are all-reduced in buckets of about this many MiB, each started "
      "during the backward pass as soon as its gradients are final; 0 = one all-reduce after "

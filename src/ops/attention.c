@@ -14,6 +14,11 @@
  *
  * The GEMMs compute full T x T score blocks; entries above the diagonal are overwritten with
  * exact zeros, which contribute nothing to P v or to the backward products.
+ *
+ * Under bf16 autocast (ct_graph_set_autocast) q, k and v are rounded to bf16 (one arena copy
+ * of qkv, kept for backward) and so is the incoming gradient in backward; the probabilities
+ * and the softmax gradient stay f32 inside the fused kernel, as a fused attention kernel keeps
+ * them. Node: iarg = B, T, C, H, autocast flag; saved = P, or under autocast {P, rounded qkv}.
  */
 #include <math.h>
 
@@ -146,6 +151,15 @@ static void attention_backward(ct_graph *g, ct_node *n) {
     float *scratch = ct_graph_alloc(g, (size_t)(B * H * T * T) * sizeof(float));
     if (!scratch) return;
     const float *dout = n->out->grad, *qkv = n->in[0]->data, *att = n->saved;
+    if (n->iarg[4]) {
+        const float *const *kept = n->saved;
+        att = kept[0];
+        qkv = kept[1];
+        float *r = ct_graph_alloc(g, (size_t)(B * T * C) * sizeof(float));
+        if (!r) return;
+        ct_ops_round_bf16(g, dout, r, B * T * C);
+        dout = r;
+    }
     if (ct_ops_reference(g))
         ct_k_attention_ref_bwd(ct_graph_ctx(g), dqkv, scratch, dout, qkv, att, B, T, C, H);
     else
@@ -181,16 +195,26 @@ ct_tensor *ct_op_causal_attention(ct_graph *g, ct_tensor *qkv, int64_t n_head) {
     /* a step tensor rather than raw scratch: ct_graph_new checks [B, H, T, T] for overflow */
     ct_tensor *att = ct_graph_new(g, CT_F32, 4, (int64_t[]){B, H, T, T});
     if (!y || !att) return NULL;
+    const float *qv = ct_ops_autocast(g, qkv->data, ct_tensor_numel(qkv));
+    if (!qv) return NULL;
     if (B * T > 0) {
         if (ct_ops_reference(g))
-            ct_k_attention_ref_fwd(ct_graph_ctx(g), y->data, att->data, qkv->data, B, T, C, H);
+            ct_k_attention_ref_fwd(ct_graph_ctx(g), y->data, att->data, qv, B, T, C, H);
         else
-            ct_k_attention_fwd(ct_graph_ctx(g), y->data, att->data, qkv->data, B, T, C, H);
+            ct_k_attention_fwd(ct_graph_ctx(g), y->data, att->data, qv, B, T, C, H);
     }
     if (ct_graph_needs_grad(g, 1, &qkv)) {
         ct_node *n = ct_graph_record(g, &attention_def, y, 1, &qkv);
         if (!n) return NULL;
         n->saved = att->data;
+        if (qv != qkv->data) {
+            const float **kept = ct_graph_alloc(g, 2 * sizeof *kept);
+            if (!kept) return NULL;
+            kept[0] = att->data;
+            kept[1] = qv;
+            n->saved = (void *)kept;
+            n->iarg[4] = 1;
+        }
         n->iarg[0] = B;
         n->iarg[1] = T;
         n->iarg[2] = C;

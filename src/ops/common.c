@@ -1,6 +1,7 @@
 /*
  * common.c - the helpers of ops_internal.h.
  */
+#include "kernels/vmath.h"
 #include "ops/ops_internal.h"
 
 bool ct_ops_begin(ct_graph *g, const char *op, int32_t n, ct_tensor *const *in) {
@@ -67,6 +68,51 @@ int ct_ops_threads(const ct_graph *g, int64_t n, int64_t work) {
 
 bool ct_ops_reference(const ct_graph *g) {
     return ct_graph_ctx(g)->kernels == CT_KERNELS_REFERENCE;
+}
+
+void ct_ops_round_bf16(ct_graph *g, const float *x, float *dst, int64_t n) {
+    if (ct_ops_reference(g)) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ct_f32_from_bf16(ct_bf16_from_f32(x[i]));
+        return;
+    }
+    int nt = ct_ops_threads(g, n, 2);
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = ct_vround_bf16(x[i]);
+}
+
+const float *ct_ops_autocast(ct_graph *g, const float *x, int64_t n) {
+    if (ct_graph_autocast(g) != CT_BF16) return x;
+    float *dst = ct_graph_alloc(g, (size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (dst) ct_ops_round_bf16(g, x, dst, n);
+    return dst;
+}
+
+/* Under autocast: the rounded operands (kept in node->saved) for a node's backward pass. */
+bool ct_ops_keep_operands(ct_graph *g, ct_node *node, const float *a, const float *b) {
+    if (ct_graph_autocast(g) != CT_BF16) return true;
+    const float **kept = ct_graph_alloc(g, 2 * sizeof *kept);
+    if (!kept) return false;
+    kept[0] = a;
+    kept[1] = b;
+    node->saved = (void *)kept;
+    return true;
+}
+
+/* The incoming gradient for a backward pass: rounded into scratch when the forward pass ran
+ * under autocast (the node kept operands), else dy itself; NULL on arena failure. */
+const float *ct_ops_round_dy(ct_graph *g, const ct_node *n, const float *dy, int64_t count) {
+    if (!n->saved) return dy;
+    float *r = ct_graph_alloc(g, (size_t)(count > 0 ? count : 1) * sizeof(float));
+    if (r) ct_ops_round_bf16(g, dy, r, count);
+    return r;
+}
+
+/* The operands a backward pass multiplies with: the forward pass's rounded copies or the
+ * inputs' own data. */
+const float *ct_ops_operand(const ct_node *n, int i) {
+    return n->saved ? ((const float *const *)n->saved)[i] : n->in[i]->data;
 }
 
 bool ct_ops_mul_ok(int64_t a, int64_t b, int64_t *r) {

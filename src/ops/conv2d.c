@@ -18,7 +18,12 @@
  * Reference path (ctx kernels CT_KERNELS_REFERENCE): the direct loops of
  * src/kernels/ref/conv2d_ref.c.
  *
- * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups.
+ * Under bf16 autocast (ct_graph_set_autocast) x and the weight are rounded to bf16 into arena
+ * copies that every path convolves and the node keeps for the backward pass, which rounds dy
+ * the same way and takes all three gradients from it.
+ *
+ * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups;
+ * saved = the rounded x and weight under autocast, else NULL.
  */
 #include <string.h>
 
@@ -297,23 +302,26 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->n_in > 2 ? n->in[2] : NULL;
     ct_k_conv2d_geom s;
     geom_init(&s, x, w, n->iarg);
-    const float *dy = n->out->grad;
     float *dx = ct_graph_grad(g, x);
     float *dw = ct_graph_grad(g, w);
     float *db = ct_graph_grad(g, bias);
     if (ct_graph_status(g) != CT_OK || ct_tensor_numel(n->out) == 0) return;
-    if (ct_ops_reference(g)) {
-        ct_k_conv2d_ref_bwd(&s, x->data, w->data, dy, dx, dw, db);
-        return;
-    }
     /* all scratch below is released at the end: the gradients were allocated above */
     ct_graph_mark mark = ct_graph_scratch_mark(g);
+    const float *dy = ct_ops_round_dy(g, n, n->out->grad, ct_tensor_numel(n->out));
+    const float *xv = ct_ops_operand(n, 0), *wv = ct_ops_operand(n, 1);
+    if (!dy) return;
+    if (ct_ops_reference(g)) {
+        ct_k_conv2d_ref_bwd(&s, xv, wv, dy, dx, dw, db);
+        ct_graph_scratch_release(g, mark);
+        return;
+    }
     int r = 0;
     if ((dx || dw || db) && s.c > 0)
-        r = onednn_backward(g, &s, bias != NULL, x->data, w->data, dy, dx, dw, db);
+        r = onednn_backward(g, &s, bias != NULL, xv, wv, dy, dx, dw, db);
     if (r == 0) { /* not taken by oneDNN (done, or failed and recorded, otherwise) */
         if (db) bias_backward(g, &s, dy, db);
-        fast_backward(g, &s, x->data, w->data, dy, dx, dw);
+        fast_backward(g, &s, xv, wv, dy, dx, dw);
     }
     ct_graph_scratch_release(g, mark);
 }
@@ -431,6 +439,9 @@ ct_tensor *ct_op_conv2d(
     if (!conv2d_check(g, x, weight, bias, p, args, &s)) return NULL;
     ct_tensor *y = ct_graph_new(g, CT_F32, 4, (int64_t[]){s.n, s.o, s.oh, s.ow});
     if (!y) return NULL;
+    const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
+    const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
+    if (!xv || !wv) return NULL;
     if (ct_tensor_numel(y) > 0) {
         /* y is non-empty, so N, O, OH, OW >= 1; x and weight bound the remaining factors unless
          * C == 0, where im2col is skipped. One sample's im2col must fit a BLAS int. */
@@ -448,20 +459,21 @@ ct_tensor *ct_op_conv2d(
         const float *bv = bias ? bias->data : NULL;
         int r = 0;
         bool ok = true;
-        ct_graph_mark mark = ct_graph_scratch_mark(g); /* scratch only from here: y is out */
+        /* scratch only from here: y and the rounded operands are out */
+        ct_graph_mark mark = ct_graph_scratch_mark(g);
         if (ct_ops_reference(g))
-            ct_k_conv2d_ref_fwd(&s, x->data, weight->data, bv, y->data);
-        else if (s.c > 0 && (r = onednn_forward(g, &s, x->data, weight->data, bv, y->data)) != 0)
+            ct_k_conv2d_ref_fwd(&s, xv, wv, bv, y->data);
+        else if (s.c > 0 && (r = onednn_forward(g, &s, xv, wv, bv, y->data)) != 0)
             ok = r > 0;
         else
-            ok = fast_forward(g, &s, x->data, weight->data, bv, y->data);
+            ok = fast_forward(g, &s, xv, wv, bv, y->data);
         ct_graph_scratch_release(g, mark);
         if (!ok) return NULL;
     }
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {
         ct_node *node = ct_graph_record(g, &conv2d_def, y, n_in, in);
-        if (!node) return NULL;
+        if (!node || !ct_ops_keep_operands(g, node, xv, wv)) return NULL;
         memcpy(node->iarg, args, sizeof args);
     }
     return y;

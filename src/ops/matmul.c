@@ -5,6 +5,11 @@
  * Leading dims of a plain matmul fold into M, so [B, T, K] @ [K, N] is one GEMM. Backward
  * accumulates straight into the gradient buffers with beta = 1: dA += dC B^T, dB += A^T dC.
  * Linear's bias gradient sums rows in a fixed order per output column.
+ *
+ * Under bf16 autocast (ct_graph_set_autocast) the operands are rounded to bf16 into arena
+ * copies, which the node keeps (saved: the two pointers) for its backward pass; that pass
+ * rounds the incoming gradient into scratch and computes every gradient of the op from it
+ * (the bias gradient too, summed in f64 as in f32 mode).
  */
 #include <string.h>
 
@@ -17,12 +22,16 @@ static void matmul_backward(ct_graph *g, ct_node *n) {
     ct_tensor *a = n->in[0], *b = n->in[1];
     int64_t batch = n->iarg[0], m = n->iarg[1], k = n->iarg[2], nn = n->iarg[3];
     bool batched_b = n->iarg[4] != 0;
-    const float *dc = n->out->grad, *av = a->data, *bv = b->data;
+    const float *av = ct_ops_operand(n, 0), *bv = ct_ops_operand(n, 1);
     float *da = ct_graph_grad(g, a), *db = ct_graph_grad(g, b);
+    ct_graph_mark mark = ct_graph_scratch_mark(g);
+    const float *dc = ct_ops_round_dy(g, n, n->out->grad, batch * m * nn);
+    if (!dc) return;
     if (!batched_b) {
         /* a is [batch*m, k] */
         if (da) ct_k_gemm(ctx, false, true, batch * m, k, nn, 1.0f, dc, nn, bv, nn, 1.0f, da, k);
         if (db) ct_k_gemm(ctx, true, false, k, nn, batch * m, 1.0f, av, k, dc, nn, 1.0f, db, nn);
+        ct_graph_scratch_release(g, mark);
         return;
     }
     for (int64_t i = 0; i < batch; i++) {
@@ -32,6 +41,7 @@ static void matmul_backward(ct_graph *g, ct_node *n) {
         if (db)
             ct_k_gemm(ctx, true, false, k, nn, m, 1.0f, ai, k, dci, nn, 1.0f, db + i * k * nn, nn);
     }
+    ct_graph_scratch_release(g, mark);
 }
 
 static const ct_op_def matmul_def = {"matmul", matmul_backward};
@@ -64,18 +74,20 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
     shape[a->ndim - 1] = n;
     ct_tensor *c = ct_graph_new(g, CT_F32, a->ndim, shape);
     if (!c) return NULL;
+    const float *av = ct_ops_autocast(g, a->data, ct_tensor_numel(a));
+    const float *bv = ct_ops_autocast(g, b->data, ct_tensor_numel(b));
+    if (!av || !bv) return NULL;
     ct_ctx *ctx = ct_graph_ctx(g);
     if (!batched_b) {
-        ct_k_gemm(ctx, false, false, batch * m, n, k, 1.0f, a->data, k, b->data, n, 0.0f, c->data,
-                  n);
+        ct_k_gemm(ctx, false, false, batch * m, n, k, 1.0f, av, k, bv, n, 0.0f, c->data, n);
     } else {
         for (int64_t i = 0; i < batch; i++)
-            ct_k_gemm(ctx, false, false, m, n, k, 1.0f, (const float *)a->data + i * m * k, k,
-                      (const float *)b->data + i * k * n, n, 0.0f, (float *)c->data + i * m * n, n);
+            ct_k_gemm(ctx, false, false, m, n, k, 1.0f, av + i * m * k, k, bv + i * k * n, n, 0.0f,
+                      (float *)c->data + i * m * n, n);
     }
     if (ct_graph_needs_grad(g, 2, in)) {
         ct_node *node = ct_graph_record(g, &matmul_def, c, 2, in);
-        if (!node) return NULL;
+        if (!node || !ct_ops_keep_operands(g, node, av, bv)) return NULL;
         node->iarg[0] = batch;
         node->iarg[1] = m;
         node->iarg[2] = k;
@@ -90,18 +102,22 @@ static void linear_backward(ct_graph *g, ct_node *n) {
     ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     int64_t rows = n->iarg[0], in = n->iarg[1], out = n->iarg[2];
-    const float *dy = n->out->grad;
+    const float *dy = n->out->grad, *xv = ct_ops_operand(n, 0), *wv = ct_ops_operand(n, 1);
     float *dx = ct_graph_grad(g, x), *dw = ct_graph_grad(g, w), *db = ct_graph_grad(g, bias);
+    ct_graph_mark mark = ct_graph_scratch_mark(g);
+    const float *dyr = ct_ops_round_dy(g, n, dy, rows * out);
+    if (!dyr) return;
     /* dx [R, in] += dy [R, out] @ W [out, in] */
-    if (dx) ct_k_gemm(ctx, false, false, rows, in, out, 1.0f, dy, out, w->data, in, 1.0f, dx, in);
+    if (dx) ct_k_gemm(ctx, false, false, rows, in, out, 1.0f, dyr, out, wv, in, 1.0f, dx, in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
-    if (dw) ct_k_gemm(ctx, true, false, out, in, rows, 1.0f, dy, out, x->data, in, 1.0f, dw, in);
+    if (dw) ct_k_gemm(ctx, true, false, out, in, rows, 1.0f, dyr, out, xv, in, 1.0f, dw, in);
     if (db) {
         int nt = ct_ops_threads(g, out, rows);
         CT_OMP_FOR(nt)
         for (int64_t j = 0; j < out; j++)
-            db[j] += (float)ct_ops_sum_f64(dy + j, rows, out);
+            db[j] += (float)ct_ops_sum_f64(dyr + j, rows, out);
     }
+    ct_graph_scratch_release(g, mark);
 }
 
 static const ct_op_def linear_def = {"linear", linear_backward};
@@ -146,12 +162,15 @@ ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor 
             memcpy(yv + r * fan_out, bv, (size_t)fan_out * sizeof(float));
         beta = 1.0f;
     }
-    ct_k_gemm(ct_graph_ctx(g), false, true, rows, fan_out, fan_in, 1.0f, x->data, fan_in,
-              weight->data, fan_in, beta, yv, fan_out);
+    const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
+    const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
+    if (!xv || !wv) return NULL;
+    ct_k_gemm(ct_graph_ctx(g), false, true, rows, fan_out, fan_in, 1.0f, xv, fan_in, wv, fan_in,
+              beta, yv, fan_out);
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {
         ct_node *node = ct_graph_record(g, &linear_def, y, n_in, in);
-        if (!node) return NULL;
+        if (!node || !ct_ops_keep_operands(g, node, xv, wv)) return NULL;
         node->iarg[0] = rows;
         node->iarg[1] = fan_in;
         node->iarg[2] = fan_out;

@@ -35,6 +35,26 @@ CT_INTERNAL int ct_ops_threads(const ct_graph *g, int64_t n, int64_t work);
 /* The context's reference-kernel flag. */
 CT_INTERNAL bool ct_ops_reference(const ct_graph *g);
 
+/* Mixed precision (ct_graph_set_autocast): with bf16 autocast, a copy of x[0..n) rounded to
+ * bf16 (as f32 values) in the graph's arena; otherwise x itself. NULL, with the graph's
+ * failure recorded, when the arena cannot grow. */
+CT_INTERNAL const float *ct_ops_autocast(ct_graph *g, const float *x, int64_t n);
+/* The same rounding into dst, whatever the autocast setting (for backward passes). */
+CT_INTERNAL void ct_ops_round_bf16(ct_graph *g, const float *x, float *dst, int64_t n);
+
+/* Under bf16 autocast, keeps an op's rounded operands a and b (from ct_ops_autocast) in
+ * node->saved for its backward pass; false on arena failure. Does nothing otherwise. */
+CT_INTERNAL bool ct_ops_keep_operands(ct_graph *g, ct_node *node, const float *a, const float *b);
+/* In a backward pass: operand i (0 or 1) as the forward pass multiplied it (the kept rounded
+ * copy, or the input's data). */
+CT_INTERNAL const float *ct_ops_operand(const ct_node *n, int i);
+/* In a backward pass: the incoming gradient dy[0..count) rounded to bf16 into arena memory
+ * when the forward pass ran under autocast (the node kept its operands), else dy itself; NULL
+ * on arena failure. Call it after allocating the inputs' gradients and release it with a
+ * scratch mark. */
+CT_INTERNAL const float *
+ct_ops_round_dy(ct_graph *g, const ct_node *n, const float *dy, int64_t count);
+
 /* Checked arithmetic on non-negative sizes: false (and *r untouched) on overflow or a negative
  * operand. */
 CT_INTERNAL bool ct_ops_mul_ok(int64_t a, int64_t b, int64_t *r);

@@ -127,6 +127,7 @@ ct_trainer_params ct_trainer_default_params(void) {
     memset(&p, 0, sizeof p);
     p.max_epochs = 1;
     p.accum_steps = 1;
+    p.precision = CT_F32;
     p.steps_per_loop = 10;
     p.check_grads = true;
     p.save_every_epochs = 1;
@@ -1385,6 +1386,9 @@ ct_status ct_trainer_create(ct_ctx *ctx,
                        "trainer: save_every_epochs, save_every_steps and keep must be >= 0");
     if (!(p.grad_clip_norm >= 0.0f) || !(p.grad_clip_value >= 0.0f))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: clipping thresholds must be >= 0");
+    if (p.precision != CT_F32 && p.precision != CT_BF16)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: precision must be f32 or bf16, got %s",
+                       ct_dtype_name(p.precision));
     if (task && ((int)task->kind < 0 || task->kind >= CT_TASK_KIND_COUNT))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: task kind %d is unknown", (int)task->kind);
     if (n_engines < 0 || (n_engines > 0 && !engines))
@@ -1434,6 +1438,7 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         t->own_comm = s == CT_OK;
     }
     if (s == CT_OK) s = ct_graph_create(ctx, &gp, &t->g);
+    if (s == CT_OK) s = ct_graph_set_autocast(t->g, p.precision);
     if (s == CT_OK) *ct_graph_rng(t->g) = rank_stream(*ct_graph_rng(t->g), ct_comm_rank(t->comm));
     if (s == CT_OK && p.monitor) {
         s = ct_monitor_init(ctx, &t->monitor, p.monitor);

@@ -190,6 +190,30 @@ static void vmath_should_match_libm(void) {
     CT_CHECK(ct_verff(0.0f) == 0.0f && ct_verff(INFINITY) == 1.0f && ct_verff(-INFINITY) == -1.0f);
 }
 
+/* ct_vround_bf16 against its reference twin (ct_bf16_from_f32 and back) on every bit pattern
+ * whose low 16 bits are one of the rounding boundaries (0, 0x7FFF, 0x8000 ties, 0x8001, 0xFFFF)
+ * and on a stride through the rest: the same bits, NaN payloads made quiet alike. */
+static void round_bf16_should_match_reference(void) {
+    static const uint32_t lows[] = {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu, 0x1234u};
+    int64_t mismatches = 0;
+    uint32_t at = 0;
+    for (uint32_t hi = 0; hi <= 0xFFFFu; hi++) {
+        for (size_t l = 0; l < sizeof lows / sizeof lows[0]; l++) {
+            uint32_t u = hi << 16 | lows[l];
+            float x, got, want;
+            memcpy(&x, &u, sizeof x);
+            got = ct_vround_bf16(x);
+            want = ct_f32_from_bf16(ct_bf16_from_f32(x));
+            if (memcmp(&got, &want, sizeof got) != 0 && mismatches++ == 0) at = u;
+        }
+    }
+    CT_CHECK_MSG(mismatches == 0, "%lld bit patterns round differently, first 0x%08x",
+                 (long long)mismatches, (unsigned)at);
+    CT_CHECK(ct_vround_bf16(1.0f + 0x1p-8f) == 1.0f);           /* a tie goes to even */
+    CT_CHECK(ct_vround_bf16(1.0f + 0x1p-8f + 0x1p-20f) > 1.0f); /* above the tie, up */
+    CT_CHECK(isinf(ct_vround_bf16(3.4e38f)) && isnan(ct_vround_bf16(NAN)));
+}
+
 /* The exact GELU on the fast path (vmath.h) and on the reference path (libm) agree. */
 static void gelu_should_agree_between_kernel_sets(void) {
     float out[2][4096], grad[2][4096], xs[4096];
@@ -223,5 +247,6 @@ int main(void) {
     CT_RUN(context_should_reject_unknown_kernel_set);
     CT_RUN(vmath_should_match_libm);
     CT_RUN(gelu_should_agree_between_kernel_sets);
+    CT_RUN(round_bf16_should_match_reference);
     return ct_test_finish();
 }
