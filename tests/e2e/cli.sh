@@ -414,7 +414,9 @@ long=(data.train.n=200000 trainer.max_epochs=50 scheduler.t_max=200000 ++logging
     ++logging.interval=0.05)
 interrupt() { # NAME SIGNAL RC DIR
     local name=$1 sig=$2 want=$3 dir=$4
-    "$ctrain" fit tiny.yaml ++output_dir="$dir" "${long[@]}" >"$dir.out" 2>&1 &
+    # (OpenBLAS starts an idle thread pool when it loads, before main can block anything; with
+    # one thread it starts none, so the count below is exact)
+    OPENBLAS_NUM_THREADS=1 "$ctrain" fit tiny.yaml ++output_dir="$dir" "${long[@]}" >"$dir.out" 2>&1 &
     bg_pid=$!
     if ! wait_for "$dir.out" '^train epoch' "$bg_pid"; then
         fail "$name" "training did not start: $(tail_of "$dir.out")"
@@ -424,11 +426,22 @@ interrupt() { # NAME SIGNAL RC DIR
         return 1
     fi
     sleep 0.3
+    # SIGINT and SIGTERM may be taken by one thread only, never a computing one (oneDNN's JIT
+    # kernels point rsp into the heap: a signal frame there corrupts it; tools/ctrain/main.c)
+    local takers=0 threads=0 blk
+    for st in /proc/"$bg_pid"/task/*/status; do
+        blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$st" 2>/dev/null)
+        [[ -n $blk ]] || continue
+        threads=$((threads + 1))
+        (((0x$blk & 0x4002) == 0x4002)) || takers=$((takers + 1))
+    done
     kill -s "$sig" "$bg_pid"
     wait "$bg_pid"
     local rc=$?
     bg_pid=
     local why=
+    [[ $takers -eq 1 && $threads -ge 2 ]] ||
+        why+="$takers of $threads threads can take SIGINT/SIGTERM, expected 1; "
     [[ $rc -eq $want ]] || why+="exit $rc, expected $want; "
     grep -q "stopped by $sig at step" "$dir.out" || why+="no 'stopped by $sig' line; "
     [[ -f $(latest_dir "$dir")/model.safetensors ]] || why+="no checkpoint saved; "

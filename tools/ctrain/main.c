@@ -12,6 +12,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,40 @@ static void on_signal(int sig) {
         raise(sig);
     }
     g_signal = sig;
+}
+
+/* The one thread that takes SIGINT and SIGTERM during fit; it does nothing else. */
+static void *signal_thread(void *arg) {
+    (void)arg;
+    sigset_t set;
+    (void)sigemptyset(&set);
+    (void)sigaddset(&set, SIGINT);
+    (void)sigaddset(&set, SIGTERM);
+    (void)pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    for (;;)
+        (void)pause();
+    return NULL;
+}
+
+/* oneDNN 2.6's JIT GEMM kernels point rsp into the heap while they run (oneDNN issue 4845,
+ * fixed upstream in 2026): a signal handled on a thread inside one writes its frame there and
+ * corrupts the heap (seen: about one SIGTERM in four right after an evaluation aborted in
+ * free). So before fit starts any thread, SIGINT and SIGTERM are blocked in this one (every
+ * thread started later, OpenMP's, the loader's and MPI's, inherits the mask) and left to a
+ * thread of their own. Until the handler is installed their default action still ends the
+ * process. If that thread cannot start, signals are left as they were. */
+static void route_signals(void) {
+    sigset_t set, old;
+    (void)sigemptyset(&set);
+    (void)sigaddset(&set, SIGINT);
+    (void)sigaddset(&set, SIGTERM);
+    if (pthread_sigmask(SIG_BLOCK, &set, &old) != 0) return;
+    pthread_t th;
+    if (pthread_create(&th, NULL, signal_thread, NULL) != 0) {
+        (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return;
+    }
+    (void)pthread_detach(th);
 }
 
 /* ---- the session: the context's log, log.txt and the progress display ---- */
@@ -595,6 +630,7 @@ static int cmd_fit(int argc, char **argv) {
         rc = EXIT_USAGE;
         goto out_free;
     }
+    route_signals(); /* before the first thread starts */
     session s;
     ct_ctx *ctx;
     if ((rc = open_session(&s, &ctx)) != 0) goto out_free;
