@@ -112,7 +112,8 @@ CT_API ct_experiment_params ct_experiment_default_params(void);
  * them. fit (unless read_only) creates output_dir and writes the config there as
  * config.yaml. Errors: CT_ERR_CONFIG for a component's bad key or value (naming the file, line and
  * section), CT_ERR_IO / CT_ERR_FORMAT for data files, and the builders' own. *out is NULL on
- * failure.
+ * failure. The config is borrowed: keep it until the experiment is destroyed. fit takes the run
+ * directory's lock, which destroy releases.
  */
 CT_API ct_status ct_experiment_create(ct_ctx *ctx,
                                       ct_config *resolved,

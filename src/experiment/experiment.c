@@ -864,7 +864,6 @@ static void tb_failed(ct_experiment *e) {
     ct_log(e->ctx, CT_LOG_WARN, "tensorboard: %s; no more events are written",
            ct_last_error(e->ctx));
     ct_tb_close(e->tb);
-    if (e->lock_fd >= 0) (void)close(e->lock_fd);
     e->tb = NULL;
 }
 
@@ -1457,6 +1456,7 @@ void ct_experiment_destroy(ct_experiment *e) {
     if (e->jsonl) (void)fclose(e->jsonl);
     if (e->csv) (void)fclose(e->csv);
     ct_tb_close(e->tb);
+    if (e->lock_fd >= 0) (void)close(e->lock_fd); /* the run directory is free again */
     ct_trainer_destroy(e->trainer);
     ct_schedule_destroy(e->sched);
     ct_optim_destroy(e->opt);
