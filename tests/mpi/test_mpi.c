@@ -32,7 +32,8 @@ static const char *const k_config = "seed: 5\n"
                                     "  prefetch: 0\n"
                                     "model: {type: mlp, hidden: [16, 16]}\n"
                                     "optimizer: %s\n"
-                                    "trainer: {max_steps: %d, max_epochs: 0, bucket_mb: %g}\n"
+                                    "trainer: {max_steps: %d, max_epochs: 0, bucket_mb: %g, "
+                                    "precision: %s}\n"
                                     "metrics:\n"
                                     "  test: [accuracy, {type: confusion}]\n"
                                     "checkpoint: {enabled: false}\n"
@@ -45,10 +46,11 @@ typedef struct run {
 } run;
 
 static const ct_trainer_callbacks *g_callbacks; /* for the next build, or NULL */
+static const char *g_precision = "fp32";        /* trainer.precision of the next build */
 
 static run build(const char *optimizer, int batch, int steps, double bucket_mb, ct_comm *comm) {
     char text[2048];
-    (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps, bucket_mb);
+    (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps, bucket_mb, g_precision);
     run r = {NULL, NULL};
     ct_status s = ct_config_load_string(g_ctx, "mpi.yaml", text, strlen(text), &r.cfg);
     if (s == CT_OK) s = ct_experiment_resolve(g_ctx, r.cfg);
@@ -120,15 +122,20 @@ static void mpi_sum_should_be_exact_and_identical_on_every_rank(void) {
  * gradient is the mean over the same B x W samples (DistributedSampler's strided shards of
  * the same permutation), summed in another order. With buckets of 0 (one all-reduce after the
  * backward pass), 512 bytes (the 435 parameters in two buckets, the first started during the
- * backward pass) and 1 MiB (one bucket). */
+ * backward pass) and 1 MiB (one bucket); then the two-bucket case again in bf16 mixed precision.
+ * There the rounding is per element, so on 2 ranks (loss scales 1/8 and 1/16, powers of two)
+ * sharding changes only the f32 summation order, and the 1e-5 holds; on 3 ranks the incoming
+ * gradients scaled by 1/8 and 1/24 round differently to bf16, so the runs agree only to bf16's
+ * precision (0.1 relative after 20 steps; measured 0.01 with SGD, 0.05 with Adam). */
 static void training_should_match_one_process_with_the_global_batch(void) {
     static const char *const optimizers[] = {"{type: sgd, lr: 0.2, momentum: 0.9}",
                                              "{type: adam, lr: 0.01}"};
     static const double buckets[] = {0.0, 512.0 / 1048576.0, 1.0};
     const int batch = 8, steps = 20;
-    for (int c = 0; c < 6; c++) {
+    for (int c = 0; c < 8; c++) {
         int k = c % 2;
-        double mb = buckets[c / 2];
+        double mb = buckets[c < 6 ? c / 2 : 1];
+        g_precision = c < 6 ? "fp32" : "bf16";
         run dist = build(optimizers[k], batch, steps, mb, g_comm);
         run one = build(optimizers[k], batch * (int)g_world, steps, mb, NULL);
         run fresh = build(optimizers[k], batch, steps, mb, NULL);
@@ -137,22 +144,24 @@ static void training_should_match_one_process_with_the_global_batch(void) {
             CT_CHECK_MSG(ct_experiment_fit(one.e) == CT_OK, "%s", ct_last_error(g_ctx));
             CT_CHECK_INT(ct_trainer_step(ct_experiment_trainer(dist.e)), steps);
             int64_t nb = ct_trainer_buckets(ct_experiment_trainer(dist.e));
-            CT_CHECK_MSG(c / 2 == 0   ? nb == 0
-                         : c / 2 == 1 ? nb == 2
-                                      : nb == 1,
+            CT_CHECK_MSG(c / 2 == 0                 ? nb == 0
+                         : c / 2 == 1 || c / 2 == 3 ? nb == 2
+                                                    : nb == 1,
                          "%lld buckets of %g MiB", (long long)nb, mb);
             ct_params *pd = ct_experiment_params_store(dist.e);
             ct_params *po = ct_experiment_params_store(one.e);
             int64_t n = ct_params_numel(pd);
             CT_CHECK_INT(n, ct_params_numel(po));
             double rel = max_rel_diff(ct_params_values(pd), ct_params_values(po), n);
-            CT_CHECK_MSG(rel <= 1e-5,
-                         "%s, buckets of %g MiB: weights differ from one process by %.3g "
+            bool pow2 = (g_world & (g_world - 1)) == 0;
+            CT_CHECK_MSG(rel <= (c < 6 || pow2 ? 1e-5 : 0.1),
+                         "%s, buckets of %g MiB, %s: weights differ from one process by %.3g "
                          "(relative)",
-                         optimizers[k], mb, rel);
+                         optimizers[k], mb, g_precision, rel);
             /* and the ranks did not drift apart by a single bit */
             CT_CHECK_MSG(same_on_every_rank(ct_params_values(pd), sizeof(float) * (size_t)n),
-                         "%s, buckets of %g MiB: the ranks' weights differ", optimizers[k], mb);
+                         "%s, buckets of %g MiB, %s: the ranks' weights differ", optimizers[k], mb,
+                         g_precision);
             /* the weights moved: the comparison above is not between two initialisations */
             double moved = max_rel_diff(ct_params_values(pd),
                                         ct_params_values(ct_experiment_params_store(fresh.e)), n);
@@ -162,6 +171,7 @@ static void training_should_match_one_process_with_the_global_batch(void) {
         done(&dist);
         done(&one);
     }
+    g_precision = "fp32";
 }
 
 /* Evaluating 501 samples on W ranks (unequal shards, none padded) gives one process's counts
