@@ -10,7 +10,12 @@ throughput (samples/s; tokens/s for the GPT), the ratio ctrain / PyTorch (above 
 faster) and each process's peak RSS. PyTorch runs with 1 and with 2 threads and the faster
 is reported (ctrain uses the config's `threads`, default: every core).
 
+With --precision bf16 (the default runs fp32 then bf16) ctrain trains with
+`trainer.precision=bf16` and the twin under `torch.autocast("cpu", dtype=torch.bfloat16)`, the
+PyTorch way to the same mixed precision (f32 master weights, bf16 matmuls and convolutions).
+
     /usr/bin/python3 bench/models.py [--build build] [--models mlp,cnn,gpt] [--repeats 3]
+                                     [--precision fp32,bf16]
 
 Throughput is measured the same way on both sides: wall time over the steps after a warm-up
 (ctrain: the samples_per_sec records of metrics.jsonl after the first; PyTorch: the steps
@@ -32,7 +37,7 @@ FMNIST = "/usr/share/datasets/fashion-mnist/"
 STEPS = {"mlp": 600, "cnn": 120, "gpt": 80}
 
 
-def ctrain_run(ctrain, name, steps, tmp):
+def ctrain_run(ctrain, name, steps, tmp, precision):
     cfg = os.path.join(ROOT, "examples", {"mlp": "fashion_mnist_mlp.yaml",
                                           "cnn": "fashion_mnist_cnn.yaml",
                                           "gpt": "char_gpt.yaml"}[name])
@@ -43,7 +48,7 @@ def ctrain_run(ctrain, name, steps, tmp):
             "checkpoint.enabled=false", "logging.progress=none", "logging.report=none",
             "trainer.max_epochs=0", "trainer.max_steps=%d" % steps,
             "trainer.steps_per_loop=%d" % loop, "scheduler.total=%d" % steps,
-            "scheduler.warmup=%d" % loop]
+            "scheduler.warmup=%d" % loop, "trainer.precision=" + precision]
     if name != "gpt":  # no evaluation engines: nothing to monitor
         args += ["~data.test", "~metrics", "~checkpoint.monitor"]
     else:
@@ -61,7 +66,8 @@ def ctrain_run(ctrain, name, steps, tmp):
     return sps, rss_mib
 
 
-# ---- the PyTorch twins: run in a child process (python3 models.py --torch NAME STEPS THREADS)
+# ---- the PyTorch twins: run in a child process
+# (python3 models.py --torch NAME STEPS THREADS PRECISION)
 # so that each side's peak RSS is its own ----
 
 def load_fmnist(torch):
@@ -89,7 +95,8 @@ def fortune_files():
     return files
 
 
-def torch_twin(name, steps, threads):
+def torch_twin(name, steps, threads, precision):
+    import contextlib
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -184,6 +191,11 @@ def torch_twin(name, steps, threads):
             return F.cross_entropy(model(xb).view(-1, 256), yb.reshape(-1))
         per_step = batch * T
         clip = 1.0
+    if precision == "bf16":
+        def autocast():
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+    else:
+        autocast = contextlib.nullcontext
     it = batches()
     warm = max(steps // 10, 1)
     t0 = None
@@ -192,7 +204,8 @@ def torch_twin(name, steps, threads):
             t0 = time.perf_counter()
         xb, yb = next(it)
         opt.zero_grad(set_to_none=True)
-        loss = loss_of(xb, yb)
+        with autocast():
+            loss = loss_of(xb, yb)
         loss.backward()
         if clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -201,10 +214,11 @@ def torch_twin(name, steps, threads):
     print(json.dumps({"sps": (steps - warm) * per_step / dt}))
 
 
-def torch_run(name, steps, threads, tmp):
+def torch_run(name, steps, threads, tmp, precision):
     rss_file = os.path.join(tmp, "rss-torch")
     res = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss_file, sys.executable,
-                          os.path.abspath(__file__), "--torch", name, str(steps), str(threads)],
+                          os.path.abspath(__file__), "--torch", name, str(steps), str(threads),
+                          precision],
                          capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit("models.py: the PyTorch twin failed:\n" + res.stderr[-3000:])
@@ -213,36 +227,39 @@ def torch_run(name, steps, threads, tmp):
 
 
 def main():
-    if len(sys.argv) == 5 and sys.argv[1] == "--torch":
-        torch_twin(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) == 6 and sys.argv[1] == "--torch":
+        torch_twin(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--models", default="mlp,cnn,gpt")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--precision", default="fp32,bf16")
     a = ap.parse_args()
     ctrain = os.path.join(a.build, "ctrain")
     tmp = tempfile.mkdtemp(prefix="ctrain-models-")
     unit = {"mlp": "samples/s", "cnn": "samples/s", "gpt": "tokens/s"}
-    print("%-4s %6s %10s %10s %8s %7s %11s %11s" % ("", "steps", "ctrain", "PyTorch", "threads",
+    print("%-9s %6s %10s %10s %8s %7s %11s %11s" % ("", "steps", "ctrain", "PyTorch", "threads",
                                                     "ratio", "ctrain MiB", "PyTorch MiB"))
     try:
-        for name in a.models.split(","):
+        for precision, name in [(p, n) for p in a.precision.split(",")
+                                for n in a.models.split(",")]:
             steps = STEPS[name]
             mine, theirs = [], {1: [], 2: []}
             rss_mine, rss_theirs = [], []
             for _ in range(a.repeats):
-                sps, rss = ctrain_run(ctrain, name, steps, tmp)
+                sps, rss = ctrain_run(ctrain, name, steps, tmp, precision)
                 mine.append(sps * (128 if name == "gpt" else 1))
                 rss_mine.append(rss)
                 for th in (1, 2):
-                    sps, rss = torch_run(name, steps, th, tmp)
+                    sps, rss = torch_run(name, steps, th, tmp, precision)
                     theirs[th].append(sps)
                     rss_theirs.append(rss)
             best_th = max(theirs, key=lambda k: statistics.median(theirs[k]))
             m, t = statistics.median(mine), statistics.median(theirs[best_th])
-            print("%-4s %6d %10.0f %10.0f %8d %7.2f %11.0f %11.0f  (%s)" % (
-                name, steps, m, t, best_th, m / t, max(rss_mine), max(rss_theirs), unit[name]))
+            print("%-9s %6d %10.0f %10.0f %8d %7.2f %11.0f %11.0f  (%s)" % (
+                name + " " + precision, steps, m, t, best_th, m / t, max(rss_mine),
+                max(rss_theirs), unit[name]))
             sys.stdout.flush()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
