@@ -3,7 +3,7 @@
  *
  *   bench_ops CASE [--threads N] [--iters N]
  *
- * CASE is linear, conv2d, attention or mlp_step (see bench/run.py for the shapes, which both
+ * CASE is linear, conv2d, attention, mlp_step or mlp32_step (see bench/run.py for the shapes, which both
  * sides share). Prints one line: "CASE median_ms min_ms iters". Each iteration is a forward
  * and backward (mlp_step: a whole training step with Adam) on a reset graph, after warm-up.
  */
@@ -75,8 +75,19 @@ static void setup(bench *b, const char *name) {
         b->labels = calloc(256, sizeof(int64_t));
         for (int i = 0; i < 256; i++)
             b->labels[i] = i % 10;
+    } else if (strcmp(name, "mlp32_step") == 0) {
+        b->w[0] = param(b, "fc1.weight", 2, (int64_t[]){32, 32});
+        b->w[1] = param(b, "fc1.bias", 1, (int64_t[]){32});
+        b->w[2] = param(b, "fc2.weight", 2, (int64_t[]){10, 32});
+        b->w[3] = param(b, "fc2.bias", 1, (int64_t[]){10});
+        b->x = randn(256 * 32, 1);
+        b->labels = calloc(256, sizeof(int64_t));
+        for (int i = 0; i < 256; i++)
+            b->labels[i] = i % 10;
     } else {
-        fprintf(stderr, "bench_ops: unknown case '%s' (linear, conv2d, attention, mlp_step)\n",
+        fprintf(stderr,
+                "bench_ops: unknown case '%s' (linear, conv2d, attention, mlp_step, "
+                "mlp32_step)\n",
                 name);
         exit(2);
     }
@@ -108,8 +119,8 @@ static void run_once(bench *b, const char *name) {
         x->flags |= CT_TENSOR_REQUIRES_GRAD;
         out = ct_op_sum_all(g, ct_op_causal_attention(g, x, 4));
     } else {
-        int64_t i = b->step++ % 256;
-        ct_tensor *x = ct_graph_wrap(g, b->x + i * 784, CT_F32, 2, (int64_t[]){1, 784});
+        int64_t in = strcmp(name, "mlp_step") == 0 ? 784 : 32, i = b->step++ % 256;
+        ct_tensor *x = ct_graph_wrap(g, b->x + i * in, CT_F32, 2, (int64_t[]){1, in});
         ct_tensor *y = ct_graph_wrap(g, b->labels + i, CT_I64, 1, (int64_t[]){1});
         ct_tensor *h = ct_op_relu(g, ct_op_linear(g, x, b->w[0], b->w[1]));
         ct_cross_entropy_params ce = ct_cross_entropy_default_params();
@@ -119,7 +130,7 @@ static void run_once(bench *b, const char *name) {
         fprintf(stderr, "bench_ops: %s: %s\n", name, ct_last_error(b->ctx));
         exit(1);
     }
-    if (strcmp(name, "mlp_step") == 0) ct_optim_step(b->opt);
+    if (strncmp(name, "mlp", 3) == 0) ct_optim_step(b->opt);
 }
 
 int main(int argc, char **argv) {

@@ -11,6 +11,7 @@ Cases (each iteration is forward + backward; mlp_step is a whole training step w
   attention  qkv [16, 128, 384] -> causal self-attention, 4 heads of 32, sum, backward
   mlp_step   batch 1: Linear(784,128) -> ReLU -> Linear(128,10) -> cross-entropy, backward,
              Adam step (framework overhead: the arithmetic is tiny); cycles over 256 samples
+  mlp32_step the same with issue 7's width-32 MLP: Linear(32,32) -> ReLU -> Linear(32,10)
   loader_plain  one epoch of Fashion-MNIST train (60,000 x 28 x 28 u8), shuffled batches of
              128, converted to f32 in [0, 1]; PyTorch: a Dataset over the same tensors and a
              DataLoader with num_workers=0 (its single-process default)
@@ -28,7 +29,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-CASES = ["linear", "conv2d", "attention", "mlp_step", "loader_plain", "loader_aug"]
+CASES = ["linear", "conv2d", "attention", "mlp_step", "mlp32_step", "loader_plain",
+         "loader_aug"]
 FMNIST = "/usr/share/datasets/fashion-mnist/"
 
 
@@ -68,11 +70,12 @@ def torch_case(name):
             y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
             y.sum().backward()
         return step
-    if name == "mlp_step":
-        model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(),
-                                    torch.nn.Linear(128, 10))
+    if name in ("mlp_step", "mlp32_step"):
+        width, hidden = (784, 128) if name == "mlp_step" else (32, 32)
+        model = torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.ReLU(),
+                                    torch.nn.Linear(hidden, 10))
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        xs = torch.randn(256, 1, 784)
+        xs = torch.randn(256, 1, width)
         ys = torch.arange(256).remainder(10).view(256, 1)
         i = [0]
 
