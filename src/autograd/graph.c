@@ -18,8 +18,17 @@ typedef struct outside_leaf {
     struct outside_leaf *next;
 } outside_leaf;
 
+/* A gradient buffer whose tensor's node has run its backward pass: no later node reads or
+ * writes it, so ct_graph_grad hands it to another tensor (PyTorch frees such gradients too).
+ * The entry lives in the buffer itself. */
+typedef struct spare_grad {
+    size_t bytes;
+    struct spare_grad *next;
+} spare_grad;
+
 struct ct_graph {
     ct_ctx *ctx;
+    spare_grad *spare; /* recycled gradient buffers of this backward pass */
     ct_arena arena;
     ct_node *tape; /* newest node */
     outside_leaf *outside;
@@ -73,6 +82,7 @@ void ct_graph_reset(ct_graph *g) {
         l->t->grad = NULL;
     g->outside = NULL;
     ct_arena_reset(&g->arena);
+    g->spare = NULL;
     g->tape = NULL;
     g->status = CT_OK;
 }
@@ -218,6 +228,30 @@ ct_node *ct_graph_record(
     return n;
 }
 
+/* The smallest spare buffer that holds `bytes`, taken off the list; NULL when none does. */
+static float *take_spare(ct_graph *g, size_t bytes) {
+    spare_grad **best = NULL;
+    for (spare_grad **s = &g->spare; *s; s = &(*s)->next)
+        if ((*s)->bytes >= bytes && (!best || (*s)->bytes < (*best)->bytes)) best = s;
+    if (!best) return NULL;
+    spare_grad *found = *best;
+    *best = found->next;
+    return (float *)(void *)found;
+}
+
+/* After node's backward pass: its output's gradient is dead (every reader of the output is a
+ * newer node and has run), so it becomes spare. Tiny buffers are not worth listing. */
+static void spare_output_grad(ct_graph *g, ct_node *node) {
+    ct_tensor *out = node->out;
+    size_t bytes = (size_t)ct_tensor_numel(out) * sizeof(float);
+    if (!out->grad || (out->flags & CT_TENSOR_PARAM) || bytes < sizeof(spare_grad)) return;
+    spare_grad *s = (spare_grad *)(void *)out->grad;
+    s->bytes = bytes;
+    s->next = g->spare;
+    g->spare = s;
+    out->grad = NULL;
+}
+
 float *ct_graph_grad(ct_graph *g, ct_tensor *t) {
     if (!t || !(t->flags & CT_TENSOR_REQUIRES_GRAD)) return NULL;
     if (!t->grad) {
@@ -229,7 +263,8 @@ float *ct_graph_grad(ct_graph *g, ct_tensor *t) {
             g->outside = l;
         }
         size_t bytes = (size_t)ct_tensor_numel(t) * sizeof(float);
-        t->grad = ct_graph_alloc(g, bytes);
+        t->grad = take_spare(g, bytes);
+        if (!t->grad) t->grad = ct_graph_alloc(g, bytes);
         if (t->grad) memset(t->grad, 0, bytes);
     }
     return t->grad;
@@ -337,6 +372,7 @@ ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
     for (ct_node *node = g->tape; node && g->status == CT_OK; node = node->prev) {
         /* nothing flowed into this node: its parameters' gradients are final all the same */
         if (node->out->grad) node->op->backward(g, node);
+        spare_output_grad(g, node);
         if (tab && g->status == CT_OK) report_ready(g, node, tab, mask);
     }
     return g->status;

@@ -235,6 +235,38 @@ static void graph_should_reuse_released_scratch(void) {
     ct_ctx_destroy(ctx);
 }
 
+/* A chain of 40 tanh over 64k floats: backward reuses the gradient buffers of nodes it has
+ * finished (their outputs' gradients are dead), so the arena grows by a few gradients rather
+ * than 40, and the leaf's gradient is still right: d/dx of tanh^40 at 0 is 1. A second
+ * backward in the same step gives the same gradient again (nothing left over). */
+static void graph_should_recycle_dead_gradients_in_backward(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_graph_create(ctx, NULL, &g), CT_OK);
+    enum { N = 1 << 16, DEPTH = 40 };
+    size_t bytes = (size_t)N * sizeof(float);
+    ct_tensor *x = ct_graph_zeros(g, CT_F32, 1, (int64_t[]){N});
+    x->flags |= CT_TENSOR_REQUIRES_GRAD;
+    ct_tensor *h = x;
+    for (int i = 0; i < DEPTH; i++)
+        h = ct_op_tanh(g, h);
+    ct_tensor *loss = ct_op_sum_all(g, h);
+    size_t forward = ct_graph_arena_capacity(g);
+    CT_CHECK_INT(ct_graph_backward(g, loss), CT_OK);
+    size_t grown = ct_graph_arena_capacity(g) - forward;
+    CT_CHECK_MSG(grown <= 4 * bytes, "backward grew the arena by %zu bytes (%zu per gradient)",
+                 grown, bytes);
+    CT_CHECK(ct_tensor_get_f32(x, 0) == 0.0f && x->grad && x->grad[0] == 1.0f &&
+             x->grad[N - 1] == 1.0f);
+    CT_CHECK(h->grad == NULL); /* an intermediate's gradient is not kept, as in PyTorch */
+    memset(x->grad, 0, bytes);
+    CT_CHECK_INT(ct_graph_backward(g, loss), CT_OK);
+    CT_CHECK(x->grad[0] == 1.0f && x->grad[N / 2] == 1.0f);
+    CT_CHECK_INT(ct_graph_arena_capacity(g) - forward, grown);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+}
+
 static void params_should_live_in_one_buffer(void) {
     test_alloc ta = {0};
     ct_ctx *ctx = make_ctx(&ta);
@@ -393,6 +425,7 @@ int main(void) {
     CT_RUN(graph_should_stop_allocating_after_first_step);
     CT_RUN(graph_should_keep_first_failure_sticky);
     CT_RUN(graph_should_reuse_released_scratch);
+    CT_RUN(graph_should_recycle_dead_gradients_in_backward);
     CT_RUN(params_should_live_in_one_buffer);
     CT_RUN(params_should_reject_totals_that_overflow);
     CT_RUN(core_should_bound_threads_and_learning_rates);
