@@ -76,14 +76,20 @@ ct_status ct_dataset_open(ct_ctx *ctx, const char *type, const ct_options *opts,
     if (!vt) {
         int64_t n;
         const ct_dataset_vtable *const *t = ct_dataset_types(&n);
-        char list[256];
+        char list[256], hint[96];
         size_t off = 0;
         list[0] = '\0';
-        for (int64_t i = 0; i < n && off < sizeof list; i++)
-            off +=
-                (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", t[i]->name);
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown dataset type '%s' (known: %s)", where(opts),
-                       type ? type : "(none)", list);
+        ct_suggest sg;
+        ct_suggest_init(&sg, type);
+        for (int64_t i = 0; i < n; i++) {
+            ct_suggest_add(&sg, t[i]->name);
+            if (off < sizeof list)
+                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
+                                        t[i]->name);
+        }
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown dataset type '%s'%s (known: %s)",
+                       where(opts), type ? type : "(none)", ct_suggest_hint(&sg, hint, sizeof hint),
+                       list);
     }
     return ct_dataset_open_with(ctx, vt, opts, out);
 }

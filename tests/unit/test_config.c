@@ -1143,9 +1143,11 @@ static void schema_should_reject_values_out_of_range_and_bad_names(void) {
     CHECK_HAS(m, "sgd");
     CHECK_HAS(m, "adamw");
     CHECK_HAS(m, "adagrad");
+    CHECK_HAS(m, "(did you mean 'adam'?)");
     m = resolve_error(&f, "task: vision\n");
     CHECK_HAS(m, "key 'task': 'vision' is not one of: ");
     CHECK_HAS(m, "classification");
+    CT_CHECK(strstr(m, "did you mean") == NULL); /* nothing near */
     CHECK_HAS(resolve_error(&f, "trainer: {on_nonfinite: ignore}\n"), "stop");
     CHECK_HAS(resolve_error(&f, "checkpoint: {mode: biggest}\n"), "min");
     /* from an override: named as such */

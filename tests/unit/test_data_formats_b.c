@@ -714,7 +714,8 @@ static void options_should_reject_unknown_keys_and_bad_values(void) {
     CHECK_ERR(ctx, "unknown key 'targte'");
     CHECK_ERR(ctx, "known: path, features, target, task, delimiter, standardize, stats_from");
     CT_CHECK_INT(OPEN(ctx, "text", &ds, {"files", path}, {"contxt", "2"}), CT_ERR_CONFIG);
-    CHECK_ERR(ctx, "unknown key 'contxt' (known: files, context, stride)");
+    CHECK_ERR(ctx,
+              "unknown key 'contxt' (did you mean 'context'?) (known: files, context, stride)");
     CT_CHECK_INT(OPEN(ctx, "tokens", &ds, {"path", path}, {"vocab", "9"}, {"strde", "1"}),
                  CT_ERR_CONFIG);
     CHECK_ERR(ctx, "unknown key 'strde'");

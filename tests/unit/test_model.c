@@ -102,7 +102,8 @@ static void model_should_reject_unknown_types_keys_and_shapes(void) {
 
     /* builders */
     CT_CHECK_INT(ct_model_build(f.ctx, "rnn", NULL, f.params, CT_F32, 1, in, &f.m), CT_ERR_CONFIG);
-    CT_CHECK(has(ct_last_error(f.ctx), "unknown model type 'rnn' (known: mlp, cnn, gpt)"));
+    CT_CHECK(has(ct_last_error(f.ctx),
+                 "unknown model type 'rnn' (did you mean 'cnn'?) (known: mlp, cnn, gpt)"));
     ct_options o1 = {(const ct_option[]){{"hidden", "16,x"}, {"out", "2"}}, 2, "exp.yaml: model"};
     CT_CHECK_INT(ct_model_build(f.ctx, "mlp", &o1, f.params, CT_F32, 1, in, &f.m), CT_ERR_CONFIG);
     CT_CHECK(has(ct_last_error(f.ctx), "exp.yaml: model: key 'hidden'"));
