@@ -216,6 +216,11 @@ expect error_yaml_syntax 2 "e_syntax\.yaml:7:[0-9]+: YAML syntax error" -- \
 edit_line 6 '  batch_size: 32\n  batch_size: 16' e_dup.yaml
 expect error_duplicate_key 2 "e_dup\.yaml:7:[0-9]+: duplicate key 'batch_size'" -- \
     "$ctrain" config e_dup.yaml
+# messages name the user's file, not ctrain's sources (CTRAIN_DEBUG=1 keeps those for a bug report)
+expect error_no_source_location 2 "^ctrain: error: e_type\.yaml:8:[0-9]+: key 'optimizer\.lr'" \
+    '![a-z_]+\.c:[0-9]+: ' -- "$ctrain" config e_type.yaml
+expect error_debug_source_location 2 '^ctrain: error: [a-z_]+\.c:[0-9]+: e_type\.yaml:8:' -- \
+    env CTRAIN_DEBUG=1 "$ctrain" config e_type.yaml
 printf 'just a scalar\n' >e_scalar.yaml
 expect error_not_a_mapping 2 'e_scalar\.yaml.*expected a mapping' -- "$ctrain" config e_scalar.yaml
 expect error_stops_fit_early 2 "unknown key 'optimzer'" -- \

@@ -109,8 +109,47 @@ static void say(session *s, const char *fmt, ...) {
     to_log(s, "", buf);
 }
 
+/* Length of a library source location "name.c:123: " at p, or 0. */
+static size_t source_prefix(const char *p) {
+    size_t n = 0;
+    while ((p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
+           (p[n] >= '0' && p[n] <= '9') || p[n] == '_' || p[n] == '-')
+        n++;
+    if (n == 0 || p[n] != '.' || (p[n + 1] != 'c' && p[n + 1] != 'h') || p[n + 2] != ':') return 0;
+    size_t d = n + 3;
+    while (p[d] >= '0' && p[d] <= '9')
+        d++;
+    return d > n + 3 && p[d] == ':' && p[d + 1] == ' ' ? d + 2 : 0;
+}
+
+/* A library message as users see it: without the "schema.c:289: " locations that CT_FAIL puts
+ * at the front of each message (and ct_err_wrap then inside), which name ctrain's sources, not
+ * the user's file. CTRAIN_DEBUG=1 keeps them, for a bug report. */
+static const char *user_text(const char *msg, char *buf, size_t size) {
+    const char *debug = getenv("CTRAIN_DEBUG");
+    if ((debug && debug[0] && strcmp(debug, "0") != 0) || size == 0) return msg;
+    size_t at = 0;
+    for (const char *p = msg; *p && at + 1 < size;) {
+        size_t skip = (p == msg || p[-1] == ' ') ? source_prefix(p) : 0;
+        if (skip) {
+            p += skip;
+            continue;
+        }
+        buf[at++] = *p++;
+    }
+    buf[at] = '\0';
+    return buf;
+}
+
+/* The context's last error as users see it (user_text). */
+static const char *error_text(const ct_ctx *ctx, char *buf, size_t size) {
+    return user_text(ct_last_error(ctx), buf, size);
+}
+
 static void log_fn(void *user, ct_log_level level, const char *msg) {
     session *s = user;
+    char text[2048];
+    msg = user_text(msg, text, sizeof text);
     static const char *const names[] = {"debug", "info", "warning", "error"};
     const char *name = (unsigned)level < CT_LOG_LEVEL_COUNT ? names[level] : "log";
     char prefix[16];
@@ -308,7 +347,10 @@ static void usage(FILE *f) {
                   "\n"
                   "exit codes: 0 success, 1 the run failed, 2 usage, configuration or input "
                   "error,\n"
-                  "            130 interrupted (SIGINT), 143 stopped (SIGTERM)\n");
+                  "            130 interrupted (SIGINT), 143 stopped (SIGTERM)\n"
+                  "\n"
+                  "environment: CTRAIN_DEBUG=1 adds ctrain's source locations to error "
+                  "messages\n");
 }
 
 /* The bundled example experiments: installed beside the binary (PREFIX/share/ctrain/examples),
@@ -346,7 +388,8 @@ static int setup_code(ct_status s) {
 }
 
 static int fail(ct_ctx *ctx, int code) {
-    (void)fprintf(stderr, "ctrain: error: %s\n", ct_last_error(ctx));
+    char text[2048];
+    (void)fprintf(stderr, "ctrain: error: %s\n", error_text(ctx, text, sizeof text));
     return code;
 }
 
@@ -355,8 +398,9 @@ static int fail(ct_ctx *ctx, int code) {
  * process, fail(). */
 static int rank_fail(const session *s, ct_ctx *ctx, int code) {
     if (s->world < 2) return fail(ctx, code);
+    char text[2048];
     (void)fprintf(stderr, "ctrain: error: rank %lld of %lld: %s\n", (long long)s->rank,
-                  (long long)s->world, ct_last_error(ctx));
+                  (long long)s->world, error_text(ctx, text, sizeof text));
     (void)fflush(stderr);
     ct_comm_abort(s->comm, code);
     return code;
@@ -681,7 +725,9 @@ static int cmd_fit(int argc, char **argv) {
             rc = rank_fail(&s, ctx, st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED);
             goto out;
         }
-        say(&s, "ctrain: error: %s%s", s.world > 1 ? "rank 0: " : "", ct_last_error(ctx));
+        char text[2048];
+        say(&s, "ctrain: error: %s%s", s.world > 1 ? "rank 0: " : "",
+            error_text(ctx, text, sizeof text));
         rc = st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED;
         if (s.log_file) (void)fflush(s.log_file);
         ct_comm_abort(s.comm, rc);
@@ -989,7 +1035,8 @@ static int list_tensors(const char *path) {
 static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
     int64_t step = -1;
     if (ct_checkpoint_verify(ctx, dir, &step) != CT_OK) {
-        (void)printf("  %s: DAMAGED: %s\n", dir, ct_last_error(ctx));
+        char text[2048];
+        (void)printf("  %s: DAMAGED: %s\n", dir, error_text(ctx, text, sizeof text));
         return 1;
     }
     char path[1200];
@@ -1058,7 +1105,8 @@ static int cmd_inspect(int argc, char **argv) {
         (void)printf("run %s\n", p);
         int64_t steps[4096], count = 0;
         if (ct_checkpoint_list(ctx, p, steps, 4096, &count) != CT_OK) {
-            (void)printf("  cannot list: %s\n", ct_last_error(ctx));
+            char text[2048];
+            (void)printf("  cannot list: %s\n", error_text(ctx, text, sizeof text));
             bad = 1;
         }
         static const char *const ptrs[] = {"latest", "best"};
