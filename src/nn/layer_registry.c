@@ -61,6 +61,16 @@ const ct_model_builder *ct_model_builder_find(const char *name) {
     return NULL;
 }
 
+const char *const *ct_layer_type_keys(const char *type) {
+    const ct_layer_type *t = ct_layer_type_find(type);
+    return t ? t->keys : NULL;
+}
+
+const char *const *ct_model_type_keys(const char *type) {
+    const ct_model_builder *b = ct_model_builder_find(type);
+    return b ? b->keys : NULL;
+}
+
 /* Writes "a, b, c" of the names f(0), f(1), ... into buf, and the one nearest to s's word
  * into hint (" (did you mean 'b'?)" or ""). */
 static void list_names(const char *(*f)(int64_t),

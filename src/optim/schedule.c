@@ -371,6 +371,16 @@ static const sched_type types[] = {
 };
 enum { N_TYPES = (int)(sizeof types / sizeof types[0]) };
 
+const char *ct_schedule_type_name(int64_t i) {
+    return i >= 0 && i < N_TYPES ? types[i].name : NULL;
+}
+
+const char *const *ct_schedule_type_keys(const char *type) {
+    for (int i = 0; i < N_TYPES && type; i++)
+        if (strcmp(types[i].name, type) == 0) return types[i].keys;
+    return NULL;
+}
+
 /* ---- the schedule ---- */
 
 static void reset(ct_schedule *s) {

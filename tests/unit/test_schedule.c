@@ -41,6 +41,14 @@ static void schedule_should_reject_unknown_types_and_keys(void) {
                 "unknown schedule type 'cosin' (did you mean 'cosine'?)");
     expect_fail("cosin", &none, CT_ERR_CONFIG, "warmup_cosine, onecycle, polynomial, plateau");
     expect_fail(NULL, &none, CT_ERR_CONFIG, "known: constant");
+    /* the table, for checking a configuration before building */
+    int64_t n = 0;
+    while (ct_schedule_type_name(n))
+        n++;
+    CT_CHECK(n == 10 && !strcmp(ct_schedule_type_name(4), "cosine"));
+    CT_CHECK(ct_schedule_type_keys("cosine") &&
+             !strcmp(ct_schedule_type_keys("cosine")[0], "t_max"));
+    CT_CHECK(ct_schedule_type_keys("cosin") == NULL && ct_schedule_type_name(-1) == NULL);
     ct_options o = OPTS({"stepsize", "3"});
     expect_fail("step", &o, CT_ERR_CONFIG,
                 "unknown key 'stepsize' (did you mean 'step_size'?) (known: step_size, gamma)");
