@@ -233,12 +233,50 @@ verdict error_leaves_no_run_dir "$why"
 
 edit_line 3 '  train: {type: synthetic, kind: blobs, n: 2000, features: 8, classes: 4, colour: red}' \
     e_option.yaml
-expect error_dataset_option 2 "e_option\.yaml:3:[0-9]+: data\.train: unknown key 'colour'" -- \
+expect error_dataset_option 2 "e_option\.yaml:3:[0-9]+: unknown key 'data\.train\.colour'" -- \
     "$ctrain" fit e_option.yaml ++output_dir=e_option "${quiet[@]}"
 edit_line 3 "  train: {type: idx, images: $work/no-images.gz, labels: $work/no-labels.gz}" \
     e_nofile.yaml
 expect error_missing_data_file 2 "e_nofile\.yaml:3:[0-9]+: data\.train: .*no-images\.gz: cannot open" -- \
     "$ctrain" fit e_nofile.yaml ++output_dir=e_nofile "${quiet[@]}"
+
+# every component's keys and type names are checked before any data file is opened: a misspelt
+# model key is reported, not the missing file, with the key's own position and a suggestion
+cat >e_early.yaml <<EOF
+data:
+  train: {type: idx, images: $work/no-images.gz, labels: $work/no-labels.gz}
+model:
+  type: mlp
+  actvation: relu
+EOF
+expect error_component_key_before_data 2 \
+    "e_early\.yaml:5:3: unknown key 'model\.actvation' \(did you mean 'model\.activation'\?\)" \
+    '!no-images' -- "$ctrain" fit e_early.yaml ++output_dir=e_early "${quiet[@]}"
+verdict error_component_key_leaves_no_run_dir "$([[ -e e_early ]] && echo "e_early/ was created")"
+edit_line 7 'model: {type: sequential, layers: [flatten, {type: lnear, out: 4}]}' e_layer.yaml
+expect error_layer_type 2 "e_layer\.yaml:7:[0-9]+: key 'model\.layers\.1\.type': unknown layer \
+type 'lnear' \(did you mean 'linear'\?\)" -- "$ctrain" config e_layer.yaml
+edit_line 12 '  valid: [acuracy]' e_metric.yaml
+expect error_metric_type 2 "e_metric\.yaml:12:[0-9]+: key 'metrics\.valid\.0': unknown metric \
+type 'acuracy' \(did you mean 'accuracy'\?\)" -- "$ctrain" config e_metric.yaml
+expect error_metric_option 2 "^ctrain: error: command line: metrics\.valid\.1: unknown key \
+'averag' \(did you mean 'average'\?\)" -- "$ctrain" config tiny.yaml \
+    'metrics.valid.1={type: f1, averag: macro}'
+# what the data decide (topk's k against 4 classes) is still reported where it was written
+expect error_metric_needs_data 2 "^ctrain: error: command line: metrics\.valid\.0: .*k = 5 .*4 classes" \
+    -- "$ctrain" config tiny.yaml 'metrics.valid.0=topk'
+expect error_schedule_key 2 "command line: unknown key 'scheduler\.t_maxx' \(did you mean \
+'scheduler\.t_max'\?\)" -- "$ctrain" config tiny.yaml +scheduler.t_maxx=3
+expect error_ema_key 2 "command line: trainer\.ema: unknown key 'decy' \(did you mean 'decay'\?\)" \
+    -- "$ctrain" config tiny.yaml ++trainer.ema.decy=0.9
+# a value set on the command line in a mapping from the file says where it came from
+expect error_component_value_from_command_line 2 \
+    "tiny\.yaml:7:1: model \(dropout set on the command line\): key 'dropout': 2 is out of range" \
+    -- "$ctrain" config tiny.yaml +model.dropout=2
+# metrics for an engine without data would silently never be computed
+expect error_metrics_without_data 2 \
+    "tiny\.yaml:12:[0-9]+: key 'metrics\.valid': metrics for data\.valid, which is not set" -- \
+    "$ctrain" config tiny.yaml '~data.valid'
 
 # ---- eval: reads the run directory, writes nothing ----
 
@@ -293,7 +331,7 @@ expect inspect_not_a_run 2 'neither a run directory' -- "$ctrain" inspect "$work
 expect inspect_missing 2 'not a directory' -- "$ctrain" inspect "$work/nothere"
 
 # valid means fit would start: `config` checks the components' keys and opens the data too
-expect config_checks_components 2 "data\.train: unknown key 'colour'" -- \
+expect config_checks_components 2 "unknown key 'data\.train\.colour'" -- \
     "$ctrain" config e_option.yaml
 expect split_whole 2 "key 'split'.*expected a fraction in \(0, 1\)" -- \
     "$ctrain" config tiny.yaml data.valid.split=1
