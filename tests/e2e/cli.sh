@@ -178,6 +178,11 @@ expect override_schema_default 0 '^  progress: plain$' -- \
 expect override_add_unknown_key 2 "unknown key 'x'" -- "$ctrain" config tiny.yaml +x=1
 expect override_add_existing 2 "'optimizer\.lr' is already set" -- \
     "$ctrain" config tiny.yaml +optimizer.lr=0.3
+expect override_delete_value 0 '!f1' -- \
+    "$ctrain" config tiny.yaml '~metrics.valid=[accuracy, {type: f1, average: macro}]'
+expect override_delete_other_value 2 \
+    "key 'optimizer\.lr' is 0\.1 in tiny\.yaml, not 0\.2; nothing was deleted" -- \
+    "$ctrain" config tiny.yaml '~optimizer.lr=0.2'
 expect override_delete_missing 2 "'early_stopping\.patience' is not in tiny\.yaml" -- \
     "$ctrain" config tiny.yaml '~early_stopping.patience'
 expect override_malformed 2 "expected key=value" -- "$ctrain" config tiny.yaml optimizer.lr
