@@ -322,6 +322,8 @@ expect inspect_run 0 '^run run$' 'latest -> step-0+150' 'best -> step-' \
     'step-0+150: ok, step 150, epoch 3' '^ok$' -- "$ctrain" inspect run
 ck=$(latest_dir run)
 expect inspect_checkpoint 0 "^checkpoint $ck\$" 'model\.safetensors \([0-9]+ bytes' \
+    'ok, step 150, epoch 3, fingerprint [0-9a-f]{16}, best valid/acc 0\.[0-9]+ at step (50|100|150)$' \
+    '^  recorded at step 150: train/loss [0-9.]+, lr [0-9.e-]+, .*valid/acc 0\.[0-9]+.*test/acc' \
     '0\.weight +F32 +\[32, 8\]' '2\.weight +F32 +\[4, 32\]' '^ok$' -- "$ctrain" inspect "$ck"
 cp -r run damaged
 f=$(latest_dir damaged)/model.safetensors

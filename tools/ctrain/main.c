@@ -1033,6 +1033,73 @@ static int list_tensors(const char *path) {
     return rc;
 }
 
+/* A double as state.json stores it: the 16 hex digits of its bits, so it reads back exactly. */
+static bool hex_double(const json_t *j, double *out) {
+    const char *s = json_string_value(j);
+    if (!s || strlen(s) != 16) return false;
+    uint64_t bits = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return false;
+        bits = bits << 4 | (uint64_t)d;
+    }
+    memcpy(out, &bits, sizeof *out);
+    return true;
+}
+
+/* The metric that picks `best` in the run whose checkpoints/ holds dir: checkpoint.monitor of
+ * its config.yaml, or valid/loss when that is empty and there is validation data. */
+static void monitor_name(ct_ctx *ctx, const char *dir, char *buf, size_t size) {
+    char path[1300];
+    (void)snprintf(path, sizeof path, "%s/../../config.yaml", dir);
+    (void)snprintf(buf, size, "monitor");
+    ct_config *cfg = NULL;
+    if (ct_config_load_file(ctx, path, &cfg) != CT_OK) return;
+    const ct_cfg_node *root = ct_config_root(cfg), *m = ct_config_find(root, "checkpoint.monitor");
+    if (m && m->kind == CT_CFG_SCALAR && m->value && m->value[0])
+        (void)snprintf(buf, size, "%s", m->value);
+    else if (ct_config_find(root, "data.valid"))
+        (void)snprintf(buf, size, "valid/loss");
+    ct_config_destroy(cfg);
+}
+
+/* The values metrics.jsonl (beside checkpoints/) recorded at step, as "name value" pairs. */
+static void recorded_metrics(const char *dir, int64_t step, char *buf, size_t size) {
+    char path[1300];
+    (void)snprintf(path, sizeof path, "%s/../../metrics.jsonl", dir);
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    json_t *all = json_object();
+    char *line = NULL;
+    size_t cap = 0;
+    while (all && getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (j && json_integer_value(json_object_get(j, "step")) == step) {
+            json_object_del(j, "step");
+            json_object_del(j, "epoch");
+            json_object_del(j, "time");
+            (void)json_object_update(all, j);
+        }
+        json_decref(j);
+    }
+    free(line);
+    (void)fclose(f);
+    size_t at = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(all, key, v) {
+        if (strstr(key, "/confusion/")) continue; /* counts, not a summary */
+        int k = json_is_number(v) ? snprintf(buf + at, size - at, "%s%s %.6g", at ? ", " : "", key,
+                                             json_number_value(v))
+                                  : snprintf(buf + at, size - at, "%s%s null", at ? ", " : "", key);
+        if (k < 0 || (size_t)k >= size - at) break;
+        at += (size_t)k;
+    }
+    json_decref(all);
+}
+
 static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
     int64_t step = -1;
     if (ct_checkpoint_verify(ctx, dir, &step) != CT_OK) {
@@ -1048,8 +1115,21 @@ static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
                  (long long)json_integer_value(json_object_get(st, "epoch")));
     const char *fp = json_string_value(json_object_get(tr, "fingerprint"));
     if (fp) (void)printf(", fingerprint %s", fp);
+    /* the monitor's best so far, as this checkpoint saved it */
+    const json_t *mon = json_object_get(json_object_get(st, "state"), "monitor");
+    double best;
+    if (json_is_true(json_object_get(mon, "has_best")) &&
+        hex_double(json_object_get(mon, "best"), &best)) {
+        char name[256];
+        monitor_name(ctx, dir, name, sizeof name);
+        (void)printf(", best %s %.6g at step %lld", name, best,
+                     (long long)json_integer_value(json_object_get(mon, "best_step")));
+    }
     (void)printf("\n");
     if (tensors) {
+        char rec[2048];
+        recorded_metrics(dir, step, rec, sizeof rec);
+        if (rec[0]) (void)printf("  recorded at step %lld: %s\n", (long long)step, rec);
         const char *name;
         json_t *v;
         json_object_foreach(json_object_get(st, "files"), name, v) {
