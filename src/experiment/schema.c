@@ -205,9 +205,10 @@ static const ct_key_def k_schema[] = {
     {"logging.progress", E, "auto", 0, 0, "auto|bar|plain|none", RES,
      "auto: a redrawn bar on a terminal, plain lines otherwise."},
     {"logging.interval", F, "0.1", 0.001, 1, NULL, RES,
-     "plain: a line every this fraction of an epoch or evaluation..."},
+     "plain: a training line every this fraction of an epoch..."},
     {"logging.interval_seconds", F, "30", 0, BIG, NULL, RES,
-     "...or every this many seconds, whichever comes first."},
+     "...or every this many seconds, whichever comes first. Evaluations, usually short, print "
+     "a line by time only (every this many seconds), and a summary at their end."},
 };
 
 const ct_key_def *ct_experiment_schema(int64_t *count) {
