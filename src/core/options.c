@@ -41,6 +41,9 @@ ct_status ct_options_check(ct_ctx *ctx, const ct_options *opts, const char *cons
                     off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
                                             kn == known ? "" : ", ", *kn);
             }
+            if (!known[0])
+                return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s' (it takes no options)",
+                               where(opts), k);
             return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s (known: %s)", where(opts), k,
                            ct_suggest_hint(&sg, hint, sizeof hint), list);
         }

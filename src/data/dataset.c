@@ -50,9 +50,8 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
     ct_status s = vt->open(ctx, opts, &ds->info, &ds->self);
     if (s != CT_OK) {
         ct_free(ctx, ds, sizeof *ds);
-        /* name the config location once: option errors already start with it */
-        if (opts && opts->where && strstr(ct_last_error(ctx), opts->where))
-            return ct_err_wrap(ctx, "opening a '%s' dataset", vt->name);
+        /* name the config location once, first: option errors already start with it */
+        if (opts && opts->where && strstr(ct_last_error(ctx), opts->where)) return s;
         return ct_err_wrap(ctx, "%s: opening a '%s' dataset", where(opts), vt->name);
     }
     const ct_dataset_info *in = &ds->info;
