@@ -316,6 +316,122 @@ why=
 [[ -e empty_run ]] && why="eval created empty_run/"
 verdict eval_no_checkpoint_writes_nothing "$why"
 
+# ---- predict: CSV and .npy, classification and regression; reads the run directory only ----
+
+# npy_f32 FILE ROWS COLS: a float32 .npy as np.save writes it, of values cycling through 1, -1,
+# 0.5, 2 and 0 (exact in float32, so bytes can be written without a float formatter)
+npy_f32() {
+    local file=$1 rows=$2 cols=$3 i
+    local header="{'descr': '<f4', 'fortran_order': False, 'shape': ($rows, $cols), }"
+    while (((10 + ${#header} + 1) % 64)); do header+=' '; done
+    header+=$'\n'
+    local hl=${#header}
+    local pats=('\x00\x00\x80\x3f' '\x00\x00\x80\xbf' '\x00\x00\x00\x3f' '\x00\x00\x00\x40'
+        '\x00\x00\x00\x00')
+    {
+        printf '\x93NUMPY\x01\x00'
+        # shellcheck disable=SC2059 # the format is the two escapes of the length
+        printf "\\x$(printf %02x $((hl & 255)))\\x$(printf %02x $((hl >> 8)))"
+        printf '%s' "$header"
+        for ((i = 0; i < rows * cols; i++)); do
+            # shellcheck disable=SC2059 # the format is one float's four escaped bytes
+            printf "${pats[i % 5]}"
+        done
+    } >"$file"
+}
+# npy_values FILE: a .npy's float32 values, one a line (after its header)
+npy_values() {
+    local hl
+    hl=$(od -An -tu2 -j 8 -N 2 "$1" | tr -d ' ')
+    od -An -v -tf4 -j $((10 + hl)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
+}
+# csv_values FILE FIRST: the values of a CSV without its header, from column FIRST on, one a line
+csv_values() { tail -n +2 "$1" | cut -d, -f"$2"- | tr ',' '\n'; }
+# same_values A B: two lists of numbers, one a line, equal to 1e-6
+same_values() {
+    paste -d' ' <(echo "$1") <(echo "$2") | awk 'NF != 2 || ($1 - $2 > 1e-6 || $2 - $1 > 1e-6) {
+        bad = 1 } END { exit bad || NR == 0 }'
+}
+
+npy_f32 x.npy 7 8
+snapshot run >before.txt
+if expect predict_csv 0 -- "$ctrain" predict tiny.yaml --checkpoint latest --input x.npy \
+    --output pred.csv ++output_dir=run; then
+    # a row per sample: its index, the class of the largest probability, 4 probabilities
+    why=$(awk -F, 'NR == 1 { if ($0 != "index,class,p_0,p_1,p_2,p_3") print "header " $0; next }
+        NF != 6 || $1 != NR - 2 { print "row " NR ": " $0; next }
+        { s = 0; m = 3; for (i = 3; i <= 6; i++) { s += $i; if ($i > $m) m = i }
+          if (s < 0.99999 || s > 1.00001 || $2 != m - 3) print "row " NR ": " $0 }
+        END { if (NR != 8) print NR - 1 " rows, expected 7" }' pred.csv | head -n 3)
+    verdict predict_csv_rows "$why"
+fi
+if expect predict_npy 0 -- "$ctrain" predict tiny.yaml --checkpoint latest --input x.npy \
+    --output pred.npy ++output_dir=run; then
+    why=
+    head -c 128 pred.npy | grep -q "'descr': '<f4', 'fortran_order': False, 'shape': (7, 4)" ||
+        why="header: $(head -c 128 pred.npy | tr -d '\0' | tr '\n' ' '); "
+    same_values "$(npy_values pred.npy)" "$(csv_values pred.csv 3)" ||
+        why+="the .npy's probabilities differ from the CSV's"
+    verdict predict_npy_matches_csv "$why"
+fi
+snapshot run >after.txt
+verdict predict_writes_nothing "$(diff before.txt after.txt | head -n 6 | tr '\n' '|')"
+expect predict_wrong_shape 2 'x3\.npy: samples of shape \[3\], but the model takes .*\[8\]' -- \
+    bash -c "$(declare -f npy_f32); npy_f32 x3.npy 2 3; \"$ctrain\" predict tiny.yaml \
+        --checkpoint latest --input x3.npy --output p3.csv ++output_dir=run"
+
+cat >reg.yaml <<'YAML'
+seed: 2
+data:
+  train: {type: synthetic, kind: linear, n: 512, features: 8, outputs: 2, noise: 0.01, seed: 4}
+  valid: {split: 0.25}
+  batch_size: 32
+model: {type: mlp, hidden: [16]}
+optimizer: {type: adam, lr: 0.01}
+trainer: {max_epochs: 2}
+logging: {progress: none}
+YAML
+if expect regression_fit 0 'valid epoch 2 step 24: .*mse [0-9.]+' -- \
+    "$ctrain" fit reg.yaml ++output_dir=reg_run; then
+    expect predict_regression_csv 0 -- "$ctrain" predict reg.yaml --input x.npy \
+        --output reg.csv ++output_dir=reg_run
+    why=$(awk -F, 'NR == 1 { if ($0 != "index,y_0,y_1") print "header " $0; next }
+        NF != 3 || $1 != NR - 2 || $2 !~ /^-?[0-9.e+-]+$/ { print "row " NR ": " $0 }
+        END { if (NR != 8) print NR - 1 " rows, expected 7" }' reg.csv | head -n 3)
+    verdict predict_regression_rows "$why"
+    expect predict_regression_npy 0 -- "$ctrain" predict reg.yaml --input x.npy \
+        --output reg.npy ++output_dir=reg_run
+    why=
+    head -c 128 reg.npy | grep -q "'shape': (7, 2)" || why="not 7 x 2; "
+    same_values "$(npy_values reg.npy)" "$(csv_values reg.csv 2)" || why+="the .npy differs from the CSV"
+    verdict predict_regression_npy_matches_csv "$why"
+fi
+
+# ---- logging.csv: metrics.csv holds metrics.jsonl's records in long form ----
+
+# long_form FILE: step,epoch,time,metric,value rows of a metrics.jsonl (null as the CSV's nan)
+long_form() {
+    sed -e 's/^{//' -e 's/}$//' "$1" | awk -F, '{
+        split($1, a, ":"); split($2, b, ":"); split($3, c, ":")
+        for (i = 4; i <= NF; i++) {
+            n = index($i, ":"); k = substr($i, 1, n - 1); gsub(/"/, "", k); v = substr($i, n + 1)
+            if (v == "null") v = "nan"
+            print a[2] "," b[2] "," c[2] "," k "," v
+        } }'
+}
+if expect logging_csv_fit 0 -- "$ctrain" fit tiny.yaml ++output_dir=csv_run trainer.max_epochs=1 \
+    ++logging.csv=true "${quiet[@]}"; then
+    why=
+    [[ $(head -n 1 csv_run/metrics.csv) == "step,epoch,time,metric,value" ]] ||
+        why="header: $(head -n 1 csv_run/metrics.csv); "
+    if [[ $(tail -n +2 csv_run/metrics.csv) != "$(long_form csv_run/metrics.jsonl)" ]]; then
+        why+=$(diff <(tail -n +2 csv_run/metrics.csv) <(long_form csv_run/metrics.jsonl) |
+            head -n 4 | tr '\n' '|')
+    fi
+    grep -q ',valid/acc,' csv_run/metrics.csv || why+="no valid/acc rows"
+    verdict logging_csv_matches_jsonl "$why"
+fi
+
 # ---- inspect ----
 
 expect inspect_run 0 '^run run$' 'latest -> step-0+150' 'best -> step-' \
