@@ -1092,7 +1092,7 @@ static void schema_should_reject_unknown_keys_with_a_suggestion(void) {
     CHECK_LACKS(m, "did you mean");
     m = resolve_error(&f, "data2: {}\n");
     CHECK_HAS(m, "did you mean 'data'?");
-    /* a component's options are its own, checked when it is built */
+    /* a component's options are its own, checked by ct_experiment_create, not the schema */
     ct_config *c = NULL;
     CT_CHECK_INT(resolve_text(&f, "scheduler: {type: step, step_size: 3, gamma: 0.5}\n", &c),
                  CT_OK);
