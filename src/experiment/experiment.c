@@ -950,8 +950,11 @@ static ct_status check_keys(ct_experiment *e,
 }
 
 /* The scalar `type` of a component's mapping, or an error saying which types there are. */
-static ct_status
-type_of(ct_experiment *e, const ct_cfg_node *map, const name_list *known, const ct_cfg_node **out) {
+static ct_status type_of(ct_experiment *e,
+                         const ct_cfg_node *map,
+                         const name_list *known,
+                         bool plugins, /* the component may come from a plugin instead */
+                         const ct_cfg_node **out) {
     const ct_cfg_node *t = ct_config_find(map, "type");
     if (!t || t->kind != CT_CFG_SCALAR) {
         char w[600], path[512], list[1024];
@@ -960,8 +963,9 @@ type_of(ct_experiment *e, const ct_cfg_node *map, const name_list *known, const 
         ct_suggest sg;
         ct_suggest_init(&sg, NULL);
         names_join(known, &sg, list, sizeof list);
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s.type': %s; expected one of: %s", w, path,
-                       t ? "expected a name" : "missing", list);
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s.type': %s (one of: %s%s)", w, path,
+                       t ? "expected a type name, not a list or mapping" : "missing", list,
+                       plugins ? "; or plugin: and symbol:" : "");
     }
     *out = t;
     return CT_OK;
@@ -975,7 +979,7 @@ static ct_status check_dataset(ct_experiment *e, const ct_cfg_node *map) {
     for (int64_t i = 0; i < n; i++)
         names_add(&known, types[i]->name);
     const ct_cfg_node *t;
-    CT_TRY(type_of(e, map, &known, &t));
+    CT_TRY(type_of(e, map, &known, true, &t));
     const char *const *keys = ct_dataset_type_keys(t->value);
     if (!keys) return unknown_name(e, t, "dataset type", &known);
     static const char *const own[] = {"type", NULL};
@@ -1013,7 +1017,7 @@ static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
     for (const ct_cfg_node *it = list->first; it; it = it->next) {
         const ct_cfg_node *t = it;
         if (it->kind == CT_CFG_MAP) {
-            CT_TRY(type_of(e, it, &known, &t));
+            CT_TRY(type_of(e, it, &known, false, &t));
         } else if (it->kind != CT_CFG_SCALAR) {
             char w[600];
             ctx_where(it, w, sizeof w);
@@ -1050,7 +1054,7 @@ static ct_status check_model(ct_experiment *e) {
     for (int64_t i = 0; ct_model_type_name(i); i++)
         names_add(&known, ct_model_type_name(i));
     const ct_cfg_node *t;
-    CT_TRY(type_of(e, m, &known, &t));
+    CT_TRY(type_of(e, m, &known, true, &t));
     static const char *const own[] = {"type", "init_from", NULL};
     if (strcmp(t->value, "sequential") == 0) {
         static const char *const keys[] = {"layers", NULL};
@@ -1105,7 +1109,7 @@ static ct_status check_schedule(ct_experiment *e) {
     for (int64_t i = 0; ct_schedule_type_name(i); i++)
         names_add(&known, ct_schedule_type_name(i));
     const ct_cfg_node *t;
-    CT_TRY(type_of(e, m, &known, &t));
+    CT_TRY(type_of(e, m, &known, false, &t));
     const char *const *keys = ct_schedule_type_keys(t->value);
     if (!keys) return unknown_name(e, t, "schedule type", &known);
     static const char *const own[] = {"type", "interval", "monitor", NULL};
@@ -1178,7 +1182,7 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
         ct_options o;
         if (it->kind == CT_CFG_MAP) {
             if (ct_config_find(it, "plugin")) continue; /* its open checks its options */
-            CT_TRY(type_of(e, it, &known, &t));
+            CT_TRY(type_of(e, it, &known, true, &t));
             CT_TRY(to_options(e, it, own, 0, &o));
             const ct_cfg_node *nm = ct_config_find(it, "name");
             if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(check_metric_name(e, &o, nm->value));
