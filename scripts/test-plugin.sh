@@ -48,6 +48,13 @@ acc=$(grep '"test/acc"' "$prefix/run/metrics.jsonl" | tail -n 1 |
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' ||
     { echo "test/acc '$acc' on XOR: expected at least 0.9"; exit 1; }
 
+# The plugin's metric ran on the validation data: valid/error is the complement of valid/acc.
+last_valid=$(grep '"valid/error"' "$prefix/run/metrics.jsonl" | tail -n 1)
+verr=$(sed -E 's/.*"valid\/error":([0-9.e+-]+).*/\1/' <<<"$last_valid")
+vacc=$(sed -E 's/.*"valid\/acc":([0-9.e+-]+).*/\1/' <<<"$last_valid")
+awk -v e="$verr" -v a="$vacc" 'BEGIN { d = e + a - 1; exit !(e != "" && d < 1e-9 && d > -1e-9) }' ||
+    { echo "valid/error '$verr' and valid/acc '$vacc' do not add up to 1: $last_valid"; exit 1; }
+
 # The plugin's model made the weights: its tensor names are in the checkpoint.
 "$ctrain" inspect "$prefix/run/checkpoints/$(cat "$prefix/run/checkpoints/latest")" >inspect.out
 grep -q 'in\.weight' inspect.out || { echo "the checkpoint lacks my_model's in.weight"; exit 1; }
@@ -60,4 +67,14 @@ set -e
 cat bad.out
 [[ $rc -eq 2 ]] || { echo "an unknown plugin dataset option: exit $rc, expected 2"; exit 1; }
 grep -q "unknown key 'colour'" bad.out || { echo "the error does not name 'colour'"; exit 1; }
-echo "plugin: ok (test/acc $acc)"
+# The plugin's metric checks its options through the library too.
+set +e
+"$ctrain" config experiment.yaml ++output_dir="$prefix/bad" \
+    'metrics.valid.1={plugin: ./libmytask.so, symbol: my_metric, colour: red}' >bad.out 2>&1
+rc=$?
+set -e
+cat bad.out
+[[ $rc -eq 2 ]] || { echo "an unknown plugin metric option: exit $rc, expected 2"; exit 1; }
+grep -q "metrics\.valid\.1: unknown key 'colour'" bad.out ||
+    { echo "the error does not name metrics.valid.1 and 'colour'"; exit 1; }
+echo "plugin: ok (test/acc $acc, valid/error $verr)"

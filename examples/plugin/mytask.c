@@ -1,9 +1,10 @@
 /*
- * mytask.c - an example plugin for `ctrain fit`: a dataset type, a task and a model type,
- * built into libmytask.so by the Makefile here and named in experiment.yaml:
+ * mytask.c - an example plugin for `ctrain fit`: a dataset type, a task, a model type and a
+ * metric type, built into libmytask.so by the Makefile here and named in experiment.yaml:
  *     data.train: {plugin: ./libmytask.so, symbol: my_data, n: 1000, seed: 1}
  *     task:       {plugin: ./libmytask.so, symbol: my_task}
  *     model:      {plugin: ./libmytask.so, symbol: my_model, hidden: 16}
+ *     metrics:    {valid: [accuracy, {plugin: ./libmytask.so, symbol: my_metric}]}
  *
  * my_data is the XOR problem: n points (x0, x1) uniform in [-1, 1)^2, class 1 where the signs
  * of x0 and x1 differ, else 0; a linear model cannot separate it, an MLP can. Sample i is a
@@ -17,11 +18,16 @@
  * the library's ops: its own tensors (declared in the store, so the optimizer, checkpoints and
  * EMA handle them), initialisation and forward. Options: hidden (default 16), out (default 2).
  *
+ * my_metric is the error rate, the share of samples whose largest logit is not their class
+ * (so valid/error = 1 - valid/acc): two accumulator slots, wrong and seen, which are sums, so
+ * summing them across MPI ranks gives the metric of the whole set. No options.
+ *
  * The plugin is compiled against ctrain's headers only and not linked with libctrain: its calls
  * into the library (ct_options_*, ct_fail_at through CT_FAIL, ct_graph_*, ct_loss_*) resolve
  * against the ctrain executable that loads it.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ctrain/ctrain.h"
@@ -175,4 +181,68 @@ const ct_model_vtable my_model = {
     .init = net_init,
     .forward = net_forward,
     .destroy = net_destroy,
+};
+
+/* ---- the metric ---- */
+
+enum { SLOT_WRONG, SLOT_SEEN, N_SLOTS };
+
+static ct_status err_open(
+    ct_ctx *ctx, const ct_options *opts, int64_t n_classes, void **self, ct_metric_layout *layout) {
+    static const char *const known[] = {NULL};
+    (void)n_classes;
+    *self = NULL; /* no state: everything is in the accumulator slots */
+    CT_TRY(ct_options_check(ctx, opts, known));
+    layout->n_accum = N_SLOTS;
+    layout->n_values = 1;
+    snprintf(layout->name, sizeof layout->name, "error");
+    return CT_OK;
+}
+
+static void err_value_name(const void *self, int64_t i, char *buf, size_t size) {
+    (void)self;
+    (void)i;
+    if (size) buf[0] = '\0'; /* one value: "valid/error" */
+}
+
+/* pred: f32 logits [B, C]; target: i64 classes [B] */
+static ct_status
+err_check(ct_ctx *ctx, const void *self, const ct_tensor *pred, const ct_tensor *target) {
+    (void)self;
+    if (pred->ndim != 2 || pred->dtype != CT_F32 || target->ndim != 1 || target->dtype != CT_I64 ||
+        target->shape[0] != pred->shape[0])
+        return CT_FAIL(ctx, CT_ERR_SHAPE,
+                       "my_metric: expected f32 logits [B, C] and i64 classes [B]");
+    return CT_OK;
+}
+
+static void
+err_update(const void *self, double *accum, const ct_tensor *pred, const ct_tensor *target) {
+    (void)self;
+    const float *p = pred->data;
+    const int64_t *y = target->data;
+    int64_t b = pred->shape[0], c = pred->shape[1];
+    for (int64_t i = 0; i < b; i++) {
+        int64_t arg = 0;
+        for (int64_t j = 1; j < c; j++)
+            if (p[i * c + j] > p[i * c + arg]) arg = j;
+        accum[SLOT_WRONG] += arg != y[i];
+        accum[SLOT_SEEN] += 1.0;
+    }
+}
+
+static void err_compute(const void *self, const double *accum, double *values) {
+    (void)self;
+    values[0] = accum[SLOT_SEEN] > 0 ? accum[SLOT_WRONG] / accum[SLOT_SEEN] : 0.0;
+}
+
+const ct_metric_vtable my_metric = {
+    .name = "error_rate",
+    .open = err_open,
+    .value_name = err_value_name,
+    .check = err_check,
+    .update = err_update,
+    .update_loss = NULL,
+    .compute = err_compute,
+    .close = NULL,
 };

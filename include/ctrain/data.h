@@ -55,6 +55,9 @@ typedef struct ct_dataset_vtable {
 /* The built-in dataset types, and lookup by name (NULL when unknown). */
 CT_API const ct_dataset_vtable *const *ct_dataset_types(int64_t *count);
 CT_API const ct_dataset_vtable *ct_dataset_type(const char *name);
+/* The option keys of a built-in type (NULL-terminated, static), or NULL for a name that is not
+ * one: for checking a configuration's keys before any file is opened. */
+CT_API const char *const *ct_dataset_type_keys(const char *type);
 
 /* Opens a dataset of the named type. An unknown type fails with CT_ERR_CONFIG listing the
  * known ones. *out is NULL on failure. */

@@ -110,10 +110,12 @@ CT_API ct_experiment_params ct_experiment_default_params(void);
  * optimizer, schedule and trainer. Values that need the data are filled into the config
  * (scheduler `total: auto` becomes the step count), so config.yaml and the fingerprint hold
  * them. fit (unless read_only) creates output_dir and writes the config there as
- * config.yaml. Errors: CT_ERR_CONFIG for a component's bad key or value (naming the file, line and
- * section), CT_ERR_IO / CT_ERR_FORMAT for data files, and the builders' own. *out is NULL on
- * failure. The config is borrowed: keep it until the experiment is destroyed. fit takes the run
- * directory's lock, which destroy releases.
+ * config.yaml. Before any dataset is opened, every component's type name, option keys and the
+ * values that do not depend on the data are checked, so such an error is never hidden behind a
+ * data file's. Errors: CT_ERR_CONFIG for a component's bad type, key or value (naming the file,
+ * line and key, with a suggestion for a near name), CT_ERR_IO / CT_ERR_FORMAT for data files,
+ * and the builders' own. *out is NULL on failure. The config is borrowed: keep it until the
+ * experiment is destroyed. fit takes the run directory's lock, which destroy releases.
  */
 CT_API ct_status ct_experiment_create(ct_ctx *ctx,
                                       ct_config *resolved,

@@ -181,6 +181,19 @@ CT_API ct_tensor *ct_model_param(const ct_model *m, const char *name);
 CT_API const char *ct_layer_type_name(int64_t i);
 CT_API const char *ct_model_type_name(int64_t i);
 
+/* The option keys of a built-in layer type or model builder (NULL-terminated, static), or NULL
+ * for a name that is not one: for checking a configuration before the data are opened. */
+CT_API const char *const *ct_layer_type_keys(const char *type);
+CT_API const char *const *ct_model_type_keys(const char *type);
+
+/*
+ * Checks a built-in model's options as ct_model_build would, without an input shape and
+ * without building anything: the type, the keys and their values. The size the data give
+ * (mlp's and cnn's `out`, gpt's `vocab`) may be absent. CT_ERR_CONFIG with ct_model_build's
+ * messages; what depends on the input shape is checked when the model is built.
+ */
+CT_API ct_status ct_model_check(ct_ctx *ctx, const char *type, const ct_options *opts);
+
 #ifdef __cplusplus
 }
 #endif

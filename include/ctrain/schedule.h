@@ -87,6 +87,11 @@ CT_API ct_status ct_schedule_create(
 /* Frees the schedule. NULL is a no-op. */
 CT_API void ct_schedule_destroy(ct_schedule *s);
 
+/* The names of the types, NULL past the end; the option keys of one (NULL-terminated, static),
+ * or NULL for a name that is not a type: for checking a configuration before building. */
+CT_API const char *ct_schedule_type_name(int64_t i);
+CT_API const char *const *ct_schedule_type_keys(const char *type);
+
 /* The schedule's type name ("cosine"). */
 CT_API const char *ct_schedule_name(const ct_schedule *s);
 /* True for types driven by a metric ("plateau"): step those with ct_schedule_step_metric. */

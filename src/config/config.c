@@ -13,6 +13,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <libfyaml.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -692,6 +693,39 @@ static void mark_cmdline(ct_cfg_node *n) {
     }
 }
 
+/* A plain scalar read as a number (a finite double and nothing after it), for same_value. */
+static bool plain_number(const ct_cfg_node *n, double *x) {
+    if (n->quoted || n->null || !n->value[0] || isspace((unsigned char)n->value[0])) return false;
+    char *end = NULL;
+    *x = strtod(n->value, &end);
+    return *end == '\0' && isfinite(*x);
+}
+
+/* Equal YAML values, for ~key=value: the same kinds, keys and order; scalars with the same
+ * text (a quoted number is text: '0.5' is not 0.5) or plain numbers of the same value (0.1 and
+ * 1e-1); nulls only equal to nulls. */
+static bool same_value(const ct_cfg_node *a, const ct_cfg_node *b) {
+    if (a->kind != b->kind || a->n_children != b->n_children) return false;
+    if (a->kind == CT_CFG_SCALAR) {
+        double x = 0, y = 0;
+        if (a->null || b->null) return a->null && b->null;
+        bool na = plain_number(a, &x), nb = plain_number(b, &y);
+        if (strcmp(a->value, b->value) == 0) return na == nb; /* '0.5' is text, 0.5 a number */
+        return na && nb && x == y;
+    }
+    for (const ct_cfg_node *ca = a->first, *cb = b->first; ca && cb; ca = ca->next, cb = cb->next)
+        if ((a->kind == CT_CFG_MAP && strcmp(ca->key, cb->key) != 0) || !same_value(ca, cb))
+            return false;
+    return true;
+}
+
+/* A node's value for a message: a scalar's text, else what it is. */
+static const char *shown_value(const ct_cfg_node *n) {
+    if (n->kind == CT_CFG_MAP) return "a mapping";
+    if (n->kind == CT_CFG_SEQ) return "a list";
+    return n->null ? "null" : n->value;
+}
+
 ct_status ct_config_override(ct_config *cfg, const char *arg) {
     ct_ctx *ctx = cfg->ctx;
     int mode = 0; /* 0 replace, 1 add, 2 force, 3 delete */
@@ -710,8 +744,6 @@ ct_status ct_config_override(ct_config *cfg, const char *arg) {
     if (mode != 3 && !eq)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "override '%s': expected key=value, +key=value, ++key=value or ~key", arg);
-    if (mode == 3 && eq)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': a deletion (~key) takes no value", arg);
     size_t klen = eq ? (size_t)(eq - p) : strlen(p);
     if (klen == 0 || klen >= 512)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': empty or overlong key", arg);
@@ -726,10 +758,10 @@ ct_status ct_config_override(ct_config *cfg, const char *arg) {
         if (empty_seg || isspace(ch) || ch == '=' || ch == '+' || ch == '~')
             return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': bad key path '%s'", arg, path);
     }
-    /* the value first: a value that does not parse changes nothing */
+    /* the value first: a value that does not parse changes nothing (for a deletion, ~key=value,
+       it is the value the key must hold) */
     ct_cfg_node *v = NULL;
-    if (mode != 3 && parse_value(cfg, eq + 1, &v) != CT_OK)
-        return ct_err_wrap(ctx, "override '%s'", arg);
+    if (eq && parse_value(cfg, eq + 1, &v) != CT_OK) return ct_err_wrap(ctx, "override '%s'", arg);
     ct_status s = CT_OK;
     /* walk to the parent of the last segment */
     char *last = strrchr(path, '.');
@@ -771,9 +803,19 @@ ct_status ct_config_override(ct_config *cfg, const char *arg) {
     }
     ct_cfg_node *existing = parent ? child_by_segment(parent, leaf, strlen(leaf)) : NULL;
     if (mode == 3) {
-        if (!existing)
-            return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': key '%s' is not in %s", arg, path,
-                           cfg->name);
+        if (!existing) {
+            s = CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': key '%s' is not in %s", arg, path,
+                        cfg->name);
+            goto done;
+        }
+        if (v && !same_value(existing, v)) { /* Hydra's ~key=value: only that value goes */
+            s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                        "override '%s': key '%s' is %s in %s, not %s; nothing was deleted", arg,
+                        path, shown_value(existing), cfg->name,
+                        eq[1] ? eq + 1 : "an empty value (null)");
+            goto done;
+        }
+        free_node(ctx, v);
         ct_config_remove(cfg, existing);
         return CT_OK;
     }

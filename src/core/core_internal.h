@@ -85,6 +85,21 @@ CT_INTERNAL int ct_omp_level(void);
  * no-op without OpenMP. */
 CT_INTERNAL int ct_omp_swap_threads(int nt);
 
+/*
+ * "Did you mean": feed every valid name with ct_suggest_add, then ct_suggest_best is the one
+ * nearest to `word` (borrowed, as the names are) when it is near enough to be a misspelling of
+ * it, else NULL; ct_suggest_hint writes " (did you mean 'NAME'?)" or "" into buf and returns it.
+ */
+typedef struct ct_suggest {
+    const char *word;
+    const char *best;
+    size_t best_d;
+} ct_suggest;
+CT_INTERNAL void ct_suggest_init(ct_suggest *s, const char *word);
+CT_INTERNAL void ct_suggest_add(ct_suggest *s, const char *name);
+CT_INTERNAL const char *ct_suggest_best(const ct_suggest *s);
+CT_INTERNAL const char *ct_suggest_hint(const ct_suggest *s, char *buf, size_t size);
+
 /* Thread count to use for a loop over n independent items of roughly `work` flops each. */
 CT_INTERNAL int ct_threads_for(const ct_ctx *ctx, int64_t n, int64_t work);
 

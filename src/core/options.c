@@ -30,14 +30,22 @@ ct_status ct_options_check(ct_ctx *ctx, const ct_options *opts, const char *cons
         for (const char *const *kn = known; *kn && !found; kn++)
             found = strcmp(*kn, k) == 0;
         if (!found) {
-            char list[512];
+            char list[512], hint[96];
             size_t off = 0;
             list[0] = '\0';
-            for (const char *const *kn = known; *kn && off < sizeof list; kn++)
-                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
-                                        kn == known ? "" : ", ", *kn);
-            return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s' (known: %s)", where(opts), k,
-                           list);
+            ct_suggest sg;
+            ct_suggest_init(&sg, k);
+            for (const char *const *kn = known; *kn; kn++) {
+                ct_suggest_add(&sg, *kn);
+                if (off < sizeof list)
+                    off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
+                                            kn == known ? "" : ", ", *kn);
+            }
+            if (!known[0])
+                return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s' (it takes no options)",
+                               where(opts), k);
+            return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s (known: %s)", where(opts), k,
+                           ct_suggest_hint(&sg, hint, sizeof hint), list);
         }
     }
     return CT_OK;

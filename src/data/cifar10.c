@@ -101,13 +101,15 @@ static ct_status split_paths(ct_ctx *ctx,
     return CT_OK;
 }
 
+/* The option keys (ct_dataset_type_keys). */
+const char *const ct_dataset_cifar10_keys[] = {"files", "limit", NULL};
+
 static ct_status
 cifar_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
-    static const char *const known[] = {"files", "limit", NULL};
     *self = NULL;
     const char *list;
     int64_t limit;
-    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_check(ctx, opts, ct_dataset_cifar10_keys));
     CT_TRY(ct_options_string(ctx, opts, "files", NULL, &list));
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
 

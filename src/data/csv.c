@@ -556,15 +556,17 @@ static void csv_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, c, sizeof *c);
 }
 
+/* The option keys (ct_dataset_type_keys). */
+const char *const ct_dataset_csv_keys[] = {"path",      "features",    "target",     "task",
+                                           "delimiter", "standardize", "stats_from", "limit",
+                                           "header",    "target_path", NULL};
+
 static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
-    static const char *const known[] = {"path",      "features",    "target",     "task",
-                                        "delimiter", "standardize", "stats_from", "limit",
-                                        "header",    "target_path", NULL};
     *self = NULL;
     const char *path, *target, *task, *delim_s;
     bool standardize, header;
     int64_t limit;
-    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_check(ctx, opts, ct_dataset_csv_keys));
     const char *features = ct_options_get(opts, "features");
     const char *stats_from = ct_options_get(opts, "stats_from");
     const char *target_path = ct_options_get(opts, "target_path");

@@ -25,6 +25,14 @@ extern const ct_dataset_vtable ct_dataset_npy;
 extern const ct_dataset_vtable ct_dataset_text;
 extern const ct_dataset_vtable ct_dataset_tokens;
 extern const ct_dataset_vtable ct_dataset_synthetic;
+/* Their option keys, NULL-terminated (ct_dataset_type_keys; registry.c pairs them up). */
+CT_INTERNAL extern const char *const ct_dataset_idx_keys[];
+CT_INTERNAL extern const char *const ct_dataset_cifar10_keys[];
+CT_INTERNAL extern const char *const ct_dataset_csv_keys[];
+CT_INTERNAL extern const char *const ct_dataset_npy_keys[];
+CT_INTERNAL extern const char *const ct_dataset_text_keys[];
+CT_INTERNAL extern const char *const ct_dataset_tokens_keys[];
+CT_INTERNAL extern const char *const ct_dataset_synthetic_keys[];
 
 /* Bytes of one sample's features / target for an info. */
 CT_INTERNAL size_t ct_data_sample_bytes(ct_dtype dtype, int32_t ndim, const int64_t *shape);

@@ -50,9 +50,8 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
     ct_status s = vt->open(ctx, opts, &ds->info, &ds->self);
     if (s != CT_OK) {
         ct_free(ctx, ds, sizeof *ds);
-        /* name the config location once: option errors already start with it */
-        if (opts && opts->where && strstr(ct_last_error(ctx), opts->where))
-            return ct_err_wrap(ctx, "opening a '%s' dataset", vt->name);
+        /* name the config location once, first: option errors already start with it */
+        if (opts && opts->where && strstr(ct_last_error(ctx), opts->where)) return s;
         return ct_err_wrap(ctx, "%s: opening a '%s' dataset", where(opts), vt->name);
     }
     const ct_dataset_info *in = &ds->info;
@@ -76,14 +75,20 @@ ct_status ct_dataset_open(ct_ctx *ctx, const char *type, const ct_options *opts,
     if (!vt) {
         int64_t n;
         const ct_dataset_vtable *const *t = ct_dataset_types(&n);
-        char list[256];
+        char list[256], hint[96];
         size_t off = 0;
         list[0] = '\0';
-        for (int64_t i = 0; i < n && off < sizeof list; i++)
-            off +=
-                (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", t[i]->name);
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown dataset type '%s' (known: %s)", where(opts),
-                       type ? type : "(none)", list);
+        ct_suggest sg;
+        ct_suggest_init(&sg, type);
+        for (int64_t i = 0; i < n; i++) {
+            ct_suggest_add(&sg, t[i]->name);
+            if (off < sizeof list)
+                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
+                                        t[i]->name);
+        }
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown dataset type '%s'%s (known: %s)",
+                       where(opts), type ? type : "(none)", ct_suggest_hint(&sg, hint, sizeof hint),
+                       list);
     }
     return ct_dataset_open_with(ctx, vt, opts, out);
 }

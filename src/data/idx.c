@@ -134,12 +134,14 @@ static ct_status check_labels(ct_ctx *ctx,
     return CT_OK;
 }
 
+/* The option keys (ct_dataset_type_keys). */
+const char *const ct_dataset_idx_keys[] = {"images", "labels", "limit", NULL};
+
 static ct_status idx_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
-    static const char *const known[] = {"images", "labels", "limit", NULL};
     *self = NULL;
     const char *images_path, *labels_path;
     int64_t limit;
-    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_check(ctx, opts, ct_dataset_idx_keys));
     CT_TRY(ct_options_string(ctx, opts, "images", NULL, &images_path));
     CT_TRY(ct_options_string(ctx, opts, "labels", NULL, &labels_path));
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));

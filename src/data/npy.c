@@ -549,12 +549,14 @@ npy_load(ct_ctx *ctx, npy_ds *d, const char *x_path, const char *y_path, ct_data
     return CT_OK;
 }
 
+/* The option keys (ct_dataset_type_keys). */
+const char *const ct_dataset_npy_keys[] = {"features", "labels", "limit", NULL};
+
 static ct_status npy_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
-    static const char *const known[] = {"features", "labels", "limit", NULL};
     *self = NULL;
     const char *x_path, *y_path;
     int64_t limit;
-    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_check(ctx, opts, ct_dataset_npy_keys));
     CT_TRY(ct_options_string(ctx, opts, "features", NULL, &x_path));
     CT_TRY(ct_options_string(ctx, opts, "labels", "", &y_path));
     if (!y_path[0]) y_path = NULL;

@@ -2,6 +2,9 @@
  * registry.c - the table of built-in dataset types. Adding a type is one file in src/data/
  * defining its ct_dataset_vtable (declared in data_internal.h) and one line here.
  */
+#include <assert.h>
+#include <string.h>
+
 #include "data/data_internal.h"
 
 static const ct_dataset_vtable *const types[] = {
@@ -15,6 +18,26 @@ static const ct_dataset_vtable *const types[] = {
     &ct_dataset_npy,       /* npy.c */
     NULL,
 };
+
+/* The option keys of each type above, in the same order. */
+static const char *const *const type_keys[] = {
+    ct_dataset_csv_keys,       /* csv.c */
+    ct_dataset_text_keys,      /* text.c */
+    ct_dataset_tokens_keys,    /* text.c */
+    ct_dataset_synthetic_keys, /* synthetic.c */
+    ct_dataset_idx_keys,       /* idx.c */
+    ct_dataset_cifar10_keys,   /* cifar10.c */
+    ct_dataset_npy_keys,       /* npy.c */
+    NULL,
+};
+static_assert(sizeof type_keys / sizeof type_keys[0] == sizeof types / sizeof types[0],
+              "a dataset type without its keys");
+
+const char *const *ct_dataset_type_keys(const char *type) {
+    for (int64_t i = 0; type && types[i]; i++)
+        if (strcmp(types[i]->name, type) == 0) return type_keys[i];
+    return NULL;
+}
 
 const ct_dataset_vtable *const *ct_dataset_types(int64_t *count) {
     int64_t n = 0;

@@ -115,17 +115,19 @@ static void synthetic_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, s, sizeof *s);
 }
 
+/* The option keys (ct_dataset_type_keys). */
+const char *const ct_dataset_synthetic_keys[] = {
+    "kind", "n", "features", "classes", "spread", "noise", "outputs", "seed", NULL};
+
 static ct_status
 synthetic_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
-    static const char *const known[] = {"kind",  "n",       "features", "classes", "spread",
-                                        "noise", "outputs", "seed",     NULL};
     static const char *const blob_only[] = {"classes", "spread", NULL};
     static const char *const linear_only[] = {"noise", "outputs", NULL};
     *self = NULL;
     const char *kind;
     int64_t n, F, classes, outputs, seed;
     double spread, noise;
-    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_check(ctx, opts, ct_dataset_synthetic_keys));
     CT_TRY(ct_options_string(ctx, opts, "kind", NULL, &kind));
     bool blobs = strcmp(kind, "blobs") == 0;
     if (!blobs && strcmp(kind, "linear") != 0)

@@ -112,13 +112,15 @@ typedef struct part {
     size_t size;
 } part;
 
+/* The option keys (ct_dataset_type_keys). */
+const char *const ct_dataset_text_keys[] = {"files", "context", "stride", NULL};
+
 static ct_status
 text_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
-    static const char *const known[] = {"files", "context", "stride", NULL};
     *self = NULL;
     const char *files;
     int64_t context = 0, stride = 0;
-    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_check(ctx, opts, ct_dataset_text_keys));
     CT_TRY(ct_options_string(ctx, opts, "files", NULL, &files));
     CT_TRY(window_options(ctx, opts, &context, &stride));
 
@@ -182,13 +184,15 @@ const ct_dataset_vtable ct_dataset_text = {"text", text_open, windows_get, windo
 
 /* ---- tokens: little-endian uint16 ids ---- */
 
+/* The option keys (ct_dataset_type_keys). */
+const char *const ct_dataset_tokens_keys[] = {"path", "context", "stride", "vocab", NULL};
+
 static ct_status
 tokens_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
-    static const char *const known[] = {"path", "context", "stride", "vocab", NULL};
     *self = NULL;
     const char *path;
     int64_t context = 0, stride = 0, vocab = 0;
-    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_check(ctx, opts, ct_dataset_tokens_keys));
     CT_TRY(ct_options_string(ctx, opts, "path", NULL, &path));
     CT_TRY(window_options(ctx, opts, &context, &stride));
     CT_TRY(ct_options_int(ctx, opts, "vocab", -1, 1, 65536, &vocab));

@@ -21,6 +21,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "core/core_internal.h"
 #include "ctrain/checkpoint.h"
 #include "ctrain/experiment.h"
 #include "ctrain/loss.h"
@@ -181,6 +182,16 @@ static ct_status to_options(ct_experiment *e,
     ct_option *items = pool_alloc(e, sizeof(ct_option) * (size_t)(map->n_children + extra + 1));
     const char *w = where_of(e, map);
     if (!items || !w) return oom(e);
+    /* a mapping from the file with keys set on the command line: messages about its options
+       point at the file, so they also say which keys came from the command line */
+    char cmdline[256] = "";
+    size_t at = 0;
+    for (const ct_cfg_node *c = map->first; c && map->line > 0; c = c->next)
+        if (c->line <= 0 && !skip_key(c->key, skip) && at < sizeof cmdline) {
+            int k = snprintf(cmdline + at, sizeof cmdline - at, "%s%s", at ? ", " : "", c->key);
+            if (k > 0) at += (size_t)k;
+        }
+    if (at && !(w = pool_printf(e, "%s (%s set on the command line)", w, cmdline))) return oom(e);
     int64_t n = 0;
     for (const ct_cfg_node *c = map->first; c; c = c->next) {
         if (skip_key(c->key, skip)) continue;
@@ -261,19 +272,8 @@ static ct_status open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_datas
         CT_TRY(plugin_symbol(e, map, &vt));
         return ct_dataset_open_with(e->ctx, vt, &o, out);
     }
-    const ct_cfg_node *type = ct_config_find(map, "type");
-    if (!type || type->kind != CT_CFG_SCALAR) {
-        int64_t n;
-        const ct_dataset_vtable *const *types = ct_dataset_types(&n);
-        char list[512] = "";
-        for (int64_t i = 0; i < n; i++) {
-            (void)strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-            (void)strncat(list, types[i]->name, sizeof list - strlen(list) - 1);
-        }
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: missing key 'type' (one of: %s), or plugin",
-                       o.where, list);
-    }
-    return ct_dataset_open(e->ctx, type->value, &o, out);
+    const ct_cfg_node *type = ct_config_find(map, "type"); /* checked by check_dataset */
+    return ct_dataset_open(e->ctx, type ? type->value : NULL, &o, out);
 }
 
 static ct_status float_list(
@@ -388,10 +388,8 @@ static ct_status build_data(ct_experiment *e) {
     CT_TRY(open_dataset(e, tr, &e->train_all));
     e->train = e->train_all;
     if (va && ct_config_find(va, "split")) {
-        static const char *const known[] = {"split", "seed", NULL};
-        ct_options o;
+        ct_options o; /* its keys were checked by check_data */
         CT_TRY(to_options(e, va, NULL, 0, &o));
-        CT_TRY(ct_options_check(ctx, &o, known));
         double frac;
         int64_t sseed;
         CT_TRY(ct_options_double(ctx, &o, "split", 0.1, 0, 1, &frac));
@@ -490,12 +488,14 @@ layer_specs(ct_experiment *e, const ct_cfg_node *list, ct_layer_spec **out, int6
 
 /* model.init_from: initial weights from a safetensors file (PyTorch-trained, say), as a path
  * or {path, strict (true), prefix ("")}. A resumed run then loads its checkpoint over them. */
-static ct_status init_from(ct_experiment *e, const ct_cfg_node *model) {
-    const ct_cfg_node *n = ct_config_find(model, "init_from");
-    if (!n) return CT_OK;
+/* Reads model.init_from (n) into *path and *lp; checked before any data is read. */
+static ct_status read_init_from(ct_experiment *e,
+                                const ct_cfg_node *n,
+                                const char **out,
+                                ct_safetensors_load_params *lp) {
     char w[600];
     ctx_where(n, w, sizeof w);
-    ct_safetensors_load_params lp = ct_safetensors_load_default_params();
+    *lp = ct_safetensors_load_default_params();
     const char *path = n->kind == CT_CFG_SCALAR ? n->value : NULL;
     if (n->kind == CT_CFG_MAP) {
         for (const ct_cfg_node *c = n->first; c; c = c->next) {
@@ -503,9 +503,9 @@ static ct_status init_from(ct_experiment *e, const ct_cfg_node *model) {
             if (strcmp(c->key, "path") == 0 && c->kind == CT_CFG_SCALAR)
                 path = c->value;
             else if (strcmp(c->key, "prefix") == 0 && c->kind == CT_CFG_SCALAR)
-                lp.prefix = c->value;
+                lp->prefix = c->value;
             else if (strcmp(c->key, "strict") == 0 && b >= 0)
-                lp.strict = b == 1;
+                lp->strict = b == 1;
             else
                 return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                                "%s: key 'model.init_from.%s': expected path (a file), strict "
@@ -518,6 +518,18 @@ static ct_status init_from(ct_experiment *e, const ct_cfg_node *model) {
                        "%s: key 'model.init_from': expected a safetensors path or {path: ..., "
                        "strict: ..., prefix: ...}",
                        w);
+    *out = path;
+    return CT_OK;
+}
+
+static ct_status init_from(ct_experiment *e, const ct_cfg_node *model) {
+    const ct_cfg_node *n = ct_config_find(model, "init_from");
+    if (!n) return CT_OK;
+    char w[600];
+    ctx_where(n, w, sizeof w);
+    ct_safetensors_load_params lp;
+    const char *path;
+    CT_TRY(read_init_from(e, n, &path, &lp));
     int64_t loaded = 0;
     ct_status s = ct_safetensors_load(e->ctx, e->params, path, &lp, &loaded);
     if (s != CT_OK) return ct_err_wrap(e->ctx, "%s: model.init_from", w);
@@ -537,8 +549,6 @@ static ct_status build_model(ct_experiment *e) {
     ct_ctx *ctx = e->ctx;
     const ct_cfg_node *m = node(e, "model");
     const ct_cfg_node *type = ct_config_find(m, "type");
-    const char *w = where_of(e, m);
-    if (!w) return oom(e);
     const ct_dataset_info *in = &e->info;
     ct_dtype in_dtype = e->train_lp.to_f32 ? CT_F32 : in->x_dtype;
     uint64_t seed = (uint64_t)int_at(e, "seed");
@@ -555,24 +565,10 @@ static ct_status build_model(ct_experiment *e) {
         CT_TRY(ct_model_init(e->model, seed));
         return init_from(e, m);
     }
-    if (!type || type->kind != CT_CFG_SCALAR) {
-        char list[256] = "sequential";
-        for (int64_t i = 0; ct_model_type_name(i); i++) {
-            (void)strncat(list, ", ", sizeof list - strlen(list) - 1);
-            (void)strncat(list, ct_model_type_name(i), sizeof list - strlen(list) - 1);
-        }
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: missing key 'type' (one of: %s)", w, list);
-    }
+    /* the type, the keys and the layers' list were checked by check_model */
     CT_TRY(ct_params_create(ctx, &e->params));
     if (strcmp(type->value, "sequential") == 0) {
         const ct_cfg_node *layers = ct_config_find(m, "layers");
-        for (const ct_cfg_node *c = m->first; c; c = c->next)
-            if (strcmp(c->key, "type") && strcmp(c->key, "layers") && strcmp(c->key, "init_from"))
-                return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s' (sequential takes layers)",
-                               w, c->key);
-        if (!layers || layers->kind != CT_CFG_SEQ || layers->n_children == 0)
-            return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: sequential needs `layers:`, a list of layers",
-                           w);
         ct_layer_spec *specs;
         int64_t n;
         CT_TRY(layer_specs(e, layers, &specs, &n));
@@ -757,13 +753,8 @@ static ct_status build_schedule(ct_experiment *e) {
     static const char *const skip[] = {"type", "interval", "monitor", NULL};
     ct_options o;
     CT_TRY(to_options(e, m, skip, 1, &o));
+    /* the type, interval and monitor were checked by check_schedule */
     const ct_cfg_node *iv = ct_config_find(m, "interval"), *mon = ct_config_find(m, "monitor");
-    if (iv && (iv->kind != CT_CFG_SCALAR ||
-               (strcmp(iv->value, "step") != 0 && strcmp(iv->value, "epoch") != 0)))
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key 'interval': expected step or epoch",
-                       o.where);
-    if (mon && (mon->kind != CT_CFG_SCALAR || !mon->value[0]))
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key 'monitor': expected a metric name", o.where);
     e->sched_per_epoch = iv && strcmp(iv->value, "epoch") == 0;
     e->sched_metric = mon ? mon->value : NULL;
     for (int64_t i = 0; i < o.count; i++)
@@ -784,8 +775,6 @@ static ct_status build_schedule(ct_experiment *e) {
             CT_TRY(ct_config_set(e->cfg, path, v, false));
         }
     const ct_cfg_node *type = ct_config_find(m, "type");
-    if (!type || type->kind != CT_CFG_SCALAR)
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: missing key 'type' (a schedule type)", o.where);
     if (strcmp(type->value, "plateau") == 0 && !ct_options_get(&o, "mode")) {
         /* the direction follows the metric, as checkpoint.mode: auto does */
         const char *metric = e->sched_metric ? e->sched_metric : str_at(e, "checkpoint.monitor");
@@ -795,6 +784,27 @@ static ct_status build_schedule(ct_experiment *e) {
 }
 
 /* ---- metrics and the trainer ---- */
+
+/* The class count the trainer gives metric sets: the model's output size, but for regression. */
+static int64_t metric_classes(const ct_experiment *e) {
+    int64_t shape[CT_MAX_DIMS];
+    int32_t nd = ct_model_output_shape(e->model, shape);
+    return e->task.kind != CT_TASK_REGRESSION && nd > 0 ? shape[nd - 1] : 0;
+}
+
+static ct_status
+open_metric(ct_experiment *e, const ct_metric_vtable *vt, const ct_options *o, int64_t n_classes);
+
+/* Names go verbatim into metrics.jsonl, metrics.csv and TensorBoard tags. */
+static ct_status check_metric_name(ct_experiment *e, const ct_options *o, const char *name) {
+    for (const char *c = name; c && *c; c++)
+        if (*c == '"' || *c == '\\' || *c == ',' || (unsigned char)*c < 0x20 || *c == '/')
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                           "%s: key 'name': '%s' holds a character metric names cannot have (\", "
+                           "\\, ',', '/' or a control character)",
+                           o->where, name);
+    return CT_OK;
+}
 
 static ct_status metric_specs(ct_experiment *e, const char *path, ct_eval_engine *en) {
     const ct_cfg_node *list = node(e, path);
@@ -821,13 +831,13 @@ static ct_status metric_specs(ct_experiment *e, const char *path, ct_eval_engine
         }
         specs[k].type = t && t->kind == CT_CFG_SCALAR ? t->value : NULL;
         specs[k].name = nm && nm->kind == CT_CFG_SCALAR ? nm->value : NULL;
-        /* names go verbatim into metrics.jsonl, metrics.csv and TensorBoard tags */
-        for (const char *c = specs[k].name; c && *c; c++)
-            if (*c == '"' || *c == '\\' || *c == ',' || (unsigned char)*c < 0x20 || *c == '/')
-                return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                               "%s: key 'name': '%s' holds a character metric names cannot "
-                               "have (\", \\, ',', '/' or a control character)",
-                               specs[k].opts.where, specs[k].name);
+        CT_TRY(check_metric_name(e, &specs[k].opts, specs[k].name));
+    }
+    /* opened once here with the trainer's class count, so that what the data decide (topk's
+       k against the classes) is reported where it was written */
+    for (int64_t i = 0; i < k; i++) {
+        const ct_metric_vtable *vt = specs[i].vt ? specs[i].vt : ct_metric_type(specs[i].type);
+        if (vt) CT_TRY(open_metric(e, vt, &specs[i].opts, metric_classes(e)));
     }
     en->metrics = specs;
     en->n_metrics = k;
@@ -854,6 +864,365 @@ static ct_status policy_options(ct_experiment *e,
         add_option(o, as[i], v);
     }
     return CT_OK;
+}
+
+/* ---- checks before any data is read ----
+ *
+ * Every component's type names and option keys, and the option values that do not depend on
+ * the data, are checked here, before the first dataset is opened: an error in a model key is
+ * not hidden behind a missing data file, nor reported after minutes of loading. What depends on
+ * the data (a layer's input shape, a metric's class count, a dataset's own values and files) is
+ * checked when the component is built. Plugins check their own options when they are built.
+ */
+
+#define MAX_NAMES 64
+
+/* The names a lookup knows, for "did you mean" and the list in a message. */
+typedef struct name_list {
+    const char *names[MAX_NAMES];
+    int n;
+} name_list;
+
+static void names_add(name_list *l, const char *name) {
+    if (name && l->n < MAX_NAMES) l->names[l->n++] = name;
+}
+
+static void names_add_all(name_list *l, const char *const *names) {
+    for (; names && *names; names++)
+        names_add(l, *names);
+}
+
+static bool names_have(const char *const *names, const char *name) {
+    for (; names && *names; names++)
+        if (strcmp(*names, name) == 0) return true;
+    return false;
+}
+
+/* Joins the names into buf ("a, b, c") and feeds them to sg. */
+static void names_join(const name_list *l, ct_suggest *sg, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < l->n; i++) {
+        ct_suggest_add(sg, l->names[i]);
+        int k = snprintf(buf + at, size - at, "%s%s", i ? ", " : "", l->names[i]);
+        if (k > 0 && (size_t)k < size - at) at += (size_t)k;
+    }
+}
+
+/* "FILE:L:C: key 'PATH': unknown WHAT 'NAME' (did you mean 'X'?); known: a, b, ..." */
+static ct_status
+unknown_name(ct_experiment *e, const ct_cfg_node *n, const char *what, const name_list *known) {
+    char w[600], path[512], list[1024], hint[96];
+    ctx_where(n, w, sizeof w);
+    ct_config_path(n, path, sizeof path);
+    ct_suggest sg;
+    ct_suggest_init(&sg, n->value);
+    names_join(known, &sg, list, sizeof list);
+    return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s': unknown %s '%s'%s; known: %s", w, path,
+                   what, n->value ? n->value : "", ct_suggest_hint(&sg, hint, sizeof hint), list);
+}
+
+/* Each key of map must be in `own` (read by the experiment: type, init_from, ...) or `keys` (the
+ * component's); an unknown one is named where it was written, as the schema's are. */
+static ct_status check_keys(ct_experiment *e,
+                            const ct_cfg_node *map,
+                            const char *const *own,
+                            const char *const *keys,
+                            const char *owner) {
+    for (const ct_cfg_node *c = map->first; c; c = c->next) {
+        if (names_have(own, c->key) || names_have(keys, c->key)) continue;
+        name_list all = {{NULL}, 0};
+        names_add_all(&all, own);
+        names_add_all(&all, keys);
+        char w[600], path[512], section[512], list[1024], hint[600] = "";
+        ctx_where(c, w, sizeof w);
+        ct_config_path(c, path, sizeof path);
+        ct_config_path(map, section, sizeof section);
+        ct_suggest sg;
+        ct_suggest_init(&sg, c->key);
+        names_join(&all, &sg, list, sizeof list);
+        const char *best = ct_suggest_best(&sg);
+        if (best) (void)snprintf(hint, sizeof hint, " (did you mean '%s.%s'?)", section, best);
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s; the keys of %s are: %s", w,
+                       path, hint, owner, list);
+    }
+    return CT_OK;
+}
+
+/* The scalar `type` of a component's mapping, or an error saying which types there are. */
+static ct_status type_of(ct_experiment *e,
+                         const ct_cfg_node *map,
+                         const name_list *known,
+                         bool plugins, /* the component may come from a plugin instead */
+                         const ct_cfg_node **out) {
+    const ct_cfg_node *t = ct_config_find(map, "type");
+    if (!t || t->kind != CT_CFG_SCALAR) {
+        char w[600], path[512], list[1024];
+        ctx_where(t ? t : map, w, sizeof w);
+        ct_config_path(map, path, sizeof path);
+        ct_suggest sg;
+        ct_suggest_init(&sg, NULL);
+        names_join(known, &sg, list, sizeof list);
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s.type': %s (one of: %s%s)", w, path,
+                       t ? "expected a type name, not a list or mapping" : "missing", list,
+                       plugins ? "; or plugin: and symbol:" : "");
+    }
+    *out = t;
+    return CT_OK;
+}
+
+static ct_status check_dataset(ct_experiment *e, const ct_cfg_node *map) {
+    if (ct_config_find(map, "plugin")) return CT_OK; /* the plugin's open checks its keys */
+    name_list known = {{NULL}, 0};
+    int64_t n;
+    const ct_dataset_vtable *const *types = ct_dataset_types(&n);
+    for (int64_t i = 0; i < n; i++)
+        names_add(&known, types[i]->name);
+    const ct_cfg_node *t;
+    CT_TRY(type_of(e, map, &known, true, &t));
+    const char *const *keys = ct_dataset_type_keys(t->value);
+    if (!keys) return unknown_name(e, t, "dataset type", &known);
+    static const char *const own[] = {"type", NULL};
+    char owner[128];
+    (void)snprintf(owner, sizeof owner, "dataset type '%s'", t->value);
+    return check_keys(e, map, own, keys, owner);
+}
+
+static ct_status check_data(ct_experiment *e) {
+    const ct_cfg_node *va = node(e, "data.valid"), *te = node(e, "data.test");
+    CT_TRY(check_dataset(e, node(e, "data.train")));
+    if (va && ct_config_find(va, "split")) {
+        static const char *const keys[] = {"split", "seed", NULL};
+        CT_TRY(check_keys(e, va, NULL, keys, "a held-out split"));
+        ct_options o;
+        double frac;
+        int64_t seed;
+        CT_TRY(to_options(e, va, NULL, 0, &o));
+        CT_TRY(ct_options_double(e->ctx, &o, "split", 0.1, 0, 1, &frac));
+        CT_TRY(ct_options_int(e->ctx, &o, "seed", 0, 0, INT64_MAX, &seed));
+    } else if (va) {
+        CT_TRY(check_dataset(e, va));
+    }
+    if (te) CT_TRY(check_dataset(e, te));
+    ct_loader_params scratch = ct_loader_default_params();
+    CT_TRY(add_transforms(e, "data.transforms", &scratch, false));
+    return add_transforms(e, "data.augment", &scratch, true);
+}
+
+static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
+    name_list known = {{NULL}, 0};
+    for (int64_t i = 0; ct_layer_type_name(i); i++)
+        names_add(&known, ct_layer_type_name(i));
+    static const char *const own[] = {"type", "name", "children", NULL};
+    for (const ct_cfg_node *it = list->first; it; it = it->next) {
+        const ct_cfg_node *t = it;
+        if (it->kind == CT_CFG_MAP) {
+            CT_TRY(type_of(e, it, &known, false, &t));
+        } else if (it->kind != CT_CFG_SCALAR) {
+            char w[600];
+            ctx_where(it, w, sizeof w);
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a layer is a name or a mapping", w);
+        }
+        const char *const *keys = ct_layer_type_keys(t->value);
+        if (!keys) return unknown_name(e, t, "layer type", &known);
+        if (it->kind != CT_CFG_MAP) continue;
+        char owner[128];
+        (void)snprintf(owner, sizeof owner, "layer type '%s'", t->value);
+        CT_TRY(check_keys(e, it, own, keys, owner));
+        const ct_cfg_node *ch = ct_config_find(it, "children");
+        if (ch && ch->kind != CT_CFG_SEQ) {
+            char w[600];
+            ctx_where(ch, w, sizeof w);
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: `children` is a list of layers", w);
+        }
+        if (ch) CT_TRY(check_layers(e, ch));
+    }
+    return CT_OK;
+}
+
+static ct_status check_model(ct_experiment *e) {
+    const ct_cfg_node *m = node(e, "model");
+    const ct_cfg_node *init = ct_config_find(m, "init_from");
+    if (init) {
+        const char *path;
+        ct_safetensors_load_params lp;
+        CT_TRY(read_init_from(e, init, &path, &lp));
+    }
+    if (ct_config_find(m, "plugin")) return CT_OK; /* its create checks its options */
+    name_list known = {{NULL}, 0};
+    names_add(&known, "sequential");
+    for (int64_t i = 0; ct_model_type_name(i); i++)
+        names_add(&known, ct_model_type_name(i));
+    const ct_cfg_node *t;
+    CT_TRY(type_of(e, m, &known, true, &t));
+    static const char *const own[] = {"type", "init_from", NULL};
+    if (strcmp(t->value, "sequential") == 0) {
+        static const char *const keys[] = {"layers", NULL};
+        CT_TRY(check_keys(e, m, own, keys, "model type 'sequential'"));
+        const ct_cfg_node *layers = ct_config_find(m, "layers");
+        if (!layers || layers->kind != CT_CFG_SEQ || layers->n_children == 0) {
+            char w[600];
+            ctx_where(layers ? layers : m, w, sizeof w);
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                           "%s: key 'model.layers': a sequential model needs a list of layers", w);
+        }
+        return check_layers(e, layers);
+    }
+    const char *const *keys = ct_model_type_keys(t->value);
+    if (!keys) return unknown_name(e, t, "model type", &known);
+    char owner[128];
+    (void)snprintf(owner, sizeof owner, "model type '%s'", t->value);
+    CT_TRY(check_keys(e, m, own, keys, owner));
+    ct_options o;
+    CT_TRY(to_options(e, m, own, 0, &o));
+    return ct_model_check(e->ctx, t->value, &o);
+}
+
+static ct_status check_optimizer(ct_experiment *e) {
+    const ct_cfg_node *groups = node(e, "optimizer.groups");
+    for (const ct_cfg_node *g = groups ? groups->first : NULL; g; g = g->next) {
+        static const char *const keys[] = {"params", "lr_scale", "weight_decay", NULL};
+        if (g->kind != CT_CFG_MAP) {
+            char w[600];
+            ctx_where(g, w, sizeof w);
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                           "%s: a group is {params: GLOBS, lr_scale: X, weight_decay: Y}", w);
+        }
+        CT_TRY(check_keys(e, g, NULL, keys, "a parameter group"));
+        ct_options o;
+        const char *pat;
+        double x;
+        CT_TRY(to_options(e, g, NULL, 0, &o));
+        CT_TRY(ct_options_string(e->ctx, &o, "params", NULL, &pat));
+        CT_TRY(ct_options_double(e->ctx, &o, "lr_scale", 1.0, 0, 1e30, &x));
+        CT_TRY(ct_options_double(e->ctx, &o, "weight_decay", 0, 0, 1e30, &x));
+    }
+    return CT_OK;
+}
+
+/* The schedule is made once here on a stand-in length (its `auto` lengths come from the data)
+ * and thrown away: its own checks of keys and values run before the data are opened. */
+static ct_status check_schedule(ct_experiment *e) {
+    const ct_cfg_node *m = node(e, "scheduler");
+    if (!m) return CT_OK;
+    name_list known = {{NULL}, 0};
+    for (int64_t i = 0; ct_schedule_type_name(i); i++)
+        names_add(&known, ct_schedule_type_name(i));
+    const ct_cfg_node *t;
+    CT_TRY(type_of(e, m, &known, false, &t));
+    const char *const *keys = ct_schedule_type_keys(t->value);
+    if (!keys) return unknown_name(e, t, "schedule type", &known);
+    static const char *const own[] = {"type", "interval", "monitor", NULL};
+    char owner[128];
+    (void)snprintf(owner, sizeof owner, "schedule type '%s'", t->value);
+    CT_TRY(check_keys(e, m, own, keys, owner));
+    ct_options o;
+    CT_TRY(to_options(e, m, own, 1, &o));
+    const ct_cfg_node *iv = ct_config_find(m, "interval"), *mon = ct_config_find(m, "monitor");
+    if (iv && (iv->kind != CT_CFG_SCALAR ||
+               (strcmp(iv->value, "step") != 0 && strcmp(iv->value, "epoch") != 0)))
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key 'interval': expected step or epoch",
+                       o.where);
+    if (mon && (mon->kind != CT_CFG_SCALAR || !mon->value[0]))
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key 'monitor': expected a metric name", o.where);
+    for (int64_t i = 0; i < o.count; i++)
+        if (strcmp(o.items[i].value, "auto") == 0 &&
+            (strcmp(o.items[i].key, "total") == 0 || strcmp(o.items[i].key, "t_max") == 0))
+            ((ct_option *)(uintptr_t)o.items)[i].value = "1000000000";
+    if (strcmp(t->value, "plateau") == 0 && !ct_options_get(&o, "mode"))
+        add_option(&o, "mode", "min");
+    ct_schedule *probe = NULL;
+    ct_status s =
+        ct_schedule_create(e->ctx, t->value, &o, (float)float_at(e, "optimizer.lr", 1e-3), &probe);
+    ct_schedule_destroy(probe);
+    return s;
+}
+
+/* Opens and closes a metric with n_classes classes; an error names where it was written. */
+static ct_status
+open_metric(ct_experiment *e, const ct_metric_vtable *vt, const ct_options *o, int64_t n_classes) {
+    void *self = NULL;
+    ct_metric_layout lay;
+    memset(&lay, 0, sizeof lay);
+    ct_status s = vt->open(e->ctx, o, n_classes, &self, &lay);
+    if (s == CT_OK) {
+        if (vt->close) vt->close(e->ctx, self);
+        return CT_OK;
+    }
+    if (o->where && !strstr(ct_last_error(e->ctx), o->where))
+        return ct_err_wrap(e->ctx, "%s", o->where);
+    return s;
+}
+
+/* A metric's options before the data: its class count comes from them, so options that fit no
+ * count (tried: unknown, and 4096 classes) are an error now; the rest wait for the count. */
+static ct_status probe_metric(ct_experiment *e, const ct_metric_vtable *vt, const ct_options *o) {
+    return open_metric(e, vt, o, 0) == CT_OK ? CT_OK : open_metric(e, vt, o, 4096);
+}
+
+static ct_status check_metrics(ct_experiment *e, const char *path, const char *data) {
+    const ct_cfg_node *list = node(e, path);
+    if (!list || list->n_children == 0) return CT_OK;
+    if (!node(e, data)) {
+        char w[600];
+        ctx_where(list, w, sizeof w);
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s: key '%s': metrics for %s, which is not set: nothing would compute "
+                       "them; set %s or remove %s",
+                       w, path, data, data, path);
+    }
+    name_list known = {{NULL}, 0};
+    int64_t n;
+    const ct_metric_vtable *const *types = ct_metric_types(&n);
+    for (int64_t i = 0; i < n; i++)
+        names_add(&known, types[i]->name);
+    static const char *const own[] = {"type", "name", "plugin", "symbol", NULL};
+    for (const ct_cfg_node *it = list->first; it; it = it->next) {
+        const ct_cfg_node *t = it;
+        ct_options o;
+        if (it->kind == CT_CFG_MAP) {
+            if (ct_config_find(it, "plugin")) continue; /* its open checks its options */
+            CT_TRY(type_of(e, it, &known, true, &t));
+            CT_TRY(to_options(e, it, own, 0, &o));
+            const ct_cfg_node *nm = ct_config_find(it, "name");
+            if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(check_metric_name(e, &o, nm->value));
+        } else {
+            o.items = NULL;
+            o.count = 0;
+            o.where = where_of(e, it);
+            if (!o.where) return oom(e);
+        }
+        const ct_metric_vtable *vt = ct_metric_type(t->value);
+        if (!vt) return unknown_name(e, t, "metric type", &known);
+        CT_TRY(probe_metric(e, vt, &o));
+    }
+    return CT_OK;
+}
+
+/* The EMA is made on an empty store: its options are read before the store is looked at. */
+static ct_status check_ema(ct_experiment *e) {
+    const ct_cfg_node *m = node(e, "trainer.ema");
+    if (!m) return CT_OK;
+    ct_options o;
+    CT_TRY(to_options(e, m, NULL, 0, &o));
+    ct_params *empty = NULL;
+    ct_ema *probe = NULL;
+    CT_TRY(ct_params_create(e->ctx, &empty));
+    ct_status s = ct_params_alloc(empty);
+    if (s == CT_OK) s = ct_ema_create(e->ctx, empty, &o, &probe);
+    ct_ema_destroy(probe);
+    ct_params_destroy(empty);
+    return s == CT_ERR_CONFIG || s == CT_ERR_OOM ? s : CT_OK;
+}
+
+static ct_status check_components(ct_experiment *e) {
+    CT_TRY(check_data(e));
+    CT_TRY(check_model(e));
+    CT_TRY(check_optimizer(e));
+    CT_TRY(check_schedule(e));
+    CT_TRY(check_metrics(e, "metrics.valid", "data.valid"));
+    CT_TRY(check_metrics(e, "metrics.test", "data.test"));
+    return check_ema(e);
 }
 
 /* ---- records: metrics.jsonl and metrics.csv ---- */
@@ -1437,6 +1806,7 @@ ct_status ct_experiment_create(ct_ctx *ctx,
     e->out_dir = str_at(e, "output_dir");
     ct_status s =
         e->out_dir ? CT_OK : CT_FAIL(ctx, CT_ERR_CONFIG, "%s: not resolved (no output_dir)", file);
+    if (s == CT_OK) s = check_components(e);
     if (s == CT_OK) s = build_data(e);
     if (s == CT_OK) s = build_task(e);
     if (s == CT_OK) s = build_model(e);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_internal.h"
 #include "ctrain/experiment.h"
 #include "experiment_internal.h"
 
@@ -207,9 +208,10 @@ static const ct_key_def k_schema[] = {
     {"logging.progress", E, "auto", 0, 0, "auto|bar|plain|none", RES,
      "auto: a redrawn bar on a terminal, plain lines otherwise."},
     {"logging.interval", F, "0.1", 0.001, 1, NULL, RES,
-     "plain: a line every this fraction of an epoch or evaluation..."},
+     "plain: a training line every this fraction of an epoch..."},
     {"logging.interval_seconds", F, "30", 0, BIG, NULL, RES,
-     "...or every this many seconds, whichever comes first."},
+     "...or every this many seconds, whichever comes first. Evaluations, usually short, print "
+     "a line by time only (every this many seconds), and a summary at their end."},
 };
 
 const ct_key_def *ct_experiment_schema(int64_t *count) {
@@ -239,32 +241,12 @@ static ct_status key_error(ct_ctx *ctx, const ct_cfg_node *n, const char *path, 
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %s", w, path, what);
 }
 
-static size_t edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63) return 99;
-    size_t row[64];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t prev = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t cur = row[j];
-            size_t sub = prev + (a[i - 1] == b[j - 1] ? 0 : 1);
-            size_t best = row[j] + 1 < row[j - 1] + 1 ? row[j] + 1 : row[j - 1] + 1;
-            row[j] = sub < best ? sub : best;
-            prev = cur;
-        }
-    }
-    return row[lb];
-}
-
 /* The keys directly under `section` ("" for the top), for "did you mean" and the list. */
 static ct_status
 unknown_key(ct_ctx *ctx, const ct_cfg_node *n, const char *section, const char *key) {
     size_t sl = strlen(section);
-    const char *best = NULL;
-    size_t best_d = 99;
+    ct_suggest sg;
+    ct_suggest_init(&sg, key);
     char list[1024];
     size_t at = 0;
     list[0] = '\0';
@@ -273,18 +255,14 @@ unknown_key(ct_ctx *ctx, const ct_cfg_node *n, const char *section, const char *
         if (sl && (strncmp(p, section, sl) != 0 || p[sl] != '.')) continue;
         const char *leaf = sl ? p + sl + 1 : p;
         if (strchr(leaf, '.')) continue;
-        size_t d = edit_distance(key, leaf);
-        if (d < best_d) {
-            best_d = d;
-            best = leaf;
-        }
+        ct_suggest_add(&sg, leaf);
         int w = snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", leaf);
         if (w > 0 && (size_t)w < sizeof list - at) at += (size_t)w;
     }
     char path[512], hint[300] = "";
     (void)snprintf(path, sizeof path, "%s%s%s", section, sl ? "." : "", key);
-    size_t kl = strlen(key);
-    if (best && best_d <= (kl < 4 ? 1 : kl / 3 + 1))
+    const char *best = ct_suggest_best(&sg);
+    if (best)
         (void)snprintf(hint, sizeof hint, " (did you mean '%s%s%s'?)", section, sl ? "." : "",
                        best);
     char w[600];
@@ -387,7 +365,18 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
     case CT_KEY_ENUM:
     case CT_KEY_PLUGGABLE:
         if (!in_choices(d->choices, v)) {
-            (void)snprintf(what, sizeof what, "'%s' is not one of: %s", v, d->choices);
+            char choices[256], hint[96];
+            (void)snprintf(choices, sizeof choices, "%s", d->choices);
+            ct_suggest sg;
+            ct_suggest_init(&sg, v);
+            for (char *p = choices; p;) {
+                char *bar = strchr(p, '|');
+                if (bar) *bar = '\0';
+                ct_suggest_add(&sg, p);
+                p = bar ? bar + 1 : NULL;
+            }
+            (void)snprintf(what, sizeof what, "'%s' is not one of: %s%s", v, d->choices,
+                           ct_suggest_hint(&sg, hint, sizeof hint));
             for (char *p = what; *p; p++)
                 if (*p == '|') *p = ',';
             return key_error(ctx, n, path, what);

@@ -102,6 +102,36 @@ static ct_tensor *root_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
 
 static const ct_layer_type root_type = {"gpt", no_keys, NULL, root_init, root_forward};
 
+typedef struct gpt_cfg {
+    int64_t n_layer, n_head, c, context, vocab;
+    double dropout;
+    bool tied;
+} gpt_cfg;
+
+/* Reads and checks the options; vocab is required when need_vocab (else -1 when absent). */
+static ct_status read_gpt(ct_ctx *ctx, const ct_options *opts, bool need_vocab, gpt_cfg *g) {
+    const char *where = opts->where ? opts->where : "model";
+    CT_TRY(ct_options_check(ctx, opts, gpt_keys));
+    CT_TRY(ct_options_int(ctx, opts, "n_layer", 2, 1, 1 << 12, &g->n_layer));
+    CT_TRY(ct_options_int(ctx, opts, "n_head", 2, 1, 1 << 12, &g->n_head));
+    CT_TRY(ct_options_int(ctx, opts, "d_model", 64, 1, 1 << 20, &g->c));
+    CT_TRY(ct_options_int(ctx, opts, "context", 64, 1, 1 << 24, &g->context));
+    CT_TRY(ct_options_int(ctx, opts, "vocab", -1, 1, INT32_MAX, &g->vocab));
+    CT_TRY(ct_options_double(ctx, opts, "dropout", 0.0, 0.0, 0.999999, &g->dropout));
+    CT_TRY(ct_options_bool(ctx, opts, "tied", true, &g->tied));
+    if (need_vocab && g->vocab < 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'vocab' is required", where);
+    if (g->c % g->n_head != 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: d_model %lld is not a multiple of n_head %lld",
+                       where, (long long)g->c, (long long)g->n_head);
+    return CT_OK;
+}
+
+static ct_status check_gpt(ct_ctx *ctx, const ct_options *opts) {
+    gpt_cfg g;
+    return read_gpt(ctx, opts, false, &g);
+}
+
 static ct_status build_gpt(ct_ctx *ctx,
                            const ct_options *opts,
                            ct_params *params,
@@ -110,21 +140,11 @@ static ct_status build_gpt(ct_ctx *ctx,
                            const int64_t *in_shape,
                            ct_model **out) {
     const char *where = opts->where ? opts->where : "model";
-    int64_t n_layer, n_head, c, context, vocab;
-    double dropout;
-    bool tied;
-    CT_TRY(ct_options_check(ctx, opts, gpt_keys));
-    CT_TRY(ct_options_int(ctx, opts, "n_layer", 2, 1, 1 << 12, &n_layer));
-    CT_TRY(ct_options_int(ctx, opts, "n_head", 2, 1, 1 << 12, &n_head));
-    CT_TRY(ct_options_int(ctx, opts, "d_model", 64, 1, 1 << 20, &c));
-    CT_TRY(ct_options_int(ctx, opts, "context", 64, 1, 1 << 24, &context));
-    CT_TRY(ct_options_int(ctx, opts, "vocab", -1, 1, INT32_MAX, &vocab));
-    CT_TRY(ct_options_double(ctx, opts, "dropout", 0.0, 0.0, 0.999999, &dropout));
-    CT_TRY(ct_options_bool(ctx, opts, "tied", true, &tied));
-    if (vocab < 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'vocab' is required", where);
-    if (c % n_head != 0)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: d_model %lld is not a multiple of n_head %lld",
-                       where, (long long)c, (long long)n_head);
+    gpt_cfg g;
+    CT_TRY(read_gpt(ctx, opts, true, &g));
+    int64_t n_layer = g.n_layer, n_head = g.n_head, c = g.c, context = g.context, vocab = g.vocab;
+    double dropout = g.dropout;
+    bool tied = g.tied;
     if ((in_dtype != CT_I32 && in_dtype != CT_I64) || in_ndim != 1 || in_shape[0] > context) {
         ct_tensor v = ct_tensor_view(NULL, in_dtype, in_ndim, in_shape);
         char buf[96];
@@ -190,4 +210,4 @@ static ct_status build_gpt(ct_ctx *ctx,
                          tied ? "transformer.wte.weight" : NULL, true, out);
 }
 
-const ct_model_builder ct_model_gpt = {"gpt", build_gpt};
+const ct_model_builder ct_model_gpt = {"gpt", gpt_keys, check_gpt, build_gpt};

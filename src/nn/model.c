@@ -106,7 +106,7 @@ static ct_status create_one(ct_layer_build *parent,
                             ct_layer **out) {
     ct_ctx *ctx = parent->ctx;
     *out = NULL;
-    char pos[32], prefix[256], where[320];
+    char pos[32], prefix[256], where[1024];
     snprintf(pos, sizeof pos, "%lld", (long long)index);
     const char *name = spec->name ? spec->name : pos;
     int n = snprintf(prefix, sizeof prefix, "%s%s%s", parent->prefix, parent->prefix[0] ? "." : "",
@@ -114,8 +114,10 @@ static ct_status create_one(ct_layer_build *parent,
     if (n < 0 || (size_t)n >= sizeof prefix)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "layer name '%s.%s' is too long", parent->prefix,
                        name);
-    snprintf(where, sizeof where, "layer %lld ('%s', %s)", (long long)index, prefix,
-             spec->type ? spec->type : "(none)");
+    /* a spec from a configuration file says where it was written: its errors name that too */
+    snprintf(where, sizeof where, "%s%slayer %lld ('%s', %s)",
+             spec->opts.where ? spec->opts.where : "", spec->opts.where ? ": " : "",
+             (long long)index, prefix, spec->type ? spec->type : "(none)");
     const ct_layer_type *type = ct_layer_type_find(spec->type);
     if (!type) return ct_layer_unknown(ctx, where, spec->type);
     ct_options opts = spec->opts;
@@ -299,6 +301,14 @@ ct_status ct_model_build(ct_ctx *ctx,
     ct_status s = mb->build(ctx, opts ? opts : &empty, params, in_dtype, in_ndim, in_shape, out);
     if (s != CT_OK) return ct_err_wrap(ctx, "building a '%s' model", mb->name);
     return CT_OK;
+}
+
+ct_status ct_model_check(ct_ctx *ctx, const char *type, const ct_options *opts) {
+    const ct_model_builder *mb = ct_model_builder_find(type);
+    const char *where = opts && opts->where ? opts->where : "model";
+    if (!mb) return ct_model_unknown(ctx, where, type);
+    ct_options empty = {NULL, 0, where};
+    return mb->check(ctx, opts ? opts : &empty);
 }
 
 ct_status ct_model_build_alloc(ct_ctx *ctx,

@@ -79,6 +79,42 @@ static const char *const mlp_keys[] = {"hidden", "activation", "dropout", "out",
 static const char *const activations[] = {"relu",    "gelu",       "silu", "tanh",
                                           "sigmoid", "leaky_relu", NULL};
 
+typedef struct mlp_cfg {
+    const char *act;
+    double dropout;
+    int64_t n_out, sizes[MAX_STAGES];
+    int n_hidden;
+} mlp_cfg;
+
+/* Reads and checks the options; out is required when need_out (else -1 when absent). */
+static ct_status read_mlp(ct_ctx *ctx, const ct_options *opts, bool need_out, mlp_cfg *c) {
+    const char *hidden;
+    CT_TRY(ct_options_check(ctx, opts, mlp_keys));
+    CT_TRY(ct_options_string(ctx, opts, "hidden", "512,256", &hidden));
+    CT_TRY(ct_options_string(ctx, opts, "activation", "relu", &c->act));
+    CT_TRY(ct_options_double(ctx, opts, "dropout", 0.0, 0.0, 0.999999, &c->dropout));
+    CT_TRY(ct_options_int(ctx, opts, "out", -1, 1, INT64_MAX, &c->n_out));
+    if (need_out && c->n_out < 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required", where_of(opts));
+    CT_TRY(parse_sizes(ctx, opts, "hidden", hidden, c->sizes, &c->n_hidden));
+    ct_suggest sg;
+    ct_suggest_init(&sg, c->act);
+    for (int i = 0; activations[i]; i++) {
+        if (strcmp(activations[i], c->act) == 0) return CT_OK;
+        ct_suggest_add(&sg, activations[i]);
+    }
+    char hint[96];
+    return CT_FAIL(ctx, CT_ERR_CONFIG,
+                   "%s: key 'activation': unknown '%s'%s (known: relu, gelu, silu, tanh, "
+                   "sigmoid, leaky_relu)",
+                   where_of(opts), c->act, ct_suggest_hint(&sg, hint, sizeof hint));
+}
+
+static ct_status check_mlp(ct_ctx *ctx, const ct_options *opts) {
+    mlp_cfg c;
+    return read_mlp(ctx, opts, false, &c);
+}
+
 static ct_status build_mlp(ct_ctx *ctx,
                            const ct_options *opts,
                            ct_params *params,
@@ -86,46 +122,49 @@ static ct_status build_mlp(ct_ctx *ctx,
                            int32_t in_ndim,
                            const int64_t *in_shape,
                            ct_model **out) {
-    const char *hidden, *act;
-    double dropout;
-    int64_t n_out, sizes[MAX_STAGES];
-    int n_hidden;
-    CT_TRY(ct_options_check(ctx, opts, mlp_keys));
-    CT_TRY(ct_options_string(ctx, opts, "hidden", "512,256", &hidden));
-    CT_TRY(ct_options_string(ctx, opts, "activation", "relu", &act));
-    CT_TRY(ct_options_double(ctx, opts, "dropout", 0.0, 0.0, 0.999999, &dropout));
-    CT_TRY(ct_options_int(ctx, opts, "out", -1, 1, INT64_MAX, &n_out));
-    if (n_out < 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required", where_of(opts));
-    CT_TRY(parse_sizes(ctx, opts, "hidden", hidden, sizes, &n_hidden));
-    int known = 0;
-    for (int i = 0; activations[i]; i++)
-        known |= strcmp(activations[i], act) == 0;
-    if (!known)
-        return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "%s: key 'activation': unknown '%s' (known: relu, gelu, silu, tanh, "
-                       "sigmoid, leaky_relu)",
-                       where_of(opts), act);
+    mlp_cfg c;
+    CT_TRY(read_mlp(ctx, opts, true, &c));
     spec_list *l = ct_alloc(ctx, sizeof *l);
     if (!l) return CT_FAIL(ctx, CT_ERR_OOM, "allocating the mlp's layer list");
     l->n = 0;
     char buf[32], pbuf[32];
-    snprintf(pbuf, sizeof pbuf, "%.9g", dropout);
-    for (int i = 0; i < n_hidden; i++) {
-        add(l, "linear", "out", num(buf, sizeof buf, sizes[i]), NULL, NULL);
-        add(l, act, NULL, NULL, NULL, NULL);
-        if (dropout > 0.0) add(l, "dropout", "p", pbuf, NULL, NULL);
+    snprintf(pbuf, sizeof pbuf, "%.9g", c.dropout);
+    for (int i = 0; i < c.n_hidden; i++) {
+        add(l, "linear", "out", num(buf, sizeof buf, c.sizes[i]), NULL, NULL);
+        add(l, c.act, NULL, NULL, NULL, NULL);
+        if (c.dropout > 0.0) add(l, "dropout", "p", pbuf, NULL, NULL);
     }
-    add(l, "linear", "out", num(buf, sizeof buf, n_out), NULL, NULL);
+    add(l, "linear", "out", num(buf, sizeof buf, c.n_out), NULL, NULL);
     ct_status s = ct_model_create(ctx, params, in_dtype, in_ndim, in_shape, l->specs, l->n, out);
     ct_free(ctx, l, sizeof *l);
     return s;
 }
 
-const ct_model_builder ct_model_mlp = {"mlp", build_mlp};
+const ct_model_builder ct_model_mlp = {"mlp", mlp_keys, check_mlp, build_mlp};
 
 /* ---- cnn ---- */
 
 static const char *const cnn_keys[] = {"channels", "out", NULL};
+
+typedef struct cnn_cfg {
+    int64_t n_out, sizes[MAX_STAGES];
+    int n_stages;
+} cnn_cfg;
+
+static ct_status read_cnn(ct_ctx *ctx, const ct_options *opts, bool need_out, cnn_cfg *c) {
+    const char *channels;
+    CT_TRY(ct_options_check(ctx, opts, cnn_keys));
+    CT_TRY(ct_options_string(ctx, opts, "channels", "32,64", &channels));
+    CT_TRY(ct_options_int(ctx, opts, "out", -1, 1, INT64_MAX, &c->n_out));
+    if (need_out && c->n_out < 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required", where_of(opts));
+    return parse_sizes(ctx, opts, "channels", channels, c->sizes, &c->n_stages);
+}
+
+static ct_status check_cnn(ct_ctx *ctx, const ct_options *opts) {
+    cnn_cfg c;
+    return read_cnn(ctx, opts, false, &c);
+}
 
 static ct_status build_cnn(ct_ctx *ctx,
                            const ct_options *opts,
@@ -134,29 +173,23 @@ static ct_status build_cnn(ct_ctx *ctx,
                            int32_t in_ndim,
                            const int64_t *in_shape,
                            ct_model **out) {
-    const char *channels;
-    int64_t n_out, sizes[MAX_STAGES];
-    int n_stages;
-    CT_TRY(ct_options_check(ctx, opts, cnn_keys));
-    CT_TRY(ct_options_string(ctx, opts, "channels", "32,64", &channels));
-    CT_TRY(ct_options_int(ctx, opts, "out", -1, 1, INT64_MAX, &n_out));
-    if (n_out < 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required", where_of(opts));
-    CT_TRY(parse_sizes(ctx, opts, "channels", channels, sizes, &n_stages));
+    cnn_cfg c;
+    CT_TRY(read_cnn(ctx, opts, true, &c));
     spec_list *l = ct_alloc(ctx, sizeof *l);
     if (!l) return CT_FAIL(ctx, CT_ERR_OOM, "allocating the cnn's layer list");
     l->n = 0;
     char buf[32];
-    for (int i = 0; i < n_stages; i++) {
-        add(l, "conv2d", "out", num(buf, sizeof buf, sizes[i]), "padding", "1");
+    for (int i = 0; i < c.n_stages; i++) {
+        add(l, "conv2d", "out", num(buf, sizeof buf, c.sizes[i]), "padding", "1");
         add(l, "batchnorm", NULL, NULL, NULL, NULL);
         add(l, "relu", NULL, NULL, NULL, NULL);
         add(l, "maxpool2d", "kernel", "2", NULL, NULL);
     }
     add(l, "global_avg_pool", NULL, NULL, NULL, NULL);
-    add(l, "linear", "out", num(buf, sizeof buf, n_out), NULL, NULL);
+    add(l, "linear", "out", num(buf, sizeof buf, c.n_out), NULL, NULL);
     ct_status s = ct_model_create(ctx, params, in_dtype, in_ndim, in_shape, l->specs, l->n, out);
     ct_free(ctx, l, sizeof *l);
     return s;
 }
 
-const ct_model_builder ct_model_cnn = {"cnn", build_cnn};
+const ct_model_builder ct_model_cnn = {"cnn", cnn_keys, check_cnn, build_cnn};

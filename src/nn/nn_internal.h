@@ -101,9 +101,12 @@ extern const ct_layer_type ct_layer_global_avg_pool; /* layers_pool.c */
 extern const ct_layer_type ct_layer_flatten;         /* layers_pool.c */
 extern const ct_layer_type ct_layer_residual;        /* model.c */
 
-/* Model builders (model_builders.c, gpt.c): fill a model's root from options. */
+/* Model builders (model_builders.c, gpt.c): fill a model's root from options; `check` reads
+ * the same options without an input shape (the data's size key may be absent). */
 typedef struct ct_model_builder {
     const char *name;
+    const char *const *keys; /* known option keys, NULL-terminated */
+    ct_status (*check)(ct_ctx *ctx, const ct_options *opts);
     ct_status (*build)(ct_ctx *ctx,
                        const ct_options *opts,
                        ct_params *params,

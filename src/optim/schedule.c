@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_internal.h"
 #include "ctrain/schedule.h"
 
 #define PI 3.14159265358979323846 /* Python's math.pi */
@@ -370,6 +371,16 @@ static const sched_type types[] = {
 };
 enum { N_TYPES = (int)(sizeof types / sizeof types[0]) };
 
+const char *ct_schedule_type_name(int64_t i) {
+    return i >= 0 && i < N_TYPES ? types[i].name : NULL;
+}
+
+const char *const *ct_schedule_type_keys(const char *type) {
+    for (int i = 0; i < N_TYPES && type; i++)
+        if (strcmp(types[i].name, type) == 0) return types[i].keys;
+    return NULL;
+}
+
 /* ---- the schedule ---- */
 
 static void reset(ct_schedule *s) {
@@ -397,14 +408,20 @@ ct_status ct_schedule_create(
     for (int i = 0; i < N_TYPES && type && !t; i++)
         if (strcmp(types[i].name, type) == 0) t = &types[i];
     if (!t) {
-        char list[256];
+        char list[256], hint[96];
         size_t off = 0;
         list[0] = '\0';
-        for (int i = 0; i < N_TYPES && off < sizeof list; i++)
-            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-                                    types[i].name);
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown schedule type '%s' (known: %s)",
-                       where(opts), type ? type : "(none)", list);
+        ct_suggest sg;
+        ct_suggest_init(&sg, type);
+        for (int i = 0; i < N_TYPES; i++) {
+            ct_suggest_add(&sg, types[i].name);
+            if (off < sizeof list)
+                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
+                                        types[i].name);
+        }
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown schedule type '%s'%s (known: %s)",
+                       where(opts), type ? type : "(none)", ct_suggest_hint(&sg, hint, sizeof hint),
+                       list);
     }
     if (!isfinite(base_lr) || base_lr < 0.0f)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,

@@ -178,6 +178,11 @@ expect override_schema_default 0 '^  progress: plain$' -- \
 expect override_add_unknown_key 2 "unknown key 'x'" -- "$ctrain" config tiny.yaml +x=1
 expect override_add_existing 2 "'optimizer\.lr' is already set" -- \
     "$ctrain" config tiny.yaml +optimizer.lr=0.3
+expect override_delete_value 0 '!f1' -- \
+    "$ctrain" config tiny.yaml '~metrics.valid=[accuracy, {type: f1, average: macro}]'
+expect override_delete_other_value 2 \
+    "key 'optimizer\.lr' is 0\.1 in tiny\.yaml, not 0\.2; nothing was deleted" -- \
+    "$ctrain" config tiny.yaml '~optimizer.lr=0.2'
 expect override_delete_missing 2 "'early_stopping\.patience' is not in tiny\.yaml" -- \
     "$ctrain" config tiny.yaml '~early_stopping.patience'
 expect override_malformed 2 "expected key=value" -- "$ctrain" config tiny.yaml optimizer.lr
@@ -216,6 +221,11 @@ expect error_yaml_syntax 2 "e_syntax\.yaml:7:[0-9]+: YAML syntax error" -- \
 edit_line 6 '  batch_size: 32\n  batch_size: 16' e_dup.yaml
 expect error_duplicate_key 2 "e_dup\.yaml:7:[0-9]+: duplicate key 'batch_size'" -- \
     "$ctrain" config e_dup.yaml
+# messages name the user's file, not ctrain's sources (CTRAIN_DEBUG=1 keeps those for a bug report)
+expect error_no_source_location 2 "^ctrain: error: e_type\.yaml:8:[0-9]+: key 'optimizer\.lr'" \
+    '![a-z_]+\.c:[0-9]+: ' -- "$ctrain" config e_type.yaml
+expect error_debug_source_location 2 '^ctrain: error: [a-z_]+\.c:[0-9]+: e_type\.yaml:8:' -- \
+    env CTRAIN_DEBUG=1 "$ctrain" config e_type.yaml
 printf 'just a scalar\n' >e_scalar.yaml
 expect error_not_a_mapping 2 'e_scalar\.yaml.*expected a mapping' -- "$ctrain" config e_scalar.yaml
 expect error_stops_fit_early 2 "unknown key 'optimzer'" -- \
@@ -228,12 +238,50 @@ verdict error_leaves_no_run_dir "$why"
 
 edit_line 3 '  train: {type: synthetic, kind: blobs, n: 2000, features: 8, classes: 4, colour: red}' \
     e_option.yaml
-expect error_dataset_option 2 "e_option\.yaml:3:[0-9]+: data\.train: unknown key 'colour'" -- \
+expect error_dataset_option 2 "e_option\.yaml:3:[0-9]+: unknown key 'data\.train\.colour'" -- \
     "$ctrain" fit e_option.yaml ++output_dir=e_option "${quiet[@]}"
 edit_line 3 "  train: {type: idx, images: $work/no-images.gz, labels: $work/no-labels.gz}" \
     e_nofile.yaml
 expect error_missing_data_file 2 "e_nofile\.yaml:3:[0-9]+: data\.train: .*no-images\.gz: cannot open" -- \
     "$ctrain" fit e_nofile.yaml ++output_dir=e_nofile "${quiet[@]}"
+
+# every component's keys and type names are checked before any data file is opened: a misspelt
+# model key is reported, not the missing file, with the key's own position and a suggestion
+cat >e_early.yaml <<EOF
+data:
+  train: {type: idx, images: $work/no-images.gz, labels: $work/no-labels.gz}
+model:
+  type: mlp
+  actvation: relu
+EOF
+expect error_component_key_before_data 2 \
+    "e_early\.yaml:5:3: unknown key 'model\.actvation' \(did you mean 'model\.activation'\?\)" \
+    '!no-images' -- "$ctrain" fit e_early.yaml ++output_dir=e_early "${quiet[@]}"
+verdict error_component_key_leaves_no_run_dir "$([[ -e e_early ]] && echo "e_early/ was created")"
+edit_line 7 'model: {type: sequential, layers: [flatten, {type: lnear, out: 4}]}' e_layer.yaml
+expect error_layer_type 2 "e_layer\.yaml:7:[0-9]+: key 'model\.layers\.1\.type': unknown layer \
+type 'lnear' \(did you mean 'linear'\?\)" -- "$ctrain" config e_layer.yaml
+edit_line 12 '  valid: [acuracy]' e_metric.yaml
+expect error_metric_type 2 "e_metric\.yaml:12:[0-9]+: key 'metrics\.valid\.0': unknown metric \
+type 'acuracy' \(did you mean 'accuracy'\?\)" -- "$ctrain" config e_metric.yaml
+expect error_metric_option 2 "^ctrain: error: command line: metrics\.valid\.1: unknown key \
+'averag' \(did you mean 'average'\?\)" -- "$ctrain" config tiny.yaml \
+    'metrics.valid.1={type: f1, averag: macro}'
+# what the data decide (topk's k against 4 classes) is still reported where it was written
+expect error_metric_needs_data 2 "^ctrain: error: command line: metrics\.valid\.0: .*k = 5 .*4 classes" \
+    -- "$ctrain" config tiny.yaml 'metrics.valid.0=topk'
+expect error_schedule_key 2 "command line: unknown key 'scheduler\.t_maxx' \(did you mean \
+'scheduler\.t_max'\?\)" -- "$ctrain" config tiny.yaml +scheduler.t_maxx=3
+expect error_ema_key 2 "command line: trainer\.ema: unknown key 'decy' \(did you mean 'decay'\?\)" \
+    -- "$ctrain" config tiny.yaml ++trainer.ema.decy=0.9
+# a value set on the command line in a mapping from the file says where it came from
+expect error_component_value_from_command_line 2 \
+    "tiny\.yaml:7:1: model \(dropout set on the command line\): key 'dropout': 2 is out of range" \
+    -- "$ctrain" config tiny.yaml +model.dropout=2
+# metrics for an engine without data would silently never be computed
+expect error_metrics_without_data 2 \
+    "tiny\.yaml:12:[0-9]+: key 'metrics\.valid': metrics for data\.valid, which is not set" -- \
+    "$ctrain" config tiny.yaml '~data.valid'
 
 # ---- eval: reads the run directory, writes nothing ----
 
@@ -268,12 +316,130 @@ why=
 [[ -e empty_run ]] && why="eval created empty_run/"
 verdict eval_no_checkpoint_writes_nothing "$why"
 
+# ---- predict: CSV and .npy, classification and regression; reads the run directory only ----
+
+# npy_f32 FILE ROWS COLS: a float32 .npy as np.save writes it, of values cycling through 1, -1,
+# 0.5, 2 and 0 (exact in float32, so bytes can be written without a float formatter)
+npy_f32() {
+    local file=$1 rows=$2 cols=$3 i
+    local header="{'descr': '<f4', 'fortran_order': False, 'shape': ($rows, $cols), }"
+    while (((10 + ${#header} + 1) % 64)); do header+=' '; done
+    header+=$'\n'
+    local hl=${#header}
+    local pats=('\x00\x00\x80\x3f' '\x00\x00\x80\xbf' '\x00\x00\x00\x3f' '\x00\x00\x00\x40'
+        '\x00\x00\x00\x00')
+    {
+        printf '\x93NUMPY\x01\x00'
+        # shellcheck disable=SC2059 # the format is the two escapes of the length
+        printf "\\x$(printf %02x $((hl & 255)))\\x$(printf %02x $((hl >> 8)))"
+        printf '%s' "$header"
+        for ((i = 0; i < rows * cols; i++)); do
+            # shellcheck disable=SC2059 # the format is one float's four escaped bytes
+            printf "${pats[i % 5]}"
+        done
+    } >"$file"
+}
+# npy_values FILE: a .npy's float32 values, one a line (after its header)
+npy_values() {
+    local hl
+    hl=$(od -An -tu2 -j 8 -N 2 "$1" | tr -d ' ')
+    od -An -v -tf4 -j $((10 + hl)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
+}
+# csv_values FILE FIRST: the values of a CSV without its header, from column FIRST on, one a line
+csv_values() { tail -n +2 "$1" | cut -d, -f"$2"- | tr ',' '\n'; }
+# same_values A B: two lists of numbers, one a line, equal to 1e-6
+same_values() {
+    paste -d' ' <(echo "$1") <(echo "$2") | awk 'NF != 2 || ($1 - $2 > 1e-6 || $2 - $1 > 1e-6) {
+        bad = 1 } END { exit bad || NR == 0 }'
+}
+
+npy_f32 x.npy 7 8
+snapshot run >before.txt
+if expect predict_csv 0 -- "$ctrain" predict tiny.yaml --checkpoint latest --input x.npy \
+    --output pred.csv ++output_dir=run; then
+    # a row per sample: its index, the class of the largest probability, 4 probabilities
+    why=$(awk -F, 'NR == 1 { if ($0 != "index,class,p_0,p_1,p_2,p_3") print "header " $0; next }
+        NF != 6 || $1 != NR - 2 { print "row " NR ": " $0; next }
+        { s = 0; m = 3; for (i = 3; i <= 6; i++) { s += $i; if ($i > $m) m = i }
+          if (s < 0.99999 || s > 1.00001 || $2 != m - 3) print "row " NR ": " $0 }
+        END { if (NR != 8) print NR - 1 " rows, expected 7" }' pred.csv | head -n 3)
+    verdict predict_csv_rows "$why"
+fi
+if expect predict_npy 0 -- "$ctrain" predict tiny.yaml --checkpoint latest --input x.npy \
+    --output pred.npy ++output_dir=run; then
+    why=
+    head -c 128 pred.npy | grep -q "'descr': '<f4', 'fortran_order': False, 'shape': (7, 4)" ||
+        why="header: $(head -c 128 pred.npy | tr -d '\0' | tr '\n' ' '); "
+    same_values "$(npy_values pred.npy)" "$(csv_values pred.csv 3)" ||
+        why+="the .npy's probabilities differ from the CSV's"
+    verdict predict_npy_matches_csv "$why"
+fi
+snapshot run >after.txt
+verdict predict_writes_nothing "$(diff before.txt after.txt | head -n 6 | tr '\n' '|')"
+expect predict_wrong_shape 2 'x3\.npy: samples of shape \[3\], but the model takes .*\[8\]' -- \
+    bash -c "$(declare -f npy_f32); npy_f32 x3.npy 2 3; \"$ctrain\" predict tiny.yaml \
+        --checkpoint latest --input x3.npy --output p3.csv ++output_dir=run"
+
+cat >reg.yaml <<'YAML'
+seed: 2
+data:
+  train: {type: synthetic, kind: linear, n: 512, features: 8, outputs: 2, noise: 0.01, seed: 4}
+  valid: {split: 0.25}
+  batch_size: 32
+model: {type: mlp, hidden: [16]}
+optimizer: {type: adam, lr: 0.01}
+trainer: {max_epochs: 2}
+logging: {progress: none}
+YAML
+if expect regression_fit 0 'valid epoch 2 step 24: .*mse [0-9.]+' -- \
+    "$ctrain" fit reg.yaml ++output_dir=reg_run; then
+    expect predict_regression_csv 0 -- "$ctrain" predict reg.yaml --input x.npy \
+        --output reg.csv ++output_dir=reg_run
+    why=$(awk -F, 'NR == 1 { if ($0 != "index,y_0,y_1") print "header " $0; next }
+        NF != 3 || $1 != NR - 2 || $2 !~ /^-?[0-9.e+-]+$/ { print "row " NR ": " $0 }
+        END { if (NR != 8) print NR - 1 " rows, expected 7" }' reg.csv | head -n 3)
+    verdict predict_regression_rows "$why"
+    expect predict_regression_npy 0 -- "$ctrain" predict reg.yaml --input x.npy \
+        --output reg.npy ++output_dir=reg_run
+    why=
+    head -c 128 reg.npy | grep -q "'shape': (7, 2)" || why="not 7 x 2; "
+    same_values "$(npy_values reg.npy)" "$(csv_values reg.csv 2)" || why+="the .npy differs from the CSV"
+    verdict predict_regression_npy_matches_csv "$why"
+fi
+
+# ---- logging.csv: metrics.csv holds metrics.jsonl's records in long form ----
+
+# long_form FILE: step,epoch,time,metric,value rows of a metrics.jsonl (null as the CSV's nan)
+long_form() {
+    sed -e 's/^{//' -e 's/}$//' "$1" | awk -F, '{
+        split($1, a, ":"); split($2, b, ":"); split($3, c, ":")
+        for (i = 4; i <= NF; i++) {
+            n = index($i, ":"); k = substr($i, 1, n - 1); gsub(/"/, "", k); v = substr($i, n + 1)
+            if (v == "null") v = "nan"
+            print a[2] "," b[2] "," c[2] "," k "," v
+        } }'
+}
+if expect logging_csv_fit 0 -- "$ctrain" fit tiny.yaml ++output_dir=csv_run trainer.max_epochs=1 \
+    ++logging.csv=true "${quiet[@]}"; then
+    why=
+    [[ $(head -n 1 csv_run/metrics.csv) == "step,epoch,time,metric,value" ]] ||
+        why="header: $(head -n 1 csv_run/metrics.csv); "
+    if [[ $(tail -n +2 csv_run/metrics.csv) != "$(long_form csv_run/metrics.jsonl)" ]]; then
+        why+=$(diff <(tail -n +2 csv_run/metrics.csv) <(long_form csv_run/metrics.jsonl) |
+            head -n 4 | tr '\n' '|')
+    fi
+    grep -q ',valid/acc,' csv_run/metrics.csv || why+="no valid/acc rows"
+    verdict logging_csv_matches_jsonl "$why"
+fi
+
 # ---- inspect ----
 
 expect inspect_run 0 '^run run$' 'latest -> step-0+150' 'best -> step-' \
     'step-0+150: ok, step 150, epoch 3' '^ok$' -- "$ctrain" inspect run
 ck=$(latest_dir run)
 expect inspect_checkpoint 0 "^checkpoint $ck\$" 'model\.safetensors \([0-9]+ bytes' \
+    'ok, step 150, epoch 3, fingerprint [0-9a-f]{16}, best valid/acc 0\.[0-9]+ at step (50|100|150)$' \
+    '^  recorded at step 150: train/loss [0-9.]+, lr [0-9.e-]+, .*valid/acc 0\.[0-9]+.*test/acc' \
     '0\.weight +F32 +\[32, 8\]' '2\.weight +F32 +\[4, 32\]' '^ok$' -- "$ctrain" inspect "$ck"
 cp -r run damaged
 f=$(latest_dir damaged)/model.safetensors
@@ -288,7 +454,7 @@ expect inspect_not_a_run 2 'neither a run directory' -- "$ctrain" inspect "$work
 expect inspect_missing 2 'not a directory' -- "$ctrain" inspect "$work/nothere"
 
 # valid means fit would start: `config` checks the components' keys and opens the data too
-expect config_checks_components 2 "data\.train: unknown key 'colour'" -- \
+expect config_checks_components 2 "unknown key 'data\.train\.colour'" -- \
     "$ctrain" config e_option.yaml
 expect split_whole 2 "key 'split'.*expected a fraction in \(0, 1\)" -- \
     "$ctrain" config tiny.yaml data.valid.split=1

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/core_internal.h"
 #include "ctrain/ctrain.h"
 #include "harness.h"
 #include "test_alloc.h"
@@ -46,6 +47,39 @@ static void core_should_reject_bad_params(void) {
     CT_CHECK_INT(ct_ctx_create(&p, &ctx), CT_ERR_INVALID_ARG);
     CT_CHECK(ctx == NULL);
     ct_ctx_destroy(NULL);
+}
+
+/* "did you mean": a near name is suggested, an unrelated one is not, in options and alone */
+static void core_should_suggest_near_names(void) {
+    static const char *const names[] = {"hidden", "activation", "dropout", "out", NULL};
+    ct_suggest sg;
+    char hint[96];
+    ct_suggest_init(&sg, "actvation");
+    for (int i = 0; names[i]; i++)
+        ct_suggest_add(&sg, names[i]);
+    CT_CHECK(strcmp(ct_suggest_hint(&sg, hint, sizeof hint), " (did you mean 'activation'?)") == 0);
+    ct_suggest_init(&sg, "mpl"); /* a swap of two letters is one edit */
+    ct_suggest_add(&sg, "cnn");
+    ct_suggest_add(&sg, "mlp");
+    CT_CHECK(ct_suggest_best(&sg) && strcmp(ct_suggest_best(&sg), "mlp") == 0);
+    ct_suggest_init(&sg, "learning_rate");
+    ct_suggest_add(&sg, "lr");
+    CT_CHECK(ct_suggest_best(&sg) == NULL);
+    CT_CHECK(ct_suggest_hint(&sg, hint, sizeof hint)[0] == '\0');
+    ct_suggest_init(&sg, NULL); /* a missing name suggests nothing */
+    ct_suggest_add(&sg, "out");
+    CT_CHECK(ct_suggest_best(&sg) == NULL);
+
+    ct_ctx *ctx = NULL;
+    CT_CHECK_INT(ct_ctx_create(NULL, &ctx), CT_OK);
+    ct_options o = {(const ct_option[]){{"actvation", "relu"}}, 1, "exp.yaml:7:1: model"};
+    CT_CHECK_INT(ct_options_check(ctx, &o, names), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "exp.yaml:7:1: model: unknown key 'actvation' (did you "
+                                        "mean 'activation'?) (known: hidden, activation") != NULL);
+    ct_options far = {(const ct_option[]){{"colour", "red"}}, 1, "m"};
+    CT_CHECK_INT(ct_options_check(ctx, &far, names), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "did you mean") == NULL);
+    ct_ctx_destroy(ctx);
 }
 
 static void tensor_should_check_shapes_before_allocating(void) {
@@ -417,6 +451,7 @@ int main(void) {
     CT_RUN(core_should_name_every_status);
     CT_RUN(core_should_record_error_with_location_and_context);
     CT_RUN(core_should_reject_bad_params);
+    CT_RUN(core_should_suggest_near_names);
     CT_RUN(tensor_should_check_shapes_before_allocating);
     CT_RUN(tensor_should_view_reshape_and_slice_without_copy);
     CT_RUN(tensor_should_fail_cleanly_when_allocation_fails);

@@ -711,10 +711,16 @@ static void options_should_reject_unknown_keys_and_bad_values(void) {
     ct_dataset *ds = (ct_dataset *)1;
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"targte", "y"}), CT_ERR_CONFIG);
     CT_CHECK(ds == NULL);
-    CHECK_ERR(ctx, "unknown key 'targte'");
+    CHECK_ERR(ctx, "unknown key 'targte' (did you mean 'target'?)");
+    /* the same keys, for checking a configuration before any file is opened */
+    const char *const *keys = ct_dataset_type_keys("csv");
+    CT_CHECK(keys && !strcmp(keys[0], "path") && !strcmp(keys[9], "target_path") && !keys[10]);
+    CT_CHECK(ct_dataset_type_keys("tokens") && !strcmp(ct_dataset_type_keys("tokens")[3], "vocab"));
+    CT_CHECK(ct_dataset_type_keys("csvv") == NULL && ct_dataset_type_keys(NULL) == NULL);
     CHECK_ERR(ctx, "known: path, features, target, task, delimiter, standardize, stats_from");
     CT_CHECK_INT(OPEN(ctx, "text", &ds, {"files", path}, {"contxt", "2"}), CT_ERR_CONFIG);
-    CHECK_ERR(ctx, "unknown key 'contxt' (known: files, context, stride)");
+    CHECK_ERR(ctx,
+              "unknown key 'contxt' (did you mean 'context'?) (known: files, context, stride)");
     CT_CHECK_INT(OPEN(ctx, "tokens", &ds, {"path", path}, {"vocab", "9"}, {"strde", "1"}),
                  CT_ERR_CONFIG);
     CHECK_ERR(ctx, "unknown key 'strde'");

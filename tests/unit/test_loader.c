@@ -563,8 +563,10 @@ static void loader_should_reject_bad_parameters(void) {
     ct_dataset *bad = (ct_dataset *)1;
     CT_CHECK_INT(ct_dataset_open_with(ctx, &toy_vt, &o, &bad), CT_ERR_CONFIG);
     CT_CHECK(bad == NULL);
-    CT_CHECK(strstr(ct_last_error(ctx),
-                    "exp.yaml: data.train: unknown key 'nn' (known: n, image)") != NULL);
+    CT_CHECK(
+        strstr(ct_last_error(ctx),
+               "exp.yaml: data.train: unknown key 'nn' (did you mean 'n'?) (known: n, image)") !=
+        NULL);
 }
 
 int main(void) {

@@ -66,6 +66,39 @@ static void model_should_list_layer_and_model_types(void) {
     CT_CHECK(ct_model_type_name(3) == NULL);
 }
 
+static bool lists(const char *const *keys, const char *key) {
+    for (; keys && *keys; keys++)
+        if (!strcmp(*keys, key)) return true;
+    return false;
+}
+
+/* a configuration is checked before the data give the input shape */
+static void model_should_check_options_without_an_input(void) {
+    CT_CHECK(lists(ct_model_type_keys("mlp"), "hidden"));
+    CT_CHECK(lists(ct_model_type_keys("gpt"), "n_head"));
+    CT_CHECK(ct_model_type_keys("sequential") == NULL); /* not a builder */
+    CT_CHECK(lists(ct_layer_type_keys("linear"), "out"));
+    CT_CHECK(ct_layer_type_keys("residual") && !ct_layer_type_keys("residual")[0]);
+    CT_CHECK(ct_layer_type_keys("lnear") == NULL);
+    ct_ctx *ctx = NULL;
+    CT_CHECK_INT(ct_ctx_create(NULL, &ctx), CT_OK);
+    ct_options ok = OPTS({"hidden", "16,8"}, {"activation", "gelu"}); /* out: from the data */
+    CT_CHECK_INT(ct_model_check(ctx, "mlp", &ok), CT_OK);
+    CT_CHECK_INT(ct_model_check(ctx, "gpt", NULL), CT_OK);
+    ct_options act = {(const ct_option[]){{"activation", "rleu"}}, 1, "exp.yaml: model"};
+    CT_CHECK_INT(ct_model_check(ctx, "mlp", &act), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "exp.yaml: model: key 'activation': unknown 'rleu' (did "
+                                        "you mean 'relu'?)") != NULL);
+    ct_options heads = OPTS({"d_model", "10"}, {"n_head", "3"});
+    CT_CHECK_INT(ct_model_check(ctx, "gpt", &heads), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "not a multiple of n_head") != NULL);
+    ct_options chans = OPTS({"channels", "8,x"});
+    CT_CHECK_INT(ct_model_check(ctx, "cnn", &chans), CT_ERR_CONFIG);
+    CT_CHECK_INT(ct_model_check(ctx, "mpl", NULL), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "(did you mean 'mlp'?)") != NULL);
+    ct_ctx_destroy(ctx);
+}
+
 static void model_should_reject_unknown_types_keys_and_shapes(void) {
     fixture f;
     fx_open(&f);
@@ -102,7 +135,8 @@ static void model_should_reject_unknown_types_keys_and_shapes(void) {
 
     /* builders */
     CT_CHECK_INT(ct_model_build(f.ctx, "rnn", NULL, f.params, CT_F32, 1, in, &f.m), CT_ERR_CONFIG);
-    CT_CHECK(has(ct_last_error(f.ctx), "unknown model type 'rnn' (known: mlp, cnn, gpt)"));
+    CT_CHECK(has(ct_last_error(f.ctx),
+                 "unknown model type 'rnn' (did you mean 'cnn'?) (known: mlp, cnn, gpt)"));
     ct_options o1 = {(const ct_option[]){{"hidden", "16,x"}, {"out", "2"}}, 2, "exp.yaml: model"};
     CT_CHECK_INT(ct_model_build(f.ctx, "mlp", &o1, f.params, CT_F32, 1, in, &f.m), CT_ERR_CONFIG);
     CT_CHECK(has(ct_last_error(f.ctx), "exp.yaml: model: key 'hidden'"));
@@ -615,6 +649,7 @@ static void graph_should_report_each_gradient_once_when_final(void) {
 
 int main(void) {
     CT_RUN(model_should_list_layer_and_model_types);
+    CT_RUN(model_should_check_options_without_an_input);
     CT_RUN(model_should_reject_unknown_types_keys_and_shapes);
     CT_RUN(model_should_name_layers_like_sequential);
     CT_RUN(model_should_add_the_residual_input);

@@ -37,11 +37,21 @@ static void expect_fail(const char *type, const ct_options *o, ct_status code, c
 
 static void schedule_should_reject_unknown_types_and_keys(void) {
     ct_options none = {NULL, 0, "sched"};
-    expect_fail("cosin", &none, CT_ERR_CONFIG, "unknown schedule type 'cosin'");
+    expect_fail("cosin", &none, CT_ERR_CONFIG,
+                "unknown schedule type 'cosin' (did you mean 'cosine'?)");
     expect_fail("cosin", &none, CT_ERR_CONFIG, "warmup_cosine, onecycle, polynomial, plateau");
     expect_fail(NULL, &none, CT_ERR_CONFIG, "known: constant");
+    /* the table, for checking a configuration before building */
+    int64_t n = 0;
+    while (ct_schedule_type_name(n))
+        n++;
+    CT_CHECK(n == 10 && !strcmp(ct_schedule_type_name(4), "cosine"));
+    CT_CHECK(ct_schedule_type_keys("cosine") &&
+             !strcmp(ct_schedule_type_keys("cosine")[0], "t_max"));
+    CT_CHECK(ct_schedule_type_keys("cosin") == NULL && ct_schedule_type_name(-1) == NULL);
     ct_options o = OPTS({"stepsize", "3"});
-    expect_fail("step", &o, CT_ERR_CONFIG, "unknown key 'stepsize' (known: step_size, gamma)");
+    expect_fail("step", &o, CT_ERR_CONFIG,
+                "unknown key 'stepsize' (did you mean 'step_size'?) (known: step_size, gamma)");
     o = OPTS({"gamma", "0.5"});
     expect_fail("step", &o, CT_ERR_CONFIG, "needs key 'step_size'");
     expect_fail("exponential", NULL, CT_ERR_CONFIG, "needs key 'gamma'");

@@ -144,8 +144,47 @@ static void say(session *s, const char *fmt, ...) {
     to_log(s, "", buf);
 }
 
+/* Length of a library source location "name.c:123: " at p, or 0. */
+static size_t source_prefix(const char *p) {
+    size_t n = 0;
+    while ((p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
+           (p[n] >= '0' && p[n] <= '9') || p[n] == '_' || p[n] == '-')
+        n++;
+    if (n == 0 || p[n] != '.' || (p[n + 1] != 'c' && p[n + 1] != 'h') || p[n + 2] != ':') return 0;
+    size_t d = n + 3;
+    while (p[d] >= '0' && p[d] <= '9')
+        d++;
+    return d > n + 3 && p[d] == ':' && p[d + 1] == ' ' ? d + 2 : 0;
+}
+
+/* A library message as users see it: without the "schema.c:289: " locations that CT_FAIL puts
+ * at the front of each message (and ct_err_wrap then inside), which name ctrain's sources, not
+ * the user's file. CTRAIN_DEBUG=1 keeps them, for a bug report. */
+static const char *user_text(const char *msg, char *buf, size_t size) {
+    const char *debug = getenv("CTRAIN_DEBUG");
+    if ((debug && debug[0] && strcmp(debug, "0") != 0) || size == 0) return msg;
+    size_t at = 0;
+    for (const char *p = msg; *p && at + 1 < size;) {
+        size_t skip = (p == msg || p[-1] == ' ') ? source_prefix(p) : 0;
+        if (skip) {
+            p += skip;
+            continue;
+        }
+        buf[at++] = *p++;
+    }
+    buf[at] = '\0';
+    return buf;
+}
+
+/* The context's last error as users see it (user_text). */
+static const char *error_text(const ct_ctx *ctx, char *buf, size_t size) {
+    return user_text(ct_last_error(ctx), buf, size);
+}
+
 static void log_fn(void *user, ct_log_level level, const char *msg) {
     session *s = user;
+    char text[2048];
+    msg = user_text(msg, text, sizeof text);
     static const char *const names[] = {"debug", "info", "warning", "error"};
     const char *name = (unsigned)level < CT_LOG_LEVEL_COUNT ? names[level] : "log";
     char prefix[16];
@@ -335,15 +374,19 @@ static void usage(FILE *f) {
                   "\n"
                   "overrides: key.path=value replaces, +key.path=value adds, ++key.path=value "
                   "sets,\n"
-                  "           ~key.path deletes (Hydra's grammar); values are YAML "
-                  "(lr=3e-4, hidden=[256,128])\n"
+                  "           ~key.path deletes, ~key.path=value deletes that value only "
+                  "(Hydra's grammar);\n"
+                  "           values are YAML (lr=3e-4, hidden=[256,128])\n"
                   "\n"
                   "options: -V, --version   print the version;  -h, --help   this help "
                   "(ctrain COMMAND --help for a command's)\n"
                   "\n"
                   "exit codes: 0 success, 1 the run failed, 2 usage, configuration or input "
                   "error,\n"
-                  "            130 interrupted (SIGINT), 143 stopped (SIGTERM)\n");
+                  "            130 interrupted (SIGINT), 143 stopped (SIGTERM)\n"
+                  "\n"
+                  "environment: CTRAIN_DEBUG=1 adds ctrain's source locations to error "
+                  "messages\n");
 }
 
 /* The bundled example experiments: installed beside the binary (PREFIX/share/ctrain/examples),
@@ -381,7 +424,8 @@ static int setup_code(ct_status s) {
 }
 
 static int fail(ct_ctx *ctx, int code) {
-    (void)fprintf(stderr, "ctrain: error: %s\n", ct_last_error(ctx));
+    char text[2048];
+    (void)fprintf(stderr, "ctrain: error: %s\n", error_text(ctx, text, sizeof text));
     return code;
 }
 
@@ -390,8 +434,9 @@ static int fail(ct_ctx *ctx, int code) {
  * process, fail(). */
 static int rank_fail(const session *s, ct_ctx *ctx, int code) {
     if (s->world < 2) return fail(ctx, code);
+    char text[2048];
     (void)fprintf(stderr, "ctrain: error: rank %lld of %lld: %s\n", (long long)s->rank,
-                  (long long)s->world, ct_last_error(ctx));
+                  (long long)s->world, error_text(ctx, text, sizeof text));
     (void)fflush(stderr);
     ct_comm_abort(s->comm, code);
     return code;
@@ -717,7 +762,9 @@ static int cmd_fit(int argc, char **argv) {
             rc = rank_fail(&s, ctx, st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED);
             goto out;
         }
-        say(&s, "ctrain: error: %s%s", s.world > 1 ? "rank 0: " : "", ct_last_error(ctx));
+        char text[2048];
+        say(&s, "ctrain: error: %s%s", s.world > 1 ? "rank 0: " : "",
+            error_text(ctx, text, sizeof text));
         rc = st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED;
         if (s.log_file) (void)fflush(s.log_file);
         ct_comm_abort(s.comm, rc);
@@ -1022,10 +1069,78 @@ static int list_tensors(const char *path) {
     return rc;
 }
 
+/* A double as state.json stores it: the 16 hex digits of its bits, so it reads back exactly. */
+static bool hex_double(const json_t *j, double *out) {
+    const char *s = json_string_value(j);
+    if (!s || strlen(s) != 16) return false;
+    uint64_t bits = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return false;
+        bits = bits << 4 | (uint64_t)d;
+    }
+    memcpy(out, &bits, sizeof *out);
+    return true;
+}
+
+/* The metric that picks `best` in the run whose checkpoints/ holds dir: checkpoint.monitor of
+ * its config.yaml, or valid/loss when that is empty and there is validation data. */
+static void monitor_name(ct_ctx *ctx, const char *dir, char *buf, size_t size) {
+    char path[1300];
+    (void)snprintf(path, sizeof path, "%s/../../config.yaml", dir);
+    (void)snprintf(buf, size, "monitor");
+    ct_config *cfg = NULL;
+    if (ct_config_load_file(ctx, path, &cfg) != CT_OK) return;
+    const ct_cfg_node *root = ct_config_root(cfg), *m = ct_config_find(root, "checkpoint.monitor");
+    if (m && m->kind == CT_CFG_SCALAR && m->value && m->value[0])
+        (void)snprintf(buf, size, "%s", m->value);
+    else if (ct_config_find(root, "data.valid"))
+        (void)snprintf(buf, size, "valid/loss");
+    ct_config_destroy(cfg);
+}
+
+/* The values metrics.jsonl (beside checkpoints/) recorded at step, as "name value" pairs. */
+static void recorded_metrics(const char *dir, int64_t step, char *buf, size_t size) {
+    char path[1300];
+    (void)snprintf(path, sizeof path, "%s/../../metrics.jsonl", dir);
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    json_t *all = json_object();
+    char *line = NULL;
+    size_t cap = 0;
+    while (all && getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (j && json_integer_value(json_object_get(j, "step")) == step) {
+            json_object_del(j, "step");
+            json_object_del(j, "epoch");
+            json_object_del(j, "time");
+            (void)json_object_update(all, j);
+        }
+        json_decref(j);
+    }
+    free(line);
+    (void)fclose(f);
+    size_t at = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(all, key, v) {
+        if (strstr(key, "/confusion/")) continue; /* counts, not a summary */
+        int k = json_is_number(v) ? snprintf(buf + at, size - at, "%s%s %.6g", at ? ", " : "", key,
+                                             json_number_value(v))
+                                  : snprintf(buf + at, size - at, "%s%s null", at ? ", " : "", key);
+        if (k < 0 || (size_t)k >= size - at) break;
+        at += (size_t)k;
+    }
+    json_decref(all);
+}
+
 static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
     int64_t step = -1;
     if (ct_checkpoint_verify(ctx, dir, &step) != CT_OK) {
-        (void)printf("  %s: DAMAGED: %s\n", dir, ct_last_error(ctx));
+        char text[2048];
+        (void)printf("  %s: DAMAGED: %s\n", dir, error_text(ctx, text, sizeof text));
         return 1;
     }
     char path[1200];
@@ -1036,8 +1151,21 @@ static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
                  (long long)json_integer_value(json_object_get(st, "epoch")));
     const char *fp = json_string_value(json_object_get(tr, "fingerprint"));
     if (fp) (void)printf(", fingerprint %s", fp);
+    /* the monitor's best so far, as this checkpoint saved it */
+    const json_t *mon = json_object_get(json_object_get(st, "state"), "monitor");
+    double best;
+    if (json_is_true(json_object_get(mon, "has_best")) &&
+        hex_double(json_object_get(mon, "best"), &best)) {
+        char name[256];
+        monitor_name(ctx, dir, name, sizeof name);
+        (void)printf(", best %s %.6g at step %lld", name, best,
+                     (long long)json_integer_value(json_object_get(mon, "best_step")));
+    }
     (void)printf("\n");
     if (tensors) {
+        char rec[2048];
+        recorded_metrics(dir, step, rec, sizeof rec);
+        if (rec[0]) (void)printf("  recorded at step %lld: %s\n", (long long)step, rec);
         const char *name;
         json_t *v;
         json_object_foreach(json_object_get(st, "files"), name, v) {
@@ -1094,7 +1222,8 @@ static int cmd_inspect(int argc, char **argv) {
         (void)printf("run %s\n", p);
         int64_t steps[4096], count = 0;
         if (ct_checkpoint_list(ctx, p, steps, 4096, &count) != CT_OK) {
-            (void)printf("  cannot list: %s\n", ct_last_error(ctx));
+            char text[2048];
+            (void)printf("  cannot list: %s\n", error_text(ctx, text, sizeof text));
             bad = 1;
         }
         static const char *const ptrs[] = {"latest", "best"};
