@@ -894,10 +894,13 @@ static bool hist_excluded(const ct_experiment *e, const char *name) {
 static void histograms(ct_experiment *e, ct_trainer *t, bool grads) {
     const float *values = ct_params_values(e->params);
     const float *base = grads ? ct_params_grads(e->params) : values;
+    /* by the layer that owns the tensor: a sequential model's names ("1.weight") do not say */
+    bool skip_norm = bool_at(e, "logging.histogram_exclude_norm");
     for (int64_t i = 0; e->tb && i < ct_params_count(e->params); i++) {
         if (ct_params_kind_at(e->params, i) != CT_PARAM_TRAINABLE) continue;
         const ct_tensor *p = ct_params_at(e->params, i);
-        if (hist_excluded(e, p->name)) continue;
+        if (hist_excluded(e, p->name) || (skip_norm && ct_model_param_is_norm(e->model, p)))
+            continue;
         const float *v = base + ((const float *)p->data - values);
         char tag[300];
         (void)snprintf(tag, sizeof tag, "%s/%s", grads ? "grads" : "weights", p->name);

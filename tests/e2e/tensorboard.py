@@ -5,7 +5,9 @@ every record's framing is checked with a CRC-32C written here in Python from its
 every Event is decoded by protoc --decode_raw (protobuf-compiler) and by a small reader here,
 and the events must say what metrics.jsonl says: the same scalar tags and values (as float32)
 at the same steps, the configuration as text, and weight and gradient histograms of every
-parameter at every epoch whose counts add up to the parameter's size.
+parameter at every epoch whose counts add up to the parameter's size. A model with a batchnorm
+layer (named "1" by position) has no histograms of that layer's tensors with
+logging.histogram_exclude_norm, and has them without.
 Exits 77 (ctest's skip) with a message when protoc is missing: never silently.
 Usage: /usr/bin/python3 tensorboard.py PATH/TO/ctrain
 """
@@ -88,6 +90,66 @@ def first(fs, num):
     return next((v for n, _, v in fs if n == num), None)
 
 
+def read_records(path):
+    """The Event bytes of every TFRecord of a file, and whether every CRC and length held."""
+    data = open(path, "rb").read()
+    records, i, framing_ok = [], 0, True
+    while i + 12 <= len(data):
+        (n,) = struct.unpack("<Q", data[i:i + 8])
+        (hc,) = struct.unpack("<I", data[i + 8:i + 12])
+        body = data[i + 12:i + 12 + n]
+        (dc,) = struct.unpack("<I", data[i + 12 + n:i + 16 + n] or b"\0\0\0\0")
+        framing_ok &= hc == masked(crc32c(data[i:i + 8])) and dc == masked(crc32c(body))
+        records.append(body)
+        i += 16 + n
+    return records, framing_ok and i == len(data)
+
+
+def histogram_tags(records):
+    tags = set()
+    for r in records[1:]:
+        value = fields(first(fields(first(fields(r), 5)), 1))
+        if first(value, 5) is not None:
+            tags.add(first(value, 1).decode())
+    return tags
+
+
+NORM_CONFIG = """
+seed: 1
+data:
+  train: {type: synthetic, kind: blobs, n: 200, features: 8, classes: 4, seed: 3}
+  batch_size: 50
+model:
+  type: sequential
+  layers: [{type: linear, out: 16}, batchnorm, relu, {type: linear, out: 4}]
+optimizer: {type: sgd, lr: 0.1}
+trainer: {max_epochs: 1}
+logging: {progress: none, tensorboard: true, histogram_every: 1}
+"""
+
+
+def check_norm_exclusion(tmp):
+    """logging.histogram_exclude_norm finds the batchnorm by its type, whatever its name."""
+    with open(os.path.join(tmp, "norm.yaml"), "w") as f:
+        f.write(NORM_CONFIG)
+    tags = {}
+    for flag in ("false", "true"):
+        out = os.path.join(tmp, "norm_" + flag)
+        p = subprocess.run([CTRAIN, "fit", "norm.yaml", f"++output_dir={out}",
+                            f"++logging.histogram_exclude_norm={flag}"], cwd=tmp,
+                           capture_output=True, text=True)
+        ev = glob.glob(os.path.join(out, "events.out.tfevents.*"))
+        check(f"fit with histogram_exclude_norm {flag}", p.returncode == 0 and len(ev) == 1,
+              p.stderr[-300:])
+        tags[flag] = histogram_tags(read_records(ev[0])[0]) if len(ev) == 1 else set()
+    layers = {"0.weight", "0.bias", "1.weight", "1.bias", "3.weight", "3.bias"}
+    want = {f"{k}/{n}" for k in ("weights", "grads") for n in layers}
+    check("without histogram_exclude_norm: the batchnorm's histograms too",
+          tags["false"] == want, str(sorted(tags["false"])))
+    check("histogram_exclude_norm: no histogram of the batchnorm ('1.weight', '1.bias')",
+          tags["true"] == {t for t in want if "/1." not in t}, str(sorted(tags["true"])))
+
+
 CONFIG = """
 seed: 1
 data:
@@ -112,17 +174,8 @@ def main():
         check("one events file", len(files) == 1, str(files))
         if len(files) != 1:
             return
-        data = open(files[0], "rb").read()
-        records, i, framing_ok = [], 0, True
-        while i < len(data):
-            (n,) = struct.unpack("<Q", data[i:i + 8])
-            (hc,) = struct.unpack("<I", data[i + 8:i + 12])
-            body = data[i + 12:i + 12 + n]
-            (dc,) = struct.unpack("<I", data[i + 12 + n:i + 16 + n])
-            framing_ok &= hc == masked(crc32c(data[i:i + 8])) and dc == masked(crc32c(body))
-            records.append(body)
-            i += 16 + n
-        check("framing and masked CRC-32C of every record", framing_ok and i == len(data))
+        records, framing_ok = read_records(files[0])
+        check("framing and masked CRC-32C of every record", framing_ok)
         decoded = all(subprocess.run(["protoc", "--decode_raw"], input=r,
                                      capture_output=True).returncode == 0 for r in records)
         check("protoc --decode_raw reads every event", decoded)
@@ -171,6 +224,7 @@ def main():
             len(v) == 2 and all(t == sizes[k] for _, t in v) for k, v in hists.items())
         check("histograms of weights and gradients each epoch, biases excluded", ok,
               str({k: v for k, v in hists.items()}))
+        check_norm_exclusion(tmp)
         # the reference experiment (Fashion-MNIST MLP), shortened: its events decode too and
         # its report's curves hold the values of its metrics.jsonl
         example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
