@@ -1,7 +1,8 @@
 /*
  * report.h - a run's report: one self-contained HTML file (inline SVG, no script, no network)
  * drawn from the run directory's metrics.jsonl, config.yaml and checkpoint pointers: loss and
- * metric curves per split against the step, the learning rate, gradient norm and throughput,
+ * metric curves per split against the step and (once an epoch has ended) against the epoch, the
+ * learning rate, gradient norm and throughput,
  * the best checkpoint marked, confusion matrices (when a `confusion` metric was recorded) as
  * heat maps with per-class precision and recall, and tables of the final metrics and the
  * configuration. Optionally each plot as its own SVG file.

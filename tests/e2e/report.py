@@ -1,6 +1,8 @@
 """report.py - the run report checked as a reader would: `ctrain fit` with a confusion metric
-writes report.html; every inline SVG parses as XML and each curve has one point per value of
-metrics.jsonl; `ctrain report --svg` writes standalone SVG files that parse; and, where Debian's
+writes report.html; every inline SVG parses as XML and each curve, read back through its axes'
+tick labels (report_curves.py), holds the values of metrics.jsonl, against the step and, for
+losses and metrics, against the epoch; `ctrain report --svg` writes standalone SVG files that
+parse (and --log ones that read back too); and, where Debian's
 chromium is installed, a headless screenshot of the page is not blank (skipped with a message
 otherwise).
 Usage: /usr/bin/python3 report.py PATH/TO/ctrain
@@ -14,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+
+import report_curves
 
 CTRAIN = os.path.abspath(sys.argv[1])
 PASSED = FAILED = 0
@@ -71,20 +75,16 @@ def main():
                 check("inline svg parses", False, str(e))
         check("every inline SVG parses as XML", len(parsed) == len(svgs) and len(svgs) >= 5,
               f"{len(parsed)} of {len(svgs)}")
-        # points per series against metrics.jsonl
-        counts = {}
-        for line in open(os.path.join(run, "metrics.jsonl")):
-            for k, v in json.loads(line).items():
-                if k not in ("step", "epoch", "time") and v is not None and "/confusion/" not in k:
-                    counts[k] = counts.get(k, 0) + 1
-        drawn = {}
-        for svg in parsed:
-            lines = svg.findall(f"{SVG}polyline")
-            labels = [t.text for t in svg.findall(f"{SVG}text") if t.text in counts]
-            for pl, name in zip(lines, labels):
-                drawn[name] = len(pl.get("points").split())
-        check("each curve has one point per recorded value", drawn == counts,
-              f"drawn {drawn}, recorded {counts}")
+        # every curve read back against metrics.jsonl, by step and by epoch
+        metrics = os.path.join(run, "metrics.jsonl")
+        problems, n = report_curves.compare(html, metrics)
+        n_values = sum(len(v) for v in report_curves.recorded(metrics).values())
+        check("every curve holds metrics.jsonl's values, against the step and the epoch",
+              not problems and n > n_values, "; ".join(problems[:4]) + f" ({n} points read)")
+        titles = [s.find(f"{SVG}title").text for s in parsed]
+        check("losses and metrics also against the epoch",
+              "loss by epoch" in titles and "acc by epoch" in titles and
+              "learning rate by epoch" not in titles, str(titles))
         check("the best checkpoint is marked", 'class="best"' in html)
         check("the resolved configuration as a table of keys and values",
               '<td style="text-align:left">optimizer.lr</td><td style="text-align:left">0.1</td>'
@@ -99,14 +99,18 @@ def main():
                            capture_output=True, text=True)
         check("ctrain report", p.returncode == 0 and os.path.exists(out), p.stderr)
         files = glob.glob(os.path.join(svgdir, "*.svg"))
-        ok = len(files) == 4  # loss, acc, learning rate, throughput
+        # loss, acc, each by step and by epoch, learning rate, throughput
+        ok = len(files) == 6 and os.path.exists(os.path.join(svgdir, "loss_by_epoch.svg"))
         for fn in files:
             try:
                 ET.parse(fn)
             except ET.ParseError:
                 ok = False
         check("--svg writes standalone SVG files that parse", ok, str(files))
-        check("--log draws losses on a log scale", "(log scale)" in open(out).read())
+        logged = open(out).read()
+        problems, _ = report_curves.compare(logged, metrics)
+        check("--log draws losses on a log scale, and they read back", "(log scale)" in logged
+              and not problems, "; ".join(problems[:4]))
         p = subprocess.run([CTRAIN, "report", os.path.join(tmp, "nothere")], capture_output=True,
                            text=True)
         check("a directory without metrics.jsonl: exit 2 naming it",
