@@ -23,6 +23,9 @@ typedef struct ct_report_params {
     const char *html;    /* the HTML file to write; NULL = <run_dir>/report.html */
     const char *svg_dir; /* also one SVG file per plot there (created); NULL = none */
     bool log_y;          /* loss curves on a logarithmic axis */
+    int64_t best_step;   /* the best checkpoint's step to mark; -1 (default) = the one that
+                            run_dir/checkpoints/best names (a trainer that knows better, as
+                            during an evaluation before its best checkpoint is saved, says so) */
 } ct_report_params;
 
 CT_API ct_report_params ct_report_default_params(void);

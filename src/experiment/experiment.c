@@ -85,6 +85,7 @@ struct ct_experiment {
     int lock_fd; /* the run directory's lock while fit runs; -1 = none */
     ct_tb_writer *tb;
     int64_t hist_every;   /* epochs between histograms; 0 = none */
+    bool final_testing;   /* fit's last test evaluation runs: it never makes a best */
     bool hist_grads_due;  /* the epoch's last window is running: its gradients go out */
     double t_last_log;    /* for samples_per_sec between records */
     double comm_last_log; /* ct_trainer_comm_seconds at the last record */
@@ -965,11 +966,28 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
 }
 
 /* The report is a view of metrics.jsonl: a failure to write it is a warning, never the end
- * of a run. */
-static void write_report(ct_experiment *e) {
+ * of a run. The best checkpoint it marks is the monitor's best (-1: the `best` pointer's). */
+static void write_report(ct_experiment *e, int64_t best_step) {
     ct_report_params rp = ct_report_default_params();
+    rp.best_step = best_step;
     if (ct_report_write(e->ctx, e->out_dir, &rp, NULL) != CT_OK)
         ct_log(e->ctx, CT_LOG_WARN, "report: %s", ct_last_error(e->ctx));
+}
+
+/* The step of the best checkpoint as the trainer's monitor knows it, -1 for none (or no
+ * checkpoints). v[0..n) are an evaluation that has just ended: the trainer weighs it against
+ * the monitor, and saves the best checkpoint, only after on_eval_end, so a value that will
+ * improve on the best makes this step the best already (or a live report lags one evaluation
+ * behind the `best` pointer). */
+static int64_t
+best_step(const ct_experiment *e, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    const ct_monitor *m = e->tp.checkpoint_dir ? ct_trainer_monitor(t) : NULL;
+    if (!m) return -1;
+    int64_t best = m->state.has_best ? m->state.best_step : -1;
+    for (int64_t i = 0; i < n && !e->final_testing; i++)
+        if (strcmp(v[i].name, m->metric) == 0 && ct_monitor_is_better(m, v[i].value))
+            best = ct_trainer_step(t);
+    return best;
 }
 
 /* An evaluation's confusion matrix (values "<key>/confusion/<true>/<pred>") as a TensorBoard
@@ -1028,7 +1046,8 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
     ct_experiment *e = user;
     record(e, t, v, n, NULL, NULL, 0);
     if (e->tb) confusion_image(e, t, key, v, n);
-    if (e->jsonl && strcmp(str_at(e, "logging.report"), "live") == 0) write_report(e);
+    if (e->jsonl && strcmp(str_at(e, "logging.report"), "live") == 0)
+        write_report(e, best_step(e, t, v, n));
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_eval_end ? cb->on_eval_end(cb->user, t, key, v, n) : CT_OK;
 }
@@ -1578,8 +1597,14 @@ ct_status ct_experiment_fit(ct_experiment *e) {
             CT_TRY(ct_comm_broadcast(e->p.comm, &recorded, sizeof recorded, 0));
         if (recorded) return CT_OK;
     }
-    if (final_test) CT_TRY(ct_trainer_evaluate(e->trainer, "test"));
-    if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0) write_report(e);
+    if (final_test) {
+        e->final_testing = true;
+        s = ct_trainer_evaluate(e->trainer, "test");
+        e->final_testing = false;
+        CT_TRY(s);
+    }
+    if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0)
+        write_report(e, best_step(e, e->trainer, NULL, 0));
     return CT_OK;
 }
 

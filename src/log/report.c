@@ -615,7 +615,7 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
 }
 
 ct_report_params ct_report_default_params(void) {
-    ct_report_params p = {NULL, NULL, false};
+    ct_report_params p = {NULL, NULL, false, -1};
     return p;
 }
 
@@ -628,7 +628,7 @@ ct_report_write(ct_ctx *ctx, const char *run_dir, const ct_report_params *pp, in
     report r;
     memset(&r, 0, sizeof r);
     r.ctx = ctx;
-    r.best_step = read_best(run_dir);
+    r.best_step = p.best_step >= 0 ? p.best_step : read_best(run_dir);
     r.s = ct_alloc(ctx, MAX_SERIES * sizeof *r.s);
     r.cm = ct_alloc(ctx, 4 * sizeof *r.cm);
     ct_status s = r.s && r.cm ? CT_OK : CT_FAIL(ctx, CT_ERR_OOM, "report: out of memory");

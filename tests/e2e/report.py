@@ -2,7 +2,9 @@
 writes report.html; every inline SVG parses as XML and each curve, read back through its axes'
 tick labels (report_curves.py), holds the values of metrics.jsonl, against the step and, for
 losses and metrics, against the epoch; `ctrain report --svg` writes standalone SVG files that
-parse (and --log ones that read back too); and, where Debian's
+parse (and --log ones that read back too); a live report (logging.report: live) written by
+the first evaluation already marks that evaluation's step as the best checkpoint's, although the
+trainer saves that checkpoint after the report is written; and, where Debian's
 chromium is installed, a headless screenshot of the page is not blank (skipped with a message
 otherwise).
 Usage: /usr/bin/python3 report.py PATH/TO/ctrain
@@ -12,9 +14,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 import report_curves
@@ -50,6 +54,55 @@ logging: {progress: none}
 """
 
 SVG = "{http://www.w3.org/2000/svg}"
+
+# long epochs (2,000,000 samples: seconds each), so the first evaluation's live report can be
+# read before the second evaluation replaces it
+LIVE = """
+seed: 1
+data:
+  train: {type: synthetic, kind: blobs, n: 2000000, features: 8, classes: 4, seed: 3}
+  valid: {split: 0.005}
+  batch_size: 64
+model: {type: mlp, hidden: [16]}
+optimizer: {type: sgd, lr: 0.1}
+trainer: {max_epochs: 50, steps_per_loop: 1000}
+checkpoint: {monitor: valid/acc}
+logging: {progress: none, report: live}
+"""
+
+
+def check_live(tmp):
+    """The live report of the first evaluation marks it as the best: the trainer weighs the
+    evaluation and saves the best checkpoint only after the report is written, so the report
+    takes the best step from the monitor, not from the `best` pointer (not there yet)."""
+    with open(os.path.join(tmp, "live.yaml"), "w") as f:
+        f.write(LIVE)
+    html_path = os.path.join(tmp, "runs", "live", "report.html")
+    proc = subprocess.Popen([CTRAIN, "fit", "live.yaml"], cwd=tmp, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    snap, deadline = None, time.time() + 120
+    while snap is None and time.time() < deadline and proc.poll() is None:
+        if os.path.exists(html_path):  # written whole and renamed: never half a page
+            snap = open(html_path).read()
+        time.sleep(0.01)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=120)[1]
+    check("live: report.html after the first evaluation", snap is not None, err[-300:])
+    if snap is None:
+        return
+    best = re.search(r"Best checkpoint: step (\d+)", snap)
+    row = re.search(r'<td style="text-align:left">valid/acc</td><td>[^<]*</td><td>(\d+)</td>',
+                    snap)
+    acc = [report_curves.read_chart(s) for s in report_curves.inline_svgs(snap)]
+    n_evals = [len(c["curves"]["valid/acc"]) for c in acc
+               if c and c["title"] == "acc" and "valid/acc" in c["curves"]]
+    check("live: the first evaluation's report holds that one evaluation", n_evals == [1],
+          f"valid/acc points {n_evals}")
+    check("live: ...and marks its step as the best checkpoint's",
+          best is not None and row is not None and best.group(1) == row.group(1) and
+          'class="best"' in snap,
+          f"best {best and best.group(1)}, valid/acc at step {row and row.group(1)}")
 
 
 def main():
@@ -115,6 +168,7 @@ def main():
                            text=True)
         check("a directory without metrics.jsonl: exit 2 naming it",
               p.returncode == 2 and "metrics.jsonl" in p.stderr, p.stderr)
+        check_live(tmp)
         chromium = shutil.which("chromium")
         if not chromium:
             print("SKIP screenshot: Debian's chromium is not installed")
