@@ -990,6 +990,12 @@ best_step(const ct_experiment *e, ct_trainer *t, const ct_metric_value *v, int64
     return best;
 }
 
+/* The report at the end of a fit, finished or interrupted. */
+static void final_report(ct_experiment *e) {
+    if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0)
+        write_report(e, best_step(e, e->trainer, NULL, 0));
+}
+
 /* An evaluation's confusion matrix (values "<key>/confusion/<true>/<pred>") as a TensorBoard
  * image: rows are true classes, columns predictions, white to blue by the share of the row. */
 static void confusion_image(
@@ -1583,8 +1589,12 @@ ct_status ct_experiment_fit(ct_experiment *e) {
     int64_t before = ct_trainer_step(e->trainer);
     CT_TRY(ct_trainer_fit(e->trainer));
     /* an interrupted run is tested when it is finished, not now: a record at this step would
-       stay in the middle of the resumed run's log */
-    if (ct_trainer_interrupted(e->trainer)) return CT_OK;
+       stay in the middle of the resumed run's log; its report is written all the same, the
+       picture of what ran (a resume rewrites it) */
+    if (ct_trainer_interrupted(e->trainer)) {
+        final_report(e);
+        return CT_OK;
+    }
     bool final_test = e->eval_loaders[1] && e->test_every == 0 && !e->tp.dev_run;
     if (resume && ct_trainer_step(e->trainer) == before) {
         /* a finished run asked again: nothing to train; its final test is made only if the
@@ -1603,8 +1613,7 @@ ct_status ct_experiment_fit(ct_experiment *e) {
         e->final_testing = false;
         CT_TRY(s);
     }
-    if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0)
-        write_report(e, best_step(e, e->trainer, NULL, 0));
+    final_report(e);
     return CT_OK;
 }
 
