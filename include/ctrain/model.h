@@ -177,6 +177,12 @@ CT_API int32_t ct_model_output_shape(const ct_model *m, int64_t *shape);
  * "lm_head.weight" included), or NULL. */
 CT_API ct_tensor *ct_model_param(const ct_model *m, const char *name);
 
+/* Whether t (a tensor of the model's store) belongs to a normalisation layer: a batchnorm or
+ * layernorm layer of a sequential stack (named by position, "1.weight"), or gpt's ln_1, ln_2
+ * and ln_f. By the layer that declared it, not by name. False for any other tensor, for a
+ * user's model type (its layers are its own) and for NULL. */
+CT_API bool ct_model_param_is_norm(const ct_model *m, const ct_tensor *t);
+
 /* Names of the built-in layer types and model builders; NULL past the end. */
 CT_API const char *ct_layer_type_name(int64_t i);
 CT_API const char *ct_model_type_name(int64_t i);

@@ -1,7 +1,8 @@
 /*
  * report.h - a run's report: one self-contained HTML file (inline SVG, no script, no network)
  * drawn from the run directory's metrics.jsonl, config.yaml and checkpoint pointers: loss and
- * metric curves per split against the step, the learning rate, gradient norm and throughput,
+ * metric curves per split against the step and (once an epoch has ended) against the epoch, the
+ * learning rate, gradient norm and throughput,
  * the best checkpoint marked, confusion matrices (when a `confusion` metric was recorded) as
  * heat maps with per-class precision and recall, and tables of the final metrics and the
  * configuration. Optionally each plot as its own SVG file.
@@ -22,6 +23,9 @@ typedef struct ct_report_params {
     const char *html;    /* the HTML file to write; NULL = <run_dir>/report.html */
     const char *svg_dir; /* also one SVG file per plot there (created); NULL = none */
     bool log_y;          /* loss curves on a logarithmic axis */
+    int64_t best_step;   /* the best checkpoint's step to mark; -1 (default) = the one that
+                            run_dir/checkpoints/best names (a trainer that knows better, as
+                            during an evaluation before its best checkpoint is saved, says so) */
 } ct_report_params;
 
 CT_API ct_report_params ct_report_default_params(void);

@@ -6,9 +6,9 @@
  * A file is named events.out.tfevents.<10-digit unix time>.<host>.<pid>.<n>, as TensorBoard's
  * own writer names them, and starts with an Event whose file_version is "brain.Event:2".
  * Scalars are Summary.Value.simple_value (what PyTorch's SummaryWriter.add_scalar writes);
- * histograms are HistogramProto with TensorFlow's default bucket limits (+-1e-12 * 1.1^k up to
- * 1e20, and 0); text is a DT_STRING tensor with the "text" plugin's metadata; images are PNG
- * (libpng) in Summary.Image.
+ * histograms are HistogramProto with TensorFlow's default bucket limits (+-1e-12 * 1.1^k below
+ * 1e20, +-DBL_MAX and 0: 1551 limits) and its encoding (runs of empty buckets as one); text is a
+ * DT_STRING tensor with the "text" plugin's metadata; images are PNG (libpng) in Summary.Image.
  *
  * Ownership: ct_tb_open returns a writer the caller closes with ct_tb_close, which flushes.
  * Records are buffered by stdio and flushed by ct_tb_flush (the command line flushes after each
@@ -36,8 +36,9 @@ CT_API ct_status ct_tb_flush(ct_tb_writer *w);
 /* wall_time: seconds since the epoch (0 = now). */
 CT_API ct_status
 ct_tb_scalar(ct_tb_writer *w, const char *tag, int64_t step, double wall_time, float value);
-/* A histogram of n floats (non-finite values are left out of the buckets and counted in
- * nothing: TensorBoard cannot draw them). */
+/* A histogram of n floats. Each value counts in the bucket of the first limit above it, as
+ * TensorFlow's Histogram::Add (0.0 in the bucket that ends at 1e-12). Non-finite values are left
+ * out of the buckets and counted in nothing: TensorBoard cannot draw them. */
 CT_API ct_status ct_tb_histogram(
     ct_tb_writer *w, const char *tag, int64_t step, double wall_time, const float *v, int64_t n);
 CT_API ct_status

@@ -86,6 +86,7 @@ struct ct_experiment {
     int lock_fd; /* the run directory's lock while fit runs; -1 = none */
     ct_tb_writer *tb;
     int64_t hist_every;   /* epochs between histograms; 0 = none */
+    bool final_testing;   /* fit's last test evaluation runs: it never makes a best */
     bool hist_grads_due;  /* the epoch's last window is running: its gradients go out */
     double t_last_log;    /* for samples_per_sec between records */
     double comm_last_log; /* ct_trainer_comm_seconds at the last record */
@@ -1263,10 +1264,13 @@ static bool hist_excluded(const ct_experiment *e, const char *name) {
 static void histograms(ct_experiment *e, ct_trainer *t, bool grads) {
     const float *values = ct_params_values(e->params);
     const float *base = grads ? ct_params_grads(e->params) : values;
+    /* by the layer that owns the tensor: a sequential model's names ("1.weight") do not say */
+    bool skip_norm = bool_at(e, "logging.histogram_exclude_norm");
     for (int64_t i = 0; e->tb && i < ct_params_count(e->params); i++) {
         if (ct_params_kind_at(e->params, i) != CT_PARAM_TRAINABLE) continue;
         const ct_tensor *p = ct_params_at(e->params, i);
-        if (hist_excluded(e, p->name)) continue;
+        if (hist_excluded(e, p->name) || (skip_norm && ct_model_param_is_norm(e->model, p)))
+            continue;
         const float *v = base + ((const float *)p->data - values);
         char tag[300];
         (void)snprintf(tag, sizeof tag, "%s/%s", grads ? "grads" : "weights", p->name);
@@ -1331,11 +1335,34 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
 }
 
 /* The report is a view of metrics.jsonl: a failure to write it is a warning, never the end
- * of a run. */
-static void write_report(ct_experiment *e) {
+ * of a run. The best checkpoint it marks is the monitor's best (-1: the `best` pointer's). */
+static void write_report(ct_experiment *e, int64_t best_step) {
     ct_report_params rp = ct_report_default_params();
+    rp.best_step = best_step;
     if (ct_report_write(e->ctx, e->out_dir, &rp, NULL) != CT_OK)
         ct_log(e->ctx, CT_LOG_WARN, "report: %s", ct_last_error(e->ctx));
+}
+
+/* The step of the best checkpoint as the trainer's monitor knows it, -1 for none (or no
+ * checkpoints). v[0..n) are an evaluation that has just ended: the trainer weighs it against
+ * the monitor, and saves the best checkpoint, only after on_eval_end, so a value that will
+ * improve on the best makes this step the best already (or a live report lags one evaluation
+ * behind the `best` pointer). */
+static int64_t
+best_step(const ct_experiment *e, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    const ct_monitor *m = e->tp.checkpoint_dir ? ct_trainer_monitor(t) : NULL;
+    if (!m) return -1;
+    int64_t best = m->state.has_best ? m->state.best_step : -1;
+    for (int64_t i = 0; i < n && !e->final_testing; i++)
+        if (strcmp(v[i].name, m->metric) == 0 && ct_monitor_is_better(m, v[i].value))
+            best = ct_trainer_step(t);
+    return best;
+}
+
+/* The report at the end of a fit, finished or interrupted. */
+static void final_report(ct_experiment *e) {
+    if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0)
+        write_report(e, best_step(e, e->trainer, NULL, 0));
 }
 
 /* An evaluation's confusion matrix (values "<key>/confusion/<true>/<pred>") as a TensorBoard
@@ -1394,7 +1421,8 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
     ct_experiment *e = user;
     record(e, t, v, n, NULL, NULL, 0);
     if (e->tb) confusion_image(e, t, key, v, n);
-    if (e->jsonl && strcmp(str_at(e, "logging.report"), "live") == 0) write_report(e);
+    if (e->jsonl && strcmp(str_at(e, "logging.report"), "live") == 0)
+        write_report(e, best_step(e, t, v, n));
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_eval_end ? cb->on_eval_end(cb->user, t, key, v, n) : CT_OK;
 }
@@ -1931,8 +1959,12 @@ ct_status ct_experiment_fit(ct_experiment *e) {
     int64_t before = ct_trainer_step(e->trainer);
     CT_TRY(ct_trainer_fit(e->trainer));
     /* an interrupted run is tested when it is finished, not now: a record at this step would
-       stay in the middle of the resumed run's log */
-    if (ct_trainer_interrupted(e->trainer)) return CT_OK;
+       stay in the middle of the resumed run's log; its report is written all the same, the
+       picture of what ran (a resume rewrites it) */
+    if (ct_trainer_interrupted(e->trainer)) {
+        final_report(e);
+        return CT_OK;
+    }
     bool final_test = e->eval_loaders[1] && e->test_every == 0 && !e->tp.dev_run;
     if (resume && ct_trainer_step(e->trainer) == before) {
         /* a finished run asked again: nothing to train; its final test is made only if the
@@ -1945,8 +1977,13 @@ ct_status ct_experiment_fit(ct_experiment *e) {
             CT_TRY(ct_comm_broadcast(e->p.comm, &recorded, sizeof recorded, 0));
         if (recorded) return CT_OK;
     }
-    if (final_test) CT_TRY(ct_trainer_evaluate(e->trainer, "test"));
-    if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0) write_report(e);
+    if (final_test) {
+        e->final_testing = true;
+        s = ct_trainer_evaluate(e->trainer, "test");
+        e->final_testing = false;
+        CT_TRY(s);
+    }
+    final_report(e);
     return CT_OK;
 }
 

@@ -203,8 +203,11 @@ static const ct_key_def k_schema[] = {
      "With tensorboard: histograms of every parameter (weights/NAME) and of its gradient at the "
      "epoch's last step (grads/NAME) every N epochs; 0 = none."},
     {"logging.histogram_exclude", STR, "", 0, 0, NULL, RES,
-     "Comma-separated globs of parameter names left out of the histograms, e.g. "
-     "\"*norm*,*bn*\"."},
+     "Comma-separated globs of parameter names (state_dict names: a sequential model's layers "
+     "by position, \"1.weight\") left out of the histograms, e.g. \"*.bias,0.*\"."},
+    {"logging.histogram_exclude_norm", B, "false", 0, 0, NULL, RES,
+     "Also leave out the parameters of normalisation layers (batchnorm, layernorm, gpt's ln_1, "
+     "ln_2, ln_f), found by layer type, not by name."},
     {"logging.progress", E, "auto", 0, 0, "auto|bar|plain|none", RES,
      "auto: a redrawn bar on a terminal, plain lines otherwise."},
     {"logging.interval", F, "0.1", 0.001, 1, NULL, RES,

@@ -2,6 +2,9 @@
  * report.c - the run report: metrics.jsonl read into series, each plot drawn as SVG by hand
  * (axes with round-number ticks, one polyline per series, a legend, the best step marked), and
  * the HTML page around them. No script: the page reads the same in any browser or offline.
+ * Losses and metrics are drawn twice, against the step and against the epoch: a record's epoch
+ * is its step's place between the ends of epochs the records show (their `epoch` field), so an
+ * evaluation at an epoch's end sits at that epoch and a training record at a fraction of one.
  *
  * Ownership: every series and matrix is allocated from the context's allocator and freed
  * before ct_report_write returns.
@@ -167,6 +170,22 @@ static ct_status read_metrics(report *r, const char *run_dir) {
     return s;
 }
 
+/* The fractional epoch of a step: k + the share of epoch k + 1's steps done, from the steps at
+ * which the records say epochs ended; past the last end, at the last epoch's pace. NaN before
+ * any epoch ended (nothing tells how long one is). */
+static double epoch_of(const report *r, double step) {
+    double start = 0;
+    for (int64_t k = 0; k < r->n_epochs; k++) {
+        double end = r->epoch_at[k];
+        if (step <= end)
+            return end > start ? (double)k + (step - start) / (end - start) : (double)(k + 1);
+        start = end;
+    }
+    int64_t n = r->n_epochs;
+    double pace = n == 0 ? 0 : r->epoch_at[n - 1] - (n >= 2 ? r->epoch_at[n - 2] : 0);
+    return pace > 0 ? (double)n + (step - start) / pace : (double)NAN;
+}
+
 /* ---- drawing ---- */
 
 static void esc(FILE *f, const char *s) {
@@ -200,25 +219,36 @@ static double tick_step(double range, int n) {
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
 }
 
+/* Significant digits that write every tick of spacing `step` up to magnitude `mag` exactly
+ * (1000.24 next to 1000.26), at least `least`: the labels are what a reader (or a test)
+ * reads values back from. */
+static int tick_digits(double mag, double step, int least) {
+    int d = step > 0 && mag > 0 ? (int)ceil(log10(mag / step)) + 1 : least;
+    return d < least ? least : d > 15 ? 15 : d;
+}
+
 enum { W = 640, H = 310, ML = 64, MR = 160, MT = 28, MB = 50 };
 
-/* One line chart of the given series; returns the points drawn. */
+/* One line chart of the given series against the step, or the epoch; returns the points
+ * drawn. */
 static int64_t chart(FILE *f,
                      const report *r,
                      const char *title,
                      series *const *s,
                      int n,
                      bool log_y,
+                     bool by_epoch,
                      bool standalone) {
     int64_t best_step = r->best_step;
+#define XOF(p) (by_epoch ? epoch_of(r, (p).step) : (p).step)
     double x0 = (double)INFINITY, x1 = -(double)INFINITY, y0 = (double)INFINITY,
            y1 = -(double)INFINITY;
     for (int k = 0; k < n; k++)
         for (int64_t i = 0; i < s[k]->n; i++) {
-            double y = s[k]->pts[i].value;
-            if (log_y && !(y > 0)) continue;
-            x0 = fmin(x0, s[k]->pts[i].step);
-            x1 = fmax(x1, s[k]->pts[i].step);
+            double y = s[k]->pts[i].value, x = XOF(s[k]->pts[i]);
+            if ((log_y && !(y > 0)) || !isfinite(x)) continue;
+            x0 = fmin(x0, x);
+            x1 = fmax(x1, x);
             y0 = fmin(y0, log_y ? log10(y) : y);
             y1 = fmax(y1, log_y ? log10(y) : y);
         }
@@ -244,30 +274,38 @@ static int64_t chart(FILE *f,
     (void)fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", ML);
     esc(f, title);
     (void)fprintf(f, "%s</text>\n", log_y ? " (log scale)" : "");
-    /* grid and ticks */
+    /* grid and ticks: multiples of the spacing counted, not summed, so none drifts off the end
+     * (an epoch axis 1, 1.2, ... reaches 3) */
     double ys = tick_step(y1 - y0, 5);
-    for (double y = ceil(y0 / ys) * ys; y <= y1; y += ys) {
-        double v = log_y ? pow(10, y) : y;
-        (void)fprintf(f,
-                      "<line x1=\"%d\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                      "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n",
-                      ML, ML + pw, SY(y), SY(y), ML - 4, SY(y) + 4, fabs(v) < 1e-12 ? 0 : v);
+    int yd = log_y ? 4 : tick_digits(fmax(fabs(y0), fabs(y1)), ys, 4);
+    for (double k = ceil(y0 / ys - 1e-9); k <= floor(y1 / ys + 1e-9); k++) {
+        double y = k * ys, v = log_y ? pow(10, y) : y;
+        (void)fprintf(
+            f,
+            "<line class=\"ytick\" x1=\"%d\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" "
+            "stroke=\"#ddd\"/><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.*g</text>\n",
+            ML, ML + pw, SY(y), SY(y), ML - 4, SY(y) + 4, yd, fabs(v) < 1e-12 ? 0 : v);
     }
     double xs = tick_step(x1 - x0, 6);
-    for (double x = ceil(x0 / xs) * xs; x <= x1; x += xs)
+    int xd = tick_digits(fmax(fabs(x0), fabs(x1)), xs, 6);
+    for (double k = ceil(x0 / xs - 1e-9); k <= floor(x1 / xs + 1e-9); k++) {
+        double x = k * xs;
         (void)fprintf(f,
-                      "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>"
-                      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.6g</text>\n",
-                      SX(x), SX(x), MT, MT + ph, SX(x), MT + ph + 14, x);
-    (void)fprintf(
-        f,
-        "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
-        "stroke=\"#888\"/>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">step (e1, e2, "
-        "...: the ends of epochs)</text>\n",
-        ML, MT, pw, ph, ML + pw / 2, H - 6);
-    /* epoch ends: light lines labelled with the epoch, thinned to at most 12 labels */
+                      "<line class=\"xtick\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
+                      "stroke=\"#eee\"/><text x=\"%.1f\" y=\"%.1f\" "
+                      "text-anchor=\"middle\">%.*g</text>\n",
+                      SX(x), SX(x), MT, MT + ph, SX(x), MT + ph + 14, xd, fabs(x) < 1e-12 ? 0 : x);
+    }
+    (void)fprintf(f,
+                  "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
+                  "stroke=\"#888\"/>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+                  ML, MT, pw, ph, ML + pw / 2, H - 6,
+                  by_epoch ? "epoch (training records at the share of their epoch done)"
+                           : "step (e1, e2, ...: the ends of epochs)");
+    /* epoch ends: light lines labelled with the epoch, thinned to at most 12 labels (the epoch
+     * axis has its own ticks) */
     int64_t every = r->n_epochs > 12 ? (r->n_epochs + 11) / 12 : 1;
-    for (int64_t k = 0; k < r->n_epochs; k++) {
+    for (int64_t k = 0; k < r->n_epochs && !by_epoch; k++) {
         double x = r->epoch_at[k];
         if (x < x0 || x > x1) continue;
         (void)fprintf(f,
@@ -281,7 +319,7 @@ static int64_t chart(FILE *f,
                           SX(x), MT + ph + 26, (long long)(k + 1));
         (void)fputc('\n', f);
     }
-    double bs = (double)best_step;
+    double bs = by_epoch ? epoch_of(r, (double)best_step) : (double)best_step;
     if (best_step >= 0 && bs >= x0 && bs <= x1)
         (void)fprintf(f,
                       "<line class=\"best\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
@@ -295,16 +333,16 @@ static int64_t chart(FILE *f,
                       color);
         int64_t in_line = 0;
         for (int64_t i = 0; i < s[k]->n; i++) {
-            double y = s[k]->pts[i].value;
-            if (log_y && !(y > 0)) continue;
-            (void)fprintf(f, "%s%.1f,%.1f", in_line++ ? " " : "", SX(s[k]->pts[i].step),
-                          SY(log_y ? log10(y) : y));
+            double y = s[k]->pts[i].value, x = XOF(s[k]->pts[i]);
+            if ((log_y && !(y > 0)) || !isfinite(x)) continue;
+            (void)fprintf(f, "%s%.1f,%.1f", in_line++ ? " " : "", SX(x), SY(log_y ? log10(y) : y));
             drawn++;
         }
         (void)fprintf(f, "\"/>\n");
-        if (s[k]->n == 1) /* one point: a dot, or it would not show */
+        if (s[k]->n == 1 &&
+            isfinite(XOF(s[k]->pts[0]))) /* one point: a dot, or it would not show */
             (void)fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n",
-                          SX(s[k]->pts[0].step),
+                          SX(XOF(s[k]->pts[0])),
                           SY(log_y ? log10(fmax(s[k]->pts[0].value, 1e-300)) : s[k]->pts[0].value),
                           color);
         double ly = MT + 12 + 16 * k;
@@ -318,6 +356,7 @@ static int64_t chart(FILE *f,
     (void)fprintf(f, "</svg>\n");
 #undef SX
 #undef SY
+#undef XOF
     return drawn;
 }
 
@@ -390,9 +429,10 @@ static ct_status plot(report *r,
                       const char *title,
                       series *const *s,
                       int n,
-                      bool log_y) {
+                      bool log_y,
+                      bool by_epoch) {
     (void)fprintf(html, "<figure>\n");
-    (void)chart(html, r, title, s, n, log_y, false);
+    (void)chart(html, r, title, s, n, log_y, by_epoch, false);
     (void)fprintf(html, "</figure>\n");
     if (!p->svg_dir) return CT_OK;
     char name[128], path[1200];
@@ -401,7 +441,7 @@ static ct_status plot(report *r,
     FILE *f = fopen(path, "w");
     if (!f) return CT_FAIL(r->ctx, CT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     (void)fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    (void)chart(f, r, title, s, n, log_y, true);
+    (void)chart(f, r, title, s, n, log_y, by_epoch, true);
     if (fclose(f) != 0) return CT_FAIL(r->ctx, CT_ERR_IO, "%s: write failed", path);
     return CT_OK;
 }
@@ -534,13 +574,18 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
                     done[j] = true;
                 }
             if (n == 0) continue;
-            CT_TRY(plot(r, f, p, m, group, n, pass == 0 && p->log_y));
+            CT_TRY(plot(r, f, p, m, group, n, pass == 0 && p->log_y, false));
+            /* the same against the epoch, once one has ended (before, nothing tells its length) */
+            char by_epoch[160];
+            (void)snprintf(by_epoch, sizeof by_epoch, "%s by epoch", m);
+            if (r->n_epochs > 0)
+                CT_TRY(plot(r, f, p, by_epoch, group, n, pass == 0 && p->log_y, true));
         }
     for (int k = 0; singles[k]; k++)
         for (int64_t i = 0; i < r->n_series; i++)
             if (strcmp(r->s[i].name, singles[k]) == 0) {
                 series *one = &r->s[i];
-                CT_TRY(plot(r, f, p, titles[k], &one, 1, false));
+                CT_TRY(plot(r, f, p, titles[k], &one, 1, false, false));
             }
     for (int64_t i = 0; i < r->n_cm; i++) {
         confusion *c = &r->cm[i];
@@ -570,7 +615,7 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
 }
 
 ct_report_params ct_report_default_params(void) {
-    ct_report_params p = {NULL, NULL, false};
+    ct_report_params p = {NULL, NULL, false, -1};
     return p;
 }
 
@@ -583,7 +628,7 @@ ct_report_write(ct_ctx *ctx, const char *run_dir, const ct_report_params *pp, in
     report r;
     memset(&r, 0, sizeof r);
     r.ctx = ctx;
-    r.best_step = read_best(run_dir);
+    r.best_step = p.best_step >= 0 ? p.best_step : read_best(run_dir);
     r.s = ct_alloc(ctx, MAX_SERIES * sizeof *r.s);
     r.cm = ct_alloc(ctx, 4 * sizeof *r.cm);
     ct_status s = r.s && r.cm ? CT_OK : CT_FAIL(ctx, CT_ERR_OOM, "report: out of memory");

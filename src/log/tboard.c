@@ -294,11 +294,13 @@ ct_status ct_tb_histogram(
     for (int64_t i = 0; i < n; i++) {
         double x = (double)v[i];
         if (!isfinite(x)) continue;
-        /* bucket i holds (limit[i-1], limit[i]]: the first limit >= x */
+        /* bucket i holds [limit[i-1], limit[i]): the first limit > x, as TensorFlow's
+         * std::upper_bound, so 0.0 counts in the bucket that ends at 1e-12. Only a value of
+         * DBL_MAX would find none (a float never does): it goes in the last bucket. */
         size_t lo = 0, hi = w->n_limits - 1;
         while (lo < hi) {
             size_t mid = (lo + hi) / 2;
-            if (w->limits[mid] >= x)
+            if (w->limits[mid] > x)
                 hi = mid;
             else
                 lo = mid + 1;
@@ -311,8 +313,10 @@ ct_status ct_tb_histogram(
         sq += x * x;
     }
     if (num == 0) mn = mx = 0;
-    /* only the buckets that hold values, each with the empty one before it as its left edge
-     * (as TensorFlow's encoder drops runs of empty buckets) */
+    /* TensorFlow's encoding (Histogram::EncodeToProto without preserve_zero_buckets): every
+     * bucket that holds values, and each run of empty buckets as one empty bucket at the run's
+     * last limit, the trailing run up to DBL_MAX included; so every value's bucket has its
+     * left edge, and a histogram of nothing is the one bucket (DBL_MAX, 0) */
     reset(&w->inner);
     pb_double(&w->inner, 1, mn);
     pb_double(&w->inner, 2, mx);
@@ -321,8 +325,8 @@ ct_status ct_tb_histogram(
     pb_double(&w->inner, 5, sq);
     size_t kept = 0;
     for (size_t i = 0; i < w->n_limits; i++) {
-        bool keep = w->counts[i] != 0 || (i + 1 < w->n_limits && w->counts[i + 1] != 0);
-        if (!keep) continue;
+        bool run_goes_on = w->counts[i] == 0 && i + 1 < w->n_limits && w->counts[i + 1] == 0;
+        if (run_goes_on) continue;
         w->out_limits[kept] = w->limits[i];
         w->out_counts[kept] = w->counts[i];
         kept++;

@@ -72,6 +72,7 @@ static ct_status block_declare(ct_layer_build *b, ct_layer *l, int64_t c) {
     for (int k = 0; k < 12; k++)
         CT_TRY(ct_layer_declare(b, l, k, names[k], CT_F32, shapes[k][1] ? 2 : 1, shapes[k],
                                 CT_PARAM_TRAINABLE));
+    l->norm_slots = 1u << LN1_W | 1u << LN1_B | 1u << LN2_W | 1u << LN2_B;
     return CT_OK;
 }
 
@@ -157,6 +158,7 @@ static ct_status build_gpt(ct_ctx *ctx,
     ct_layer *root = ct_layer_new(ctx, &root_type, n_layer);
     if (!root) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a gpt model");
     root->f[F_DROP] = (float)dropout;
+    root->norm_slots = 1u << LNF_W | 1u << LNF_B;
     ct_layer_build b;
     memset(&b, 0, sizeof b);
     b.ctx = ctx;

@@ -24,6 +24,7 @@ static ct_status batchnorm_create(ct_layer_build *b, const ct_options *opts, ct_
     CT_TRY(ct_options_double(b->ctx, opts, "momentum", 0.1, 0.0, 1.0, &momentum));
     CT_TRY(read_eps(b, opts, l, &affine));
     l->f[F_MOMENTUM] = (float)momentum;
+    l->norm_slots = CT_LAYER_ALL_SLOTS;
     if (b->in_dtype != CT_F32 || (b->in_ndim != 1 && b->in_ndim != 3))
         return ct_layer_bad_input(b, "f32 [C] (BatchNorm1d) or [C, H, W] (BatchNorm2d)");
     int64_t c = b->in_shape[0];
@@ -61,6 +62,7 @@ static ct_status layernorm_create(ct_layer_build *b, const ct_options *opts, ct_
     bool affine;
     CT_TRY(read_eps(b, opts, l, &affine));
     if (b->in_dtype != CT_F32 || b->in_ndim < 1) return ct_layer_bad_input(b, "f32 [..., D]");
+    l->norm_slots = CT_LAYER_ALL_SLOTS;
     int64_t d = b->in_shape[b->in_ndim - 1];
     if (affine) {
         CT_TRY(ct_layer_declare(b, l, W, "weight", CT_F32, 1, &d, CT_PARAM_TRAINABLE));

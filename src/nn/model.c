@@ -432,3 +432,15 @@ ct_tensor *ct_model_param(const ct_model *m, const char *name) {
     if (m->alias && strcmp(name, m->alias) == 0) name = m->target;
     return ct_params_find(m->params, name);
 }
+
+static bool is_norm_in(const ct_layer *l, const ct_tensor *t) {
+    for (int k = 0; k < CT_LAYER_MAX_TENSORS; k++)
+        if (l->t[k] == t) return (l->norm_slots >> k & 1u) != 0;
+    for (int64_t i = 0; i < l->n_children; i++)
+        if (is_norm_in(l->children[i], t)) return true;
+    return false;
+}
+
+bool ct_model_param_is_norm(const ct_model *m, const ct_tensor *t) {
+    return m && t && m->root && is_norm_in(m->root, t);
+}

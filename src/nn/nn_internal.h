@@ -14,6 +14,7 @@
 #include "ctrain/ops.h"
 
 #define CT_LAYER_MAX_TENSORS 12
+#define CT_LAYER_ALL_SLOTS   ((1u << CT_LAYER_MAX_TENSORS) - 1)
 
 typedef struct ct_layer ct_layer;
 
@@ -51,6 +52,8 @@ struct ct_layer {
     float f[4];                         /* the type's float settings */
     ct_layer **children;
     int64_t n_children;
+    uint32_t norm_slots; /* bit k: t[k] belongs to a batch or layer norm (set by the creator;
+                            ct_model_param_is_norm reads it) */
 };
 
 /* The table (layer_registry.c) and lookup. */

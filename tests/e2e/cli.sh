@@ -572,7 +572,7 @@ expect resume_auto_schedule_refused 2 'scheduler\.t_max: 100 -> 150' -- \
 expect nonfinite_exit_1 1 'non-finite' -- \
     "$ctrain" fit tiny.yaml ++output_dir=nan optimizer.lr=1e10 "${quiet[@]}"
 
-# ---- signals: stop at the end of the step, save a checkpoint, exit 130 / 143 ----
+# ---- signals: stop at the end of the step, save a checkpoint and the report, exit 130 / 143 ----
 
 # A run long enough to be interrupted (50 epochs of 200000 samples); once stopped, finishing
 # its epoch from the saved checkpoint must give exactly what an uninterrupted run gives.
@@ -611,6 +611,7 @@ interrupt() { # NAME SIGNAL RC DIR
     [[ $rc -eq $want ]] || why+="exit $rc, expected $want; "
     grep -q "stopped by $sig at step" "$dir.out" || why+="no 'stopped by $sig' line; "
     [[ -f $(latest_dir "$dir")/model.safetensors ]] || why+="no checkpoint saved; "
+    [[ -f $dir/report.html ]] || why+="no report.html of what ran; "
     "$ctrain" inspect "$dir" >/dev/null 2>&1 || why+="inspect finds it damaged; "
     [[ -n $why ]] && why+=$(tail_of "$dir.out")
     verdict "$name" "$why"

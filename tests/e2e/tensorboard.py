@@ -5,7 +5,12 @@ every record's framing is checked with a CRC-32C written here in Python from its
 every Event is decoded by protoc --decode_raw (protobuf-compiler) and by a small reader here,
 and the events must say what metrics.jsonl says: the same scalar tags and values (as float32)
 at the same steps, the configuration as text, and weight and gradient histograms of every
-parameter at every epoch whose counts add up to the parameter's size.
+parameter at every epoch whose counts add up to the parameter's size. A model with a batchnorm
+layer (named "1" by position) has no histograms of that layer's tensors with
+logging.histogram_exclude_norm, and has them without.
+The acceptance run, the Fashion-MNIST MLP of examples/ (shortened to 150 steps): its events
+decode through protoc and every scalar equals metrics.jsonl's value, and every curve of its
+report, read back through the plot's axes (report_curves.py), holds metrics.jsonl's values.
 Exits 77 (ctest's skip) with a message when protoc is missing: never silently.
 Usage: /usr/bin/python3 tensorboard.py PATH/TO/ctrain
 """
@@ -17,6 +22,8 @@ import struct
 import subprocess
 import sys
 import tempfile
+
+import report_curves
 
 CTRAIN = os.path.abspath(sys.argv[1])
 if not shutil.which("protoc"):
@@ -88,6 +95,111 @@ def first(fs, num):
     return next((v for n, _, v in fs if n == num), None)
 
 
+def read_records(path):
+    """The Event bytes of every TFRecord of a file, and whether every CRC and length held."""
+    data = open(path, "rb").read()
+    records, i, framing_ok = [], 0, True
+    while i + 12 <= len(data):
+        (n,) = struct.unpack("<Q", data[i:i + 8])
+        (hc,) = struct.unpack("<I", data[i + 8:i + 12])
+        body = data[i + 12:i + 12 + n]
+        (dc,) = struct.unpack("<I", data[i + 12 + n:i + 16 + n] or b"\0\0\0\0")
+        framing_ok &= hc == masked(crc32c(data[i:i + 8])) and dc == masked(crc32c(body))
+        records.append(body)
+        i += 16 + n
+    return records, framing_ok and i == len(data)
+
+
+def histogram_tags(records):
+    tags = set()
+    for r in records[1:]:
+        value = fields(first(fields(first(fields(r), 5)), 1))
+        if first(value, 5) is not None:
+            tags.add(first(value, 1).decode())
+    return tags
+
+
+def decode(records):
+    """The scalars as sorted (step, tag, float32 value), the texts, the histograms as
+    {tag: [(step, total count)]} and the images (tag, height, width, colorspace, PNG's width,
+    PNG's height) of an events file's records after the first."""
+    scalars, texts, hists, images = [], [], {}, []
+    for r in records[1:]:
+        ev = fields(r)
+        step = first(ev, 2) or 0
+        value = fields(first(fields(first(ev, 5)), 1))
+        tag = first(value, 1).decode()
+        if first(value, 2) is not None:
+            scalars.append((step, tag, struct.unpack("<f", first(value, 2))[0]))
+        elif first(value, 8) is not None:
+            texts.append(first(fields(first(value, 8)), 8).decode())
+        elif first(value, 4) is not None:
+            img = fields(first(value, 4))
+            png = first(img, 4)
+            w, h = struct.unpack(">II", png[16:24]) if png[:8] == b"\x89PNG\r\n\x1a\n" else (0, 0)
+            images.append((tag, first(img, 1), first(img, 2), first(img, 3), w, h))
+        elif first(value, 5) is not None:
+            h = fields(first(value, 5))
+            counts = first(h, 7)
+            total = sum(struct.unpack(f"<{len(counts) // 8}d", counts))
+            hists.setdefault(tag, []).append((step, total))
+    return sorted(scalars), texts, hists, images
+
+
+def logged(metrics_path):
+    """metrics.jsonl's values as sorted (step, tag, value rounded to float32)."""
+    want = []
+    for line in open(metrics_path):
+        rec = json.loads(line)
+        for k, v in rec.items():
+            if k not in ("step", "epoch", "time") and v is not None and "/confusion/" not in k:
+                want.append((rec["step"], k, struct.unpack("<f", struct.pack("<f", v))[0]))
+    return sorted(want)
+
+
+def same_scalars(name, scalars, want):
+    missing = sorted(set(want) - set(scalars))[:3]
+    extra = sorted(set(scalars) - set(want))[:3]
+    check(name, scalars == want,
+          f"{len(scalars)} events, {len(want)} values; missing {missing}, not logged {extra}")
+
+
+NORM_CONFIG = """
+seed: 1
+data:
+  train: {type: synthetic, kind: blobs, n: 200, features: 8, classes: 4, seed: 3}
+  batch_size: 50
+model:
+  type: sequential
+  layers: [{type: linear, out: 16}, batchnorm, relu, {type: linear, out: 4}]
+optimizer: {type: sgd, lr: 0.1}
+trainer: {max_epochs: 1}
+logging: {progress: none, tensorboard: true, histogram_every: 1}
+"""
+
+
+def check_norm_exclusion(tmp):
+    """logging.histogram_exclude_norm finds the batchnorm by its type, whatever its name."""
+    with open(os.path.join(tmp, "norm.yaml"), "w") as f:
+        f.write(NORM_CONFIG)
+    tags = {}
+    for flag in ("false", "true"):
+        out = os.path.join(tmp, "norm_" + flag)
+        p = subprocess.run([CTRAIN, "fit", "norm.yaml", f"++output_dir={out}",
+                            f"++logging.histogram_exclude_norm={flag}"], cwd=tmp,
+                           capture_output=True, text=True)
+        ev = glob.glob(os.path.join(out, "events.out.tfevents.*"))
+        check(f"fit with histogram_exclude_norm {flag}", p.returncode == 0 and len(ev) == 1,
+              p.stderr[-300:])
+        tags[flag] = histogram_tags(read_records(ev[0])[0]) if len(ev) == 1 else set()
+    layers = {"0.weight", "0.bias", "1.weight", "1.bias", "3.weight", "3.bias"}
+    want = {f"{k}/{n}" for k in ("weights", "grads") for n in layers}
+    check("without histogram_exclude_norm: the batchnorm's histograms too",
+          tags["false"] == want, str(sorted(tags["false"])))
+    check("histogram_exclude_norm: no histogram of the batchnorm ('1.weight', '1.bias')",
+          tags["true"] == {t for t in want if "/1." not in t}, str(sorted(tags["true"])))
+
+
 CONFIG = """
 seed: 1
 data:
@@ -112,17 +224,8 @@ def main():
         check("one events file", len(files) == 1, str(files))
         if len(files) != 1:
             return
-        data = open(files[0], "rb").read()
-        records, i, framing_ok = [], 0, True
-        while i < len(data):
-            (n,) = struct.unpack("<Q", data[i:i + 8])
-            (hc,) = struct.unpack("<I", data[i + 8:i + 12])
-            body = data[i + 12:i + 12 + n]
-            (dc,) = struct.unpack("<I", data[i + 12 + n:i + 16 + n])
-            framing_ok &= hc == masked(crc32c(data[i:i + 8])) and dc == masked(crc32c(body))
-            records.append(body)
-            i += 16 + n
-        check("framing and masked CRC-32C of every record", framing_ok and i == len(data))
+        records, framing_ok = read_records(files[0])
+        check("framing and masked CRC-32C of every record", framing_ok)
         decoded = all(subprocess.run(["protoc", "--decode_raw"], input=r,
                                      capture_output=True).returncode == 0 for r in records)
         check("protoc --decode_raw reads every event", decoded)
@@ -130,36 +233,9 @@ def main():
         first_ev = fields(records[0])
         check("first event: file_version brain.Event:2",
               first(first_ev, 3) == b"brain.Event:2")
-        scalars, texts, hists, images = {}, [], {}, []
-        for r in records[1:]:
-            ev = fields(r)
-            step = first(ev, 2) or 0
-            summary = first(ev, 5)
-            value = fields(first(fields(summary), 1))
-            tag = first(value, 1).decode()
-            if first(value, 2) is not None:
-                scalars[(step, tag)] = struct.unpack("<f", first(value, 2))[0]
-            elif first(value, 8) is not None:
-                texts.append(first(fields(first(value, 8)), 8).decode())
-            elif first(value, 4) is not None:
-                img = fields(first(value, 4))
-                png = first(img, 4)
-                w, h = struct.unpack(">II", png[16:24]) if png[:8] == b"\x89PNG\r\n\x1a\n" else (0, 0)
-                images.append((tag, first(img, 1), first(img, 2), first(img, 3), w, h))
-            elif first(value, 5) is not None:
-                h = fields(first(value, 5))
-                counts = first(h, 7)
-                total = sum(struct.unpack(f"<{len(counts) // 8}d", counts))
-                hists.setdefault(tag, []).append((step, total))
-        want = {}
-        for line in open(os.path.join(tmp, "runs", "exp", "metrics.jsonl")):
-            rec = json.loads(line)
-            for k, v in rec.items():
-                if k not in ("step", "epoch", "time") and v is not None and "/confusion/" not in k:
-                    want[(rec["step"], k)] = struct.unpack("<f", struct.pack("<f", v))[0]
-        check("scalars: every metrics.jsonl value, same tag, step and float32 value",
-              scalars == want, f"{len(scalars)} events, {len(want)} values; "
-              f"missing {sorted(set(want) - set(scalars))[:3]}")
+        scalars, texts, hists, images = decode(records)
+        same_scalars("scalars: every metrics.jsonl value, same tag, step and float32 value",
+                     scalars, logged(os.path.join(tmp, "runs", "exp", "metrics.jsonl")))
         check("the configuration as text", len(texts) == 1 and "optimizer:" in texts[0])
         check("the confusion matrix as a PNG image per evaluation",
               len(images) == 2 and all(t == "valid/confusion" and hh == 64 and ww == 64 and
@@ -171,37 +247,45 @@ def main():
             len(v) == 2 and all(t == sizes[k] for _, t in v) for k, v in hists.items())
         check("histograms of weights and gradients each epoch, biases excluded", ok,
               str({k: v for k, v in hists.items()}))
-        # the reference experiment (Fashion-MNIST MLP), shortened: its events decode too and
-        # its report's curves hold the values of its metrics.jsonl
-        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
-                               "fashion_mnist_mlp.yaml")
-        p = subprocess.run([CTRAIN, "fit", example, f"++output_dir={tmp}/fm",
-                            "trainer.max_epochs=1", "trainer.limit_train_batches=150",
-                            "scheduler.total=150", "logging.tensorboard=true",
-                            "logging.progress=none"], capture_output=True, text=True)
-        check("fashion-mnist reference run", p.returncode == 0, p.stderr[-300:])
-        ev = glob.glob(os.path.join(tmp, "fm", "events.out.tfevents.*"))
-        ok = len(ev) == 1
-        if ok:
-            raw = open(ev[0], "rb").read()
-            i = n_rec = 0
-            while i < len(raw) and ok:
-                (n,) = struct.unpack("<Q", raw[i:i + 8])
-                body = raw[i + 12:i + 12 + n]
-                ok = subprocess.run(["protoc", "--decode_raw"], input=body,
-                                    capture_output=True).returncode == 0
-                i += 16 + n
-                n_rec += 1
-            ok = ok and n_rec > 5
-        check("fashion-mnist events decode", ok)
-        html = open(os.path.join(tmp, "fm", "report.html")).read() if os.path.exists(
-            os.path.join(tmp, "fm", "report.html")) else ""
-        jl = os.path.join(tmp, "fm", "metrics.jsonl")
-        accs = [json.loads(l).get("valid/acc") for l in open(jl)] if os.path.exists(jl) else []
-        accs = [a for a in accs if a is not None]
-        check("fashion-mnist report.html lists valid/acc's last value",
-              bool(accs) and "valid/acc" in html and f"{accs[-1]:.6g}" in html)
+        check_norm_exclusion(tmp)
+        check_fashion_mnist(tmp)
     print(f"tensorboard: {PASSED} passed, {FAILED} failed")
+
+
+def check_fashion_mnist(tmp):
+    """The acceptance run: the reference experiment (Fashion-MNIST MLP), shortened to 150
+    steps; its events decode and say what metrics.jsonl says, and so do its report's curves."""
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                           "fashion_mnist_mlp.yaml")
+    p = subprocess.run([CTRAIN, "fit", example, f"++output_dir={tmp}/fm",
+                        "trainer.max_epochs=1", "trainer.limit_train_batches=150",
+                        "scheduler.total=150", "logging.tensorboard=true",
+                        "logging.progress=none"], capture_output=True, text=True)
+    check("fashion-mnist reference run", p.returncode == 0, p.stderr[-300:])
+    ev = glob.glob(os.path.join(tmp, "fm", "events.out.tfevents.*"))
+    jl = os.path.join(tmp, "fm", "metrics.jsonl")
+    if len(ev) != 1 or not os.path.exists(jl):
+        check("fashion-mnist: one events file and metrics.jsonl", False, str(ev))
+        return
+    records, framing_ok = read_records(ev[0])
+    decoded = all(subprocess.run(["protoc", "--decode_raw"], input=r,
+                                 capture_output=True).returncode == 0 for r in records)
+    check("fashion-mnist events: framing, CRCs, protoc --decode_raw",
+          framing_ok and decoded and len(records) > 5)
+    scalars, _, _, _ = decode(records)
+    want = logged(jl)
+    tags = {t for _, t, _ in want}
+    same_scalars("fashion-mnist scalars: every metrics.jsonl value, same tag, step and "
+                 "float32 value", scalars, want)
+    check("fashion-mnist logged train, valid and test values",
+          {"train/loss", "lr", "valid/acc", "valid/loss", "test/acc"} <= tags, str(tags))
+    html_path = os.path.join(tmp, "fm", "report.html")
+    html = open(html_path).read() if os.path.exists(html_path) else ""
+    problems, n = report_curves.compare(html, jl)
+    check("fashion-mnist report: every curve, read back through its axes, holds "
+          "metrics.jsonl's values by step and by epoch",
+          bool(html) and not problems and n > len(want),
+          "; ".join(problems[:4]) + f" ({n} points read)")
 
 
 if __name__ == "__main__":

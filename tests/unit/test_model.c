@@ -231,6 +231,12 @@ static void model_should_infer_output_shapes(void) {
     check_shape(f.m, 1, (const int64_t[]){7});
     CT_CHECK(ct_model_param(f.m, "3.weight")->shape[1] == 3); /* 6 / groups */
     CT_CHECK(ct_model_param(f.m, "1.num_batches_tracked")->dtype == CT_I64);
+    /* the batchnorm's tensors are a norm's by their layer, whatever their names */
+    CT_CHECK(ct_model_param_is_norm(f.m, ct_model_param(f.m, "1.weight")));
+    CT_CHECK(ct_model_param_is_norm(f.m, ct_model_param(f.m, "1.running_var")));
+    CT_CHECK(!ct_model_param_is_norm(f.m, ct_model_param(f.m, "0.weight")));
+    CT_CHECK(!ct_model_param_is_norm(f.m, ct_model_param(f.m, "6.bias")));
+    CT_CHECK(!ct_model_param_is_norm(f.m, NULL));
     float x[2 * 3 * 9 * 9];
     gc_fill(x, N_OF(x), 3, -1, 1);
     ct_tensor *y =
@@ -244,6 +250,8 @@ static void model_should_infer_output_shapes(void) {
     CT_CHECK_INT(ct_model_create(f.ctx, f.params, CT_I64, 1, (const int64_t[]){5}, emb, 2, &f.m),
                  CT_OK);
     check_shape(f.m, 2, (const int64_t[]){5, 4});
+    CT_CHECK(ct_model_param_is_norm(f.m, ct_model_param(f.m, "1.bias")));
+    CT_CHECK(!ct_model_param_is_norm(f.m, ct_model_param(f.m, "tok.weight")));
     ct_model_destroy(f.m);
     f.m = NULL;
     ct_params_destroy(f.params);
@@ -324,6 +332,14 @@ static void model_should_init_like_pytorch(void) {
                  ct_params_find(f.params, "transformer.wte.weight"));
         CT_CHECK(ct_params_find(f.params, "lm_head.weight") == NULL);
         CT_CHECK_INT(ct_params_count(f.params), 2 + 4 * 12 + 2);
+        /* ln_1, ln_2 and ln_f are norms; nothing else is */
+        int64_t norms = 0;
+        for (int64_t i = 0; i < ct_params_count(f.params); i++)
+            norms += ct_model_param_is_norm(f.m, ct_params_at(f.params, i));
+        CT_CHECK_INT(norms, 4 * 4 + 2);
+        CT_CHECK(ct_model_param_is_norm(f.m, ct_model_param(f.m, "transformer.h.2.ln_2.bias")));
+        CT_CHECK(ct_model_param_is_norm(f.m, ct_model_param(f.m, "transformer.ln_f.weight")));
+        CT_CHECK(!ct_model_param_is_norm(f.m, ct_model_param(f.m, "lm_head.weight")));
         check_shape(f.m, 2, (const int64_t[]){16, 50});
         /* shorter sequences are fine, longer ones fail */
         int32_t ids[2 * 17] = {0};

@@ -1,9 +1,11 @@
 /*
  * test_tboard.c - TensorBoard event files read back: the TFRecord framing and its masked
  * CRC-32C, and each Event decoded by a small protobuf reader written here from the wire format
- * (tests/e2e/cli.sh also has protoc --decode_raw read a run's file).
+ * (tests/e2e/tensorboard.py also has protoc --decode_raw read a run's file), and the histogram
+ * buckets against TensorFlow's layout and encoding (tensorflow/core/lib/histogram/histogram.cc).
  */
 #include <dirent.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,10 +241,141 @@ static void tboard_should_write_records_that_decode(void) {
     CT_CHECK(strstr(ct_last_error(ctx), "/nonexistent/dir/events.out.tfevents.") != NULL);
 }
 
+/* Writes one histogram of v[0..n) and reads back its bucket limits and counts (malloc'ed, the
+ * caller frees them); returns how many, 0 on failure. */
+static size_t histogram_buckets(const float *v, int64_t n, double **limits, double **counts) {
+    *limits = *counts = NULL;
+    char tmpl[] = "/tmp/ct_tboard_XXXXXX";
+    const char *dir = mkdtemp(tmpl);
+    CT_CHECK(dir != NULL);
+    if (!dir) return 0;
+    ct_tb_writer *w = NULL;
+    char path[1100];
+    CT_CHECK_INT(ct_tb_open(ctx, dir, path, sizeof path, &w), CT_OK);
+    if (w) {
+        CT_CHECK_INT(ct_tb_histogram(w, "h", 1, 0, v, n), CT_OK);
+        ct_tb_close(w);
+    }
+    record r[4];
+    int nr = w ? read_records(path, r, 4) : 0;
+    size_t k = 0;
+    int64_t step;
+    field val, h, lim, cnt;
+    if (nr == 2 && event_value(&r[1], &step, &val) && find(val.p, val.n, 5, &h) &&
+        find(h.p, h.n, 6, &lim) && find(h.p, h.n, 7, &cnt) && lim.n == cnt.n && lim.n % 8 == 0) {
+        k = lim.n / 8;
+        *limits = malloc(k * sizeof(double));
+        *counts = malloc(k * sizeof(double));
+        for (size_t i = 0; i < k; i++) {
+            uint64_t lb = 0, cb = 0;
+            for (int b = 0; b < 8; b++) {
+                lb |= (uint64_t)lim.p[8 * i + (size_t)b] << (8 * b);
+                cb |= (uint64_t)cnt.p[8 * i + (size_t)b] << (8 * b);
+            }
+            (*limits)[i] = as_double(lb);
+            (*counts)[i] = as_double(cb);
+        }
+    }
+    CT_CHECK(k > 0);
+    for (int i = 0; i < nr; i++)
+        free(r[i].data);
+    (void)unlink(path);
+    (void)rmdir(dir);
+    return k;
+}
+
+static void tboard_should_bucket_like_tensorflow(void) {
+    /* TensorFlow's default limits, built as histogram.cc builds them: 1e-12 * 1.1^k below 1e20
+     * and DBL_MAX, their negatives, and 0 */
+    double pos[800];
+    size_t half = 0;
+    for (double x = 1e-12; x < 1e20; x *= 1.1)
+        pos[half++] = x;
+    pos[half++] = DBL_MAX;
+    size_t n_lim = 2 * half + 1;
+    CT_CHECK_INT(n_lim, 1551);
+    double tf[1551];
+    if (n_lim != 1551) return;
+    for (size_t i = 0; i < half; i++) {
+        tf[half - 1 - i] = -pos[i];
+        tf[half + 1 + i] = pos[i];
+    }
+    tf[half] = 0.0;
+
+    /* one value inside every bucket a float can reach: bucket i holds [tf[i-1], tf[i]), and
+     * bucket 0 (below -DBL_MAX) none; with no empty run but bucket 0, all 1551 limits come back */
+    float v[1550];
+    bool inside = true;
+    for (size_t i = 1; i < n_lim; i++) {
+        double lo = tf[i - 1], hi = tf[i];
+        double mid = i == 1 ? -1e30 : i == n_lim - 1 ? 1e30 : lo + (hi - lo) / 2;
+        v[i - 1] = (float)mid;
+        inside = inside && (double)v[i - 1] >= lo && (double)v[i - 1] < hi;
+    }
+    CT_CHECK(inside);
+    double *lim, *cnt;
+    size_t k = histogram_buckets(v, 1550, &lim, &cnt);
+    CT_CHECK_INT(k, 1551);
+    if (k == 1551) {
+        bool same = true, one_each = cnt[0] == 0;
+        for (size_t i = 0; i < k; i++) {
+            same = same && lim[i] == tf[i];
+            one_each = one_each && (i == 0 || cnt[i] == 1);
+        }
+        CT_CHECK(same);
+        CT_CHECK(one_each);
+    }
+    free(lim);
+    free(cnt);
+
+    /* a value equal to a limit counts in the bucket that limit starts (upper_bound), not the
+     * one it ends. 0.0 is the only limit a float can equal (no 1e-12 * 1.1^k is a float), so
+     * 0.0 and -0.0 both go in [0, 1e-12); the runs of empty buckets on either side are one
+     * bucket each, the trailing one ending at DBL_MAX */
+    const float zeros[2] = {0.0f, -0.0f};
+    k = histogram_buckets(zeros, 2, &lim, &cnt);
+    CT_CHECK_INT(k, 3);
+    if (k == 3) {
+        CT_CHECK(lim[0] == 0.0 && cnt[0] == 0);
+        CT_CHECK(lim[1] == 1e-12 && cnt[1] == 2);
+        CT_CHECK(lim[2] == DBL_MAX && cnt[2] == 0);
+    }
+    free(lim);
+    free(cnt);
+
+    /* two values far apart: an empty run before, between and after them */
+    const float two[2] = {-1.0f, 3.0f};
+    size_t b1 = 0, b3 = 0;
+    while (tf[b1] <= -1.0)
+        b1++;
+    while (tf[b3] <= 3.0)
+        b3++;
+    k = histogram_buckets(two, 2, &lim, &cnt);
+    CT_CHECK_INT(k, 5);
+    if (k == 5) {
+        CT_CHECK(lim[0] == tf[b1 - 1] && cnt[0] == 0);
+        CT_CHECK(lim[1] == tf[b1] && cnt[1] == 1);
+        CT_CHECK(lim[2] == tf[b3 - 1] && cnt[2] == 0);
+        CT_CHECK(lim[3] == tf[b3] && cnt[3] == 1);
+        CT_CHECK(lim[4] == DBL_MAX && cnt[4] == 0);
+    }
+    free(lim);
+    free(cnt);
+
+    /* nothing to count (NaN is left out): TensorFlow's one bucket (DBL_MAX, 0) */
+    const float nan1[1] = {NAN};
+    k = histogram_buckets(nan1, 1, &lim, &cnt);
+    CT_CHECK_INT(k, 1);
+    if (k == 1) CT_CHECK(lim[0] == DBL_MAX && cnt[0] == 0);
+    free(lim);
+    free(cnt);
+}
+
 int main(void) {
     if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(tboard_should_mask_crcs_like_tensorflow);
     CT_RUN(tboard_should_write_records_that_decode);
+    CT_RUN(tboard_should_bucket_like_tensorflow);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
 }
