@@ -81,13 +81,26 @@ typedef enum ct_kernels {
     CT_KERNELS_COUNT
 } ct_kernels;
 
+/* How bf16 autocast (ct_graph_set_autocast) multiplies its bf16-rounded operands in matmul and
+ * linear. Every choice computes the same products with f32 accumulation; they differ only in
+ * the summation order inside a GEMM, so results agree to f32 rounding. Append-only. */
+typedef enum ct_bf16_kernels {
+    CT_BF16_KERNELS_AUTO = 0, /* oneDNN's bf16 GEMM where the CPU has bf16 dot products
+                                 (AVX512_BF16 or AMX), else the f32 kernels (the default) */
+    CT_BF16_KERNELS_F32,      /* the f32 kernels on the rounded values, on every CPU */
+    CT_BF16_KERNELS_ONEDNN,   /* oneDNN's bf16 GEMM on every CPU (where the CPU lacks bf16
+                                 instructions oneDNN emulates them, slowly: for tests) */
+    CT_BF16_KERNELS_COUNT
+} ct_bf16_kernels;
+
 typedef struct ct_ctx_params {
     int64_t n_threads;      /* threads for ops and kernels, 0..CT_MAX_THREADS; 0 = all cores */
     ct_allocator allocator; /* alloc == NULL selects the default */
     ct_log_fn log;          /* NULL = write to stderr */
     void *log_user;
-    ct_log_level log_level; /* default CT_LOG_INFO */
-    ct_kernels kernels;     /* default CT_KERNELS_FAST; tests compare the three */
+    ct_log_level log_level;       /* default CT_LOG_INFO */
+    ct_kernels kernels;           /* default CT_KERNELS_FAST; tests compare the three */
+    ct_bf16_kernels bf16_kernels; /* default CT_BF16_KERNELS_AUTO */
 } ct_ctx_params;
 
 #define CT_MAX_THREADS 1024

@@ -22,6 +22,7 @@ struct ct_ctx {
     void *log_user;
     ct_log_level log_level;
     ct_kernels kernels;
+    ct_bf16_kernels bf16_kernels;
     ct_status last_status;
     char errmsg[CT_ERRMSG_SIZE];
     /* The kernels' oneDNN state (engine, streams, cached primitives), made on first use by

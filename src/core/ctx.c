@@ -73,7 +73,8 @@ ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out) {
     *out = NULL;
     if (p.n_threads < 0 || p.n_threads > CT_MAX_THREADS ||
         (p.allocator.alloc == NULL) != (p.allocator.free == NULL) || (int)p.log_level < 0 ||
-        p.log_level >= CT_LOG_LEVEL_COUNT || (int)p.kernels < 0 || p.kernels >= CT_KERNELS_COUNT)
+        p.log_level >= CT_LOG_LEVEL_COUNT || (int)p.kernels < 0 || p.kernels >= CT_KERNELS_COUNT ||
+        (int)p.bf16_kernels < 0 || p.bf16_kernels >= CT_BF16_KERNELS_COUNT)
         return CT_ERR_INVALID_ARG;
     if (!p.allocator.alloc) {
         p.allocator.alloc = default_alloc;
@@ -88,6 +89,7 @@ ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out) {
     ctx->log_user = p.log ? p.log_user : NULL;
     ctx->log_level = p.log_level;
     ctx->kernels = p.kernels;
+    ctx->bf16_kernels = p.bf16_kernels;
     (void)ct_ctx_set_threads(ctx, p.n_threads); /* validated above */
     *out = ctx;
     return CT_OK;

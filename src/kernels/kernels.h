@@ -64,13 +64,43 @@ CT_INTERNAL void ct_k_gemm_blas(ct_ctx *ctx,
                                 int64_t ldc);
 
 /*
+ * ct_k_gemm for operands that hold bf16 values (bf16 autocast rounded them): with the fast
+ * kernels and a context whose bf16_kernels choose it (ct_k_onednn_bf16_native), the same tiles
+ * as ct_k_gemm_blas through oneDNN's bf16 matmul with f32 accumulation, each tile's operands
+ * converted to bf16 (exactly) on the thread that runs it; otherwise ct_k_gemm itself.
+ */
+CT_INTERNAL void ct_k_gemm_bf16(ct_ctx *ctx,
+                                bool trans_a,
+                                bool trans_b,
+                                int64_t m,
+                                int64_t n,
+                                int64_t k,
+                                float alpha,
+                                const float *a,
+                                int64_t lda,
+                                const float *b,
+                                int64_t ldb,
+                                float beta,
+                                float *c,
+                                int64_t ldc);
+
+/* Whether ct_k_gemm_bf16 uses oneDNN's bf16 matmul in this context: CT_BF16_KERNELS_ONEDNN,
+ * or AUTO on a CPU with bf16 dot products (AVX512_BF16, AMX); never without OpenMP. */
+CT_INTERNAL bool ct_k_onednn_bf16_native(ct_ctx *ctx);
+/* How many GEMM calls ran on oneDNN's bf16 matmul in this context (for tests). */
+CT_INTERNAL int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx);
+
+/*
  * oneDNN matmul tiles (src/kernels/onednn/gemm_onednn.c). prepare builds or finds the cached
  * one-thread primitive for that tile geometry (call it outside parallel regions, with the
  * number of threads that will run tiles); false means use OpenBLAS. run executes one tile on
- * the calling thread; false means it did nothing (use OpenBLAS for that tile).
+ * the calling thread; false means it did nothing (use OpenBLAS for that tile). With bf16 the
+ * primitive takes bf16 operands, packed per tile (lda and ldb are then the caller's, for
+ * reading the f32 values, and the plan's own strides are the packed tile's).
  */
 CT_INTERNAL bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                                           int nt,
+                                          bool bf16,
                                           bool trans_a,
                                           bool trans_b,
                                           int64_t m,
@@ -82,6 +112,7 @@ CT_INTERNAL bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                                           float beta,
                                           int64_t ldc);
 CT_INTERNAL bool ct_k_onednn_gemm_run(ct_ctx *ctx,
+                                      bool bf16,
                                       bool trans_a,
                                       bool trans_b,
                                       int64_t m,

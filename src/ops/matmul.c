@@ -9,12 +9,33 @@
  * Under bf16 autocast (ct_graph_set_autocast) the operands are rounded to bf16 into arena
  * copies, which the node keeps (saved: the two pointers) for its backward pass; that pass
  * rounds the incoming gradient into scratch and computes every gradient of the op from it
- * (the bias gradient too, summed in f64 as in f32 mode).
+ * (the bias gradient too, summed in f64 as in f32 mode). Those products of bf16 values go to
+ * ct_k_gemm_bf16 (oneDNN's bf16 matmul where the context chooses it, else the f32 GEMM).
  */
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "ops/ops_internal.h"
+
+typedef void (*gemm_fn)(ct_ctx *ctx,
+                        bool trans_a,
+                        bool trans_b,
+                        int64_t m,
+                        int64_t n,
+                        int64_t k,
+                        float alpha,
+                        const float *a,
+                        int64_t lda,
+                        const float *b,
+                        int64_t ldb,
+                        float beta,
+                        float *c,
+                        int64_t ldc);
+
+/* The GEMM for operands that bf16 autocast rounded (bf16 set), or the f32 one. */
+static gemm_fn gemm_for(bool bf16) {
+    return bf16 ? ct_k_gemm_bf16 : ct_k_gemm;
+}
 
 /* iarg: [0] batch count (1 for plain), [1] M, [2] K, [3] N, [4] batched b */
 static void matmul_backward(ct_graph *g, ct_node *n) {
@@ -27,19 +48,18 @@ static void matmul_backward(ct_graph *g, ct_node *n) {
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     const float *dc = ct_ops_round_dy(g, n, n->out->grad, batch * m * nn);
     if (!dc) return;
+    gemm_fn gemm = gemm_for(n->saved != NULL);
     if (!batched_b) {
         /* a is [batch*m, k] */
-        if (da) ct_k_gemm(ctx, false, true, batch * m, k, nn, 1.0f, dc, nn, bv, nn, 1.0f, da, k);
-        if (db) ct_k_gemm(ctx, true, false, k, nn, batch * m, 1.0f, av, k, dc, nn, 1.0f, db, nn);
+        if (da) gemm(ctx, false, true, batch * m, k, nn, 1.0f, dc, nn, bv, nn, 1.0f, da, k);
+        if (db) gemm(ctx, true, false, k, nn, batch * m, 1.0f, av, k, dc, nn, 1.0f, db, nn);
         ct_graph_scratch_release(g, mark);
         return;
     }
     for (int64_t i = 0; i < batch; i++) {
         const float *dci = dc + i * m * nn, *ai = av + i * m * k, *bi = bv + i * k * nn;
-        if (da)
-            ct_k_gemm(ctx, false, true, m, k, nn, 1.0f, dci, nn, bi, nn, 1.0f, da + i * m * k, k);
-        if (db)
-            ct_k_gemm(ctx, true, false, k, nn, m, 1.0f, ai, k, dci, nn, 1.0f, db + i * k * nn, nn);
+        if (da) gemm(ctx, false, true, m, k, nn, 1.0f, dci, nn, bi, nn, 1.0f, da + i * m * k, k);
+        if (db) gemm(ctx, true, false, k, nn, m, 1.0f, ai, k, dci, nn, 1.0f, db + i * k * nn, nn);
     }
     ct_graph_scratch_release(g, mark);
 }
@@ -78,12 +98,13 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
     const float *bv = ct_ops_autocast(g, b->data, ct_tensor_numel(b));
     if (!av || !bv) return NULL;
     ct_ctx *ctx = ct_graph_ctx(g);
+    gemm_fn gemm = gemm_for(ct_graph_autocast(g) == CT_BF16);
     if (!batched_b) {
-        ct_k_gemm(ctx, false, false, batch * m, n, k, 1.0f, av, k, bv, n, 0.0f, c->data, n);
+        gemm(ctx, false, false, batch * m, n, k, 1.0f, av, k, bv, n, 0.0f, c->data, n);
     } else {
         for (int64_t i = 0; i < batch; i++)
-            ct_k_gemm(ctx, false, false, m, n, k, 1.0f, av + i * m * k, k, bv + i * k * n, n, 0.0f,
-                      (float *)c->data + i * m * n, n);
+            gemm(ctx, false, false, m, n, k, 1.0f, av + i * m * k, k, bv + i * k * n, n, 0.0f,
+                 (float *)c->data + i * m * n, n);
     }
     if (ct_graph_needs_grad(g, 2, in)) {
         ct_node *node = ct_graph_record(g, &matmul_def, c, 2, in);
@@ -107,10 +128,11 @@ static void linear_backward(ct_graph *g, ct_node *n) {
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     const float *dyr = ct_ops_round_dy(g, n, dy, rows * out);
     if (!dyr) return;
+    gemm_fn gemm = gemm_for(n->saved != NULL);
     /* dx [R, in] += dy [R, out] @ W [out, in] */
-    if (dx) ct_k_gemm(ctx, false, false, rows, in, out, 1.0f, dyr, out, wv, in, 1.0f, dx, in);
+    if (dx) gemm(ctx, false, false, rows, in, out, 1.0f, dyr, out, wv, in, 1.0f, dx, in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
-    if (dw) ct_k_gemm(ctx, true, false, out, in, rows, 1.0f, dyr, out, xv, in, 1.0f, dw, in);
+    if (dw) gemm(ctx, true, false, out, in, rows, 1.0f, dyr, out, xv, in, 1.0f, dw, in);
     if (db) {
         int nt = ct_ops_threads(g, out, rows);
         CT_OMP_FOR(nt)
@@ -165,8 +187,8 @@ ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor 
     const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
     const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
     if (!xv || !wv) return NULL;
-    ct_k_gemm(ct_graph_ctx(g), false, true, rows, fan_out, fan_in, 1.0f, xv, fan_in, wv, fan_in,
-              beta, yv, fan_out);
+    gemm_for(ct_graph_autocast(g) == CT_BF16)(ct_graph_ctx(g), false, true, rows, fan_out, fan_in,
+                                              1.0f, xv, fan_in, wv, fan_in, beta, yv, fan_out);
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {
         ct_node *node = ct_graph_record(g, &linear_def, y, n_in, in);

@@ -4,12 +4,16 @@
  * exactly the bits of the same op in f32 on operands and an incoming gradient rounded to bf16
  * beforehand: that is the contract, and it pins the rounding to the operands (bias, outputs
  * and gradients stay f32). Checked for every kernel set, for 1 and 2 threads, and with the
- * setting switched off between forward and backward (nodes remember how they ran).
+ * setting switched off between forward and backward (nodes remember how they ran). Then
+ * oneDNN's bf16 matmul (forced on with CT_BF16_KERNELS_ONEDNN, which oneDNN emulates on a
+ * CPU without AVX512_BF16) on shapes big enough to take it: the same products, so the same
+ * results to f32 rounding, the same bits for 1 and 2 threads, and it did run.
  */
 #include <string.h>
 
 #include "ctrain/ctrain.h"
 #include "harness.h"
+#include "kernels/kernels.h"
 
 typedef enum op_kind {
     OP_LINEAR,
@@ -17,11 +21,15 @@ typedef enum op_kind {
     OP_BMATMUL,
     OP_CONV,
     OP_ATTENTION,
+    OP_LINEAR_BIG, /* the big ones: every GEMM of 1 MFLOP or more, so oneDNN takes it */
+    OP_MATMUL_BIG,
+    OP_BMATMUL_BIG,
     OP_KIND_COUNT
 } op_kind;
 
-static const char *const op_names[OP_KIND_COUNT] = {"linear", "matmul", "batched matmul", "conv2d",
-                                                    "attention"};
+static const char *const op_names[OP_KIND_COUNT] = {
+    "linear",    "matmul",     "batched matmul", "conv2d",
+    "attention", "big linear", "big matmul",     "big batched matmul"};
 
 typedef struct op_case {
     int32_t n_in;
@@ -36,12 +44,18 @@ static const op_case cases[OP_KIND_COUNT] = {
     [OP_BMATMUL] = {2, {3, 3}, {{3, 5, 33}, {3, 33, 12}}, {true, true}},
     [OP_CONV] = {3, {4, 4, 1}, {{2, 3, 9, 9}, {8, 3, 3, 3}, {8}}, {true, true, false}},
     [OP_ATTENTION] = {1, {3}, {{2, 16, 96}}, {true}},
+    [OP_LINEAR_BIG] = {3, {2, 2, 1}, {{64, 256}, {384, 256}, {384}}, {true, true, false}},
+    [OP_MATMUL_BIG] = {2, {3, 2}, {{4, 16, 256}, {256, 128}}, {true, true}},
+    [OP_BMATMUL_BIG] = {2, {3, 3}, {{2, 64, 128}, {2, 128, 96}}, {true, true}},
 };
 
 typedef struct result {
     float *v[4]; /* output, then each input's gradient */
     int64_t n[4];
+    int64_t bf16_gemms; /* GEMMs oneDNN's bf16 matmul took */
 } result;
+
+static ct_bf16_kernels g_bf16_kernels = CT_BF16_KERNELS_F32; /* of the next run */
 
 static float round_bf16(float x) {
     return ct_f32_from_bf16(ct_bf16_from_f32(x));
@@ -52,9 +66,12 @@ static ct_tensor *apply(ct_graph *g, op_kind k, ct_tensor **in) {
     cp.padding[0] = cp.padding[1] = 1;
     switch (k) {
     case OP_LINEAR:
+    case OP_LINEAR_BIG:
         return ct_op_linear(g, in[0], in[1], in[2]);
     case OP_MATMUL:
     case OP_BMATMUL:
+    case OP_MATMUL_BIG:
+    case OP_BMATMUL_BIG:
         return ct_op_matmul(g, in[0], in[1]);
     case OP_CONV:
         return ct_op_conv2d(g, in[0], in[1], in[2], &cp);
@@ -74,6 +91,7 @@ static result run(op_kind k, ct_kernels kernels, int64_t threads, mode m) {
     ct_ctx_params p = ct_ctx_default_params();
     p.kernels = kernels;
     p.n_threads = threads;
+    p.bf16_kernels = g_bf16_kernels;
     ct_ctx *ctx = NULL;
     if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
     ct_graph *g = NULL;
@@ -116,6 +134,7 @@ static result run(op_kind k, ct_kernels kernels, int64_t threads, mode m) {
         memcpy(out.v[i + 1], in[i]->grad, (size_t)out.n[i + 1] * sizeof(float));
     }
     free(seed);
+    out.bf16_gemms = ct_k_onednn_bf16_gemms(ctx);
     ct_graph_destroy(g);
     ct_ctx_destroy(ctx);
     return out;
@@ -133,7 +152,7 @@ static bool same_bits(const result *a, const result *b, int i) {
 
 static void autocast_should_equal_f32_on_rounded_operands(void) {
     static const ct_kernels sets[] = {CT_KERNELS_FAST, CT_KERNELS_BLAS, CT_KERNELS_REFERENCE};
-    for (int k = 0; k < OP_KIND_COUNT; k++) {
+    for (int k = 0; k < OP_LINEAR_BIG; k++) {
         for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
             result a = run((op_kind)k, sets[s], 2, AUTOCAST);
             result e = run((op_kind)k, sets[s], 2, EMULATED);
@@ -148,7 +167,7 @@ static void autocast_should_equal_f32_on_rounded_operands(void) {
 
 /* The rounding happens: autocast and plain f32 differ (so the test above can fail). */
 static void autocast_should_change_the_arithmetic(void) {
-    for (int k = 0; k < OP_KIND_COUNT; k++) {
+    for (int k = 0; k < OP_LINEAR_BIG; k++) {
         result a = run((op_kind)k, CT_KERNELS_FAST, 1, AUTOCAST);
         result f = run((op_kind)k, CT_KERNELS_FAST, 1, PLAIN_F32);
         CT_CHECK_MSG(!same_bits(&a, &f, 0) && !same_bits(&a, &f, 1), "%s: bf16 equals f32",
@@ -161,7 +180,7 @@ static void autocast_should_change_the_arithmetic(void) {
 }
 
 static void autocast_should_not_depend_on_threads_or_later_setting(void) {
-    for (int k = 0; k < OP_KIND_COUNT; k++) {
+    for (int k = 0; k < OP_LINEAR_BIG; k++) {
         result one = run((op_kind)k, CT_KERNELS_FAST, 1, AUTOCAST);
         result two = run((op_kind)k, CT_KERNELS_FAST, 2, AUTOCAST);
         result off = run((op_kind)k, CT_KERNELS_FAST, 2, AUTOCAST_OFF_FOR_BACKWARD);
@@ -175,6 +194,34 @@ static void autocast_should_not_depend_on_threads_or_later_setting(void) {
         release(&two);
         release(&off);
     }
+}
+
+static void onednn_bf16_gemm_should_agree_with_the_f32_kernels(void) {
+    for (int k = OP_LINEAR_BIG; k < OP_KIND_COUNT; k++) {
+        g_bf16_kernels = CT_BF16_KERNELS_F32;
+        result f = run((op_kind)k, CT_KERNELS_FAST, 2, AUTOCAST);
+        g_bf16_kernels = CT_BF16_KERNELS_ONEDNN;
+        result one = run((op_kind)k, CT_KERNELS_FAST, 1, AUTOCAST);
+        result two = run((op_kind)k, CT_KERNELS_FAST, 2, AUTOCAST);
+        CT_CHECK_INT(f.bf16_gemms, 0);
+#ifdef _OPENMP
+        /* forward and both backward GEMMs (matmul: per batch) */
+        CT_CHECK_MSG(two.bf16_gemms >= 3, "%s: %lld GEMMs on oneDNN's bf16 matmul", op_names[k],
+                     (long long)two.bf16_gemms);
+#else
+        CT_CHECK_INT(two.bf16_gemms, 0); /* no oneDNN without OpenMP: the f32 kernels */
+#endif
+        for (int i = 0; i <= cases[k].n_in; i++) {
+            if (!one.v[i] || !two.v[i] || !f.v[i]) continue;
+            CT_CHECK_MSG(same_bits(&one, &two, i), "%s: 1 and 2 threads differ (%d)", op_names[k],
+                         i);
+            CT_CHECK_ARRAYS(op_names[k], two.v[i], f.v[i], two.n[i], 1e-4, 1e-5);
+        }
+        release(&f);
+        release(&one);
+        release(&two);
+    }
+    g_bf16_kernels = CT_BF16_KERNELS_F32;
 }
 
 static void autocast_should_reject_other_dtypes(void) {
@@ -196,6 +243,7 @@ int main(void) {
     CT_RUN(autocast_should_equal_f32_on_rounded_operands);
     CT_RUN(autocast_should_change_the_arithmetic);
     CT_RUN(autocast_should_not_depend_on_threads_or_later_setting);
+    CT_RUN(onednn_bf16_gemm_should_agree_with_the_f32_kernels);
     CT_RUN(autocast_should_reject_other_dtypes);
     return ct_test_finish();
 }

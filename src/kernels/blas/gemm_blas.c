@@ -42,20 +42,23 @@ static void sgemm(bool trans_a,
                 (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 }
 
-void ct_k_gemm_blas(ct_ctx *ctx,
-                    bool trans_a,
-                    bool trans_b,
-                    int64_t m,
-                    int64_t n,
-                    int64_t k,
-                    float alpha,
-                    const float *a,
-                    int64_t lda,
-                    const float *b,
-                    int64_t ldb,
-                    float beta,
-                    float *c,
-                    int64_t ldc) {
+/* The tiles of C, each one single-threaded call: oneDNN's matmul (in bf16 when bf16 is set:
+ * the operands hold bf16 values) where it takes the tile, else OpenBLAS on the f32 values. */
+static void gemm_tiled(ct_ctx *ctx,
+                       bool bf16,
+                       bool trans_a,
+                       bool trans_b,
+                       int64_t m,
+                       int64_t n,
+                       int64_t k,
+                       float alpha,
+                       const float *a,
+                       int64_t lda,
+                       const float *b,
+                       int64_t ldb,
+                       float beta,
+                       float *c,
+                       int64_t ldc) {
     if (m == 0 || n == 0) return;
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
         ldc > INT32_MAX) {
@@ -76,10 +79,10 @@ void ct_k_gemm_blas(ct_ctx *ctx,
     bool dnn = ctx->kernels == CT_KERNELS_FAST && ct_omp_level() == 0 &&
                2.0 * (double)m * (double)n * (double)k >= 1e6;
     if (dnn)
-        dnn = ct_k_onednn_gemm_prepare(ctx, nt, trans_a, trans_b, split_n ? m : t, split_n ? t : n,
-                                       k, alpha, lda, ldb, beta, ldc) &&
+        dnn = ct_k_onednn_gemm_prepare(ctx, nt, bf16, trans_a, trans_b, split_n ? m : t,
+                                       split_n ? t : n, k, alpha, lda, ldb, beta, ldc) &&
               (tail == t ||
-               ct_k_onednn_gemm_prepare(ctx, nt, trans_a, trans_b, split_n ? m : tail,
+               ct_k_onednn_gemm_prepare(ctx, nt, bf16, trans_a, trans_b, split_n ? m : tail,
                                         split_n ? tail : n, k, alpha, lda, ldb, beta, ldc));
     /* oneDNN inside a one-thread (inactive) region would otherwise fork its own team */
     int saved = dnn ? ct_omp_swap_threads(nt) : 0;
@@ -98,11 +101,48 @@ void ct_k_gemm_blas(ct_ctx *ctx,
             ct = c + lo * ldc;
             tm = len;
         }
-        if (!dnn || !ct_k_onednn_gemm_run(ctx, trans_a, trans_b, tm, tn, k, alpha, at, lda, bt, ldb,
-                                          beta, ct, ldc))
+        if (!dnn || !ct_k_onednn_gemm_run(ctx, bf16, trans_a, trans_b, tm, tn, k, alpha, at, lda,
+                                          bt, ldb, beta, ct, ldc))
             sgemm(trans_a, trans_b, tm, tn, k, alpha, at, lda, bt, ldb, beta, ct, ldc);
     }
     if (dnn) ct_omp_swap_threads(saved);
+}
+
+void ct_k_gemm_blas(ct_ctx *ctx,
+                    bool trans_a,
+                    bool trans_b,
+                    int64_t m,
+                    int64_t n,
+                    int64_t k,
+                    float alpha,
+                    const float *a,
+                    int64_t lda,
+                    const float *b,
+                    int64_t ldb,
+                    float beta,
+                    float *c,
+                    int64_t ldc) {
+    gemm_tiled(ctx, false, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void ct_k_gemm_bf16(ct_ctx *ctx,
+                    bool trans_a,
+                    bool trans_b,
+                    int64_t m,
+                    int64_t n,
+                    int64_t k,
+                    float alpha,
+                    const float *a,
+                    int64_t lda,
+                    const float *b,
+                    int64_t ldb,
+                    float beta,
+                    float *c,
+                    int64_t ldc) {
+    if (ctx->kernels == CT_KERNELS_FAST && ct_k_onednn_bf16_native(ctx))
+        gemm_tiled(ctx, true, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+        ct_k_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void ct_k_gemm(ct_ctx *ctx,

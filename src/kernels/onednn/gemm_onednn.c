@@ -6,6 +6,11 @@
  * plan (one matmul primitive, created as for one thread) is cached per tile geometry in the
  * context's oneDNN state; running it inside our OpenMP loop keeps oneDNN on the calling thread,
  * so a tile's result never depends on the thread count (oneDNN's own threading would split K).
+ *
+ * bf16 plans (ct_k_gemm_bf16) take bf16 operands: run packs the tile's share of A and B, whose
+ * f32 values bf16 autocast has rounded, into bf16 rows in the thread's scratch, after
+ * oneDNN's own scratchpad (the top half of each f32: exact for such values), and multiplies
+ * them with f32 accumulation into the f32 C.
  */
 #include "kernels/kernels.h"
 #include "kernels/onednn/onednn_internal.h"
@@ -18,8 +23,8 @@
 #define PLAN_CAP 256 /* tile geometries kept per context */
 
 typedef struct gemm_key {
-    int64_t m, n, k, lda, ldb, ldc;
-    int32_t trans_a, trans_b;
+    int64_t m, n, k, lda, ldb, ldc; /* bf16: lda and ldb are the packed tile's */
+    int32_t trans_a, trans_b, bf16;
     float alpha, beta;
 } gemm_key;
 
@@ -28,6 +33,7 @@ typedef struct gemm_plan {
     dnnl_primitive_t prim; /* NULL: oneDNN cannot do it (cached so we do not retry) */
     dnnl_memory_desc_t a_md, b_md, c_md, scratch_md;
     size_t scratch_bytes;
+    size_t packed_at; /* bf16: where the packed operands start in the thread's scratch */
     struct gemm_plan *next;
 } gemm_plan;
 
@@ -50,9 +56,10 @@ static void plan_build(onednn_state *st, gemm_plan *p) {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
+    dnnl_data_type_t dt = k->bf16 ? dnnl_bf16 : dnnl_f32;
     bool ok =
-        dnnl_memory_desc_init_by_strides(&p->a_md, 2, ad, dnnl_f32, as) == dnnl_success &&
-        dnnl_memory_desc_init_by_strides(&p->b_md, 2, bd, dnnl_f32, bs) == dnnl_success &&
+        dnnl_memory_desc_init_by_strides(&p->a_md, 2, ad, dt, as) == dnnl_success &&
+        dnnl_memory_desc_init_by_strides(&p->b_md, 2, bd, dt, bs) == dnnl_success &&
         dnnl_memory_desc_init_by_strides(&p->c_md, 2, cd, dnnl_f32, cs) == dnnl_success &&
         dnnl_matmul_desc_init(&desc, &p->a_md, &p->b_md, NULL, &p->c_md) == dnnl_success &&
         dnnl_primitive_attr_create(&attr) == dnnl_success &&
@@ -68,6 +75,7 @@ static void plan_build(onednn_state *st, gemm_plan *p) {
         /* brgemm packs B into a scratchpad: each thread gets its own (onednn_state) */
         p->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
         p->scratch_bytes = dnnl_memory_desc_get_size(&p->scratch_md);
+        p->packed_at = (p->scratch_bytes + 63) & ~(size_t)63;
         ok = dnnl_primitive_create(&p->prim, pd) == dnnl_success;
     }
     if (!ok && p->prim) {
@@ -101,7 +109,8 @@ static void plan_evict(ct_ctx *ctx, onednn_state *st) {
     }
 }
 
-static gemm_key make_key(bool ta,
+static gemm_key make_key(bool bf16,
+                         bool ta,
                          bool tb,
                          int64_t m,
                          int64_t n,
@@ -123,11 +132,57 @@ static gemm_key make_key(bool ta,
     key.trans_b = tb;
     key.alpha = alpha;
     key.beta = beta;
+    if (bf16) { /* the tile's operands packed into rows of their own */
+        key.bf16 = 1;
+        key.lda = ta ? m : k;
+        key.ldb = tb ? k : n;
+    }
     return key;
+}
+
+/* Bytes of a bf16 plan's packed operands: op(A) m x k and op(B) k x n, each 64-byte aligned. */
+static size_t packed_bytes(int64_t m, int64_t n, int64_t k) {
+    size_t a = ((size_t)(m * k) * 2 + 63) & ~(size_t)63;
+    return a + (size_t)(k * n) * 2;
+}
+
+/* rows x cols f32 values (bf16-exact) with row stride ld, as bf16 rows of cols: the top half
+ * of each f32's bits (NaN stays NaN: rounding made it quiet in those bits). */
+static void pack_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *s = src + r * ld;
+        uint16_t *d = dst + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            uint32_t u;
+            memcpy(&u, &s[c], sizeof u);
+            d[c] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
+bool ct_k_onednn_bf16_native(ct_ctx *ctx) {
+    switch (ctx->bf16_kernels) {
+    case CT_BF16_KERNELS_ONEDNN:
+        return true;
+    case CT_BF16_KERNELS_AUTO: {
+        unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = dnnl_cpu_isa_avx512_core_bf16;
+        return (isa & bf16) == bf16; /* the ISA values are nested bit sets */
+    }
+    case CT_BF16_KERNELS_F32:
+    case CT_BF16_KERNELS_COUNT:
+        break;
+    }
+    return false;
+}
+
+int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx) {
+    const onednn_state *st = ctx->onednn;
+    return st ? st->bf16_gemms : 0;
 }
 
 bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                               int nt,
+                              bool bf16,
                               bool ta,
                               bool tb,
                               int64_t m,
@@ -140,7 +195,7 @@ bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                               int64_t ldc) {
     onednn_state *st = ct_k_onednn_state(ctx, nt);
     if (!st || k == 0) return false;
-    gemm_key key = make_key(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+    gemm_key key = make_key(bf16, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
     gemm_plan *p = plan_find(st, &key);
     if (!p) {
         plan_evict(ctx, st);
@@ -152,10 +207,14 @@ bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
         p->next = st->gemm_plans;
         st->gemm_plans = p;
     }
-    return p->prim != NULL && ct_k_onednn_reserve_scratch(ctx, st, p->scratch_bytes);
+    size_t need = bf16 ? p->packed_at + packed_bytes(m, n, k) : p->scratch_bytes;
+    if (!p->prim || !ct_k_onednn_reserve_scratch(ctx, st, need)) return false;
+    if (bf16) st->bf16_gemms++;
+    return true;
 }
 
 bool ct_k_onednn_gemm_run(ct_ctx *ctx,
+                          bool bf16,
                           bool ta,
                           bool tb,
                           int64_t m,
@@ -170,12 +229,21 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                           float *c,
                           int64_t ldc) {
     onednn_state *st = ctx->onednn;
-    gemm_key key = make_key(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+    gemm_key key = make_key(bf16, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
     gemm_plan *p = st ? plan_find(st, &key) : NULL;
     if (!p || !p->prim) return false;
     int tid = omp_get_thread_num();
     if (tid >= st->n_streams) return false;
-    if (p->scratch_bytes > st->scratch_size) return false;
+    size_t need = bf16 ? p->packed_at + packed_bytes(m, n, k) : p->scratch_bytes;
+    if (need > st->scratch_size) return false;
+    if (bf16) { /* this tile's operands as the plan's packed bf16 rows */
+        uint16_t *pa = (uint16_t *)(void *)((char *)st->scratch[tid] + p->packed_at);
+        uint16_t *pb = pa + (((size_t)(m * k) * 2 + 63) & ~(size_t)63) / 2;
+        pack_bf16(pa, a, ta ? k : m, ta ? m : k, lda);
+        pack_bf16(pb, b, tb ? n : k, tb ? k : n, ldb);
+        a = (const float *)(const void *)pa;
+        b = (const float *)(const void *)pb;
+    }
     dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
     bool ok = dnnl_memory_create(&ma, &p->a_md, st->engine, (void *)(uintptr_t)a) == dnnl_success &&
               dnnl_memory_create(&mb, &p->b_md, st->engine, (void *)(uintptr_t)b) == dnnl_success &&
@@ -200,8 +268,19 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
 
 #else
 
+bool ct_k_onednn_bf16_native(ct_ctx *ctx) {
+    (void)ctx;
+    return false; /* ct_k_gemm_bf16 runs the f32 kernels on the rounded values */
+}
+
+int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx) {
+    (void)ctx;
+    return 0;
+}
+
 bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                               int nt,
+                              bool bf16,
                               bool ta,
                               bool tb,
                               int64_t m,
@@ -212,12 +291,14 @@ bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                               int64_t ldb,
                               float beta,
                               int64_t ldc) {
-    (void)ctx, (void)nt, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)lda;
+    (void)ctx, (void)nt, (void)bf16, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha,
+        (void)lda;
     (void)ldb, (void)beta, (void)ldc;
     return false; /* without OpenMP we cannot pin oneDNN to one thread: OpenBLAS does it all */
 }
 
 bool ct_k_onednn_gemm_run(ct_ctx *ctx,
+                          bool bf16,
                           bool ta,
                           bool tb,
                           int64_t m,
@@ -231,7 +312,8 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                           float beta,
                           float *c,
                           int64_t ldc) {
-    (void)ctx, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda;
+    (void)ctx, (void)bf16, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a,
+        (void)lda;
     (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
     return false;
 }
