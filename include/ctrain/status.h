@@ -88,8 +88,9 @@ typedef enum ct_bf16_kernels {
     CT_BF16_KERNELS_AUTO = 0, /* oneDNN's bf16 GEMM where the CPU has bf16 dot products
                                  (AVX512_BF16 or AMX), else the f32 kernels (the default) */
     CT_BF16_KERNELS_F32,      /* the f32 kernels on the rounded values, on every CPU */
-    CT_BF16_KERNELS_ONEDNN,   /* oneDNN's bf16 GEMM on every CPU (where the CPU lacks bf16
-                                 instructions oneDNN emulates them, slowly: for tests) */
+    CT_BF16_KERNELS_ONEDNN,   /* oneDNN's bf16 GEMM wherever oneDNN has one: on AVX-512 CPUs
+                                 without bf16 instructions it emulates them, slowly (for
+                                 tests); below AVX-512 it has none and the f32 kernels run */
     CT_BF16_KERNELS_COUNT
 } ct_bf16_kernels;
 

@@ -40,6 +40,7 @@ enum {
     CT_TENSOR_OWNS_DATA = 1u << 1,     /* ct_tensor_destroy frees .data */
     CT_TENSOR_PARAM = 1u << 2,         /* a parameter view into a ct_params buffer */
     CT_TENSOR_STEP = 1u << 3,          /* made by a graph: lives in its arena until reset */
+    CT_TENSOR_GRAD_ARENA = 1u << 4,    /* .grad came from the graph's arena (ct_graph_grad) */
 };
 
 struct ct_node;

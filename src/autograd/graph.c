@@ -66,8 +66,10 @@ ct_status ct_graph_create(ct_ctx *ctx, const ct_graph_params *params, ct_graph *
 void ct_graph_destroy(ct_graph *g) {
     if (!g) return;
     ct_ctx *ctx = g->ctx;
-    for (outside_leaf *l = g->outside; l; l = l->next)
+    for (outside_leaf *l = g->outside; l; l = l->next) {
         l->t->grad = NULL;
+        l->t->flags &= ~(uint32_t)CT_TENSOR_GRAD_ARENA;
+    }
     ct_arena_fini(&g->arena);
     ct_free(ctx, g, sizeof *g);
 }
@@ -78,8 +80,10 @@ ct_ctx *ct_graph_ctx(const ct_graph *g) {
 
 void ct_graph_reset(ct_graph *g) {
     /* O(1) unless the caller flagged tensors of its own for gradients */
-    for (outside_leaf *l = g->outside; l; l = l->next)
+    for (outside_leaf *l = g->outside; l; l = l->next) {
         l->t->grad = NULL;
+        l->t->flags &= ~(uint32_t)CT_TENSOR_GRAD_ARENA;
+    }
     g->outside = NULL;
     ct_arena_reset(&g->arena);
     g->spare = NULL;
@@ -230,9 +234,12 @@ ct_node *ct_graph_record(
 
 /* The smallest spare buffer that holds `bytes`, taken off the list; NULL when none does. */
 static float *take_spare(ct_graph *g, size_t bytes) {
+    if (bytes == 0) return NULL;
     spare_grad **best = NULL;
-    for (spare_grad **s = &g->spare; *s; s = &(*s)->next)
+    for (spare_grad **s = &g->spare; *s; s = &(*s)->next) {
         if ((*s)->bytes >= bytes && (!best || (*s)->bytes < (*best)->bytes)) best = s;
+        if ((*s)->bytes == bytes) break; /* no better fit */
+    }
     if (!best) return NULL;
     spare_grad *found = *best;
     *best = found->next;
@@ -240,11 +247,14 @@ static float *take_spare(ct_graph *g, size_t bytes) {
 }
 
 /* After node's backward pass: its output's gradient is dead (every reader of the output is a
- * newer node and has run), so it becomes spare. Tiny buffers are not worth listing. */
+ * newer node and has run), so it becomes spare. Only buffers the graph handed out are: a
+ * caller may have set the grad of an intermediate to a buffer of its own to read dL/dh. Tiny
+ * buffers are not worth listing. */
 static void spare_output_grad(ct_graph *g, ct_node *node) {
     ct_tensor *out = node->out;
     size_t bytes = (size_t)ct_tensor_numel(out) * sizeof(float);
-    if (!out->grad || (out->flags & CT_TENSOR_PARAM) || bytes < sizeof(spare_grad)) return;
+    if (!out->grad || !(out->flags & CT_TENSOR_GRAD_ARENA) || bytes < sizeof(spare_grad)) return;
+    out->flags &= ~(uint32_t)CT_TENSOR_GRAD_ARENA;
     spare_grad *s = (spare_grad *)(void *)out->grad;
     s->bytes = bytes;
     s->next = g->spare;
@@ -265,7 +275,10 @@ float *ct_graph_grad(ct_graph *g, ct_tensor *t) {
         size_t bytes = (size_t)ct_tensor_numel(t) * sizeof(float);
         t->grad = take_spare(g, bytes);
         if (!t->grad) t->grad = ct_graph_alloc(g, bytes);
-        if (t->grad) memset(t->grad, 0, bytes);
+        if (t->grad) {
+            memset(t->grad, 0, bytes);
+            t->flags |= CT_TENSOR_GRAD_ARENA;
+        }
     }
     return t->grad;
 }

@@ -87,7 +87,7 @@ CT_INTERNAL void ct_k_gemm_bf16(ct_ctx *ctx,
 /* Whether ct_k_gemm_bf16 uses oneDNN's bf16 matmul in this context: CT_BF16_KERNELS_ONEDNN,
  * or AUTO on a CPU with bf16 dot products (AVX512_BF16, AMX); never without OpenMP. */
 CT_INTERNAL bool ct_k_onednn_bf16_native(ct_ctx *ctx);
-/* How many GEMM calls ran on oneDNN's bf16 matmul in this context (for tests). */
+/* How many GEMM tiles ran on oneDNN's bf16 matmul in this context (for tests). */
 CT_INTERNAL int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx);
 
 /*

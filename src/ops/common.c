@@ -97,13 +97,18 @@ bool ct_ops_keep_operands(ct_graph *g, ct_node *node, const float *a, const floa
     kept[0] = a;
     kept[1] = b;
     node->saved = (void *)kept;
+    node->iarg[CT_OPS_AUTOCAST_ARG] = 1;
     return true;
+}
+
+bool ct_ops_ran_autocast(const ct_node *n) {
+    return n->iarg[CT_OPS_AUTOCAST_ARG] != 0;
 }
 
 /* The incoming gradient for a backward pass: rounded into scratch when the forward pass ran
  * under autocast (the node kept operands), else dy itself; NULL on arena failure. */
 const float *ct_ops_round_dy(ct_graph *g, const ct_node *n, const float *dy, int64_t count) {
-    if (!n->saved) return dy;
+    if (!ct_ops_ran_autocast(n)) return dy;
     float *r = ct_graph_alloc(g, (size_t)(count > 0 ? count : 1) * sizeof(float));
     if (r) ct_ops_round_bf16(g, dy, r, count);
     return r;
@@ -112,7 +117,7 @@ const float *ct_ops_round_dy(ct_graph *g, const ct_node *n, const float *dy, int
 /* The operands a backward pass multiplies with: the forward pass's rounded copies or the
  * inputs' own data. */
 const float *ct_ops_operand(const ct_node *n, int i) {
-    return n->saved ? ((const float *const *)n->saved)[i] : n->in[i]->data;
+    return ct_ops_ran_autocast(n) ? ((const float *const *)n->saved)[i] : n->in[i]->data;
 }
 
 bool ct_ops_mul_ok(int64_t a, int64_t b, int64_t *r) {

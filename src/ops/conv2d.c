@@ -23,7 +23,7 @@
  * the same way and takes all three gradients from it.
  *
  * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups;
- * saved = the rounded x and weight under autocast, else NULL.
+ * saved = the rounded x and weight under autocast (then iarg[7] = 1), else NULL.
  */
 #include <string.h>
 

@@ -48,7 +48,7 @@ static void matmul_backward(ct_graph *g, ct_node *n) {
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     const float *dc = ct_ops_round_dy(g, n, n->out->grad, batch * m * nn);
     if (!dc) return;
-    gemm_fn gemm = gemm_for(n->saved != NULL);
+    gemm_fn gemm = gemm_for(ct_ops_ran_autocast(n));
     if (!batched_b) {
         /* a is [batch*m, k] */
         if (da) gemm(ctx, false, true, batch * m, k, nn, 1.0f, dc, nn, bv, nn, 1.0f, da, k);
@@ -128,7 +128,7 @@ static void linear_backward(ct_graph *g, ct_node *n) {
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     const float *dyr = ct_ops_round_dy(g, n, dy, rows * out);
     if (!dyr) return;
-    gemm_fn gemm = gemm_for(n->saved != NULL);
+    gemm_fn gemm = gemm_for(ct_ops_ran_autocast(n));
     /* dx [R, in] += dy [R, out] @ W [out, in] */
     if (dx) gemm(ctx, false, false, rows, in, out, 1.0f, dyr, out, wv, in, 1.0f, dx, in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */

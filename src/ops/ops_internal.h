@@ -42,9 +42,14 @@ CT_INTERNAL const float *ct_ops_autocast(ct_graph *g, const float *x, int64_t n)
 /* The same rounding into dst, whatever the autocast setting (for backward passes). */
 CT_INTERNAL void ct_ops_round_bf16(ct_graph *g, const float *x, float *dst, int64_t n);
 
+/* The node iarg that ct_ops_keep_operands sets to 1 (matmul, linear and conv2d leave it free). */
+#define CT_OPS_AUTOCAST_ARG 7
 /* Under bf16 autocast, keeps an op's rounded operands a and b (from ct_ops_autocast) in
- * node->saved for its backward pass; false on arena failure. Does nothing otherwise. */
+ * node->saved for its backward pass and marks the node (iarg[CT_OPS_AUTOCAST_ARG]); false on
+ * arena failure. Does nothing otherwise. */
 CT_INTERNAL bool ct_ops_keep_operands(ct_graph *g, ct_node *node, const float *a, const float *b);
+/* Whether the node's forward pass ran under bf16 autocast (ct_ops_keep_operands marked it). */
+CT_INTERNAL bool ct_ops_ran_autocast(const ct_node *n);
 /* In a backward pass: operand i (0 or 1) as the forward pass multiplied it (the kept rounded
  * copy, or the input's data). */
 CT_INTERNAL const float *ct_ops_operand(const ct_node *n, int i);

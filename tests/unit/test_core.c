@@ -281,9 +281,15 @@ static void graph_should_recycle_dead_gradients_in_backward(void) {
     size_t bytes = (size_t)N * sizeof(float);
     ct_tensor *x = ct_graph_zeros(g, CT_F32, 1, (int64_t[]){N});
     x->flags |= CT_TENSOR_REQUIRES_GRAD;
-    ct_tensor *h = x;
-    for (int i = 0; i < DEPTH; i++)
+    ct_tensor *h = x, *mid = NULL;
+    float *own = calloc(N, sizeof(float)); /* dL/dh of a middle layer, in the caller's buffer */
+    for (int i = 0; i < DEPTH; i++) {
         h = ct_op_tanh(g, h);
+        if (i == DEPTH / 2) {
+            mid = h;
+            mid->grad = own;
+        }
+    }
     ct_tensor *loss = ct_op_sum_all(g, h);
     size_t forward = ct_graph_arena_capacity(g);
     CT_CHECK_INT(ct_graph_backward(g, loss), CT_OK);
@@ -293,11 +299,13 @@ static void graph_should_recycle_dead_gradients_in_backward(void) {
     CT_CHECK(ct_tensor_get_f32(x, 0) == 0.0f && x->grad && x->grad[0] == 1.0f &&
              x->grad[N - 1] == 1.0f);
     CT_CHECK(h->grad == NULL); /* an intermediate's gradient is not kept, as in PyTorch */
+    CT_CHECK(mid->grad == own && own[0] == 1.0f && own[N - 1] == 1.0f); /* the caller's stays */
     memset(x->grad, 0, bytes);
     CT_CHECK_INT(ct_graph_backward(g, loss), CT_OK);
     CT_CHECK(x->grad[0] == 1.0f && x->grad[N / 2] == 1.0f);
     CT_CHECK_INT(ct_graph_arena_capacity(g) - forward, grown);
     ct_graph_destroy(g);
+    free(own);
     ct_ctx_destroy(ctx);
 }
 

@@ -62,7 +62,9 @@ static void *signal_thread(void *arg) {
  * free). So before fit starts any thread, SIGINT and SIGTERM are blocked in this one (every
  * thread started later, OpenMP's, the loader's and MPI's, inherits the mask) and left to a
  * thread of their own. Until the handler is installed their default action still ends the
- * process. If that thread cannot start, signals are left as they were. */
+ * process. If that thread cannot start, signals are left as they were. OpenBLAS starts its
+ * idle worker pool when it loads, before main (none with OPENBLAS_NUM_THREADS=1): those
+ * workers can take the signals too, which is harmless, as they never run oneDNN code. */
 static void route_signals(void) {
     sigset_t set, old;
     (void)sigemptyset(&set);

@@ -177,7 +177,7 @@ bool ct_k_onednn_bf16_native(ct_ctx *ctx) {
 
 int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx) {
     const onednn_state *st = ctx->onednn;
-    return st ? st->bf16_gemms : 0;
+    return st ? __atomic_load_n(&st->bf16_gemms, __ATOMIC_RELAXED) : 0;
 }
 
 bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
@@ -208,9 +208,7 @@ bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
         st->gemm_plans = p;
     }
     size_t need = bf16 ? p->packed_at + packed_bytes(m, n, k) : p->scratch_bytes;
-    if (!p->prim || !ct_k_onednn_reserve_scratch(ctx, st, need)) return false;
-    if (bf16) st->bf16_gemms++;
-    return true;
+    return p->prim != NULL && ct_k_onednn_reserve_scratch(ctx, st, need);
 }
 
 bool ct_k_onednn_gemm_run(ct_ctx *ctx,
@@ -259,6 +257,7 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
         ok = dnnl_primitive_execute(p->prim, st->streams[tid], 4, args) == dnnl_success &&
              dnnl_stream_wait(st->streams[tid]) == dnnl_success;
     }
+    if (ok && bf16) __atomic_fetch_add(&st->bf16_gemms, 1, __ATOMIC_RELAXED);
     if (ma) dnnl_memory_destroy(ma);
     if (mb) dnnl_memory_destroy(mb);
     if (mc) dnnl_memory_destroy(mc);

@@ -24,7 +24,7 @@ typedef struct onednn_state {
     size_t scratch_size;                  /* bytes of each */
     void *conv_plans;                     /* conv2d_onednn.c's cache */
     void *gemm_plans;                     /* gemm_onednn.c's cache */
-    int64_t bf16_gemms;                   /* GEMM tile plans put to use in bf16 (tests) */
+    int64_t bf16_gemms;                   /* tiles run on bf16 plans (tests; atomic) */
 } onednn_state;
 
 /* The context's state with at least nt streams, made on first use; NULL when oneDNN cannot
