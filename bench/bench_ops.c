@@ -3,8 +3,8 @@
  *
  *   bench_ops CASE [--threads N] [--iters N]
  *
- * CASE is linear, conv2d, attention, mlp_step or mlp32_step (see bench/run.py for the shapes, which both
- * sides share). Prints one line: "CASE median_ms min_ms iters". Each iteration is a forward
+ * CASE is linear, conv2d, attention, mlp_step or mlp32_step (see bench/run.py for the shapes, which
+ * both sides share). Prints one line: "CASE median_ms min_ms iters". Each iteration is a forward
  * and backward (mlp_step: a whole training step with Adam) on a reset graph, after warm-up.
  */
 #define _POSIX_C_SOURCE 200809L
