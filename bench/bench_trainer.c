@@ -5,8 +5,9 @@
  *
  *   bench_trainer [--steps N]
  *
- * Cases: a 784-128-10 MLP at batch 1 on synthetic data (framework overhead dominates), and a
- * 784-256-10 MLP at batch 128 on Fashion-MNIST (Debian's dataset-fashion-mnist), SGD.
+ * Cases: issue 7's width-32 MLP (32-32-10) and a 784-128-10 MLP at batch 1 on synthetic data
+ * (framework overhead dominates), and a 784-256-10 MLP at batch 128 on Fashion-MNIST (Debian's
+ * dataset-fashion-mnist), SGD.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -50,7 +51,10 @@ static void die(ct_ctx *ctx) {
     exit(1);
 }
 
-static void make(setup *s, bool fmnist) {
+/* width: the synthetic data's features and the hidden layer's width at batch 1; 0 =
+ * Fashion-MNIST at batch 128 through 256 hidden units. */
+static void make(setup *s, int width) {
+    bool fmnist = width == 0;
     memset(s, 0, sizeof *s);
     if (ct_ctx_create(NULL, &s->ctx) != CT_OK) exit(1);
     ct_ctx *ctx = s->ctx;
@@ -66,17 +70,19 @@ static void make(setup *s, bool fmnist) {
         lp.transforms[0].kind = CT_TRANSFORM_SCALE;
         lp.transforms[0].a = 1.0f / 255.0f;
     } else {
-        ct_option it[] = {{"kind", "blobs"}, {"n", "4096"}, {"features", "784"}, {"classes", "10"}};
+        char feat[16];
+        (void)snprintf(feat, sizeof feat, "%d", width);
+        ct_option it[] = {{"kind", "blobs"}, {"n", "4096"}, {"features", feat}, {"classes", "10"}};
         ct_options o = {it, 4, "bench"};
         if (ct_dataset_open(ctx, "synthetic", &o, &s->ds) != CT_OK) die(ctx);
         lp.batch_size = 1;
     }
     if (ct_loader_create(ctx, s->ds, &lp, &s->loader) != CT_OK) die(ctx);
-    ct_option mo[] = {{"hidden", fmnist ? "256" : "128"}, {"out", "10"}};
+    ct_option mo[] = {{"hidden", fmnist ? "256" : width == 32 ? "32" : "128"}, {"out", "10"}};
     ct_options mop = {mo, 2, "model"};
     if (ct_params_create(ctx, &s->P) != CT_OK ||
-        ct_model_build_alloc(ctx, "mlp", &mop, s->P, CT_F32, 1, (int64_t[]){784}, 1, &s->m) !=
-            CT_OK)
+        ct_model_build_alloc(ctx, "mlp", &mop, s->P, CT_F32, 1, (int64_t[]){fmnist ? 784 : width},
+                             1, &s->m) != CT_OK)
         die(ctx);
     ct_optim_params op = ct_optim_default_params(CT_OPTIM_SGD);
     op.lr = 0.01f;
@@ -135,9 +141,9 @@ static double with_trainer(setup *s, int64_t steps, int64_t steps_per_loop, bool
     return dt / (double)steps;
 }
 
-static void run(const char *name, bool fmnist, int64_t steps) {
+static void run(const char *name, int width, int64_t steps) {
     setup s;
-    make(&s, fmnist);
+    make(&s, width);
     by_hand(&s, steps / 4); /* warm up: caches, oneDNN plans, arena */
     double hand = 1e9, tr = 1e9, tr_loss = 1e9;
     for (int r = 0; r < 5; r++) {
@@ -160,7 +166,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--steps") == 0) steps = strtol(argv[i + 1], NULL, 10);
     if (steps < 10) steps = 10;
     printf("trainer overhead, steps_per_loop 10, best of 5 runs of %lld steps\n", (long long)steps);
-    run("mlp 784-128-10 batch 1", false, steps);
-    run("fmnist mlp batch 128", true, steps / 10);
+    run("mlp 32-32-10 batch 1", 32, steps);
+    run("mlp 784-128-10 batch 1", 784, steps);
+    run("fmnist mlp batch 128", 0, steps / 10);
     return 0;
 }

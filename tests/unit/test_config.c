@@ -1521,6 +1521,51 @@ static void schema_diff_should_find_nothing_between_equal_configs(void) {
     fx_fini(&f);
 }
 
+/* Whether doc holds `word` (in backticks) at or after the first mention of `type`. */
+static bool documented_after(const char *doc, const char *type, const char *word) {
+    char t[96], w[96];
+    (void)snprintf(t, sizeof t, "`%s`", type);
+    (void)snprintf(w, sizeof w, "`%s", word); /* `key` or `key: ...` */
+    const char *at = strstr(doc, t);
+    return at && strstr(at, w) != NULL;
+}
+
+/* Every built-in component type (datasets, layers, model builders, schedules) and each of its
+ * option keys, as the tables the checks use list them, is documented in its page: so the pages
+ * cannot fall behind the tables. */
+static void component_keys_should_be_documented(void) {
+    static const char *const pages[] = {"docs/data.md", "docs/models.md", "docs/models.md",
+                                        "docs/training.md"};
+    for (int kind = 0; kind < 4; kind++) {
+        char path[512];
+        (void)snprintf(path, sizeof path, "%s/%s", CT_SOURCE_DIR, pages[kind]);
+        size_t len = 0;
+        char *doc = read_file(path, &len);
+        CT_CHECK_MSG(doc != NULL, "cannot read %s", path);
+        if (!doc) continue;
+        int64_t n_types = 0;
+        const ct_dataset_vtable *const *datasets = kind == 0 ? ct_dataset_types(&n_types) : NULL;
+        for (int64_t i = 0;; i++) {
+            const char *type = kind == 0   ? (i < n_types ? datasets[i]->name : NULL)
+                               : kind == 1 ? ct_layer_type_name(i)
+                               : kind == 2 ? ct_model_type_name(i)
+                                           : ct_schedule_type_name(i);
+            if (!type) break;
+            const char *const *keys = kind == 0   ? ct_dataset_type_keys(type)
+                                      : kind == 1 ? ct_layer_type_keys(type)
+                                      : kind == 2 ? ct_model_type_keys(type)
+                                                  : ct_schedule_type_keys(type);
+            CT_CHECK_MSG(strstr(doc, type) != NULL, "%s: type '%s' is not documented", pages[kind],
+                         type);
+            for (int64_t k = 0; keys && keys[k]; k++)
+                CT_CHECK_MSG(documented_after(doc, type, keys[k]),
+                             "%s: key '%s' of '%s' is not documented (as `%s`) after the type",
+                             pages[kind], keys[k], type, keys[k]);
+        }
+        free(doc);
+    }
+}
+
 static void schema_reference_should_equal_docs_config_md(void) {
     char *ref = NULL;
     size_t ref_len = 0;
@@ -1584,5 +1629,6 @@ int main(void) {
     CT_RUN(schema_written_config_should_resolve_again);
     CT_RUN(schema_diff_should_find_nothing_between_equal_configs);
     CT_RUN(schema_reference_should_equal_docs_config_md);
+    CT_RUN(component_keys_should_be_documented);
     return ct_test_finish();
 }
