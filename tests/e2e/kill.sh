@@ -19,7 +19,7 @@ data:
   batch_size: 64
 model: {type: mlp, hidden: [384, 384], dropout: 0.1}
 optimizer: {type: adam, lr: 0.001}
-trainer: {max_epochs: 3, steps_per_loop: 4}
+trainer: {max_epochs: 6, steps_per_loop: 4}
 checkpoint: {save_every_steps: 4, keep: 2}
 logging: {progress: none}
 EOF
@@ -49,8 +49,9 @@ scenario() {
         attempts=$((attempts + 1))
         "$CTRAIN" fit exp.yaml ++output_dir=$run "$@" >>$run.log 2>&1 &
         pid=$!
-        # 20..400 ms: from start-up (data, model) into the training and its saves
-        sleep "0.$(printf '%03d' $(( (attempts * 97) % 380 + 20 )))"
+        # 20..250 ms: from start-up (data, model) into the training and its saves; short
+        # enough that a run, which resumes each time, rarely completes before MIN_KILLS land
+        sleep "0.$(printf '%03d' $(( (attempts * 97) % 230 + 20 )))"
         if kill -9 "$pid" 2>/dev/null; then
             kills=$((kills + 1))
             wait "$pid" 2>/dev/null
