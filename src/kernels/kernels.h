@@ -20,48 +20,25 @@
  * op(B) is [K, N] (B is [N, K] when trans_b), C is [M, N]; lda/ldb/ldc are row strides.
  * Each C element is accumulated over K in a fixed order, whatever the thread count.
  */
-CT_INTERNAL void ct_k_gemm(ct_ctx *ctx,
-                           bool trans_a,
-                           bool trans_b,
-                           int64_t m,
-                           int64_t n,
-                           int64_t k,
-                           float alpha,
-                           const float *a,
-                           int64_t lda,
-                           const float *b,
-                           int64_t ldb,
-                           float beta,
-                           float *c,
-                           int64_t ldc);
-CT_INTERNAL void ct_k_gemm_ref(ct_ctx *ctx,
-                               bool trans_a,
-                               bool trans_b,
-                               int64_t m,
-                               int64_t n,
-                               int64_t k,
-                               float alpha,
-                               const float *a,
-                               int64_t lda,
-                               const float *b,
-                               int64_t ldb,
-                               float beta,
-                               float *c,
-                               int64_t ldc);
-CT_INTERNAL void ct_k_gemm_blas(ct_ctx *ctx,
-                                bool trans_a,
-                                bool trans_b,
-                                int64_t m,
-                                int64_t n,
-                                int64_t k,
-                                float alpha,
-                                const float *a,
-                                int64_t lda,
-                                const float *b,
-                                int64_t ldb,
-                                float beta,
-                                float *c,
-                                int64_t ldc);
+typedef void ct_k_gemm_fn(ct_ctx *ctx,
+                          bool trans_a,
+                          bool trans_b,
+                          int64_t m,
+                          int64_t n,
+                          int64_t k,
+                          float alpha,
+                          const float *a,
+                          int64_t lda,
+                          const float *b,
+                          int64_t ldb,
+                          float beta,
+                          float *c,
+                          int64_t ldc);
+CT_INTERNAL ct_k_gemm_fn ct_k_gemm;
+/* Its twins, with the same contract: the naive reference loops, and OpenBLAS (and oneDNN)
+ * tiles without the dispatch. */
+CT_INTERNAL ct_k_gemm_fn ct_k_gemm_ref;
+CT_INTERNAL ct_k_gemm_fn ct_k_gemm_blas;
 
 /*
  * ct_k_gemm for operands that hold bf16 values (bf16 autocast rounded them): with the fast
@@ -69,20 +46,7 @@ CT_INTERNAL void ct_k_gemm_blas(ct_ctx *ctx,
  * as ct_k_gemm_blas through oneDNN's bf16 matmul with f32 accumulation, each tile's operands
  * converted to bf16 (exactly) on the thread that runs it; otherwise ct_k_gemm itself.
  */
-CT_INTERNAL void ct_k_gemm_bf16(ct_ctx *ctx,
-                                bool trans_a,
-                                bool trans_b,
-                                int64_t m,
-                                int64_t n,
-                                int64_t k,
-                                float alpha,
-                                const float *a,
-                                int64_t lda,
-                                const float *b,
-                                int64_t ldb,
-                                float beta,
-                                float *c,
-                                int64_t ldc);
+CT_INTERNAL ct_k_gemm_fn ct_k_gemm_bf16;
 
 /* Whether ct_k_gemm_bf16 uses oneDNN's bf16 matmul in this context: CT_BF16_KERNELS_ONEDNN,
  * or AUTO on a CPU with bf16 dot products (AVX512_BF16, AMX); never without OpenMP. */

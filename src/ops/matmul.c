@@ -17,23 +17,8 @@
 #include "kernels/kernels.h"
 #include "ops/ops_internal.h"
 
-typedef void (*gemm_fn)(ct_ctx *ctx,
-                        bool trans_a,
-                        bool trans_b,
-                        int64_t m,
-                        int64_t n,
-                        int64_t k,
-                        float alpha,
-                        const float *a,
-                        int64_t lda,
-                        const float *b,
-                        int64_t ldb,
-                        float beta,
-                        float *c,
-                        int64_t ldc);
-
 /* The GEMM for operands that bf16 autocast rounded (bf16 set), or the f32 one. */
-static gemm_fn gemm_for(bool bf16) {
+static ct_k_gemm_fn *gemm_for(bool bf16) {
     return bf16 ? ct_k_gemm_bf16 : ct_k_gemm;
 }
 
@@ -48,7 +33,7 @@ static void matmul_backward(ct_graph *g, ct_node *n) {
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     const float *dc = ct_ops_round_dy(g, n, n->out->grad, batch * m * nn);
     if (!dc) return;
-    gemm_fn gemm = gemm_for(ct_ops_ran_autocast(n));
+    ct_k_gemm_fn *gemm = gemm_for(ct_ops_ran_autocast(n));
     if (!batched_b) {
         /* a is [batch*m, k] */
         if (da) gemm(ctx, false, true, batch * m, k, nn, 1.0f, dc, nn, bv, nn, 1.0f, da, k);
@@ -98,7 +83,7 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
     const float *bv = ct_ops_autocast(g, b->data, ct_tensor_numel(b));
     if (!av || !bv) return NULL;
     ct_ctx *ctx = ct_graph_ctx(g);
-    gemm_fn gemm = gemm_for(ct_graph_autocast(g) == CT_BF16);
+    ct_k_gemm_fn *gemm = gemm_for(ct_graph_autocast(g) == CT_BF16);
     if (!batched_b) {
         gemm(ctx, false, false, batch * m, n, k, 1.0f, av, k, bv, n, 0.0f, c->data, n);
     } else {
@@ -128,7 +113,7 @@ static void linear_backward(ct_graph *g, ct_node *n) {
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     const float *dyr = ct_ops_round_dy(g, n, dy, rows * out);
     if (!dyr) return;
-    gemm_fn gemm = gemm_for(ct_ops_ran_autocast(n));
+    ct_k_gemm_fn *gemm = gemm_for(ct_ops_ran_autocast(n));
     /* dx [R, in] += dy [R, out] @ W [out, in] */
     if (dx) gemm(ctx, false, false, rows, in, out, 1.0f, dyr, out, wv, in, 1.0f, dx, in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
