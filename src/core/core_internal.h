@@ -79,6 +79,37 @@ CT_INTERNAL void ct_arena_rewind(ct_arena *a, void *chunk, size_t used);
 #define CT_OMP_FOR(nt) (void)(nt);
 #endif
 
+/*
+ * CT_PAR_FOR(nt, i, n, body...) runs `for (int64_t i = 0; i < n; i++) { body }` as CT_OMP_FOR
+ * does, but with nt <= 1 as a plain loop outside any parallel region: libgomp mallocs and
+ * frees a team for every region of one thread (it keeps only larger teams), which the ops of a
+ * tiny step would pay each time (a quarter of a width-32 MLP's batch-1 step). The body may
+ * `continue`; it must not `break` or `return`.
+ */
+#ifdef _OPENMP
+#define CT_PAR_FOR(nt, i, n, ...)                                                                  \
+    do {                                                                                           \
+        if ((nt) > 1) {                                                                            \
+            CT_PRAGMA(omp parallel for num_threads(nt) schedule(static))                           \
+            for (int64_t i = 0; i < (n); i++) {                                                    \
+                __VA_ARGS__                                                                        \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < (n); i++) {                                                    \
+                __VA_ARGS__                                                                        \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+#else
+#define CT_PAR_FOR(nt, i, n, ...)                                                                  \
+    do {                                                                                           \
+        (void)(nt);                                                                                \
+        for (int64_t i = 0; i < (n); i++) {                                                        \
+            __VA_ARGS__                                                                            \
+        }                                                                                          \
+    } while (0)
+#endif
+
 /* The OpenMP nesting level (active or not); 0 outside any parallel region or without OpenMP. */
 CT_INTERNAL int ct_omp_level(void);
 /* Sets this thread's OpenMP default team size (omp_set_num_threads) and returns the previous

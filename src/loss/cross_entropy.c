@@ -97,8 +97,7 @@ static void ce_backward(ct_graph *g, ct_node *n) {
     const float s = n->farg[0], off = s / (float)c, on = 1.0f - s;
     if (n->iarg[ARG_VALID] == 0) return; /* every row ignored: no gradient */
     int nt = ct_ops_threads(g, rows, 4 * c);
-    CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < rows; i++) {
+    CT_PAR_FOR(nt, i, rows, {
         int64_t t = ct_ops_index_at(target, i);
         if (t == ignore) continue;
         const float w = row_weight(n, gout, i);
@@ -107,7 +106,7 @@ static void ce_backward(ct_graph *g, ct_node *n) {
         for (int64_t j = 0; j < c; j++)
             gi[j] += w * (expf(xi[j] - lse[i]) - off);
         gi[t] -= w * on;
-    }
+    });
 }
 
 static const ct_op_def ce_def = {"cross_entropy", ce_backward};
@@ -135,8 +134,7 @@ ct_tensor *ct_loss_cross_entropy(ct_graph *g,
     const double s = (double)p.label_smoothing;
     const int64_t ignore = p.ignore_index;
     int nt = ct_ops_threads(g, rows, 4 * c);
-    CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < rows; i++) {
+    CT_PAR_FOR(nt, i, rows, {
         const float *xi = xd + i * c;
         float m = xi[0];
         for (int64_t j = 1; j < c; j++)
@@ -154,7 +152,7 @@ ct_tensor *ct_loss_cross_entropy(ct_graph *g,
             continue;
         }
         loss[i] = (float)((1.0 - s) * (l - (double)xi[t]) + s * (l - sx / (double)c));
-    }
+    });
     ct_tensor *out = reduce_rows(g, loss, rows, n_valid, p.reduction);
     if (!out) return NULL;
     if (ct_graph_needs_grad(g, 1, &logits)) {

@@ -108,9 +108,7 @@ static void act_backward(ct_graph *g, ct_node *n) {
         return;
     }
     if (k == ACT_RELU) { /* a loop of its own, which vectorises (the switch below does not) */
-        CT_OMP_FOR(nt)
-        for (int64_t i = 0; i < total; i++)
-            dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+        CT_PAR_FOR(nt, i, total, dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;);
         return;
     }
     CT_OMP_FOR(nt)
@@ -140,9 +138,7 @@ static ct_tensor *activation(ct_graph *g, act_kind k, ct_tensor *x, float slope)
         for (int64_t i = 0; i < total; i++)
             yv[i] = gelu_fast(xv[i]);
     } else if (k == ACT_RELU) {
-        CT_OMP_FOR(nt)
-        for (int64_t i = 0; i < total; i++)
-            yv[i] = xv[i] > 0.0f ? xv[i] : 0.0f;
+        CT_PAR_FOR(nt, i, total, yv[i] = xv[i] > 0.0f ? xv[i] : 0.0f;);
     } else {
         CT_OMP_FOR(nt)
         for (int64_t i = 0; i < total; i++)

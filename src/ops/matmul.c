@@ -120,9 +120,7 @@ static void linear_backward(ct_graph *g, ct_node *n) {
     if (dw) gemm(ctx, true, false, out, in, rows, 1.0f, dyr, out, xv, in, 1.0f, dw, in);
     if (db) {
         int nt = ct_ops_threads(g, out, rows);
-        CT_OMP_FOR(nt)
-        for (int64_t j = 0; j < out; j++)
-            db[j] += (float)ct_ops_sum_f64(dyr + j, rows, out);
+        CT_PAR_FOR(nt, j, out, db[j] += (float)ct_ops_sum_f64(dyr + j, rows, out););
     }
     ct_graph_scratch_release(g, mark);
 }

@@ -306,8 +306,7 @@ static void sgd_span(const ct_optim *o, const span *s) {
     const bool first = o->steps == 0, nesterov = o->p.nesterov;
     float *w = s->w, *gr = s->g, *buf = s->m;
     int nt = ct_threads_for(o->ctx, s->n, 8);
-    CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < s->n; i++) {
+    CT_PAR_FOR(nt, i, s->n, {
         float d = gr[i];
         if (zero) gr[i] = 0.0f;
         if (wd != 0.0f) d = madd(wd, w[i], d);
@@ -316,7 +315,7 @@ static void sgd_span(const ct_optim *o, const span *s) {
             d = nesterov ? madd(mom, buf[i], d) : buf[i];
         }
         w[i] = madd(neg_lr, d, w[i]);
-    }
+    });
 }
 
 static void adam_span(const ct_optim *o, const span *s) {
@@ -333,24 +332,22 @@ static void adam_span(const ct_optim *o, const span *s) {
     /* two loops rather than a branch inside one, so that each vectorises */
     if (o->p.kind == CT_OPTIM_ADAMW) {
         const float shrink = (float)(1.0 - s->lr * (double)wd);
-        CT_OMP_FOR(nt)
-        for (int64_t i = 0; i < s->n; i++) {
+        CT_PAR_FOR(nt, i, s->n, {
             float g = gr[i];
             if (zero) gr[i] = 0.0f;
             w[i] = w[i] * shrink;
             m[i] = madd(b1c, g, m[i] * b1);
             v[i] = madd(b2c * g, g, v[i] * b2);
             w[i] = w[i] + neg_step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
-        }
+        });
     } else {
-        CT_OMP_FOR(nt)
-        for (int64_t i = 0; i < s->n; i++) {
+        CT_PAR_FOR(nt, i, s->n, {
             float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i]; /* unswitched by -O3 */
             if (zero) gr[i] = 0.0f;
             m[i] = madd(b1c, g, m[i] * b1);
             v[i] = madd(b2c * g, g, v[i] * b2);
             w[i] = w[i] + neg_step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
-        }
+        });
     }
 }
 

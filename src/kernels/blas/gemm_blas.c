@@ -42,6 +42,42 @@ static void sgemm(bool trans_a,
                 (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 }
 
+/* One GEMM cut into tiles of t rows (or columns, split_n) of C out of d. */
+typedef struct gemm_job {
+    ct_ctx *ctx;
+    bool bf16, dnn, trans_a, trans_b, split_n;
+    int64_t m, n, k, t, d;
+    float alpha;
+    const float *a;
+    int64_t lda;
+    const float *b;
+    int64_t ldb;
+    float beta;
+    float *c;
+    int64_t ldc;
+} gemm_job;
+
+/* Tile i of the job, on the calling thread. */
+static void gemm_tile(const gemm_job *j, int64_t i) {
+    int64_t lo = i * j->t, len = lo + j->t <= j->d ? j->t : j->d - lo;
+    const float *at = j->a, *bt = j->b;
+    float *ct = j->c;
+    int64_t tm = j->m, tn = j->n;
+    if (j->split_n) {
+        bt = j->trans_b ? j->b + lo * j->ldb : j->b + lo;
+        ct = j->c + lo;
+        tn = len;
+    } else {
+        at = j->trans_a ? j->a + lo : j->a + lo * j->lda;
+        ct = j->c + lo * j->ldc;
+        tm = len;
+    }
+    if (!j->dnn || !ct_k_onednn_gemm_run(j->ctx, j->bf16, j->trans_a, j->trans_b, tm, tn, j->k,
+                                         j->alpha, at, j->lda, bt, j->ldb, j->beta, ct, j->ldc))
+        sgemm(j->trans_a, j->trans_b, tm, tn, j->k, j->alpha, at, j->lda, bt, j->ldb, j->beta, ct,
+              j->ldc);
+}
+
 /* The tiles of C, each one single-threaded call: oneDNN's matmul (in bf16 when bf16 is set:
  * the operands hold bf16 values) where it takes the tile, else OpenBLAS on the f32 values. */
 static void gemm_tiled(ct_ctx *ctx,
@@ -84,26 +120,18 @@ static void gemm_tiled(ct_ctx *ctx,
               (tail == t ||
                ct_k_onednn_gemm_prepare(ctx, nt, bf16, trans_a, trans_b, split_n ? m : tail,
                                         split_n ? tail : n, k, alpha, lda, ldb, beta, ldc));
-    /* oneDNN inside a one-thread (inactive) region would otherwise fork its own team */
+    /* oneDNN inside a one-thread (inactive) region, or outside any, would otherwise fork its
+     * own team */
     int saved = dnn ? ct_omp_swap_threads(nt) : 0;
-    CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < tiles; i++) {
-        int64_t lo = i * t, len = lo + t <= d ? t : d - lo;
-        const float *at = a, *bt = b;
-        float *ct = c;
-        int64_t tm = m, tn = n;
-        if (split_n) {
-            bt = trans_b ? b + lo * ldb : b + lo;
-            ct = c + lo;
-            tn = len;
-        } else {
-            at = trans_a ? a + lo : a + lo * lda;
-            ct = c + lo * ldc;
-            tm = len;
-        }
-        if (!dnn || !ct_k_onednn_gemm_run(ctx, bf16, trans_a, trans_b, tm, tn, k, alpha, at, lda,
-                                          bt, ldb, beta, ct, ldc))
-            sgemm(trans_a, trans_b, tm, tn, k, alpha, at, lda, bt, ldb, beta, ct, ldc);
+    const gemm_job job = {ctx, bf16,  dnn, trans_a, trans_b, split_n, m,    n, k,  t,
+                          d,   alpha, a,   lda,     b,       ldb,     beta, c, ldc};
+    if (nt <= 1) { /* no parallel region: libgomp allocates a team for each one of one thread */
+        for (int64_t i = 0; i < tiles; i++)
+            gemm_tile(&job, i);
+    } else {
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < tiles; i++)
+            gemm_tile(&job, i);
     }
     if (dnn) ct_omp_swap_threads(saved);
 }
