@@ -125,7 +125,7 @@ static const ct_key_def k_schema[] = {
      "Arithmetic precision. bf16: mixed precision, as PyTorch's bf16 autocast: matmuls, linear "
      "layers and convolutions multiply operands rounded to bf16 with f32 accumulation, forward "
      "and backward, in training, evaluation and prediction; weights, gradients, optimizer "
-     "state, losses and norms stay f32 (docs/training.md)."},
+     "state, losses and norms stay f32 (docs/trainer.md, Mixed precision)."},
     {"trainer.bucket_mb", F, "1", 0, 1e6, NULL, RES,
      "MPI runs: gradients are all-reduced in buckets of about this many MiB, each started "
      "during the backward pass as soon as its gradients are final; 0 = one all-reduce after "
