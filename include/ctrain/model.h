@@ -190,6 +190,10 @@ CT_API const char *ct_model_type_name(int64_t i);
 /* The option keys of a built-in layer type or model builder (NULL-terminated, static), or NULL
  * for a name that is not one: for checking a configuration before the data are opened. */
 CT_API const char *const *ct_layer_type_keys(const char *type);
+/* Reads a built-in layer type's options as building it would (types, ranges, required keys,
+ * enum values) without an input: CT_ERR_CONFIG naming opts->where and the key. For checking a
+ * configuration before the data are opened; the input is checked when the model is built. */
+CT_API ct_status ct_layer_check(ct_ctx *ctx, const char *type, const ct_options *opts);
 CT_API const char *const *ct_model_type_keys(const char *type);
 
 /*

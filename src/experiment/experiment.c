@@ -1030,6 +1030,9 @@ static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
         char owner[128];
         (void)snprintf(owner, sizeof owner, "layer type '%s'", t->value);
         CT_TRY(check_keys(e, it, own, keys, owner));
+        ct_options o;
+        CT_TRY(to_options(e, it, own, 0, &o));
+        CT_TRY(ct_layer_check(e->ctx, t->value, &o));
         const ct_cfg_node *ch = ct_config_find(it, "children");
         if (ch && ch->kind != CT_CFG_SEQ) {
             char w[600];

@@ -90,6 +90,7 @@ ct_status ct_layer_declare(ct_layer_build *b,
 }
 
 ct_status ct_layer_bad_input(ct_layer_build *b, const char *expected) {
+    if (b->check_only) return CT_OK; /* the options were read and are valid: that was all */
     char buf[96];
     return CT_FAIL(b->ctx, CT_ERR_SHAPE, "%s: input sample %s (%s), expected %s", b->where,
                    shape_str(b->in_ndim, b->in_shape, buf, sizeof buf), ct_dtype_name(b->in_dtype),
@@ -301,6 +302,26 @@ ct_status ct_model_build(ct_ctx *ctx,
     ct_status s = mb->build(ctx, opts ? opts : &empty, params, in_dtype, in_ndim, in_shape, out);
     if (s != CT_OK) return ct_err_wrap(ctx, "building a '%s' model", mb->name);
     return CT_OK;
+}
+
+ct_status ct_layer_check(ct_ctx *ctx, const char *type, const ct_options *opts) {
+    const ct_layer_type *lt = ct_layer_type_find(type);
+    const char *where = opts && opts->where ? opts->where : "layer";
+    if (!lt)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown layer type '%s'", where,
+                       type ? type : "(null)");
+    if (!lt->keys[0]) return CT_OK; /* nothing to read (a residual block's layers are its own) */
+    ct_options empty = {NULL, 0, where};
+    ct_layer_build b;
+    memset(&b, 0, sizeof b);
+    b.ctx = ctx;
+    b.where = where;
+    b.in_dtype = CT_DTYPE_COUNT;
+    b.check_only = true;
+    ct_layer scratch;
+    memset(&scratch, 0, sizeof scratch);
+    scratch.type = lt;
+    return lt->create(&b, opts ? opts : &empty, &scratch);
 }
 
 ct_status ct_model_check(ct_ctx *ctx, const char *type, const ct_options *opts) {

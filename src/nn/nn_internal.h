@@ -32,6 +32,10 @@ typedef struct ct_layer_build {
     ct_dtype out_dtype;
     int32_t out_ndim;
     int64_t out_shape[CT_MAX_DIMS];
+    /* ct_layer_check: read and check the options only. There is no input (its dtype is
+       CT_DTYPE_COUNT), and the first input check, through ct_layer_bad_input, ends the create
+       with CT_OK: every create reads its options before it looks at its input. */
+    bool check_only;
 } ct_layer_build;
 
 typedef struct ct_layer_type {

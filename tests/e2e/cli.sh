@@ -258,6 +258,16 @@ expect error_component_key_before_data 2 \
     "e_early\.yaml:5:3: unknown key 'model\.actvation' \(did you mean 'model\.activation'\?\)" \
     '!no-images' -- "$ctrain" fit e_early.yaml ++output_dir=e_early "${quiet[@]}"
 verdict error_component_key_leaves_no_run_dir "$([[ -e e_early ]] && echo "e_early/ was created")"
+# so are a layer's option values (ct_layer_check): not the missing file, the bad value
+cat >e_early_value.yaml <<EOF
+data:
+  train: {type: idx, images: $work/no-images.gz, labels: $work/no-labels.gz}
+model:
+  type: sequential
+  layers: [flatten, {type: linear, out: 4}, {type: dropout, p: 1.5}]
+EOF
+expect error_layer_value_before_data 2 "e_early_value\.yaml:5:[0-9]+: .*'p'.*1\.5" \
+    '!no-images' -- "$ctrain" fit e_early_value.yaml ++output_dir=e_early_value "${quiet[@]}"
 edit_line 7 'model: {type: sequential, layers: [flatten, {type: lnear, out: 4}]}' e_layer.yaml
 expect error_layer_type 2 "e_layer\.yaml:7:[0-9]+: key 'model\.layers\.1\.type': unknown layer \
 type 'lnear' \(did you mean 'linear'\?\)" -- "$ctrain" config e_layer.yaml

@@ -96,6 +96,20 @@ static void model_should_check_options_without_an_input(void) {
     CT_CHECK_INT(ct_model_check(ctx, "cnn", &chans), CT_ERR_CONFIG);
     CT_CHECK_INT(ct_model_check(ctx, "mpl", NULL), CT_ERR_CONFIG);
     CT_CHECK(strstr(ct_last_error(ctx), "(did you mean 'mlp'?)") != NULL);
+    /* layers' option values, without an input (ct_layer_check) */
+    ct_options conv = OPTS({"out", "8"}, {"kernel", "3"}, {"padding", "1"});
+    CT_CHECK_INT(ct_layer_check(ctx, "conv2d", &conv), CT_OK);
+    ct_options conv0 = {(const ct_option[]){{"out", "8"}, {"kernel", "0"}}, 2, "exp.yaml:4:5"};
+    CT_CHECK_INT(ct_layer_check(ctx, "conv2d", &conv0), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "exp.yaml:4:5: key 'kernel'") != NULL);
+    CT_CHECK_INT(ct_layer_check(ctx, "linear", NULL), CT_ERR_CONFIG); /* out is required */
+    ct_options approx = OPTS({"approx", "fast"});
+    CT_CHECK_INT(ct_layer_check(ctx, "gelu", &approx), CT_ERR_CONFIG);
+    ct_options emb = OPTS({"vocab", "10"}, {"dim", "4"});
+    CT_CHECK_INT(ct_layer_check(ctx, "embedding", &emb), CT_OK);
+    CT_CHECK_INT(ct_layer_check(ctx, "relu", NULL), CT_OK);
+    CT_CHECK_INT(ct_layer_check(ctx, "residual", NULL), CT_OK);
+    CT_CHECK_INT(ct_layer_check(ctx, "lnear", NULL), CT_ERR_CONFIG);
     ct_ctx_destroy(ctx);
 }
 
