@@ -129,7 +129,8 @@ typedef struct ct_transform {
 typedef enum ct_shard_mode {
     CT_SHARD_TRAIN_DROP = 0, /* equal shards; the remainder of the permutation is dropped */
     CT_SHARD_TRAIN_PAD,      /* equal shards; the permutation is padded by repeating its start */
-    CT_SHARD_EVAL,           /* contiguous, unpadded shards covering every sample exactly once */
+    CT_SHARD_EVAL,           /* unpadded runs of whole batches: every sample exactly once, in
+                                the batches one process would make */
     CT_SHARD_MODE_COUNT
 } ct_shard_mode;
 

@@ -3,27 +3,29 @@
  * precision/recall/F1 (macro, micro, per class), confusion matrix, loss averages, MSE, MAE,
  * RMSE, R² and perplexity, found by type name in a table that plugins extend.
  *
- * A metric set (ct_metrics) belongs to one split ("train", "valid") and holds one flat buffer
- * of f64 accumulators for all its metrics. Updates add to the buffer; compute turns it into
- * named values. Nothing else is kept, so distributed evaluation is:
+ * A metric set (ct_metrics) belongs to one split ("train", "valid") and holds the sums and
+ * counts of all its metrics. Updates add to them; compute turns them into named values.
+ * Nothing else is kept, so distributed evaluation is:
  *
  *     each rank: ct_metrics_update(...) over its shard
  *     ct_metrics_accumulators(m, &buf, &n); all-reduce buf (sum, f64) in place
  *     ct_metrics_compute(m);                every rank gets the same values
  *
- * Exactness. Classification metrics (accuracy, topk, precision, recall, f1, confusion)
- * accumulate integer counts, which are exact in double up to 2^53, so their sums do not depend
- * on the order of addition: sharded evaluation gives bit-identical values to single-process
- * evaluation, and so do any batch boundaries. The other metrics (loss, mse, mae, rmse, r2,
- * perplexity) accumulate float sums in double, one sample (or one reported loss) at a time in
- * order. In one process their values therefore do not depend on how the data is cut into
- * batches (bit-identical), but the sum of per-rank partial sums rounds differently from the
- * sequential sum: for nonnegative terms (squared and absolute errors, NLL, losses >= 0) the
- * relative difference is below n * 2^-53 for n terms (about 1e-10 for a million samples). R²
- * computes the total sum of squares as sum(y²) - sum(y)²/n, which cancels when the targets'
- * mean is large against their spread; its difference across shardings is bounded by that
- * cancellation, not by 2^-53. Sums of the same per-rank values in the same order (one
- * MPI implementation, one world size) are reproducible from run to run.
+ * Exactness. Every value is a function of the set of samples seen (and, for reported losses,
+ * of the reports), not of their order, their batches or the ranks that saw them: sharded
+ * evaluation gives the same bits as one process. Classification metrics (accuracy, topk,
+ * precision, recall, f1, confusion) count integers, exact in double up to 2^53. The sums of
+ * real values (loss, mse, mae, rmse, r2, perplexity; a layout's n_exact slots) are exact sums
+ * (a fixed-point integer wide enough for any double; src/core/xsum.c), rounded to double once,
+ * when values are computed; the set feeds those metrics one row of the batch (one sample:
+ * index 0 of pred and target) at a time. The buffer from ct_metrics_accumulators holds the
+ * counts and the exact sums as integer-valued doubles below 2^33, so an f64 sum of up to 2^20
+ * such buffers, in any order, is exact. What stays batch-dependent is what the caller
+ * reports: the trainer reports each batch's mean loss (an f32 reduction over the batch), so
+ * `loss` is the same for the same evaluation batches, which sharded evaluation keeps (each
+ * rank takes whole batches: CT_SHARD_EVAL in data.h). R² computes the total sum of squares
+ * as sum(y²) - sum(y)²/n from the exactly rounded sums, which cancels when the targets' mean
+ * is large against their spread (see regression.c).
  *
  * Names are "<split>/<name>[/<part>]", where name is the spec's name or the type's default:
  *     accuracy                  valid/acc
@@ -69,7 +71,11 @@ extern "C" {
 
 /* What a metric type's open reports. */
 typedef struct ct_metric_layout {
-    int64_t n_accum;               /* f64 accumulator slots the metric owns (>= 0) */
+    int64_t n_accum; /* f64 accumulator slots the metric owns (>= 0) */
+    /* The first n_exact slots (0 <= n_exact <= min(n_accum, 4096)) are sums of real values:
+     * the set feeds the metric one sample at a time and keeps these slots as exact sums
+     * (see Exactness above). The other slots must only ever hold integer counts. */
+    int64_t n_exact;
     int64_t n_values;              /* values compute writes (>= 1) */
     char name[CT_METRIC_NAME_MAX]; /* default name ("acc", "top5", "f1_macro") */
 } ct_metric_layout;

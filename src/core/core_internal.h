@@ -135,4 +135,27 @@ CT_INTERNAL const char *ct_suggest_hint(const ct_suggest *s, char *buf, size_t s
 /* Thread count to use for a loop over n independent items of roughly `work` flops each. */
 CT_INTERNAL int ct_threads_for(const ct_ctx *ctx, int64_t n, int64_t work);
 
+/*
+ * Exact sums of doubles (xsum.c): every finite double is an integer multiple of 2^-1074, so a
+ * fixed-point integer of CT_XSUM_DIGITS base-2^32 digits holds any sum of up to 2^40 of them
+ * exactly, and the sum does not depend on the order of addition. The digits live in int64 so
+ * adds need no carry; ct_xsum_add normalises every 2^30 adds. NaN, +inf and -inf are counted
+ * apart. ct_xsum_export writes CT_XSUM_WORDS doubles that hold integers below 2^33, so
+ * buffers of up to 2^20 exports can be summed as f64 (an MPI all-reduce) in any order without
+ * rounding, and ct_xsum_import reads such a sum back. ct_xsum_value rounds to nearest even
+ * once, at the end.
+ */
+#define CT_XSUM_DIGITS 68
+#define CT_XSUM_WORDS  (CT_XSUM_DIGITS + 3)
+typedef struct ct_xsum {
+    int64_t digit[CT_XSUM_DIGITS]; /* digit i weighs 2^(32 i - 1074) */
+    int64_t nan, pos_inf, neg_inf;
+    int64_t adds; /* since the last normalisation */
+} ct_xsum;
+CT_INTERNAL void ct_xsum_reset(ct_xsum *x);
+CT_INTERNAL void ct_xsum_add(ct_xsum *x, double v);
+CT_INTERNAL double ct_xsum_value(const ct_xsum *x);
+CT_INTERNAL void ct_xsum_export(const ct_xsum *x, double *words);
+CT_INTERNAL void ct_xsum_import(ct_xsum *x, const double *words);
+
 #endif /* CT_CORE_INTERNAL_H */

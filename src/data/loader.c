@@ -98,12 +98,26 @@ static void epoch_order(const ct_loader *l, int64_t epoch, int64_t *order) {
     }
 }
 
+/*
+ * Evaluation shards are runs of whole batches: the order cut into batches as one process cuts
+ * it, rank r taking a contiguous run of them (runs differ by at most one batch). Each batch is
+ * then the one a single process evaluates, so even per-batch reductions (the mean loss) give
+ * the same bits. Samples [*start, *end) of the order are rank r's.
+ */
+static void eval_shard(const ct_loader_params *p, int64_t n, int64_t *start, int64_t *end) {
+    int64_t w = p->world_size, r = p->rank, bs = p->batch_size;
+    int64_t nb = (n + bs - 1) / bs, base = nb / w, rem = nb % w;
+    int64_t first = r * base + (r < rem ? r : rem), count = base + (r < rem ? 1 : 0);
+    *start = first * bs < n ? first * bs : n;
+    *end = (first + count) * bs < n ? (first + count) * bs : n;
+}
+
 /* Position k (0 <= k < per_rank) of this rank's share of an epoch's order. */
 static int64_t shard_index(const ct_loader *l, const int64_t *order, int64_t k) {
     int64_t w = l->p.world_size, r = l->p.rank;
     if (l->p.shard == CT_SHARD_EVAL) {
-        int64_t base = l->n / w, rem = l->n % w;
-        int64_t start = r * base + (r < rem ? r : rem);
+        int64_t start, end;
+        eval_shard(&l->p, l->n, &start, &end);
         return order[start + k];
     }
     /* training: strided, as PyTorch's DistributedSampler; PAD wraps around the order */
@@ -117,8 +131,11 @@ static int64_t compute_per_rank(const ct_loader_params *p, int64_t n) {
         return n / w;
     case CT_SHARD_TRAIN_PAD:
         return n == 0 ? 0 : (n + w - 1) / w;
-    case CT_SHARD_EVAL:
-        return n / w + (p->rank < n % w ? 1 : 0);
+    case CT_SHARD_EVAL: {
+        int64_t start, end;
+        eval_shard(p, n, &start, &end);
+        return end - start;
+    }
     case CT_SHARD_MODE_COUNT:
         break;
     }

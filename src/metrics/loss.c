@@ -6,8 +6,9 @@
  * `components` option; the listed set fixes the accumulator layout, so reports of unlisted
  * components are ignored rather than growing it. "perplexity" is exp of the mean token NLL,
  * either computed from logits (source=logits, log-softmax in double per token) or taken from
- * reported cross-entropy losses (source=loss). All sums are of doubles, one report or one
- * token at a time in order: batch boundaries do not change them, rank sums round (metrics.h).
+ * reported cross-entropy losses (source=loss). Every slot is exact (n_exact): the set keeps
+ * the sums exactly, so neither order, batches (beyond what is reported) nor ranks change them
+ * (metrics.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -75,6 +76,7 @@ static ct_status loss_open(
     }
     *self = l;
     lay->n_accum = 2 * (1 + l->n); /* (sum, count) for the total, then each component */
+    lay->n_exact = lay->n_accum;
     lay->n_values = 1 + l->n;
     snprintf(lay->name, sizeof lay->name, "loss");
     return CT_OK;
@@ -163,6 +165,7 @@ static ct_status ppl_open(
     *s = p;
     *self = s;
     lay->n_accum = 2;
+    lay->n_exact = 2;
     lay->n_values = 1;
     snprintf(lay->name, sizeof lay->name, "perplexity");
     return CT_OK;

@@ -5,6 +5,14 @@
  * Invariant: the buffer is the whole state of an evaluation. Its layout depends only on the
  * specs and n_classes, so equal sets on different ranks can sum their buffers. Everything is
  * allocated at create (slots, buffer, values, names); update and compute never allocate.
+ *
+ * Exact slots (a layout's first n_exact): a metric still adds into its double slots, but the
+ * set feeds it one sample (one row along the first dimension) at a time and moves each slot's
+ * value into an exact sum (ct_xsum) after every call, so only the set of samples decides the
+ * sums, not their order, batches or ranks. The buffer handed out for the all-reduce is the
+ * count slots followed by the exact sums' words (integers in doubles, so f64 sums of them
+ * are exact too); while it is handed out (`exported`) those words are the state, and the
+ * next update, or compute, reads them back first.
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +24,8 @@ typedef struct slot {
     const ct_metric_vtable *vt;
     void *self;
     int64_t accum_off, n_accum;
+    int64_t n_exact;   /* the first n_exact of the metric's slots are kept exactly */
+    int64_t exact_off; /* its first exact sum in ct_metrics.exact */
     int64_t value_off, n_values;
     char name[CT_METRIC_NAME_MAX]; /* "acc": the part between split/ and the value's part */
 } slot;
@@ -24,8 +34,11 @@ struct ct_metrics {
     ct_ctx *ctx;
     slot *slots;
     int64_t n_slots;
-    double *accum; /* n_accum */
+    double *accum; /* n_accum slots, then n_exact * CT_XSUM_WORDS words */
     int64_t n_accum;
+    ct_xsum *exact; /* n_exact */
+    int64_t n_exact;
+    bool exported;           /* the words at accum + n_accum hold the exact sums */
     double *raw;             /* n_values: what the vtables write */
     ct_metric_value *values; /* n_values: names into `names` */
     int64_t n_values;
@@ -61,13 +74,19 @@ static ct_status unknown_type(ct_ctx *ctx, int64_t index, const char *type) {
                    ct_suggest_hint(&sg, hint, sizeof hint), list);
 }
 
+static size_t buffer_bytes(const ct_metrics *m) {
+    int64_t n = m->n_accum + m->n_exact * CT_XSUM_WORDS;
+    return (size_t)(n ? n : 1) * sizeof(double);
+}
+
 void ct_metrics_destroy(ct_metrics *m) {
     if (!m) return;
     ct_ctx *ctx = m->ctx;
     for (int64_t i = 0; i < m->n_slots; i++)
         if (m->slots[i].vt && m->slots[i].vt->close) m->slots[i].vt->close(ctx, m->slots[i].self);
     ct_free(ctx, m->slots, (size_t)m->n_slots * sizeof *m->slots);
-    ct_free(ctx, m->accum, (size_t)(m->n_accum ? m->n_accum : 1) * sizeof *m->accum);
+    ct_free(ctx, m->accum, buffer_bytes(m));
+    ct_free(ctx, m->exact, (size_t)(m->n_exact ? m->n_exact : 1) * sizeof *m->exact);
     ct_free(ctx, m->raw, (size_t)m->n_values * sizeof *m->raw);
     ct_free(ctx, m->values, (size_t)m->n_values * sizeof *m->values);
     ct_free(ctx, m->names, m->names_size);
@@ -89,10 +108,13 @@ open_slot(ct_ctx *ctx, const ct_metric_spec *spec, int64_t i, int64_t n_classes,
     if (st != CT_OK) return ct_err_wrap(ctx, "metric %lld ('%s')", (long long)i, vt->name);
     s->vt = vt; /* from here on destroy closes it */
     if (lay.n_accum < 0 || lay.n_values < 1 || lay.n_accum > (INT64_C(1) << 40) ||
-        lay.n_values > (INT64_C(1) << 40))
+        lay.n_values > (INT64_C(1) << 40) || lay.n_exact < 0 || lay.n_exact > lay.n_accum ||
+        lay.n_exact > 4096)
         return CT_FAIL(ctx, CT_ERR_INTERNAL,
-                       "metric %lld ('%s'): bad layout (%lld slots, %lld values)", (long long)i,
-                       vt->name, (long long)lay.n_accum, (long long)lay.n_values);
+                       "metric %lld ('%s'): bad layout (%lld slots, %lld exact, %lld values; "
+                       "at most 4096 exact)",
+                       (long long)i, vt->name, (long long)lay.n_accum, (long long)lay.n_exact,
+                       (long long)lay.n_values);
     const char *name = spec->name ? spec->name : lay.name;
     if (!name[0] || strchr(name, '/') || strlen(name) >= sizeof s->name)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
@@ -101,6 +123,7 @@ open_slot(ct_ctx *ctx, const ct_metric_spec *spec, int64_t i, int64_t n_classes,
                        (long long)i, vt->name, name, (int)sizeof s->name);
     memcpy(s->name, name, strlen(name) + 1);
     s->n_accum = lay.n_accum;
+    s->n_exact = lay.n_exact;
     s->n_values = lay.n_values;
     return CT_OK;
 }
@@ -138,8 +161,10 @@ static ct_status build(ct_metrics *m,
                                "metrics %lld and %lld are both named '%s/%s': give one a name",
                                (long long)j, (long long)i, split, s->name);
         s->accum_off = m->n_accum;
+        s->exact_off = m->n_exact;
         s->value_off = m->n_values;
         m->n_accum += s->n_accum;
+        m->n_exact += s->n_exact;
         m->n_values += s->n_values;
     }
     /* names: measure, then allocate once and fill */
@@ -154,12 +179,13 @@ static ct_status build(ct_metrics *m,
                                (long long)i, CT_METRIC_NAME_MAX - 1, buf);
             total += strlen(buf) + 1;
         }
-    m->accum = ct_alloc(ctx, (size_t)(m->n_accum ? m->n_accum : 1) * sizeof *m->accum);
+    m->accum = ct_alloc(ctx, buffer_bytes(m));
+    m->exact = ct_alloc(ctx, (size_t)(m->n_exact ? m->n_exact : 1) * sizeof *m->exact);
     m->raw = ct_alloc(ctx, (size_t)m->n_values * sizeof *m->raw);
     m->values = ct_alloc(ctx, (size_t)m->n_values * sizeof *m->values);
     m->names = ct_alloc(ctx, total);
     m->names_size = total;
-    if (!m->accum || !m->raw || !m->values || !m->names)
+    if (!m->accum || !m->exact || !m->raw || !m->values || !m->names)
         return CT_FAIL(ctx, CT_ERR_OOM, "allocating metrics '%s': %lld accumulators, %lld values",
                        split, (long long)m->n_accum, (long long)m->n_values);
     size_t off = 0;
@@ -216,6 +242,35 @@ ct_status ct_metrics_create(ct_ctx *ctx,
     return CT_OK;
 }
 
+/* After an export, the (possibly reduced) words are the exact sums again. */
+static void take_back(ct_metrics *m) {
+    if (!m->exported) return;
+    const double *words = m->accum + m->n_accum;
+    for (int64_t j = 0; j < m->n_exact; j++)
+        ct_xsum_import(&m->exact[j], words + j * CT_XSUM_WORDS);
+    m->exported = false;
+}
+
+/* Moves slot s's exact slots into its exact sums and zeroes them. */
+static void fold(ct_metrics *m, const slot *s) {
+    double *a = m->accum + s->accum_off;
+    for (int64_t j = 0; j < s->n_exact; j++) {
+        ct_xsum_add(&m->exact[s->exact_off + j], a[j]);
+        a[j] = 0.0;
+    }
+}
+
+/* Row r of t along its first dimension, as a view. */
+static ct_tensor row_of(const ct_tensor *t, int64_t r) {
+    ct_tensor v = *t;
+    int64_t per = t->shape[0] ? ct_tensor_numel(t) / t->shape[0] : 0;
+    v.data = (char *)t->data + (size_t)(r * per) * ct_dtype_size(t->dtype);
+    v.shape[0] = 1;
+    v.grad = NULL;
+    v.node = NULL;
+    return v;
+}
+
 ct_status ct_metrics_update(ct_metrics *m, const ct_tensor *pred, const ct_tensor *target) {
     for (int64_t i = 0; i < m->n_slots; i++) {
         const slot *s = &m->slots[i];
@@ -223,9 +278,22 @@ ct_status ct_metrics_update(ct_metrics *m, const ct_tensor *pred, const ct_tenso
         if (s->vt->check(m->ctx, s->self, pred, target) != CT_OK)
             return ct_err_wrap(m->ctx, "metric '%s/%s'", m->split, s->name);
     }
+    take_back(m);
+    /* rows are samples when pred and target agree on the first dimension */
+    bool by_row = pred->ndim >= 1 && target->ndim >= 1 && pred->shape[0] == target->shape[0];
     for (int64_t i = 0; i < m->n_slots; i++) {
         const slot *s = &m->slots[i];
-        if (s->vt->update) s->vt->update(s->self, m->accum + s->accum_off, pred, target);
+        if (!s->vt->update) continue;
+        if (s->n_exact == 0 || !by_row) {
+            s->vt->update(s->self, m->accum + s->accum_off, pred, target);
+            fold(m, s);
+            continue;
+        }
+        for (int64_t r = 0; r < pred->shape[0]; r++) {
+            ct_tensor p = row_of(pred, r), t = row_of(target, r);
+            s->vt->update(s->self, m->accum + s->accum_off, &p, &t);
+            fold(m, s);
+        }
     }
     return CT_OK;
 }
@@ -236,27 +304,44 @@ ct_metrics_update_loss(ct_metrics *m, const char *component, double value, int64
         return CT_FAIL(m->ctx, CT_ERR_INVALID_ARG,
                        "metrics '%s': loss '%s' reported over %lld items, expected >= 0", m->split,
                        component ? component : "(total)", (long long)count);
+    take_back(m);
     for (int64_t i = 0; i < m->n_slots; i++) {
         const slot *s = &m->slots[i];
-        if (s->vt->update_loss)
-            s->vt->update_loss(s->self, m->accum + s->accum_off, component, value, count);
+        if (!s->vt->update_loss) continue;
+        s->vt->update_loss(s->self, m->accum + s->accum_off, component, value, count);
+        fold(m, s);
     }
     return CT_OK;
 }
 
 void ct_metrics_reset(ct_metrics *m) {
-    memset(m->accum, 0, (size_t)(m->n_accum ? m->n_accum : 1) * sizeof *m->accum);
+    memset(m->accum, 0, buffer_bytes(m));
+    for (int64_t j = 0; j < m->n_exact; j++)
+        ct_xsum_reset(&m->exact[j]);
+    m->exported = false;
 }
 
 void ct_metrics_accumulators(ct_metrics *m, double **buf, int64_t *n) {
+    if (!m->exported) {
+        double *words = m->accum + m->n_accum;
+        for (int64_t j = 0; j < m->n_exact; j++)
+            ct_xsum_export(&m->exact[j], words + j * CT_XSUM_WORDS);
+        m->exported = true;
+    }
     *buf = m->accum;
-    *n = m->n_accum;
+    *n = m->n_accum + m->n_exact * CT_XSUM_WORDS;
 }
 
 void ct_metrics_compute(ct_metrics *m) {
+    take_back(m);
     for (int64_t i = 0; i < m->n_slots; i++) {
         const slot *s = &m->slots[i];
-        s->vt->compute(s->self, m->accum + s->accum_off, m->raw + s->value_off);
+        double *a = m->accum + s->accum_off;
+        for (int64_t j = 0; j < s->n_exact; j++) /* exact slots hold 0 between updates */
+            a[j] = ct_xsum_value(&m->exact[s->exact_off + j]);
+        s->vt->compute(s->self, a, m->raw + s->value_off);
+        for (int64_t j = 0; j < s->n_exact; j++)
+            a[j] = 0.0;
     }
     for (int64_t v = 0; v < m->n_values; v++)
         m->values[v].value = m->raw[v];

@@ -2,12 +2,11 @@
  * regression.c - MSE, MAE, RMSE and R² over all elements of pred and target (pooled as one
  * variable).
  *
- * Each type keeps the same five sums: count, Σe², Σ|e|, Σy, Σy² with e = pred - target, all
- * in double and added one element at a time in order, so one process gets bit-identical
- * results for any batching. Summed across ranks they round differently (metrics.h states the
- * bound). R² uses SS_tot = Σy² - (Σy)²/n; when SS_tot is within the rounding of that
- * difference (<= 4 n 2^-53 Σy²) the targets count as constant and R² is 1 if SS_res is 0,
- * else 0, as scikit-learn's force_finite.
+ * Each type keeps the same five sums: count, Σe², Σ|e|, Σy, Σy² with e = pred - target, each
+ * term computed in double and all five kept exactly by the set (n_exact), so batches and
+ * ranks do not change them (metrics.h). R² uses SS_tot = Σy² - (Σy)²/n; when SS_tot is within the
+ * rounding of that difference (<= 4 n 2^-53 Σy²) the targets count as constant and R² is 1 if
+ * SS_res is 0, else 0, as scikit-learn's force_finite.
  */
 #include <float.h>
 #include <math.h>
@@ -34,6 +33,7 @@ open_kind(ct_ctx *ctx, const ct_options *opts, kind k, void **self, ct_metric_la
     r->kind = k;
     *self = r;
     layout->n_accum = N_SLOTS;
+    layout->n_exact = N_SLOTS;
     layout->n_values = 1;
     snprintf(layout->name, sizeof layout->name, "%s", kind_names[k]);
     return CT_OK;

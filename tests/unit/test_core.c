@@ -2,6 +2,7 @@
  * test_core.c - context, errors, allocator, arena (through the graph), RNG, tensors, bf16,
  * parameter store and optimizers on closed-form problems.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -455,6 +456,107 @@ static void optim_should_follow_torch_formulas(void) {
     ct_ctx_destroy(ctx);
 }
 
+/* ---- exact sums ---- */
+
+static uint64_t xs_next(uint64_t *s) {
+    *s = *s * 6364136223846793005u + 1442695040888963407u;
+    return *s >> 11;
+}
+
+static double xs_sum(const double *v, int n) {
+    ct_xsum x;
+    ct_xsum_reset(&x);
+    for (int i = 0; i < n; i++)
+        ct_xsum_add(&x, v[i]);
+    return ct_xsum_value(&x);
+}
+
+static bool same_bits(double a, double b) {
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* The reference twin: values that are multiples of 2^-40 below 2^40 in magnitude sum exactly
+ * in a 128-bit integer, whose conversion to double rounds to nearest even. */
+__extension__ typedef __int128 xs_i128;
+static double xs_reference(const double *v, int n) {
+    xs_i128 acc = 0;
+    for (int i = 0; i < n; i++)
+        acc += (xs_i128)ldexp(v[i], 40);
+    return ldexp((double)acc, -40);
+}
+
+static void xsum_should_round_the_exact_sum_once_in_any_order(void) {
+    /* cases where a double sum loses everything */
+    const double a[] = {1e16, 1.0, -1e16};
+    CT_CHECK(xs_sum(a, 3) == 1.0);
+    const double b[] = {DBL_MAX, DBL_MAX, -DBL_MAX};
+    CT_CHECK(xs_sum(b, 3) == DBL_MAX);
+    const double c[] = {DBL_MAX, DBL_MAX};
+    CT_CHECK(isinf(xs_sum(c, 2)) && xs_sum(c, 2) > 0);
+    const double d[] = {ldexp(1.0, -1074), ldexp(1.0, -1074), -ldexp(1.0, -1073), 0.5};
+    CT_CHECK(xs_sum(d, 4) == 0.5);
+    const double e[] = {ldexp(1.0, -1074), ldexp(3.0, -1074)}; /* subnormal result */
+    CT_CHECK(xs_sum(e, 2) == ldexp(1.0, -1072));
+    const double f[] = {-3.0, 1.0, 0.5};
+    CT_CHECK(xs_sum(f, 3) == -1.5);
+    const double g[] = {1.0, ldexp(1.0, -53)}; /* a tie: to even (1.0) */
+    CT_CHECK(same_bits(xs_sum(g, 2), 1.0));
+    const double h[] = {1.0, ldexp(1.0, -53), ldexp(1.0, -1000)}; /* above the tie: up */
+    CT_CHECK(xs_sum(h, 3) == 1.0 + ldexp(1.0, -52));
+    const double k[] = {1.0 + ldexp(1.0, -52), ldexp(1.0, -53)}; /* a tie from odd: up */
+    CT_CHECK(xs_sum(k, 2) == 1.0 + ldexp(1.0, -51));
+    CT_CHECK(same_bits(xs_sum(a, 0), 0.0));
+    const double nan_in[] = {1.0, (double)NAN}, infs[] = {(double)INFINITY, 1.0};
+    const double both[] = {(double)INFINITY, -(double)INFINITY};
+    CT_CHECK(isnan(xs_sum(nan_in, 2)));
+    CT_CHECK(xs_sum(infs, 2) == (double)INFINITY);
+    CT_CHECK(isnan(xs_sum(both, 2)));
+
+    /* random values of every sign and scale: equal to the twin, and to itself reordered */
+    enum { N = 200 };
+    double v[N], w[N];
+    uint64_t s = 7;
+    for (int round = 0; round < 300; round++) {
+        int n = 1 + (int)(xs_next(&s) % N);
+        for (int i = 0; i < n; i++) {
+            double m = (double)(xs_next(&s) % (UINT64_C(1) << 53)); /* 53 random bits */
+            int scale = (int)(xs_next(&s) % 70) - 40 - 53 + (round % 3 == 0 ? 0 : 20);
+            v[i] = ldexp(m, scale < -40 ? -40 : scale) * (xs_next(&s) & 1 ? -1.0 : 1.0);
+            if (fabs(v[i]) >= ldexp(1.0, 39)) v[i] = ldexp(v[i], -20);
+        }
+        double got = xs_sum(v, n), ref = xs_reference(v, n);
+        CT_CHECK_MSG(same_bits(got, ref), "round %d: %.17g, reference %.17g", round, got, ref);
+        for (int i = 0; i < n; i++) /* a shuffle */
+            w[i] = v[i];
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)(xs_next(&s) % (uint64_t)(i + 1));
+            double t = w[i];
+            w[i] = w[j];
+            w[j] = t;
+        }
+        CT_CHECK(same_bits(xs_sum(w, n), got));
+    }
+
+    /* split over "ranks": exports summed as doubles, imported, give the one-sum value */
+    for (int i = 0; i < N; i++)
+        v[i] = ldexp((double)(xs_next(&s) % 1000000), (int)(xs_next(&s) % 600) - 300) *
+               (i % 3 ? 1.0 : -1.0);
+    ct_xsum part[3], all;
+    double words[CT_XSUM_WORDS], total[CT_XSUM_WORDS] = {0};
+    for (int r = 0; r < 3; r++) {
+        ct_xsum_reset(&part[r]);
+        for (int i = r; i < N; i += 3)
+            ct_xsum_add(&part[r], v[i]);
+        ct_xsum_export(&part[r], words);
+        for (int j = 0; j < CT_XSUM_WORDS; j++)
+            total[j] += words[j];
+    }
+    ct_xsum_import(&all, total);
+    CT_CHECK(same_bits(ct_xsum_value(&all), xs_sum(v, N)));
+    ct_xsum_add(&all, -xs_sum(v, N)); /* what is left is below half an ulp of the sum */
+    CT_CHECK(fabs(ct_xsum_value(&all)) <= fabs(xs_sum(v, N)) * 0x1p-53);
+}
+
 int main(void) {
     CT_RUN(core_should_name_every_status);
     CT_RUN(core_should_record_error_with_location_and_context);
@@ -473,5 +575,6 @@ int main(void) {
     CT_RUN(params_should_reject_totals_that_overflow);
     CT_RUN(core_should_bound_threads_and_learning_rates);
     CT_RUN(optim_should_follow_torch_formulas);
+    CT_RUN(xsum_should_round_the_exact_sum_once_in_any_order);
     return ct_test_finish();
 }

@@ -138,9 +138,10 @@ static void loader_should_shard_exactly(void) {
     for (int si = 0; si < 5; si++) {
         int64_t n = sizes[si];
         ct_dataset *ds = toy_dataset(n, false);
+        int64_t single[32] = {0}; /* the one-process evaluation order (w = 1 comes first) */
         for (int64_t w = 1; w <= 5; w++) {
             for (int mode = 0; mode < CT_SHARD_MODE_COUNT; mode++) {
-                int64_t count[32] = {0}, total = 0, per[5];
+                int64_t count[32] = {0}, total = 0, per[5], joined[32] = {0};
                 for (int64_t r = 0; r < w; r++) {
                     ct_loader_params p = ct_loader_default_params();
                     p.batch_size = 3;
@@ -154,16 +155,30 @@ static void loader_should_shard_exactly(void) {
                     int64_t idx[32];
                     per[r] = read_epoch(l, idx);
                     CT_CHECK_INT(per[r], ct_loader_samples_per_epoch(l));
-                    for (int64_t k = 0; k < per[r]; k++)
+                    for (int64_t k = 0; k < per[r]; k++) {
                         count[idx[k]]++;
+                        if (total + k < 32) joined[total + k] = idx[k];
+                    }
                     total += per[r];
                     ct_loader_destroy(l);
                 }
                 for (int64_t r = 1; r < w; r++) {
-                    if (mode == CT_SHARD_EVAL)
-                        CT_CHECK(per[r] == per[0] || per[r] == per[0] - 1);
+                    if (mode == CT_SHARD_EVAL) /* whole batches of 3, counts within one batch */
+                        CT_CHECK((per[r] + 2) / 3 == (per[0] + 2) / 3 ||
+                                 (per[r] + 2) / 3 == (per[0] + 2) / 3 - 1);
                     else
                         CT_CHECK_INT(per[r], per[0]);
+                }
+                if (mode == CT_SHARD_EVAL) {
+                    /* the ranks' shards, joined in rank order, are one process's epoch: every
+                     * batch is the batch one process evaluates */
+                    for (int64_t r = 0; r + 1 < w; r++)
+                        if (per[r + 1] > 0) CT_CHECK_INT(per[r] % 3, 0);
+                    if (w == 1)
+                        memcpy(single, joined, sizeof single);
+                    else
+                        for (int64_t k = 0; k < n && k < 32; k++)
+                            CT_CHECK_INT(joined[k], single[k]);
                 }
                 if (mode == CT_SHARD_TRAIN_DROP) {
                     CT_CHECK_INT(total, n - n % w);

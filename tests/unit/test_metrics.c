@@ -320,21 +320,15 @@ static void feed(ct_metrics *cls, ct_metrics *reg, dataset *d, int64_t lo, int64
     CT_CHECK_INT(ct_metrics_update(reg, &yp, &yt), CT_OK);
 }
 
-/* Every value bit-identical, except (when float_tol) those from float sums: within rtol. */
-static void check_same_values(ct_metrics *a, ct_metrics *b, bool float_tol, double rtol) {
+/* Every value bit-identical. */
+static void check_same_values(ct_metrics *a, ct_metrics *b) {
     int64_t na, nb;
     const ct_metric_value *va = ct_metrics_values(a, &na), *vb = ct_metrics_values(b, &nb);
     CT_CHECK_INT(na, nb);
     for (int64_t i = 0; i < na && i < nb; i++) {
         CT_CHECK(strcmp(va[i].name, vb[i].name) == 0);
-        bool exact = !float_tol || !(strstr(va[i].name, "perplexity") ||
-                                     strstr(va[i].name, "loss") || strstr(va[i].name, "mse") ||
-                                     strstr(va[i].name, "mae") || strstr(va[i].name, "r2"));
-        if (exact)
-            CT_CHECK_MSG(memcmp(&va[i].value, &vb[i].value, sizeof(double)) == 0,
-                         "%s: %.17g != %.17g", va[i].name, va[i].value, vb[i].value);
-        else
-            CT_CHECK_CLOSE(va[i].value, vb[i].value, 0, rtol);
+        CT_CHECK_MSG(memcmp(&va[i].value, &vb[i].value, sizeof(double)) == 0, "%s: %.17g != %.17g",
+                     va[i].name, va[i].value, vb[i].value);
     }
 }
 
@@ -354,8 +348,8 @@ static void metrics_should_not_depend_on_batch_boundaries(void) {
     ct_metrics_compute(c1), ct_metrics_compute(c7);
     ct_metrics_compute(r1), ct_metrics_compute(r7);
     CT_CHECK_INT(ta.n_alloc, allocs);
-    check_same_values(c1, c7, false, 0); /* every value bit-identical */
-    check_same_values(r1, r7, false, 0);
+    check_same_values(c1, c7); /* every value bit-identical */
+    check_same_values(r1, r7);
     double acc = value_of(c1, "valid/acc");
     CT_CHECK(acc > 0.0 && acc < 1.0); /* the data is not degenerate */
     CT_CHECK(value_of(r1, "valid/r2") > 0.5);
@@ -367,11 +361,9 @@ static void metrics_should_not_depend_on_batch_boundaries(void) {
 
 /*
  * 3 ranks with contiguous shards; their buffers are summed in rank order (what a sum
- * all-reduce does) into a fresh set's buffer. Counts are exact: bit-identical values. Float
- * sums of n = 100 nonnegative terms (loss, NLL, e², |e|) differ by at most n 2^-53 relative
- * (about 1.1e-14): tolerance 1e-13. R² divides SS_res by SS_tot = Σy² - (Σy)²/n; here
- * Σy²/SS_tot is about 5, so its difference is bounded by about 5 n 2^-53: also 1e-13. With
- * rtol 0 this test fails (perplexity and R² differ in the last bits), so the bound is used.
+ * all-reduce does) into a fresh set's buffer. Every value is bit-identical to one process's:
+ * counts are exact, and the float sums (loss, NLL, e², |e|, y, y²) are exact sums rounded
+ * once. (Summed in double, perplexity and R² differed in their last bits here.)
  */
 static void metrics_should_give_single_process_values_from_summed_shards(void) {
     ct_ctx *ctx = make_ctx(NULL);
@@ -399,8 +391,8 @@ static void metrics_should_give_single_process_values_from_summed_shards(void) {
     }
     ct_metrics_compute(c1), ct_metrics_compute(cs);
     ct_metrics_compute(r1), ct_metrics_compute(rs);
-    check_same_values(c1, cs, true, 1e-13);
-    check_same_values(r1, rs, true, 1e-13);
+    check_same_values(c1, cs);
+    check_same_values(r1, rs);
     ct_metrics_destroy(c1), ct_metrics_destroy(r1);
     ct_metrics_destroy(cs), ct_metrics_destroy(rs);
     ct_ctx_destroy(ctx);
