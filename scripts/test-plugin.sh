@@ -67,6 +67,21 @@ set -e
 cat bad.out
 [[ $rc -eq 2 ]] || { echo "an unknown plugin dataset option: exit $rc, expected 2"; exit 1; }
 grep -q "unknown key 'colour'" bad.out || { echo "the error does not name 'colour'"; exit 1; }
+# ... and, through its check, before any split's data are opened: data.test's bad value is
+# reported, not the missing training file.
+set +e
+"$ctrain" fit experiment.yaml ++output_dir="$prefix/bad" ++data.test.n=abc \
+    'data.train={type: idx, images: /nonexistent/i.gz, labels: /nonexistent/l.gz}' >bad.out 2>&1
+rc=$?
+set -e
+cat bad.out
+[[ $rc -eq 2 ]] || { echo "a bad plugin dataset value: exit $rc, expected 2"; exit 1; }
+grep -q "data\.test.*key 'n': expected an integer, got 'abc'" bad.out ||
+    { echo "the error does not name data.test's 'n'"; exit 1; }
+if grep -q 'nonexistent' bad.out; then
+    echo "data.train was opened before data.test was checked"
+    exit 1
+fi
 # The plugin's metric checks its options through the library too.
 set +e
 "$ctrain" config experiment.yaml ++output_dir="$prefix/bad" \

@@ -9,7 +9,8 @@
  * my_data is the XOR problem: n points (x0, x1) uniform in [-1, 1)^2, class 1 where the signs
  * of x0 and x1 differ, else 0; a linear model cannot separate it, an MLP can. Sample i is a
  * hash of (seed, i), so the dataset stores nothing and reads in any order give the same data.
- * Options: n (samples, default 1000), seed (default 0).
+ * Options: n (samples, default 1000), seed (default 0); its check reads them without making
+ * the dataset, so that ctrain reports a bad value before it opens any split's data.
  *
  * my_task is a classification task whose loss is cross-entropy with label smoothing 0.05
  * (the targets become 0.975 and 0.025 rather than 1 and 0).
@@ -45,13 +46,24 @@ typedef struct xor_data {
     uint64_t seed;
 } xor_data;
 
-static ct_status xor_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
+/* Reads the options; open and check share it, so the two agree on what is valid. */
+static ct_status xor_options(ct_ctx *ctx, const ct_options *opts, int64_t *n, int64_t *seed) {
     static const char *const known[] = {"n", "seed", NULL};
+    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_int(ctx, opts, "n", 1000, 1, INT64_C(1) << 40, n));
+    return ct_options_int(ctx, opts, "seed", 0, 0, INT64_MAX, seed);
+}
+
+/* The options alone: ctrain calls it for every split before it opens any dataset. */
+static ct_status xor_check(ct_ctx *ctx, const ct_options *opts) {
+    int64_t n, seed;
+    return xor_options(ctx, opts, &n, &seed);
+}
+
+static ct_status xor_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
     int64_t n, seed;
-    CT_TRY(ct_options_check(ctx, opts, known));
-    CT_TRY(ct_options_int(ctx, opts, "n", 1000, 1, INT64_C(1) << 40, &n));
-    CT_TRY(ct_options_int(ctx, opts, "seed", 0, 0, INT64_MAX, &seed));
+    CT_TRY(xor_options(ctx, opts, &n, &seed));
     xor_data *d = malloc(sizeof *d);
     if (!d) return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", opts->where);
     d->n = n;
@@ -100,6 +112,7 @@ const ct_dataset_vtable my_data = {
     .open = xor_open,
     .get = xor_get,
     .close = xor_close,
+    .check = xor_check, /* optional: without it the options are checked at open */
 };
 
 /* ---- the task ---- */

@@ -7,8 +7,9 @@
  * dtype (info.x_*) and a target of a fixed shape and dtype (info.y_*; a class index is an i64
  * scalar). Datasets are opened by type name ("idx", "cifar10", "csv", "npy", "text", "tokens",
  * "synthetic") with string options, the way the YAML config will give them; an unknown type,
- * unknown option or bad value fails with CT_ERR_CONFIG naming it, and a bad file fails with
- * CT_ERR_FORMAT or CT_ERR_IO naming the file, the offset or line and what was expected.
+ * unknown option or bad value fails with CT_ERR_CONFIG naming it (ct_dataset_check finds these
+ * without opening anything), and a bad file fails with CT_ERR_FORMAT or CT_ERR_IO naming the
+ * file, the offset or line and what was expected.
  * Header sizes are validated against the file size before anything is allocated.
  *
  * Ownership: ct_dataset_open returns a dataset the caller frees with ct_dataset_destroy. A
@@ -50,6 +51,13 @@ typedef struct ct_dataset_vtable {
     /* Writes sample i's features (info x shape and dtype) and target into x and y. */
     ct_status (*get)(const void *self, int64_t i, void *x, void *y);
     void (*close)(ct_ctx *ctx, void *self);
+    /*
+     * Optional: reads and checks the options as open does (unknown keys, types, ranges, enum
+     * values, required keys) without opening a file or keeping anything, so that a
+     * configuration can be checked before any data are read (ct_dataset_check_with). NULL: the
+     * options are checked when the dataset is opened. Every built-in type has one.
+     */
+    ct_status (*check)(ct_ctx *ctx, const ct_options *opts);
 } ct_dataset_vtable;
 
 /* The built-in dataset types, and lookup by name (NULL when unknown). */
@@ -58,6 +66,17 @@ CT_API const ct_dataset_vtable *ct_dataset_type(const char *name);
 /* The option keys of a built-in type (NULL-terminated, static), or NULL for a name that is not
  * one: for checking a configuration's keys before any file is opened. */
 CT_API const char *const *ct_dataset_type_keys(const char *type);
+
+/* Checks options for a dataset of the named type, or through a caller-provided vtable
+ * (plugins), without opening anything: vt->check, and CT_OK for a vtable without one. Fails as
+ * opening with these options would (CT_ERR_CONFIG naming opts->where and the key; an unknown
+ * type lists the known ones; CT_ERR_INVALID_ARG for a vtable without name, open, get or close).
+ * For checking a configuration before any data are read; the files themselves are checked when
+ * the dataset is opened. */
+CT_API ct_status ct_dataset_check(ct_ctx *ctx, const char *type, const ct_options *opts);
+CT_API ct_status ct_dataset_check_with(ct_ctx *ctx,
+                                       const ct_dataset_vtable *vt,
+                                       const ct_options *opts);
 
 /* Opens a dataset of the named type. An unknown type fails with CT_ERR_CONFIG listing the
  * known ones. *out is NULL on failure. */

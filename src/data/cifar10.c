@@ -117,6 +117,10 @@ cifar_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **se
     size_t paths_size = 0;
     int64_t n_files = 0;
     CT_TRY(split_paths(ctx, opts, list, &paths, &paths_size, &n_files));
+    if (!info) { /* cifar_check: the options only */
+        ct_free(ctx, paths, paths_size);
+        return CT_OK;
+    }
     cifar *d = ct_alloc(ctx, sizeof *d);
     cifar_file *files = ct_alloc(ctx, (size_t)n_files * sizeof *files);
     if (!d || !files) {
@@ -170,4 +174,10 @@ static ct_status cifar_get(const void *self, int64_t i, void *x, void *y) {
     return CT_OK;
 }
 
-const ct_dataset_vtable ct_dataset_cifar10 = {"cifar10", cifar_open, cifar_get, cifar_close};
+static ct_status cifar_check(ct_ctx *ctx, const ct_options *opts) {
+    void *none;
+    return cifar_open(ctx, opts, NULL, &none);
+}
+
+const ct_dataset_vtable ct_dataset_cifar10 = {"cifar10", cifar_open, cifar_get, cifar_close,
+                                              cifar_check};

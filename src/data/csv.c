@@ -598,6 +598,7 @@ static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
                        "%s: key 'stats_from' is set but standardize is false; set "
                        "standardize=true to use its statistics",
                        where(opts));
+    if (!info) return CT_OK; /* csv_check: the options only */
 
     csv *c = ct_alloc(ctx, sizeof *c);
     if (!c) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a csv dataset");
@@ -657,4 +658,9 @@ static ct_status csv_get(const void *self, int64_t i, void *x, void *y) {
     return CT_OK;
 }
 
-const ct_dataset_vtable ct_dataset_csv = {"csv", csv_open, csv_get, csv_close};
+static ct_status csv_check(ct_ctx *ctx, const ct_options *opts) {
+    void *none;
+    return csv_open(ctx, opts, NULL, &none);
+}
+
+const ct_dataset_vtable ct_dataset_csv = {"csv", csv_open, csv_get, csv_close, csv_check};

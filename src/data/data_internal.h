@@ -17,7 +17,10 @@ struct ct_dataset {
     size_t x_bytes, y_bytes; /* one sample's feature and target bytes */
 };
 
-/* Built-in dataset types (registry.c lists them). */
+/* Built-in dataset types (registry.c lists them). Each type's check is its open called with
+ * info NULL: the open reads and checks its options as always, then returns CT_OK before it
+ * opens a file or keeps anything (self stays NULL), so the two cannot disagree on what is
+ * valid. */
 extern const ct_dataset_vtable ct_dataset_idx;
 extern const ct_dataset_vtable ct_dataset_cifar10;
 extern const ct_dataset_vtable ct_dataset_csv;

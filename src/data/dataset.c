@@ -34,14 +34,19 @@ const ct_dataset_vtable *ct_dataset_type(const char *name) {
     return NULL;
 }
 
+static ct_status check_vtable(ct_ctx *ctx, const ct_dataset_vtable *vt) {
+    if (!vt || !vt->name || !vt->open || !vt->get || !vt->close)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "dataset type: name, open, get and close are all required");
+    return CT_OK;
+}
+
 ct_status ct_dataset_open_with(ct_ctx *ctx,
                                const ct_dataset_vtable *vt,
                                const ct_options *opts,
                                ct_dataset **out) {
     *out = NULL;
-    if (!vt || !vt->name || !vt->open || !vt->get || !vt->close)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
-                       "dataset type: name, open, get and close are all required");
+    CT_TRY(check_vtable(ctx, vt));
     ct_dataset *ds = ct_alloc(ctx, sizeof *ds);
     if (!ds) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a dataset");
     memset(ds, 0, sizeof *ds);
@@ -69,9 +74,11 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
     return CT_OK;
 }
 
-ct_status ct_dataset_open(ct_ctx *ctx, const char *type, const ct_options *opts, ct_dataset **out) {
-    *out = NULL;
+/* The built-in type named `type`, or CT_ERR_CONFIG listing the known ones. */
+static ct_status
+find_type(ct_ctx *ctx, const char *type, const ct_options *opts, const ct_dataset_vtable **out) {
     const ct_dataset_vtable *vt = type ? ct_dataset_type(type) : NULL;
+    *out = vt;
     if (!vt) {
         int64_t n;
         const ct_dataset_vtable *const *t = ct_dataset_types(&n);
@@ -90,7 +97,28 @@ ct_status ct_dataset_open(ct_ctx *ctx, const char *type, const ct_options *opts,
                        where(opts), type ? type : "(none)", ct_suggest_hint(&sg, hint, sizeof hint),
                        list);
     }
+    return CT_OK;
+}
+
+ct_status ct_dataset_open(ct_ctx *ctx, const char *type, const ct_options *opts, ct_dataset **out) {
+    *out = NULL;
+    const ct_dataset_vtable *vt;
+    CT_TRY(find_type(ctx, type, opts, &vt));
     return ct_dataset_open_with(ctx, vt, opts, out);
+}
+
+ct_status ct_dataset_check_with(ct_ctx *ctx, const ct_dataset_vtable *vt, const ct_options *opts) {
+    CT_TRY(check_vtable(ctx, vt)); /* what opening would find wrong with it, now */
+    if (!vt->check) return CT_OK;  /* its open checks the options */
+    ct_status s = vt->check(ctx, opts);
+    if (s == CT_OK || (opts && opts->where && strstr(ct_last_error(ctx), opts->where))) return s;
+    return ct_err_wrap(ctx, "%s: checking the options of a '%s' dataset", where(opts), vt->name);
+}
+
+ct_status ct_dataset_check(ct_ctx *ctx, const char *type, const ct_options *opts) {
+    const ct_dataset_vtable *vt;
+    CT_TRY(find_type(ctx, type, opts, &vt));
+    return ct_dataset_check_with(ctx, vt, opts);
 }
 
 void ct_dataset_destroy(ct_dataset *ds) {
@@ -137,7 +165,7 @@ static void subset_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, s, sizeof *s);
 }
 
-static const ct_dataset_vtable subset_vt = {"split", subset_open, subset_get, subset_close};
+static const ct_dataset_vtable subset_vt = {"split", subset_open, subset_get, subset_close, NULL};
 
 static ct_status
 make_subset(ct_dataset *parent, const int64_t *index, int64_t n, ct_dataset **out) {
@@ -247,7 +275,7 @@ static void standard_close(ct_ctx *ctx, void *self) {
 }
 
 static const ct_dataset_vtable standard_vt = {"standardize", standard_open, standard_get,
-                                              standard_close};
+                                              standard_close, NULL};
 
 ct_status ct_dataset_standardize(ct_dataset *ds,
                                  const ct_dataset *stats_from,

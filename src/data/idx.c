@@ -145,6 +145,7 @@ static ct_status idx_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
     CT_TRY(ct_options_string(ctx, opts, "images", NULL, &images_path));
     CT_TRY(ct_options_string(ctx, opts, "labels", NULL, &labels_path));
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
+    if (!info) return CT_OK; /* idx_check: the options only */
 
     idx *d = ct_alloc(ctx, sizeof *d);
     if (!d) return CT_FAIL(ctx, CT_ERR_OOM, "idx: allocating the dataset");
@@ -182,4 +183,9 @@ static ct_status idx_get(const void *self, int64_t i, void *x, void *y) {
     return CT_OK;
 }
 
-const ct_dataset_vtable ct_dataset_idx = {"idx", idx_open, idx_get, idx_close};
+static ct_status idx_check(ct_ctx *ctx, const ct_options *opts) {
+    void *none;
+    return idx_open(ctx, opts, NULL, &none);
+}
+
+const ct_dataset_vtable ct_dataset_idx = {"idx", idx_open, idx_get, idx_close, idx_check};

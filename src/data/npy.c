@@ -561,6 +561,7 @@ static ct_status npy_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
     CT_TRY(ct_options_string(ctx, opts, "labels", "", &y_path));
     if (!y_path[0]) y_path = NULL;
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
+    if (!info) return CT_OK; /* npy_check: the options only */
     npy_ds *d = ct_alloc(ctx, sizeof *d);
     if (!d) return CT_FAIL(ctx, CT_ERR_OOM, "npy: allocating the dataset");
     memset(d, 0, sizeof *d);
@@ -586,4 +587,9 @@ static ct_status npy_get(const void *self, int64_t i, void *x, void *y) {
     return CT_OK;
 }
 
-const ct_dataset_vtable ct_dataset_npy = {"npy", npy_open, npy_get, npy_close};
+static ct_status npy_check(ct_ctx *ctx, const ct_options *opts) {
+    void *none;
+    return npy_open(ctx, opts, NULL, &none);
+}
+
+const ct_dataset_vtable ct_dataset_npy = {"npy", npy_open, npy_get, npy_close, npy_check};

@@ -150,6 +150,7 @@ synthetic_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void 
         return too_large(ctx, opts, "n * outputs", n * outputs);
     if (!blobs && outputs * F > SYNTH_MAX_ELEMS)
         return too_large(ctx, opts, "outputs * features", outputs * F);
+    if (!info) return CT_OK; /* synthetic_check: the options only */
 
     synthetic *s = ct_alloc(ctx, sizeof *s);
     if (!s) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a synthetic dataset");
@@ -193,5 +194,10 @@ static ct_status synthetic_get(const void *self, int64_t i, void *x, void *y) {
     return CT_OK;
 }
 
+static ct_status synthetic_check(ct_ctx *ctx, const ct_options *opts) {
+    void *none;
+    return synthetic_open(ctx, opts, NULL, &none);
+}
+
 const ct_dataset_vtable ct_dataset_synthetic = {"synthetic", synthetic_open, synthetic_get,
-                                                synthetic_close};
+                                                synthetic_close, synthetic_check};

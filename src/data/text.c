@@ -151,7 +151,7 @@ text_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **sel
         if (!*p)
             s = CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'files': empty path at position %lld in '%s'",
                         where(opts), (long long)i + 1, files);
-        else
+        else if (info) /* text_check (no info) reads the list only */
             s = ct_data_read_file(ctx, p, TEXT_MAX_BYTES - total, &parts[i].data, &parts[i].size);
         if (s != CT_OK) parts[i] = (part){NULL, 0};
         total += parts[i].size;
@@ -173,14 +173,20 @@ text_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **sel
         ct_free(ctx, parts[i].data, parts[i].size);
     ct_free(ctx, parts, (size_t)n_files * sizeof(part));
     ct_free(ctx, list, list_bytes);
-    if (s != CT_OK) return s;
+    if (s != CT_OK || !info) return s;
     char what[320];
     (void)snprintf(what, sizeof what, "%s '%.256s' %s", n_files == 1 ? "file" : "files", files,
                    n_files == 1 ? "holds" : "hold");
     return windows_make(ctx, data, total, 1, context, stride, 256, what, info, self);
 }
 
-const ct_dataset_vtable ct_dataset_text = {"text", text_open, windows_get, windows_close};
+static ct_status text_check(ct_ctx *ctx, const ct_options *opts) {
+    void *none;
+    return text_open(ctx, opts, NULL, &none);
+}
+
+const ct_dataset_vtable ct_dataset_text = {"text", text_open, windows_get, windows_close,
+                                           text_check};
 
 /* ---- tokens: little-endian uint16 ids ---- */
 
@@ -197,6 +203,7 @@ tokens_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **s
     CT_TRY(window_options(ctx, opts, &context, &stride));
     CT_TRY(ct_options_int(ctx, opts, "vocab", -1, 1, 65536, &vocab));
     if (vocab < 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'vocab' is required", where(opts));
+    if (!info) return CT_OK; /* tokens_check: the options only */
 
     unsigned char *data = NULL;
     size_t size = 0;
@@ -222,4 +229,10 @@ tokens_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **s
     return windows_make(ctx, data, size, 2, context, stride, vocab, what, info, self);
 }
 
-const ct_dataset_vtable ct_dataset_tokens = {"tokens", tokens_open, windows_get, windows_close};
+static ct_status tokens_check(ct_ctx *ctx, const ct_options *opts) {
+    void *none;
+    return tokens_open(ctx, opts, NULL, &none);
+}
+
+const ct_dataset_vtable ct_dataset_tokens = {"tokens", tokens_open, windows_get, windows_close,
+                                             tokens_check};

@@ -244,15 +244,24 @@ static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const v
         (void)snprintf(path, sizeof path, "%s", pl->value);
     else
         (void)snprintf(path, sizeof path, "%s/%s", e->base_dir, pl->value);
-    if (e->n_plugins == MAX_PLUGINS)
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: more than %d plugins", w, MAX_PLUGINS);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: cannot load plugin '%s': %s", w, path,
                        why ? why : "unknown error");
     }
-    e->plugins[e->n_plugins++] = h;
+    /* one reference per library: a dataset's plugin is loaded to check it and again to open it */
+    bool held = false;
+    for (int i = 0; i < e->n_plugins && !held; i++)
+        held = e->plugins[i] == h;
+    if (held) {
+        (void)dlclose(h);
+    } else if (e->n_plugins == MAX_PLUGINS) {
+        (void)dlclose(h);
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: more than %d plugins", w, MAX_PLUGINS);
+    } else {
+        e->plugins[e->n_plugins++] = h;
+    }
     (void)dlerror();
     void *sym = dlsym(h, sy->value);
     if (!sym)
@@ -264,6 +273,7 @@ static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const v
 
 /* ---- data ---- */
 
+/* Opens a dataset's mapping, or (out NULL) only checks its options, before any data are read. */
 static ct_status open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_dataset **out) {
     static const char *const skip[] = {"type", "plugin", "symbol", NULL};
     ct_options o;
@@ -271,10 +281,12 @@ static ct_status open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_datas
     if (ct_config_find(map, "plugin")) {
         const void *vt;
         CT_TRY(plugin_symbol(e, map, &vt));
-        return ct_dataset_open_with(e->ctx, vt, &o, out);
+        return out ? ct_dataset_open_with(e->ctx, vt, &o, out)
+                   : ct_dataset_check_with(e->ctx, vt, &o);
     }
     const ct_cfg_node *type = ct_config_find(map, "type"); /* checked by check_dataset */
-    return ct_dataset_open(e->ctx, type ? type->value : NULL, &o, out);
+    return out ? ct_dataset_open(e->ctx, type ? type->value : NULL, &o, out)
+               : ct_dataset_check(e->ctx, type ? type->value : NULL, &o);
 }
 
 static ct_status float_list(
@@ -870,10 +882,11 @@ static ct_status policy_options(ct_experiment *e,
 /* ---- checks before any data is read ----
  *
  * Every component's type names and option keys, and the option values that do not depend on
- * the data, are checked here, before the first dataset is opened: an error in a model key is
- * not hidden behind a missing data file, nor reported after minutes of loading. What depends on
- * the data (a layer's input shape, a metric's class count, a dataset's own values and files) is
- * checked when the component is built. Plugins check their own options when they are built.
+ * the data, are checked here, before the first dataset is opened: an error in a model key, or a
+ * bad value in data.test's options, is not hidden behind a missing data file, nor reported after
+ * minutes of loading. What depends on the data (a layer's input shape, a metric's class count,
+ * a dataset's files) is checked when the component is built. Plugins check their own options
+ * when they are built, except a plugin dataset whose vtable has a check, which runs here.
  */
 
 #define MAX_NAMES 64
@@ -972,8 +985,9 @@ static ct_status type_of(ct_experiment *e,
     return CT_OK;
 }
 
+/* A dataset's type, keys and option values (the type's check, or a plugin's if it has one). */
 static ct_status check_dataset(ct_experiment *e, const ct_cfg_node *map) {
-    if (ct_config_find(map, "plugin")) return CT_OK; /* the plugin's open checks its keys */
+    if (ct_config_find(map, "plugin")) return open_dataset(e, map, NULL);
     name_list known = {{NULL}, 0};
     int64_t n;
     const ct_dataset_vtable *const *types = ct_dataset_types(&n);
@@ -986,7 +1000,8 @@ static ct_status check_dataset(ct_experiment *e, const ct_cfg_node *map) {
     static const char *const own[] = {"type", NULL};
     char owner[128];
     (void)snprintf(owner, sizeof owner, "dataset type '%s'", t->value);
-    return check_keys(e, map, own, keys, owner);
+    CT_TRY(check_keys(e, map, own, keys, owner));
+    return open_dataset(e, map, NULL);
 }
 
 static ct_status check_data(ct_experiment *e) {

@@ -268,6 +268,28 @@ model:
 EOF
 expect error_layer_value_before_data 2 "e_early_value\.yaml:5:[0-9]+: .*'p'.*1\.5" \
     '!no-images' -- "$ctrain" fit e_early_value.yaml ++output_dir=e_early_value "${quiet[@]}"
+# and every split's dataset option values (ct_dataset_check): a bad value in data.valid or
+# data.test is reported, not the missing training file, which is never opened
+# early_data NAME FILE SPLIT PATTERN: FILE.yaml's line 3 is SPLIT; expect PATTERN at FILE.yaml:3
+early_data() {
+    cat >"$2.yaml" <<EOF
+data:
+  train: {type: idx, images: $work/no-images.gz, labels: $work/no-labels.gz}
+  $3
+model: {type: mlp}
+EOF
+    expect "$1" 2 "$2\.yaml:3:[0-9]+: $4" '!no-images' '!cannot open' -- \
+        "$ctrain" fit "$2.yaml" ++output_dir="$2" "${quiet[@]}"
+    verdict "$1_leaves_no_run_dir" "$([[ -e $2 ]] && echo "$2/ was created")"
+}
+early_data error_dataset_value_before_data e_data_value \
+    "test: {type: idx, images: $work/no-t.gz, labels: $work/no-tl.gz, limit: abc}" \
+    "data\.test: key 'limit': expected an integer, got 'abc'"
+early_data error_dataset_range_before_data e_data_range \
+    "valid: {type: synthetic, kind: blobs, n: 0}" "data\.valid: key 'n': 0 is out of range"
+early_data error_dataset_enum_before_data e_data_enum \
+    "test: {type: csv, path: $work/no.csv, target: y, delimiter: foo}" \
+    "data\.test: key 'delimiter': expected one character .*, got 'foo'"
 edit_line 7 'model: {type: sequential, layers: [flatten, {type: lnear, out: 4}]}' e_layer.yaml
 expect error_layer_type 2 "e_layer\.yaml:7:[0-9]+: key 'model\.layers\.1\.type': unknown layer \
 type 'lnear' \(did you mean 'linear'\?\)" -- "$ctrain" config e_layer.yaml

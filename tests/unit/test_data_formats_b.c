@@ -798,7 +798,95 @@ static void ident_close(ct_ctx *ctx, void *self) {
     (void)ctx, (void)self;
 }
 
-static const ct_dataset_vtable ident_vt = {"ident", ident_open, ident_get, ident_close};
+static const ct_dataset_vtable ident_vt = {"ident", ident_open, ident_get, ident_close, NULL};
+
+/* ---- checking options without opening anything (ct_dataset_check) ---- */
+
+static ct_status check_ds(ct_ctx *ctx, const char *type, const ct_option *items, int64_t count) {
+    ct_options o = {items, count, "exp.yaml:9:3: data.test"};
+    return ct_dataset_check(ctx, type, &o);
+}
+
+#define CHECK(ctx, type, ...)                                                                      \
+    check_ds((ctx), (type), (const ct_option[]){__VA_ARGS__},                                      \
+             (int64_t)(sizeof((const ct_option[]){__VA_ARGS__}) / sizeof(ct_option)))
+
+static ct_status ident_check(ct_ctx *ctx, const ct_options *opts) {
+    void *none = NULL;
+    return ident_open(ctx, opts, &(ct_dataset_info){0}, &none);
+}
+
+static const ct_dataset_vtable ident_checked_vt = {"ident", ident_open, ident_get, ident_close,
+                                                   ident_check};
+
+static void check_should_read_options_without_opening_files(void) {
+    test_alloc ta = {0};
+    ct_ctx *ctx = make_ctx(&ta);
+    long long live = ta.live;                        /* the context's own */
+    const char *none = "/nonexistent/ct_check/data"; /* no file is opened: none exists */
+    /* valid options: CT_OK, though no file exists and nothing is kept */
+    CT_CHECK_INT(CHECK(ctx, "idx", {"images", none}, {"labels", none}, {"limit", "5"}), CT_OK);
+    CT_CHECK_INT(CHECK(ctx, "cifar10", {"files", "/nonexistent/a.bin, /nonexistent/b.bin"}), CT_OK);
+    CT_CHECK_INT(CHECK(ctx, "csv", {"path", none}, {"target", "y"}, {"delimiter", "tab"},
+                       {"task", "regression"}, {"standardize", "true"}, {"stats_from", none}),
+                 CT_OK);
+    CT_CHECK_INT(CHECK(ctx, "npy", {"features", none}), CT_OK);
+    CT_CHECK_INT(
+        CHECK(ctx, "text", {"files", "/nonexistent/a.txt,/nonexistent/b.txt"}, {"context", "8"}),
+        CT_OK);
+    CT_CHECK_INT(CHECK(ctx, "tokens", {"path", none}, {"context", "8"}, {"vocab", "300"}), CT_OK);
+    CT_CHECK_INT(CHECK(ctx, "synthetic", {"kind", "blobs"}, {"n", "100"}), CT_OK);
+    CT_CHECK_INT(ta.live, live); /* nothing kept */
+    /* the same options opened: the missing file is what fails then */
+    ct_dataset *ds = (ct_dataset *)1;
+    CT_CHECK_INT(OPEN(ctx, "idx", &ds, {"images", none}, {"labels", none}), CT_ERR_IO);
+    CT_CHECK(ds == NULL);
+    /* bad values, named with the location and the key, as opening reports them */
+    CT_CHECK_INT(CHECK(ctx, "idx", {"images", none}, {"labels", none}, {"limit", "abc"}),
+                 CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "exp.yaml:9:3: data.test: key 'limit': expected an integer, got 'abc'");
+    CT_CHECK_INT(CHECK(ctx, "npy", {"features", none}, {"limit", "-1"}), CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "exp.yaml:9:3: data.test: key 'limit': -1 is out of range");
+    CT_CHECK_INT(CHECK(ctx, "csv", {"path", none}, {"target", "y"}, {"delimiter", "foo"}),
+                 CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "exp.yaml:9:3: data.test: key 'delimiter': expected one character");
+    CT_CHECK_INT(CHECK(ctx, "csv", {"path", none}, {"target", "y"}, {"stats_from", none}),
+                 CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "key 'stats_from' is set but standardize is false");
+    CT_CHECK_INT(CHECK(ctx, "csv", {"path", none}), CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "key 'target' is required");
+    CT_CHECK_INT(CHECK(ctx, "cifar10", {"files", "/nonexistent/a.bin,,/nonexistent/b.bin"}),
+                 CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "key 'files': entry 2 of");
+    CT_CHECK_INT(
+        CHECK(ctx, "text", {"files", "/nonexistent/a.txt, ,/nonexistent/b.txt"}, {"context", "8"}),
+        CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "key 'files': empty path at position 2");
+    CT_CHECK_INT(CHECK(ctx, "text", {"files", none}, {"context", "0"}), CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "key 'context': 0 is out of range");
+    CT_CHECK_INT(CHECK(ctx, "tokens", {"path", none}, {"context", "8"}), CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "key 'vocab' is required");
+    CT_CHECK_INT(CHECK(ctx, "synthetic", {"kind", "moons"}, {"n", "4"}), CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "key 'kind': expected blobs or linear, got 'moons'");
+    CT_CHECK_INT(CHECK(ctx, "synthetic", {"kind", "linear"}, {"n", "100000000"}, {"features", "9"}),
+                 CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "more than the limit");
+    CT_CHECK_INT(CHECK(ctx, "idx", {"images", none}, {"labels", none}, {"limt", "5"}),
+                 CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "unknown key 'limt' (did you mean 'limit'?)");
+    CT_CHECK_INT(CHECK(ctx, "csvv", {"path", none}), CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "exp.yaml:9:3: data.test: unknown dataset type 'csvv' (did you mean 'csv'?)");
+    CT_CHECK_INT(ta.live, live);
+    /* a vtable of the caller's (a plugin): its check if it has one, else nothing until open */
+    ct_options bad = {(const ct_option[]){{"n", "many"}}, 1, "exp.yaml:4:3: data.train"};
+    CT_CHECK_INT(ct_dataset_check_with(ctx, &ident_vt, &bad), CT_OK);
+    CT_CHECK_INT(ct_dataset_check_with(ctx, &ident_checked_vt, &bad), CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "exp.yaml:4:3: data.train: key 'n': expected an integer, got 'many'");
+    ct_options good = {(const ct_option[]){{"n", "7"}}, 1, "exp.yaml:4:3: data.train"};
+    CT_CHECK_INT(ct_dataset_check_with(ctx, &ident_checked_vt, &good), CT_OK);
+    ct_ctx_destroy(ctx);
+    CT_CHECK_INT(ta.live, 0);
+}
 
 /* The indices a dataset holds, in order. */
 static void indices(const ct_dataset *ds, int64_t *out) {
@@ -928,6 +1016,7 @@ int main(void) {
     CT_RUN(synthetic_linear_should_follow_the_teacher);
     CT_RUN(options_should_reject_unknown_keys_and_bad_values);
     CT_RUN(dataset_should_list_known_types_for_an_unknown_name);
+    CT_RUN(check_should_read_options_without_opening_files);
     CT_RUN(split_should_be_disjoint_complete_and_seeded);
     CT_RUN(datasets_should_fail_cleanly_when_allocation_fails);
     remove_tmp_dir();
