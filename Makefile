@@ -2,13 +2,14 @@
 #   make demo   installs what is missing, builds, and runs the default job
 #   make test   installs what is missing, then: Release build (gcc, -Werror) + every test,
 #               ASan+UBSan build (clang, -Werror) + every test, a build without OpenMP + every
-#               test, the loader under ThreadSanitizer, clang-format check, 20 s fuzzing of the
+#               test, the MPI tests again against MPICH, the loader under ThreadSanitizer,
+#               clang-format check, 20 s fuzzing of the
 #               config parser and of the checkpoint reader
 #   make fuzz-config, make fuzz-checkpoint   libFuzzer for FUZZ_SECONDS (60) in build-fuzz
 JOBS ?= 2
 
-.PHONY: all deps build demo test test-release test-asan test-noomp test-tsan test-fuzz fuzz-config \
-	fuzz-checkpoint format-check bench clean
+.PHONY: all deps build demo test test-release test-asan test-noomp test-mpich test-tsan test-fuzz \
+	fuzz-config fuzz-checkpoint format-check bench clean
 
 all: build
 
@@ -22,7 +23,7 @@ build: deps
 demo: build
 	./build/ctrain fit examples/fashion_mnist_mlp.yaml
 
-test: deps test-release test-asan test-noomp test-tsan test-fuzz format-check
+test: deps test-release test-asan test-noomp test-mpich test-tsan test-fuzz format-check
 
 test-release:
 	cmake -S . -B build-ci -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DCT_WERROR=ON
@@ -40,6 +41,15 @@ test-noomp:
 		-DCT_MPI=OFF
 	cmake --build build-noomp -j $(JOBS)
 	ctest --test-dir build-noomp --output-on-failure -j $(JOBS)
+
+# The MPI tests (label mpi) again against MPICH, installed beside Debian's default Open MPI
+# (which keeps the mpicc/mpirun alternatives): MPICH's launcher (hydra, PMI_SIZE), its error
+# returns and its way of ending a job when a rank dies are its own.
+test-mpich:
+	cmake -S . -B build-mpich -G Ninja -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON -DCT_MPI=ON \
+		-DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich
+	cmake --build build-mpich -j $(JOBS) --target test_mpi ctrain_cli
+	ctest --test-dir build-mpich -L mpi --output-on-failure
 
 # ThreadSanitizer on the loader's prefetch thread (OpenMP runtimes are not instrumented, so
 # only the pthread code is checked this way; the OpenMP loops are checked for determinism).

@@ -91,7 +91,8 @@ typedef struct session {
     bool quiet;  /* info messages only into log.txt */
     bool silent; /* a rank other than 0 of a distributed run: errors only, no log.txt */
     int64_t rank, world;
-    ct_comm *comm; /* NULL: one process */
+    ct_comm *comm;       /* NULL: one process */
+    char rank_map[1024]; /* "0 pid 123 on node1, 1 pid 124 on node1": rank 0 prints it */
     progress_mode progress;
     double interval, interval_seconds;
     /* the current bar */
@@ -133,6 +134,47 @@ static void close_bar(session *s) {
 }
 
 /* A line for the terminal (stderr) and log.txt. */
+/*
+ * Every rank's pid and host, gathered with one sum all-reduce (each rank fills its own row),
+ * into s->rank_map for rank 0 to print: when a rank dies, MPICH's launcher names the dead
+ * process by pid and host only, and this line says which rank that was. The first MAP_RANKS
+ * ranks are listed.
+ */
+#define MAP_RANKS 16
+#define MAP_HOST  31
+static ct_status gather_rank_map(session *s) {
+    enum { ROW = 1 + MAP_HOST };
+    double rows[MAP_RANKS * ROW];
+    memset(rows, 0, sizeof rows);
+    if (s->rank < MAP_RANKS) {
+        double *row = rows + s->rank * ROW;
+        char host[MAP_HOST + 1];
+        if (gethostname(host, sizeof host) != 0) (void)snprintf(host, sizeof host, "?");
+        host[MAP_HOST] = '\0';
+        row[0] = (double)getpid();
+        for (int i = 0; i < MAP_HOST && host[i]; i++)
+            row[1 + i] = (double)(unsigned char)host[i];
+    }
+    CT_TRY(ct_comm_allreduce_sum_f64(s->comm, rows, MAP_RANKS * ROW));
+    size_t off = 0;
+    int64_t shown = s->world < MAP_RANKS ? s->world : MAP_RANKS;
+    for (int64_t r = 0; r < shown && off < sizeof s->rank_map; r++) {
+        const double *row = rows + r * ROW;
+        char host[MAP_HOST + 1];
+        int n = 0;
+        while (n < MAP_HOST && row[1 + n] > 0)
+            host[n] = (char)row[1 + n], n++;
+        host[n] = '\0';
+        off +=
+            (size_t)snprintf(s->rank_map + off, sizeof s->rank_map - off, "%s%lld pid %lld on %s",
+                             r ? ", " : "", (long long)r, (long long)row[0], host);
+    }
+    if (s->world > shown && off < sizeof s->rank_map)
+        (void)snprintf(s->rank_map + off, sizeof s->rank_map - off, ", ... (%lld ranks)",
+                       (long long)s->world);
+    return CT_OK;
+}
+
 static void say(session *s, const char *fmt, ...) CT_PRINTF(2, 3);
 static void say(session *s, const char *fmt, ...) {
     char buf[2048];
@@ -434,8 +476,21 @@ static int fail(ct_ctx *ctx, int code) {
 /* A failure of one rank of a distributed run: its message, naming the rank, and the end of
  * the whole job (the other ranks may be waiting for this one in a collective); for one
  * process, fail(). */
+/*
+ * A configuration error is, almost always, every rank's at once (each read the same file, or
+ * they agreed on the same refusal): rank 0 reports it and ends the job, and the other ranks
+ * wait for that rather than report it too. Several ranks calling MPI_Abort together made
+ * MPICH's launcher kill one of them first and exit 9 instead of 2 about one time in three.
+ * A rank whose error rank 0 does not share ends the job itself after RANK0_GRACE_S.
+ */
+#define RANK0_GRACE_S 15
 static int rank_fail(const session *s, ct_ctx *ctx, int code) {
     if (s->world < 2) return fail(ctx, code);
+    if (code == EXIT_USAGE && s->rank != 0)
+        for (int i = 0; i < RANK0_GRACE_S * 10; i++) {
+            struct timespec tick = {0, 100000000};
+            (void)nanosleep(&tick, NULL);
+        }
     char text[2048];
     (void)fprintf(stderr, "ctrain: error: rank %lld of %lld: %s\n", (long long)s->rank,
                   (long long)s->world, error_text(ctx, text, sizeof text));
@@ -693,6 +748,10 @@ static int cmd_fit(int argc, char **argv) {
         s.rank = ct_comm_rank(s.comm);
         s.world = ct_comm_world_size(s.comm);
         s.silent = s.rank != 0;
+        if (gather_rank_map(&s) != CT_OK) {
+            rc = fail(ctx, EXIT_RUN_FAILED);
+            goto out;
+        }
     }
     st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
     if (st != CT_OK) {
@@ -739,17 +798,19 @@ static int cmd_fit(int argc, char **argv) {
         }
         (void)fprintf(stderr, "ctrain: --restart: the previous run is now %s\n", old);
     }
-    if (s.world > 1)
+    if (s.world > 1) {
         say(&s,
             "ctrain %s: fit %s -> %s on %lld processes (%lld training samples each, global "
             "batch %lld, %lld parameters)",
             ct_version(), a.config, out_dir, (long long)s.world,
             (long long)ct_experiment_train_samples(e), (long long)s.batch_size,
             (long long)ct_params_numel(ct_experiment_params_store(e)));
-    else
+        say(&s, "ranks: %s", s.rank_map);
+    } else {
         say(&s, "ctrain %s: fit %s -> %s (%lld training samples, %lld parameters)", ct_version(),
             a.config, out_dir, (long long)ct_experiment_train_samples(e),
             (long long)ct_params_numel(ct_experiment_params_store(e)));
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
