@@ -6,10 +6,11 @@ median training samples/s of each, the ratio (processes / threads; above 1: MPI 
 the time rank 0 spends in the gradient all-reduce per step.
 
     /usr/bin/python3 bench/dist.py [--build build] [--np 2] [--steps 400] [--repeats 3]
-                                   [--models mlp,cnn]
+                                   [--models mlp,cnn] [--mpirun PATH]
 
-The processes run twice: with gradient buckets all-reduced during the backward pass
-(trainer.bucket_mb=1, the default) and with one all-reduce after it (bucket_mb=0).
+The processes run twice: with the default trainer.bucket_mb=auto (on one machine: one
+all-reduce after the backward pass) and with 1 MiB gradient buckets all-reduced during the
+backward pass (bucket_mb=1, what auto picks across machines).
 
 Samples/s is read from each run's metrics.jsonl (the records after the first, so start-up and
 the first window's warm-up are left out); evaluation is switched off (no valid/test engines,
@@ -31,8 +32,8 @@ MODELS = {
 }
 
 
-def mpirun():
-    exe = shutil.which("mpirun") or shutil.which("mpiexec")
+def mpirun(path):
+    exe = path or shutil.which("mpirun") or shutil.which("mpiexec")
     if not exe:
         sys.exit("dist.py: no mpirun (install openmpi-bin and libopenmpi-dev, then rebuild)")
     out = subprocess.run([exe, "--version"], capture_output=True, text=True)
@@ -66,9 +67,12 @@ def main():
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--mpirun", default=None,
+                    help="the launcher (default: mpirun on PATH); for MPICH: --build "
+                         "build-mpich --mpirun /usr/bin/mpiexec.mpich")
     a = ap.parse_args()
     ctrain = os.path.join(a.build, "ctrain")
-    launch = mpirun()
+    launch = mpirun(a.mpirun)
     tmp = tempfile.mkdtemp(prefix="ctrain-dist-")
     print("%-4s %6s %14s %22s %7s %13s" % ("", "batch", "1x%d samples/s" % a.np,
                                            "%dx1 samples/s" % a.np, "ratio", "comm ms/step"))
@@ -82,7 +86,7 @@ def main():
                       "trainer.max_steps=%d" % a.steps, "trainer.steps_per_loop=25",
                       "scheduler.total=%d" % a.steps]
             threads = []
-            procs = {mb: ([], []) for mb in ("1", "0")}
+            procs = {mb: ([], []) for mb in ("auto", "1")}
             for k in range(a.repeats):
                 out1 = os.path.join(tmp, "%s-t%d" % (name, k))
                 threads.append(run([ctrain, "fit", cfg, "output_dir=" + out1,
@@ -100,7 +104,7 @@ def main():
             t = statistics.median(threads)
             for mb, (sps_list, comm_list) in procs.items():
                 p = statistics.median(sps_list)
-                label = "%dx1 %s" % (a.np, "buckets" if mb != "0" else "one all-reduce")
+                label = "%dx1 %s" % (a.np, "auto" if mb == "auto" else "buckets")
                 print("%-4s %6d %14.0f %22s %7.2f %13.3f" % (
                     name, batch, t, "%.0f (%s)" % (p, label.split(" ", 1)[1]), p / t,
                     statistics.median(comm_list)))

@@ -53,6 +53,9 @@ typedef struct ct_comm_vtable {
     ct_status (*iallreduce_sum_f32)(void *self, ct_ctx *ctx, float *buf, int64_t n, void *impl);
     ct_status (*wait)(void *self, ct_ctx *ctx, void *impl);
     ct_status (*test)(void *self, ct_ctx *ctx, void *impl, bool *done);
+    /* Optional (NULL: 1). How many ranks share this rank's machine (its shared memory), this
+     * one included: world_size on every rank when the whole job runs on one machine. */
+    int64_t (*local_size)(const void *self);
 } ct_comm_vtable;
 
 /* The one-process communicator: rank 0 of 1. */
@@ -79,6 +82,10 @@ CT_API int64_t ct_comm_rank(const ct_comm *c);
 CT_API int64_t ct_comm_world_size(const ct_comm *c);
 /* True on rank 0: the rank that logs and writes files. */
 CT_API bool ct_comm_is_root(const ct_comm *c);
+/* The ranks on this rank's machine (1 for one process): equal to the world size when every
+ * rank shares one machine, where MPI moves data through shared memory on the ranks' own
+ * threads and overlapping communication with computation gains nothing. */
+CT_API int64_t ct_comm_local_size(const ct_comm *c);
 
 CT_API ct_status ct_comm_allreduce_sum_f32(ct_comm *c, float *buf, int64_t n);
 CT_API ct_status ct_comm_allreduce_sum_f64(ct_comm *c, double *buf, int64_t n);

@@ -54,7 +54,7 @@ typedef struct ct_key_def {
     const char *def;     /* the default as YAML text; NULL: none (absent means off, or the
                             component's own default) */
     double lo, hi;       /* INT, FLOAT: the accepted range */
-    const char *choices; /* ENUM, PLUGGABLE: "a|b|c" */
+    const char *choices; /* ENUM, PLUGGABLE: "a|b|c"; INT, FLOAT: words also accepted ("auto") */
     unsigned flags;
     const char *doc; /* one or two sentences for docs/config.md */
 } ct_key_def;

@@ -87,6 +87,9 @@ CT_API ct_status ct_optim_set_lr(ct_optim *opt, float lr);
 CT_API float ct_optim_lr(const ct_optim *opt);
 /* Updates made so far. */
 CT_API int64_t ct_optim_steps(const ct_optim *opt);
+/* Whether ct_optim_step leaves every gradient of the store at 0 (params.zero_grad): then a
+ * ct_params_zero_grad after it would only write the zeros again. */
+CT_API bool ct_optim_zeroes_grads(const ct_optim *opt);
 
 /*
  * State for checkpoints. The optimizer's buffers are flat arrays of ct_params_numel floats in

@@ -147,6 +147,9 @@ typedef struct ct_trainer_callbacks {
     ct_status (*on_eval_start)(void *user, ct_trainer *t, const char *key);
 } ct_trainer_callbacks;
 
+/* ct_trainer_params.bucket_bytes: chosen from the communicator's layout. */
+#define CT_BUCKET_BYTES_AUTO (-1)
+
 typedef struct ct_trainer_params {
     int64_t max_epochs;               /* default 1; 0 = no limit (then max_steps must be set) */
     int64_t max_steps;                /* default 0 = no limit */
@@ -205,8 +208,11 @@ typedef struct ct_trainer_params {
     /* Distributed runs: gradients are averaged in buckets of about this many bytes, each
        all-reduce started (non-blocking) during the backward pass of the step's last
        micro-batch as soon as its parameters' gradients are final, and all waited for before
-       the update (Horovod/DDP style). Default 1 MiB; 0 = one all-reduce of the whole buffer
-       after the backward pass. */
+       the update (Horovod/DDP style); 0 = one blocking all-reduce of the whole buffer after
+       the backward pass. Default CT_BUCKET_BYTES_AUTO: 0 when every rank shares one machine
+       (ct_comm_local_size == world size: MPI then moves the data on the ranks' own, busy
+       threads, so overlapping only adds progress polling and slower non-blocking
+       algorithms), else 1 MiB. */
     int64_t bucket_bytes;
     /* Mixed precision: CT_F32 (default) or CT_BF16, which runs every forward and backward pass
        (training and evaluation) under bf16 autocast (ct_graph_set_autocast: matmul, linear and

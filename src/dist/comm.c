@@ -65,6 +65,7 @@ static const ct_comm_vtable single_vt = {
     NULL,
     NULL,
     NULL,
+    NULL,
 };
 
 /* ---- front end ---- */
@@ -118,6 +119,12 @@ int64_t ct_comm_world_size(const ct_comm *c) {
 
 bool ct_comm_is_root(const ct_comm *c) {
     return ct_comm_rank(c) == 0;
+}
+
+int64_t ct_comm_local_size(const ct_comm *c) {
+    int64_t n = c->vt->local_size ? c->vt->local_size(c->self) : 1;
+    int64_t w = ct_comm_world_size(c);
+    return n < 1 ? 1 : n > w ? w : n;
 }
 
 static ct_status check_count(ct_comm *c, const char *what, const void *buf, int64_t n) {

@@ -54,7 +54,8 @@ ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
 typedef struct mpi_comm {
     MPI_Comm comm;
     int rank, size;
-    bool finalize; /* this communicator initialised MPI */
+    int local_size; /* ranks in this one's shared-memory domain (MPI_COMM_TYPE_SHARED) */
+    bool finalize;  /* this communicator initialised MPI */
 } mpi_comm;
 
 bool ct_comm_mpi_available(void) {
@@ -76,6 +77,10 @@ static int64_t mpi_rank(const void *self) {
 
 static int64_t mpi_world(const void *self) {
     return ((const mpi_comm *)self)->size;
+}
+
+static int64_t mpi_local_size(const void *self) {
+    return ((const mpi_comm *)self)->local_size;
 }
 
 /* MPI counts are int: larger buffers go in chunks (each one its own collective, in the same
@@ -167,8 +172,8 @@ static void mpi_destroy(void *self) {
 }
 
 static const ct_comm_vtable mpi_vt = {
-    "mpi",       mpi_rank,    mpi_world, mpi_sum_f32,  mpi_sum_f64, mpi_broadcast,
-    mpi_barrier, mpi_destroy, mpi_abort, mpi_isum_f32, mpi_wait,    mpi_test,
+    "mpi",       mpi_rank,  mpi_world,    mpi_sum_f32, mpi_sum_f64, mpi_broadcast,  mpi_barrier,
+    mpi_destroy, mpi_abort, mpi_isum_f32, mpi_wait,    mpi_test,    mpi_local_size,
 };
 
 ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
@@ -188,6 +193,11 @@ ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
     if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(m->comm, &m->rank);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(m->comm, &m->size);
+    MPI_Comm node = MPI_COMM_NULL;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &node);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(node, &m->local_size);
+    if (node != MPI_COMM_NULL) (void)MPI_Comm_free(&node);
     if (rc != MPI_SUCCESS) {
         ct_status s = mpi_fail(ctx, m, rc, "starting MPI");
         mpi_destroy(m);

@@ -1613,7 +1613,10 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.callbacks.on_iteration_end = ucb->on_iteration_end ? fwd_iteration_end : NULL;
     tp.callbacks.on_eval_start = ucb->on_eval_start ? fwd_eval_start : NULL;
     tp.allow_world_size_change = bool_at(e, "trainer.allow_world_size_change");
-    tp.bucket_bytes = (int64_t)(float_at(e, "trainer.bucket_mb", 1.0) * 1048576.0);
+    const char *bucket_mb = str_at(e, "trainer.bucket_mb");
+    tp.bucket_bytes = bucket_mb && strcmp(bucket_mb, "auto") == 0
+                          ? CT_BUCKET_BYTES_AUTO
+                          : (int64_t)(float_at(e, "trainer.bucket_mb", 1.0) * 1048576.0);
     e->tp = tp;
     return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, e->p.comm, &e->task,
                              e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);

@@ -126,10 +126,11 @@ static const ct_key_def k_schema[] = {
      "layers and convolutions multiply operands rounded to bf16 with f32 accumulation, forward "
      "and backward, in training, evaluation and prediction; weights, gradients, optimizer "
      "state, losses and norms stay f32 (docs/trainer.md, Mixed precision)."},
-    {"trainer.bucket_mb", F, "1", 0, 1e6, NULL, RES,
+    {"trainer.bucket_mb", F, "auto", 0, 1e6, "auto", RES,
      "MPI runs: gradients are all-reduced in buckets of about this many MiB, each started "
      "during the backward pass as soon as its gradients are final; 0 = one all-reduce after "
-     "the backward pass (docs/distributed.md)."},
+     "the backward pass; auto = 0 when every rank runs on one machine (nothing is gained by "
+     "overlapping there), else 1 (docs/distributed.md)."},
     {"trainer.allow_world_size_change", B, "false", 0, 0, NULL, RES,
      "Resume a checkpoint written by another number of MPI processes: the weights and optimizer "
      "state are kept and the epoch's data starts over (docs/distributed.md)."},
@@ -336,6 +337,7 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
     switch (d->type) {
     case CT_KEY_INT: {
         int64_t x;
+        if (d->choices && !n->quoted && in_choices(d->choices, v)) return CT_OK; /* "auto" */
         if (n->quoted || !ctx_parse_int(v, &x)) {
             (void)snprintf(what, sizeof what, "expected an integer, got '%s'%s", v, q);
             return key_error(ctx, n, path, what);
@@ -349,8 +351,13 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
     }
     case CT_KEY_FLOAT: {
         double x;
+        if (d->choices && !n->quoted && in_choices(d->choices, v)) return CT_OK;
         if (n->quoted || !ctx_parse_float(v, &x)) {
-            (void)snprintf(what, sizeof what, "expected a number, got '%s'%s", v, q);
+            if (d->choices)
+                (void)snprintf(what, sizeof what, "expected a number or %s, got '%s'%s", d->choices,
+                               v, q);
+            else
+                (void)snprintf(what, sizeof what, "expected a number, got '%s'%s", v, q);
             return key_error(ctx, n, path, what);
         }
         if (x < d->lo || x > d->hi) {
@@ -743,6 +750,10 @@ void ct_experiment_write_reference(FILE *f) {
             else
                 (void)snprintf(type, sizeof type, "%s in [%.15g, %.15g]", type_names[d->type],
                                d->lo, d->hi);
+            if (d->choices) {
+                size_t at = strlen(type);
+                (void)snprintf(type + at, sizeof type - at, " or `%s`", d->choices);
+            }
         } else {
             (void)snprintf(type, sizeof type, "%s", type_names[d->type]);
         }

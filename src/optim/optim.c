@@ -471,6 +471,10 @@ int64_t ct_optim_steps(const ct_optim *o) {
     return o->steps;
 }
 
+bool ct_optim_zeroes_grads(const ct_optim *o) {
+    return o->p.zero_grad; /* the ranges tile every trainable gradient (make_ranges) */
+}
+
 /* ---- gradient clipping ---- */
 
 /* The norm's fixed reduction order: NORM_CHUNKS chunks whose bounds depend only on n, each

@@ -46,6 +46,34 @@ ct_status ct_nonfinite_check(ct_ctx *ctx, const float *buf, int64_t n, bool *ok)
     return CT_OK;
 }
 
+/* Divides buf[lo, hi) by d and says whether a result is an inf or a NaN; as scan. */
+static unsigned divide_scan(float *buf, int64_t lo, int64_t hi, float d) {
+    unsigned bad = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        float x = buf[i] / d;
+        buf[i] = x;
+        uint32_t u;
+        memcpy(&u, &x, sizeof u);
+        bad |= (unsigned)((u & EXP_MASK) == EXP_MASK);
+    }
+    return bad;
+}
+
+void ct_train_divide_check(ct_ctx *ctx, float *buf, int64_t n, float divisor, bool *ok) {
+    unsigned bad = 0;
+    int nt = ct_threads_for(ctx, n, 1);
+    if (nt <= 1) {
+        bad = divide_scan(buf, 0, n, divisor);
+    } else {
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : bad)
+#endif
+        for (int64_t b = 0; b < nt; b++)
+            bad |= divide_scan(buf, n * b / nt, n * (b + 1) / nt, divisor);
+    }
+    if (ok) *ok = bad == 0;
+}
+
 /* ---- policy ---- */
 
 ct_status ct_nonfinite_init(ct_ctx *ctx, ct_nonfinite_policy *pol, const ct_options *opts) {

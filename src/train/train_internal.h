@@ -21,4 +21,9 @@ CT_INTERNAL ct_status ct_train_name(ct_ctx *ctx,
                                     char *out,
                                     size_t cap);
 
+/* buf[i] /= divisor for i < n (the mean of summed gradients, a division as
+ * ct_comm_allreduce_mean_f32's), and, when ok is not NULL, *ok = no inf or NaN in the result:
+ * ct_nonfinite_check's answer in the same pass over the buffer (nonfinite.c). */
+CT_INTERNAL void ct_train_divide_check(ct_ctx *ctx, float *buf, int64_t n, float divisor, bool *ok);
+
 #endif /* CT_TRAIN_INTERNAL_H */

@@ -25,6 +25,7 @@
 #include "ctrain/loss.h"
 #include "ctrain/ops.h"
 #include "ctrain/trainer.h"
+#include "train/train_internal.h"
 
 typedef struct engine_rt {
     ct_eval_engine e;
@@ -131,7 +132,7 @@ ct_trainer_params ct_trainer_default_params(void) {
     p.steps_per_loop = 10;
     p.check_grads = true;
     p.save_every_epochs = 1;
-    p.bucket_bytes = (int64_t)1 << 20;
+    p.bucket_bytes = CT_BUCKET_BYTES_AUTO;
     return p;
 }
 
@@ -996,19 +997,23 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     ct_ctx *ctx = t->ctx;
     float *grads = ct_params_grads(t->params);
     int64_t n = ct_params_numel(t->params);
+    /* Gradients are checked before anything is applied: the clipping norm shows a non-finite
+     * gradient for free (clip_grad_norm leaves them untouched then); otherwise a scan, which
+     * with several ranks is the pass that divides the sum by the world size */
+    bool grads_ok = true, scanned = false;
+    bool clip_norm = t->p.grad_clip_norm > 0.0f;
     if (ct_comm_world_size(t->comm) > 1) {
         struct timespec a, b;
         (void)clock_gettime(CLOCK_MONOTONIC, &a);
-        if (t->n_buckets) {
+        if (t->n_buckets)
             CT_TRY(reduce_grads(t));
-            float fw = (float)ct_comm_world_size(t->comm); /* as ct_comm_allreduce_mean_f32 */
-            for (int64_t i = 0; i < n; i++)
-                grads[i] /= fw;
-        } else {
-            CT_TRY(ct_comm_allreduce_mean_f32(t->comm, grads, n));
-        }
+        else
+            CT_TRY(ct_comm_allreduce_sum_f32(t->comm, grads, n));
         (void)clock_gettime(CLOCK_MONOTONIC, &b);
         t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+        scanned = t->p.check_grads && !clip_norm;
+        ct_train_divide_check(ctx, grads, n, (float)ct_comm_world_size(t->comm),
+                              scanned ? &grads_ok : NULL);
         /* every rank takes the same decisions: a non-finite loss on any rank is everyone's,
            and so is an interrupt (a signal reaches the ranks at different batches) */
         float flags[3] = {loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f,
@@ -1019,16 +1024,12 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         if (flags[2] != 0.0f) t->stop = true; /* a callback's CT_STOP on any rank */
         t->stop_asked = false;
     }
-    /* Gradients are checked before anything is applied: the clipping norm shows a non-finite
-     * gradient for free (clip_grad_norm leaves them untouched then); otherwise a scan */
-    bool grads_ok = true;
-    bool clip_norm = t->p.grad_clip_norm > 0.0f;
     if (clip_norm) {
         float norm;
         CT_TRY(ct_optim_clip_grad_norm(ctx, t->params, t->p.grad_clip_norm, &norm));
         t->grad_norm = norm;
         grads_ok = isfinite(norm);
-    } else if (t->p.check_grads) {
+    } else if (t->p.check_grads && !scanned) {
         CT_TRY(ct_nonfinite_check(ctx, grads, n, &grads_ok));
     }
     ct_nonfinite_action action;
@@ -1063,7 +1064,7 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         CT_TRY(ct_optim_clip_grad_value(ctx, t->params, t->p.grad_clip_value));
     if (t->p.callbacks.on_grads) CT_TRY(event(t, t->p.callbacks.on_grads(t->p.callbacks.user, t)));
     ct_optim_step(t->opt);
-    ct_params_zero_grad(t->params);
+    if (!ct_optim_zeroes_grads(t->opt)) ct_params_zero_grad(t->params);
     t->step++;
     if (t->sched && !t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
         CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
@@ -1523,9 +1524,14 @@ ct_status ct_trainer_create(ct_ctx *ctx,
                                  : "the metric-driven schedule",
                         watched[w]);
     }
-    if (s == CT_OK && p.bucket_bytes < 0)
-        s = CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: bucket_bytes %lld is negative",
+    if (s == CT_OK && p.bucket_bytes < 0 && p.bucket_bytes != CT_BUCKET_BYTES_AUTO)
+        s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                    "trainer: bucket_bytes %lld is negative (and not CT_BUCKET_BYTES_AUTO)",
                     (long long)p.bucket_bytes);
+    if (s == CT_OK && p.bucket_bytes == CT_BUCKET_BYTES_AUTO) {
+        bool one_machine = ct_comm_local_size(t->comm) == ct_comm_world_size(t->comm);
+        t->p.bucket_bytes = p.bucket_bytes = one_machine ? 0 : (int64_t)1 << 20;
+    }
     if (s == CT_OK && p.bucket_bytes > 0 && ct_comm_world_size(t->comm) > 1) s = build_buckets(t);
     if (s == CT_OK && ct_comm_world_size(t->comm) > 1) {
         t->n_rank_pos = ct_comm_world_size(t->comm);

@@ -32,7 +32,7 @@ static const char *const k_config = "seed: 5\n"
                                     "  prefetch: 0\n"
                                     "model: {type: mlp, hidden: [16, 16]}\n"
                                     "optimizer: %s\n"
-                                    "trainer: {max_steps: %d, max_epochs: 0, bucket_mb: %g, "
+                                    "trainer: {max_steps: %d, max_epochs: 0, bucket_mb: %s, "
                                     "precision: %s}\n"
                                     "metrics:\n"
                                     "  test: [accuracy, {type: confusion}]\n"
@@ -48,9 +48,11 @@ typedef struct run {
 static const ct_trainer_callbacks *g_callbacks; /* for the next build, or NULL */
 static const char *g_precision = "fp32";        /* trainer.precision of the next build */
 
+/* bucket_mb < 0: `auto`. */
 static run build(const char *optimizer, int batch, int steps, double bucket_mb, ct_comm *comm) {
-    char text[2048];
-    (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps, bucket_mb, g_precision);
+    char text[2048], mb[32] = "auto";
+    if (bucket_mb >= 0.0) (void)snprintf(mb, sizeof mb, "%g", bucket_mb);
+    (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps, mb, g_precision);
     run r = {NULL, NULL};
     ct_status s = ct_config_load_string(g_ctx, "mpi.yaml", text, strlen(text), &r.cfg);
     if (s == CT_OK) s = ct_experiment_resolve(g_ctx, r.cfg);
@@ -174,6 +176,21 @@ static void training_should_match_one_process_with_the_global_batch(void) {
     g_precision = "fp32";
 }
 
+/* The tests' ranks share this machine: the communicator says so, and `bucket_mb: auto` then
+ * all-reduces once after the backward pass (no buckets), while 1 MiB makes one bucket. */
+static void auto_buckets_should_follow_the_machine_layout(void) {
+    CT_CHECK_INT(ct_comm_local_size(g_comm), g_world);
+    run automatic = build("{type: sgd, lr: 0.1}", 8, 1, -1.0, g_comm);
+    run one = build("{type: sgd, lr: 0.1}", 8, 1, 1.0, g_comm);
+    if (automatic.e && one.e) {
+        CT_CHECK_INT(ct_trainer_buckets(ct_experiment_trainer(automatic.e)), 0);
+        CT_CHECK_INT(ct_trainer_buckets(ct_experiment_trainer(one.e)), 1);
+    }
+    CT_CHECK(automatic.e && one.e);
+    done(&automatic);
+    done(&one);
+}
+
 /* Evaluating 501 samples on W ranks (unequal shards, none padded) gives one process's values
  * bit for bit, the loss included (whole batches per rank, exact sums: metrics.h). */
 static void evaluation_should_equal_one_process(void) {
@@ -246,6 +263,7 @@ int main(void) {
     g_world = ct_comm_world_size(g_comm);
     CT_RUN(mpi_sum_should_be_exact_and_identical_on_every_rank);
     CT_RUN(training_should_match_one_process_with_the_global_batch);
+    CT_RUN(auto_buckets_should_follow_the_machine_layout);
     CT_RUN(evaluation_should_equal_one_process);
     CT_RUN(a_stop_on_one_rank_should_stop_every_rank_at_the_same_step);
     double failures = ct_test_failures;

@@ -1124,6 +1124,10 @@ static void schema_should_reject_values_of_the_wrong_type(void) {
         {"task: {plugin: x.so}\n", "key 'task': a plugin needs both plugin: and symbol:"},
         {"task: {plugin: x.so, symbol: s, extra: 1}\n", "key 'task.extra': unknown key"},
         {"seed: 99999999999999999999\n", "key 'seed': expected an integer"},
+        {"trainer: {bucket_mb: big}\n",
+         "key 'trainer.bucket_mb': expected a number or auto, got 'big'"},
+        {"trainer: {bucket_mb: \"auto\"}\n", "got 'auto' (a quoted string; remove the quotes)"},
+        {"trainer: {bucket_mb: -1}\n", "key 'trainer.bucket_mb': -1 is out of range"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         CHECK_HAS(resolve_error(&f, cases[i].extra), cases[i].want);

@@ -17,6 +17,7 @@ static void single_comm_should_be_rank_0_of_1(void) {
     CT_CHECK_INT(ct_comm_create_single(ctx, &c), CT_OK);
     CT_CHECK_INT(ct_comm_rank(c), 0);
     CT_CHECK_INT(ct_comm_world_size(c), 1);
+    CT_CHECK_INT(ct_comm_local_size(c), 1);
     CT_CHECK(ct_comm_is_root(c));
     CT_CHECK(strcmp(ct_comm_name(c), "single") == 0);
     float f[3] = {1, 2, 3};
@@ -77,9 +78,9 @@ static void fake_destroy(void *s) {
     (*((fake *)s)->destroyed)++;
 }
 
-static const ct_comm_vtable fake_vt = {"fake",   fake_rank,  fake_world,   fake_f32,
-                                       fake_f64, fake_bcast, fake_barrier, fake_destroy,
-                                       NULL,     NULL,       NULL,         NULL};
+static const ct_comm_vtable fake_vt = {"fake",     fake_rank,    fake_world,   fake_f32, fake_f64,
+                                       fake_bcast, fake_barrier, fake_destroy, NULL,     NULL,
+                                       NULL,       NULL,         NULL};
 
 static void custom_comm_should_reduce_and_report_errors(void) {
     int destroyed = 0;
@@ -87,6 +88,7 @@ static void custom_comm_should_reduce_and_report_errors(void) {
     ct_comm *c = NULL;
     CT_CHECK_INT(ct_comm_create_with(ctx, &fake_vt, &f, &c), CT_OK);
     CT_CHECK(!ct_comm_is_root(c));
+    CT_CHECK_INT(ct_comm_local_size(c), 1); /* a vtable without local_size */
     float g[2] = {1.5f, -3.0f};
     CT_CHECK_INT(ct_comm_allreduce_mean_f32(c, g, 2), CT_OK);
     CT_CHECK(g[0] == 1.5f && g[1] == -3.0f); /* (3 x) / 3 */

@@ -282,6 +282,38 @@ static void run_steps(ct_optim_params op, int64_t threads, bool group, float *ou
     ct_ctx_destroy(ctx);
 }
 
+/* With zero_grad every kind's step leaves the whole gradient buffer at 0, groups or not (the
+ * trainer then skips its own zeroing: ct_optim_zeroes_grads); without it the step leaves the
+ * gradients alone. */
+static void optim_zero_grad_should_clear_every_gradient(void) {
+    for (int kind = 0; kind < CT_OPTIM_KIND_COUNT; kind++)
+        for (int zero = 0; zero < 2; zero++) {
+            ct_ctx *ctx = make_ctx(NULL, 2);
+            ct_params *P = make_store(ctx, big, 5, 0.0f);
+            int64_t n = ct_params_numel(P);
+            fill(ct_params_values(P), n, 1, 1.0f);
+            ct_optim_params op = ct_optim_default_params((ct_optim_kind)kind);
+            op.zero_grad = zero != 0;
+            ct_optim *o = NULL;
+            CT_CHECK_INT(ct_optim_create(ctx, P, &op, &o), CT_OK);
+            if (o) {
+                CT_CHECK_INT(ct_optim_add_group(o, "*.bias", 0.5f, 0.0f), CT_OK);
+                CT_CHECK(ct_optim_zeroes_grads(o) == (zero != 0));
+                fill(ct_params_grads(P), n, 7, 1.0f);
+                ct_optim_step(o);
+                int64_t nonzero = 0;
+                for (int64_t i = 0; i < n; i++)
+                    nonzero += ct_params_grads(P)[i] != 0.0f;
+                CT_CHECK_MSG(zero ? nonzero == 0 : nonzero > n / 2,
+                             "kind %d, zero_grad %d: %lld of %lld gradients not 0", kind, zero,
+                             (long long)nonzero, (long long)n);
+            }
+            ct_optim_destroy(o);
+            ct_params_destroy(P);
+            ct_ctx_destroy(ctx);
+        }
+}
+
 static void optim_step_should_not_depend_on_threads(void) {
     ct_optim_params ops[9];
     int count = 0;
@@ -397,6 +429,7 @@ int main(void) {
     CT_RUN(clip_should_clamp_by_value);
     CT_RUN(clip_should_scale_by_global_norm);
     CT_RUN(clip_norm_should_not_depend_on_threads);
+    CT_RUN(optim_zero_grad_should_clear_every_gradient);
     CT_RUN(optim_step_should_not_depend_on_threads);
     return ct_test_finish();
 }
