@@ -131,16 +131,19 @@ CT_API ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *
 /* ---- for op authors (built-in ops and plugins) ---- */
 
 /*
- * Temporary scratch inside an op: take a mark, allocate with ct_graph_alloc, and release the
- * mark when done; the memory is reused by whatever comes next, so a deep network's arena holds
- * the largest scratch once, not the sum. Nothing allocated after the mark may outlive the
- * release (allocate outputs and gradient buffers before marking).
+ * Temporary scratch inside an op: take a mark, allocate with ct_graph_alloc (or make step
+ * tensors), and release the mark when done. Between a mark and its release every allocation
+ * comes from a second arena of the graph's, rewound by the release, so a deep network holds the
+ * largest scratch once, not the sum, and scratch never sits between the step's tensors. Nothing
+ * allocated after the mark may outlive the release (allocate outputs and gradient buffers
+ * before marking); marks nest, and every mark must be released (a failed graph is reset
+ * anyway).
  */
 typedef struct ct_graph_mark {
     void *chunk;
     size_t used;
 } ct_graph_mark;
-CT_API ct_graph_mark ct_graph_scratch_mark(const ct_graph *g);
+CT_API ct_graph_mark ct_graph_scratch_mark(ct_graph *g);
 CT_API void ct_graph_scratch_release(ct_graph *g, ct_graph_mark mark);
 
 /* True when an op with these inputs must record a node: grad mode is on and one requires grad. */

@@ -146,6 +146,11 @@ ct_op_layer_norm(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, 
 /* Inverted dropout with probability p in [0, 1), masks drawn from the graph's RNG stream; the
  * identity in evaluation mode or when p == 0. */
 CT_API ct_tensor *ct_op_dropout(ct_graph *g, ct_tensor *x, float p);
+/* The same dropout written over x's data (the result is a new tensor sharing it), to save the
+ * activation memory of a fresh output: for an x that nothing reads after this call, whose own
+ * producer's backward does not read its output (a linear layer's, a sum's, an embedding's).
+ * Gradients are as ct_op_dropout's. */
+CT_API ct_tensor *ct_op_dropout_over(ct_graph *g, ct_tensor *x, float p);
 /*
  * Causal multi-head self-attention with a fused softmax. qkv [B, T, 3C] holds q, k and v one
  * after another along the last dim (as nanoGPT's c_attn output), each split into n_head heads

@@ -30,7 +30,12 @@ struct ct_graph {
     ct_ctx *ctx;
     spare_grad *spare; /* recycled gradient buffers of this backward pass */
     ct_arena arena;
-    ct_node *tape; /* newest node */
+    /* what ops allocate between a scratch mark and its release: kept apart, so that scratch
+     * never leaves touched holes between the step's tensors (the arena would hold them to the
+     * end of the step) and the step's peak holds the largest scratch once */
+    ct_arena scratch;
+    int64_t scratch_depth; /* marks not yet released */
+    ct_node *tape;         /* newest node */
     outside_leaf *outside;
     bool grad_enabled;
     bool training;
@@ -55,6 +60,7 @@ ct_status ct_graph_create(ct_ctx *ctx, const ct_graph_params *params, ct_graph *
     memset(g, 0, sizeof *g);
     g->ctx = ctx;
     ct_arena_init(&g->arena, ctx, p.arena_chunk);
+    ct_arena_init(&g->scratch, ctx, p.arena_chunk);
     g->grad_enabled = true;
     g->training = true;
     g->autocast = CT_F32;
@@ -71,6 +77,7 @@ void ct_graph_destroy(ct_graph *g) {
         l->t->flags &= ~(uint32_t)CT_TENSOR_GRAD_ARENA;
     }
     ct_arena_fini(&g->arena);
+    ct_arena_fini(&g->scratch);
     ct_free(ctx, g, sizeof *g);
 }
 
@@ -86,6 +93,8 @@ void ct_graph_reset(ct_graph *g) {
     }
     g->outside = NULL;
     ct_arena_reset(&g->arena);
+    ct_arena_reset(&g->scratch);
+    g->scratch_depth = 0;
     g->spare = NULL;
     g->tape = NULL;
     g->status = CT_OK;
@@ -129,11 +138,11 @@ ct_status ct_graph_status(const ct_graph *g) {
 }
 
 size_t ct_graph_arena_capacity(const ct_graph *g) {
-    return g->arena.capacity;
+    return g->arena.capacity + g->scratch.capacity;
 }
 
 int64_t ct_graph_arena_allocations(const ct_graph *g) {
-    return g->arena.n_allocations;
+    return g->arena.n_allocations + g->scratch.n_allocations;
 }
 
 ct_status
@@ -149,19 +158,21 @@ ct_graph_fail_at(ct_graph *g, ct_status code, const char *file, int line, const 
 }
 
 void *ct_graph_alloc(ct_graph *g, size_t size) {
-    void *p = ct_arena_alloc(&g->arena, size);
+    void *p = ct_arena_alloc(g->scratch_depth > 0 ? &g->scratch : &g->arena, size);
     if (!p) CT_GRAPH_FAIL(g, CT_ERR_OOM, "graph arena: allocating %zu bytes", size);
     return p;
 }
 
-ct_graph_mark ct_graph_scratch_mark(const ct_graph *g) {
+ct_graph_mark ct_graph_scratch_mark(ct_graph *g) {
     ct_graph_mark m;
-    ct_arena_mark(&g->arena, &m.chunk, &m.used);
+    ct_arena_mark(&g->scratch, &m.chunk, &m.used);
+    g->scratch_depth++;
     return m;
 }
 
 void ct_graph_scratch_release(ct_graph *g, ct_graph_mark mark) {
-    ct_arena_rewind(&g->arena, mark.chunk, mark.used);
+    ct_arena_rewind(&g->scratch, mark.chunk, mark.used);
+    if (g->scratch_depth > 0) g->scratch_depth--;
 }
 
 static ct_tensor *

@@ -6,7 +6,9 @@
  * each split into H heads of hd = C/H contiguous channels; head h of q at time t is
  * qkv[b, t, h*hd .. h*hd+hd), of k at offset C, of v at offset 2C. The output [B, T, C] holds
  * the heads concatenated back. att [B, H, T, T] holds the softmax probabilities with zeros
- * above the diagonal (the causal mask), which backward reuses.
+ * above the diagonal (the causal mask). Backward computes them again, by the forward's own
+ * code, rather than having them kept (16 MiB of the GPT example's step, as FlashAttention
+ * recomputes them); it costs one more q k^T product and softmax per head.
  *
  * Results do not depend on the thread count: every element is produced by one thread, and
  * gemm sums over K in a fixed order. None of the kernels allocates; scratch is passed in.
@@ -36,8 +38,8 @@ CT_INTERNAL void ct_k_attention_bwd(ct_ctx *ctx,
                                     float *dqkv,       /* [B, T, 3C], accumulated */
                                     float *scratch,    /* [B, H, T, T], clobbered */
                                     const float *dout, /* [B, T, C] */
-                                    const float *qkv,  /* [B, T, 3C] */
-                                    const float *att,  /* [B, H, T, T], from the forward */
+                                    const float *qkv,  /* [B, T, 3C], as in the forward */
+                                    float *att,        /* [B, H, T, T]: the probabilities */
                                     int64_t B,
                                     int64_t T,
                                     int64_t C,
@@ -57,8 +59,8 @@ CT_INTERNAL void ct_k_attention_ref_bwd(ct_ctx *ctx,
                                         float *dqkv,       /* [B, T, 3C], accumulated */
                                         float *scratch,    /* [B, H, T, T], clobbered */
                                         const float *dout, /* [B, T, C] */
-                                        const float *qkv,  /* [B, T, 3C] */
-                                        const float *att,  /* [B, H, T, T], from the forward */
+                                        const float *qkv,  /* [B, T, 3C], as in the forward */
+                                        float *att,        /* [B, H, T, T]: the probabilities */
                                         int64_t B,
                                         int64_t T,
                                         int64_t C,

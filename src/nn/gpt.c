@@ -52,11 +52,13 @@ static ct_tensor *block_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
     ct_tensor *h = ct_op_layer_norm(g, x, t[LN1_W], t[LN1_B], LN_EPS);
     h = ct_op_linear(g, h, t[ATT_W], t[ATT_B]);
     h = ct_op_causal_attention(g, h, l->i[I_HEAD]);
-    h = ct_op_dropout(g, ct_op_linear(g, h, t[APR_W], t[APR_B]), p);
+    /* over the projections' outputs, which only the dropout reads (linear's backward does not
+       read its output): a block holds two activations fewer */
+    h = ct_op_dropout_over(g, ct_op_linear(g, h, t[APR_W], t[APR_B]), p);
     x = ct_op_add(g, x, h);
     h = ct_op_layer_norm(g, x, t[LN2_W], t[LN2_B], LN_EPS);
     h = ct_op_gelu(g, ct_op_linear(g, h, t[FC_W], t[FC_B]), CT_GELU_ERF);
-    h = ct_op_dropout(g, ct_op_linear(g, h, t[MPR_W], t[MPR_B]), p);
+    h = ct_op_dropout_over(g, ct_op_linear(g, h, t[MPR_W], t[MPR_B]), p);
     return ct_op_add(g, x, h);
 }
 
@@ -95,7 +97,7 @@ static ct_tensor *root_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
     /* [B, T, C] + [T, C] */
     ct_tensor *h =
         ct_op_add(g, ct_op_embedding(g, l->t[WTE], x), ct_op_embedding(g, l->t[WPE], pos));
-    h = ct_op_dropout(g, h, l->f[F_DROP]);
+    h = ct_op_dropout_over(g, h, l->f[F_DROP]); /* the sum's backward does not read it */
     h = ct_layer_forward_children(l, g, h);
     h = ct_op_layer_norm(g, h, l->t[LNF_W], l->t[LNF_B], LN_EPS);
     return ct_op_linear(g, h, l->t[HEAD] ? l->t[HEAD] : l->t[WTE], NULL);

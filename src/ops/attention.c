@@ -2,8 +2,9 @@
  * attention.c - causal multi-head self-attention with a fused masked softmax, and its fast
  * kernel pair (the reference twin is src/kernels/ref/attention_ref.c).
  *
- * Forward keeps the probabilities P [B, H, T, T] in the arena (node->saved) for backward, as
- * PyTorch's math path does; they die at ct_graph_reset. The fast path parallelises over the
+ * Forward does not keep the probabilities P [B, H, T, T]: backward computes them again from
+ * qkv by the same code (attn_kernels.h), which PyTorch's math path would keep (16 MiB of the
+ * GPT example's step at batch 16). The fast path parallelises over the
  * B*H heads; each head is two GEMMs (ct_k_gemm, head slices read in place through the row
  * stride 3C) around its softmax rows. With a single head, or too little work to split, the
  * head loop runs on one thread and the GEMM tiles and softmax rows inside spread over the
@@ -15,10 +16,10 @@
  * The GEMMs compute full T x T score blocks; entries above the diagonal are overwritten with
  * exact zeros, which contribute nothing to P v or to the backward products.
  *
- * Under bf16 autocast (ct_graph_set_autocast) q, k and v are rounded to bf16 (one arena copy
- * of qkv, kept for backward) and so is the incoming gradient in backward; the probabilities
- * and the softmax gradient stay f32 inside the fused kernel, as a fused attention kernel keeps
- * them. Node: iarg = B, T, C, H, autocast flag; saved = P, or under autocast {P, rounded qkv}.
+ * Under bf16 autocast (ct_graph_set_autocast) q, k and v are rounded to bf16 (a scratch copy
+ * of qkv; backward rounds qkv again rather than keeping it) and so is the incoming gradient in
+ * backward; the probabilities and the softmax gradient stay f32 inside the fused kernel, as a
+ * fused attention kernel keeps them. Node: iarg = B, T, C, H, autocast flag.
  */
 #include <math.h>
 
@@ -61,6 +62,18 @@ static void causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t
 /* One (b, h) of the forward. Called from a parallel loop over heads, the nested regions
  * (rows here, tiles in ct_k_gemm) are inactive and run on the calling thread; called alone,
  * they spread over the threads. Either way the same calls produce the same bits. */
+/* One head's probabilities P = softmax(q k^T * scale) into att [T, T]: the forward's, and
+ * again the backward's, by the same calls (so the same bits). */
+static void probs_head(
+    ct_ctx *ctx, float *att, const float *qkv, int64_t T, int64_t C, int64_t hd, float scale) {
+    const float *q = qkv, *k = q + C;
+    ct_k_gemm(ctx, false, true, T, T, hd, scale, q, 3 * C, k, 3 * C, 0.0f, att, T);
+    int nt = ct_threads_for(ctx, T, T * 8);
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < T; i++)
+        causal_softmax_row(att + i * T, i, T);
+}
+
 static void forward_head(ct_ctx *ctx,
                          float *out,
                          float *att,
@@ -69,13 +82,8 @@ static void forward_head(ct_ctx *ctx,
                          int64_t C,
                          int64_t hd,
                          float scale) {
-    const float *q = qkv, *k = q + C, *v = q + 2 * C;
-    ct_k_gemm(ctx, false, true, T, T, hd, scale, q, 3 * C, k, 3 * C, 0.0f, att, T);
-    int nt = ct_threads_for(ctx, T, T * 8);
-    CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < T; i++)
-        causal_softmax_row(att + i * T, i, T);
-    ct_k_gemm(ctx, false, false, T, hd, T, 1.0f, att, T, v, 3 * C, 0.0f, out, C);
+    probs_head(ctx, att, qkv, T, C, hd, scale);
+    ct_k_gemm(ctx, false, false, T, hd, T, 1.0f, att, T, qkv + 2 * C, 3 * C, 0.0f, out, C);
 }
 
 static void backward_head(ct_ctx *ctx,
@@ -125,7 +133,7 @@ void ct_k_attention_bwd(ct_ctx *ctx,
                         float *scratch,
                         const float *dout,
                         const float *qkv,
-                        const float *att,
+                        float *att,
                         int64_t B,
                         int64_t T,
                         int64_t C,
@@ -137,6 +145,7 @@ void ct_k_attention_bwd(ct_ctx *ctx,
     for (int64_t bh = 0; bh < B * H; bh++) {
         int64_t b = bh / H, h = bh % H;
         int64_t off = b * T * 3 * C + h * hd;
+        probs_head(ctx, att + bh * T * T, qkv + off, T, C, hd, scale);
         backward_head(ctx, dqkv + off, scratch + bh * T * T, dout + b * T * C + h * hd, qkv + off,
                       att + bh * T * T, T, C, hd, scale);
     }
@@ -149,16 +158,17 @@ static void attention_backward(ct_graph *g, ct_node *n) {
     if (B * T == 0) return;
     ct_graph_mark mark = ct_graph_scratch_mark(g); /* dqkv was allocated above */
     float *scratch = ct_graph_alloc(g, (size_t)(B * H * T * T) * sizeof(float));
-    if (!scratch) return;
-    const float *dout = n->out->grad, *qkv = n->in[0]->data, *att = n->saved;
-    if (n->iarg[4]) {
-        const float *const *kept = n->saved;
-        att = kept[0];
-        qkv = kept[1];
+    float *att = ct_graph_alloc(g, (size_t)(B * H * T * T) * sizeof(float));
+    if (!scratch || !att) return;
+    const float *dout = n->out->grad, *qkv = n->in[0]->data;
+    if (n->iarg[4]) { /* q, k, v and dout rounded as the forward pass rounded q, k, v */
         float *r = ct_graph_alloc(g, (size_t)(B * T * C) * sizeof(float));
-        if (!r) return;
+        float *rq = ct_graph_alloc(g, (size_t)(B * T * 3 * C) * sizeof(float));
+        if (!r || !rq) return;
         ct_ops_round_bf16(g, dout, r, B * T * C);
+        ct_ops_round_bf16(g, qkv, rq, B * T * 3 * C);
         dout = r;
+        qkv = rq;
     }
     if (ct_ops_reference(g))
         ct_k_attention_ref_bwd(ct_graph_ctx(g), dqkv, scratch, dout, qkv, att, B, T, C, H);
@@ -192,29 +202,26 @@ ct_tensor *ct_op_causal_attention(ct_graph *g, ct_tensor *qkv, int64_t n_head) {
     }
     int64_t H = n_head;
     ct_tensor *y = ct_graph_new(g, CT_F32, 3, (int64_t[]){B, T, C});
-    /* a step tensor rather than raw scratch: ct_graph_new checks [B, H, T, T] for overflow */
+    if (!y) return NULL;
+    /* the probabilities and rounded q, k, v are scratch: backward computes them again. A step
+     * tensor rather than raw memory: ct_graph_new checks [B, H, T, T] for overflow */
+    ct_graph_mark mark = ct_graph_scratch_mark(g);
     ct_tensor *att = ct_graph_new(g, CT_F32, 4, (int64_t[]){B, H, T, T});
-    if (!y || !att) return NULL;
+    if (!att) return NULL;
     const float *qv = ct_ops_autocast(g, qkv->data, ct_tensor_numel(qkv));
     if (!qv) return NULL;
+    bool rounded = qv != qkv->data;
     if (B * T > 0) {
         if (ct_ops_reference(g))
             ct_k_attention_ref_fwd(ct_graph_ctx(g), y->data, att->data, qv, B, T, C, H);
         else
             ct_k_attention_fwd(ct_graph_ctx(g), y->data, att->data, qv, B, T, C, H);
     }
+    ct_graph_scratch_release(g, mark);
     if (ct_graph_needs_grad(g, 1, &qkv)) {
         ct_node *n = ct_graph_record(g, &attention_def, y, 1, &qkv);
         if (!n) return NULL;
-        n->saved = att->data;
-        if (qv != qkv->data) {
-            const float **kept = ct_graph_alloc(g, 2 * sizeof *kept);
-            if (!kept) return NULL;
-            kept[0] = att->data;
-            kept[1] = qv;
-            n->saved = (void *)kept;
-            n->iarg[4] = 1;
-        }
+        n->iarg[4] = rounded;
         n->iarg[0] = B;
         n->iarg[1] = T;
         n->iarg[2] = C;

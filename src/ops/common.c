@@ -89,16 +89,8 @@ const float *ct_ops_autocast(ct_graph *g, const float *x, int64_t n) {
     return dst;
 }
 
-/* Under autocast: the rounded operands (kept in node->saved) for a node's backward pass. */
-bool ct_ops_keep_operands(ct_graph *g, ct_node *node, const float *a, const float *b) {
-    if (ct_graph_autocast(g) != CT_BF16) return true;
-    const float **kept = ct_graph_alloc(g, 2 * sizeof *kept);
-    if (!kept) return false;
-    kept[0] = a;
-    kept[1] = b;
-    node->saved = (void *)kept;
-    node->iarg[CT_OPS_AUTOCAST_ARG] = 1;
-    return true;
+void ct_ops_note_autocast(ct_graph *g, ct_node *node) {
+    if (ct_graph_autocast(g) == CT_BF16) node->iarg[CT_OPS_AUTOCAST_ARG] = 1;
 }
 
 bool ct_ops_ran_autocast(const ct_node *n) {
@@ -106,7 +98,7 @@ bool ct_ops_ran_autocast(const ct_node *n) {
 }
 
 /* The incoming gradient for a backward pass: rounded into scratch when the forward pass ran
- * under autocast (the node kept operands), else dy itself; NULL on arena failure. */
+ * under autocast, else dy itself; NULL on arena failure. */
 const float *ct_ops_round_dy(ct_graph *g, const ct_node *n, const float *dy, int64_t count) {
     if (!ct_ops_ran_autocast(n)) return dy;
     float *r = ct_graph_alloc(g, (size_t)(count > 0 ? count : 1) * sizeof(float));
@@ -114,10 +106,15 @@ const float *ct_ops_round_dy(ct_graph *g, const ct_node *n, const float *dy, int
     return r;
 }
 
-/* The operands a backward pass multiplies with: the forward pass's rounded copies or the
+/* The operands a backward pass multiplies with: the inputs rounded again into scratch, or the
  * inputs' own data. */
-const float *ct_ops_operand(const ct_node *n, int i) {
-    return ct_ops_ran_autocast(n) ? ((const float *const *)n->saved)[i] : n->in[i]->data;
+const float *ct_ops_operand(ct_graph *g, const ct_node *n, int i) {
+    const ct_tensor *t = n->in[i];
+    if (!ct_ops_ran_autocast(n)) return t->data;
+    int64_t count = ct_tensor_numel(t);
+    float *r = ct_graph_alloc(g, (size_t)(count > 0 ? count : 1) * sizeof(float));
+    if (r) ct_ops_round_bf16(g, t->data, r, count);
+    return r;
 }
 
 bool ct_ops_mul_ok(int64_t a, int64_t b, int64_t *r) {

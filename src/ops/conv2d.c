@@ -309,8 +309,8 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
     /* all scratch below is released at the end: the gradients were allocated above */
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     const float *dy = ct_ops_round_dy(g, n, n->out->grad, ct_tensor_numel(n->out));
-    const float *xv = ct_ops_operand(n, 0), *wv = ct_ops_operand(n, 1);
-    if (!dy) return;
+    const float *xv = ct_ops_operand(g, n, 0), *wv = ct_ops_operand(g, n, 1);
+    if (!dy || !xv || !wv) return;
     if (ct_ops_reference(g)) {
         ct_k_conv2d_ref_bwd(&s, xv, wv, dy, dx, dw, db);
         ct_graph_scratch_release(g, mark);
@@ -439,6 +439,8 @@ ct_tensor *ct_op_conv2d(
     if (!conv2d_check(g, x, weight, bias, p, args, &s)) return NULL;
     ct_tensor *y = ct_graph_new(g, CT_F32, 4, (int64_t[]){s.n, s.o, s.oh, s.ow});
     if (!y) return NULL;
+    /* scratch only from here (the rounded operands too): y is out */
+    ct_graph_mark mark = ct_graph_scratch_mark(g);
     const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
     const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
     if (!xv || !wv) return NULL;
@@ -459,21 +461,20 @@ ct_tensor *ct_op_conv2d(
         const float *bv = bias ? bias->data : NULL;
         int r = 0;
         bool ok = true;
-        /* scratch only from here: y and the rounded operands are out */
-        ct_graph_mark mark = ct_graph_scratch_mark(g);
         if (ct_ops_reference(g))
             ct_k_conv2d_ref_fwd(&s, xv, wv, bv, y->data);
         else if (s.c > 0 && (r = onednn_forward(g, &s, xv, wv, bv, y->data)) != 0)
             ok = r > 0;
         else
             ok = fast_forward(g, &s, xv, wv, bv, y->data);
-        ct_graph_scratch_release(g, mark);
         if (!ok) return NULL;
     }
+    ct_graph_scratch_release(g, mark);
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {
         ct_node *node = ct_graph_record(g, &conv2d_def, y, n_in, in);
-        if (!node || !ct_ops_keep_operands(g, node, xv, wv)) return NULL;
+        if (!node) return NULL;
+        ct_ops_note_autocast(g, node);
         memcpy(node->iarg, args, sizeof args);
     }
     return y;

@@ -7,7 +7,9 @@
  * stream's counter advances by ceil(n/4). So the mask is the same for any thread count, and
  * saving and restoring the stream (ct_graph_rng) replays it. The mask is kept in the arena as
  * one byte per element for backward. In evaluation mode, or with p == 0, the op is the
- * identity and returns x itself (as PyTorch does), drawing nothing.
+ * identity and returns x itself (as PyTorch does), drawing nothing. ct_op_dropout_over writes
+ * y over x's data (each element is read before it is written, by the same thread), for
+ * callers that know x is dead; backward needs only the mask either way.
  */
 #include "ops/ops_internal.h"
 
@@ -29,7 +31,7 @@ static void dropout_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def dropout_def = {"dropout", dropout_backward};
 
-ct_tensor *ct_op_dropout(ct_graph *g, ct_tensor *x, float p) {
+static ct_tensor *dropout(ct_graph *g, ct_tensor *x, float p, bool over) {
     if (!ct_ops_begin(g, "dropout", 1, &x) || !ct_ops_f32(g, "dropout", "x", x)) return NULL;
     if (!(p >= 0.0f && p < 1.0f)) {
         CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
@@ -40,7 +42,8 @@ ct_tensor *ct_op_dropout(ct_graph *g, ct_tensor *x, float p) {
     if (!ct_graph_training(g) || p == 0.0f) return x;
 
     int64_t count = ct_tensor_numel(x);
-    ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, x->shape);
+    ct_tensor *y = over ? ct_graph_wrap(g, x->data, CT_F32, x->ndim, x->shape)
+                        : ct_graph_new(g, CT_F32, x->ndim, x->shape);
     uint8_t *mask = ct_graph_alloc(g, (size_t)count);
     if (!y || !mask) return NULL;
     ct_rng *rng = ct_graph_rng(g);
@@ -77,4 +80,12 @@ ct_tensor *ct_op_dropout(ct_graph *g, ct_tensor *x, float p) {
         n->farg[0] = scale;
     }
     return y;
+}
+
+ct_tensor *ct_op_dropout(ct_graph *g, ct_tensor *x, float p) {
+    return dropout(g, x, p, false);
+}
+
+ct_tensor *ct_op_dropout_over(ct_graph *g, ct_tensor *x, float p) {
+    return dropout(g, x, p, true);
 }

@@ -28,11 +28,11 @@ static void matmul_backward(ct_graph *g, ct_node *n) {
     ct_tensor *a = n->in[0], *b = n->in[1];
     int64_t batch = n->iarg[0], m = n->iarg[1], k = n->iarg[2], nn = n->iarg[3];
     bool batched_b = n->iarg[4] != 0;
-    const float *av = ct_ops_operand(n, 0), *bv = ct_ops_operand(n, 1);
     float *da = ct_graph_grad(g, a), *db = ct_graph_grad(g, b);
     ct_graph_mark mark = ct_graph_scratch_mark(g);
+    const float *av = ct_ops_operand(g, n, 0), *bv = ct_ops_operand(g, n, 1);
     const float *dc = ct_ops_round_dy(g, n, n->out->grad, batch * m * nn);
-    if (!dc) return;
+    if (!dc || !av || !bv) return;
     ct_k_gemm_fn *gemm = gemm_for(ct_ops_ran_autocast(n));
     if (!batched_b) {
         /* a is [batch*m, k] */
@@ -79,6 +79,7 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
     shape[a->ndim - 1] = n;
     ct_tensor *c = ct_graph_new(g, CT_F32, a->ndim, shape);
     if (!c) return NULL;
+    ct_graph_mark mark = ct_graph_scratch_mark(g); /* the rounded operands die with the product */
     const float *av = ct_ops_autocast(g, a->data, ct_tensor_numel(a));
     const float *bv = ct_ops_autocast(g, b->data, ct_tensor_numel(b));
     if (!av || !bv) return NULL;
@@ -91,9 +92,11 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
             gemm(ctx, false, false, m, n, k, 1.0f, av + i * m * k, k, bv + i * k * n, n, 0.0f,
                  (float *)c->data + i * m * n, n);
     }
+    ct_graph_scratch_release(g, mark);
     if (ct_graph_needs_grad(g, 2, in)) {
         ct_node *node = ct_graph_record(g, &matmul_def, c, 2, in);
-        if (!node || !ct_ops_keep_operands(g, node, av, bv)) return NULL;
+        if (!node) return NULL;
+        ct_ops_note_autocast(g, node);
         node->iarg[0] = batch;
         node->iarg[1] = m;
         node->iarg[2] = k;
@@ -108,11 +111,13 @@ static void linear_backward(ct_graph *g, ct_node *n) {
     ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     int64_t rows = n->iarg[0], in = n->iarg[1], out = n->iarg[2];
-    const float *dy = n->out->grad, *xv = ct_ops_operand(n, 0), *wv = ct_ops_operand(n, 1);
+    const float *dy = n->out->grad;
     float *dx = ct_graph_grad(g, x), *dw = ct_graph_grad(g, w), *db = ct_graph_grad(g, bias);
     ct_graph_mark mark = ct_graph_scratch_mark(g);
+    const float *xv = dw ? ct_ops_operand(g, n, 0) : NULL; /* only dW reads x */
+    const float *wv = dx ? ct_ops_operand(g, n, 1) : NULL; /* only dx reads W */
     const float *dyr = ct_ops_round_dy(g, n, dy, rows * out);
-    if (!dyr) return;
+    if (!dyr || (dw && !xv) || (dx && !wv)) return;
     ct_k_gemm_fn *gemm = gemm_for(ct_ops_ran_autocast(n));
     /* dx [R, in] += dy [R, out] @ W [out, in] */
     if (dx) gemm(ctx, false, false, rows, in, out, 1.0f, dyr, out, wv, in, 1.0f, dx, in);
@@ -167,15 +172,18 @@ ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor 
             memcpy(yv + r * fan_out, bv, (size_t)fan_out * sizeof(float));
         beta = 1.0f;
     }
+    ct_graph_mark mark = ct_graph_scratch_mark(g); /* the rounded operands die with the product */
     const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
     const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
     if (!xv || !wv) return NULL;
     gemm_for(ct_graph_autocast(g) == CT_BF16)(ct_graph_ctx(g), false, true, rows, fan_out, fan_in,
                                               1.0f, xv, fan_in, wv, fan_in, beta, yv, fan_out);
+    ct_graph_scratch_release(g, mark);
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {
         ct_node *node = ct_graph_record(g, &linear_def, y, n_in, in);
-        if (!node || !ct_ops_keep_operands(g, node, xv, wv)) return NULL;
+        if (!node) return NULL;
+        ct_ops_note_autocast(g, node);
         node->iarg[0] = rows;
         node->iarg[1] = fan_in;
         node->iarg[2] = fan_out;

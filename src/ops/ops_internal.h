@@ -36,25 +36,29 @@ CT_INTERNAL int ct_ops_threads(const ct_graph *g, int64_t n, int64_t work);
 CT_INTERNAL bool ct_ops_reference(const ct_graph *g);
 
 /* Mixed precision (ct_graph_set_autocast): with bf16 autocast, a copy of x[0..n) rounded to
- * bf16 (as f32 values) in the graph's arena; otherwise x itself. NULL, with the graph's
- * failure recorded, when the arena cannot grow. */
+ * bf16 (as f32 values) in the graph's arena (scratch: take a mark before it and release it
+ * after the product); otherwise x itself. NULL, with the graph's failure recorded, when the
+ * arena cannot grow. */
 CT_INTERNAL const float *ct_ops_autocast(ct_graph *g, const float *x, int64_t n);
 /* The same rounding into dst, whatever the autocast setting (for backward passes). */
 CT_INTERNAL void ct_ops_round_bf16(ct_graph *g, const float *x, float *dst, int64_t n);
 
-/* The node iarg that ct_ops_keep_operands sets to 1 (matmul, linear and conv2d leave it free). */
+/* The node iarg that ct_ops_note_autocast sets to 1 (matmul, linear and conv2d leave it free). */
 #define CT_OPS_AUTOCAST_ARG 7
-/* Under bf16 autocast, keeps an op's rounded operands a and b (from ct_ops_autocast) in
- * node->saved for its backward pass and marks the node (iarg[CT_OPS_AUTOCAST_ARG]); false on
- * arena failure. Does nothing otherwise. */
-CT_INTERNAL bool ct_ops_keep_operands(ct_graph *g, ct_node *node, const float *a, const float *b);
-/* Whether the node's forward pass ran under bf16 autocast (ct_ops_keep_operands marked it). */
+/* Under bf16 autocast, marks the node (iarg[CT_OPS_AUTOCAST_ARG]) so that its backward pass
+ * rounds as the forward pass did; does nothing otherwise. The rounded operands themselves are
+ * not kept: rounding is a pure function of the inputs, which do not change before backward,
+ * so the backward pass rounds them again into scratch (an arena copy of every matmul operand
+ * would outlive the forward pass: 47 MiB of the GPT example's peak). */
+CT_INTERNAL void ct_ops_note_autocast(ct_graph *g, ct_node *node);
+/* Whether the node's forward pass ran under bf16 autocast (ct_ops_note_autocast marked it). */
 CT_INTERNAL bool ct_ops_ran_autocast(const ct_node *n);
-/* In a backward pass: operand i (0 or 1) as the forward pass multiplied it (the kept rounded
- * copy, or the input's data). */
-CT_INTERNAL const float *ct_ops_operand(const ct_node *n, int i);
+/* In a backward pass: input i's data as the forward pass multiplied it: rounded into arena
+ * memory when it ran under autocast (take a scratch mark first, after allocating the inputs'
+ * gradients), else the data itself. NULL on arena failure. */
+CT_INTERNAL const float *ct_ops_operand(ct_graph *g, const ct_node *n, int i);
 /* In a backward pass: the incoming gradient dy[0..count) rounded to bf16 into arena memory
- * when the forward pass ran under autocast (the node kept its operands), else dy itself; NULL
+ * when the forward pass ran under autocast (ct_ops_note_autocast), else dy itself; NULL
  * on arena failure. Call it after allocating the inputs' gradients and release it with a
  * scratch mark. */
 CT_INTERNAL const float *

@@ -260,12 +260,22 @@ static void graph_should_reuse_released_scratch(void) {
     /* ten cycles cost the arena one scratch, and what was allocated before is untouched */
     CT_CHECK_INT(ct_graph_arena_capacity(g), cap);
     CT_CHECK(ct_tensor_get_f32(a, 99) == 7.0f);
-    /* a mark taken before anything was allocated rewinds to the start */
+    /* a mark taken before anything was allocated rewinds to the start; scratch comes from an
+       arena of its own, so the step's next tensor is not placed on it, and marks nest */
     ct_graph_reset(g);
     ct_graph_mark m0 = ct_graph_scratch_mark(g);
     void *p0 = ct_graph_alloc(g, 64);
+    ct_graph_mark m1 = ct_graph_scratch_mark(g);
+    void *p1 = ct_graph_alloc(g, 64);
+    CT_CHECK(p1 != p0);
+    ct_graph_scratch_release(g, m1);
+    CT_CHECK(ct_graph_alloc(g, 64) == p1); /* still inside m0 */
     ct_graph_scratch_release(g, m0);
+    void *kept = ct_graph_alloc(g, 64);
+    CT_CHECK(kept != p0 && kept != p1);
+    ct_graph_mark m2 = ct_graph_scratch_mark(g);
     CT_CHECK(ct_graph_alloc(g, 64) == p0);
+    ct_graph_scratch_release(g, m2);
     ct_graph_destroy(g);
     ct_ctx_destroy(ctx);
 }

@@ -263,6 +263,42 @@ static void dropout_should_draw_its_mask_from_the_graph_stream(void) {
     ct_ctx_destroy(ctx);
 }
 
+/* ct_op_dropout_over: the values and gradients of ct_op_dropout from the same stream, written
+ * over its input's data (a linear layer's output here: its weight gradient is unchanged, as
+ * linear's backward does not read its output). */
+static void dropout_over_should_equal_dropout_in_place(void) {
+    ct_ctx *ctx = make_ctx(2, 0);
+    enum { R = 37, IN = 5, OUT = 11 };
+    float x[R * IN], w[OUT * IN], ys[2][R * OUT], dx[2][R * IN], dw[2][OUT * IN];
+    for (int i = 0; i < R * IN; i++)
+        x[i] = (float)((i * 7) % 13) / 13.0f - 0.4f;
+    for (int i = 0; i < OUT * IN; i++)
+        w[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+    for (int over = 0; over < 2; over++) {
+        ct_graph *g = make_graph(ctx, 11);
+        ct_tensor *xt = leaf(g, x, CT_F32, 2, (int64_t[]){R, IN}, true);
+        ct_tensor *wt = leaf(g, w, CT_F32, 2, (int64_t[]){OUT, IN}, true);
+        ct_tensor *h = ct_op_linear(g, xt, wt, NULL);
+        ct_tensor *y = over ? ct_op_dropout_over(g, h, 0.4f) : ct_op_dropout(g, h, 0.4f);
+        CT_CHECK(y != NULL && h != NULL);
+        if (!y || !h) return;
+        CT_CHECK(over ? y->data == h->data : y->data != h->data);
+        CT_CHECK_INT(ct_graph_backward(g, ct_op_sum_all(g, ct_op_mul(g, y, y))), CT_OK);
+        memcpy(ys[over], y->data, sizeof ys[over]);
+        memcpy(dx[over], xt->grad, sizeof dx[over]);
+        memcpy(dw[over], wt->grad, sizeof dw[over]);
+        ct_graph_destroy(g);
+    }
+    CT_CHECK(memcmp(ys[0], ys[1], sizeof ys[0]) == 0);
+    CT_CHECK(memcmp(dx[0], dx[1], sizeof dx[0]) == 0);
+    CT_CHECK(memcmp(dw[0], dw[1], sizeof dw[0]) == 0);
+    long zeros = 0;
+    for (int i = 0; i < R * OUT; i++)
+        zeros += ys[1][i] == 0.0f;
+    CT_CHECK(zeros > 0 && zeros < R * OUT); /* the mask did something */
+    ct_ctx_destroy(ctx);
+}
+
 static void dropout_should_be_identity_in_eval_mode_or_with_p_zero(void) {
     ct_ctx *ctx = make_ctx(1, 0);
     ct_graph *g = make_graph(ctx, 1);
@@ -555,6 +591,7 @@ int main(void) {
     CT_RUN(attention_should_reject_bad_shapes);
     CT_RUN(dropout_should_drop_about_p_and_scale_the_rest);
     CT_RUN(dropout_should_draw_its_mask_from_the_graph_stream);
+    CT_RUN(dropout_over_should_equal_dropout_in_place);
     CT_RUN(dropout_should_be_identity_in_eval_mode_or_with_p_zero);
     CT_RUN(dropout_should_give_the_same_mask_for_any_thread_count);
     CT_RUN(embedding_should_look_up_rows_and_scatter_add_gradients);

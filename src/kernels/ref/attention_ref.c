@@ -12,6 +12,31 @@
 
 #include "kernels/attn_kernels.h"
 
+/* Row i of head (b, h)'s probabilities into p[0..T). Forward and backward both call it, so the
+ * backward pass sees the forward's probabilities bit for bit without keeping them. */
+static void probs_row(
+    float *p, const float *qkv, int64_t b, int64_t h, int64_t i, int64_t T, int64_t C, int64_t H) {
+    int64_t hd = C / H, C3 = 3 * C;
+    double scale = 1.0 / sqrt((double)hd);
+    const float *q = qkv + b * T * C3 + h * hd, *k = q + C;
+    double mx = -HUGE_VAL;
+    for (int64_t j = 0; j <= i; j++) {
+        double s = 0.0;
+        for (int64_t d = 0; d < hd; d++)
+            s += (double)q[i * C3 + d] * (double)k[j * C3 + d];
+        s *= scale;
+        p[j] = (float)s;
+        if (s > mx) mx = s;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j <= i; j++)
+        sum += exp((double)p[j] - mx);
+    for (int64_t j = 0; j <= i; j++)
+        p[j] = (float)(exp((double)p[j] - mx) / sum);
+    for (int64_t j = i + 1; j < T; j++)
+        p[j] = 0.0f;
+}
+
 void ct_k_attention_ref_fwd(ct_ctx *ctx,
                             float *out,
                             float *att,
@@ -22,29 +47,13 @@ void ct_k_attention_ref_fwd(ct_ctx *ctx,
                             int64_t H) {
     (void)ctx;
     int64_t hd = C / H, C3 = 3 * C;
-    double scale = 1.0 / sqrt((double)hd);
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < H; h++) {
-            const float *q = qkv + b * T * C3 + h * hd, *k = q + C, *v = q + 2 * C;
+            const float *v = qkv + b * T * C3 + h * hd + 2 * C;
             float *o = out + b * T * C + h * hd;
             for (int64_t i = 0; i < T; i++) {
                 float *p = att + ((b * H + h) * T + i) * T;
-                double mx = -HUGE_VAL;
-                for (int64_t j = 0; j <= i; j++) {
-                    double s = 0.0;
-                    for (int64_t d = 0; d < hd; d++)
-                        s += (double)q[i * C3 + d] * (double)k[j * C3 + d];
-                    s *= scale;
-                    p[j] = (float)s;
-                    if (s > mx) mx = s;
-                }
-                double sum = 0.0;
-                for (int64_t j = 0; j <= i; j++)
-                    sum += exp((double)p[j] - mx);
-                for (int64_t j = 0; j <= i; j++)
-                    p[j] = (float)(exp((double)p[j] - mx) / sum);
-                for (int64_t j = i + 1; j < T; j++)
-                    p[j] = 0.0f;
+                probs_row(p, qkv, b, h, i, T, C, H);
                 for (int64_t d = 0; d < hd; d++) {
                     double acc = 0.0;
                     for (int64_t j = 0; j <= i; j++)
@@ -61,7 +70,7 @@ void ct_k_attention_ref_bwd(ct_ctx *ctx,
                             float *scratch,
                             const float *dout,
                             const float *qkv,
-                            const float *att,
+                            float *att,
                             int64_t B,
                             int64_t T,
                             int64_t C,
@@ -75,7 +84,9 @@ void ct_k_attention_ref_bwd(ct_ctx *ctx,
             const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
             float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
             const float *dout_h = dout + b * T * C + h * hd;
-            const float *p = att + (b * H + h) * T * T;
+            float *p = att + (b * H + h) * T * T;
+            for (int64_t i = 0; i < T; i++) /* the forward's probabilities, again */
+                probs_row(p + i * T, qkv, b, h, i, T, C, H);
             float *ds = scratch + (b * H + h) * T * T;
             /* dS, scaled by 1/sqrt(hd), zero above the diagonal */
             for (int64_t i = 0; i < T; i++) {
