@@ -94,6 +94,11 @@ CT_API ct_tensor *ct_op_gather(ct_graph *g, ct_tensor *x, ct_tensor *idx);
 CT_API ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b);
 /* x [..., in] @ weight[out, in]^T + bias[out] -> [..., out]; bias may be NULL. */
 CT_API ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias);
+/* linear(gelu(x)) as one op that keeps x but not gelu(x) (computed again in backward): the
+ * values and gradients of ct_op_linear(ct_op_gelu(x, approx), ...), bit for bit, with one
+ * activation fewer held for backward (a transformer MLP's [tokens, 4C]). */
+CT_API ct_tensor *ct_op_gelu_linear(
+    ct_graph *g, ct_tensor *x, ct_gelu_approx approx, ct_tensor *weight, ct_tensor *bias);
 
 /* ---- convolution and pooling (NCHW) ---- */
 

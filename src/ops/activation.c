@@ -93,6 +93,35 @@ static inline float gelu_grad_fast(float x) {
     return 0.5f * (1.0f + ct_verff(x * INV_SQRT_2)) + x * INV_SQRT_2PI * ct_vexpf(-0.5f * x * x);
 }
 
+void ct_ops_gelu_fwd(ct_graph *g, ct_gelu_approx approx, const float *x, float *y, int64_t n) {
+    int nt = ct_ops_threads(g, n, 16);
+    if (approx == CT_GELU_ERF && !ct_ops_reference(g)) {
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < n; i++)
+            y[i] = gelu_fast(x[i]);
+        return;
+    }
+    act_kind k = approx == CT_GELU_TANH ? ACT_GELU_TANH : ACT_GELU_ERF;
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = act_fwd(k, x[i], 0.0f);
+}
+
+void ct_ops_gelu_bwd(
+    ct_graph *g, ct_gelu_approx approx, const float *x, const float *dy, float *dx, int64_t n) {
+    int nt = ct_ops_threads(g, n, 16);
+    if (approx == CT_GELU_ERF && !ct_ops_reference(g)) {
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i] * gelu_grad_fast(x[i]);
+        return;
+    }
+    act_kind k = approx == CT_GELU_TANH ? ACT_GELU_TANH : ACT_GELU_ERF;
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n; i++)
+        dx[i] += dy[i] * act_grad(k, x[i], 0.0f, 0.0f); /* GELU's derivative reads x only */
+}
+
 static void act_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
@@ -101,10 +130,8 @@ static void act_backward(ct_graph *g, ct_node *n) {
     const float *x = n->in[0]->data, *y = n->out->data, *dy = n->out->grad;
     int64_t total = ct_tensor_numel(n->out);
     int nt = ct_ops_threads(g, total, 16);
-    if (k == ACT_GELU_ERF && !ct_ops_reference(g)) {
-        CT_OMP_FOR(nt)
-        for (int64_t i = 0; i < total; i++)
-            dx[i] += dy[i] * gelu_grad_fast(x[i]);
+    if (k == ACT_GELU_ERF || k == ACT_GELU_TANH) { /* the loops ct_op_gelu_linear shares */
+        ct_ops_gelu_bwd(g, k == ACT_GELU_TANH ? CT_GELU_TANH : CT_GELU_ERF, x, dy, dx, total);
         return;
     }
     if (k == ACT_RELU) { /* a loop of its own, which vectorises (the switch below does not) */
@@ -133,10 +160,8 @@ static ct_tensor *activation(ct_graph *g, act_kind k, ct_tensor *x, float slope)
     float *yv = y->data;
     int64_t total = ct_tensor_numel(y);
     int nt = ct_ops_threads(g, total, 16);
-    if (k == ACT_GELU_ERF && !ct_ops_reference(g)) {
-        CT_OMP_FOR(nt)
-        for (int64_t i = 0; i < total; i++)
-            yv[i] = gelu_fast(xv[i]);
+    if (k == ACT_GELU_ERF || k == ACT_GELU_TANH) {
+        ct_ops_gelu_fwd(g, k == ACT_GELU_TANH ? CT_GELU_TANH : CT_GELU_ERF, xv, yv, total);
     } else if (k == ACT_RELU) {
         CT_PAR_FOR(nt, i, total, yv[i] = xv[i] > 0.0f ? xv[i] : 0.0f;);
     } else {

@@ -6,11 +6,16 @@
  * accumulates straight into the gradient buffers with beta = 1: dA += dC B^T, dB += A^T dC.
  * Linear's bias gradient sums rows in a fixed order per output column.
  *
- * Under bf16 autocast (ct_graph_set_autocast) the operands are rounded to bf16 into arena
- * copies, which the node keeps (saved: the two pointers) for its backward pass; that pass
- * rounds the incoming gradient into scratch and computes every gradient of the op from it
- * (the bias gradient too, summed in f64 as in f32 mode). Those products of bf16 values go to
- * ct_k_gemm_bf16 (oneDNN's bf16 matmul where the context chooses it, else the f32 GEMM).
+ * Under bf16 autocast (ct_graph_set_autocast) the operands are rounded to bf16 into scratch
+ * copies; the backward pass rounds them again (and the incoming gradient) into scratch and
+ * computes every gradient of the op from those (the bias gradient too, summed in f64 as in
+ * f32 mode). Those products of bf16 values go to ct_k_gemm_bf16 (oneDNN's bf16 matmul where
+ * the context chooses it, else the f32 GEMM).
+ *
+ * gelu_linear is linear(gelu(x)) keeping only x: the activation is computed into scratch in
+ * the forward pass and again in the backward pass (by ct_op_gelu's own loops), so a GPT's MLP
+ * holds its [R, 4C] pre-activation but not a second [R, 4C] tensor; its results are the
+ * unfused pair's, bit for bit.
  */
 #include <string.h>
 
@@ -106,21 +111,37 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
     return c;
 }
 
-/* iarg: [0] rows R, [1] in, [2] out */
+/* iarg: [0] rows R, [1] in, [2] out, [3] 0, or 1 + ct_gelu_approx for gelu_linear */
 static void linear_backward(ct_graph *g, ct_node *n) {
     ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     int64_t rows = n->iarg[0], in = n->iarg[1], out = n->iarg[2];
+    bool gelu = n->iarg[3] != 0;
+    ct_gelu_approx approx = gelu ? (ct_gelu_approx)(n->iarg[3] - 1) : CT_GELU_ERF;
     const float *dy = n->out->grad;
     float *dx = ct_graph_grad(g, x), *dw = ct_graph_grad(g, w), *db = ct_graph_grad(g, bias);
     ct_graph_mark mark = ct_graph_scratch_mark(g);
-    const float *xv = dw ? ct_ops_operand(g, n, 0) : NULL; /* only dW reads x */
-    const float *wv = dx ? ct_ops_operand(g, n, 1) : NULL; /* only dx reads W */
+    const float *xv = NULL, *wv = NULL;
+    float *da = dx; /* where dy W goes: dx itself, or (gelu) the activation's gradient */
+    if (gelu) {
+        /* the activation again, rounded in place as the forward's copy was */
+        float *a = ct_graph_alloc(g, (size_t)(rows * in > 0 ? rows * in : 1) * sizeof(float));
+        da = dx ? ct_graph_alloc(g, (size_t)(rows * in > 0 ? rows * in : 1) * sizeof(float)) : NULL;
+        if (!a || (dx && !da)) return;
+        ct_ops_gelu_fwd(g, approx, x->data, a, rows * in);
+        if (ct_ops_ran_autocast(n)) ct_ops_round_bf16(g, a, a, rows * in);
+        xv = a;
+        if (da) memset(da, 0, (size_t)(rows * in) * sizeof(float)); /* as a fresh gradient */
+    } else if (dw) {
+        xv = ct_ops_operand(g, n, 0); /* only dW reads x */
+    }
+    if (dx) wv = ct_ops_operand(g, n, 1); /* only dx reads W */
     const float *dyr = ct_ops_round_dy(g, n, dy, rows * out);
     if (!dyr || (dw && !xv) || (dx && !wv)) return;
     ct_k_gemm_fn *gemm = gemm_for(ct_ops_ran_autocast(n));
-    /* dx [R, in] += dy [R, out] @ W [out, in] */
-    if (dx) gemm(ctx, false, false, rows, in, out, 1.0f, dyr, out, wv, in, 1.0f, dx, in);
+    /* dx [R, in] += dy [R, out] @ W [out, in] (for gelu_linear into da, then through gelu') */
+    if (dx) gemm(ctx, false, false, rows, in, out, 1.0f, dyr, out, wv, in, 1.0f, da, in);
+    if (dx && gelu) ct_ops_gelu_bwd(g, approx, x->data, da, dx, rows * in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
     if (dw) gemm(ctx, true, false, out, in, rows, 1.0f, dyr, out, xv, in, 1.0f, dw, in);
     if (db) {
@@ -131,24 +152,27 @@ static void linear_backward(ct_graph *g, ct_node *n) {
 }
 
 static const ct_op_def linear_def = {"linear", linear_backward};
+static const ct_op_def gelu_linear_def = {"gelu_linear", linear_backward};
 
-ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias) {
+/* linear (gelu 0) or gelu_linear (gelu = 1 + ct_gelu_approx) */
+static ct_tensor *
+linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gelu) {
+    const char *op = gelu ? "gelu_linear" : "linear";
     ct_tensor *in[3] = {x, weight, bias};
-    if (!ct_ops_begin(g, "linear", 2, in)) return NULL;
-    if (!ct_ops_f32(g, "linear", "x", x) || !ct_ops_f32(g, "linear", "weight", weight) ||
-        (bias && !ct_ops_f32(g, "linear", "bias", bias)))
+    if (!ct_ops_begin(g, op, 2, in)) return NULL;
+    if (!ct_ops_f32(g, op, "x", x) || !ct_ops_f32(g, op, "weight", weight) ||
+        (bias && !ct_ops_f32(g, op, "bias", bias)))
         return NULL;
     char s1[200], s2[200], s3[200];
     if (x->ndim < 1 || weight->ndim != 2 || x->shape[x->ndim - 1] != weight->shape[1]) {
-        CT_GRAPH_FAIL(
-            g, CT_ERR_SHAPE,
-            "linear: x %s does not fit weight %s (expected x [..., in], weight [out, in])",
-            ct_shape_str(x, s1, sizeof s1), ct_shape_str(weight, s2, sizeof s2));
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE,
+                      "%s: x %s does not fit weight %s (expected x [..., in], weight [out, in])",
+                      op, ct_shape_str(x, s1, sizeof s1), ct_shape_str(weight, s2, sizeof s2));
         return NULL;
     }
     int64_t fan_in = weight->shape[1], fan_out = weight->shape[0];
     if (bias && (bias->ndim != 1 || bias->shape[0] != fan_out)) {
-        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "linear: bias %s, expected [%lld] for weight %s",
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "%s: bias %s, expected [%lld] for weight %s", op,
                       ct_shape_str(bias, s3, sizeof s3), (long long)fan_out,
                       ct_shape_str(weight, s2, sizeof s2));
         return NULL;
@@ -173,7 +197,15 @@ ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor 
         beta = 1.0f;
     }
     ct_graph_mark mark = ct_graph_scratch_mark(g); /* the rounded operands die with the product */
-    const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
+    const float *xd = x->data;
+    if (gelu) { /* the activation, in scratch: backward computes it again */
+        float *a =
+            ct_graph_alloc(g, (size_t)(rows * fan_in > 0 ? rows * fan_in : 1) * sizeof(float));
+        if (!a) return NULL;
+        ct_ops_gelu_fwd(g, (ct_gelu_approx)(gelu - 1), xd, a, rows * fan_in);
+        xd = a;
+    }
+    const float *xv = ct_ops_autocast(g, xd, rows * fan_in);
     const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
     if (!xv || !wv) return NULL;
     gemm_for(ct_graph_autocast(g) == CT_BF16)(ct_graph_ctx(g), false, true, rows, fan_out, fan_in,
@@ -181,12 +213,27 @@ ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor 
     ct_graph_scratch_release(g, mark);
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {
-        ct_node *node = ct_graph_record(g, &linear_def, y, n_in, in);
+        ct_node *node = ct_graph_record(g, gelu ? &gelu_linear_def : &linear_def, y, n_in, in);
         if (!node) return NULL;
         ct_ops_note_autocast(g, node);
         node->iarg[0] = rows;
         node->iarg[1] = fan_in;
         node->iarg[2] = fan_out;
+        node->iarg[3] = gelu;
     }
     return y;
+}
+
+ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias) {
+    return linear_op(g, x, weight, bias, 0);
+}
+
+ct_tensor *ct_op_gelu_linear(
+    ct_graph *g, ct_tensor *x, ct_gelu_approx approx, ct_tensor *weight, ct_tensor *bias) {
+    if ((int)approx < 0 || approx >= CT_GELU_APPROX_COUNT) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
+                      "gelu_linear: approximation %d is not a ct_gelu_approx", (int)approx);
+        return NULL;
+    }
+    return linear_op(g, x, weight, bias, 1 + (int)approx);
 }

@@ -43,6 +43,13 @@ CT_INTERNAL const float *ct_ops_autocast(ct_graph *g, const float *x, int64_t n)
 /* The same rounding into dst, whatever the autocast setting (for backward passes). */
 CT_INTERNAL void ct_ops_round_bf16(ct_graph *g, const float *x, float *dst, int64_t n);
 
+/* y = gelu(x) and dx += dy * gelu'(x) over n elements: ct_op_gelu's loops (activation.c),
+ * shared with ct_op_gelu_linear so that the two give the same bits. */
+CT_INTERNAL void
+ct_ops_gelu_fwd(ct_graph *g, ct_gelu_approx approx, const float *x, float *y, int64_t n);
+CT_INTERNAL void ct_ops_gelu_bwd(
+    ct_graph *g, ct_gelu_approx approx, const float *x, const float *dy, float *dx, int64_t n);
+
 /* The node iarg that ct_ops_note_autocast sets to 1 (matmul, linear and conv2d leave it free). */
 #define CT_OPS_AUTOCAST_ARG 7
 /* Under bf16 autocast, marks the node (iarg[CT_OPS_AUTOCAST_ARG]) so that its backward pass

@@ -43,6 +43,8 @@ FWD(f_narrow, ct_op_narrow(g, in[0], 1, 1, 2))
 FWD(f_matmul, ct_op_matmul(g, in[0], in[1]))
 FWD(f_linear, ct_op_linear(g, in[0], in[1], in[2]))
 FWD(f_linear_nobias, ct_op_linear(g, in[0], in[1], NULL))
+FWD(f_gelu_linear, ct_op_gelu_linear(g, in[0], CT_GELU_ERF, in[1], in[2]))
+FWD(f_gelu_tanh_linear, ct_op_gelu_linear(g, in[0], CT_GELU_TANH, in[1], NULL))
 
 static ct_tensor *f_concat(ct_graph *g, ct_tensor **in, void *user) {
     (void)user;
@@ -163,6 +165,8 @@ static void matmul_should_have_correct_gradients(void) {
     gc_input inl[3] = {x, w, bias};
     gc_check("linear", ctx, 3, inl, f_linear, NULL, NULL);
     gc_check("linear without bias", ctx, 2, inl, f_linear_nobias, NULL, NULL);
+    gc_check("gelu_linear", ctx, 3, inl, f_gelu_linear, NULL, NULL);
+    gc_check("gelu_linear (tanh) without bias", ctx, 2, inl, f_gelu_tanh_linear, NULL, NULL);
     free(a.data);
     free(b.data);
     free(bb.data);

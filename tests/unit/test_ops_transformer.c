@@ -299,6 +299,51 @@ static void dropout_over_should_equal_dropout_in_place(void) {
     ct_ctx_destroy(ctx);
 }
 
+/* ct_op_gelu_linear gives linear(gelu(x))'s output and gradients bit for bit (with a bias or
+ * without, erf and tanh forms, f32 and bf16 autocast, fast and reference kernels) while
+ * holding one activation fewer. */
+static void gelu_linear_should_equal_gelu_then_linear(void) {
+    enum { R = 29, IN = 12, OUT = 7 };
+    static float x[R * IN], w[OUT * IN], b[OUT];
+    for (int i = 0; i < R * IN; i++)
+        x[i] = (float)((i * 37) % 101) / 25.0f - 2.0f;
+    for (int i = 0; i < OUT * IN; i++)
+        w[i] = (float)((i * 13) % 29) / 29.0f - 0.5f;
+    for (int i = 0; i < OUT; i++)
+        b[i] = 0.1f * (float)i - 0.3f;
+    for (int ref = 0; ref < 2; ref++)
+        for (int cfg = 0; cfg < 8; cfg++) {
+            bool bf16 = cfg & 1, tanh_form = cfg & 2, with_bias = cfg & 4;
+            ct_gelu_approx approx = tanh_form ? CT_GELU_TANH : CT_GELU_ERF;
+            ct_ctx *ctx = make_ctx(2, ref ? CT_KERNELS_REFERENCE : 0);
+            static float ys[2][R * OUT], dx[2][R * IN], dw[2][OUT * IN], db[2][OUT];
+            for (int fused = 0; fused < 2; fused++) {
+                ct_graph *g = make_graph(ctx, 3);
+                if (bf16) ct_graph_set_autocast(g, CT_BF16);
+                ct_tensor *xt = leaf(g, x, CT_F32, 2, (int64_t[]){R, IN}, true);
+                ct_tensor *wt = leaf(g, w, CT_F32, 2, (int64_t[]){OUT, IN}, true);
+                ct_tensor *bt = with_bias ? leaf(g, b, CT_F32, 1, (int64_t[]){OUT}, true) : NULL;
+                ct_tensor *y = fused ? ct_op_gelu_linear(g, xt, approx, wt, bt)
+                                     : ct_op_linear(g, ct_op_gelu(g, xt, approx), wt, bt);
+                CT_CHECK(y != NULL);
+                if (!y) return;
+                CT_CHECK_INT(ct_graph_backward(g, ct_op_sum_all(g, ct_op_mul(g, y, y))), CT_OK);
+                memcpy(ys[fused], y->data, sizeof ys[fused]);
+                memcpy(dx[fused], xt->grad, sizeof dx[fused]);
+                memcpy(dw[fused], wt->grad, sizeof dw[fused]);
+                if (bt) memcpy(db[fused], bt->grad, sizeof db[fused]);
+                ct_graph_destroy(g);
+            }
+            CT_CHECK_MSG(memcmp(ys[0], ys[1], sizeof ys[0]) == 0, "ref %d cfg %d: y", ref, cfg);
+            CT_CHECK_MSG(memcmp(dx[0], dx[1], sizeof dx[0]) == 0, "ref %d cfg %d: dx", ref, cfg);
+            CT_CHECK_MSG(memcmp(dw[0], dw[1], sizeof dw[0]) == 0, "ref %d cfg %d: dw", ref, cfg);
+            if (with_bias)
+                CT_CHECK_MSG(memcmp(db[0], db[1], sizeof db[0]) == 0, "ref %d cfg %d: db", ref,
+                             cfg);
+            ct_ctx_destroy(ctx);
+        }
+}
+
 static void dropout_should_be_identity_in_eval_mode_or_with_p_zero(void) {
     ct_ctx *ctx = make_ctx(1, 0);
     ct_graph *g = make_graph(ctx, 1);
@@ -592,6 +637,7 @@ int main(void) {
     CT_RUN(dropout_should_drop_about_p_and_scale_the_rest);
     CT_RUN(dropout_should_draw_its_mask_from_the_graph_stream);
     CT_RUN(dropout_over_should_equal_dropout_in_place);
+    CT_RUN(gelu_linear_should_equal_gelu_then_linear);
     CT_RUN(dropout_should_be_identity_in_eval_mode_or_with_p_zero);
     CT_RUN(dropout_should_give_the_same_mask_for_any_thread_count);
     CT_RUN(embedding_should_look_up_rows_and_scatter_add_gradients);
