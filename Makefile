@@ -9,7 +9,7 @@
 JOBS ?= 2
 
 .PHONY: all deps build demo test test-release test-asan test-noomp test-mpich test-tsan test-fuzz \
-	fuzz-config fuzz-checkpoint format-check bench clean
+	fuzz-config fuzz-checkpoint format-check bench bench-pytorch clean
 
 all: build
 
@@ -90,6 +90,17 @@ test-fuzz:
 
 format-check:
 	scripts/check-format.sh
+
+# Issue 7's comparison with PyTorch in one invocation (about 13 minutes on the 2-core
+# machine): the reference models' throughput and peak RSS (fp32 and bf16), the batch-1 step,
+# the time to the target accuracy. `make bench` adds the micro-benchmarks and bench/dist.py.
+bench-pytorch:
+	@scripts/install-deps.sh --bench
+	cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake --build build -j $(JOBS)
+	/usr/bin/python3 bench/models.py --build build
+	/usr/bin/python3 bench/run.py --build build --cases mlp32_step
+	/usr/bin/python3 bench/time_to_accuracy.py --build build
 
 bench:
 	@scripts/install-deps.sh --bench

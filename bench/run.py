@@ -176,7 +176,7 @@ def main():
     for name in args.cases.split(","):
         c_med, _, _ = time_ctrain(binary, name, args.threads)
         t_med, _, _ = time_torch(name)
-        print(f"{name:<10} {c_med:>10.3f} {t_med:>10.3f} {t_med / c_med:>14.2f}x", flush=True)
+        print(f"{name:<10} {c_med:>10.4f} {t_med:>10.4f} {t_med / c_med:>14.2f}x", flush=True)
 
 
 if __name__ == "__main__":

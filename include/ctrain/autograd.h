@@ -74,7 +74,8 @@ CT_API ct_rng *ct_graph_rng(ct_graph *g);
 /* Mixed precision (default CT_F32: off). CT_BF16: matmul, linear and conv2d round their
  * operands to bf16 (nearest, ties to even) and multiply them with f32 accumulation into f32
  * outputs; their backward passes round the incoming gradient the same way and take the op's
- * gradients from it and the rounded operands kept from the forward pass. causal_attention
+ * gradients from it and the operands rounded again (the forward's rounded copies are scratch;
+ * the same inputs round to the same bits). causal_attention
  * rounds q, k, v and its incoming gradient (the probabilities stay f32 inside the fused
  * kernel). Every other op, the losses, the norms and the parameters (the master weights) and
  * their gradients stay f32. Any other dtype is a CT_ERR_INVALID_ARG (recorded as the graph's
@@ -148,6 +149,9 @@ CT_API void ct_graph_scratch_release(ct_graph *g, ct_graph_mark mark);
 
 /* True when an op with these inputs must record a node: grad mode is on and one requires grad. */
 CT_API bool ct_graph_needs_grad(const ct_graph *g, int32_t n_in, ct_tensor *const *in);
+/* True when t is the output of the newest node on the tape: no op that records a node has
+ * read it since it was made (for ops that write over their input). */
+CT_API bool ct_graph_is_newest(const ct_graph *g, const ct_tensor *t);
 /* Appends a node producing `out` from the inputs and marks `out` as requiring grad. Returns
  * NULL (sticky failure) on OOM. Call only when ct_graph_needs_grad said yes. */
 CT_API ct_node *ct_graph_record(

@@ -54,7 +54,9 @@ typedef struct ct_comm_vtable {
     ct_status (*wait)(void *self, ct_ctx *ctx, void *impl);
     ct_status (*test)(void *self, ct_ctx *ctx, void *impl, bool *done);
     /* Optional (NULL: 1). How many ranks share this rank's machine (its shared memory), this
-     * one included: world_size on every rank when the whole job runs on one machine. */
+     * one included: world_size on every rank when the whole job runs on one machine. Equal to
+     * world_size on every rank or on none: the trainer's automatic bucketing takes the same
+     * path on every rank from it (MPI_COMM_TYPE_SHARED gives that). */
     int64_t (*local_size)(const void *self);
 } ct_comm_vtable;
 

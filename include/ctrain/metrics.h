@@ -11,21 +11,22 @@
  *     ct_metrics_accumulators(m, &buf, &n); all-reduce buf (sum, f64) in place
  *     ct_metrics_compute(m);                every rank gets the same values
  *
- * Exactness. Every value is a function of the set of samples seen (and, for reported losses,
- * of the reports), not of their order, their batches or the ranks that saw them: sharded
- * evaluation gives the same bits as one process. Classification metrics (accuracy, topk,
- * precision, recall, f1, confusion) count integers, exact in double up to 2^53. The sums of
+ * Exactness. Every built-in value is a function of the set of samples seen (and, for
+ * reported losses, of the reports), not of their order, their batches or the ranks that saw
+ * them: sharded evaluation gives the same bits as one process. Classification metrics (accuracy,
+ * topk, precision, recall, f1, confusion) count integers, exact in double up to 2^53. The sums of
  * real values (loss, mse, mae, rmse, r2, perplexity; a layout's n_exact slots) are exact sums
  * (a fixed-point integer wide enough for any double; src/core/xsum.c), rounded to double once,
  * when values are computed; the set feeds those metrics one row of the batch (one sample:
- * index 0 of pred and target) at a time. The buffer from ct_metrics_accumulators holds the
- * counts and the exact sums as integer-valued doubles below 2^33, so an f64 sum of up to 2^20
- * such buffers, in any order, is exact. What stays batch-dependent is what the caller
- * reports: the trainer reports each batch's mean loss (an f32 reduction over the batch), so
- * `loss` is the same for the same evaluation batches, which sharded evaluation keeps (each
- * rank takes whole batches: CT_SHARD_EVAL in data.h). R² computes the total sum of squares
- * as sum(y²) - sum(y)²/n from the exactly rounded sums, which cancels when the targets' mean
- * is large against their spread (see regression.c).
+ * index 0 of pred and target) at a time (when pred and target disagree on their first
+ * dimension, the whole batch at once, whose own sums are then in order). The buffer from
+ * ct_metrics_accumulators holds the counts and the exact sums as integer-valued doubles below 2^33,
+ * so an f64 sum of up to 2^20 such buffers, in any order, is exact. What stays batch-dependent is
+ * what the caller reports: the trainer reports each batch's mean loss (an f32 reduction over the
+ * batch), so `loss` is the same for the same evaluation batches, which sharded evaluation keeps
+ * (each rank takes whole batches: CT_SHARD_EVAL in data.h). R² computes the total sum of squares as
+ * sum(y²) - sum(y)²/n from the exactly rounded sums, which cancels when the targets' mean is large
+ * against their spread (see regression.c).
  *
  * Names are "<split>/<name>[/<part>]", where name is the spec's name or the type's default:
  *     accuracy                  valid/acc
@@ -71,13 +72,14 @@ extern "C" {
 
 /* What a metric type's open reports. */
 typedef struct ct_metric_layout {
-    int64_t n_accum; /* f64 accumulator slots the metric owns (>= 0) */
-    /* The first n_exact slots (0 <= n_exact <= min(n_accum, 4096)) are sums of real values:
-     * the set feeds the metric one sample at a time and keeps these slots as exact sums
-     * (see Exactness above). The other slots must only ever hold integer counts. */
-    int64_t n_exact;
+    int64_t n_accum;               /* f64 accumulator slots the metric owns (>= 0) */
     int64_t n_values;              /* values compute writes (>= 1) */
     char name[CT_METRIC_NAME_MAX]; /* default name ("acc", "top5", "f1_macro") */
+    /* The first n_exact slots (0 <= n_exact <= min(n_accum, 4096); 0 when open leaves it) are
+     * sums of real values: the set feeds the metric one sample (row of pred and target) at a
+     * time and keeps these slots as exact sums (see Exactness above). Other slots that sum
+     * non-integers get plain f64 sums, which depend on order, batches and ranks. */
+    int64_t n_exact;
 } ct_metric_layout;
 
 /*

@@ -152,8 +152,10 @@ ct_op_layer_norm(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, 
  * identity in evaluation mode or when p == 0. */
 CT_API ct_tensor *ct_op_dropout(ct_graph *g, ct_tensor *x, float p);
 /* The same dropout written over x's data (the result is a new tensor sharing it), to save the
- * activation memory of a fresh output: for an x that nothing reads after this call, whose own
- * producer's backward does not read its output (a linear layer's, a sum's, an embedding's).
+ * activation memory of a fresh output: for an x that nothing reads after this call, forward or
+ * backward, whose own producer's backward does not read its output (a linear layer's, a
+ * sum's, an embedding's). x must be the newest recorded node's output (else
+ * CT_ERR_INVALID_ARG); without a recorded node (no gradients) the output is a fresh tensor.
  * Gradients are as ct_op_dropout's. */
 CT_API ct_tensor *ct_op_dropout_over(ct_graph *g, ct_tensor *x, float p);
 /*

@@ -213,6 +213,10 @@ ct_graph_wrap(ct_graph *g, void *data, ct_dtype dtype, int32_t ndim, const int64
     return new_tensor(g, dtype, ndim, shape, false, data);
 }
 
+bool ct_graph_is_newest(const ct_graph *g, const ct_tensor *t) {
+    return t && t->node && t->node == g->tape;
+}
+
 bool ct_graph_needs_grad(const ct_graph *g, int32_t n_in, ct_tensor *const *in) {
     if (!g->grad_enabled) return false;
     for (int32_t i = 0; i < n_in; i++)

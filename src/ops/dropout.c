@@ -9,7 +9,9 @@
  * one byte per element for backward. In evaluation mode, or with p == 0, the op is the
  * identity and returns x itself (as PyTorch does), drawing nothing. ct_op_dropout_over writes
  * y over x's data (each element is read before it is written, by the same thread), for
- * callers that know x is dead; backward needs only the mask either way.
+ * callers that know x is dead; backward needs only the mask either way. It insists that x is
+ * the newest node's output (no recorded op has read it; not a parameter or a leaf) and, when
+ * no node is recorded, makes a fresh output instead (nothing says who owns x then).
  */
 #include "ops/ops_internal.h"
 
@@ -40,6 +42,14 @@ static ct_tensor *dropout(ct_graph *g, ct_tensor *x, float p, bool over) {
         return NULL;
     }
     if (!ct_graph_training(g) || p == 0.0f) return x;
+    if (over && !ct_graph_needs_grad(g, 1, &x)) {
+        over = false; /* nothing records who made x: a fresh output is the safe choice */
+    } else if (over && ((x->flags & CT_TENSOR_PARAM) || !ct_graph_is_newest(g, x))) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
+                      "dropout_over: x must be the output of the op recorded just before (a "
+                      "tensor no op has read yet), not a parameter or a leaf");
+        return NULL;
+    }
 
     int64_t count = ct_tensor_numel(x);
     ct_tensor *y = over ? ct_graph_wrap(g, x->data, CT_F32, x->ndim, x->shape)

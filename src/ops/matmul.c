@@ -35,9 +35,10 @@ static void matmul_backward(ct_graph *g, ct_node *n) {
     bool batched_b = n->iarg[4] != 0;
     float *da = ct_graph_grad(g, a), *db = ct_graph_grad(g, b);
     ct_graph_mark mark = ct_graph_scratch_mark(g);
-    const float *av = ct_ops_operand(g, n, 0), *bv = ct_ops_operand(g, n, 1);
+    const float *av = db ? ct_ops_operand(g, n, 0) : NULL; /* only dB reads A */
+    const float *bv = da ? ct_ops_operand(g, n, 1) : NULL; /* only dA reads B */
     const float *dc = ct_ops_round_dy(g, n, n->out->grad, batch * m * nn);
-    if (!dc || !av || !bv) return;
+    if (!dc || (db && !av) || (da && !bv)) return;
     ct_k_gemm_fn *gemm = gemm_for(ct_ops_ran_autocast(n));
     if (!batched_b) {
         /* a is [batch*m, k] */
@@ -124,13 +125,16 @@ static void linear_backward(ct_graph *g, ct_node *n) {
     const float *xv = NULL, *wv = NULL;
     float *da = dx; /* where dy W goes: dx itself, or (gelu) the activation's gradient */
     if (gelu) {
-        /* the activation again, rounded in place as the forward's copy was */
-        float *a = ct_graph_alloc(g, (size_t)(rows * in > 0 ? rows * in : 1) * sizeof(float));
-        da = dx ? ct_graph_alloc(g, (size_t)(rows * in > 0 ? rows * in : 1) * sizeof(float)) : NULL;
-        if (!a || (dx && !da)) return;
-        ct_ops_gelu_fwd(g, approx, x->data, a, rows * in);
-        if (ct_ops_ran_autocast(n)) ct_ops_round_bf16(g, a, a, rows * in);
-        xv = a;
+        size_t bytes = (size_t)(rows * in > 0 ? rows * in : 1) * sizeof(float);
+        if (dw) { /* the activation again, rounded in place as the forward pass rounded it */
+            float *a = ct_graph_alloc(g, bytes);
+            if (!a) return;
+            ct_ops_gelu_fwd(g, approx, x->data, a, rows * in);
+            if (ct_ops_ran_autocast(n)) ct_ops_round_bf16(g, a, a, rows * in);
+            xv = a;
+        }
+        da = dx ? ct_graph_alloc(g, bytes) : NULL;
+        if (dx && !da) return;
         if (da) memset(da, 0, (size_t)(rows * in) * sizeof(float)); /* as a fresh gradient */
     } else if (dw) {
         xv = ct_ops_operand(g, n, 0); /* only dW reads x */
@@ -197,15 +201,17 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
         beta = 1.0f;
     }
     ct_graph_mark mark = ct_graph_scratch_mark(g); /* the rounded operands die with the product */
-    const float *xd = x->data;
-    if (gelu) { /* the activation, in scratch: backward computes it again */
+    const float *xv = x->data;
+    if (gelu) { /* the activation, in scratch (rounded in place): backward computes it again */
         float *a =
             ct_graph_alloc(g, (size_t)(rows * fan_in > 0 ? rows * fan_in : 1) * sizeof(float));
         if (!a) return NULL;
-        ct_ops_gelu_fwd(g, (ct_gelu_approx)(gelu - 1), xd, a, rows * fan_in);
-        xd = a;
+        ct_ops_gelu_fwd(g, (ct_gelu_approx)(gelu - 1), x->data, a, rows * fan_in);
+        if (ct_graph_autocast(g) == CT_BF16) ct_ops_round_bf16(g, a, a, rows * fan_in);
+        xv = a;
+    } else {
+        xv = ct_ops_autocast(g, x->data, rows * fan_in);
     }
-    const float *xv = ct_ops_autocast(g, xd, rows * fan_in);
     const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
     if (!xv || !wv) return NULL;
     gemm_for(ct_graph_autocast(g) == CT_BF16)(ct_graph_ctx(g), false, true, rows, fan_out, fan_in,

@@ -565,6 +565,23 @@ static void xsum_should_round_the_exact_sum_once_in_any_order(void) {
     CT_CHECK(same_bits(ct_xsum_value(&all), xs_sum(v, N)));
     ct_xsum_add(&all, -xs_sum(v, N)); /* what is left is below half an ulp of the sum */
     CT_CHECK(fabs(ct_xsum_value(&all)) <= fabs(xs_sum(v, N)) * 0x1p-53);
+
+    /* a negative total through export and import, and a sum of 2^30 + 3 adds (the digits are
+       normalised on the way) */
+    ct_xsum neg, back;
+    ct_xsum_reset(&neg);
+    ct_xsum_add(&neg, -1.5);
+    ct_xsum_add(&neg, ldexp(1.0, -60));
+    ct_xsum_export(&neg, words);
+    ct_xsum_import(&back, words);
+    CT_CHECK(ct_xsum_value(&back) == -1.5 + ldexp(1.0, -60));
+    ct_xsum big;
+    ct_xsum_reset(&big);
+    big.adds = (INT64_C(1) << 30) - 2; /* as if that many adds had been made */
+    for (int i = 0; i < 5; i++)
+        ct_xsum_add(&big, -3.0);
+    CT_CHECK_INT(big.adds, 3);
+    CT_CHECK(ct_xsum_value(&big) == -15.0);
 }
 
 int main(void) {

@@ -296,6 +296,25 @@ static void dropout_over_should_equal_dropout_in_place(void) {
     for (int i = 0; i < R * OUT; i++)
         zeros += ys[1][i] == 0.0f;
     CT_CHECK(zeros > 0 && zeros < R * OUT); /* the mask did something */
+
+    /* refused on what others may read: a leaf, a tensor an op has read since; without
+       gradients a fresh output instead */
+    ct_graph *g = make_graph(ctx, 11);
+    ct_tensor *xt = leaf(g, x, CT_F32, 2, (int64_t[]){R, IN}, true);
+    CT_CHECK(ct_op_dropout_over(g, xt, 0.4f) == NULL);
+    CT_CHECK(strstr(ct_last_error(ctx), "dropout_over: x must be the output") != NULL);
+    ct_graph_reset(g);
+    xt = leaf(g, x, CT_F32, 2, (int64_t[]){R, IN}, true);
+    ct_tensor *wt = leaf(g, w, CT_F32, 2, (int64_t[]){OUT, IN}, true);
+    ct_tensor *h = ct_op_linear(g, xt, wt, NULL);
+    CT_CHECK(ct_op_relu(g, h) != NULL); /* h is read */
+    CT_CHECK(ct_op_dropout_over(g, h, 0.4f) == NULL);
+    ct_graph_reset(g);
+    ct_graph_set_grad_enabled(g, false);
+    xt = leaf(g, x, CT_F32, 2, (int64_t[]){R, IN}, false);
+    ct_tensor *y = ct_op_dropout_over(g, xt, 0.4f);
+    CT_CHECK(y != NULL && y->data != xt->data && x[0] == -0.4f); /* x untouched */
+    ct_graph_destroy(g);
     ct_ctx_destroy(ctx);
 }
 

@@ -133,12 +133,11 @@ static void close_bar(session *s) {
     }
 }
 
-/* A line for the terminal (stderr) and log.txt. */
 /*
  * Every rank's pid and host, gathered with one sum all-reduce (each rank fills its own row),
- * into s->rank_map for rank 0 to print: when a rank dies, MPICH's launcher names the dead
- * process by pid and host only, and this line says which rank that was. The first MAP_RANKS
- * ranks are listed.
+ * into s->rank_map for rank 0 to print at once (and into log.txt later): when a rank dies, MPICH's
+ * launcher names the dead process by pid and host only, and this line says which rank that was. The
+ * first MAP_RANKS ranks are listed.
  */
 #define MAP_RANKS 16
 #define MAP_HOST  31
@@ -175,6 +174,7 @@ static ct_status gather_rank_map(session *s) {
     return CT_OK;
 }
 
+/* A line for the terminal (stderr) and log.txt. */
 static void say(session *s, const char *fmt, ...) CT_PRINTF(2, 3);
 static void say(session *s, const char *fmt, ...) {
     char buf[2048];
@@ -477,11 +477,12 @@ static int fail(ct_ctx *ctx, int code) {
  * the whole job (the other ranks may be waiting for this one in a collective); for one
  * process, fail(). */
 /*
- * A configuration error is, almost always, every rank's at once (each read the same file, or
- * they agreed on the same refusal): rank 0 reports it and ends the job, and the other ranks
- * wait for that rather than report it too. Several ranks calling MPI_Abort together made
- * MPICH's launcher kill one of them first and exit 9 instead of 2 about one time in three.
- * A rank whose error rank 0 does not share ends the job itself after RANK0_GRACE_S.
+ * An input error (exit code 2: the configuration, a data file) is, almost always, every rank's
+ * at once (each read the same files, or they agreed on the same refusal): rank 0 reports it
+ * and ends the job, and the other ranks wait for that rather than report it too. Several ranks
+ * calling MPI_Abort together made MPICH's launcher kill one of them first and exit 9 instead of 2
+ * about one time in three. A rank whose error rank 0 does not share ends the job itself after
+ * RANK0_GRACE_S.
  */
 #define RANK0_GRACE_S 15
 static int rank_fail(const session *s, ct_ctx *ctx, int code) {
@@ -752,6 +753,8 @@ static int cmd_fit(int argc, char **argv) {
             rc = fail(ctx, EXIT_RUN_FAILED);
             goto out;
         }
+        /* at once, before any data is read: a rank killed while loading is named too */
+        if (s.rank == 0) (void)fprintf(stderr, "ranks: %s\n", s.rank_map);
     }
     st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
     if (st != CT_OK) {
@@ -805,7 +808,7 @@ static int cmd_fit(int argc, char **argv) {
             ct_version(), a.config, out_dir, (long long)s.world,
             (long long)ct_experiment_train_samples(e), (long long)s.batch_size,
             (long long)ct_params_numel(ct_experiment_params_store(e)));
-        say(&s, "ranks: %s", s.rank_map);
+        to_log(&s, "ranks: ", s.rank_map); /* printed when the job started */
     } else {
         say(&s, "ctrain %s: fit %s -> %s (%lld training samples, %lld parameters)", ct_version(),
             a.config, out_dir, (long long)ct_experiment_train_samples(e),
