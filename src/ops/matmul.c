@@ -48,7 +48,8 @@ static void matmul_backward(ct_graph *g, ct_node *n) {
         return;
     }
     for (int64_t i = 0; i < batch; i++) {
-        const float *dci = dc + i * m * nn, *ai = av + i * m * k, *bi = bv + i * k * nn;
+        const float *dci = dc + i * m * nn;
+        const float *ai = av ? av + i * m * k : NULL, *bi = bv ? bv + i * k * nn : NULL;
         if (da) gemm(ctx, false, true, m, k, nn, 1.0f, dci, nn, bi, nn, 1.0f, da + i * m * k, k);
         if (db) gemm(ctx, true, false, k, nn, m, 1.0f, ai, k, dci, nn, 1.0f, db + i * k * nn, nn);
     }
