@@ -82,14 +82,22 @@ if grep -q 'nonexistent' bad.out; then
     echo "data.train was opened before data.test was checked"
     exit 1
 fi
-# The plugin's metric checks its options through the library too.
-set +e
-"$ctrain" config experiment.yaml ++output_dir="$prefix/bad" \
-    'metrics.valid.1={plugin: ./libmytask.so, symbol: my_metric, colour: red}' >bad.out 2>&1
-rc=$?
-set -e
-cat bad.out
-[[ $rc -eq 2 ]] || { echo "an unknown plugin metric option: exit $rc, expected 2"; exit 1; }
-grep -q "metrics\.valid\.1: unknown key 'colour'" bad.out ||
-    { echo "the error does not name metrics.valid.1 and 'colour'"; exit 1; }
+# The plugin's metric checks its options through the library too, before any data are opened.
+for cmd in config fit; do
+    set +e
+    "$ctrain" "$cmd" experiment.yaml ++output_dir="$prefix/bad" \
+        'metrics.valid.1={plugin: ./libmytask.so, symbol: my_metric, colour: red}' \
+        'data.train={type: idx, images: /nonexistent/i.gz, labels: /nonexistent/l.gz}' \
+        >bad.out 2>&1
+    rc=$?
+    set -e
+    cat bad.out
+    [[ $rc -eq 2 ]] || { echo "$cmd: an unknown plugin metric option: exit $rc, expected 2"; exit 1; }
+    grep -q "metrics\.valid\.1: unknown key 'colour'" bad.out ||
+        { echo "$cmd: the error does not name metrics.valid.1 and 'colour'"; exit 1; }
+    if grep -q 'nonexistent' bad.out; then
+        echo "$cmd: data.train was opened before the plugin metric was checked"
+        exit 1
+    fi
+done
 echo "plugin: ok (test/acc $acc, valid/error $verr)"

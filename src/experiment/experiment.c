@@ -885,8 +885,9 @@ static ct_status policy_options(ct_experiment *e,
  * the data, are checked here, before the first dataset is opened: an error in a model key, or a
  * bad value in data.test's options, is not hidden behind a missing data file, nor reported after
  * minutes of loading. What depends on the data (a layer's input shape, a metric's class count,
- * a dataset's files) is checked when the component is built. Plugins check their own options
- * when they are built, except a plugin dataset whose vtable has a check, which runs here.
+ * a dataset's files) is checked when the component is built. Plugin metrics are probed here
+ * like built-in ones, and a plugin dataset whose vtable has a check is checked here; a plugin
+ * model or task checks its options when it is built (a model's create needs the input shape).
  */
 
 #define MAX_NAMES 64
@@ -1199,8 +1200,19 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
     for (const ct_cfg_node *it = list->first; it; it = it->next) {
         const ct_cfg_node *t = it;
         ct_options o;
+        if (it->kind == CT_CFG_MAP && ct_config_find(it, "plugin")) {
+            /* a plugin metric's open reads its options as a built-in's does, and must take an
+               unknown class count (0, metrics.h): probed the same way */
+            const void *pvt;
+            CT_TRY(plugin_symbol(e, it, &pvt));
+            CT_TRY(to_options(e, it, own, 0, &o));
+            const ct_cfg_node *nm = ct_config_find(it, "name");
+            if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(check_metric_name(e, &o, nm->value));
+            const ct_metric_vtable *pm = pvt;
+            if (pm->open) CT_TRY(probe_metric(e, pm, &o)); /* else the set's create says so */
+            continue;
+        }
         if (it->kind == CT_CFG_MAP) {
-            if (ct_config_find(it, "plugin")) continue; /* its open checks its options */
             CT_TRY(type_of(e, it, &known, true, &t));
             CT_TRY(to_options(e, it, own, 0, &o));
             const ct_cfg_node *nm = ct_config_find(it, "name");
