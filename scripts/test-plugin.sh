@@ -82,7 +82,23 @@ if grep -q 'nonexistent' bad.out; then
     echo "data.train was opened before data.test was checked"
     exit 1
 fi
-# The plugin's metric checks its options through the library too, before any data are opened.
+# The plugin's model checks its options (through its check) before any data are opened.
+for bad in 'model.hidden=abc'; do
+    set +e
+    "$ctrain" fit experiment.yaml ++output_dir="$prefix/bad" "$bad" \
+        'data.train={type: idx, images: /nonexistent/i.gz, labels: /nonexistent/l.gz}' \
+        >bad.out 2>&1
+    rc=$?
+    set -e
+    cat bad.out
+    [[ $rc -eq 2 ]] || { echo "$bad: exit $rc, expected 2"; exit 1; }
+    grep -q "key 'hidden': expected an integer" bad.out ||
+        { echo "$bad: the error does not name the bad option"; exit 1; }
+    if grep -q 'nonexistent' bad.out; then
+        echo "$bad: data.train was opened before the plugin's options were checked"
+        exit 1
+    fi
+done
 for cmd in config fit; do
     set +e
     "$ctrain" "$cmd" experiment.yaml ++output_dir="$prefix/bad" \

@@ -138,6 +138,19 @@ typedef struct tanh_net {
     ct_tensor *w1, *b1, *w2, *b2; /* in the caller's store; data from ct_params_alloc on */
 } tanh_net;
 
+/* The options, read once for create and for check (ctrain calls check before any data). */
+static ct_status net_options(ct_ctx *ctx, const ct_options *opts, int64_t *hidden, int64_t *out) {
+    static const char *const known[] = {"hidden", "out", NULL};
+    CT_TRY(ct_options_check(ctx, opts, known));
+    CT_TRY(ct_options_int(ctx, opts, "hidden", 16, 1, 1 << 16, hidden));
+    return ct_options_int(ctx, opts, "out", 2, 1, 1 << 16, out);
+}
+
+static ct_status net_check(ct_ctx *ctx, const ct_options *opts) {
+    int64_t hidden, out;
+    return net_options(ctx, opts, &hidden, &out);
+}
+
 static ct_status net_create(ct_ctx *ctx,
                             const ct_options *opts,
                             ct_params *params,
@@ -147,11 +160,8 @@ static ct_status net_create(ct_ctx *ctx,
                             int32_t *out_ndim,
                             int64_t *out_shape,
                             void **self) {
-    static const char *const known[] = {"hidden", "out", NULL};
     int64_t hidden, out;
-    CT_TRY(ct_options_check(ctx, opts, known));
-    CT_TRY(ct_options_int(ctx, opts, "hidden", 16, 1, 1 << 16, &hidden));
-    CT_TRY(ct_options_int(ctx, opts, "out", 2, 1, 1 << 16, &out));
+    CT_TRY(net_options(ctx, opts, &hidden, &out));
     if (in_dtype != CT_F32 || in_ndim != 1)
         return CT_FAIL(ctx, CT_ERR_SHAPE, "%s: my_model takes f32 samples [features]", opts->where);
     tanh_net *n = calloc(1, sizeof *n);
@@ -194,6 +204,7 @@ const ct_model_vtable my_model = {
     .init = net_init,
     .forward = net_forward,
     .destroy = net_destroy,
+    .check = net_check,
 };
 
 /* ---- the metric ---- */

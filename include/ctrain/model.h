@@ -145,6 +145,10 @@ typedef struct ct_model_vtable {
     void (*init)(void *self, ct_rng *rng);
     ct_tensor *(*forward)(void *self, ct_graph *g, ct_tensor *x);
     void (*destroy)(ct_ctx *ctx, void *self);
+    /* Optional (NULL: create checks them): the options' keys and values read as create reads
+     * them, without the input shape, making nothing; `ctrain fit` calls it before any data
+     * are opened, so a bad option is not reported after minutes of loading. */
+    ct_status (*check)(ct_ctx *ctx, const ct_options *opts);
 } ct_model_vtable;
 
 /* A model of a user's type (see ct_model_vtable). Fails as vt->create does, or with

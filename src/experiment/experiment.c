@@ -886,8 +886,9 @@ static ct_status policy_options(ct_experiment *e,
  * bad value in data.test's options, is not hidden behind a missing data file, nor reported after
  * minutes of loading. What depends on the data (a layer's input shape, a metric's class count,
  * a dataset's files) is checked when the component is built. Plugin metrics are probed here
- * like built-in ones, and a plugin dataset whose vtable has a check is checked here; a plugin
- * model or task checks its options when it is built (a model's create needs the input shape).
+ * like built-in ones, and a plugin dataset or model whose vtable has a check is checked here;
+ * otherwise a plugin checks its options when it is built (a model's create needs the input
+ * shape).
  */
 
 #define MAX_NAMES 64
@@ -1068,7 +1069,19 @@ static ct_status check_model(ct_experiment *e) {
         ct_safetensors_load_params lp;
         CT_TRY(read_init_from(e, init, &path, &lp));
     }
-    if (ct_config_find(m, "plugin")) return CT_OK; /* its create checks its options */
+    if (ct_config_find(m, "plugin")) { /* its check, if it has one; else its create */
+        static const char *const skip[] = {"plugin", "symbol", "init_from", NULL};
+        const void *pvt;
+        CT_TRY(plugin_symbol(e, m, &pvt));
+        const ct_model_vtable *vt = pvt;
+        if (!vt->check) return CT_OK;
+        ct_options o;
+        CT_TRY(to_options(e, m, skip, 0, &o));
+        ct_status s = vt->check(e->ctx, &o);
+        if (s != CT_OK && o.where && !strstr(ct_last_error(e->ctx), o.where))
+            return ct_err_wrap(e->ctx, "%s", o.where);
+        return s;
+    }
     name_list known = {{NULL}, 0};
     names_add(&known, "sequential");
     for (int64_t i = 0; ct_model_type_name(i); i++)
