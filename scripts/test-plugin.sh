@@ -67,53 +67,30 @@ set -e
 cat bad.out
 [[ $rc -eq 2 ]] || { echo "an unknown plugin dataset option: exit $rc, expected 2"; exit 1; }
 grep -q "unknown key 'colour'" bad.out || { echo "the error does not name 'colour'"; exit 1; }
-# ... and, through its check, before any split's data are opened: data.test's bad value is
-# reported, not the missing training file.
-set +e
-"$ctrain" fit experiment.yaml ++output_dir="$prefix/bad" ++data.test.n=abc \
-    'data.train={type: idx, images: /nonexistent/i.gz, labels: /nonexistent/l.gz}' >bad.out 2>&1
-rc=$?
-set -e
-cat bad.out
-[[ $rc -eq 2 ]] || { echo "a bad plugin dataset value: exit $rc, expected 2"; exit 1; }
-grep -q "data\.test.*key 'n': expected an integer, got 'abc'" bad.out ||
-    { echo "the error does not name data.test's 'n'"; exit 1; }
-if grep -q 'nonexistent' bad.out; then
-    echo "data.train was opened before data.test was checked"
-    exit 1
-fi
-# The plugin's model checks its options (through its check) before any data are opened.
-for bad in 'model.hidden=abc'; do
+# early CMD OVERRIDE PATTERN: `ctrain CMD` with OVERRIDE and a training file that does not
+# exist exits 2 with an error matching PATTERN, and never opened that file: the option was
+# checked before any data.
+early() {
     set +e
-    "$ctrain" fit experiment.yaml ++output_dir="$prefix/bad" "$bad" \
+    "$ctrain" "$1" experiment.yaml ++output_dir="$prefix/bad" "$2" \
         'data.train={type: idx, images: /nonexistent/i.gz, labels: /nonexistent/l.gz}' \
         >bad.out 2>&1
-    rc=$?
+    local rc=$?
     set -e
     cat bad.out
-    [[ $rc -eq 2 ]] || { echo "$bad: exit $rc, expected 2"; exit 1; }
-    grep -q "key 'hidden': expected an integer" bad.out ||
-        { echo "$bad: the error does not name the bad option"; exit 1; }
+    [[ $rc -eq 2 ]] || { echo "$1 $2: exit $rc, expected 2"; exit 1; }
+    grep -q "$3" bad.out || { echo "$1 $2: the error does not match '$3'"; exit 1; }
     if grep -q 'nonexistent' bad.out; then
-        echo "$bad: data.train was opened before the plugin's options were checked"
+        echo "$1 $2: data.train was opened before the option was checked"
         exit 1
     fi
-done
+}
+# ... and, through the plugins' checks, before any split's data are opened: a dataset's (in
+# data.test), a model's, a metric's.
+early fit '++data.test.n=abc' "data\.test.*key 'n': expected an integer, got 'abc'"
+early fit 'model.hidden=abc' "key 'hidden': expected an integer"
 for cmd in config fit; do
-    set +e
-    "$ctrain" "$cmd" experiment.yaml ++output_dir="$prefix/bad" \
-        'metrics.valid.1={plugin: ./libmytask.so, symbol: my_metric, colour: red}' \
-        'data.train={type: idx, images: /nonexistent/i.gz, labels: /nonexistent/l.gz}' \
-        >bad.out 2>&1
-    rc=$?
-    set -e
-    cat bad.out
-    [[ $rc -eq 2 ]] || { echo "$cmd: an unknown plugin metric option: exit $rc, expected 2"; exit 1; }
-    grep -q "metrics\.valid\.1: unknown key 'colour'" bad.out ||
-        { echo "$cmd: the error does not name metrics.valid.1 and 'colour'"; exit 1; }
-    if grep -q 'nonexistent' bad.out; then
-        echo "$cmd: data.train was opened before the plugin metric was checked"
-        exit 1
-    fi
+    early "$cmd" 'metrics.valid.1={plugin: ./libmytask.so, symbol: my_metric, colour: red}' \
+        "metrics\.valid\.1: unknown key 'colour'"
 done
 echo "plugin: ok (test/acc $acc, valid/error $verr)"
