@@ -18,12 +18,12 @@
  * Reference path (ctx kernels CT_KERNELS_REFERENCE): the direct loops of
  * src/kernels/ref/conv2d_ref.c.
  *
- * Under bf16 autocast (ct_graph_set_autocast) x and the weight are rounded to bf16 into arena
- * copies that every path convolves and the node keeps for the backward pass, which rounds dy
- * the same way and takes all three gradients from it.
+ * Under bf16 autocast (ct_graph_set_autocast) x and the weight are rounded to bf16 into
+ * scratch copies that every path convolves; the backward pass rounds them again (the same
+ * bits) and dy the same way, and takes all three gradients from those.
  *
  * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups;
- * saved = the rounded x and weight under autocast (then iarg[7] = 1), else NULL.
+ * iarg[7] = 1 when the forward pass ran under autocast; saved = NULL.
  */
 #include <string.h>
 

@@ -11,6 +11,7 @@
 #include "ctrain/ctrain.h"
 #include "harness.h"
 #include "test_alloc.h"
+#include "train/train_internal.h"
 
 static ct_ctx *make_ctx(test_alloc *ta, int64_t threads) {
     ct_ctx_params p = ct_ctx_default_params();
@@ -586,6 +587,42 @@ static ct_nonfinite_action decide(ct_ctx *ctx, ct_nonfinite_policy *pol, bool lo
     return a;
 }
 
+/* The pass the trainer makes over summed gradients with several ranks: each divided by the
+ * world size (a division, as ct_comm_allreduce_mean_f32), and the non-finite answer of
+ * ct_nonfinite_check on the result, for 1 and 2 threads; FLT_MAX / 0.5 overflows to inf. */
+static void divide_check_should_divide_and_find_what_the_scan_finds(void) {
+    ct_ctx *ctx = make_ctx(NULL, 1);
+    const int64_t n = 100003;
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    fill_random(x, n, 5);
+    for (int t = 1; t <= 2; t++) {
+        CT_CHECK_INT(ct_ctx_set_threads(ctx, t), CT_OK);
+        memcpy(y, x, (size_t)n * sizeof *y);
+        bool ok = false, want = false;
+        ct_train_divide_check(ctx, y, n, 3.0f, &ok);
+        long bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += y[i] != x[i] / 3.0f;
+        CT_CHECK_INT(bad, 0);
+        CT_CHECK_INT(ct_nonfinite_check(ctx, y, n, &want), CT_OK);
+        CT_CHECK(ok && want);
+        const float poison[3] = {NAN, -INFINITY, FLT_MAX};
+        for (int p = 0; p < 3; p++) {
+            memcpy(y, x, (size_t)n * sizeof *y);
+            y[n / 3] = poison[p];
+            ok = true;
+            ct_train_divide_check(ctx, y, n, p == 2 ? 0.5f : 3.0f, &ok);
+            CT_CHECK_MSG(!ok, "threads %d, poison %d", t, p);
+        }
+        memcpy(y, x, (size_t)n * sizeof *y);
+        ct_train_divide_check(ctx, y, n, 2.0f, NULL); /* no answer asked: only the division */
+        CT_CHECK(y[7] == x[7] / 2.0f);
+    }
+    free(x);
+    free(y);
+    ct_ctx_destroy(ctx);
+}
+
 static void nonfinite_policy_should_stop_by_default(void) {
     ct_ctx *ctx = make_ctx(NULL, 1);
     ct_nonfinite_policy pol;
@@ -791,6 +828,7 @@ int main(void) {
     CT_RUN(ema_should_fail_cleanly_when_allocation_fails);
     CT_RUN(ema_should_not_depend_on_the_thread_count);
     CT_RUN(nonfinite_should_find_nan_and_inf_anywhere_for_any_thread_count);
+    CT_RUN(divide_check_should_divide_and_find_what_the_scan_finds);
     CT_RUN(nonfinite_policy_should_stop_by_default);
     CT_RUN(nonfinite_policy_should_skip_and_count_then_stop_after_max_skips);
     CT_RUN(nonfinite_policy_should_roll_back_at_most_max_rollbacks_times);
