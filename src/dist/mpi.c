@@ -13,8 +13,10 @@
  * so the result is reproducible from run to run and identical across ranks (the tests check
  * this). Counts above MPI's int are sent in chunks.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core_internal.h"
 #include "ctrain/dist.h"
@@ -153,9 +155,19 @@ static ct_status mpi_test(void *self, ct_ctx *ctx, void *impl, bool *done) {
 }
 
 /* On MPI_COMM_WORLD, not our duplicate: MPICH ends only the aborting process when given
- * another communicator, leaving the rest of the job to wait for it. */
+ * another communicator, leaving the rest of the job to wait for it.
+ *
+ * The launcher forwards a rank's output through a pipe that it reads when it gets to it, and
+ * the abort arrives on another channel: MPICH's launcher, taking the abort first, killed the
+ * job with the rank's last lines (the message saying why) still unread, once in a CI run.
+ * Half a second, on a path that ends the job anyway, lets it read them. */
+#define ABORT_DRAIN_NS 500000000L
 static void mpi_abort(void *self, int code) {
     (void)self;
+    (void)fflush(stdout);
+    (void)fflush(stderr);
+    struct timespec drain = {0, ABORT_DRAIN_NS};
+    (void)nanosleep(&drain, NULL);
     (void)MPI_Abort(MPI_COMM_WORLD, code);
 }
 
