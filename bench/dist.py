@@ -8,9 +8,12 @@ the time rank 0 spends in the gradient all-reduce per step.
     /usr/bin/python3 bench/dist.py [--build build] [--np 2] [--steps 400] [--repeats 3]
                                    [--models mlp,cnn] [--mpirun PATH]
 
-The processes run twice: with the default trainer.bucket_mb=auto (on one machine: one
-all-reduce after the backward pass) and with 1 MiB gradient buckets all-reduced during the
-backward pass (bucket_mb=1, what auto picks across machines).
+The processes run three ways (VARIANTS): the default (on one machine: the optimizer update
+sharded between the ranks over shared memory, trainer.shard_optimizer=auto), one blocking
+all-reduce after the backward pass with every rank updating every weight, and 1 MiB gradient
+buckets all-reduced during the backward pass (what bucket_mb=auto picks across machines).
+The "comm ms/step" column is rank 0's time in the exchange: the all-reduce, or the sharded
+update's copies, sums and waits.
 
 Samples/s is read from each run's metrics.jsonl (the records after the first, so start-up and
 the first window's warm-up are left out); evaluation is switched off (no valid/test engines,
@@ -29,6 +32,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {
     "mlp": os.path.join(ROOT, "examples", "fashion_mnist_mlp.yaml"),
     "cnn": os.path.join(ROOT, "examples", "fashion_mnist_cnn.yaml"),
+}
+
+# The processes' ways of combining gradients: the default (on one machine: the optimizer
+# update sharded over shared memory), one blocking all-reduce with every rank updating every
+# weight, and 1 MiB buckets all-reduced during the backward pass (auto across machines).
+VARIANTS = {
+    "sharded": [],
+    "all-reduce": ["trainer.shard_optimizer=never", "trainer.bucket_mb=0"],
+    "buckets": ["trainer.bucket_mb=1"],
 }
 
 
@@ -86,27 +98,25 @@ def main():
                       "trainer.max_steps=%d" % a.steps, "trainer.steps_per_loop=25",
                       "scheduler.total=%d" % a.steps]
             threads = []
-            procs = {mb: ([], []) for mb in ("auto", "1")}
+            procs = {label: ([], []) for label in VARIANTS}
             for k in range(a.repeats):
                 out1 = os.path.join(tmp, "%s-t%d" % (name, k))
                 threads.append(run([ctrain, "fit", cfg, "output_dir=" + out1,
                                     "threads=%d" % a.np, "data.batch_size=%d" % batch] + common,
                                    out1)[0])
-                for mb, (sps_list, comm_list) in procs.items():
-                    outn = os.path.join(tmp, "%s-p%d-%s" % (name, k, mb))
+                for label, (sps_list, comm_list) in procs.items():
+                    outn = os.path.join(tmp, "%s-p%d-%s" % (name, k, label))
                     sps, comm = run(launch + ["-np", str(a.np), ctrain, "fit", cfg,
                                               "output_dir=" + outn, "threads=1",
-                                              "trainer.bucket_mb=" + mb,
-                                              "data.batch_size=%d" % (batch // a.np)] + common,
-                                    outn)
+                                              "data.batch_size=%d" % (batch // a.np)] +
+                                    VARIANTS[label] + common, outn)
                     sps_list.append(sps)
                     comm_list.append(comm)
             t = statistics.median(threads)
-            for mb, (sps_list, comm_list) in procs.items():
+            for label, (sps_list, comm_list) in procs.items():
                 p = statistics.median(sps_list)
-                label = "%dx1 %s" % (a.np, "auto" if mb == "auto" else "buckets")
                 print("%-4s %6d %14.0f %22s %7.2f %13.3f" % (
-                    name, batch, t, "%.0f (%s)" % (p, label.split(" ", 1)[1]), p / t,
+                    name, batch, t, "%.0f (%s)" % (p, label), p / t,
                     statistics.median(comm_list)))
             sys.stdout.flush()
     finally:

@@ -58,6 +58,16 @@ typedef struct ct_comm_vtable {
      * world_size on every rank or on none: the trainer's automatic bucketing takes the same
      * path on every rank from it (MPI_COMM_TYPE_SHARED gives that). */
     int64_t (*local_size)(const void *self);
+    /* Optional (NULL: the communicator cannot share memory). Memory that every rank can read
+     * and write: shared_create gives each rank a segment of `bytes` (collective), puts an
+     * opaque handle in *handle and each rank's segment address in segments[0..world_size);
+     * shared_sync is a barrier after which each rank sees what the others wrote before it;
+     * shared_destroy releases it (collective). Implementations may refuse (CT_ERR_DIST with a
+     * message) when the ranks do not share a machine. */
+    ct_status (*shared_create)(
+        void *self, ct_ctx *ctx, size_t bytes, void **handle, void **segments);
+    ct_status (*shared_sync)(void *self, ct_ctx *ctx, void *handle);
+    void (*shared_destroy)(void *self, void *handle);
 } ct_comm_vtable;
 
 /* The one-process communicator: rank 0 of 1. */
@@ -107,6 +117,26 @@ CT_API ct_status ct_comm_iallreduce_sum_f32(ct_comm *c,
 CT_API ct_status ct_comm_wait(ct_comm *c, ct_comm_request *req);
 /* Lets req progress (MPI libraries move data mostly inside MPI calls) without blocking. */
 CT_API ct_status ct_comm_test(ct_comm *c, ct_comm_request *req);
+
+/*
+ * Shared memory between the ranks of a job that runs on one machine (MPI-3 shared windows):
+ * what the trainer's sharded optimizer update moves gradients and weights through without an
+ * all-reduce (docs/distributed.md). Every call is collective.
+ *
+ * ct_comm_can_share: whether the communicator offers it and every rank shares this machine.
+ * ct_comm_shared_create: a segment of `bytes` per rank, each readable and writable by every
+ * rank; CT_ERR_DIST (with the reason) when the communicator cannot share memory.
+ * ct_comm_shared_segment: rank's segment (rank in [0, world size)), or NULL.
+ * ct_comm_shared_sync: a barrier after which every rank sees all writes made before it.
+ * ct_comm_shared_destroy: frees it; collective, so every rank must call it (NULL is ignored).
+ */
+typedef struct ct_comm_shared ct_comm_shared;
+CT_API bool ct_comm_can_share(const ct_comm *c);
+CT_API ct_status ct_comm_shared_create(ct_comm *c, size_t bytes, ct_comm_shared **out);
+CT_API void *ct_comm_shared_segment(const ct_comm_shared *s, int64_t rank);
+CT_API ct_status ct_comm_shared_sync(ct_comm_shared *s);
+CT_API void ct_comm_shared_destroy(ct_comm_shared *s);
+
 /* Ends the whole job with exit code `code` when the communicator can (MPI); otherwise returns.
  * For a rank that failed: the others would wait for it in their next collective. */
 CT_API void ct_comm_abort(ct_comm *c, int code);

@@ -58,6 +58,13 @@ CT_API float *ct_params_values(const ct_params *p);
 CT_API float *ct_params_grads(const ct_params *p);
 /* Sets every gradient to zero (one memset). */
 CT_API void ct_params_zero_grad(ct_params *p);
+/* Makes buf (ct_params_numel floats, borrowed, to outlive the binding) the gradient buffer:
+ * the current gradients are copied into it and every trainable tensor's grad points into it,
+ * so backward passes accumulate there (the trainer's sharded update binds a shared-memory
+ * segment that the other ranks read). NULL returns to the store's own buffer, copying the
+ * gradients back. Not while a graph holds a backward pass in progress.
+ * Errors: CT_ERR_INVALID_ARG if the store is not allocated. */
+CT_API ct_status ct_params_bind_grads(ct_params *p, float *buf);
 
 /* Initialisers (f32 tensors). fan_in is shape[1] * prod(shape[2:]) as in PyTorch. */
 CT_API int64_t ct_nn_fan_in(const ct_tensor *weight);

@@ -81,6 +81,12 @@ CT_API ct_status ct_optim_add_group(ct_optim *opt,
 
 /* One update of every trainable parameter from its gradient, at the current learning rate. */
 CT_API void ct_optim_step(ct_optim *opt);
+/* One update of the parameters at flat offsets [lo, hi) of the store's buffers (clamped to
+ * [0, numel)), the others and their moments untouched; it counts as an update
+ * (ct_optim_steps). Every rule is elementwise, so ranks that each step their own part of one
+ * tiling compute, together, exactly what ct_optim_step computes: the sharded update of a
+ * data-parallel run (docs/distributed.md). With params.zero_grad only [lo, hi) is zeroed. */
+CT_API void ct_optim_step_range(ct_optim *opt, int64_t lo, int64_t hi);
 /* Fails with CT_ERR_INVALID_ARG (and keeps the old rate) unless lr is finite and >= 0. Groups
  * keep their lr_scale relative to it. */
 CT_API ct_status ct_optim_set_lr(ct_optim *opt, float lr);

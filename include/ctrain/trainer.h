@@ -150,6 +150,20 @@ typedef struct ct_trainer_callbacks {
 /* ct_trainer_params.bucket_bytes: chosen from the communicator's layout. */
 #define CT_BUCKET_BYTES_AUTO (-1)
 
+/* ct_trainer_params.shard_optimizer: whether the ranks of a distributed run split the
+ * optimizer update between them over shared memory (docs/distributed.md). */
+typedef enum ct_update_sharding {
+    /* when it can: every rank on one machine, bucket_bytes left AUTO and no on_grads handler
+       (which sees the whole gradient) */
+    CT_UPDATE_SHARDING_AUTO = 0,
+    /* all-reduce the gradients; every rank updates every weight */
+    CT_UPDATE_SHARDING_NEVER,
+    /* shard, or refuse to create the trainer (CT_ERR_CONFIG) where it cannot: ranks on several
+       machines, an on_grads handler */
+    CT_UPDATE_SHARDING_ALWAYS,
+    CT_UPDATE_SHARDING_COUNT
+} ct_update_sharding;
+
 typedef struct ct_trainer_params {
     int64_t max_epochs;               /* default 1; 0 = no limit (then max_steps must be set) */
     int64_t max_steps;                /* default 0 = no limit */
@@ -219,6 +233,13 @@ typedef struct ct_trainer_params {
        conv2d multiply bf16-rounded operands with f32 accumulation); parameters, gradients,
        optimizer state, losses and norms stay f32. */
     ct_dtype precision;
+    /* Distributed runs on one machine: each rank sums every rank's gradients over its own
+       part of the flat buffer through shared memory (ct_comm_shared), updates that part of
+       the weights and optimizer state, and copies the others' parts, instead of all-reducing
+       the gradients and updating every weight on every rank. Same results as the all-reduce
+       (the same rank-order sum; bitwise on 2 ranks); the optimizer's moments are made whole on
+       every rank at each checkpoint and at the end of fit. Default CT_UPDATE_SHARDING_AUTO. */
+    ct_update_sharding shard_optimizer;
 } ct_trainer_params;
 
 CT_API ct_trainer_params ct_trainer_default_params(void);
@@ -275,11 +296,13 @@ CT_API int64_t ct_trainer_skipped_steps(const ct_trainer *t);
 /* Whether the last fit ended because on_batch returned CT_STOP (an interrupted run, to be
  * resumed), not because it was done. */
 CT_API bool ct_trainer_interrupted(const ct_trainer *t);
-/* Seconds this rank has spent in the gradient all-reduce (waiting for the slowest rank
- * included); 0 for one process. */
+/* Seconds this rank has spent exchanging gradients: the all-reduce, or the sharded update's
+ * sums, copies and waits (waiting for the slowest rank included); 0 for one process. */
 CT_API double ct_trainer_comm_seconds(const ct_trainer *t);
 /* The number of gradient buckets (bucket_bytes): 0 in one process or with bucket_bytes 0. */
 CT_API int64_t ct_trainer_buckets(const ct_trainer *t);
+/* Whether the ranks split the optimizer update (shard_optimizer): false in one process. */
+CT_API bool ct_trainer_sharded(const ct_trainer *t);
 /* The latest values of an engine (`key`) or of training ("train"); NULL/0 before any. */
 CT_API const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n);
 /* The monitor (for its best value), the early-stopping state and the EMA (NULL when off), to

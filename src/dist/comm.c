@@ -66,6 +66,9 @@ static const ct_comm_vtable single_vt = {
     NULL,
     NULL,
     NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 /* ---- front end ---- */
@@ -194,4 +197,64 @@ ct_status ct_comm_test(ct_comm *c, ct_comm_request *req) {
     if (!req->active || !c->vt->test) return CT_OK;
     bool done = false;
     return c->vt->test(c->self, c->ctx, req->impl, &done);
+}
+
+/* ---- shared memory ---- */
+
+struct ct_comm_shared {
+    ct_comm *comm;
+    void *handle;
+    int64_t world;
+    void **segments; /* world entries */
+};
+
+bool ct_comm_can_share(const ct_comm *c) {
+    return c->vt->shared_create && c->vt->shared_sync && c->vt->shared_destroy &&
+           ct_comm_local_size(c) == ct_comm_world_size(c);
+}
+
+ct_status ct_comm_shared_create(ct_comm *c, size_t bytes, ct_comm_shared **out) {
+    *out = NULL;
+    if (!ct_comm_can_share(c))
+        return CT_FAIL(c->ctx, CT_ERR_DIST,
+                       "communicator '%s': no shared memory between its %lld ranks (%s)",
+                       c->vt->name, (long long)ct_comm_world_size(c),
+                       c->vt->shared_create ? "they are not all on one machine"
+                                            : "the implementation has none");
+    int64_t world = ct_comm_world_size(c);
+    ct_comm_shared *s = ct_alloc(c->ctx, sizeof *s);
+    void **seg = ct_alloc(c->ctx, (size_t)world * sizeof *seg);
+    if (!s || !seg) {
+        ct_free(c->ctx, s, sizeof *s);
+        ct_free(c->ctx, seg, (size_t)world * sizeof *seg);
+        return CT_FAIL(c->ctx, CT_ERR_OOM, "allocating a shared-memory handle");
+    }
+    memset(seg, 0, (size_t)world * sizeof *seg);
+    ct_status st = c->vt->shared_create(c->self, c->ctx, bytes, &s->handle, seg);
+    if (st != CT_OK) {
+        ct_free(c->ctx, s, sizeof *s);
+        ct_free(c->ctx, seg, (size_t)world * sizeof *seg);
+        return st;
+    }
+    s->comm = c;
+    s->world = world;
+    s->segments = seg;
+    *out = s;
+    return CT_OK;
+}
+
+void *ct_comm_shared_segment(const ct_comm_shared *s, int64_t rank) {
+    return rank >= 0 && rank < s->world ? s->segments[rank] : NULL;
+}
+
+ct_status ct_comm_shared_sync(ct_comm_shared *s) {
+    return s->comm->vt->shared_sync(s->comm->self, s->comm->ctx, s->handle);
+}
+
+void ct_comm_shared_destroy(ct_comm_shared *s) {
+    if (!s) return;
+    ct_ctx *ctx = s->comm->ctx;
+    s->comm->vt->shared_destroy(s->comm->self, s->handle);
+    ct_free(ctx, s->segments, (size_t)s->world * sizeof *s->segments);
+    ct_free(ctx, s, sizeof *s);
 }

@@ -171,6 +171,64 @@ static void mpi_abort(void *self, int code) {
     (void)MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+/* One MPI-3 shared window: every rank's segment is mapped into every rank's address space.
+ * The window stays in a passive-target epoch (lock_all) for its life, so that MPI_Win_sync
+ * orders each rank's plain loads and stores around the barrier (the "unified" memory model's
+ * recipe for shared windows). */
+static ct_status
+mpi_shared_create(void *self, ct_ctx *ctx, size_t bytes, void **handle, void **segments) {
+    mpi_comm *m = self;
+    MPI_Win *win = calloc(1, sizeof *win);
+    if (!win) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a shared window handle");
+    MPI_Info info = MPI_INFO_NULL;
+    int rc = MPI_Info_create(&info);
+    /* each segment page-aligned on its own: no false sharing between neighbours' ends */
+    if (rc == MPI_SUCCESS) rc = MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void *base = NULL;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, m->comm, &base, win);
+    if (info != MPI_INFO_NULL) (void)MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) {
+        free(win);
+        return mpi_fail(ctx, m, rc, "MPI_Win_allocate_shared");
+    }
+    for (int r = 0; rc == MPI_SUCCESS && r < m->size; r++) {
+        MPI_Aint size = 0;
+        int unit = 0;
+        rc = MPI_Win_shared_query(*win, r, &size, &unit, &segments[r]);
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, *win);
+    if (rc != MPI_SUCCESS) {
+        ct_status s = mpi_fail(ctx, m, rc, "mapping the shared window");
+        (void)MPI_Win_free(win);
+        free(win);
+        return s;
+    }
+    *handle = win;
+    return CT_OK;
+}
+
+static ct_status mpi_shared_sync(void *self, ct_ctx *ctx, void *handle) {
+    mpi_comm *m = self;
+    MPI_Win *win = handle;
+    int rc = MPI_Win_sync(*win);
+    if (rc == MPI_SUCCESS) rc = MPI_Barrier(m->comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Win_sync(*win);
+    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, m, rc, "synchronising the shared window");
+}
+
+static void mpi_shared_destroy(void *self, void *handle) {
+    (void)self;
+    MPI_Win *win = handle;
+    int finalized = 0;
+    (void)MPI_Finalized(&finalized);
+    if (!finalized) {
+        (void)MPI_Win_unlock_all(*win);
+        (void)MPI_Win_free(win);
+    }
+    free(win);
+}
+
 static void mpi_destroy(void *self) {
     mpi_comm *m = self;
     if (!m) return;
@@ -184,8 +242,10 @@ static void mpi_destroy(void *self) {
 }
 
 static const ct_comm_vtable mpi_vt = {
-    "mpi",       mpi_rank,  mpi_world,    mpi_sum_f32, mpi_sum_f64, mpi_broadcast,  mpi_barrier,
-    mpi_destroy, mpi_abort, mpi_isum_f32, mpi_wait,    mpi_test,    mpi_local_size,
+    "mpi",          mpi_rank,          mpi_world,       mpi_sum_f32,
+    mpi_sum_f64,    mpi_broadcast,     mpi_barrier,     mpi_destroy,
+    mpi_abort,      mpi_isum_f32,      mpi_wait,        mpi_test,
+    mpi_local_size, mpi_shared_create, mpi_shared_sync, mpi_shared_destroy,
 };
 
 ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {

@@ -1630,9 +1630,12 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.callbacks.on_fit_end = fwd_fit_end;
     tp.callbacks.on_exception = fwd_exception;
     tp.callbacks.on_batch = fwd_batch;
-    tp.callbacks.on_grads = fwd_grads;
     /* only the ones the caller set: an unset event costs nothing per batch */
     const ct_trainer_callbacks *ucb = &e->p.callbacks;
+    /* gradient histograms read the whole averaged gradient, which a sharded update never
+       assembles (ct_update_sharding): decided from the configuration, the same on every rank */
+    tp.callbacks.on_grads =
+        ucb->on_grads || int_at(e, "logging.histogram_every") > 0 ? fwd_grads : NULL;
     tp.callbacks.on_epoch_start = ucb->on_epoch_start ? fwd_epoch_start : NULL;
     tp.callbacks.on_iteration_start = ucb->on_iteration_start ? fwd_iteration_start : NULL;
     tp.callbacks.on_iteration_end = ucb->on_iteration_end ? fwd_iteration_end : NULL;
@@ -1642,6 +1645,10 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.bucket_bytes = bucket_mb && strcmp(bucket_mb, "auto") == 0
                           ? CT_BUCKET_BYTES_AUTO
                           : (int64_t)(float_at(e, "trainer.bucket_mb", 1.0) * 1048576.0);
+    const char *shard = str_at(e, "trainer.shard_optimizer");
+    tp.shard_optimizer = shard && strcmp(shard, "always") == 0  ? CT_UPDATE_SHARDING_ALWAYS
+                         : shard && strcmp(shard, "never") == 0 ? CT_UPDATE_SHARDING_NEVER
+                                                                : CT_UPDATE_SHARDING_AUTO;
     e->tp = tp;
     return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, e->p.comm, &e->task,
                              e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);
@@ -1933,6 +1940,9 @@ ct_model *ct_experiment_model(const ct_experiment *e) {
 }
 ct_params *ct_experiment_params_store(const ct_experiment *e) {
     return e->params;
+}
+ct_optim *ct_experiment_optimizer(const ct_experiment *e) {
+    return e->opt;
 }
 const char *ct_experiment_output_dir(const ct_experiment *e) {
     return e->out_dir;

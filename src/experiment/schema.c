@@ -131,6 +131,13 @@ static const ct_key_def k_schema[] = {
      "during the backward pass as soon as its gradients are final; 0 = one all-reduce after "
      "the backward pass; auto = 0 when every rank runs on one machine (nothing is gained by "
      "overlapping there), else 1 (docs/distributed.md)."},
+    {"trainer.shard_optimizer", E, "auto", 0, 0, "auto|always|never", RES,
+     "MPI runs on one machine: the ranks split the optimizer update, each summing every rank's "
+     "gradients over its own part of the weights through shared memory, updating that part and "
+     "copying the others', instead of all-reducing the gradients and updating every weight on "
+     "every rank. auto = when every rank is on one machine, bucket_mb is auto and no gradient "
+     "histograms are logged; always = the same, or a configuration error where it cannot "
+     "(docs/distributed.md)."},
     {"trainer.allow_world_size_change", B, "false", 0, 0, NULL, RES,
      "Resume a checkpoint written by another number of MPI processes: the weights and optimizer "
      "state are kept and the epoch's data starts over (docs/distributed.md)."},

@@ -13,7 +13,7 @@
  * ct_vround_bf16: x rounded to the nearest bf16 (ties to even), returned as the f32 holding
  * it, as ct_f32_from_bf16(ct_bf16_from_f32(x)) (its reference twin) but without a branch;
  * NaN stays a quiet NaN. Tested on every 2^16th bit pattern plus the rounding boundaries.
- * Internal.
+ * ct_vsum_squares: a sum of squares in a fixed order (below). Internal.
  */
 #ifndef CT_VMATH_H
 #define CT_VMATH_H
@@ -87,6 +87,25 @@ static inline float ct_vround_bf16(float x) {
     uint32_t rounded = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) & 0xFFFF0000u;
     v.u = (v.u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded;
     return v.f;
+}
+
+/* The sum of x[i]^2 over [0, n) in double, in 8 interleaved accumulators (x[i] goes to i mod 8)
+ * added in order at the end: a fixed order that depends only on n, so callers that sum fixed
+ * chunks get the same bits for any thread count (the clipping norm, the sharded update's
+ * norm), and a loop the compiler vectorises. */
+static inline double ct_vsum_squares(const float *x, int64_t n) {
+    enum { LANES = 8 };
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            acc[k] += (double)x[i + k] * (double)x[i + k];
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += (double)x[i] * (double)x[i];
+    double s = 0.0;
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
+    return s;
 }
 
 #endif /* CT_VMATH_H */

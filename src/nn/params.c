@@ -21,7 +21,8 @@ struct ct_params {
     ct_ctx *ctx;
     param_entry **entries;
     int64_t count, cap;
-    float *values, *grads; /* n_trainable floats each */
+    float *values, *grads; /* n_trainable floats each; grads may be bound (not owned) */
+    float *own_grads;      /* the store's gradient buffer (grads unless bound elsewhere) */
     int64_t n_trainable;
     size_t value_bytes; /* allocated size of values and of grads */
     unsigned char *buffers;
@@ -48,7 +49,7 @@ void ct_params_destroy(ct_params *p) {
     }
     ct_free(ctx, p->entries, (size_t)p->cap * sizeof *p->entries);
     ct_free(ctx, p->values, p->value_bytes);
-    ct_free(ctx, p->grads, p->value_bytes);
+    ct_free(ctx, p->own_grads, p->value_bytes);
     ct_free(ctx, p->buffers, p->buffer_bytes);
     ct_free(ctx, p, sizeof *p);
 }
@@ -151,6 +152,7 @@ ct_status ct_params_alloc(ct_params *p) {
         return CT_FAIL(ctx, CT_ERR_OOM, "allocating %lld parameters and %zu buffer bytes",
                        (long long)n, bytes);
     }
+    p->own_grads = p->grads;
     p->n_trainable = n;
     p->value_bytes = vsize;
     p->buffer_bytes = bsize;
@@ -196,6 +198,23 @@ float *ct_params_values(const ct_params *p) {
 
 float *ct_params_grads(const ct_params *p) {
     return p->grads;
+}
+
+ct_status ct_params_bind_grads(ct_params *p, float *buf) {
+    if (!p->allocated)
+        return CT_FAIL(p->ctx, CT_ERR_INVALID_ARG, "binding gradients: the store is not allocated");
+    float *to = buf ? buf : p->own_grads;
+    if (to == p->grads) return CT_OK;
+    memcpy(to, p->grads, (size_t)p->n_trainable * sizeof(float));
+    p->grads = to;
+    int64_t off = 0;
+    for (int64_t i = 0; i < p->count; i++) {
+        param_entry *e = p->entries[i];
+        if (e->kind != CT_PARAM_TRAINABLE) continue;
+        e->t.grad = p->grads + off;
+        off += ct_tensor_numel(&e->t);
+    }
+    return CT_OK;
 }
 
 void ct_params_zero_grad(ct_params *p) {

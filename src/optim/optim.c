@@ -20,6 +20,7 @@
 
 #include "core/core_internal.h"
 #include "ctrain/optim.h"
+#include "kernels/vmath.h"
 
 /* One trainable tensor's place in the flat buffers and its group settings. */
 typedef struct range {
@@ -431,8 +432,14 @@ static float *at(float *buf, int64_t off) {
 }
 
 void ct_optim_step(ct_optim *o) {
+    ct_optim_step_range(o, 0, o->n);
+}
+
+void ct_optim_step_range(ct_optim *o, int64_t lo, int64_t hi) {
     float *w = ct_params_values(o->params);
     float *g = ct_params_grads(o->params);
+    if (lo < 0) lo = 0;
+    if (hi > o->n) hi = o->n;
     for (int64_t r = 0; r < o->n_ranges;) {
         const range *first = &o->ranges[r];
         int64_t n = first->n, e = r + 1;
@@ -440,7 +447,14 @@ void ct_optim_step(ct_optim *o) {
         while (e < o->n_ranges && o->ranges[e].lr_scale == first->lr_scale &&
                o->ranges[e].weight_decay == first->weight_decay)
             n += o->ranges[e++].n;
-        const int64_t off = first->off;
+        int64_t off = first->off, end = off + n;
+        r = e;
+        /* the part of the run inside [lo, hi): the rules are elementwise, so a run cut
+           anywhere updates each element as the whole run would */
+        if (off < lo) off = lo;
+        if (end > hi) end = hi;
+        if (end <= off) continue;
+        n = end - off;
         span s = {at(w, off),
                   at(g, off),
                   at(o->m, off),
@@ -449,8 +463,7 @@ void ct_optim_step(ct_optim *o) {
                   n,
                   (double)o->p.lr * (double)first->lr_scale,
                   first->weight_decay};
-        if (n > 0) span_fns[o->p.kind](o, &s);
-        r = e;
+        span_fns[o->p.kind](o, &s);
     }
     o->steps++;
 }
@@ -478,22 +491,8 @@ bool ct_optim_zeroes_grads(const ct_optim *o) {
 /* ---- gradient clipping ---- */
 
 /* The norm's fixed reduction order: NORM_CHUNKS chunks whose bounds depend only on n, each
- * summed in NORM_LANES interleaved double accumulators, then the chunks left to right. */
-enum { NORM_CHUNKS = 256, NORM_LANES = 8 };
-
-static double sum_squares(const float *x, int64_t n) {
-    double acc[NORM_LANES] = {0};
-    int64_t i = 0;
-    for (; i + NORM_LANES <= n; i += NORM_LANES)
-        for (int k = 0; k < NORM_LANES; k++)
-            acc[k] += (double)x[i + k] * (double)x[i + k];
-    for (int k = 0; i < n; i++, k++)
-        acc[k] += (double)x[i] * (double)x[i];
-    double s = 0.0;
-    for (int k = 0; k < NORM_LANES; k++)
-        s += acc[k];
-    return s;
-}
+ * summed by ct_vsum_squares, then the chunks left to right. */
+enum { NORM_CHUNKS = 256 };
 
 static ct_status check_store(ct_ctx *ctx, const ct_params *params, const char *what) {
     if (!params || !ct_params_grads(params))
@@ -519,7 +518,7 @@ ct_optim_clip_grad_norm(ct_ctx *ctx, ct_params *params, float max_norm, float *t
         int64_t lo = (int64_t)c * chunk, hi = lo + chunk;
         if (lo > n) lo = n;
         if (hi > n) hi = n;
-        part[c] = sum_squares(g + lo, hi - lo);
+        part[c] = ct_vsum_squares(g + lo, hi - lo);
     }
     double sum = 0.0;
     for (int c = 0; c < NORM_CHUNKS; c++)

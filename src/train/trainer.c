@@ -87,6 +87,8 @@ struct ct_trainer {
                                  stop where the ranks agree (agree_interrupt, a step's end) */
     bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
     double comm_seconds;      /* spent in the gradient all-reduce (several ranks only) */
+    ct_train_shard *shard;    /* the sharded update (shard_optimizer), or NULL */
+    bool failed;              /* a fit failed: the shard's collective free is skipped */
     /* gradient buckets (several ranks, bucket_bytes > 0): ranges of the flat gradient buffer,
        the last parameters first, as the backward pass finishes them */
     grad_bucket *buckets;
@@ -275,12 +277,25 @@ static ct_status gather_positions(ct_trainer *t) {
     return CT_OK;
 }
 
+/* A sharded update leaves each rank with current moments for its own part only: every
+ * rank's part to every rank, so the state saved (and read after fit) is whole. */
+static ct_status share_moments(ct_trainer *t) {
+    for (int32_t k = 0; t->shard && k < ct_optim_buffer_count(t->opt); k++) {
+        const char *name;
+        float *buf;
+        CT_TRY(ct_optim_buffer(t->opt, k, &name, &buf));
+        CT_TRY(ct_train_shard_share_buffer(t->shard, buf));
+    }
+    return CT_OK;
+}
+
 static ct_status flush_checkpoint(ct_trainer *t) {
     bool best = t->save_best, due = t->save_due;
     t->save_best = t->save_due = false;
     if (!t->p.checkpoint_dir || (!best && !due) || t->last_saved_step == t->step) return CT_OK;
     ct_status s = CT_OK;
     if (t->rank_pos) CT_TRY(gather_positions(t));
+    CT_TRY(share_moments(t));
     if (!t->comm || ct_comm_rank(t->comm) == 0) s = save_now(t, best);
     if (t->comm && ct_comm_world_size(t->comm) > 1) {
         /* the other ranks would otherwise wait in the next all-reduce for a rank that left */
@@ -993,6 +1008,37 @@ static void reset_window(ct_trainer *t) {
 
 /* ---- one optimizer step at the end of a window ---- */
 
+/* The sharded update's reduction (shard.c): this rank's part of the mean gradient, and the
+ * decisions every rank must share in one all-reduce: a non-finite loss or gradient on any rank,
+ * an interrupt, a callback's stop and, with norm clipping, the global norm (which then scales
+ * this rank's part, as clip_grad_norm would scale the whole). */
+static ct_status reduce_sharded(ct_trainer *t, bool *loss_ok, bool *grads_ok) {
+    bool clip_norm = t->p.grad_clip_norm > 0.0f, ok = true;
+    double sumsq = 0.0;
+    struct timespec a, b;
+    (void)clock_gettime(CLOCK_MONOTONIC, &a);
+    CT_TRY(ct_train_shard_reduce(t->shard, t->p.check_grads || clip_norm ? &ok : NULL,
+                                 clip_norm ? &sumsq : NULL));
+    double flags[5] = {*loss_ok ? 0.0 : 1.0, t->interrupt ? 1.0 : 0.0, t->stop_asked ? 1.0 : 0.0,
+                       ok ? 0.0 : 1.0, sumsq};
+    CT_TRY(ct_comm_allreduce_sum_f64(t->comm, flags, 5));
+    (void)clock_gettime(CLOCK_MONOTONIC, &b);
+    t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    *loss_ok = flags[0] == 0.0;
+    t->interrupt = flags[1] != 0.0;
+    if (flags[2] != 0.0) t->stop = true;
+    t->stop_asked = false;
+    *grads_ok = flags[3] == 0.0;
+    if (clip_norm) {
+        const double total = sqrt(flags[4]);
+        t->grad_norm = (float)total;
+        const double coef = (double)t->p.grad_clip_norm / (total + 1e-6);
+        if (*grads_ok && isfinite(t->grad_norm) && coef < 1.0)
+            ct_train_shard_scale(t->shard, (float)coef);
+    }
+    return CT_OK;
+}
+
 static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     ct_ctx *ctx = t->ctx;
     float *grads = ct_params_grads(t->params);
@@ -1002,7 +1048,10 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
      * with several ranks is the pass that divides the sum by the world size */
     bool grads_ok = true, scanned = false;
     bool clip_norm = t->p.grad_clip_norm > 0.0f;
-    if (ct_comm_world_size(t->comm) > 1) {
+    if (t->shard) {
+        CT_TRY(reduce_sharded(t, &loss_ok, &grads_ok));
+        scanned = true;
+    } else if (ct_comm_world_size(t->comm) > 1) {
         struct timespec a, b;
         (void)clock_gettime(CLOCK_MONOTONIC, &a);
         if (t->n_buckets)
@@ -1024,7 +1073,9 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         if (flags[2] != 0.0f) t->stop = true; /* a callback's CT_STOP on any rank */
         t->stop_asked = false;
     }
-    if (clip_norm) {
+    if (clip_norm && t->shard) {
+        grads_ok = grads_ok && isfinite(t->grad_norm); /* the norm, from reduce_sharded */
+    } else if (clip_norm) {
         float norm;
         CT_TRY(ct_optim_clip_grad_norm(ctx, t->params, t->p.grad_clip_norm, &norm));
         t->grad_norm = norm;
@@ -1038,10 +1089,13 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     case CT_NONFINITE_ACTION_CONTINUE:
         break;
     case CT_NONFINITE_ACTION_SKIP_UPDATE:
+        if (t->shard)
+            CT_TRY(ct_train_shard_settle(t->shard)); /* before clearing what others read */
         ct_params_zero_grad(t->params);
         t->skipped++;
         return CT_OK;
     case CT_NONFINITE_ACTION_ROLLBACK: {
+        if (t->shard) CT_TRY(ct_train_shard_settle(t->shard));
         ct_nonfinite_state keep;
         ct_nonfinite_get_state(&t->nf, &keep); /* the count survives the rollback */
         snapshot(t, false);
@@ -1063,7 +1117,18 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     if (t->p.grad_clip_value > 0.0f)
         CT_TRY(ct_optim_clip_grad_value(ctx, t->params, t->p.grad_clip_value));
     if (t->p.callbacks.on_grads) CT_TRY(event(t, t->p.callbacks.on_grads(t->p.callbacks.user, t)));
-    ct_optim_step(t->opt);
+    if (t->shard) {
+        int64_t lo, hi;
+        ct_train_shard_bounds(t->shard, ct_comm_rank(t->comm), &lo, &hi);
+        ct_optim_step_range(t->opt, lo, hi);
+        struct timespec a, b;
+        (void)clock_gettime(CLOCK_MONOTONIC, &a);
+        CT_TRY(ct_train_shard_gather(t->shard, ct_params_values(t->params)));
+        (void)clock_gettime(CLOCK_MONOTONIC, &b);
+        t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    } else {
+        ct_optim_step(t->opt);
+    }
     if (!ct_optim_zeroes_grads(t->opt)) ct_params_zero_grad(t->params);
     t->step++;
     if (t->sched && !t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
@@ -1235,6 +1300,7 @@ static ct_status fit(ct_trainer *t);
 
 ct_status ct_trainer_fit(ct_trainer *t) {
     ct_status s = fit(t);
+    if (s != CT_OK) t->failed = true;
     if (s != CT_OK && t->p.callbacks.on_exception)
         t->p.callbacks.on_exception(t->p.callbacks.user, t, s);
     return s;
@@ -1289,6 +1355,7 @@ static ct_status fit(ct_trainer *t) {
     /* the final state, so `latest` is where this run ended (a failed run saves nothing) */
     t->save_due = true;
     CT_TRY(flush_checkpoint(t));
+    CT_TRY(share_moments(t)); /* the optimizer's state whole after fit, saved or not */
     if (cb->on_fit_end) CT_TRY(event(t, cb->on_fit_end(cb->user, t)));
     (void)ctx;
     return CT_OK;
@@ -1528,6 +1595,28 @@ ct_status ct_trainer_create(ct_ctx *ctx,
         s = CT_FAIL(ctx, CT_ERR_CONFIG,
                     "trainer: bucket_bytes %lld is negative (and not CT_BUCKET_BYTES_AUTO)",
                     (long long)p.bucket_bytes);
+    if (s == CT_OK && ((int)p.shard_optimizer < 0 || p.shard_optimizer >= CT_UPDATE_SHARDING_COUNT))
+        s = CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: shard_optimizer %d is not a ct_update_sharding",
+                    (int)p.shard_optimizer);
+    if (s == CT_OK && ct_comm_world_size(t->comm) > 1 &&
+        p.shard_optimizer != CT_UPDATE_SHARDING_NEVER) {
+        bool can = ct_comm_can_share(t->comm) && !p.callbacks.on_grads;
+        if (p.shard_optimizer == CT_UPDATE_SHARDING_ALWAYS && !can)
+            s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                        "trainer: shard_optimizer is 'always', but %s (docs/distributed.md)",
+                        p.callbacks.on_grads ? "an on_grads handler (gradient histograms: "
+                                               "logging.histogram_every) reads the whole "
+                                               "gradient, which a sharded update never assembles"
+                        : !ct_comm_can_share(t->comm) &&
+                                ct_comm_local_size(t->comm) != ct_comm_world_size(t->comm)
+                            ? "the ranks are not all on one machine"
+                            : "the communicator has no shared memory");
+        else if (can && (p.shard_optimizer == CT_UPDATE_SHARDING_ALWAYS ||
+                         p.bucket_bytes == CT_BUCKET_BYTES_AUTO))
+            s = ct_train_shard_create(ctx, t->comm, ct_params_numel(params), &t->shard);
+        if (t->shard) s = ct_params_bind_grads(params, ct_train_shard_grads(t->shard));
+        if (t->shard) t->p.bucket_bytes = p.bucket_bytes = 0; /* nothing all-reduced */
+    }
     if (s == CT_OK && p.bucket_bytes == CT_BUCKET_BYTES_AUTO) {
         bool one_machine = ct_comm_local_size(t->comm) == ct_comm_world_size(t->comm);
         t->p.bucket_bytes = p.bucket_bytes = one_machine ? 0 : (int64_t)1 << 20;
@@ -1553,6 +1642,8 @@ void ct_trainer_destroy(ct_trainer *t) {
     for (int64_t i = 0; i < t->n_engines; i++)
         ct_metrics_destroy(t->engines[i].m);
     ct_free(ctx, t->engines, (size_t)t->engines_cap * sizeof *t->engines);
+    if (t->shard) (void)ct_params_bind_grads(t->params, NULL); /* before the segment goes */
+    ct_train_shard_destroy(t->shard, !t->failed);
     ct_ema_destroy(t->ema);
     ct_params_destroy(t->ema_store);
     ct_graph_destroy(t->g);
@@ -1576,6 +1667,10 @@ int64_t ct_trainer_epoch(const ct_trainer *t) {
 
 int64_t ct_trainer_buckets(const ct_trainer *t) {
     return t->n_buckets;
+}
+
+bool ct_trainer_sharded(const ct_trainer *t) {
+    return t->shard != NULL;
 }
 
 double ct_trainer_comm_seconds(const ct_trainer *t) {

@@ -52,8 +52,9 @@ YAML
 run 2 tiny.yaml output_dir=runs/a
 if [[ $rc -ne 0 ]]; then
     fail fit_np2 "exit $rc: $(tail_of out)"
-elif ! grep -q "on 2 processes (.*global batch 32" out; then
-    fail fit_np2 "no 'on 2 processes ... global batch 32' line: $(tail_of out)"
+elif ! grep -q "on 2 processes (.*global batch 32.*, optimizer update sharded)" out; then
+    fail fit_np2 "no 'on 2 processes ... global batch 32 ... optimizer update sharded' line: \
+$(tail_of out)"
 elif ! grep -qE "^ranks: 0 pid [0-9]+ on .+, 1 pid [0-9]+ on .+" out; then
     fail fit_np2 "no 'ranks: 0 pid N on HOST, 1 pid N on HOST' line: $(tail_of out)"
 elif [[ $(grep -c '^done:' out) -ne 1 ]]; then
@@ -133,6 +134,14 @@ if [[ $rc -eq 2 ]] && grep -q "key 'optimizer.lr': expected a number" out; then
     ok config_error_exit_2
 else
     fail config_error_exit_2 "exit $rc: $(tail_of out)"
+fi
+
+# a sharded update insisted on where a handler needs the whole averaged gradient
+run 2 tiny.yaml output_dir=runs/h trainer.shard_optimizer=always logging.histogram_every=1
+if [[ $rc -eq 2 ]] && grep -q "shard_optimizer is 'always', but .*gradient histograms" out; then
+    ok shard_always_refused
+else
+    fail shard_always_refused "exit $rc: $(tail_of out)"
 fi
 
 long=(tiny.yaml trainer.max_epochs=100000 "data.train={type: synthetic, kind: blobs, n: 20000,

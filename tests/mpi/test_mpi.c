@@ -33,7 +33,7 @@ static const char *const k_config = "seed: 5\n"
                                     "model: {type: mlp, hidden: [16, 16]}\n"
                                     "optimizer: %s\n"
                                     "trainer: {max_steps: %d, max_epochs: 0, bucket_mb: %s, "
-                                    "precision: %s}\n"
+                                    "precision: %s, shard_optimizer: %s, grad_clip_norm: %g}\n"
                                     "metrics:\n"
                                     "  test: [accuracy, {type: confusion}]\n"
                                     "checkpoint: {enabled: false}\n"
@@ -47,12 +47,15 @@ typedef struct run {
 
 static const ct_trainer_callbacks *g_callbacks; /* for the next build, or NULL */
 static const char *g_precision = "fp32";        /* trainer.precision of the next build */
+static const char *g_shard = "auto";            /* trainer.shard_optimizer of the next build */
+static double g_clip = 0.0;                     /* trainer.grad_clip_norm of the next build */
 
 /* bucket_mb < 0: `auto`. */
 static run build(const char *optimizer, int batch, int steps, double bucket_mb, ct_comm *comm) {
     char text[2048], mb[32] = "auto";
     if (bucket_mb >= 0.0) (void)snprintf(mb, sizeof mb, "%g", bucket_mb);
-    (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps, mb, g_precision);
+    (void)snprintf(text, sizeof text, k_config, batch, optimizer, steps, mb, g_precision, g_shard,
+                   g_clip);
     run r = {NULL, NULL};
     ct_status s = ct_config_load_string(g_ctx, "mpi.yaml", text, strlen(text), &r.cfg);
     if (s == CT_OK) s = ct_experiment_resolve(g_ctx, r.cfg);
@@ -177,18 +180,98 @@ static void training_should_match_one_process_with_the_global_batch(void) {
 }
 
 /* The tests' ranks share this machine: the communicator says so, and `bucket_mb: auto` then
- * all-reduces once after the backward pass (no buckets), while 1 MiB makes one bucket. */
+ * shards the update (no buckets, nothing all-reduced), while 1 MiB makes one bucket and keeps
+ * the all-reduce. */
 static void auto_buckets_should_follow_the_machine_layout(void) {
     CT_CHECK_INT(ct_comm_local_size(g_comm), g_world);
+    CT_CHECK(ct_comm_can_share(g_comm));
     run automatic = build("{type: sgd, lr: 0.1}", 8, 1, -1.0, g_comm);
     run one = build("{type: sgd, lr: 0.1}", 8, 1, 1.0, g_comm);
     if (automatic.e && one.e) {
         CT_CHECK_INT(ct_trainer_buckets(ct_experiment_trainer(automatic.e)), 0);
         CT_CHECK_INT(ct_trainer_buckets(ct_experiment_trainer(one.e)), 1);
+        CT_CHECK(ct_trainer_sharded(ct_experiment_trainer(automatic.e)));
+        CT_CHECK(!ct_trainer_sharded(ct_experiment_trainer(one.e)));
     }
     CT_CHECK(automatic.e && one.e);
     done(&automatic);
     done(&one);
+}
+
+/* The buffers of an optimizer's state, concatenated (n floats each), into a new array. */
+static float *moments(ct_experiment *e, int32_t *count) {
+    ct_optim *o = ct_experiment_optimizer(e);
+    int64_t n = ct_params_numel(ct_experiment_params_store(e));
+    *count = ct_optim_buffer_count(o);
+    float *all = malloc((size_t)(*count > 0 ? *count : 1) * (size_t)n * sizeof(float));
+    if (!all) abort();
+    for (int32_t k = 0; k < *count; k++) {
+        const char *name;
+        float *buf;
+        CT_CHECK(ct_optim_buffer(o, k, &name, &buf) == CT_OK);
+        if (buf) memcpy(all + (size_t)k * (size_t)n, buf, (size_t)n * sizeof(float));
+    }
+    return all;
+}
+
+/* The sharded update (each rank updates its part of the weights and moments from the summed
+ * gradients in shared memory, then copies the others' parts) against the all-reduce that
+ * every rank applies whole: the same sum in rank order, so on 2 ranks the same bits, weights
+ * and optimizer state alike (the moments made whole at the end of fit); on 3 ranks within
+ * 1e-5 of one process as the all-reduce is. With norm clipping the global norm is summed by
+ * parts, so only within 1e-5. Every rank holds the same bits in every case. */
+static void sharded_update_should_equal_the_all_reduce(void) {
+    static const char *const optimizers[] = {"{type: sgd, lr: 0.2, momentum: 0.9}",
+                                             "{type: adamw, lr: 0.01}"};
+    const int batch = 8, steps = 20;
+    for (int c = 0; c < 4; c++) {
+        const char *opt = optimizers[c % 2];
+        g_clip = c < 2 ? 0.0 : 0.05; /* small enough to clip most steps */
+        g_shard = "always";
+        run sharded = build(opt, batch, steps, -1.0, g_comm);
+        g_shard = "never";
+        run plain = build(opt, batch, steps, 0.0, g_comm);
+        g_shard = "auto";
+        run one = build(opt, batch * (int)g_world, steps, 0.0, NULL);
+        if (sharded.e && plain.e && one.e) {
+            CT_CHECK_MSG(ct_experiment_fit(sharded.e) == CT_OK, "%s", ct_last_error(g_ctx));
+            CT_CHECK_MSG(ct_experiment_fit(plain.e) == CT_OK, "%s", ct_last_error(g_ctx));
+            CT_CHECK_MSG(ct_experiment_fit(one.e) == CT_OK, "%s", ct_last_error(g_ctx));
+            CT_CHECK(ct_trainer_sharded(ct_experiment_trainer(sharded.e)));
+            CT_CHECK(!ct_trainer_sharded(ct_experiment_trainer(plain.e)));
+            ct_params *ps = ct_experiment_params_store(sharded.e);
+            ct_params *pp = ct_experiment_params_store(plain.e);
+            ct_params *po = ct_experiment_params_store(one.e);
+            int64_t n = ct_params_numel(ps);
+            size_t bytes = (size_t)n * sizeof(float);
+            int32_t ks, kp;
+            float *ms = moments(sharded.e, &ks), *mp = moments(plain.e, &kp);
+            CT_CHECK_INT(ks, kp);
+            bool exact = g_world == 2 && g_clip == 0.0;
+            if (exact) {
+                CT_CHECK_MSG(memcmp(ct_params_values(ps), ct_params_values(pp), bytes) == 0,
+                             "%s: sharded and all-reduced weights differ", opt);
+                CT_CHECK_MSG(memcmp(ms, mp, (size_t)ks * bytes) == 0,
+                             "%s: sharded and all-reduced optimizer state differ", opt);
+            }
+            double rel = max_rel_diff(ct_params_values(ps), ct_params_values(po), n);
+            CT_CHECK_MSG(rel <= 1e-5, "%s, clip %g: weights differ from one process by %.3g", opt,
+                         g_clip, rel);
+            double mrel = max_rel_diff(ms, mp, (int64_t)ks * n);
+            CT_CHECK_MSG(mrel <= 1e-5, "%s, clip %g: moments differ from the all-reduce's by %.3g",
+                         opt, g_clip, mrel);
+            CT_CHECK_MSG(same_on_every_rank(ct_params_values(ps), bytes),
+                         "%s: the ranks' weights differ", opt);
+            CT_CHECK_MSG(same_on_every_rank(ms, (size_t)ks * bytes),
+                         "%s: the ranks' optimizer states differ after fit", opt);
+            free(ms);
+            free(mp);
+        }
+        done(&sharded);
+        done(&plain);
+        done(&one);
+    }
+    g_clip = 0.0;
 }
 
 /* Evaluating 501 samples on W ranks (unequal shards, none padded) gives one process's values
@@ -237,18 +320,23 @@ static void a_stop_on_one_rank_should_stop_every_rank_at_the_same_step(void) {
     ct_trainer_callbacks cb;
     memset(&cb, 0, sizeof cb);
     cb.on_iteration_end = stop_on_rank_1;
-    g_callbacks = &cb;
-    run r = build("{type: sgd, lr: 0.1}", 8, 50, 1.0, g_comm);
-    g_callbacks = NULL;
-    if (r.e) {
-        CT_CHECK_MSG(ct_experiment_fit(r.e) == CT_OK, "%s", ct_last_error(g_ctx));
-        int64_t step = ct_trainer_step(ct_experiment_trainer(r.e));
-        CT_CHECK_MSG(step >= 3 && step <= 4, "stopped at step %lld", (long long)step);
-        double steps = (double)step;
-        CT_CHECK(ct_comm_allreduce_sum_f64(g_comm, &steps, 1) == CT_OK);
-        CT_CHECK_MSG(steps == (double)(step * g_world), "the ranks stopped at different steps");
+    /* with the all-reduce (1 MiB buckets) and with the sharded update (auto), whose step
+       agrees on the stop in its own all-reduce of flags */
+    for (int sharded = 0; sharded < 2; sharded++) {
+        g_callbacks = &cb;
+        run r = build("{type: sgd, lr: 0.1}", 8, 50, sharded ? -1.0 : 1.0, g_comm);
+        g_callbacks = NULL;
+        if (r.e) {
+            CT_CHECK(ct_trainer_sharded(ct_experiment_trainer(r.e)) == (sharded != 0));
+            CT_CHECK_MSG(ct_experiment_fit(r.e) == CT_OK, "%s", ct_last_error(g_ctx));
+            int64_t step = ct_trainer_step(ct_experiment_trainer(r.e));
+            CT_CHECK_MSG(step >= 3 && step <= 4, "stopped at step %lld", (long long)step);
+            double steps = (double)step;
+            CT_CHECK(ct_comm_allreduce_sum_f64(g_comm, &steps, 1) == CT_OK);
+            CT_CHECK_MSG(steps == (double)(step * g_world), "the ranks stopped at different steps");
+        }
+        done(&r);
     }
-    done(&r);
 }
 
 int main(void) {
@@ -264,6 +352,7 @@ int main(void) {
     CT_RUN(mpi_sum_should_be_exact_and_identical_on_every_rank);
     CT_RUN(training_should_match_one_process_with_the_global_batch);
     CT_RUN(auto_buckets_should_follow_the_machine_layout);
+    CT_RUN(sharded_update_should_equal_the_all_reduce);
     CT_RUN(evaluation_should_equal_one_process);
     CT_RUN(a_stop_on_one_rank_should_stop_every_rank_at_the_same_step);
     double failures = ct_test_failures;

@@ -78,9 +78,9 @@ static void fake_destroy(void *s) {
     (*((fake *)s)->destroyed)++;
 }
 
-static const ct_comm_vtable fake_vt = {"fake",     fake_rank,    fake_world,   fake_f32, fake_f64,
-                                       fake_bcast, fake_barrier, fake_destroy, NULL,     NULL,
-                                       NULL,       NULL,         NULL};
+static const ct_comm_vtable fake_vt = {
+    "fake", fake_rank, fake_world, fake_f32, fake_f64, fake_bcast, fake_barrier, fake_destroy,
+    NULL,   NULL,      NULL,       NULL,     NULL,     NULL,       NULL,         NULL};
 
 static void custom_comm_should_reduce_and_report_errors(void) {
     int destroyed = 0;
@@ -89,6 +89,12 @@ static void custom_comm_should_reduce_and_report_errors(void) {
     CT_CHECK_INT(ct_comm_create_with(ctx, &fake_vt, &f, &c), CT_OK);
     CT_CHECK(!ct_comm_is_root(c));
     CT_CHECK_INT(ct_comm_local_size(c), 1); /* a vtable without local_size */
+    /* no shared memory without shared_create: refused with the reason, nothing allocated */
+    CT_CHECK(!ct_comm_can_share(c));
+    ct_comm_shared *sh = (ct_comm_shared *)&f;
+    CT_CHECK_INT(ct_comm_shared_create(c, 64, &sh), CT_ERR_DIST);
+    CT_CHECK(sh == NULL);
+    CT_CHECK(strstr(ct_last_error(ctx), "the implementation has none") != NULL);
     float g[2] = {1.5f, -3.0f};
     CT_CHECK_INT(ct_comm_allreduce_mean_f32(c, g, 2), CT_OK);
     CT_CHECK(g[0] == 1.5f && g[1] == -3.0f); /* (3 x) / 3 */

@@ -678,6 +678,62 @@ static void graph_should_report_each_gradient_once_when_final(void) {
     fx_close(&f);
 }
 
+/* A backward pass into a bound gradient buffer (ct_params_bind_grads, what the sharded update
+ * binds to shared memory) gives the bits the store's own buffer gets, the tied embedding
+ * included; unbinding copies the accumulated gradients back; an unallocated store refuses. */
+static void params_should_accumulate_into_a_bound_gradient_buffer(void) {
+    fixture f;
+    fx_open(&f);
+    ct_params *bare = NULL;
+    CT_CHECK_INT(ct_params_create(f.ctx, &bare), CT_OK);
+    float one = 0.0f;
+    CT_CHECK_INT(ct_params_bind_grads(bare, &one), CT_ERR_INVALID_ARG);
+    ct_params_destroy(bare);
+    ct_options o = {(const ct_option[]){{"n_layer", "1"}, {"d_model", "16"}, {"vocab", "13"}}, 3,
+                    "m"};
+    CT_CHECK_INT(
+        ct_model_build_alloc(f.ctx, "gpt", &o, f.params, CT_I32, 1, (const int64_t[]){8}, 3, &f.m),
+        CT_OK);
+    if (f.m) {
+        int64_t n = ct_params_numel(f.params);
+        size_t bytes = (size_t)n * sizeof(float);
+        float *want = malloc(bytes), *bound = malloc(bytes);
+        if (!want || !bound) abort();
+        int32_t ids[2 * 8];
+        for (int i = 0; i < 16; i++)
+            ids[i] = (i * 7 + 2) % 13;
+        float *own = ct_params_grads(f.params);
+        for (int pass = 0; pass < 2; pass++) {
+            ct_graph_reset(f.g);
+            ct_tensor *y = ct_model_forward(
+                f.m, f.g, ct_graph_wrap(f.g, ids, CT_I32, 2, (const int64_t[]){2, 8}));
+            ct_tensor *sq = y ? ct_op_mul(f.g, y, y) : NULL;
+            CT_CHECK_INT(ct_graph_backward(f.g, ct_op_sum_all(f.g, sq)), CT_OK);
+            if (pass == 0) {
+                memcpy(want, own, bytes);
+                memset(bound, 0x7f, bytes); /* garbage: binding must copy the current zeros */
+                ct_params_zero_grad(f.params);
+                CT_CHECK_INT(ct_params_bind_grads(f.params, bound), CT_OK);
+                CT_CHECK(ct_params_grads(f.params) == bound);
+            }
+        }
+        CT_CHECK(memcmp(bound, want, bytes) == 0);
+        const ct_tensor *wte = ct_params_find(f.params, "transformer.wte.weight");
+        CT_CHECK(wte && (const float *)wte->grad >= bound && (const float *)wte->grad < bound + n);
+        bool untouched = true; /* the own buffer kept its zeros while bound */
+        for (int64_t i = 0; i < n; i++)
+            untouched = untouched && own[i] == 0.0f;
+        CT_CHECK(untouched);
+        CT_CHECK_INT(ct_params_bind_grads(f.params, NULL), CT_OK);
+        CT_CHECK(ct_params_grads(f.params) == own);
+        CT_CHECK(memcmp(own, want, bytes) == 0);
+        CT_CHECK(wte && (const float *)wte->grad >= own && (const float *)wte->grad < own + n);
+        free(want);
+        free(bound);
+    }
+    fx_close(&f);
+}
+
 int main(void) {
     CT_RUN(model_should_list_layer_and_model_types);
     CT_RUN(model_should_check_options_without_an_input);
@@ -691,5 +747,6 @@ int main(void) {
     CT_RUN(model_should_pass_gradcheck_wrt_input);
     CT_RUN(model_should_run_a_user_model_type);
     CT_RUN(graph_should_report_each_gradient_once_when_final);
+    CT_RUN(params_should_accumulate_into_a_bound_gradient_buffer);
     return ct_test_finish();
 }

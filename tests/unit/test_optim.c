@@ -264,7 +264,11 @@ static void clip_norm_should_not_depend_on_threads(void) {
     free(grads[1]);
 }
 
-static void run_steps(ct_optim_params op, int64_t threads, bool group, float *out, int64_t *n) {
+/* Five steps from fixed gradients; with tiles > 1 each step is that many ct_optim_step_range
+ * calls over [k n / tiles, (k + 1) n / tiles), each seeing the same step count, as the ranks
+ * of a sharded update do (the bounds cut tensors and groups in the middle). */
+static void
+run_steps(ct_optim_params op, int64_t threads, bool group, int tiles, float *out, int64_t *n) {
     ct_ctx *ctx = make_ctx(NULL, threads);
     ct_params *P = make_store(ctx, big, 5, 0.0f);
     *n = ct_params_numel(P);
@@ -274,7 +278,15 @@ static void run_steps(ct_optim_params op, int64_t threads, bool group, float *ou
     if (o && group) CT_CHECK_INT(ct_optim_add_group(o, "*.bias", 0.5f, 0.0f), CT_OK);
     for (uint64_t s = 0; o && s < 5; s++) {
         fill(ct_params_grads(P), *n, 100 + s, 1.0f);
-        ct_optim_step(o);
+        if (tiles < 2) {
+            ct_optim_step(o);
+            continue;
+        }
+        for (int k = 0; k < tiles; k++) {
+            CT_CHECK_INT(ct_optim_set_steps(o, (int64_t)s), CT_OK);
+            ct_optim_step_range(o, *n * k / tiles, *n * (k + 1) / tiles);
+        }
+        CT_CHECK_INT(ct_optim_steps(o), (int64_t)s + 1);
     }
     if (out) memcpy(out, ct_params_values(P), (size_t)*n * sizeof(float));
     ct_optim_destroy(o);
@@ -314,6 +326,8 @@ static void optim_zero_grad_should_clear_every_gradient(void) {
         }
 }
 
+/* Every kind's step gives the same bits with 1 and 2 threads, and stepped as ranges one by one
+ * (ct_optim_step_range, what the ranks of a sharded update do). */
 static void optim_step_should_not_depend_on_threads(void) {
     ct_optim_params ops[9];
     int count = 0;
@@ -335,17 +349,22 @@ static void optim_step_should_not_depend_on_threads(void) {
         }
     }
     int64_t n = 0;
-    run_steps(ops[0], 1, false, NULL, &n);
+    run_steps(ops[0], 1, false, 1, NULL, &n);
     float *one = malloc((size_t)n * sizeof(float)), *two = malloc((size_t)n * sizeof(float));
     float *start = malloc((size_t)n * sizeof(float));
     if (start) fill(start, n, 1, 1.0f);
     for (int c = 0; c < count && one && two && start; c++) {
         for (int group = 0; group < 2; group++) {
-            run_steps(ops[c], 1, group, one, &n);
-            run_steps(ops[c], 2, group, two, &n);
+            run_steps(ops[c], 1, group, 1, one, &n);
+            run_steps(ops[c], 2, group, 1, two, &n);
             CT_CHECK_MSG(memcmp(one, two, (size_t)n * sizeof(float)) == 0,
                          "kind %d (config %d, group %d): 1 and 2 threads differ", (int)ops[c].kind,
                          c, group);
+            /* three ranges tiling the buffer: the same bits as one step over all of it */
+            run_steps(ops[c], 2, group, 3, two, &n);
+            CT_CHECK_MSG(memcmp(one, two, (size_t)n * sizeof(float)) == 0,
+                         "kind %d (config %d, group %d): 3 range steps differ from one step",
+                         (int)ops[c].kind, c, group);
             bool moved = false, finite = true;
             for (int64_t i = 0; i < n; i++) {
                 finite = finite && isfinite(one[i]);

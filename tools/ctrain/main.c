@@ -804,10 +804,11 @@ static int cmd_fit(int argc, char **argv) {
     if (s.world > 1) {
         say(&s,
             "ctrain %s: fit %s -> %s on %lld processes (%lld training samples each, global "
-            "batch %lld, %lld parameters)",
+            "batch %lld, %lld parameters%s)",
             ct_version(), a.config, out_dir, (long long)s.world,
             (long long)ct_experiment_train_samples(e), (long long)s.batch_size,
-            (long long)ct_params_numel(ct_experiment_params_store(e)));
+            (long long)ct_params_numel(ct_experiment_params_store(e)),
+            ct_trainer_sharded(ct_experiment_trainer(e)) ? ", optimizer update sharded" : "");
         to_log(&s, "ranks: ", s.rank_map); /* printed when the job started */
     } else {
         say(&s, "ctrain %s: fit %s -> %s (%lld training samples, %lld parameters)", ct_version(),
