@@ -121,12 +121,13 @@ CT_API ct_status ct_comm_test(ct_comm *c, ct_comm_request *req);
 /*
  * Shared memory between the ranks of a job that runs on one machine (MPI-3 shared windows):
  * what the trainer's sharded optimizer update moves gradients and weights through without an
- * all-reduce (docs/distributed.md). Every call is collective.
+ * all-reduce (docs/distributed.md). Create, sync and destroy are collective.
  *
- * ct_comm_can_share: whether the communicator offers it and every rank shares this machine.
+ * ct_comm_can_share: whether the communicator offers it and every rank shares this machine
+ * (local).
  * ct_comm_shared_create: a segment of `bytes` per rank, each readable and writable by every
  * rank; CT_ERR_DIST (with the reason) when the communicator cannot share memory.
- * ct_comm_shared_segment: rank's segment (rank in [0, world size)), or NULL.
+ * ct_comm_shared_segment: rank's segment (rank in [0, world size)), or NULL (local).
  * ct_comm_shared_sync: a barrier after which every rank sees all writes made before it.
  * ct_comm_shared_destroy: frees it; collective, so every rank must call it (NULL is ignored).
  */

@@ -63,7 +63,8 @@ CT_API void ct_params_zero_grad(ct_params *p);
  * so backward passes accumulate there (the trainer's sharded update binds a shared-memory
  * segment that the other ranks read). NULL returns to the store's own buffer, copying the
  * gradients back. Not while a graph holds a backward pass in progress.
- * Errors: CT_ERR_INVALID_ARG if the store is not allocated. */
+ * Errors: CT_ERR_INVALID_ARG if the store is not allocated, or when buf is not NULL and
+ * another buffer is bound already (one owner at a time: unbind first). */
 CT_API ct_status ct_params_bind_grads(ct_params *p, float *buf);
 
 /* Initialisers (f32 tensors). fan_in is shape[1] * prod(shape[2:]) as in PyTorch. */

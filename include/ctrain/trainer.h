@@ -237,8 +237,13 @@ typedef struct ct_trainer_params {
        part of the flat buffer through shared memory (ct_comm_shared), updates that part of
        the weights and optimizer state, and copies the others' parts, instead of all-reducing
        the gradients and updating every weight on every rank. Same results as the all-reduce
-       (the same rank-order sum; bitwise on 2 ranks); the optimizer's moments are made whole on
-       every rank at each checkpoint and at the end of fit. Default CT_UPDATE_SHARDING_AUTO. */
+       (the same rank-order sum: bitwise on 2 ranks without grad_clip_norm, whose norm is then
+       summed by parts); the optimizer's moments are made whole on every rank at each
+       checkpoint and at the end of fit. The shared memory is made at the start of each
+       ct_trainer_fit and freed at its end (collectively; after a failed fit it is left to
+       MPI_Finalize), so creating and destroying the trainer are not collective. Under AUTO a
+       fit whose shared memory cannot be made on some rank all-reduces instead, with a
+       warning. Default CT_UPDATE_SHARDING_AUTO. */
     ct_update_sharding shard_optimizer;
 } ct_trainer_params;
 
@@ -301,7 +306,8 @@ CT_API bool ct_trainer_interrupted(const ct_trainer *t);
 CT_API double ct_trainer_comm_seconds(const ct_trainer *t);
 /* The number of gradient buckets (bucket_bytes): 0 in one process or with bucket_bytes 0. */
 CT_API int64_t ct_trainer_buckets(const ct_trainer *t);
-/* Whether the ranks split the optimizer update (shard_optimizer): false in one process. */
+/* Whether the ranks split the optimizer update (shard_optimizer, decided at create): false in
+ * one process, and after a fit that fell back to the all-reduce. */
 CT_API bool ct_trainer_sharded(const ct_trainer *t);
 /* The latest values of an engine (`key`) or of training ("train"); NULL/0 before any. */
 CT_API const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n);

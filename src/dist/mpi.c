@@ -192,6 +192,20 @@ mpi_shared_create(void *self, ct_ctx *ctx, size_t bytes, void **handle, void **s
         free(win);
         return mpi_fail(ctx, m, rc, "MPI_Win_allocate_shared");
     }
+    /* a window's errors are fatal by default: it does not inherit the communicator's handler */
+    rc = MPI_Win_set_errhandler(*win, MPI_ERRORS_RETURN);
+    /* plain loads and stores see each other's writes after MPI_Win_sync only in the unified
+       model, which shared windows have on every implementation we know; refuse another */
+    int *model = NULL, found = 0;
+    if (rc == MPI_SUCCESS) rc = MPI_Win_get_attr(*win, MPI_WIN_MODEL, &model, &found);
+    if (rc == MPI_SUCCESS && found && model && *model != MPI_WIN_UNIFIED) {
+        (void)MPI_Win_free(win);
+        free(win);
+        return CT_FAIL(ctx, CT_ERR_DIST,
+                       "MPI rank %d of %d: the shared window's memory model is not "
+                       "MPI_WIN_UNIFIED",
+                       m->rank, m->size);
+    }
     for (int r = 0; rc == MPI_SUCCESS && r < m->size; r++) {
         MPI_Aint size = 0;
         int unit = 0;

@@ -1634,8 +1634,9 @@ static ct_status build_trainer(ct_experiment *e) {
     const ct_trainer_callbacks *ucb = &e->p.callbacks;
     /* gradient histograms read the whole averaged gradient, which a sharded update never
        assembles (ct_update_sharding): decided from the configuration, the same on every rank */
-    tp.callbacks.on_grads =
-        ucb->on_grads || int_at(e, "logging.histogram_every") > 0 ? fwd_grads : NULL;
+    bool grad_histograms =
+        bool_at(e, "logging.tensorboard") && int_at(e, "logging.histogram_every") > 0;
+    tp.callbacks.on_grads = ucb->on_grads || grad_histograms ? fwd_grads : NULL;
     tp.callbacks.on_epoch_start = ucb->on_epoch_start ? fwd_epoch_start : NULL;
     tp.callbacks.on_iteration_start = ucb->on_iteration_start ? fwd_iteration_start : NULL;
     tp.callbacks.on_iteration_end = ucb->on_iteration_end ? fwd_iteration_end : NULL;

@@ -205,6 +205,9 @@ ct_status ct_params_bind_grads(ct_params *p, float *buf) {
         return CT_FAIL(p->ctx, CT_ERR_INVALID_ARG, "binding gradients: the store is not allocated");
     float *to = buf ? buf : p->own_grads;
     if (to == p->grads) return CT_OK;
+    if (buf && p->grads != p->own_grads)
+        return CT_FAIL(p->ctx, CT_ERR_INVALID_ARG,
+                       "binding gradients: another buffer is bound (bind NULL first)");
     memcpy(to, p->grads, (size_t)p->n_trainable * sizeof(float));
     p->grads = to;
     int64_t off = 0;

@@ -11,8 +11,8 @@
  * no rank moves more than the buffer once in and once out (ZeRO-1 on shared memory;
  * docs/distributed.md).
  *
- * Each rank's segment holds n floats of its gradients, then n floats of which only its own
- * part is written: its updated weights. Another rank reads a rank's gradients (outside the
+ * Each rank's segment holds n floats of its gradients, then room for the longest part: its
+ * part of the updated weights. Another rank reads a rank's gradients (outside the
  * rank's own part) between the synchronisation of ct_train_shard_reduce and the next one
  * (ct_train_shard_gather's, or ct_train_shard_settle's when the update is skipped), and its
  * weights between gather's synchronisation and the next step's reduce: so no area is written
@@ -33,8 +33,9 @@ struct ct_train_shard {
     ct_comm *comm;
     ct_comm_shared *mem;
     int64_t rank, world, n;
-    int64_t *bounds; /* world + 1 offsets: rank k's part is [bounds[k], bounds[k + 1]) */
-    float **seg;     /* world: each rank's published gradients (its segment's start) */
+    int64_t *bounds;  /* world + 1 offsets: rank k's part is [bounds[k], bounds[k + 1]) */
+    float **seg;      /* world: each rank's published gradients (its segment's start) */
+    int64_t max_part; /* the longest part: the size of each segment's weights area */
 };
 
 /* Parts start on multiples of 16 floats (64 bytes): each rank's vector loops start aligned
@@ -65,7 +66,10 @@ ct_status ct_train_shard_create(ct_ctx *ctx, ct_comm *comm, int64_t n, ct_train_
         b -= b % PART_ALIGN;
         sh->bounds[k] = k == sh->world ? n : b;
     }
-    ct_status s = ct_comm_shared_create(comm, 2 * (size_t)n * sizeof(float), &sh->mem);
+    for (int64_t k = 0; k < sh->world; k++)
+        if (sh->bounds[k + 1] - sh->bounds[k] > sh->max_part)
+            sh->max_part = sh->bounds[k + 1] - sh->bounds[k];
+    ct_status s = ct_comm_shared_create(comm, (size_t)(n + sh->max_part) * sizeof(float), &sh->mem);
     if (s != CT_OK) {
         ct_train_shard_destroy(sh, false);
         return ct_err_wrap(ctx, "sharded optimizer update");
@@ -91,8 +95,10 @@ void ct_train_shard_bounds(const ct_train_shard *sh, int64_t rank, int64_t *lo, 
     *hi = sh->bounds[rank + 1];
 }
 
+/* Where rank publishes its part of the weights: after its gradients, the part's first
+ * element first. */
 static float *weights_of(const ct_train_shard *sh, int64_t rank) {
-    return (float *)ct_comm_shared_segment(sh->mem, rank) + sh->n;
+    return sh->seg[rank] + sh->n;
 }
 
 /* The work is in fixed chunks whose bounds depend only on the part's length, so the sum of
@@ -178,14 +184,26 @@ void ct_train_shard_scale(const ct_train_shard *sh, float scale) {
         grads[i] = grads[i] * scale;
 }
 
+void ct_train_shard_clamp(const ct_train_shard *sh, float clip) {
+    float *grads = sh->seg[sh->rank];
+    const int64_t lo = sh->bounds[sh->rank], hi = sh->bounds[sh->rank + 1];
+    const float neg = -clip;
+    int nt = ct_threads_for(sh->ctx, hi - lo, 2);
+    CT_OMP_FOR(nt)
+    for (int64_t i = lo; i < hi; i++) {
+        float x = grads[i];
+        grads[i] = x < neg ? neg : (x > clip ? clip : x); /* NaN stays, as clip_grad_value */
+    }
+}
+
 ct_status ct_train_shard_gather(ct_train_shard *sh, float *weights) {
     const int64_t lo = sh->bounds[sh->rank], hi = sh->bounds[sh->rank + 1];
-    memcpy(weights_of(sh, sh->rank) + lo, weights + lo, (size_t)(hi - lo) * sizeof(float));
+    memcpy(weights_of(sh, sh->rank), weights + lo, (size_t)(hi - lo) * sizeof(float));
     CT_TRY(ct_comm_shared_sync(sh->mem));
     for (int64_t k = 0; k < sh->world; k++) {
         if (k == sh->rank) continue;
         int64_t a = sh->bounds[k], b = sh->bounds[k + 1];
-        memcpy(weights + a, weights_of(sh, k) + a, (size_t)(b - a) * sizeof(float));
+        memcpy(weights + a, weights_of(sh, k), (size_t)(b - a) * sizeof(float));
     }
     /* past the synchronisation no rank reads this rank's gradients any more: the parts that
        the others applied are zeroed for the next accumulation (the optimizer zeroes or the

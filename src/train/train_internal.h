@@ -47,6 +47,8 @@ CT_INTERNAL float *ct_train_shard_grads(const ct_train_shard *sh);
 CT_INTERNAL ct_status ct_train_shard_reduce(ct_train_shard *sh, bool *ok, double *sumsq);
 /* The segment's [lo, hi) *= scale. */
 CT_INTERNAL void ct_train_shard_scale(const ct_train_shard *sh, float scale);
+/* The segment's [lo, hi) clamped to [-clip, clip] (ct_optim_clip_grad_value on the part). */
+CT_INTERNAL void ct_train_shard_clamp(const ct_train_shard *sh, float clip);
 /* After the update: publishes weights[lo, hi), copies every other rank's part into weights
  * and zeroes the segment outside [lo, hi). */
 CT_INTERNAL ct_status ct_train_shard_gather(ct_train_shard *sh, float *weights);

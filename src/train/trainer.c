@@ -87,8 +87,9 @@ struct ct_trainer {
                                  stop where the ranks agree (agree_interrupt, a step's end) */
     bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
     double comm_seconds;      /* spent in the gradient all-reduce (several ranks only) */
-    ct_train_shard *shard;    /* the sharded update (shard_optimizer), or NULL */
-    bool failed;              /* a fit failed: the shard's collective free is skipped */
+    bool want_shard;          /* shard_optimizer decided for sharding (at create) */
+    ct_train_shard *shard;    /* the sharded update's window during a fit, or NULL */
+    bool moments_whole;       /* the sharded moments were shared since the last update */
     /* gradient buckets (several ranks, bucket_bytes > 0): ranges of the flat gradient buffer,
        the last parameters first, as the backward pass finishes them */
     grad_bucket *buckets;
@@ -280,12 +281,14 @@ static ct_status gather_positions(ct_trainer *t) {
 /* A sharded update leaves each rank with current moments for its own part only: every
  * rank's part to every rank, so the state saved (and read after fit) is whole. */
 static ct_status share_moments(ct_trainer *t) {
-    for (int32_t k = 0; t->shard && k < ct_optim_buffer_count(t->opt); k++) {
+    if (!t->shard || t->moments_whole) return CT_OK;
+    for (int32_t k = 0; k < ct_optim_buffer_count(t->opt); k++) {
         const char *name;
         float *buf;
         CT_TRY(ct_optim_buffer(t->opt, k, &name, &buf));
         CT_TRY(ct_train_shard_share_buffer(t->shard, buf));
     }
+    t->moments_whole = true;
     return CT_OK;
 }
 
@@ -1114,13 +1117,16 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         return ct_err_wrap(ctx, "step %lld, epoch %lld", (long long)t->step + 1,
                            (long long)t->epoch + 1);
     }
-    if (t->p.grad_clip_value > 0.0f)
+    if (t->p.grad_clip_value > 0.0f && t->shard)
+        ct_train_shard_clamp(t->shard, t->p.grad_clip_value); /* the others' parts are theirs */
+    else if (t->p.grad_clip_value > 0.0f)
         CT_TRY(ct_optim_clip_grad_value(ctx, t->params, t->p.grad_clip_value));
     if (t->p.callbacks.on_grads) CT_TRY(event(t, t->p.callbacks.on_grads(t->p.callbacks.user, t)));
     if (t->shard) {
         int64_t lo, hi;
         ct_train_shard_bounds(t->shard, ct_comm_rank(t->comm), &lo, &hi);
         ct_optim_step_range(t->opt, lo, hi);
+        t->moments_whole = false;
         struct timespec a, b;
         (void)clock_gettime(CLOCK_MONOTONIC, &a);
         CT_TRY(ct_train_shard_gather(t->shard, ct_params_values(t->params)));
@@ -1298,9 +1304,54 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
 
 static ct_status fit(ct_trainer *t);
 
+/* The sharded update's window for one fit (collective). Under `auto` a window that cannot be
+ * made on some rank is not an error: the ranks agree on that and all-reduce instead. */
+static ct_status open_shard(ct_trainer *t) {
+    if (!t->want_shard) return CT_OK;
+    ct_status s = ct_train_shard_create(t->ctx, t->comm, ct_params_numel(t->params), &t->shard);
+    if (s == CT_OK) s = ct_params_bind_grads(t->params, ct_train_shard_grads(t->shard));
+    if (t->p.shard_optimizer == CT_UPDATE_SHARDING_ALWAYS) {
+        if (s != CT_OK) return s; /* the command line ends the job; a program decides */
+    } else {
+        double failed = s == CT_OK ? 0.0 : 1.0;
+        char why[512] = "";
+        if (s != CT_OK) (void)snprintf(why, sizeof why, "%s", ct_last_error(t->ctx));
+        CT_TRY(ct_comm_allreduce_sum_f64(t->comm, &failed, 1));
+        if (failed != 0.0) {
+            if (t->shard) {
+                (void)ct_params_bind_grads(t->params, NULL);
+                /* others may hold no window to free it with: leave it to MPI_Finalize */
+                ct_train_shard_destroy(t->shard, false);
+                t->shard = NULL;
+            }
+            t->want_shard = false;
+            ct_log(t->ctx, CT_LOG_WARN,
+                   "trainer: no shared memory for the sharded update on %.0f of %lld ranks "
+                   "(%s); all-reducing the gradients instead",
+                   failed, (long long)ct_comm_world_size(t->comm),
+                   why[0] ? why : "another rank's failure");
+            return CT_OK;
+        }
+    }
+    t->moments_whole = false;
+    t->p.bucket_bytes = 0; /* nothing all-reduced */
+    return CT_OK;
+}
+
+/* Ends the fit's window: collectively after a fit that every rank finished; after a failure
+ * (other ranks may never get here) only this rank's part, the window left to MPI_Finalize. */
+static void close_shard(ct_trainer *t, bool collective) {
+    if (!t->shard) return;
+    if (ct_params_grads(t->params) == ct_train_shard_grads(t->shard))
+        (void)ct_params_bind_grads(t->params, NULL);
+    ct_train_shard_destroy(t->shard, collective);
+    t->shard = NULL;
+}
+
 ct_status ct_trainer_fit(ct_trainer *t) {
-    ct_status s = fit(t);
-    if (s != CT_OK) t->failed = true;
+    ct_status s = open_shard(t);
+    if (s == CT_OK) s = fit(t);
+    close_shard(t, s == CT_OK);
     if (s != CT_OK && t->p.callbacks.on_exception)
         t->p.callbacks.on_exception(t->p.callbacks.user, t, s);
     return s;
@@ -1600,22 +1651,23 @@ ct_status ct_trainer_create(ct_ctx *ctx,
                     (int)p.shard_optimizer);
     if (s == CT_OK && ct_comm_world_size(t->comm) > 1 &&
         p.shard_optimizer != CT_UPDATE_SHARDING_NEVER) {
-        bool can = ct_comm_can_share(t->comm) && !p.callbacks.on_grads;
+        bool can =
+            ct_comm_can_share(t->comm) && !p.callbacks.on_grads && ct_params_numel(params) > 0;
         if (p.shard_optimizer == CT_UPDATE_SHARDING_ALWAYS && !can)
             s = CT_FAIL(ctx, CT_ERR_CONFIG,
                         "trainer: shard_optimizer is 'always', but %s (docs/distributed.md)",
                         p.callbacks.on_grads ? "an on_grads handler (gradient histograms: "
-                                               "logging.histogram_every) reads the whole "
-                                               "gradient, which a sharded update never assembles"
-                        : !ct_comm_can_share(t->comm) &&
-                                ct_comm_local_size(t->comm) != ct_comm_world_size(t->comm)
+                                               "logging.histogram_every with tensorboard) reads "
+                                               "the whole gradient, which a sharded update never "
+                                               "assembles"
+                        : ct_params_numel(params) == 0 ? "the model has no trainable parameter"
+                        : ct_comm_local_size(t->comm) != ct_comm_world_size(t->comm)
                             ? "the ranks are not all on one machine"
                             : "the communicator has no shared memory");
         else if (can && (p.shard_optimizer == CT_UPDATE_SHARDING_ALWAYS ||
                          p.bucket_bytes == CT_BUCKET_BYTES_AUTO))
-            s = ct_train_shard_create(ctx, t->comm, ct_params_numel(params), &t->shard);
-        if (t->shard) s = ct_params_bind_grads(params, ct_train_shard_grads(t->shard));
-        if (t->shard) t->p.bucket_bytes = p.bucket_bytes = 0; /* nothing all-reduced */
+            t->want_shard = true; /* the window is each fit's (open_shard) */
+        if (t->want_shard) t->p.bucket_bytes = p.bucket_bytes = 0; /* no buckets to arm */
     }
     if (s == CT_OK && p.bucket_bytes == CT_BUCKET_BYTES_AUTO) {
         bool one_machine = ct_comm_local_size(t->comm) == ct_comm_world_size(t->comm);
@@ -1642,8 +1694,6 @@ void ct_trainer_destroy(ct_trainer *t) {
     for (int64_t i = 0; i < t->n_engines; i++)
         ct_metrics_destroy(t->engines[i].m);
     ct_free(ctx, t->engines, (size_t)t->engines_cap * sizeof *t->engines);
-    if (t->shard) (void)ct_params_bind_grads(t->params, NULL); /* before the segment goes */
-    ct_train_shard_destroy(t->shard, !t->failed);
     ct_ema_destroy(t->ema);
     ct_params_destroy(t->ema_store);
     ct_graph_destroy(t->g);
@@ -1670,7 +1720,7 @@ int64_t ct_trainer_buckets(const ct_trainer *t) {
 }
 
 bool ct_trainer_sharded(const ct_trainer *t) {
-    return t->shard != NULL;
+    return t->want_shard;
 }
 
 double ct_trainer_comm_seconds(const ct_trainer *t) {

@@ -137,11 +137,30 @@ else
 fi
 
 # a sharded update insisted on where a handler needs the whole averaged gradient
-run 2 tiny.yaml output_dir=runs/h trainer.shard_optimizer=always logging.histogram_every=1
+run 2 tiny.yaml output_dir=runs/h trainer.shard_optimizer=always logging.tensorboard=true \
+    logging.histogram_every=1
 if [[ $rc -eq 2 ]] && grep -q "shard_optimizer is 'always', but .*gradient histograms" out; then
     ok shard_always_refused
 else
     fail shard_always_refused "exit $rc: $(tail_of out)"
+fi
+
+# no shared windows (Open MPI without its osc/sm component; MPICH has no such switch): `auto`
+# says so and all-reduces instead, and ends with the sharded run's weights and optimizer
+# state, bit for bit (2 ranks: the same rank-order sum)
+if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
+    "${launch[@]}" --mca osc ^sm -np 2 "$ctrain" fit tiny.yaml output_dir=runs/n \
+        logging.progress=none >out 2>&1
+    rc=$?
+    a=runs/a/checkpoints/$(cat runs/a/checkpoints/latest 2>/dev/null)
+    n=runs/n/checkpoints/$(cat runs/n/checkpoints/latest 2>/dev/null)
+    if [[ $rc -eq 0 ]] && grep -q "no shared memory for the sharded update.*all-reducing" out &&
+        [[ ${a##*/} == "${n##*/}" ]] && cmp -s "$a/model.safetensors" "$n/model.safetensors" &&
+        cmp -s "$a/optimizer.safetensors" "$n/optimizer.safetensors"; then
+        ok shard_fallback
+    else
+        fail shard_fallback "exit $rc, $a vs $n: $(tail_of out)"
+    fi
 fi
 
 long=(tiny.yaml trainer.max_epochs=100000 "data.train={type: synthetic, kind: blobs, n: 20000,

@@ -680,7 +680,8 @@ static void graph_should_report_each_gradient_once_when_final(void) {
 
 /* A backward pass into a bound gradient buffer (ct_params_bind_grads, what the sharded update
  * binds to shared memory) gives the bits the store's own buffer gets, the tied embedding
- * included; unbinding copies the accumulated gradients back; an unallocated store refuses. */
+ * included; unbinding copies the accumulated gradients back; an unallocated store refuses, and
+ * so does a store bound already. */
 static void params_should_accumulate_into_a_bound_gradient_buffer(void) {
     fixture f;
     fx_open(&f);
@@ -714,6 +715,9 @@ static void params_should_accumulate_into_a_bound_gradient_buffer(void) {
                 memset(bound, 0x7f, bytes); /* garbage: binding must copy the current zeros */
                 ct_params_zero_grad(f.params);
                 CT_CHECK_INT(ct_params_bind_grads(f.params, bound), CT_OK);
+                CT_CHECK(ct_params_grads(f.params) == bound);
+                /* one owner at a time: a second buffer is refused, the first stays bound */
+                CT_CHECK_INT(ct_params_bind_grads(f.params, want), CT_ERR_INVALID_ARG);
                 CT_CHECK(ct_params_grads(f.params) == bound);
             }
         }
