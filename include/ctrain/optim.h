@@ -87,6 +87,13 @@ CT_API void ct_optim_step(ct_optim *opt);
  * tiling compute, together, exactly what ct_optim_step computes: the sharded update of a
  * data-parallel run (docs/distributed.md). With params.zero_grad only [lo, hi) is zeroed. */
 CT_API void ct_optim_step_range(ct_optim *opt, int64_t lo, int64_t hi);
+/* ct_optim_step when every gradient is finite (no inf or NaN; the answer of
+ * ct_nonfinite_check), otherwise nothing at all (weights, moments, gradients and the step
+ * count stay): returns whether it stepped. Each thread scans the gradients it then updates, in
+ * one team: the trainer's default non-finite check in one process, measured at 13 us on the
+ * batch-128 MLP's 203k gradients against 14-15.5 us for a scan before ct_optim_step
+ * (bench/bench_trainer.c). */
+CT_API bool ct_optim_step_if_finite(ct_optim *opt);
 /* Fails with CT_ERR_INVALID_ARG (and keeps the old rate) unless lr is finite and >= 0. Groups
  * keep their lr_scale relative to it. */
 CT_API ct_status ct_optim_set_lr(ct_optim *opt, float lr);

@@ -13,13 +13,15 @@
  * ct_vround_bf16: x rounded to the nearest bf16 (ties to even), returned as the f32 holding
  * it, as ct_f32_from_bf16(ct_bf16_from_f32(x)) (its reference twin) but without a branch;
  * NaN stays a quiet NaN. Tested on every 2^16th bit pattern plus the rounding boundaries.
- * ct_vsum_squares: a sum of squares in a fixed order (below). Internal.
+ * ct_vsum_squares: a sum of squares in a fixed order; ct_vnonfinite: whether a buffer holds an
+ * inf or a NaN (below). Internal.
  */
 #ifndef CT_VMATH_H
 #define CT_VMATH_H
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 static inline float ct_vexpf(float x) {
     const float lo = -87.33654f, hi = 88.72283f;
@@ -106,6 +108,35 @@ static inline double ct_vsum_squares(const float *x, int64_t n) {
     for (int k = 0; k < LANES; k++)
         s += acc[k];
     return s;
+}
+
+/* 1 when x[0, n) holds an inf or a NaN: the largest exponent field is all ones. Integer
+ * operations only, the same answer for any split of the buffer, and 64 independent running
+ * maxima, so that it vectorises into a load, an AND and a MAX per vector without a dependency
+ * chain: twice as fast as comparing each element and OR-ing the flags (11 us instead of 23 us
+ * for 200k floats in L2 here). */
+static inline unsigned ct_vnonfinite(const float *x, int64_t n) {
+    enum { LANES = 64 };
+    const uint32_t exp_mask = 0x7f800000u;
+    uint32_t top[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) {
+            uint32_t u;
+            memcpy(&u, &x[i + k], sizeof u);
+            u &= exp_mask;
+            top[k] = u > top[k] ? u : top[k];
+        }
+    uint32_t m = 0;
+    for (int k = 0; k < LANES; k++)
+        m = top[k] > m ? top[k] : m;
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        u &= exp_mask;
+        m = u > m ? u : m;
+    }
+    return m == exp_mask;
 }
 
 #endif /* CT_VMATH_H */

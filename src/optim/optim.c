@@ -22,6 +22,10 @@
 #include "ctrain/optim.h"
 #include "kernels/vmath.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* One trainable tensor's place in the flat buffers and its group settings. */
 typedef struct range {
     int64_t off, n;
@@ -49,7 +53,13 @@ typedef struct span {
     int64_t n;
     double lr; /* the optimizer's rate times the group's lr_scale */
     float wd;
+    bool alone; /* run on the calling thread (already one of a team) */
 } span;
+
+/* The threads for a span's loop: the span's choice, or 1 inside ct_optim_step_if_finite's team. */
+static int span_threads(const ct_optim *o, const span *s, int64_t n, int64_t work) {
+    return s->alone ? 1 : ct_threads_for(o->ctx, n, work);
+}
 
 ct_optim_params ct_optim_default_params(ct_optim_kind kind) {
     ct_optim_params p;
@@ -306,7 +316,7 @@ static void sgd_span(const ct_optim *o, const span *s) {
     const bool zero = o->p.zero_grad;
     const bool first = o->steps == 0, nesterov = o->p.nesterov;
     float *w = s->w, *gr = s->g, *buf = s->m;
-    int nt = ct_threads_for(o->ctx, s->n, 8);
+    int nt = span_threads(o, s, s->n, 8);
     CT_PAR_FOR(nt, i, s->n, {
         float d = gr[i];
         if (zero) gr[i] = 0.0f;
@@ -329,7 +339,7 @@ static void adam_span(const ct_optim *o, const span *s) {
     const float neg_step_size = (float)(-(s->lr / bc1));
     const float bc2_sqrt = (float)sqrt(bc2);
     float *w = s->w, *gr = s->g, *m = s->m, *v = s->v;
-    int nt = ct_threads_for(o->ctx, s->n, 16);
+    int nt = span_threads(o, s, s->n, 16);
     /* two loops rather than a branch inside one, so that each vectorises */
     if (o->p.kind == CT_OPTIM_ADAMW) {
         const float shrink = (float)(1.0 - s->lr * (double)wd);
@@ -386,7 +396,7 @@ enum { RMSPROP_BLOCK = 4096 };
 static void rmsprop_span(const ct_optim *o, const span *s) {
     const int64_t blocks = (s->n + RMSPROP_BLOCK - 1) / RMSPROP_BLOCK;
     const bool centered = s->a != NULL, momentum = s->m != NULL;
-    int nt = ct_threads_for(o->ctx, blocks, 16 * RMSPROP_BLOCK);
+    int nt = span_threads(o, s, blocks, 16 * RMSPROP_BLOCK);
     CT_OMP_FOR(nt)
     for (int64_t b = 0; b < blocks; b++) {
         int64_t lo = b * RMSPROP_BLOCK, hi = lo + RMSPROP_BLOCK < s->n ? lo + RMSPROP_BLOCK : s->n;
@@ -407,7 +417,7 @@ static void adagrad_span(const ct_optim *o, const span *s) {
     const float neg_clr = (float)-(s->lr / (1.0 + (step - 1.0) * (double)o->p.lr_decay));
     const bool zero = o->p.zero_grad;
     float *w = s->w, *gr = s->g, *sum = s->v;
-    int nt = ct_threads_for(o->ctx, s->n, 16);
+    int nt = span_threads(o, s, s->n, 16);
     CT_OMP_FOR(nt)
     for (int64_t i = 0; i < s->n; i++) {
         float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i];
@@ -435,37 +445,117 @@ void ct_optim_step(ct_optim *o) {
     ct_optim_step_range(o, 0, o->n);
 }
 
-void ct_optim_step_range(ct_optim *o, int64_t lo, int64_t hi) {
+/* The run of ranges with one group's settings that starts at ranges[r], cut to [lo, hi), as a
+ * span (n = 0 when nothing of it is inside); returns the index after the run. */
+static int64_t next_span(const ct_optim *o, int64_t r, int64_t lo, int64_t hi, span *s) {
     float *w = ct_params_values(o->params);
     float *g = ct_params_grads(o->params);
+    const range *first = &o->ranges[r];
+    int64_t n = first->n, e = r + 1;
+    /* neighbours with the same settings run as one longer loop */
+    while (e < o->n_ranges && o->ranges[e].lr_scale == first->lr_scale &&
+           o->ranges[e].weight_decay == first->weight_decay)
+        n += o->ranges[e++].n;
+    int64_t off = first->off, end = off + n;
+    /* the part of the run inside [lo, hi): the rules are elementwise, so a run cut anywhere
+       updates each element as the whole run would */
+    if (off < lo) off = lo;
+    if (end > hi) end = hi;
+    span sp = {at(w, off),
+               at(g, off),
+               at(o->m, off),
+               at(o->v, off),
+               at(o->a, off),
+               end > off ? end - off : 0,
+               (double)o->p.lr * (double)first->lr_scale,
+               first->weight_decay,
+               false};
+    *s = sp;
+    return e;
+}
+
+void ct_optim_step_range(ct_optim *o, int64_t lo, int64_t hi) {
     if (lo < 0) lo = 0;
     if (hi > o->n) hi = o->n;
     for (int64_t r = 0; r < o->n_ranges;) {
-        const range *first = &o->ranges[r];
-        int64_t n = first->n, e = r + 1;
-        /* neighbours with the same settings run as one longer loop */
-        while (e < o->n_ranges && o->ranges[e].lr_scale == first->lr_scale &&
-               o->ranges[e].weight_decay == first->weight_decay)
-            n += o->ranges[e++].n;
-        int64_t off = first->off, end = off + n;
-        r = e;
-        /* the part of the run inside [lo, hi): the rules are elementwise, so a run cut
-           anywhere updates each element as the whole run would */
-        if (off < lo) off = lo;
-        if (end > hi) end = hi;
-        if (end <= off) continue;
-        n = end - off;
-        span s = {at(w, off),
-                  at(g, off),
-                  at(o->m, off),
-                  at(o->v, off),
-                  at(o->a, off),
-                  n,
-                  (double)o->p.lr * (double)first->lr_scale,
-                  first->weight_decay};
-        span_fns[o->p.kind](o, &s);
+        span s;
+        r = next_span(o, r, lo, hi, &s);
+        if (s.n > 0) span_fns[o->p.kind](o, &s);
     }
     o->steps++;
+}
+
+/* s's elements [n t / T, n (t + 1) / T): thread t's share of it, for that thread alone. */
+static span share(const span *s, int t, int T) {
+    int64_t a = s->n * t / T, b = s->n * (t + 1) / T;
+    span p = *s;
+    p.w += a;
+    p.g += a;
+    if (p.m) p.m += a;
+    if (p.v) p.v += a;
+    if (p.a) p.a += a;
+    p.n = b - a;
+    p.alone = true;
+    return p;
+}
+
+bool ct_optim_step_if_finite(ct_optim *o) {
+    /* one team: each thread scans the shares it will update, and updates them once every
+       thread has found its shares finite, so the scan brings each gradient into the cache of
+       the core that uses it next (two separate passes, scan then step, read each from
+       further away) */
+    int nt = ct_threads_for(o->ctx, o->n, 16);
+    if (nt <= 1) { /* no team to start (about a microsecond even for one thread) */
+        for (int64_t r = 0; r < o->n_ranges;) {
+            span s;
+            r = next_span(o, r, 0, o->n, &s);
+            if (ct_vnonfinite(s.g, s.n)) return false;
+        }
+        ct_optim_step_range(o, 0, o->n);
+        return true;
+    }
+    unsigned bad = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+#endif
+    {
+        int T = 1, t = 0;
+#ifdef _OPENMP
+        T = omp_get_num_threads();
+        t = omp_get_thread_num();
+#endif
+        unsigned mine = 0;
+        for (int64_t r = 0; r < o->n_ranges;) {
+            span s;
+            r = next_span(o, r, 0, o->n, &s);
+            span p = share(&s, t, T);
+            mine |= ct_vnonfinite(p.g, p.n);
+        }
+        if (mine) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            bad = 1u;
+        }
+#ifdef _OPENMP
+#pragma omp barrier
+#pragma omp flush
+#endif
+        unsigned seen;
+#ifdef _OPENMP
+#pragma omp atomic read
+#endif
+        seen = bad;
+        for (int64_t r = 0; !seen && r < o->n_ranges;) {
+            span s;
+            r = next_span(o, r, 0, o->n, &s);
+            span p = share(&s, t, T);
+            if (p.n > 0) span_fns[o->p.kind](o, &p);
+        }
+    }
+    if (bad) return false;
+    o->steps++;
+    return true;
 }
 
 ct_status ct_optim_set_lr(ct_optim *o, float lr) {

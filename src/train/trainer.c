@@ -1051,6 +1051,12 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
      * with several ranks is the pass that divides the sum by the world size */
     bool grads_ok = true, scanned = false;
     bool clip_norm = t->p.grad_clip_norm > 0.0f;
+    /* one process, nothing to do between the check and the update (no clipping, no on_grads
+       handler) and a finite loss: the optimizer scans and updates in one pass, applying
+       nothing if a gradient is not finite, and the policy decides after it */
+    bool fused = ct_comm_world_size(t->comm) == 1 && t->p.check_grads && !clip_norm &&
+                 !(t->p.grad_clip_value > 0.0f) && !t->p.callbacks.on_grads && loss_ok;
+    bool applied = false;
     if (t->shard) {
         CT_TRY(reduce_sharded(t, &loss_ok, &grads_ok));
         scanned = true;
@@ -1083,6 +1089,10 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         CT_TRY(ct_optim_clip_grad_norm(ctx, t->params, t->p.grad_clip_norm, &norm));
         t->grad_norm = norm;
         grads_ok = isfinite(norm);
+    } else if (fused) {
+        /* the scan and the update in one pass (ct_optim_step_if_finite), the decision after */
+        applied = ct_optim_step_if_finite(t->opt);
+        grads_ok = applied;
     } else if (t->p.check_grads && !scanned) {
         CT_TRY(ct_nonfinite_check(ctx, grads, n, &grads_ok));
     }
@@ -1132,7 +1142,7 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         CT_TRY(ct_train_shard_gather(t->shard, ct_params_values(t->params)));
         (void)clock_gettime(CLOCK_MONOTONIC, &b);
         t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
-    } else {
+    } else if (!applied) {
         ct_optim_step(t->opt);
     }
     if (!ct_optim_zeroes_grads(t->opt)) ct_params_zero_grad(t->params);

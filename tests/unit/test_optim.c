@@ -378,6 +378,69 @@ static void optim_step_should_not_depend_on_threads(void) {
     free(start);
 }
 
+/* ct_optim_step_if_finite: with finite gradients the bits of ct_optim_step, for every kind
+ * with groups and 1 and 2 threads (2: the scan-and-update team); with an inf or a NaN anywhere
+ * (a team member's first element, the middle, the last) nothing changes at all: weights,
+ * moments, gradients and the step count. */
+static void optim_step_if_finite_should_step_or_leave_everything(void) {
+    for (int kind = 0; kind < CT_OPTIM_KIND_COUNT; kind++)
+        for (int threads = 1; threads <= 2; threads++) {
+            ct_ctx *ctx = make_ctx(NULL, threads);
+            ct_params *A = make_store(ctx, big, 5, 0.0f), *B = make_store(ctx, big, 5, 0.0f);
+            int64_t n = ct_params_numel(A);
+            size_t bytes = (size_t)n * sizeof(float);
+            ct_optim_params op = ct_optim_default_params((ct_optim_kind)kind);
+            op.weight_decay = 0.01f;
+            op.momentum = kind == CT_OPTIM_SGD || kind == CT_OPTIM_RMSPROP ? 0.9f : 0.0f;
+            ct_optim *oa = NULL, *ob = NULL;
+            CT_CHECK_INT(ct_optim_create(ctx, A, &op, &oa), CT_OK);
+            CT_CHECK_INT(ct_optim_create(ctx, B, &op, &ob), CT_OK);
+            if (!oa || !ob) break;
+            CT_CHECK_INT(ct_optim_add_group(oa, "*.bias", 0.5f, 0.0f), CT_OK);
+            CT_CHECK_INT(ct_optim_add_group(ob, "*.bias", 0.5f, 0.0f), CT_OK);
+            fill(ct_params_values(A), n, 1, 1.0f);
+            fill(ct_params_values(B), n, 1, 1.0f);
+            for (uint64_t step = 0; step < 3; step++) {
+                fill(ct_params_grads(A), n, 50 + step, 1.0f);
+                fill(ct_params_grads(B), n, 50 + step, 1.0f);
+                ct_optim_step(oa);
+                CT_CHECK(ct_optim_step_if_finite(ob));
+            }
+            CT_CHECK_MSG(memcmp(ct_params_values(A), ct_params_values(B), bytes) == 0,
+                         "kind %d, %d threads: the checked step differs from ct_optim_step", kind,
+                         threads);
+            CT_CHECK_INT(ct_optim_steps(ob), 3);
+            const int64_t where[4] = {0, n / 2, n / 2 + 1, n - 1};
+            const float bad[2] = {INFINITY, NAN};
+            float *w0 = malloc(bytes), *m0 = malloc(bytes), *g0 = malloc(bytes);
+            if (!w0 || !m0 || !g0) abort();
+            for (int k = 0; k < 8; k++) {
+                fill(ct_params_grads(B), n, 90 + (uint64_t)k, 1.0f);
+                ct_params_grads(B)[where[k % 4]] = bad[k / 4];
+                const char *name;
+                float *m = NULL;
+                if (ct_optim_buffer_count(ob) > 0) (void)ct_optim_buffer(ob, 0, &name, &m);
+                memcpy(w0, ct_params_values(B), bytes);
+                if (m) memcpy(m0, m, bytes);
+                memcpy(g0, ct_params_grads(B), bytes);
+                CT_CHECK_MSG(!ct_optim_step_if_finite(ob), "kind %d: %g at %lld was applied", kind,
+                             (double)bad[k / 4], (long long)where[k % 4]);
+                CT_CHECK(memcmp(w0, ct_params_values(B), bytes) == 0);
+                CT_CHECK(!m || memcmp(m0, m, bytes) == 0);
+                CT_CHECK(memcmp(g0, ct_params_grads(B), bytes) == 0);
+                CT_CHECK_INT(ct_optim_steps(ob), 3);
+            }
+            free(w0);
+            free(m0);
+            free(g0);
+            ct_optim_destroy(oa);
+            ct_optim_destroy(ob);
+            ct_params_destroy(A);
+            ct_params_destroy(B);
+            ct_ctx_destroy(ctx);
+        }
+}
+
 /* Copying every state buffer and the step count into a fresh optimizer resumes bit for bit. */
 static void optim_state_should_round_trip(void) {
     ct_ctx *ctx = make_ctx(NULL, 1);
@@ -450,5 +513,6 @@ int main(void) {
     CT_RUN(clip_norm_should_not_depend_on_threads);
     CT_RUN(optim_zero_grad_should_clear_every_gradient);
     CT_RUN(optim_step_should_not_depend_on_threads);
+    CT_RUN(optim_step_if_finite_should_step_or_leave_everything);
     return ct_test_finish();
 }

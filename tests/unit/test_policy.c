@@ -548,7 +548,8 @@ static void nonfinite_should_find_nan_and_inf_anywhere_for_any_thread_count(void
     float *x = malloc((size_t)n * sizeof *x);
     fill_random(x, n, 11);
     const float bad[4] = {NAN, INFINITY, -INFINITY, -NAN};
-    const int64_t where[5] = {0, 1, n / 2, n - 2, n - 1};
+    /* the ends, both sides of the scan's first 64-float block, the middle and the tail */
+    const int64_t where[7] = {0, 1, 63, 64, n / 2, n - 2, n - 1};
     const int64_t threads[2] = {1, 2};
     long long allocs = ta.n_alloc;
     for (int t = 0; t < 2; t++) {
@@ -557,7 +558,7 @@ static void nonfinite_should_find_nan_and_inf_anywhere_for_any_thread_count(void
         CT_CHECK_INT(ct_nonfinite_check(ctx, x, n, &ok), CT_OK);
         CT_CHECK(ok); /* -0, subnormal, FLT_MAX are finite */
         for (int b = 0; b < 4; b++)
-            for (int w = 0; w < 5; w++) {
+            for (int w = 0; w < 7; w++) {
                 float keep = x[where[w]];
                 x[where[w]] = bad[b];
                 CT_CHECK_INT(ct_nonfinite_check(ctx, x, n, &ok), CT_OK);

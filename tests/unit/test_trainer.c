@@ -117,6 +117,8 @@ typedef struct rec {
     int64_t bad_call;  /* the training loss call (1-based) that is multiplied by bad_scale */
     float bad_scale;   /* NaN, or 0 for a step without gradient */
     int64_t zero_upto; /* training loss calls up to this one are multiplied by 0 */
+    bool bad_grad;     /* the bad call instead adds 1 / (1e-20 + 1e-30 mean(output)): a finite
+                          loss (+1e20) whose gradient overflows to inf */
     int64_t nan_eval;  /* the evaluation (1-based) whose loss is NaN; 0 = none */
     /* callbacks */
     char events[MAX_REC + 1];
@@ -177,7 +179,14 @@ static ct_tensor *rec_loss(void *user, ct_graph *g, ct_tensor *output, ct_tensor
     ct_tensor *loss = ct_loss_cross_entropy(g, output, target, &ce);
     if (r->in_train) {
         r->train_loss_calls++;
-        if (r->train_loss_calls == r->bad_call) loss = ct_op_scale(g, loss, r->bad_scale);
+        if (r->train_loss_calls == r->bad_call && r->bad_grad) {
+            ct_tensor *b =
+                ct_op_add_scalar(g, ct_op_scale(g, ct_op_mean_all(g, output), 1e-30f), 1e-20f);
+            ct_tensor *one = ct_op_add_scalar(g, ct_op_scale(g, b, 0.0f), 1.0f);
+            loss = ct_op_add(g, loss, ct_op_div(g, one, b)); /* d/db = -1 / b^2 = -inf */
+        } else if (r->train_loss_calls == r->bad_call) {
+            loss = ct_op_scale(g, loss, r->bad_scale);
+        }
         if (r->train_loss_calls <= r->zero_upto) loss = ct_op_scale(g, loss, 0.0f);
     } else if (r->n_evals + 1 == r->nan_eval) {
         loss = ct_op_scale(g, loss, NAN);
@@ -580,6 +589,8 @@ static void trainer_should_clip_gradients_by_value(void) {
  * status; the weights in *w (malloc'd). */
 /* When set, run_with_bad_step saves a checkpoint there after every step. */
 static const char *bad_step_ckdir;
+/* When set, run_with_bad_step's bad step has a finite loss and an infinite gradient. */
+static bool bad_step_grad;
 
 static ct_status run_with_bad_step(const ct_options *nonfinite,
                                    float scale,
@@ -597,6 +608,7 @@ static ct_status run_with_bad_step(const ct_options *nonfinite,
     r->bad_call = 3;
     r->bad_scale = scale;
     r->zero_upto = zero_upto;
+    r->bad_grad = bad_step_grad;
     ct_task task = rec_task(r);
     ct_trainer_params p = rec_params(r);
     p.nonfinite = nonfinite;
@@ -614,6 +626,35 @@ static ct_status run_with_bad_step(const ct_options *nonfinite,
     ct_trainer_destroy(t);
     setup_close(&s);
     return st;
+}
+
+/* A finite loss with an infinite gradient: the default gradient check (in one process, the
+ * optimizer's scan-and-update pass, ct_optim_step_if_finite) stops before applying it, naming
+ * the gradients; skip leaves the weights of a run whose step had a zero gradient. */
+static void trainer_should_catch_an_infinite_gradient_behind_a_finite_loss(void) {
+    float *w, *w_zero;
+    int64_t numel, steps, skipped, zsteps, zskipped;
+    rec r;
+    bad_step_grad = true;
+    ct_status st = run_with_bad_step(NULL, 1.0f, 0, &w, &numel, &steps, &skipped, &r);
+    CT_CHECK_INT(st, CT_ERR_NONFINITE);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "non-finite gradients") != NULL, "message: %s",
+                 ct_last_error(ctx));
+    CT_CHECK_INT(steps, 2);
+    CT_CHECK(all_finite(w, numel));
+    free(w);
+    ct_clear_error(ctx);
+    ct_option skip_items[] = {{"on_nonfinite", "skip"}};
+    ct_options skip = {skip_items, 1, "test: nonfinite"};
+    st = run_with_bad_step(&skip, 1.0f, 0, &w, &numel, &steps, &skipped, &r);
+    bad_step_grad = false;
+    CT_CHECK_INT(st, CT_OK);
+    CT_CHECK_INT(skipped, 1);
+    CT_CHECK_INT(steps, 14);
+    CT_CHECK_INT(run_with_bad_step(NULL, 0.0f, 0, &w_zero, &numel, &zsteps, &zskipped, &r), CT_OK);
+    CT_CHECK(w && w_zero && memcmp(w, w_zero, (size_t)numel * sizeof(float)) == 0);
+    free(w);
+    free(w_zero);
 }
 
 static void trainer_should_apply_the_nonfinite_policies(void) {
@@ -1913,6 +1954,7 @@ int main(void) {
     CT_RUN(trainer_should_clip_gradients_by_norm);
     CT_RUN(trainer_should_clip_gradients_by_value);
     CT_RUN(trainer_should_apply_the_nonfinite_policies);
+    CT_RUN(trainer_should_catch_an_infinite_gradient_behind_a_finite_loss);
     CT_RUN(trainer_should_stop_early_when_the_loss_does_not_improve);
     CT_RUN(trainer_should_step_schedules_per_epoch_and_on_a_metric);
     CT_RUN(trainer_should_finish_the_step_and_its_evaluations_when_interrupted);
