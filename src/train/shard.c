@@ -22,7 +22,6 @@
  * completes them (at a checkpoint and at the end of fit). The shard owns its shared memory;
  * it borrows the communicator.
  */
-#include <math.h>
 #include <string.h>
 
 #include "kernels/vmath.h"

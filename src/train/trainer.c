@@ -1325,7 +1325,10 @@ static ct_status open_shard(ct_trainer *t) {
     } else {
         double failed = s == CT_OK ? 0.0 : 1.0;
         char why[512] = "";
-        if (s != CT_OK) (void)snprintf(why, sizeof why, "%s", ct_last_error(t->ctx));
+        if (s != CT_OK) {
+            (void)snprintf(why, sizeof why, "%s", ct_last_error(t->ctx));
+            ct_clear_error(t->ctx); /* not an error under auto: the warning below says it */
+        }
         CT_TRY(ct_comm_allreduce_sum_f64(t->comm, &failed, 1));
         if (failed != 0.0) {
             if (t->shard) {
