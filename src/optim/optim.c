@@ -397,8 +397,9 @@ static void rmsprop_span(const ct_optim *o, const span *s) {
     const int64_t blocks = (s->n + RMSPROP_BLOCK - 1) / RMSPROP_BLOCK;
     const bool centered = s->a != NULL, momentum = s->m != NULL;
     int nt = span_threads(o, s, blocks, 16 * RMSPROP_BLOCK);
-    CT_OMP_FOR(nt)
-    for (int64_t b = 0; b < blocks; b++) {
+    /* CT_PAR_FOR: no region at all for one thread (one per span and step inside
+       ct_optim_step_if_finite's team otherwise) */
+    CT_PAR_FOR(nt, b, blocks, {
         int64_t lo = b * RMSPROP_BLOCK, hi = lo + RMSPROP_BLOCK < s->n ? lo + RMSPROP_BLOCK : s->n;
         if (centered && momentum)
             rmsprop_block(o, s, lo, hi, true, true);
@@ -408,7 +409,7 @@ static void rmsprop_span(const ct_optim *o, const span *s) {
             rmsprop_block(o, s, lo, hi, false, true);
         else
             rmsprop_block(o, s, lo, hi, false, false);
-    }
+    });
 }
 
 static void adagrad_span(const ct_optim *o, const span *s) {
@@ -418,13 +419,12 @@ static void adagrad_span(const ct_optim *o, const span *s) {
     const bool zero = o->p.zero_grad;
     float *w = s->w, *gr = s->g, *sum = s->v;
     int nt = span_threads(o, s, s->n, 16);
-    CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < s->n; i++) {
+    CT_PAR_FOR(nt, i, s->n, {
         float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i];
         if (zero) gr[i] = 0.0f;
         sum[i] = madd(g, g, sum[i]);
         w[i] = w[i] + neg_clr * g / (sqrtf(sum[i]) + eps);
-    }
+    });
 }
 
 typedef void (*span_fn)(const ct_optim *o, const span *s);

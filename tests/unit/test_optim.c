@@ -378,60 +378,105 @@ static void optim_step_should_not_depend_on_threads(void) {
     free(start);
 }
 
-/* ct_optim_step_if_finite: with finite gradients the bits of ct_optim_step, for every kind
- * with groups and 1 and 2 threads (2: the scan-and-update team); with an inf or a NaN anywhere
- * (a team member's first element, the middle, the last) nothing changes at all: weights,
- * moments, gradients and the step count. */
+/* The weights and every optimizer buffer of o, concatenated into out ((1 + 3) x n floats). */
+static void state_of(ct_optim *o, ct_params *P, float *out) {
+    int64_t n = ct_params_numel(P);
+    memcpy(out, ct_params_values(P), (size_t)n * sizeof(float));
+    for (int32_t k = 0; k < ct_optim_buffer_count(o); k++) {
+        const char *name;
+        float *buf = NULL;
+        CT_CHECK_INT(ct_optim_buffer(o, k, &name, &buf), CT_OK);
+        if (buf) memcpy(out + (size_t)(k + 1) * (size_t)n, buf, (size_t)n * sizeof(float));
+    }
+}
+
+/* ct_optim_step_if_finite: with finite gradients the bits of ct_optim_step, weights and every
+ * moment, for every kind and variant (momentum, dampening, Nesterov, centered RMSprop, Adagrad's
+ * decay, zero_grad) with groups, on 1 and 2 threads (2: the scan-and-update team); with an inf
+ * or a NaN anywhere (a team member's first element, the middle, the last) nothing changes at
+ * all: weights, every moment, gradients and the step count (on the first step too, so SGD's
+ * first-step rule waits for the next real one). */
 static void optim_step_if_finite_should_step_or_leave_everything(void) {
-    for (int kind = 0; kind < CT_OPTIM_KIND_COUNT; kind++)
+    ct_optim_params ops[12];
+    int count = 0;
+    for (int kind = 0; kind < CT_OPTIM_KIND_COUNT; kind++) {
+        ct_optim_params op = ct_optim_default_params((ct_optim_kind)kind);
+        op.weight_decay = 0.01f;
+        ops[count++] = op;
+        if (kind == CT_OPTIM_SGD) {
+            op.momentum = 0.9f;
+            op.dampening = 0.1f;
+            ops[count++] = op;
+            op.dampening = 0.0f;
+            op.nesterov = true;
+            op.zero_grad = true;
+            ops[count++] = op;
+        } else if (kind == CT_OPTIM_RMSPROP) {
+            op.momentum = 0.9f;
+            op.centered = true;
+            op.zero_grad = true;
+            ops[count++] = op;
+        } else if (kind == CT_OPTIM_ADAGRAD) {
+            op.lr_decay = 0.1f;
+            op.initial_accumulator_value = 0.5f;
+            ops[count++] = op;
+        } else if (kind == CT_OPTIM_ADAMW) {
+            op.zero_grad = true;
+            ops[count++] = op;
+        }
+    }
+    for (int c = 0; c < count; c++)
         for (int threads = 1; threads <= 2; threads++) {
             ct_ctx *ctx = make_ctx(NULL, threads);
             ct_params *A = make_store(ctx, big, 5, 0.0f), *B = make_store(ctx, big, 5, 0.0f);
             int64_t n = ct_params_numel(A);
-            size_t bytes = (size_t)n * sizeof(float);
-            ct_optim_params op = ct_optim_default_params((ct_optim_kind)kind);
-            op.weight_decay = 0.01f;
-            op.momentum = kind == CT_OPTIM_SGD || kind == CT_OPTIM_RMSPROP ? 0.9f : 0.0f;
+            size_t bytes = 4 * (size_t)n * sizeof(float);
             ct_optim *oa = NULL, *ob = NULL;
-            CT_CHECK_INT(ct_optim_create(ctx, A, &op, &oa), CT_OK);
-            CT_CHECK_INT(ct_optim_create(ctx, B, &op, &ob), CT_OK);
-            if (!oa || !ob) break;
+            CT_CHECK_INT(ct_optim_create(ctx, A, &ops[c], &oa), CT_OK);
+            CT_CHECK_INT(ct_optim_create(ctx, B, &ops[c], &ob), CT_OK);
+            float *sa = calloc(4 * (size_t)n, sizeof(float)),
+                  *sb = calloc(4 * (size_t)n, sizeof(float));
+            float *g0 = malloc((size_t)n * sizeof(float));
+            if (!oa || !ob || !sa || !sb || !g0) abort();
             CT_CHECK_INT(ct_optim_add_group(oa, "*.bias", 0.5f, 0.0f), CT_OK);
             CT_CHECK_INT(ct_optim_add_group(ob, "*.bias", 0.5f, 0.0f), CT_OK);
             fill(ct_params_values(A), n, 1, 1.0f);
             fill(ct_params_values(B), n, 1, 1.0f);
-            for (uint64_t step = 0; step < 3; step++) {
+            const int64_t where[4] = {0, n / 2, n / 2 + 1, n - 1};
+            const float bad[2] = {INFINITY, NAN};
+            for (uint64_t step = 0; step < 4; step++) {
+                /* a refused update first (at step 0: before any), then the real one */
+                for (int k = 0; k < 2; k++) {
+                    fill(ct_params_grads(B), n, 90 + step, 1.0f);
+                    ct_params_grads(B)[where[(step + (uint64_t)k) % 4]] = bad[k];
+                    state_of(ob, B, sb);
+                    memcpy(g0, ct_params_grads(B), (size_t)n * sizeof(float));
+                    CT_CHECK_MSG(!ct_optim_step_if_finite(ob), "config %d: %g was applied", c,
+                                 (double)bad[k]);
+                    state_of(ob, B, sa);
+                    CT_CHECK_MSG(memcmp(sa, sb, bytes) == 0,
+                                 "config %d: a refused step changed "
+                                 "the state",
+                                 c);
+                    CT_CHECK(memcmp(g0, ct_params_grads(B), (size_t)n * sizeof(float)) == 0);
+                    CT_CHECK_INT(ct_optim_steps(ob), (int64_t)step);
+                }
                 fill(ct_params_grads(A), n, 50 + step, 1.0f);
                 fill(ct_params_grads(B), n, 50 + step, 1.0f);
                 ct_optim_step(oa);
                 CT_CHECK(ct_optim_step_if_finite(ob));
+                state_of(oa, A, sa);
+                state_of(ob, B, sb);
+                CT_CHECK_MSG(memcmp(sa, sb, bytes) == 0,
+                             "config %d (kind %d), %d threads, step %d: the checked step differs "
+                             "from ct_optim_step",
+                             c, (int)ops[c].kind, threads, (int)step);
+                CT_CHECK(memcmp(ct_params_grads(A), ct_params_grads(B),
+                                (size_t)n * sizeof(float)) == 0); /* zero_grad alike */
             }
-            CT_CHECK_MSG(memcmp(ct_params_values(A), ct_params_values(B), bytes) == 0,
-                         "kind %d, %d threads: the checked step differs from ct_optim_step", kind,
-                         threads);
-            CT_CHECK_INT(ct_optim_steps(ob), 3);
-            const int64_t where[4] = {0, n / 2, n / 2 + 1, n - 1};
-            const float bad[2] = {INFINITY, NAN};
-            float *w0 = malloc(bytes), *m0 = malloc(bytes), *g0 = malloc(bytes);
-            if (!w0 || !m0 || !g0) abort();
-            for (int k = 0; k < 8; k++) {
-                fill(ct_params_grads(B), n, 90 + (uint64_t)k, 1.0f);
-                ct_params_grads(B)[where[k % 4]] = bad[k / 4];
-                const char *name;
-                float *m = NULL;
-                if (ct_optim_buffer_count(ob) > 0) (void)ct_optim_buffer(ob, 0, &name, &m);
-                memcpy(w0, ct_params_values(B), bytes);
-                if (m) memcpy(m0, m, bytes);
-                memcpy(g0, ct_params_grads(B), bytes);
-                CT_CHECK_MSG(!ct_optim_step_if_finite(ob), "kind %d: %g at %lld was applied", kind,
-                             (double)bad[k / 4], (long long)where[k % 4]);
-                CT_CHECK(memcmp(w0, ct_params_values(B), bytes) == 0);
-                CT_CHECK(!m || memcmp(m0, m, bytes) == 0);
-                CT_CHECK(memcmp(g0, ct_params_grads(B), bytes) == 0);
-                CT_CHECK_INT(ct_optim_steps(ob), 3);
-            }
-            free(w0);
-            free(m0);
+            CT_CHECK_INT(ct_optim_steps(ob), 4);
+            free(sa);
+            free(sb);
             free(g0);
             ct_optim_destroy(oa);
             ct_optim_destroy(ob);

@@ -45,10 +45,11 @@ typedef struct setup_params {
     bool shuffle;
     float lr;
     const char *spread; /* blob centres ~ N(0, spread^2) */
+    const char *hidden; /* the MLP's hidden width */
 } setup_params;
 
 static setup_params setup_defaults(void) {
-    setup_params p = {600, 0.2, 32, false, 0.1f, "4"};
+    setup_params p = {600, 0.2, 32, false, 0.1f, "4", "16"};
     return p;
 }
 
@@ -59,7 +60,7 @@ static int setup_open(setup *s, const setup_params *sp) {
     ct_option items[] = {{"kind", "blobs"},      {"n", nbuf},  {"features", "8"}, {"classes", "3"},
                          {"spread", sp->spread}, {"seed", "5"}};
     ct_options o = {items, 6, "test: data"};
-    ct_option mitems[] = {{"hidden", "16"}, {"out", "3"}};
+    ct_option mitems[] = {{"hidden", sp->hidden}, {"out", "3"}};
     ct_options mo = {mitems, 2, "test: model"};
     ct_loader_params lp = ct_loader_default_params();
     lp.batch_size = sp->batch;
@@ -591,6 +592,8 @@ static void trainer_should_clip_gradients_by_value(void) {
 static const char *bad_step_ckdir;
 /* When set, run_with_bad_step's bad step has a finite loss and an infinite gradient. */
 static bool bad_step_grad;
+/* run_with_bad_step's hidden width when set (default 16). */
+static const char *bad_step_hidden;
 
 static ct_status run_with_bad_step(const ct_options *nonfinite,
                                    float scale,
@@ -602,6 +605,7 @@ static ct_status run_with_bad_step(const ct_options *nonfinite,
                                    rec *r) {
     setup s;
     setup_params sp = setup_defaults();
+    if (bad_step_hidden) sp.hidden = bad_step_hidden;
     *w = NULL;
     if (!setup_open(&s, &sp)) return CT_ERR_INTERNAL;
     memset(r, 0, sizeof *r);
@@ -628,10 +632,8 @@ static ct_status run_with_bad_step(const ct_options *nonfinite,
     return st;
 }
 
-/* A finite loss with an infinite gradient: the default gradient check (in one process, the
- * optimizer's scan-and-update pass, ct_optim_step_if_finite) stops before applying it, naming
- * the gradients; skip leaves the weights of a run whose step had a zero gradient. */
-static void trainer_should_catch_an_infinite_gradient_behind_a_finite_loss(void) {
+/* The next test's checks at the width in bad_step_hidden. */
+static void catch_infinite_gradient(void) {
     float *w, *w_zero;
     int64_t numel, steps, skipped, zsteps, zskipped;
     rec r;
@@ -655,6 +657,19 @@ static void trainer_should_catch_an_infinite_gradient_behind_a_finite_loss(void)
     CT_CHECK(w && w_zero && memcmp(w, w_zero, (size_t)numel * sizeof(float)) == 0);
     free(w);
     free(w_zero);
+}
+
+/* A finite loss with an infinite gradient: the default gradient check (in one process, the
+ * optimizer's scan-and-update pass, ct_optim_step_if_finite) stops before applying it, naming
+ * the gradients; skip leaves the weights of a run whose step had a zero gradient. With hidden
+ * width 16 (195 parameters) the check runs on one thread, with 512 (6k) on the context's two. */
+static void trainer_should_catch_an_infinite_gradient_behind_a_finite_loss(void) {
+    static const char *const widths[2] = {"16", "512"};
+    for (int wi = 0; wi < 2; wi++) {
+        bad_step_hidden = widths[wi];
+        catch_infinite_gradient();
+    }
+    bad_step_hidden = NULL;
 }
 
 static void trainer_should_apply_the_nonfinite_policies(void) {
