@@ -1346,8 +1346,7 @@ static ct_status open_shard(ct_trainer *t) {
             return CT_OK;
         }
     }
-    t->moments_whole = false;
-    t->p.bucket_bytes = 0; /* nothing all-reduced */
+    t->moments_whole = false; /* bucket_bytes is 0 since create: nothing is all-reduced */
     return CT_OK;
 }
 
