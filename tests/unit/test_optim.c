@@ -326,28 +326,46 @@ static void optim_zero_grad_should_clear_every_gradient(void) {
         }
 }
 
-/* Every kind's step gives the same bits with 1 and 2 threads, and stepped as ranges one by one
- * (ct_optim_step_range, what the ranks of a sharded update do). */
-static void optim_step_should_not_depend_on_threads(void) {
-    ct_optim_params ops[9];
+/* Every kind with weight decay, and the variants of each: SGD with momentum and dampening,
+ * Nesterov with zero_grad, centered RMSprop with momentum and zero_grad, Adagrad with its
+ * decay and initial sum, AdamW with zero_grad. Fills ops and returns the count. */
+enum { VARIANTS_MAX = 12 };
+static int optimizer_variants(ct_optim_params *ops) {
     int count = 0;
     for (int kind = 0; kind < CT_OPTIM_KIND_COUNT; kind++) {
         ct_optim_params op = ct_optim_default_params((ct_optim_kind)kind);
         op.weight_decay = 0.01f;
         ops[count++] = op;
-        if (kind == CT_OPTIM_SGD || kind == CT_OPTIM_RMSPROP) {
+        if (kind == CT_OPTIM_SGD) {
             op.momentum = 0.9f;
-            op.nesterov = kind == CT_OPTIM_SGD;
-            op.centered = kind == CT_OPTIM_RMSPROP;
+            op.dampening = 0.1f;
+            ops[count++] = op;
+            op.dampening = 0.0f;
+            op.nesterov = true;
             op.zero_grad = true;
             ops[count++] = op;
-        }
-        if (kind == CT_OPTIM_ADAGRAD) {
+        } else if (kind == CT_OPTIM_RMSPROP) {
+            op.momentum = 0.9f;
+            op.centered = true;
+            op.zero_grad = true;
+            ops[count++] = op;
+        } else if (kind == CT_OPTIM_ADAGRAD) {
             op.lr_decay = 0.1f;
             op.initial_accumulator_value = 0.5f;
             ops[count++] = op;
+        } else if (kind == CT_OPTIM_ADAMW) {
+            op.zero_grad = true;
+            ops[count++] = op;
         }
     }
+    return count;
+}
+
+/* Every kind's step gives the same bits with 1 and 2 threads, and stepped as ranges one by one
+ * (ct_optim_step_range, what the ranks of a sharded update do). */
+static void optim_step_should_not_depend_on_threads(void) {
+    ct_optim_params ops[VARIANTS_MAX];
+    int count = optimizer_variants(ops);
     int64_t n = 0;
     run_steps(ops[0], 1, false, 1, NULL, &n);
     float *one = malloc((size_t)n * sizeof(float)), *two = malloc((size_t)n * sizeof(float));
@@ -397,34 +415,8 @@ static void state_of(ct_optim *o, ct_params *P, float *out) {
  * all: weights, every moment, gradients and the step count (on the first step too, so SGD's
  * first-step rule waits for the next real one). */
 static void optim_step_if_finite_should_step_or_leave_everything(void) {
-    ct_optim_params ops[12];
-    int count = 0;
-    for (int kind = 0; kind < CT_OPTIM_KIND_COUNT; kind++) {
-        ct_optim_params op = ct_optim_default_params((ct_optim_kind)kind);
-        op.weight_decay = 0.01f;
-        ops[count++] = op;
-        if (kind == CT_OPTIM_SGD) {
-            op.momentum = 0.9f;
-            op.dampening = 0.1f;
-            ops[count++] = op;
-            op.dampening = 0.0f;
-            op.nesterov = true;
-            op.zero_grad = true;
-            ops[count++] = op;
-        } else if (kind == CT_OPTIM_RMSPROP) {
-            op.momentum = 0.9f;
-            op.centered = true;
-            op.zero_grad = true;
-            ops[count++] = op;
-        } else if (kind == CT_OPTIM_ADAGRAD) {
-            op.lr_decay = 0.1f;
-            op.initial_accumulator_value = 0.5f;
-            ops[count++] = op;
-        } else if (kind == CT_OPTIM_ADAMW) {
-            op.zero_grad = true;
-            ops[count++] = op;
-        }
-    }
+    ct_optim_params ops[VARIANTS_MAX];
+    int count = optimizer_variants(ops);
     for (int c = 0; c < count; c++)
         for (int threads = 1; threads <= 2; threads++) {
             ct_ctx *ctx = make_ctx(NULL, threads);
