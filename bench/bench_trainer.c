@@ -6,7 +6,7 @@
  *   bench_trainer [--steps N]
  *
  * Each overhead is the median of back-to-back pairs of runs; at batch 128 also decomposed into
- * its fixed part and the gradient scan (decompose).
+ * its fixed part and the gradient check (decompose).
  *
  * Cases: issue 7's width-32 MLP (32-32-10) and a 784-128-10 MLP at batch 1 on synthetic data
  * (framework overhead dominates), and a 784-256-10 MLP at batch 128 on Fashion-MNIST (Debian's
@@ -209,46 +209,55 @@ static double median_of(double *x, int n) {
  * counters, the loss read: the width-32 MLP's median overhead at batch 1, where it is the
  * whole difference) plus one part that grows with the model, the check of every gradient for
  * inf/NaN. That part is timed where the trainer pays it, right after a backward pass: steps
- * alternate between ct_optim_step_if_finite (the trainer's update with the check) and
- * ct_optim_step, and the difference of the two medians is the check's cost. */
+ * rotate between ct_optim_step, ct_optim_step_checked (the update that tests each gradient as
+ * it reads it: the trainer's under on_nonfinite stop, the default, and rollback) and
+ * ct_optim_step_if_finite (every gradient scanned before anything is written: under skip), and
+ * the difference of the medians is each check's cost. */
 static void decompose(setup *s, double fixed, int64_t steps) {
+    enum { PLAIN, CHECKED, GUARDED, ARMS };
     ct_graph *g;
     ct_graph_create(s->ctx, NULL, &g);
-    double *with = malloc((size_t)steps * sizeof *with),
-           *plain = malloc((size_t)steps * sizeof *with),
-           *whole = malloc((size_t)steps * sizeof *with);
-    if (!with || !plain || !whole) exit(1);
-    int64_t nw = 0, np = 0, done = 0;
-    while (done < 2 * steps) {
+    double *t[ARMS], *whole = malloc((size_t)steps * sizeof *whole);
+    int64_t n[ARMS] = {0}, done = 0;
+    for (int k = 0; k < ARMS; k++) {
+        t[k] = malloc((size_t)steps * sizeof *t[k]);
+        if (!t[k]) exit(1);
+    }
+    if (!whole) exit(1);
+    while (done < ARMS * steps) {
+        int arm = (int)(done % ARMS);
         double t0 = now_s();
         if (!forward_backward(s, g)) continue;
         double t1 = now_s();
-        if (done % 2 == 0) {
-            if (!ct_optim_step_if_finite(s->opt)) die(s->ctx);
-        } else {
+        bool ok = true;
+        if (arm == PLAIN)
             ct_optim_step(s->opt);
-        }
-        double t2 = now_s();
-        ct_params_zero_grad(s->P);
-        if (done % 2 == 0)
-            with[nw++] = t2 - t1;
+        else if (arm == CHECKED)
+            ok = ct_optim_step_checked(s->opt);
         else
-            plain[np++] = t2 - t1;
-        whole[done / 2] = now_s() - t0;
+            ok = ct_optim_step_if_finite(s->opt);
+        double t2 = now_s();
+        if (!ok) die(s->ctx);
+        ct_params_zero_grad(s->P);
+        t[arm][n[arm]++] = t2 - t1;
+        if (arm == PLAIN) whole[n[arm] - 1] = now_s() - t0;
         done++;
     }
     ct_graph_destroy(g);
-    double check = median_of(with, (int)nw) - median_of(plain, (int)np);
-    double hand = median_of(whole, (int)steps);
+    double m[ARMS];
+    for (int k = 0; k < ARMS; k++)
+        m[k] = median_of(t[k], (int)n[k]);
+    double hand = median_of(whole, (int)n[PLAIN]);
     if (fixed < 0) fixed = 0;
-    printf("fmnist mlp batch 128   decomposed: fixed %.2f us + gradient check of %lld floats "
-           "%.2f us (update with it %.2f us, without %.2f us) = %.2f us of a %.0f us step "
-           "(%.2f%%; loss-only check %.2f%%)\n",
-           fixed * 1e6, (long long)ct_params_numel(s->P), check * 1e6,
-           median_of(with, (int)nw) * 1e6, median_of(plain, (int)np) * 1e6, (fixed + check) * 1e6,
-           hand * 1e6, 100 * (fixed + check) / hand, 100 * fixed / hand);
-    free(with);
-    free(plain);
+    double checked = m[CHECKED] - m[PLAIN], guarded = m[GUARDED] - m[PLAIN];
+    printf("fmnist mlp batch 128   decomposed (%lld floats, update %.2f us of a %.0f us step): "
+           "fixed %.2f us + check in the update %.2f us = %.2f%% (stop, rollback) | "
+           "+ check before the update %.2f us = %.2f%% (skip) | loss-only %.2f%%\n",
+           (long long)ct_params_numel(s->P), m[PLAIN] * 1e6, hand * 1e6, fixed * 1e6, checked * 1e6,
+           100 * (fixed + checked) / hand, guarded * 1e6, 100 * (fixed + guarded) / hand,
+           100 * fixed / hand);
+    for (int k = 0; k < ARMS; k++)
+        free(t[k]);
     free(whole);
 }
 

@@ -94,6 +94,13 @@ CT_API void ct_optim_step_range(ct_optim *opt, int64_t lo, int64_t hi);
  * batch-128 MLP's 203k gradients against 14-15.5 us for a scan before ct_optim_step
  * (bench/bench_trainer.c). */
 CT_API bool ct_optim_step_if_finite(ct_optim *opt);
+/* ct_optim_step, returning whether every gradient it read was finite. The update is made
+ * either way: when it returns false, weights and moments may hold inf or NaN (and the step is
+ * counted), so the caller restores them (a snapshot, a checkpoint) or discards them, as the
+ * trainer does under on_nonfinite stop and rollback. The test is on each gradient as the update
+ * loads it, so it costs next to nothing, where the guarded ct_optim_step_if_finite must read
+ * every gradient before writing anything. */
+CT_API bool ct_optim_step_checked(ct_optim *opt);
 /* Fails with CT_ERR_INVALID_ARG (and keeps the old rate) unless lr is finite and >= 0. Groups
  * keep their lr_scale relative to it. */
 CT_API ct_status ct_optim_set_lr(ct_optim *opt, float lr);

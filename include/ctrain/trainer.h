@@ -170,11 +170,13 @@ typedef struct ct_trainer_params {
     int64_t accum_steps;              /* micro-batches per step, default 1 */
     float grad_clip_norm;             /* clip the global L2 norm to it; 0 = off */
     float grad_clip_value;            /* clamp each gradient to [-v, v]; 0 = off */
-    bool check_grads;                 /* check every gradient for NaN/inf before each update
-                                         (default true; in one process without clipping the
-                                         optimizer's ct_optim_step_if_finite; about 6 us per 100k
-                                         parameters in place here, about 1% of the batch-128 MLP's
-                                         step); with grad_clip_norm the norm shows it for free;
+    bool check_grads;                 /* check every gradient for NaN/inf at each update
+                                         (default true). In one process without clipping it is
+                                         part of the update: under on_nonfinite stop and
+                                         rollback ct_optim_step_checked (no measurable cost),
+                                         under skip ct_optim_step_if_finite, which reads every
+                                         gradient before writing (about 1% of the batch-128
+                                         MLP's step); with grad_clip_norm the norm shows it;
                                          false: check the loss only */
     int64_t steps_per_loop;           /* on_log cadence in steps, default 10 */
     int64_t limit_train_batches;      /* per epoch; 0 = all */

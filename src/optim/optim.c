@@ -16,6 +16,7 @@
 #include <assert.h>
 #include <fnmatch.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/core_internal.h"
@@ -310,15 +311,30 @@ static inline float madd(float a, float b, float c) {
 #endif
 }
 
-static void sgd_span(const ct_optim *o, const span *s) {
+/* A float's exponent bits: all ones (EXP_MASK) for an inf or a NaN, less for any finite value;
+ * so the largest over a buffer says whether it holds one, as ct_vnonfinite does. Every update
+ * below returns this maximum over the gradients it read, for ct_optim_step_checked: a test on
+ * a value already in a register, where a separate scan would read every gradient once more. */
+#define EXP_MASK 0x7f800000u
+
+static inline uint32_t raise_exp(uint32_t top, float g) {
+    uint32_t u;
+    memcpy(&u, &g, sizeof u);
+    u &= EXP_MASK;
+    return u > top ? u : top;
+}
+
+static uint32_t sgd_span(const ct_optim *o, const span *s) {
     const float neg_lr = (float)-s->lr, wd = s->wd, mom = o->p.momentum;
     const float damp1 = (float)(1.0 - (double)o->p.dampening);
     const bool zero = o->p.zero_grad;
     const bool first = o->steps == 0, nesterov = o->p.nesterov;
     float *w = s->w, *gr = s->g, *buf = s->m;
     int nt = span_threads(o, s, s->n, 8);
-    CT_PAR_FOR(nt, i, s->n, {
+    uint32_t top = 0;
+    CT_PAR_FOR_MAX(nt, i, s->n, top, {
         float d = gr[i];
+        top = raise_exp(top, d);
         if (zero) gr[i] = 0.0f;
         if (wd != 0.0f) d = madd(wd, w[i], d);
         if (buf) {
@@ -327,9 +343,10 @@ static void sgd_span(const ct_optim *o, const span *s) {
         }
         w[i] = madd(neg_lr, d, w[i]);
     });
+    return top;
 }
 
-static void adam_span(const ct_optim *o, const span *s) {
+static uint32_t adam_span(const ct_optim *o, const span *s) {
     const float wd = s->wd, b1 = o->p.beta1, b2 = o->p.beta2, eps = o->p.eps;
     const float b1c = (float)(1.0 - (double)b1), b2c = (float)(1.0 - (double)b2);
     const bool zero = o->p.zero_grad;
@@ -340,11 +357,13 @@ static void adam_span(const ct_optim *o, const span *s) {
     const float bc2_sqrt = (float)sqrt(bc2);
     float *w = s->w, *gr = s->g, *m = s->m, *v = s->v;
     int nt = span_threads(o, s, s->n, 16);
+    uint32_t top = 0;
     /* two loops rather than a branch inside one, so that each vectorises */
     if (o->p.kind == CT_OPTIM_ADAMW) {
         const float shrink = (float)(1.0 - s->lr * (double)wd);
-        CT_PAR_FOR(nt, i, s->n, {
+        CT_PAR_FOR_MAX(nt, i, s->n, top, {
             float g = gr[i];
+            top = raise_exp(top, g);
             if (zero) gr[i] = 0.0f;
             w[i] = w[i] * shrink;
             m[i] = madd(b1c, g, m[i] * b1);
@@ -352,7 +371,8 @@ static void adam_span(const ct_optim *o, const span *s) {
             w[i] = w[i] + neg_step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
         });
     } else {
-        CT_PAR_FOR(nt, i, s->n, {
+        CT_PAR_FOR_MAX(nt, i, s->n, top, {
+            top = raise_exp(top, gr[i]);
             float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i]; /* unswitched by -O3 */
             if (zero) gr[i] = 0.0f;
             m[i] = madd(b1c, g, m[i] * b1);
@@ -360,17 +380,20 @@ static void adam_span(const ct_optim *o, const span *s) {
             w[i] = w[i] + neg_step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
         });
     }
+    return top;
 }
 
 /* RMSprop over [lo, hi): inlined with constant `centered` and `momentum` below, so that each
  * of the four variants is its own branch-free, vectorised loop. */
-static inline void rmsprop_block(
+static inline uint32_t rmsprop_block(
     const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool centered, bool momentum) {
     const float wd = s->wd, alpha = o->p.alpha, eps = o->p.eps, mom = o->p.momentum;
     const float alpha_c = (float)(1.0 - (double)alpha), neg_lr = (float)-s->lr;
     const bool zero = o->p.zero_grad;
     float *w = s->w, *gr = s->g, *buf = s->m, *sq = s->v, *ga = s->a;
+    uint32_t top = 0;
     for (int64_t i = lo; i < hi; i++) {
+        top = raise_exp(top, gr[i]);
         float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i];
         if (zero) gr[i] = 0.0f;
         sq[i] = madd(alpha_c * g, g, sq[i] * alpha);
@@ -389,45 +412,54 @@ static inline void rmsprop_block(
             w[i] = w[i] + neg_lr * g / avg;
         }
     }
+    return top;
 }
 
 enum { RMSPROP_BLOCK = 4096 };
 
-static void rmsprop_span(const ct_optim *o, const span *s) {
+static uint32_t rmsprop_span(const ct_optim *o, const span *s) {
     const int64_t blocks = (s->n + RMSPROP_BLOCK - 1) / RMSPROP_BLOCK;
     const bool centered = s->a != NULL, momentum = s->m != NULL;
     int nt = span_threads(o, s, blocks, 16 * RMSPROP_BLOCK);
     /* CT_PAR_FOR: no region at all for one thread (one per span and step inside
        ct_optim_step_if_finite's team otherwise) */
-    CT_PAR_FOR(nt, b, blocks, {
+    uint32_t top = 0;
+    CT_PAR_FOR_MAX(nt, b, blocks, top, {
         int64_t lo = b * RMSPROP_BLOCK, hi = lo + RMSPROP_BLOCK < s->n ? lo + RMSPROP_BLOCK : s->n;
+        uint32_t e;
         if (centered && momentum)
-            rmsprop_block(o, s, lo, hi, true, true);
+            e = rmsprop_block(o, s, lo, hi, true, true);
         else if (centered)
-            rmsprop_block(o, s, lo, hi, true, false);
+            e = rmsprop_block(o, s, lo, hi, true, false);
         else if (momentum)
-            rmsprop_block(o, s, lo, hi, false, true);
+            e = rmsprop_block(o, s, lo, hi, false, true);
         else
-            rmsprop_block(o, s, lo, hi, false, false);
+            e = rmsprop_block(o, s, lo, hi, false, false);
+        top = e > top ? e : top;
     });
+    return top;
 }
 
-static void adagrad_span(const ct_optim *o, const span *s) {
+static uint32_t adagrad_span(const ct_optim *o, const span *s) {
     const float wd = s->wd, eps = o->p.eps;
     const double step = (double)(o->steps + 1);
     const float neg_clr = (float)-(s->lr / (1.0 + (step - 1.0) * (double)o->p.lr_decay));
     const bool zero = o->p.zero_grad;
     float *w = s->w, *gr = s->g, *sum = s->v;
     int nt = span_threads(o, s, s->n, 16);
-    CT_PAR_FOR(nt, i, s->n, {
+    uint32_t top = 0;
+    CT_PAR_FOR_MAX(nt, i, s->n, top, {
+        top = raise_exp(top, gr[i]);
         float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i];
         if (zero) gr[i] = 0.0f;
         sum[i] = madd(g, g, sum[i]);
         w[i] = w[i] + neg_clr * g / (sqrtf(sum[i]) + eps);
     });
+    return top;
 }
 
-typedef void (*span_fn)(const ct_optim *o, const span *s);
+/* One rule over a span; returns the largest exponent field of the gradients it read. */
+typedef uint32_t (*span_fn)(const ct_optim *o, const span *s);
 
 static const span_fn span_fns[] = {
     [CT_OPTIM_SGD] = sgd_span,         [CT_OPTIM_ADAM] = adam_span,
@@ -480,9 +512,23 @@ void ct_optim_step_range(ct_optim *o, int64_t lo, int64_t hi) {
     for (int64_t r = 0; r < o->n_ranges;) {
         span s;
         r = next_span(o, r, lo, hi, &s);
-        if (s.n > 0) span_fns[o->p.kind](o, &s);
+        if (s.n > 0) (void)span_fns[o->p.kind](o, &s);
     }
     o->steps++;
+}
+
+bool ct_optim_step_checked(ct_optim *o) {
+    uint32_t top = 0;
+    for (int64_t r = 0; r < o->n_ranges;) {
+        span s;
+        r = next_span(o, r, 0, o->n, &s);
+        if (s.n > 0) {
+            uint32_t e = span_fns[o->p.kind](o, &s);
+            top = e > top ? e : top;
+        }
+    }
+    o->steps++;
+    return top != EXP_MASK;
 }
 
 /* s's elements [n t / T, n (t + 1) / T): thread t's share of it, for that thread alone. */
@@ -550,7 +596,7 @@ bool ct_optim_step_if_finite(ct_optim *o) {
             span s;
             r = next_span(o, r, 0, o->n, &s);
             span p = share(&s, t, T);
-            if (p.n > 0) span_fns[o->p.kind](o, &p);
+            if (p.n > 0) (void)span_fns[o->p.kind](o, &p);
         }
     }
     if (bad) return false;

@@ -1052,8 +1052,13 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
     bool grads_ok = true, scanned = false;
     bool clip_norm = t->p.grad_clip_norm > 0.0f;
     /* one process, nothing to do between the check and the update (no clipping, no on_grads
-       handler) and a finite loss: the optimizer scans and updates in one pass, applying
-       nothing if a gradient is not finite, and the policy decides after it */
+       handler) and a finite loss: the optimizer checks the gradients as part of the update,
+       and the policy decides after it. Under skip the update must leave no trace of a
+       non-finite gradient, so every gradient is tested before anything is written
+       (ct_optim_step_if_finite); under stop and rollback a non-finite update is never kept
+       (the run ends, or the last good state is put back), so the update tests each gradient
+       as it reads it (ct_optim_step_checked), a test that costs next to nothing where a scan
+       before it costs a pass over every gradient (bench/bench_trainer.c) */
     bool fused = ct_comm_world_size(t->comm) == 1 && t->p.check_grads && !clip_norm &&
                  !(t->p.grad_clip_value > 0.0f) && !t->p.callbacks.on_grads && loss_ok;
     bool applied = false;
@@ -1089,10 +1094,12 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
         CT_TRY(ct_optim_clip_grad_norm(ctx, t->params, t->p.grad_clip_norm, &norm));
         t->grad_norm = norm;
         grads_ok = isfinite(norm);
-    } else if (fused) {
-        /* the scan and the update in one pass (ct_optim_step_if_finite), the decision after */
+    } else if (fused && t->nf.mode == CT_NONFINITE_MODE_SKIP) {
         applied = ct_optim_step_if_finite(t->opt);
         grads_ok = applied;
+    } else if (fused) {
+        grads_ok = ct_optim_step_checked(t->opt); /* undone by the policy when false */
+        applied = true;
     } else if (t->p.check_grads && !scanned) {
         CT_TRY(ct_nonfinite_check(ctx, grads, n, &grads_ok));
     }

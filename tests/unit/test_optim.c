@@ -4,6 +4,7 @@
  * gradients) and thread-count independence of the clip norm and of every optimizer's step.
  * The update formulas themselves are checked against PyTorch in tests/golden/test_golden_optim.c.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -408,74 +409,149 @@ static void state_of(ct_optim *o, ct_params *P, float *out) {
     }
 }
 
+/* Two stores with the same weights and two optimizers of one configuration, each with a
+ * "*.bias" group (lr x 0.5, no decay), on a context of `threads`; sa and sb hold a state_of
+ * each (bytes). */
+typedef struct twins {
+    ct_ctx *ctx;
+    ct_params *A, *B;
+    ct_optim *oa, *ob;
+    ct_optim_kind kind;
+    int64_t n;
+    size_t bytes;
+    float *sa, *sb;
+} twins;
+
+static twins twins_open(const ct_optim_params *op, int threads) {
+    twins t;
+    t.ctx = make_ctx(NULL, threads);
+    t.A = make_store(t.ctx, big, 5, 0.0f);
+    t.B = make_store(t.ctx, big, 5, 0.0f);
+    t.n = ct_params_numel(t.A);
+    t.bytes = 4 * (size_t)t.n * sizeof(float);
+    t.oa = t.ob = NULL;
+    t.kind = op->kind;
+    CT_CHECK_INT(ct_optim_create(t.ctx, t.A, op, &t.oa), CT_OK);
+    CT_CHECK_INT(ct_optim_create(t.ctx, t.B, op, &t.ob), CT_OK);
+    t.sa = calloc(4 * (size_t)t.n, sizeof(float));
+    t.sb = calloc(4 * (size_t)t.n, sizeof(float));
+    if (!t.oa || !t.ob || !t.sa || !t.sb) abort();
+    CT_CHECK_INT(ct_optim_add_group(t.oa, "*.bias", 0.5f, 0.0f), CT_OK);
+    CT_CHECK_INT(ct_optim_add_group(t.ob, "*.bias", 0.5f, 0.0f), CT_OK);
+    fill(ct_params_values(t.A), t.n, 1, 1.0f);
+    fill(ct_params_values(t.B), t.n, 1, 1.0f);
+    return t;
+}
+
+static void twins_close(twins *t) {
+    free(t->sa);
+    free(t->sb);
+    ct_optim_destroy(t->oa);
+    ct_optim_destroy(t->ob);
+    ct_params_destroy(t->A);
+    ct_params_destroy(t->B);
+    ct_ctx_destroy(t->ctx);
+}
+
+/* After a step of each: the same weights, moments and gradients (zero_grad alike). */
+static void twins_expect_equal(twins *t, int config, int threads, int step) {
+    state_of(t->oa, t->A, t->sa);
+    state_of(t->ob, t->B, t->sb);
+    CT_CHECK_MSG(memcmp(t->sa, t->sb, t->bytes) == 0,
+                 "config %d (kind %d), %d threads, step %d: the checked step differs from "
+                 "ct_optim_step",
+                 config, (int)t->kind, threads, step);
+    CT_CHECK(memcmp(ct_params_grads(t->A), ct_params_grads(t->B), (size_t)t->n * sizeof(float)) ==
+             0);
+}
+
+/* Runs body on twins of every optimizer variant, on 1 and 2 threads. */
+static void each_variant_on_twins(void (*body)(twins *t, int config, int threads)) {
+    ct_optim_params ops[VARIANTS_MAX];
+    int count = optimizer_variants(ops);
+    for (int c = 0; c < count; c++)
+        for (int threads = 1; threads <= 2; threads++) {
+            twins t = twins_open(&ops[c], threads);
+            body(&t, c, threads);
+            twins_close(&t);
+        }
+}
+
 /* ct_optim_step_if_finite: with finite gradients the bits of ct_optim_step, weights and every
  * moment, for every kind and variant (momentum, dampening, Nesterov, centered RMSprop, Adagrad's
  * decay, zero_grad) with groups, on 1 and 2 threads (2: the scan-and-update team); with an inf
  * or a NaN anywhere (a team member's first element, the middle, the last) nothing changes at
  * all: weights, every moment, gradients and the step count (on the first step too, so SGD's
  * first-step rule waits for the next real one). */
-static void optim_step_if_finite_should_step_or_leave_everything(void) {
-    ct_optim_params ops[VARIANTS_MAX];
-    int count = optimizer_variants(ops);
-    for (int c = 0; c < count; c++)
-        for (int threads = 1; threads <= 2; threads++) {
-            ct_ctx *ctx = make_ctx(NULL, threads);
-            ct_params *A = make_store(ctx, big, 5, 0.0f), *B = make_store(ctx, big, 5, 0.0f);
-            int64_t n = ct_params_numel(A);
-            size_t bytes = 4 * (size_t)n * sizeof(float);
-            ct_optim *oa = NULL, *ob = NULL;
-            CT_CHECK_INT(ct_optim_create(ctx, A, &ops[c], &oa), CT_OK);
-            CT_CHECK_INT(ct_optim_create(ctx, B, &ops[c], &ob), CT_OK);
-            float *sa = calloc(4 * (size_t)n, sizeof(float)),
-                  *sb = calloc(4 * (size_t)n, sizeof(float));
-            float *g0 = malloc((size_t)n * sizeof(float));
-            if (!oa || !ob || !sa || !sb || !g0) abort();
-            CT_CHECK_INT(ct_optim_add_group(oa, "*.bias", 0.5f, 0.0f), CT_OK);
-            CT_CHECK_INT(ct_optim_add_group(ob, "*.bias", 0.5f, 0.0f), CT_OK);
-            fill(ct_params_values(A), n, 1, 1.0f);
-            fill(ct_params_values(B), n, 1, 1.0f);
-            const int64_t where[4] = {0, n / 2, n / 2 + 1, n - 1};
-            const float bad[2] = {INFINITY, NAN};
-            for (uint64_t step = 0; step < 4; step++) {
-                /* a refused update first (at step 0: before any), then the real one */
-                for (int k = 0; k < 2; k++) {
-                    fill(ct_params_grads(B), n, 90 + step, 1.0f);
-                    ct_params_grads(B)[where[(step + (uint64_t)k) % 4]] = bad[k];
-                    state_of(ob, B, sb);
-                    memcpy(g0, ct_params_grads(B), (size_t)n * sizeof(float));
-                    CT_CHECK_MSG(!ct_optim_step_if_finite(ob), "config %d: %g was applied", c,
-                                 (double)bad[k]);
-                    state_of(ob, B, sa);
-                    CT_CHECK_MSG(memcmp(sa, sb, bytes) == 0,
-                                 "config %d: a refused step changed "
-                                 "the state",
-                                 c);
-                    CT_CHECK(memcmp(g0, ct_params_grads(B), (size_t)n * sizeof(float)) == 0);
-                    CT_CHECK_INT(ct_optim_steps(ob), (int64_t)step);
-                }
-                fill(ct_params_grads(A), n, 50 + step, 1.0f);
-                fill(ct_params_grads(B), n, 50 + step, 1.0f);
-                ct_optim_step(oa);
-                CT_CHECK(ct_optim_step_if_finite(ob));
-                state_of(oa, A, sa);
-                state_of(ob, B, sb);
-                CT_CHECK_MSG(memcmp(sa, sb, bytes) == 0,
-                             "config %d (kind %d), %d threads, step %d: the checked step differs "
-                             "from ct_optim_step",
-                             c, (int)ops[c].kind, threads, (int)step);
-                CT_CHECK(memcmp(ct_params_grads(A), ct_params_grads(B),
-                                (size_t)n * sizeof(float)) == 0); /* zero_grad alike */
-            }
-            CT_CHECK_INT(ct_optim_steps(ob), 4);
-            free(sa);
-            free(sb);
-            free(g0);
-            ct_optim_destroy(oa);
-            ct_optim_destroy(ob);
-            ct_params_destroy(A);
-            ct_params_destroy(B);
-            ct_ctx_destroy(ctx);
+static void step_if_finite_twins(twins *t, int c, int threads) {
+    int64_t n = t->n;
+    float *g0 = malloc((size_t)n * sizeof(float));
+    if (!g0) abort();
+    const int64_t where[4] = {0, n / 2, n / 2 + 1, n - 1};
+    const float bad[2] = {INFINITY, NAN};
+    for (uint64_t step = 0; step < 4; step++) {
+        /* a refused update first (at step 0: before any), then the real one */
+        for (int k = 0; k < 2; k++) {
+            fill(ct_params_grads(t->B), n, 90 + step, 1.0f);
+            ct_params_grads(t->B)[where[(step + (uint64_t)k) % 4]] = bad[k];
+            state_of(t->ob, t->B, t->sb);
+            memcpy(g0, ct_params_grads(t->B), (size_t)n * sizeof(float));
+            CT_CHECK_MSG(!ct_optim_step_if_finite(t->ob), "config %d: %g was applied", c,
+                         (double)bad[k]);
+            state_of(t->ob, t->B, t->sa);
+            CT_CHECK_MSG(memcmp(t->sa, t->sb, t->bytes) == 0,
+                         "config %d: a refused step changed the state", c);
+            CT_CHECK(memcmp(g0, ct_params_grads(t->B), (size_t)n * sizeof(float)) == 0);
+            CT_CHECK_INT(ct_optim_steps(t->ob), (int64_t)step);
         }
+        fill(ct_params_grads(t->A), n, 50 + step, 1.0f);
+        fill(ct_params_grads(t->B), n, 50 + step, 1.0f);
+        ct_optim_step(t->oa);
+        CT_CHECK(ct_optim_step_if_finite(t->ob));
+        twins_expect_equal(t, c, threads, (int)step);
+    }
+    CT_CHECK_INT(ct_optim_steps(t->ob), 4);
+    free(g0);
+}
+
+static void optim_step_if_finite_should_step_or_leave_everything(void) {
+    each_variant_on_twins(step_if_finite_twins);
+}
+
+/* ct_optim_step_checked: for every kind and variant with groups, on 1 and 2 threads, the bits
+ * of ct_optim_step (weights, every moment, the gradients zero_grad leaves) and true, with the
+ * largest finite gradient too; false for an inf, a -inf or a NaN anywhere (a thread's first
+ * element, the middle, the last), the update counted all the same. */
+static void step_checked_twins(twins *t, int c, int threads) {
+    int64_t n = t->n;
+    const int64_t where[4] = {0, n / 2, n / 2 + 1, n - 1};
+    for (uint64_t step = 0; step < 4; step++) {
+        fill(ct_params_grads(t->A), n, 50 + step, 1.0f);
+        fill(ct_params_grads(t->B), n, 50 + step, 1.0f);
+        if (step == 3) { /* finite however large */
+            ct_params_grads(t->A)[where[1]] = FLT_MAX;
+            ct_params_grads(t->B)[where[1]] = FLT_MAX;
+        }
+        ct_optim_step(t->oa);
+        CT_CHECK_MSG(ct_optim_step_checked(t->ob),
+                     "config %d, step %d: finite gradients reported non-finite", c, (int)step);
+        twins_expect_equal(t, c, threads, (int)step);
+    }
+    const float bad[3] = {INFINITY, -INFINITY, NAN};
+    for (int w = 0; w < 4; w++)
+        for (int k = 0; k < 3; k++) {
+            int64_t before = ct_optim_steps(t->ob);
+            fill(ct_params_grads(t->B), n, 70 + (uint64_t)w, 1.0f);
+            ct_params_grads(t->B)[where[w]] = bad[k];
+            CT_CHECK_MSG(!ct_optim_step_checked(t->ob),
+                         "config %d, %d threads: %g at %lld not seen", c, threads, (double)bad[k],
+                         (long long)where[w]);
+            CT_CHECK_INT(ct_optim_steps(t->ob), before + 1);
+        }
+}
+
+static void optim_step_checked_should_step_and_see_every_nonfinite(void) {
+    each_variant_on_twins(step_checked_twins);
 }
 
 /* Copying every state buffer and the step count into a fresh optimizer resumes bit for bit. */
@@ -551,5 +627,6 @@ int main(void) {
     CT_RUN(optim_zero_grad_should_clear_every_gradient);
     CT_RUN(optim_step_should_not_depend_on_threads);
     CT_RUN(optim_step_if_finite_should_step_or_leave_everything);
+    CT_RUN(optim_step_checked_should_step_and_see_every_nonfinite);
     return ct_test_finish();
 }

@@ -632,37 +632,72 @@ static ct_status run_with_bad_step(const ct_options *nonfinite,
     return st;
 }
 
+/* Whether any of n floats is an inf or a NaN. */
+static bool any_nonfinite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return true;
+    return false;
+}
+
 /* The next test's checks at the width in bad_step_hidden. */
 static void catch_infinite_gradient(void) {
     float *w, *w_zero;
     int64_t numel, steps, skipped, zsteps, zskipped;
     rec r;
     bad_step_grad = true;
+    /* stop: checkpoints after steps 1 and 2 and none after the bad step 3, whose update the
+       check in the update found; the weights in memory hold that update (documented) */
+    char tmpl[] = "/tmp/ct_badgrad_XXXXXX";
+    bad_step_ckdir = mkdtemp(tmpl);
     ct_status st = run_with_bad_step(NULL, 1.0f, 0, &w, &numel, &steps, &skipped, &r);
     CT_CHECK_INT(st, CT_ERR_NONFINITE);
     CT_CHECK_MSG(strstr(ct_last_error(ctx), "non-finite gradients") != NULL, "message: %s",
                  ct_last_error(ctx));
-    CT_CHECK_INT(steps, 2);
-    CT_CHECK(all_finite(w, numel));
-    free(w);
     ct_clear_error(ctx);
+    CT_CHECK_INT(steps, 2);
+    CT_CHECK(any_nonfinite(w, numel));
+    int64_t saved[16], n_saved = 0;
+    CT_CHECK_INT(ct_checkpoint_list(ctx, bad_step_ckdir, saved, 16, &n_saved), CT_OK);
+    CT_CHECK_INT(n_saved, 2);
+    CT_CHECK(n_saved == 2 && saved[0] + saved[1] == 3);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", bad_step_ckdir);
+    CT_CHECK_INT(system(cmd), 0);
+    bad_step_ckdir = NULL;
+    free(w);
+    /* skip: nothing of the bad update is applied (the gradients are tested before it) */
     ct_option skip_items[] = {{"on_nonfinite", "skip"}};
     ct_options skip = {skip_items, 1, "test: nonfinite"};
     st = run_with_bad_step(&skip, 1.0f, 0, &w, &numel, &steps, &skipped, &r);
-    bad_step_grad = false;
     CT_CHECK_INT(st, CT_OK);
     CT_CHECK_INT(skipped, 1);
     CT_CHECK_INT(steps, 14);
+    bad_step_grad = false;
     CT_CHECK_INT(run_with_bad_step(NULL, 0.0f, 0, &w_zero, &numel, &zsteps, &zskipped, &r), CT_OK);
+    CT_CHECK(w && w_zero && memcmp(w, w_zero, (size_t)numel * sizeof(float)) == 0);
+    free(w);
+    free(w_zero);
+    /* rollback: the update that met the infinite gradient is made, then replaced by the last
+       good state (the epoch's start), exactly: a run whose first 3 steps had zero gradients */
+    ct_option rb_items[] = {{"on_nonfinite", "rollback"}};
+    ct_options rb = {rb_items, 1, "test: nonfinite"};
+    bad_step_grad = true;
+    st = run_with_bad_step(&rb, 1.0f, 0, &w, &numel, &steps, &skipped, &r);
+    bad_step_grad = false;
+    CT_CHECK_MSG(st == CT_OK, "%s: %s", ct_status_str(st), ct_last_error(ctx));
+    CT_CHECK_INT(steps, 12);
+    CT_CHECK_INT(run_with_bad_step(NULL, 0.0f, 3, &w_zero, &numel, &zsteps, &zskipped, &r), CT_OK);
     CT_CHECK(w && w_zero && memcmp(w, w_zero, (size_t)numel * sizeof(float)) == 0);
     free(w);
     free(w_zero);
 }
 
-/* A finite loss with an infinite gradient: the default gradient check (in one process, the
- * optimizer's scan-and-update pass, ct_optim_step_if_finite) stops before applying it, naming
- * the gradients; skip leaves the weights of a run whose step had a zero gradient. With hidden
- * width 16 (195 parameters) the check runs on one thread, with 512 (6k) on the context's two. */
+/* A finite loss with an infinite gradient: the default gradient check (in one process, part
+ * of the optimizer's update: ct_optim_step_checked under stop and rollback,
+ * ct_optim_step_if_finite under skip) stops naming the gradients, without a checkpoint of the
+ * bad step; skip leaves the weights of a run whose step had a zero gradient; rollback those
+ * of a run whose steps up to it had zero gradients. With hidden width 16 (195 parameters) the
+ * update runs on one thread, with 512 (6k) on the context's two. */
 static void trainer_should_catch_an_infinite_gradient_behind_a_finite_loss(void) {
     static const char *const widths[2] = {"16", "512"};
     for (int wi = 0; wi < 2; wi++) {
