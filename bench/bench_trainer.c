@@ -212,7 +212,8 @@ static double median_of(double *x, int n) {
  * rotate between ct_optim_step, ct_optim_step_checked (the update that tests each gradient as
  * it reads it: the trainer's under on_nonfinite stop, the default, and rollback) and
  * ct_optim_step_if_finite (every gradient scanned before anything is written: under skip), and
- * the difference of the medians is each check's cost. */
+ * the difference of the medians is each check's cost (ct_optim_step runs the same loops without
+ * the test: src/optim/optim.c). */
 static void decompose(setup *s, double fixed, int64_t steps) {
     enum { PLAIN, CHECKED, GUARDED, ARMS };
     ct_graph *g;

@@ -55,6 +55,7 @@ typedef struct span {
     double lr; /* the optimizer's rate times the group's lr_scale */
     float wd;
     bool alone; /* run on the calling thread (already one of a team) */
+    bool check; /* return the gradients' largest exponent field (else 0), for step_checked */
 } span;
 
 /* The threads for a span's loop: the span's choice, or 1 inside ct_optim_step_if_finite's team. */
@@ -312,9 +313,11 @@ static inline float madd(float a, float b, float c) {
 }
 
 /* A float's exponent bits: all ones (EXP_MASK) for an inf or a NaN, less for any finite value;
- * so the largest over a buffer says whether it holds one, as ct_vnonfinite does. Every update
- * below returns this maximum over the gradients it read, for ct_optim_step_checked: a test on
- * a value already in a register, where a separate scan would read every gradient once more. */
+ * so the largest over a buffer says whether it holds one, as ct_vnonfinite does. With
+ * span.check every update below returns this maximum over the gradients it read, for
+ * ct_optim_step_checked: a test on a value already in a register, where a separate scan would
+ * read every gradient once more. The test is behind a loop-invariant flag (unswitched by -O3,
+ * as zero_grad is), so the other steps do not pay for it. */
 #define EXP_MASK 0x7f800000u
 
 static inline uint32_t raise_exp(uint32_t top, float g) {
@@ -327,14 +330,14 @@ static inline uint32_t raise_exp(uint32_t top, float g) {
 static uint32_t sgd_span(const ct_optim *o, const span *s) {
     const float neg_lr = (float)-s->lr, wd = s->wd, mom = o->p.momentum;
     const float damp1 = (float)(1.0 - (double)o->p.dampening);
-    const bool zero = o->p.zero_grad;
+    const bool zero = o->p.zero_grad, check = s->check;
     const bool first = o->steps == 0, nesterov = o->p.nesterov;
     float *w = s->w, *gr = s->g, *buf = s->m;
     int nt = span_threads(o, s, s->n, 8);
     uint32_t top = 0;
     CT_PAR_FOR_MAX(nt, i, s->n, top, {
         float d = gr[i];
-        top = raise_exp(top, d);
+        if (check) top = raise_exp(top, d);
         if (zero) gr[i] = 0.0f;
         if (wd != 0.0f) d = madd(wd, w[i], d);
         if (buf) {
@@ -349,7 +352,7 @@ static uint32_t sgd_span(const ct_optim *o, const span *s) {
 static uint32_t adam_span(const ct_optim *o, const span *s) {
     const float wd = s->wd, b1 = o->p.beta1, b2 = o->p.beta2, eps = o->p.eps;
     const float b1c = (float)(1.0 - (double)b1), b2c = (float)(1.0 - (double)b2);
-    const bool zero = o->p.zero_grad;
+    const bool zero = o->p.zero_grad, check = s->check;
     const double step = (double)(o->steps + 1);
     const double bc1 = 1.0 - pow((double)b1, step);
     const double bc2 = 1.0 - pow((double)b2, step);
@@ -363,7 +366,7 @@ static uint32_t adam_span(const ct_optim *o, const span *s) {
         const float shrink = (float)(1.0 - s->lr * (double)wd);
         CT_PAR_FOR_MAX(nt, i, s->n, top, {
             float g = gr[i];
-            top = raise_exp(top, g);
+            if (check) top = raise_exp(top, g);
             if (zero) gr[i] = 0.0f;
             w[i] = w[i] * shrink;
             m[i] = madd(b1c, g, m[i] * b1);
@@ -372,7 +375,7 @@ static uint32_t adam_span(const ct_optim *o, const span *s) {
         });
     } else {
         CT_PAR_FOR_MAX(nt, i, s->n, top, {
-            top = raise_exp(top, gr[i]);
+            if (check) top = raise_exp(top, gr[i]);
             float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i]; /* unswitched by -O3 */
             if (zero) gr[i] = 0.0f;
             m[i] = madd(b1c, g, m[i] * b1);
@@ -389,11 +392,11 @@ static inline uint32_t rmsprop_block(
     const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool centered, bool momentum) {
     const float wd = s->wd, alpha = o->p.alpha, eps = o->p.eps, mom = o->p.momentum;
     const float alpha_c = (float)(1.0 - (double)alpha), neg_lr = (float)-s->lr;
-    const bool zero = o->p.zero_grad;
+    const bool zero = o->p.zero_grad, check = s->check;
     float *w = s->w, *gr = s->g, *buf = s->m, *sq = s->v, *ga = s->a;
     uint32_t top = 0;
     for (int64_t i = lo; i < hi; i++) {
-        top = raise_exp(top, gr[i]);
+        if (check) top = raise_exp(top, gr[i]);
         float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i];
         if (zero) gr[i] = 0.0f;
         sq[i] = madd(alpha_c * g, g, sq[i] * alpha);
@@ -444,12 +447,12 @@ static uint32_t adagrad_span(const ct_optim *o, const span *s) {
     const float wd = s->wd, eps = o->p.eps;
     const double step = (double)(o->steps + 1);
     const float neg_clr = (float)-(s->lr / (1.0 + (step - 1.0) * (double)o->p.lr_decay));
-    const bool zero = o->p.zero_grad;
+    const bool zero = o->p.zero_grad, check = s->check;
     float *w = s->w, *gr = s->g, *sum = s->v;
     int nt = span_threads(o, s, s->n, 16);
     uint32_t top = 0;
     CT_PAR_FOR_MAX(nt, i, s->n, top, {
-        top = raise_exp(top, gr[i]);
+        if (check) top = raise_exp(top, gr[i]);
         float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i];
         if (zero) gr[i] = 0.0f;
         sum[i] = madd(g, g, sum[i]);
@@ -501,6 +504,7 @@ static int64_t next_span(const ct_optim *o, int64_t r, int64_t lo, int64_t hi, s
                end > off ? end - off : 0,
                (double)o->p.lr * (double)first->lr_scale,
                first->weight_decay,
+               false,
                false};
     *s = sp;
     return e;
@@ -523,6 +527,7 @@ bool ct_optim_step_checked(ct_optim *o) {
         span s;
         r = next_span(o, r, 0, o->n, &s);
         if (s.n > 0) {
+            s.check = true;
             uint32_t e = span_fns[o->p.kind](o, &s);
             top = e > top ? e : top;
         }
