@@ -121,7 +121,8 @@ typedef struct ct_trainer_callbacks {
     ct_status (*on_fit_end)(void *user, ct_trainer *t);
     void *user;
     /* fit is ending with a failure (status s, message in ct_last_error); called once, before
-       fit returns s. Its own result is ignored. May be NULL. */
+       fit returns s. Its own result is ignored. May be NULL. After CT_ERR_NONFINITE the model's
+       weights may hold the non-finite update (see ct_trainer_fit): do not save them. */
     void (*on_exception)(void *user, ct_trainer *t, ct_status s);
     /* after each training micro-batch (its loss, NaN when not finite) and each evaluation
        batch (loss NaN), for progress displays and interruption: split is "train" or an engine
@@ -171,10 +172,10 @@ typedef struct ct_trainer_params {
     float grad_clip_norm;             /* clip the global L2 norm to it; 0 = off */
     float grad_clip_value;            /* clamp each gradient to [-v, v]; 0 = off */
     bool check_grads;                 /* check every gradient for NaN/inf at each update
-                                         (default true). In one process without clipping it is
-                                         part of the update: under on_nonfinite stop and
-                                         rollback ct_optim_step_checked (about 0.1% of the
-                                         batch-128 MLP's step), under skip
+                                         (default true). In one process without clipping or
+                                         on_grads it is part of the update: under on_nonfinite
+                                         stop and rollback ct_optim_step_checked (about 0.1% of
+                                         the batch-128 MLP's step), under skip
                                          ct_optim_step_if_finite, which reads every gradient
                                          before writing (about 1%); with grad_clip_norm the
                                          norm shows it; false: check the loss only */
@@ -293,6 +294,10 @@ CT_API ct_status ct_trainer_resume(ct_trainer *t, const char *which);
  * failure (its status; a non-finite loss or gradient under on_nonfinite stop is
  * CT_ERR_NONFINITE, with the step in the message). A run that max_steps cuts mid-epoch logs and
  * runs the epoch-cadence evaluations once more, without counting the partial epoch.
+ * After CT_ERR_NONFINITE caused by a gradient behind a finite loss (in one process, without
+ * clipping or an on_grads callback, under stop or a rollback past max_rollbacks) the update
+ * that met it was made, so the weights and optimizer state in memory may be non-finite;
+ * nothing of it was written, and the last checkpoint is the last good state.
  */
 CT_API ct_status ct_trainer_fit(ct_trainer *t);
 /* Runs the engine `key` once now (evaluation-only use); its values are then in

@@ -520,8 +520,8 @@ static void optim_step_if_finite_should_step_or_leave_everything(void) {
 
 /* ct_optim_step_checked: for every kind and variant with groups, on 1 and 2 threads, the bits
  * of ct_optim_step (weights, every moment, the gradients zero_grad leaves) and true, with the
- * largest finite gradient too; false for an inf, a -inf or a NaN anywhere (a thread's first
- * element, the middle, the last), the update counted all the same. */
+ * largest finite gradient too; false for an inf, a -inf or a NaN anywhere (each tensor's first
+ * and last element, so every group's span, and the middle), the update counted all the same. */
 static void step_checked_twins(twins *t, int c, int threads) {
     int64_t n = t->n;
     const int64_t where[4] = {0, n / 2, n / 2 + 1, n - 1};
@@ -537,15 +537,26 @@ static void step_checked_twins(twins *t, int c, int threads) {
                      "config %d, step %d: finite gradients reported non-finite", c, (int)step);
         twins_expect_equal(t, c, threads, (int)step);
     }
+    int64_t at[16] = {n / 2, n / 2 + 1}, n_at = 2;
+    int64_t trainable = 0;
+    for (int64_t i = 0; i < ct_params_count(t->B) && n_at + 2 <= 16; i++) {
+        if (ct_params_kind_at(t->B, i) != CT_PARAM_TRAINABLE) continue; /* not updated */
+        trainable++;
+        const ct_tensor *x = ct_params_at(t->B, i);
+        int64_t off = (const float *)x->data - ct_params_values(t->B);
+        at[n_at++] = off;
+        at[n_at++] = off + ct_tensor_numel(x) - 1;
+    }
+    CT_CHECK_INT(n_at, 2 + 2 * trainable);
     const float bad[3] = {INFINITY, -INFINITY, NAN};
-    for (int w = 0; w < 4; w++)
+    for (int64_t w = 0; w < n_at; w++)
         for (int k = 0; k < 3; k++) {
             int64_t before = ct_optim_steps(t->ob);
             fill(ct_params_grads(t->B), n, 70 + (uint64_t)w, 1.0f);
-            ct_params_grads(t->B)[where[w]] = bad[k];
+            ct_params_grads(t->B)[at[w]] = bad[k];
             CT_CHECK_MSG(!ct_optim_step_checked(t->ob),
                          "config %d, %d threads: %g at %lld not seen", c, threads, (double)bad[k],
-                         (long long)where[w]);
+                         (long long)at[w]);
             CT_CHECK_INT(ct_optim_steps(t->ob), before + 1);
         }
 }
