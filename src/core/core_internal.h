@@ -87,10 +87,10 @@ CT_INTERNAL void ct_arena_rewind(ct_arena *a, void *chunk, size_t used);
  * `continue`; it must not `break` or `return`.
  */
 #ifdef _OPENMP
-#define CT_PAR_FOR_CLAUSES(nt, i, n, clauses, ...)                                                 \
+#define CT_PAR_FOR(nt, i, n, ...)                                                                  \
     do {                                                                                           \
         if ((nt) > 1) {                                                                            \
-            CT_PRAGMA(omp parallel for num_threads(nt) schedule(static) clauses)                   \
+            CT_PRAGMA(omp parallel for num_threads(nt) schedule(static))                           \
             for (int64_t i = 0; i < (n); i++) {                                                    \
                 __VA_ARGS__                                                                        \
             }                                                                                      \
@@ -101,7 +101,7 @@ CT_INTERNAL void ct_arena_rewind(ct_arena *a, void *chunk, size_t used);
         }                                                                                          \
     } while (0)
 #else
-#define CT_PAR_FOR_CLAUSES(nt, i, n, clauses, ...)                                                 \
+#define CT_PAR_FOR(nt, i, n, ...)                                                                  \
     do {                                                                                           \
         (void)(nt);                                                                                \
         for (int64_t i = 0; i < (n); i++) {                                                        \
@@ -109,15 +109,6 @@ CT_INTERNAL void ct_arena_rewind(ct_arena *a, void *chunk, size_t used);
         }                                                                                          \
     } while (0)
 #endif
-#define CT_PAR_FOR(nt, i, n, ...) CT_PAR_FOR_CLAUSES(nt, i, n, , __VA_ARGS__)
-
-/*
- * CT_PAR_FOR_MAX(nt, i, n, top, body...): CT_PAR_FOR whose body also raises `top` (an unsigned
- * integer variable of the caller's) to a maximum; the threads' maxima are combined into it.
- * A maximum is exact and order-free, so the result does not depend on nt.
- */
-#define CT_PAR_FOR_MAX(nt, i, n, top, ...)                                                         \
-    CT_PAR_FOR_CLAUSES(nt, i, n, reduction(max : top), __VA_ARGS__)
 
 /* The OpenMP nesting level (active or not); 0 outside any parallel region or without OpenMP. */
 CT_INTERNAL int ct_omp_level(void);

@@ -313,11 +313,10 @@ static inline float madd(float a, float b, float c) {
 }
 
 /* A float's exponent bits: all ones (EXP_MASK) for an inf or a NaN, less for any finite value;
- * so the largest over a buffer says whether it holds one, as ct_vnonfinite does. With
- * span.check every update below returns this maximum over the gradients it read, for
+ * so the largest over a buffer says whether it holds one, as ct_vnonfinite does. With `check`
+ * each rule's loop below also returns this maximum over the gradients it read, for
  * ct_optim_step_checked: a test on a value already in a register, where a separate scan would
- * read every gradient once more. The test is behind a loop-invariant flag (unswitched by -O3,
- * as zero_grad is), so the other steps do not pay for it. */
+ * read every gradient once more. */
 #define EXP_MASK 0x7f800000u
 
 static inline uint32_t raise_exp(uint32_t top, float g) {
@@ -327,15 +326,25 @@ static inline uint32_t raise_exp(uint32_t top, float g) {
     return u > top ? u : top;
 }
 
-static uint32_t sgd_span(const ct_optim *o, const span *s) {
+/*
+ * Each rule is a loop over elements [lo, hi) of a span, inlined where it is called with a
+ * literal `check`, so that the loops without the test are those of before it. The *_span
+ * functions (DEFINE_SPAN) run the loop with the test on the calling thread (the caller gives
+ * each thread of its team a share: ct_optim_step_checked), and without it over one contiguous
+ * block per thread. The literal must reach the loop inside the OpenMP-outlined body, which is
+ * made before any inlining: a `check` variable there (or an OpenMP max reduction on the
+ * result) pushed gcc past its unswitching budget and left the loops of Adam with weight decay
+ * and of centered RMSprop with momentum scalar, 3-4x slower on two threads.
+ */
+static inline uint32_t
+sgd_loop(const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool check) {
     const float neg_lr = (float)-s->lr, wd = s->wd, mom = o->p.momentum;
     const float damp1 = (float)(1.0 - (double)o->p.dampening);
-    const bool zero = o->p.zero_grad, check = s->check;
+    const bool zero = o->p.zero_grad;
     const bool first = o->steps == 0, nesterov = o->p.nesterov;
     float *w = s->w, *gr = s->g, *buf = s->m;
-    int nt = span_threads(o, s, s->n, 8);
     uint32_t top = 0;
-    CT_PAR_FOR_MAX(nt, i, s->n, top, {
+    for (int64_t i = lo; i < hi; i++) {
         float d = gr[i];
         if (check) top = raise_exp(top, d);
         if (zero) gr[i] = 0.0f;
@@ -345,26 +354,26 @@ static uint32_t sgd_span(const ct_optim *o, const span *s) {
             d = nesterov ? madd(mom, buf[i], d) : buf[i];
         }
         w[i] = madd(neg_lr, d, w[i]);
-    });
+    }
     return top;
 }
 
-static uint32_t adam_span(const ct_optim *o, const span *s) {
+static inline uint32_t
+adam_loop(const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool check) {
     const float wd = s->wd, b1 = o->p.beta1, b2 = o->p.beta2, eps = o->p.eps;
     const float b1c = (float)(1.0 - (double)b1), b2c = (float)(1.0 - (double)b2);
-    const bool zero = o->p.zero_grad, check = s->check;
+    const bool zero = o->p.zero_grad;
     const double step = (double)(o->steps + 1);
     const double bc1 = 1.0 - pow((double)b1, step);
     const double bc2 = 1.0 - pow((double)b2, step);
     const float neg_step_size = (float)(-(s->lr / bc1));
     const float bc2_sqrt = (float)sqrt(bc2);
     float *w = s->w, *gr = s->g, *m = s->m, *v = s->v;
-    int nt = span_threads(o, s, s->n, 16);
     uint32_t top = 0;
     /* two loops rather than a branch inside one, so that each vectorises */
     if (o->p.kind == CT_OPTIM_ADAMW) {
         const float shrink = (float)(1.0 - s->lr * (double)wd);
-        CT_PAR_FOR_MAX(nt, i, s->n, top, {
+        for (int64_t i = lo; i < hi; i++) {
             float g = gr[i];
             if (check) top = raise_exp(top, g);
             if (zero) gr[i] = 0.0f;
@@ -372,27 +381,32 @@ static uint32_t adam_span(const ct_optim *o, const span *s) {
             m[i] = madd(b1c, g, m[i] * b1);
             v[i] = madd(b2c * g, g, v[i] * b2);
             w[i] = w[i] + neg_step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
-        });
+        }
     } else {
-        CT_PAR_FOR_MAX(nt, i, s->n, top, {
+        for (int64_t i = lo; i < hi; i++) {
             if (check) top = raise_exp(top, gr[i]);
             float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i]; /* unswitched by -O3 */
             if (zero) gr[i] = 0.0f;
             m[i] = madd(b1c, g, m[i] * b1);
             v[i] = madd(b2c * g, g, v[i] * b2);
             w[i] = w[i] + neg_step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
-        });
+        }
     }
     return top;
 }
 
-/* RMSprop over [lo, hi): inlined with constant `centered` and `momentum` below, so that each
- * of the four variants is its own branch-free, vectorised loop. */
-static inline uint32_t rmsprop_block(
-    const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool centered, bool momentum) {
+/* RMSprop over [lo, hi): inlined with constant `centered`, `momentum` and `check` below, so
+ * that each variant is its own branch-free, vectorised loop. */
+static inline uint32_t rmsprop_variant(const ct_optim *o,
+                                       const span *s,
+                                       int64_t lo,
+                                       int64_t hi,
+                                       bool centered,
+                                       bool momentum,
+                                       bool check) {
     const float wd = s->wd, alpha = o->p.alpha, eps = o->p.eps, mom = o->p.momentum;
     const float alpha_c = (float)(1.0 - (double)alpha), neg_lr = (float)-s->lr;
-    const bool zero = o->p.zero_grad, check = s->check;
+    const bool zero = o->p.zero_grad;
     float *w = s->w, *gr = s->g, *buf = s->m, *sq = s->v, *ga = s->a;
     uint32_t top = 0;
     for (int64_t i = lo; i < hi; i++) {
@@ -418,48 +432,48 @@ static inline uint32_t rmsprop_block(
     return top;
 }
 
-enum { RMSPROP_BLOCK = 4096 };
-
-static uint32_t rmsprop_span(const ct_optim *o, const span *s) {
-    const int64_t blocks = (s->n + RMSPROP_BLOCK - 1) / RMSPROP_BLOCK;
+static inline uint32_t
+rmsprop_loop(const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool check) {
     const bool centered = s->a != NULL, momentum = s->m != NULL;
-    int nt = span_threads(o, s, blocks, 16 * RMSPROP_BLOCK);
-    /* CT_PAR_FOR: no region at all for one thread (one per span and step inside
-       ct_optim_step_if_finite's team otherwise) */
-    uint32_t top = 0;
-    CT_PAR_FOR_MAX(nt, b, blocks, top, {
-        int64_t lo = b * RMSPROP_BLOCK, hi = lo + RMSPROP_BLOCK < s->n ? lo + RMSPROP_BLOCK : s->n;
-        uint32_t e;
-        if (centered && momentum)
-            e = rmsprop_block(o, s, lo, hi, true, true);
-        else if (centered)
-            e = rmsprop_block(o, s, lo, hi, true, false);
-        else if (momentum)
-            e = rmsprop_block(o, s, lo, hi, false, true);
-        else
-            e = rmsprop_block(o, s, lo, hi, false, false);
-        top = e > top ? e : top;
-    });
-    return top;
+    if (centered && momentum) return rmsprop_variant(o, s, lo, hi, true, true, check);
+    if (centered) return rmsprop_variant(o, s, lo, hi, true, false, check);
+    if (momentum) return rmsprop_variant(o, s, lo, hi, false, true, check);
+    return rmsprop_variant(o, s, lo, hi, false, false, check);
 }
 
-static uint32_t adagrad_span(const ct_optim *o, const span *s) {
+static inline uint32_t
+adagrad_loop(const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool check) {
     const float wd = s->wd, eps = o->p.eps;
     const double step = (double)(o->steps + 1);
     const float neg_clr = (float)-(s->lr / (1.0 + (step - 1.0) * (double)o->p.lr_decay));
-    const bool zero = o->p.zero_grad, check = s->check;
+    const bool zero = o->p.zero_grad;
     float *w = s->w, *gr = s->g, *sum = s->v;
-    int nt = span_threads(o, s, s->n, 16);
     uint32_t top = 0;
-    CT_PAR_FOR_MAX(nt, i, s->n, top, {
+    for (int64_t i = lo; i < hi; i++) {
         if (check) top = raise_exp(top, gr[i]);
         float g = wd != 0.0f ? madd(wd, w[i], gr[i]) : gr[i];
         if (zero) gr[i] = 0.0f;
         sum[i] = madd(g, g, sum[i]);
         w[i] = w[i] + neg_clr * g / (sqrtf(sum[i]) + eps);
-    });
+    }
     return top;
 }
+
+/* name_span: the rule name_loop over a span, `work` its cost per element for ct_threads_for.
+ * CT_PAR_FOR runs no region at all for one thread (one per span and step inside
+ * ct_optim_step_if_finite's team otherwise). */
+#define DEFINE_SPAN(name, work)                                                                    \
+    static uint32_t name##_span(const ct_optim *o, const span *s) {                                \
+        if (s->check) return name##_loop(o, s, 0, s->n, true);                                     \
+        int nt = span_threads(o, s, s->n, work);                                                   \
+        CT_PAR_FOR(nt, b, nt,                                                                      \
+                   { (void)name##_loop(o, s, s->n *b / nt, s->n * (b + 1) / nt, false); });        \
+        return 0;                                                                                  \
+    }
+DEFINE_SPAN(sgd, 8)
+DEFINE_SPAN(adam, 16)
+DEFINE_SPAN(rmsprop, 16)
+DEFINE_SPAN(adagrad, 16)
 
 /* One rule over a span; returns the largest exponent field of the gradients it read. */
 typedef uint32_t (*span_fn)(const ct_optim *o, const span *s);
@@ -521,21 +535,6 @@ void ct_optim_step_range(ct_optim *o, int64_t lo, int64_t hi) {
     o->steps++;
 }
 
-bool ct_optim_step_checked(ct_optim *o) {
-    uint32_t top = 0;
-    for (int64_t r = 0; r < o->n_ranges;) {
-        span s;
-        r = next_span(o, r, 0, o->n, &s);
-        if (s.n > 0) {
-            s.check = true;
-            uint32_t e = span_fns[o->p.kind](o, &s);
-            top = e > top ? e : top;
-        }
-    }
-    o->steps++;
-    return top != EXP_MASK;
-}
-
 /* s's elements [n t / T, n (t + 1) / T): thread t's share of it, for that thread alone. */
 static span share(const span *s, int t, int T) {
     int64_t a = s->n * t / T, b = s->n * (t + 1) / T;
@@ -548,6 +547,41 @@ static span share(const span *s, int t, int T) {
     p.n = b - a;
     p.alone = true;
     return p;
+}
+
+/* Thread t of T's share of every span, stepped with the test; returns its maximum. */
+static uint32_t step_share_checked(ct_optim *o, int t, int T) {
+    uint32_t top = 0;
+    for (int64_t r = 0; r < o->n_ranges;) {
+        span s;
+        r = next_span(o, r, 0, o->n, &s);
+        span p = share(&s, t, T);
+        p.check = true;
+        if (p.n > 0) {
+            uint32_t e = span_fns[o->p.kind](o, &p);
+            top = e > top ? e : top;
+        }
+    }
+    return top;
+}
+
+bool ct_optim_step_checked(ct_optim *o) {
+    /* the rules test on one thread per share, so the team is made here (none for one thread:
+       libgomp allocates a team even for a region of one) */
+    int nt = ct_threads_for(o->ctx, o->n, 16);
+    uint32_t top = 0;
+    if (nt <= 1) {
+        top = step_share_checked(o, 0, 1);
+    } else {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(max : top)
+        top = step_share_checked(o, omp_get_thread_num(), omp_get_num_threads());
+#else
+        top = step_share_checked(o, 0, 1);
+#endif
+    }
+    o->steps++;
+    return top != EXP_MASK;
 }
 
 bool ct_optim_step_if_finite(ct_optim *o) {
