@@ -466,8 +466,10 @@ adagrad_loop(const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool chec
     static uint32_t name##_span(const ct_optim *o, const span *s) {                                \
         if (s->check) return name##_loop(o, s, 0, s->n, true);                                     \
         int nt = span_threads(o, s, s->n, work);                                                   \
-        CT_PAR_FOR(nt, b, nt,                                                                      \
-                   { (void)name##_loop(o, s, s->n *b / nt, s->n * (b + 1) / nt, false); });        \
+        CT_PAR_FOR(nt, b, nt, {                                                                    \
+            int64_t lo = s->n * b / nt, hi = s->n * (b + 1) / nt;                                  \
+            (void)name##_loop(o, s, lo, hi, false);                                                \
+        });                                                                                        \
         return 0;                                                                                  \
     }
 DEFINE_SPAN(sgd, 8)
