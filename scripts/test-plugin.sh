@@ -56,7 +56,7 @@ awk -v e="$verr" -v a="$vacc" 'BEGIN { d = e + a - 1; exit !(e != "" && d < 1e-9
     { echo "valid/error '$verr' and valid/acc '$vacc' do not add up to 1: $last_valid"; exit 1; }
 
 # The plugin's model made the weights: its tensor names are in the checkpoint.
-"$ctrain" inspect "$prefix/run/checkpoints/$(cat "$prefix/run/checkpoints/latest")" >inspect.out
+"$ctrain" inspect "$prefix/run/checkpoints/$(head -n1 "$prefix/run/checkpoints/latest")" >inspect.out
 grep -q 'in\.weight' inspect.out || { echo "the checkpoint lacks my_model's in.weight"; exit 1; }
 
 # The plugin's dataset checks its options through the library (ct_options_check): exit 2.

@@ -7,23 +7,25 @@
  * Names are the ct_params store's (PyTorch state_dict names), so the file loads into the
  * equivalent PyTorch module with load_state_dict(strict=True) through safetensors.torch.
  *
- * Checkpoint directories build on this (format version 1, docs/checkpoints.md):
+ * Checkpoint directories build on this (format version 2, docs/checkpoints.md):
  *
  *     <root>/checkpoints/step-00000120/   model.safetensors       the ct_params store
  *                                         ema.safetensors         an EMA store (optional)
  *                                         optimizer.safetensors   each optimizer buffer as a
  *                                                                 [numel] F32 tensor under its
  *                                                                 name, plus "steps" (I64 scalar)
- *                                         state.json              written last: format_version,
+ *                                         state.json              written last: its own crc32c
+ *                                                                 (first line), format_version,
  *                                                                 ctrain_version, step, epoch,
  *                                                                 the caller's "state" object and
  *                                                                 "files": {name: {bytes, crc32c}}
- *     <root>/checkpoints/latest, best      pointer files holding a directory name ("step-...")
+ *     <root>/checkpoints/latest, best      pointer files: a directory name ("step-...") and its
+ *                                          crc32c on a second line
  *
  * A save writes step-N.tmp/, fsyncs every file and the directory, renames it to step-N/,
  * fsyncs checkpoints/, then replaces the pointers (tmp + fsync + rename), and only then deletes
- * what retention drops. A load checks every file's size and CRC-32C against state.json before
- * reading any weights.
+ * what retention drops. A load checks state.json against its own CRC-32C and every other file's
+ * size and CRC-32C against state.json before reading any weights.
  *
  * Ownership: nothing returned here needs freeing except the JSON state of ct_checkpoint_load
  * (json_decref). Files are written to a temporary name, flushed to disk and renamed, so a crash
@@ -75,8 +77,9 @@ CT_API ct_status ct_safetensors_load(ct_ctx *ctx,
 
 struct json_t; /* jansson's JSON value (json_t in <jansson.h>) */
 
-/* The state.json format this ctrain writes and the newest it reads. */
-#define CT_CHECKPOINT_FORMAT_VERSION 1
+/* The state.json format this ctrain writes and the newest it reads (1: without state.json's
+ * own checksum and with bare pointer files, still read). */
+#define CT_CHECKPOINT_FORMAT_VERSION 2
 
 /* CRC-32C (Castagnoli) of n bytes, continuing from crc (start with 0): the checksum recorded
  * for every checkpoint file. crc32c("123456789") = 0xE3069283. */
@@ -167,6 +170,24 @@ ct_checkpoint_list(ct_ctx *ctx, const char *root, int64_t *steps, int64_t cap, i
 
 /* Removes the left-over *.tmp entries of interrupted saves under <root>/checkpoints. */
 CT_API ct_status ct_checkpoint_cleanup(ct_ctx *ctx, const char *root);
+
+/*
+ * The step of the checkpoint that the pointer file <root>/checkpoints/<name> names (name is
+ * "latest" or "best"), without checking that checkpoint. Errors: CT_ERR_IO when the pointer is
+ * missing; CT_ERR_FORMAT when it is damaged (not a checkpoint name with its matching crc32c
+ * line), the message showing its bytes escaped. *step_out (may be NULL) is -1 on failure.
+ */
+CT_API ct_status ct_checkpoint_pointer(ct_ctx *ctx,
+                                       const char *root,
+                                       const char *name,
+                                       int64_t *step_out);
+
+/* Points <root>/checkpoints/<name> ("latest" or "best") at the checkpoint directory of step,
+ * which must exist: tmp, fsync, rename, fsync of the directory, as a save does. */
+CT_API ct_status ct_checkpoint_set_pointer(ct_ctx *ctx,
+                                           const char *root,
+                                           const char *name,
+                                           int64_t step);
 
 #ifdef __cplusplus
 }

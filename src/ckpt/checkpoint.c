@@ -30,6 +30,9 @@
 #define MAX_STATE_JSON ((uint64_t)64 << 20)
 #define MAX_TREE_DEPTH 4 /* a checkpoint directory is flat; this bounds the recursive delete */
 #define CHUNK          ((size_t)1 << 20)
+/* state.json's first two lines: "{", then its own CRC-32C over every byte after that line */
+#define STATE_CRC_KEY  "{\n  \"crc32c\": \""
+#define STATE_HEAD_LEN (sizeof STATE_CRC_KEY - 1 + 11) /* the key, 8 hex digits, "\",\n" */
 
 ct_checkpoint_save_params ct_checkpoint_save_default_params(void) {
     ct_checkpoint_save_params p = {0, 0, NULL, NULL, NULL, false, 0, false, -1};
@@ -154,7 +157,8 @@ write_file(ct_ctx *ctx, const char *dir, const char *name, const void *data, siz
     bool ok = (n == 0 || fwrite(data, 1, n, f) == n) && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ct_status s = ok ? CT_OK : io_fail(ctx, tmp, "writing");
     if (fclose(f) != 0 && s == CT_OK) s = io_fail(ctx, tmp, "closing");
-    if (s == CT_OK && rename(tmp, path) != 0) s = io_fail(ctx, path, "renaming the .tmp file to");
+    if (s == CT_OK && rename(tmp, path) != 0)
+        s = CT_FAIL(ctx, CT_ERR_IO, "renaming %s to %s failed: %s", tmp, path, strerror(errno));
     if (s != CT_OK) {
         (void)remove(tmp);
         return s;
@@ -162,22 +166,83 @@ write_file(ct_ctx *ctx, const char *dir, const char *name, const void *data, siz
     return sync_path(ctx, dir, "fsync of the directory");
 }
 
-/* The directory name a pointer file holds; false when it is missing or not a step name. */
-static bool read_pointer(const char *ckdir, const char *name, char *out, size_t size) {
-    char path[PATH_SIZE];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", ckdir, name) >= sizeof path) return false;
+/*
+ * Pointer files: "step-00000120\ncrc32c 1c0f9e2a\n", the checkpoint's directory name and the
+ * CRC-32C of that name, so that a flipped bit cannot turn one valid name into another
+ * ("step-00000120" into "step-00000100"). A file of the name line alone is what format 1 wrote,
+ * still read. Anything else is damage.
+ */
+#define POINTER_MAX 64
+
+static int pointer_text(const char *name, char *out, size_t size) {
+    return snprintf(out, size, "%s\ncrc32c %08x\n", name,
+                    (unsigned)ct_crc32c(0, name, strlen(name)));
+}
+
+typedef enum pointer_state { POINTER_OK, POINTER_MISSING, POINTER_DAMAGED } pointer_state;
+
+/* Reads ckdir/name: on POINTER_OK the directory name it holds is in out; raw receives the
+ * bytes read (up to raw_size - 1, NUL-terminated; *raw_len of them) for messages. */
+static pointer_state read_pointer_raw(const char *ckdir,
+                                      const char *name,
+                                      char *out,
+                                      size_t size,
+                                      char *raw,
+                                      size_t raw_size,
+                                      size_t *raw_len) {
+    char path[PATH_SIZE], buf[POINTER_MAX + 1];
+    *raw_len = 0;
+    if (raw_size) raw[0] = '\0';
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", ckdir, name) >= sizeof path)
+        return POINTER_MISSING;
     FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char buf[64];
+    if (!f) return errno == ENOENT ? POINTER_MISSING : POINTER_DAMAGED;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
+    bool more = fgetc(f) != EOF;
+    (void)fclose(f);
     buf[n] = '\0';
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
+    if (raw_size) {
+        *raw_len = n < raw_size - 1 ? n : raw_size - 1;
+        memcpy(raw, buf, *raw_len);
+        raw[*raw_len] = '\0';
+    }
+    if (more || memchr(buf, '\0', n)) return POINTER_DAMAGED;
+    char *nl = strchr(buf, '\n');
+    if (!nl) return POINTER_DAMAGED;
+    *nl = '\0';
     int64_t step;
-    if (!parse_step_name(buf, &step) || strlen(buf) >= size) return false;
+    if (!parse_step_name(buf, &step) || strlen(buf) >= size) return POINTER_DAMAGED;
+    if (nl[1] != '\0') { /* not format 1's bare name: the whole text must be as written */
+        char want[POINTER_MAX + 32];
+        (void)pointer_text(buf, want, sizeof want);
+        *nl = '\n';
+        if (strcmp(want, buf) != 0) return POINTER_DAMAGED;
+        *nl = '\0';
+    }
     memcpy(out, buf, strlen(buf) + 1);
-    return true;
+    return POINTER_OK;
+}
+
+static bool read_pointer(const char *ckdir, const char *name, char *out, size_t size) {
+    size_t n;
+    return read_pointer_raw(ckdir, name, out, size, NULL, 0, &n) == POINTER_OK;
+}
+
+/* Bytes as a C string literal's body ("ste\\x00p\\n"), cut to fit size. */
+static void escape_bytes(const char *raw, size_t n, char *out, size_t size) {
+    size_t at = 0;
+    for (size_t i = 0; i < n && at + 5 < size; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if (c == '\n')
+            at += (size_t)snprintf(out + at, size - at, "\\n");
+        else if (c == '"' || c == '\\')
+            at += (size_t)snprintf(out + at, size - at, "\\%c", c);
+        else if (c >= 0x20 && c < 0x7f)
+            out[at++] = (char)c;
+        else
+            at += (size_t)snprintf(out + at, size - at, "\\x%02x", c);
+    }
+    out[at] = '\0';
 }
 
 /* ---- listing ---- */
@@ -293,6 +358,55 @@ ct_status ct_checkpoint_cleanup(ct_ctx *ctx, const char *root) {
     return cleanup_dir(ctx, ckdir);
 }
 
+/* The directory name the pointer ckdir/name holds, or CT_ERR_IO (missing) or CT_ERR_FORMAT
+ * (damaged, its bytes shown escaped). */
+static ct_status
+pointer_at(ct_ctx *ctx, const char *ckdir, const char *name, char *dir, size_t size) {
+    char raw[POINTER_MAX + 1], shown[4 * POINTER_MAX + 8];
+    size_t n;
+    pointer_state ps = read_pointer_raw(ckdir, name, dir, size, raw, sizeof raw, &n);
+    if (ps == POINTER_MISSING) return CT_FAIL(ctx, CT_ERR_IO, "%s/%s: missing", ckdir, name);
+    if (ps == POINTER_DAMAGED) {
+        escape_bytes(raw, n, shown, sizeof shown);
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s/%s: damaged: holds \"%s\"%s, expected a checkpoint name "
+                       "(\"step-<8 digits>\") and its crc32c line",
+                       ckdir, name, shown, n == POINTER_MAX ? "..." : "");
+    }
+    return CT_OK;
+}
+
+ct_status
+ct_checkpoint_pointer(ct_ctx *ctx, const char *root, const char *name, int64_t *step_out) {
+    if (step_out) *step_out = -1;
+    if (!root || !name || (strcmp(name, "latest") != 0 && strcmp(name, "best") != 0))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "ct_checkpoint_pointer: root and a name of latest or best are required");
+    char ckdir[PATH_SIZE], dir[64];
+    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+    CT_TRY(pointer_at(ctx, ckdir, name, dir, sizeof dir));
+    int64_t step = -1;
+    (void)parse_step_name(dir, &step);
+    if (step_out) *step_out = step;
+    return CT_OK;
+}
+
+ct_status ct_checkpoint_set_pointer(ct_ctx *ctx, const char *root, const char *name, int64_t step) {
+    if (!root || !name || (strcmp(name, "latest") != 0 && strcmp(name, "best") != 0) || step < 0)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "ct_checkpoint_set_pointer: root, a name of latest or best and a step >= 0 "
+                       "are required");
+    char ckdir[PATH_SIZE], dir[64], path[PATH_SIZE], text[POINTER_MAX + 32];
+    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+    step_name(step, dir, sizeof dir);
+    CT_TRY(join(ctx, path, ckdir, dir));
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: no such checkpoint to point %s at", path, name);
+    int n = pointer_text(dir, text, sizeof text);
+    return write_file(ctx, ckdir, name, text, (size_t)n);
+}
+
 /* ---- saving ---- */
 
 /* jansson's dump callback: collects the text in memory from the context's allocator. */
@@ -397,7 +511,21 @@ save_state(ct_ctx *ctx, const char *dir, const ct_checkpoint_save_params *p, jso
         (json_dump_callback(doc, dump_put, &b, JSON_INDENT(2)) != 0 || dump_put("\n", 1, &b) != 0))
         s = CT_FAIL(ctx, CT_ERR_OOM, "%s: writing state.json to memory", dir);
     json_decref(doc);
-    if (s == CT_OK) s = write_file(ctx, dir, "state.json", b.p, b.len);
+    /* the text after "{\n" follows a first line holding its own checksum */
+    if (s == CT_OK && (b.len < 3 || memcmp(b.p, "{\n", 2) != 0))
+        s = CT_FAIL(ctx, CT_ERR_INTERNAL, "%s: state.json's text does not start with \"{\\n\"",
+                    dir);
+    ct_ckpt_buf out = {ctx, NULL, 0, 0, false};
+    if (s == CT_OK) {
+        char head[STATE_HEAD_LEN + 1]; /* NOLINT(bugprone-sizeof-expression) */
+        (void)snprintf(head, sizeof head, STATE_CRC_KEY "%08x\",\n",
+                       (unsigned)ct_crc32c(0, b.p + 2, b.len - 2));
+        ct_ckpt_buf_put(&out, head, STATE_HEAD_LEN);
+        ct_ckpt_buf_put(&out, b.p + 2, b.len - 2);
+        if (out.oom) s = CT_FAIL(ctx, CT_ERR_OOM, "%s: writing state.json to memory", dir);
+    }
+    if (s == CT_OK) s = write_file(ctx, dir, "state.json", out.p, out.len);
+    ct_free(ctx, out.p, out.cap);
     ct_free(ctx, b.p, b.cap);
     return s;
 }
@@ -535,8 +663,8 @@ ct_status ct_checkpoint_save(ct_ctx *ctx,
     /* published: from here on a failure leaves the new checkpoint complete but unpointed */
     CT_TRY(sync_path(ctx, ckdir, "fsync of the directory"));
     if (exists) (void)remove_tree(aside, 0, failed); /* else the next save's cleanup does */
-    char text[80];
-    int n = snprintf(text, sizeof text, "%s\n", name);
+    char text[POINTER_MAX + 32];
+    int n = pointer_text(name, text, sizeof text);
     CT_TRY(write_file(ctx, ckdir, "latest", text, (size_t)n));
     if (p->best) CT_TRY(write_file(ctx, ckdir, "best", text, (size_t)n));
     if (p->keep > 0) retain(ctx, ckdir, p->keep, p->replace ? p->step : INT64_MAX, p->spare_step);
@@ -591,10 +719,12 @@ check_file(ct_ctx *ctx, const char *dir, const char *name, json_t *entry, unsign
     return s;
 }
 
-/* Reads and parses dir/state.json into *doc. */
-static ct_status read_state(ct_ctx *ctx, const char *dir, json_t **doc) {
+/* Reads dir/state.json, checks it against the CRC-32C of its first line when it has one
+ * (*has_crc), and parses it into *doc. */
+static ct_status read_state(ct_ctx *ctx, const char *dir, json_t **doc, bool *has_crc) {
     char path[PATH_SIZE];
     *doc = NULL;
+    *has_crc = false;
     CT_TRY(join(ctx, path, dir, "state.json"));
     FILE *f = fopen(path, "rb");
     if (!f) return io_fail(ctx, path, "opening");
@@ -621,10 +751,25 @@ static ct_status read_state(ct_ctx *ctx, const char *dir, json_t **doc) {
     size_t got = fread(text, 1, (size_t)size, f);
     fclose(f);
     ct_status s = CT_OK;
+    *has_crc = size >= STATE_HEAD_LEN && memcmp(text, STATE_CRC_KEY, strlen(STATE_CRC_KEY)) == 0;
     if (got != (size_t)size) {
         s = CT_FAIL(ctx, CT_ERR_IO, "%s: reading %llu bytes failed", path,
                     (unsigned long long)size);
-    } else {
+    } else if (*has_crc) {
+        char hex[9];
+        memcpy(hex, text + strlen(STATE_CRC_KEY), 8);
+        hex[8] = '\0';
+        unsigned long want = strtoul(hex, NULL, 16);
+        uint32_t crc = ct_crc32c(0, text + STATE_HEAD_LEN, (size_t)size - STATE_HEAD_LEN);
+        if (strspn(hex, "0123456789abcdef") != 8 || /* as written: one spelling per value */
+            memcmp(text + STATE_HEAD_LEN - 3, "\",\n", 3) != 0)
+            s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: its crc32c line is damaged", path);
+        else if (crc != (uint32_t)want)
+            s = CT_FAIL(ctx, CT_ERR_FORMAT,
+                        "%s: CRC-32C %08x, its crc32c line records %08lx (the file is damaged)",
+                        path, (unsigned)crc, want);
+    }
+    if (s == CT_OK) {
         json_error_t jerr;
         *doc = json_loadb(text, got, JSON_REJECT_DUPLICATES, &jerr);
         if (!*doc)
@@ -648,7 +793,8 @@ static ct_status read_state(ct_ctx *ctx, const char *dir, json_t **doc) {
  */
 static ct_status verify(ct_ctx *ctx, const char *dir, json_t **doc, bool *damaged) {
     *damaged = true;
-    CT_TRY(read_state(ctx, dir, doc));
+    bool has_crc;
+    CT_TRY(read_state(ctx, dir, doc, &has_crc));
     json_t *d = *doc;
     json_t *ver = json_object_get(d, "format_version"), *step = json_object_get(d, "step");
     json_t *epoch = json_object_get(d, "epoch"), *state = json_object_get(d, "state");
@@ -656,6 +802,11 @@ static ct_status verify(ct_ctx *ctx, const char *dir, json_t **doc, bool *damage
     ct_status s = CT_OK;
     if (!json_is_integer(ver) || json_integer_value(ver) < 1) {
         s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s/state.json: format_version missing or not >= 1", dir);
+    } else if (!has_crc && json_integer_value(ver) != 1) {
+        /* only format 1 was written without the checksum line: without it, the version
+           itself cannot be trusted */
+        s = CT_FAIL(ctx, CT_ERR_FORMAT,
+                    "%s/state.json: its first line is not its crc32c (the file is damaged)", dir);
     } else if (json_integer_value(ver) > CT_CHECKPOINT_FORMAT_VERSION) {
         json_t *by = json_object_get(d, "ctrain_version");
         *damaged = false;
@@ -769,11 +920,7 @@ static ct_status resolve(ct_ctx *ctx,
         return join(ctx, dir, ckdir, name);
     }
     if (strcmp(which, "best") == 0) {
-        if (!read_pointer(ckdir, "best", name, sizeof name))
-            return CT_FAIL(ctx, CT_ERR_IO,
-                           "%s/best: missing or not a checkpoint name (no checkpoint was saved "
-                           "as best)",
-                           ckdir);
+        CT_TRY(pointer_at(ctx, ckdir, "best", name, sizeof name));
         return join(ctx, dir, ckdir, name);
     }
     struct stat st;

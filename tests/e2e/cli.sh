@@ -69,7 +69,7 @@ snapshot() {
 
 
 # The step directory a run's checkpoints/latest points at.
-latest_dir() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest" 2>/dev/null)"; }
+latest_dir() { echo "$1/checkpoints/$(head -n1 "$1/checkpoints/latest" 2>/dev/null)"; }
 
 # Waits (up to 30 s) until the file holds a match of PATTERN while process PID lives.
 wait_for() {

@@ -106,7 +106,7 @@ def main():
         check("fit", run(["fit", "exp.yaml"], tmp) == 0, "ctrain fit failed")
         ckdir = os.path.join(tmp, "runs", "exp", "checkpoints")
         with open(os.path.join(ckdir, "latest")) as f:
-            latest = f.read().strip()
+            latest = f.readline().strip()  # the name; the next line is its crc32c
         meta, sd = read_safetensors(os.path.join(ckdir, latest, "model.safetensors"))
         check("metadata format pt", meta.get("format") == "pt", str(meta))
         m = torch_model()

@@ -32,7 +32,7 @@ bad() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 # records without the wall-clock fields
 records() { sed -E 's/,"time":[0-9.]+//; s/,"samples_per_sec":[0-9.e+-]+//' "$1"; }
 final_sums() {
-    local d="$1/checkpoints/$(cat "$1/checkpoints/latest")"
+    local d="$1/checkpoints/$(head -n1 "$1/checkpoints/latest")"
     sha256sum "$d/model.safetensors" "$d/optimizer.safetensors" | cut -d' ' -f1
 }
 

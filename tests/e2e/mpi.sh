@@ -85,8 +85,8 @@ fi
 run 2 tiny.yaml output_dir=runs/b trainer.max_epochs=2 logging.progress=none
 rc1=$rc
 run 2 tiny.yaml output_dir=runs/b logging.progress=none
-a=runs/a/checkpoints/$(cat runs/a/checkpoints/latest 2>/dev/null)
-b=runs/b/checkpoints/$(cat runs/b/checkpoints/latest 2>/dev/null)
+a=runs/a/checkpoints/$(head -n1 runs/a/checkpoints/latest 2>/dev/null)
+b=runs/b/checkpoints/$(head -n1 runs/b/checkpoints/latest 2>/dev/null)
 if [[ $rc1 -ne 0 || $rc -ne 0 ]]; then
     fail resume_bit_exact "exit $rc1 then $rc: $(tail_of out)"
 elif [[ ${a##*/} != "${b##*/}" || ! -d $a ]]; then
@@ -122,7 +122,7 @@ fi
 run 3 tiny.yaml output_dir=runs/b trainer.max_epochs=4 logging.progress=none \
     trainer.allow_world_size_change=true
 if [[ $rc -eq 0 ]] && grep -q "resumed by 3" out && grep -q '^done: ' out &&
-    grep -q '"world_size": *3' "runs/b/checkpoints/$(cat runs/b/checkpoints/latest)/state.json"; then
+    grep -q '"world_size": *3' "runs/b/checkpoints/$(head -n1 runs/b/checkpoints/latest)/state.json"; then
     ok world_size_change_allowed
 else
     fail world_size_change_allowed "exit $rc: $(tail_of out)"
@@ -152,8 +152,8 @@ if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
     "${launch[@]}" --mca osc ^sm -np 2 "$ctrain" fit tiny.yaml output_dir=runs/n \
         logging.progress=none >out 2>&1
     rc=$?
-    a=runs/a/checkpoints/$(cat runs/a/checkpoints/latest 2>/dev/null)
-    n=runs/n/checkpoints/$(cat runs/n/checkpoints/latest 2>/dev/null)
+    a=runs/a/checkpoints/$(head -n1 runs/a/checkpoints/latest 2>/dev/null)
+    n=runs/n/checkpoints/$(head -n1 runs/n/checkpoints/latest 2>/dev/null)
     if [[ $rc -eq 0 ]] && grep -q "no shared memory for the sharded update.*all-reducing" out &&
         [[ ${a##*/} == "${n##*/}" ]] && cmp -s "$a/model.safetensors" "$n/model.safetensors" &&
         cmp -s "$a/optimizer.safetensors" "$n/optimizer.safetensors"; then
@@ -214,8 +214,8 @@ bg_pid=
 step=$(grep -oE 'stopped by SIGTERM at step [0-9]+' out | grep -oE '[0-9]+$')
 if [[ -z $step ]]; then
     fail sigterm_saves "no 'stopped by SIGTERM at step N' (exit $rc): $(tail_of out)"
-elif [[ $(cat runs/t/checkpoints/latest 2>/dev/null) != "$(printf 'step-%08d' "$step")" ]]; then
-    fail sigterm_saves "latest is '$(cat runs/t/checkpoints/latest 2>/dev/null)', expected step $step"
+elif [[ $(head -n1 runs/t/checkpoints/latest 2>/dev/null) != "$(printf 'step-%08d' "$step")" ]]; then
+    fail sigterm_saves "latest is '$(head -n1 runs/t/checkpoints/latest 2>/dev/null)', expected step $step"
 else
     ok sigterm_saves
 fi

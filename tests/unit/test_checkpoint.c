@@ -2,7 +2,8 @@
  * test_checkpoint.c - checkpoint directories: CRC-32C known answers (software and SSE4.2 twins),
  * a bit-exact round trip of model + EMA + optimizer + state, the latest/best pointers, retention
  * that spares best, clean-up of interrupted saves, fallback from a damaged latest with a
- * warning, refusal of a newer format, and a failed write that leaves everything as it was.
+ * warning, refusal of a newer format, every flipped bit of state.json and of the pointers
+ * detected, format 1 still read, and a failed write that leaves everything as it was.
  */
 #include <jansson.h>
 #include <signal.h>
@@ -70,6 +71,41 @@ static void flip_byte(const char *path, long offset) {
     fclose(f);
 }
 
+/* Flips bit `bit` of byte `offset` (and flips it back when called again). */
+static void flip_bit(const char *path, long offset, int bit) {
+    FILE *f = fopen(path, "r+b");
+    fseek(f, offset, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, offset, SEEK_SET);
+    fputc(c ^ (1 << bit), f);
+    fclose(f);
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Writes doc as state.json the way a save does: a first line with the CRC-32C of the rest. */
+static void write_state_json(const char *path, json_t *doc) {
+    char *text = json_dumps(doc, JSON_INDENT(2));
+    size_t n = strlen(text);
+    FILE *f = fopen(path, "wb");
+    fprintf(f, "{\n  \"crc32c\": \"%08x\",\n%s\n", (unsigned)ct_crc32c(0, "", 0), text + 2);
+    fclose(f);
+    /* the checksum covers what follows the first line: compute it over the written bytes */
+    f = fopen(path, "rb");
+    char *all = malloc(n + 64);
+    size_t got = fread(all, 1, n + 64, f);
+    fclose(f);
+    uint32_t crc = ct_crc32c(0, all + 26, got - 26);
+    f = fopen(path, "r+b");
+    fprintf(f, "{\n  \"crc32c\": \"%08x", (unsigned)crc);
+    fclose(f);
+    free(all);
+    free(text);
+}
+
 static bool exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
@@ -122,7 +158,14 @@ static void checkpoint_should_round_trip_model_ema_optimizer_and_state(void) {
     snprintf(sj, sizeof sj, "%s/state.json", path);
     json_t *doc = json_load_file(sj, 0, NULL);
     CT_CHECK(doc != NULL);
-    CT_CHECK_INT(json_integer_value(json_object_get(doc, "format_version")), 1);
+    CT_CHECK_INT(json_integer_value(json_object_get(doc, "format_version")), 2);
+    FILE *sf = fopen(sj, "rb");
+    char head[32] = "";
+    if (sf) {
+        CT_CHECK(fread(head, 1, 15, sf) == 15);
+        fclose(sf);
+    }
+    CT_CHECK(strcmp(head, "{\n  \"crc32c\": \"") == 0); /* its own checksum comes first */
     CT_CHECK(strcmp(json_string_value(json_object_get(doc, "ctrain_version")), ct_version()) == 0);
     json_t *files = json_object_get(doc, "files");
     CT_CHECK_INT(json_object_size(files), 3);
@@ -210,7 +253,10 @@ static void checkpoint_should_keep_the_newest_and_never_delete_best(void) {
         text[n] = '\0';
         fclose(f);
     }
-    CT_CHECK(strcmp(text, "step-00000600\n") == 0);
+    char want[64];
+    snprintf(want, sizeof want, "step-00000600\ncrc32c %08x\n",
+             (unsigned)ct_crc32c(0, "step-00000600", 13));
+    CT_CHECK_MSG(strcmp(text, want) == 0, "%s", text);
     ct_params *B = make_store(0.0f, 4);
     int64_t step = 0;
     CT_CHECK_INT(ct_checkpoint_load(ctx, root, "best", B, NULL, NULL, NULL, &step, NULL, NULL, 0),
@@ -348,7 +394,9 @@ static void checkpoint_should_fall_back_from_a_damaged_latest(void) {
     CT_CHECK_INT(
         ct_checkpoint_load(ctx, root, "step-00000003", B, NULL, NULL, NULL, NULL, NULL, NULL, 0),
         CT_ERR_FORMAT);
-    CT_CHECK(strstr(ct_last_error(ctx), "state.json: line") != NULL);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "state.json: CRC-32C") != NULL &&
+                     strstr(ct_last_error(ctx), "(the file is damaged)") != NULL,
+                 "%s", ct_last_error(ctx));
 
     /* with nothing that verifies, the error says so */
     snprintf(p, sizeof p, "%s/checkpoints/step-00000001/model.safetensors", root);
@@ -368,17 +416,123 @@ static void checkpoint_should_refuse_a_newer_format(void) {
     CT_CHECK_INT(save_step(root, A, 2, false, 0), CT_OK);
     snprintf(p, sizeof p, "%s/checkpoints/step-00000002/state.json", root);
     json_t *doc = json_load_file(p, 0, NULL);
-    json_object_set_new(doc, "format_version", json_integer(2));
-    json_dump_file(doc, p, JSON_INDENT(2));
+    json_object_del(doc, "crc32c");
+    json_object_set_new(doc, "format_version", json_integer(CT_CHECKPOINT_FORMAT_VERSION + 1));
+    write_state_json(p, doc);
     json_decref(doc);
     captured.warnings = 0;
     CT_CHECK_INT(ct_checkpoint_load(ctx, root, "latest", A, NULL, NULL, NULL, NULL, NULL, NULL, 0),
                  CT_ERR_FORMAT);
-    CT_CHECK_MSG(strstr(ct_last_error(ctx), "format_version 2") != NULL &&
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "format_version 3") != NULL &&
                      strstr(ct_last_error(ctx), "hint: load it with a newer ctrain") != NULL,
                  "%s", ct_last_error(ctx));
     CT_CHECK_INT(captured.warnings, 0); /* not damage: no silent fallback */
     ct_params_destroy(A);
+}
+
+/* Any flipped bit of state.json or of a pointer is damage: state.json's own checksum and the
+ * pointers' checksums leave no bit whose flip reads as another valid checkpoint. */
+static void checkpoint_should_detect_every_flipped_bit_of_state_and_pointers(void) {
+    char root[256], p[600], dir[512];
+    ct_params *A = make_store(1.0f, 4), *B = make_store(0.0f, 4);
+    root_of("flips", root);
+    CT_CHECK_INT(save_step(root, A, 100, true, 0), CT_OK);
+    CT_CHECK_INT(save_step(root, A, 120, true, 0), CT_OK);
+    snprintf(dir, sizeof dir, "%s/checkpoints/step-00000120", root);
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    long n = file_size(p), missed = 0;
+    CT_CHECK(n > 100);
+    for (long i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++) {
+            flip_bit(p, i, b);
+            if (ct_checkpoint_verify(ctx, dir, NULL) != CT_ERR_FORMAT) missed++;
+            flip_bit(p, i, b);
+        }
+    CT_CHECK_INT(missed, 0);
+    CT_CHECK_INT(ct_checkpoint_verify(ctx, dir, NULL), CT_OK);
+    static const char *const names[] = {"latest", "best"};
+    for (int k = 0; k < 2; k++) {
+        int64_t step = 0;
+        CT_CHECK_INT(ct_checkpoint_pointer(ctx, root, names[k], &step), CT_OK);
+        CT_CHECK_INT(step, 120);
+        snprintf(p, sizeof p, "%s/checkpoints/%s", root, names[k]);
+        n = file_size(p);
+        missed = 0;
+        for (long i = 0; i < n; i++)
+            for (int b = 0; b < 8; b++) {
+                flip_bit(p, i, b);
+                if (ct_checkpoint_pointer(ctx, root, names[k], &step) != CT_ERR_FORMAT ||
+                    step != -1)
+                    missed++;
+                flip_bit(p, i, b);
+            }
+        CT_CHECK_INT(missed, 0);
+    }
+    /* a damaged latest falls back to the newest checkpoint that verifies, with a warning
+       that shows the pointer's bytes escaped; a damaged best is an error */
+    snprintf(p, sizeof p, "%s/checkpoints/latest", root);
+    flip_bit(p, 11, 2); /* step-00000120 -> step-00000160 */
+    flip_bit(p, 3, 7);  /* and a byte that is not printable */
+    captured.warnings = 0;
+    int64_t step = 0;
+    CT_CHECK_INT(ct_checkpoint_load(ctx, root, "latest", B, NULL, NULL, NULL, &step, NULL, NULL, 0),
+                 CT_OK);
+    CT_CHECK_INT(step, 120);
+    CT_CHECK_INT(captured.warnings, 1);
+    CT_CHECK_INT(ct_checkpoint_pointer(ctx, root, "latest", &step), CT_ERR_FORMAT);
+    CT_CHECK_MSG(
+        strstr(ct_last_error(ctx), "latest: damaged: holds \"ste\\xf0-00000160\\ncrc32c ") != NULL,
+        "%s", ct_last_error(ctx));
+    /* repaired by pointing it again */
+    CT_CHECK_INT(ct_checkpoint_set_pointer(ctx, root, "latest", 120), CT_OK);
+    CT_CHECK_INT(ct_checkpoint_pointer(ctx, root, "latest", &step), CT_OK);
+    CT_CHECK_INT(step, 120);
+    CT_CHECK_INT(ct_checkpoint_set_pointer(ctx, root, "latest", 7), CT_ERR_IO);
+    snprintf(p, sizeof p, "%s/checkpoints/best", root);
+    flip_bit(p, 11, 2);
+    CT_CHECK_INT(ct_checkpoint_load(ctx, root, "best", B, NULL, NULL, NULL, NULL, NULL, NULL, 0),
+                 CT_ERR_FORMAT);
+    CT_CHECK(strstr(ct_last_error(ctx), "best: damaged: holds \"step-00000160\\ncrc32c ") != NULL);
+    unlink(p);
+    CT_CHECK_INT(ct_checkpoint_pointer(ctx, root, "best", &step), CT_ERR_IO);
+    CT_CHECK(strstr(ct_last_error(ctx), "best: missing") != NULL);
+    ct_params_destroy(A);
+    ct_params_destroy(B);
+}
+
+/* Format 1 wrote state.json without its checksum line and pointers of the bare name: both still
+ * load; a state.json of a later format without the line is damage. */
+static void checkpoint_should_read_format_1(void) {
+    char root[256], p[512];
+    ct_params *A = make_store(1.0f, 4), *B = make_store(0.0f, 4);
+    root_of("format1", root);
+    CT_CHECK_INT(save_step(root, A, 5, true, 0), CT_OK);
+    snprintf(p, sizeof p, "%s/checkpoints/step-00000005/state.json", root);
+    json_t *doc = json_load_file(p, 0, NULL);
+    json_object_del(doc, "crc32c");
+    json_dump_file(doc, p, JSON_INDENT(2));
+    CT_CHECK_INT(ct_checkpoint_load(ctx, root, "latest", B, NULL, NULL, NULL, NULL, NULL, NULL, 0),
+                 CT_ERR_FORMAT); /* format 2 without the line */
+    CT_CHECK(strstr(ct_last_error(ctx), "first line is not its crc32c") != NULL);
+    json_object_set_new(doc, "format_version", json_integer(1));
+    json_dump_file(doc, p, JSON_INDENT(2));
+    json_decref(doc);
+    static const char *const names[] = {"latest", "best"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof p, "%s/checkpoints/%s", root, names[k]);
+        FILE *f = fopen(p, "wb");
+        fputs("step-00000005\n", f);
+        fclose(f);
+        int64_t step = 0;
+        captured.warnings = 0;
+        CT_CHECK_INT(
+            ct_checkpoint_load(ctx, root, names[k], B, NULL, NULL, NULL, &step, NULL, NULL, 0),
+            CT_OK);
+        CT_CHECK_INT(step, 5);
+        CT_CHECK_INT(captured.warnings, 0);
+    }
+    ct_params_destroy(A);
+    ct_params_destroy(B);
 }
 
 static void checkpoint_should_leave_the_previous_one_when_a_write_fails(void) {
@@ -436,6 +590,8 @@ int main(void) {
     CT_RUN(checkpoint_should_remove_leftovers_of_interrupted_saves);
     CT_RUN(checkpoint_should_fall_back_from_a_damaged_latest);
     CT_RUN(checkpoint_should_refuse_a_newer_format);
+    CT_RUN(checkpoint_should_detect_every_flipped_bit_of_state_and_pointers);
+    CT_RUN(checkpoint_should_read_format_1);
     CT_RUN(checkpoint_should_leave_the_previous_one_when_a_write_fails);
     ct_ctx_destroy(ctx);
     char cmd[128];
