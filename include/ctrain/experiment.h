@@ -101,6 +101,9 @@ typedef struct ct_experiment_params {
        of every split, the trainer averages gradients and reduces metrics over them, and only
        rank 0 writes into the run directory (docs/distributed.md). */
     ct_comm *comm;
+    /* fit starts over: an existing run in output_dir is moved to OUTPUT_DIR.old-DATE-TIME
+       (after taking its lock: never a run in progress) instead of being resumed. */
+    bool restart;
 } ct_experiment_params;
 
 CT_API ct_experiment_params ct_experiment_default_params(void);

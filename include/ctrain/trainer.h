@@ -146,6 +146,10 @@ typedef struct ct_trainer_callbacks {
     ct_status (*on_iteration_end)(void *user, ct_trainer *t, int64_t batch, double loss);
     /* an evaluation engine begins (on_eval_end follows with its metrics). May be NULL. */
     ct_status (*on_eval_start)(void *user, ct_trainer *t, const char *key);
+    /* the process that writes checkpoints (rank 0) is about to save the one of
+       ct_trainer_step (best: as the best one too); an error cancels the save and ends fit
+       with it, leaving the earlier checkpoints as they were. May be NULL. */
+    ct_status (*on_save)(void *user, ct_trainer *t, bool best);
 } ct_trainer_callbacks;
 
 /* ct_trainer_params.bucket_bytes: chosen from the communicator's layout. */

@@ -82,8 +82,10 @@ struct ct_experiment {
     ct_trainer *trainer;
     char fingerprint[17];
 
-    FILE *jsonl, *csv;
-    int lock_fd; /* the run directory's lock while fit runs; -1 = none */
+    ct_rundir run;             /* fit's run directory, locked while fit runs */
+    ct_record_file jsonl, csv; /* fd -1: not written */
+    char *rec;                 /* the record being formatted (rec_cap bytes) */
+    size_t rec_len, rec_cap;
     ct_tb_writer *tb;
     int64_t hist_every;   /* epochs between histograms; 0 = none */
     bool final_testing;   /* fit's last test evaluation runs: it never makes a best */
@@ -1324,38 +1326,73 @@ static void histograms(ct_experiment *e, ct_trainer *t, bool grads) {
     if (e->tb && ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
 }
 
-static void record(ct_experiment *e,
-                   ct_trainer *t,
-                   const ct_metric_value *v,
-                   int64_t n,
-                   const char *const *extra_names,
-                   const double *extra,
-                   int64_t n_extra) {
-    if (!e->jsonl) return;
+/* Appends to the record being formatted, growing its buffer. */
+static ct_status rec_add(ct_experiment *e, const char *fmt, ...) CT_PRINTF(2, 3);
+static ct_status rec_add(ct_experiment *e, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(e->rec + e->rec_len, e->rec_cap - e->rec_len, fmt, ap);
+        va_end(ap);
+        if (n < 0) return CT_FAIL(e->ctx, CT_ERR_INTERNAL, "formatting a record failed");
+        if ((size_t)n < e->rec_cap - e->rec_len) {
+            e->rec_len += (size_t)n;
+            return CT_OK;
+        }
+        size_t cap = 2 * (e->rec_cap + (size_t)n);
+        char *p = ct_alloc(e->ctx, cap);
+        if (!p) return CT_FAIL(e->ctx, CT_ERR_OOM, "out of memory formatting a record");
+        memcpy(p, e->rec, e->rec_len);
+        ct_free(e->ctx, e->rec, e->rec_cap);
+        e->rec = p;
+        e->rec_cap = cap;
+    }
+}
+
+/* One record of metrics.jsonl (and its rows of metrics.csv) and TensorBoard scalars. A failed
+ * write of a record file ends the run (the file names itself in the message), as does a run
+ * directory that is no longer there. */
+static ct_status record(ct_experiment *e,
+                        ct_trainer *t,
+                        const ct_metric_value *v,
+                        int64_t n,
+                        const char *const *extra_names,
+                        const double *extra,
+                        int64_t n_extra) {
+    if (e->jsonl.fd < 0) return CT_OK;
+    CT_TRY(ct_rundir_check(e->ctx, &e->run));
     double now = now_seconds();
-    (void)fprintf(e->jsonl, "{\"step\":%lld,\"epoch\":%lld,\"time\":%.3f",
-                  (long long)ct_trainer_step(t), (long long)ct_trainer_epoch(t), now);
-    for (int64_t i = 0; i < n + n_extra; i++) {
-        const char *name = i < n ? v[i].name : extra_names[i - n];
-        double x = i < n ? v[i].value : extra[i - n];
-        if (strcmp(name, "train/lr") == 0) name = "lr";
-        if (strcmp(name, "train/grad_norm") == 0) name = "grad_norm";
-        if (isfinite(x))
-            (void)fprintf(e->jsonl, ",\"%s\":%.17g", name, x);
-        else
-            (void)fprintf(e->jsonl, ",\"%s\":null", name);
-        if (e->csv)
-            (void)fprintf(e->csv, "%lld,%lld,%.3f,%s,%.17g\n", (long long)ct_trainer_step(t),
-                          (long long)ct_trainer_epoch(t), now, name, x);
-        /* confusion counts go to TensorBoard as one image per evaluation instead */
-        if (e->tb && !strstr(name, "/confusion/") &&
-            ct_tb_scalar(e->tb, name, ct_trainer_step(t), now, (float)x) != CT_OK)
-            tb_failed(e);
+    long long step = (long long)ct_trainer_step(t), epoch = (long long)ct_trainer_epoch(t);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && e->csv.fd < 0) break;
+        e->rec_len = 0;
+        if (pass == 0)
+            CT_TRY(rec_add(e, "{\"step\":%lld,\"epoch\":%lld,\"time\":%.3f", step, epoch, now));
+        for (int64_t i = 0; i < n + n_extra; i++) {
+            const char *name = i < n ? v[i].name : extra_names[i - n];
+            double x = i < n ? v[i].value : extra[i - n];
+            if (strcmp(name, "train/lr") == 0) name = "lr";
+            if (strcmp(name, "train/grad_norm") == 0) name = "grad_norm";
+            if (pass == 1)
+                CT_TRY(rec_add(e, "%lld,%lld,%.3f,%s,%.17g\n", step, epoch, now, name, x));
+            else if (isfinite(x))
+                CT_TRY(rec_add(e, ",\"%s\":%.17g", name, x));
+            else
+                CT_TRY(rec_add(e, ",\"%s\":null", name));
+            /* confusion counts go to TensorBoard as one image per evaluation instead */
+            if (pass == 0 && e->tb && !strstr(name, "/confusion/") &&
+                ct_tb_scalar(e->tb, name, ct_trainer_step(t), now, (float)x) != CT_OK)
+                tb_failed(e);
+        }
+        if (pass == 0) {
+            CT_TRY(rec_add(e, "}\n"));
+            CT_TRY(ct_record_put(e->ctx, &e->jsonl, e->rec, e->rec_len));
+        } else {
+            CT_TRY(ct_record_put(e->ctx, &e->csv, e->rec, e->rec_len));
+        }
     }
     if (e->tb && ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
-    (void)fputs("}\n", e->jsonl);
-    (void)fflush(e->jsonl);
-    if (e->csv) (void)fflush(e->csv);
+    return CT_OK;
 }
 
 static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
@@ -1372,7 +1409,7 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
     extra[1] = steps > 0 ? (comm - e->comm_last_log) * 1e3 / (double)steps : 0.0;
     e->comm_last_log = comm;
     static const char *const names[] = {"samples_per_sec", "comm_ms_per_step"};
-    record(e, t, v, n, names, extra, world > 1 ? 2 : 1);
+    CT_TRY(record(e, t, v, n, names, extra, world > 1 ? 2 : 1));
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_log ? cb->on_log(cb->user, t, v, n) : CT_OK;
 }
@@ -1404,7 +1441,7 @@ best_step(const ct_experiment *e, ct_trainer *t, const ct_metric_value *v, int64
 
 /* The report at the end of a fit, finished or interrupted. */
 static void final_report(ct_experiment *e) {
-    if (e->jsonl && strcmp(str_at(e, "logging.report"), "none") != 0)
+    if (e->jsonl.fd >= 0 && strcmp(str_at(e, "logging.report"), "none") != 0)
         write_report(e, best_step(e, e->trainer, NULL, 0));
 }
 
@@ -1462,9 +1499,9 @@ static void confusion_image(
 static ct_status
 on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
     ct_experiment *e = user;
-    record(e, t, v, n, NULL, NULL, 0);
+    CT_TRY(record(e, t, v, n, NULL, NULL, 0));
     if (e->tb) confusion_image(e, t, key, v, n);
-    if (e->jsonl && strcmp(str_at(e, "logging.report"), "live") == 0)
+    if (e->jsonl.fd >= 0 && strcmp(str_at(e, "logging.report"), "live") == 0)
         write_report(e, best_step(e, t, v, n));
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_eval_end ? cb->on_eval_end(cb->user, t, key, v, n) : CT_OK;
@@ -1508,6 +1545,13 @@ static ct_status fwd_eval_start(void *user, ct_trainer *t, const char *key) {
 static ct_status fwd_fit_end(void *user, ct_trainer *t) {
     const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
     return cb->on_fit_end ? cb->on_fit_end(cb->user, t) : CT_OK;
+}
+/* Before a checkpoint goes into the run directory: it must still be this run's. */
+static ct_status fwd_save(void *user, ct_trainer *t, bool best) {
+    ct_experiment *e = user;
+    CT_TRY(ct_rundir_check(e->ctx, &e->run));
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_save ? cb->on_save(cb->user, t, best) : CT_OK;
 }
 static void fwd_exception(void *user, ct_trainer *t, ct_status s) {
     const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
@@ -1629,6 +1673,7 @@ static ct_status build_trainer(ct_experiment *e) {
     tp.callbacks.on_epoch_end = fwd_epoch_end;
     tp.callbacks.on_fit_end = fwd_fit_end;
     tp.callbacks.on_exception = fwd_exception;
+    tp.callbacks.on_save = fwd_save;
     tp.callbacks.on_batch = fwd_batch;
     /* only the ones the caller set: an unset event costs nothing per batch */
     const ct_trainer_callbacks *ucb = &e->p.callbacks;
@@ -1657,24 +1702,6 @@ static ct_status build_trainer(ct_experiment *e) {
 
 /* ---- the run directory ---- */
 
-static ct_status make_dirs(ct_ctx *ctx, const char *dir) {
-    char buf[1024];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return CT_FAIL(ctx, CT_ERR_IO, "%s: path too long", dir);
-    for (char *p = buf + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create directory: %s", buf,
-                               strerror(errno));
-            if (end) break;
-            *p = '/';
-        }
-    }
-    return CT_OK;
-}
-
 static ct_status write_config(ct_experiment *e) {
     char tmp[1100], path[1100];
     (void)snprintf(path, sizeof path, "%s/config.yaml", e->out_dir);
@@ -1690,24 +1717,6 @@ static ct_status write_config(ct_experiment *e) {
         s = CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
     if (s != CT_OK) (void)remove(tmp);
     return s;
-}
-
-/* One fit per run directory at a time: a second one would interleave records and checkpoints.
- * The lock is held until the experiment is destroyed (or the process ends). */
-static ct_status lock_run_dir(ct_experiment *e) {
-    char path[1100];
-    (void)snprintf(path, sizeof path, "%s/.lock", e->out_dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int err = errno;
-        (void)close(fd);
-        return CT_FAIL(e->ctx, err == EWOULDBLOCK ? CT_ERR_CONFIG : CT_ERR_IO,
-                       "%s is in use by another ctrain process (%s)", e->out_dir,
-                       err == EWOULDBLOCK ? "its lock is held" : strerror(err));
-    }
-    e->lock_fd = fd;
-    return CT_OK;
 }
 
 /* A run directory holding checkpoints or records of another configuration is not touched. */
@@ -1839,14 +1848,13 @@ static ct_status open_tensorboard(ct_experiment *e) {
 static ct_status open_records(ct_experiment *e, bool append) {
     char path[1100];
     (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
-    if (!(e->jsonl = fopen(path, append ? "a" : "w")))
-        return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    CT_TRY(ct_record_open(e->ctx, &e->jsonl, path, append));
     if (bool_at(e, "logging.csv")) {
         (void)snprintf(path, sizeof path, "%s/metrics.csv", e->out_dir);
         bool fresh = !append || access(path, F_OK) != 0;
-        if (!(e->csv = fopen(path, append ? "a" : "w")))
-            return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        if (fresh) (void)fputs("step,epoch,time,metric,value\n", e->csv);
+        CT_TRY(ct_record_open(e->ctx, &e->csv, path, append));
+        static const char header[] = "step,epoch,time,metric,value\n";
+        if (fresh) CT_TRY(ct_record_put(e->ctx, &e->csv, header, sizeof header - 1));
     }
     /* TensorBoard is a view: a failure to start it is a warning, as a failure to write it */
     if (bool_at(e, "logging.tensorboard") && open_tensorboard(e) != CT_OK) {
@@ -1857,6 +1865,13 @@ static ct_status open_records(ct_experiment *e, bool append) {
                    ct_last_error(e->ctx));
     }
     return CT_OK;
+}
+
+/* Closes the record files, reporting the first failure. */
+static ct_status close_records(ct_experiment *e) {
+    ct_status a = ct_record_close(e->ctx, &e->jsonl);
+    ct_status b = ct_record_close(e->ctx, &e->csv);
+    return a != CT_OK ? a : b;
 }
 
 /* ---- public ---- */
@@ -1877,7 +1892,8 @@ ct_status ct_experiment_create(ct_ctx *ctx,
     memset(e, 0, sizeof *e);
     e->ctx = ctx;
     e->cfg = resolved;
-    e->lock_fd = -1;
+    e->run.fd = e->run.lock_file_fd = -1;
+    e->jsonl.fd = e->csv.fd = -1;
     e->p = p ? *p : ct_experiment_default_params();
     const char *file = ct_config_name(resolved);
     const char *slash = strrchr(file, '/');
@@ -1905,10 +1921,10 @@ ct_status ct_experiment_create(ct_ctx *ctx,
 
 void ct_experiment_destroy(ct_experiment *e) {
     if (!e) return;
-    if (e->jsonl) (void)fclose(e->jsonl);
-    if (e->csv) (void)fclose(e->csv);
+    (void)close_records(e);
+    ct_free(e->ctx, e->rec, e->rec_cap);
     ct_tb_close(e->tb);
-    if (e->lock_fd >= 0) (void)close(e->lock_fd); /* the run directory is free again */
+    ct_rundir_close(&e->run); /* the run directory is free again */
     ct_trainer_destroy(e->trainer);
     ct_schedule_destroy(e->sched);
     ct_optim_destroy(e->opt);
@@ -1965,12 +1981,26 @@ ct_task_kind ct_experiment_task_kind(const ct_experiment *e) {
     return e->task.kind;
 }
 
+/* After a resume that fell back past a missing or damaged `latest` (or past the damaged
+ * checkpoint it named), `latest` is pointed at what was loaded: a finished run trains no step
+ * that would rewrite it. */
+static ct_status repair_latest(ct_experiment *e, int64_t loaded) {
+    int64_t step;
+    if (ct_checkpoint_pointer(e->ctx, e->out_dir, "latest", &step) == CT_OK && step == loaded)
+        return CT_OK;
+    ct_clear_error(e->ctx);
+    CT_TRY(ct_checkpoint_set_pointer(e->ctx, e->out_dir, "latest", loaded));
+    ct_log(e->ctx, CT_LOG_WARN,
+           "%s/checkpoints/latest now names step-%08lld, the checkpoint loaded", e->out_dir,
+           (long long)loaded);
+    return CT_OK;
+}
+
 /* Rank 0's preparation of the run directory for fit: the lock, the clean-up, the check of
  * what an earlier run left (*resume: continue from its latest checkpoint) and config.yaml. */
 static ct_status prepare_run_dir(ct_experiment *e, bool *resume) {
     ct_ctx *ctx = e->ctx;
-    CT_TRY(make_dirs(ctx, e->out_dir));
-    CT_TRY(lock_run_dir(e));
+    CT_TRY(ct_rundir_open(ctx, e->out_dir, ct_config_name(e->cfg), e->p.restart, &e->run));
     /* what a killed process left half-made or half-deleted goes first, whether or not this
        fit writes a checkpoint (a finished run asked again does not) */
     CT_TRY(ct_checkpoint_cleanup(ctx, e->out_dir));
@@ -1981,6 +2011,7 @@ static ct_status prepare_run_dir(ct_experiment *e, bool *resume) {
                        "would neither resume nor keep up to date; set another output_dir "
                        "or start over with --restart",
                        e->out_dir);
+    ct_rundir_claim(ctx, &e->run);
     return write_config(e);
 }
 
@@ -2008,6 +2039,7 @@ ct_status ct_experiment_fit(ct_experiment *e) {
         CT_TRY(ct_trainer_resume(e->trainer, "latest"));
         int64_t step = ct_trainer_step(e->trainer);
         if (writes) {
+            CT_TRY(repair_latest(e, step));
             CT_TRY(truncate_records(e, "metrics.jsonl", step, false));
             CT_TRY(truncate_records(e, "metrics.csv", step, true));
         }
@@ -2020,7 +2052,7 @@ ct_status ct_experiment_fit(ct_experiment *e) {
        picture of what ran (a resume rewrites it) */
     if (ct_trainer_interrupted(e->trainer)) {
         final_report(e);
-        return CT_OK;
+        return close_records(e);
     }
     bool final_test = e->eval_loaders[1] && e->test_every == 0 && !e->tp.dev_run;
     if (resume && ct_trainer_step(e->trainer) == before) {
@@ -2041,7 +2073,7 @@ ct_status ct_experiment_fit(ct_experiment *e) {
         CT_TRY(s);
     }
     final_report(e);
-    return CT_OK;
+    return close_records(e);
 }
 
 ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step) {

@@ -324,6 +324,7 @@ static void copy_store(ct_params *dst, const ct_params *src) {
 
 /* Rank 0's part of flush_checkpoint. */
 static ct_status save_now(ct_trainer *t, bool best) {
+    if (t->p.callbacks.on_save) CT_TRY(t->p.callbacks.on_save(t->p.callbacks.user, t, best));
     if (t->ema_store) { /* the shadow's values and buffers, by way of an exact swap */
         CT_TRY(ct_ema_swap_in(t->ema));
         copy_store(t->ema_store, t->params);

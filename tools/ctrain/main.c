@@ -3,7 +3,7 @@
  * files (include/ctrain/experiment.h), with progress on stderr, a log.txt in the run directory, and
  * the exit codes of docs/cli.md:
  *     0 success; 1 the run failed (a non-finite stop included); 2 a usage, configuration or
- *     input error; 130 interrupted by SIGINT; 143 stopped by SIGTERM.
+ *     input error; 129 stopped by SIGHUP; 130 interrupted by SIGINT; 143 stopped by SIGTERM.
  *
  * The only process-wide state is the signal flag, which a signal handler must set.
  */
@@ -31,7 +31,13 @@
 #define CT_EXAMPLES_DIR "examples"
 #endif
 
-enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2, EXIT_SIGINT = 130, EXIT_SIGTERM = 143 };
+enum {
+    EXIT_RUN_FAILED = 1,
+    EXIT_USAGE = 2,
+    EXIT_SIGHUP = 129,
+    EXIT_SIGINT = 130,
+    EXIT_SIGTERM = 143
+};
 
 static volatile sig_atomic_t g_signal = 0;
 
@@ -43,13 +49,21 @@ static void on_signal(int sig) {
     g_signal = sig;
 }
 
-/* The one thread that takes SIGINT and SIGTERM during fit; it does nothing else. */
+/* The signals that stop a fit at the end of its step, with a checkpoint: SIGINT (Ctrl-C),
+ * SIGTERM (kill, a scheduler's preemption) and SIGHUP (the terminal or the ssh session that
+ * started it went away), each ending with its own exit code. */
+static void stop_signals(sigset_t *set) {
+    (void)sigemptyset(set);
+    (void)sigaddset(set, SIGINT);
+    (void)sigaddset(set, SIGTERM);
+    (void)sigaddset(set, SIGHUP);
+}
+
+/* The one thread that takes the stop signals during fit; it does nothing else. */
 static void *signal_thread(void *arg) {
     (void)arg;
     sigset_t set;
-    (void)sigemptyset(&set);
-    (void)sigaddset(&set, SIGINT);
-    (void)sigaddset(&set, SIGTERM);
+    stop_signals(&set);
     (void)pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     for (;;)
         (void)pause();
@@ -59,7 +73,7 @@ static void *signal_thread(void *arg) {
 /* oneDNN 2.6's JIT GEMM kernels point rsp into the heap while they run (oneDNN issue 4845,
  * fixed upstream in 2026): a signal handled on a thread inside one writes its frame there and
  * corrupts the heap (seen: about one SIGTERM in four right after an evaluation aborted in
- * free). So before fit starts any thread, SIGINT and SIGTERM are blocked in this one (every
+ * free). So before fit starts any thread, the stop signals are blocked in this one (every
  * thread started later, OpenMP's, the loader's and MPI's, inherits the mask) and left to a
  * thread of their own. Until the handler is installed their default action still ends the
  * process. If that thread cannot start, signals are left as they were. OpenBLAS starts its
@@ -67,9 +81,7 @@ static void *signal_thread(void *arg) {
  * workers can take the signals too, which is harmless, as they never run oneDNN code. */
 static void route_signals(void) {
     sigset_t set, old;
-    (void)sigemptyset(&set);
-    (void)sigaddset(&set, SIGINT);
-    (void)sigaddset(&set, SIGTERM);
+    stop_signals(&set);
     if (pthread_sigmask(SIG_BLOCK, &set, &old) != 0) return;
     pthread_t th;
     if (pthread_create(&th, NULL, signal_thread, NULL) != 0) {
@@ -84,7 +96,9 @@ static void route_signals(void) {
 typedef enum progress_mode { PROGRESS_BAR, PROGRESS_PLAIN, PROGRESS_NONE } progress_mode;
 
 typedef struct session {
+    ct_ctx *ctx;
     FILE *log_file;
+    int log_errno;       /* a write of log.txt failed with it: the run ends at the next event */
     char log_path[1100]; /* opened at fit start: a refused run directory gets nothing */
     char pending[4096];  /* lines said before that, written when it opens */
     size_t n_pending;
@@ -114,16 +128,27 @@ static double now_s(void) {
     return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
 }
 
-/* Writes a line to log.txt, or keeps it until the file is open. */
+/* Writes a line to log.txt, or keeps it until the file is open. A failed write (a full disk, a
+ * file size limit) closes the file and is reported as the run's error at the next event. */
 static void to_log(session *s, const char *prefix, const char *line) {
+    if (s->log_errno) return;
     if (s->log_file) {
-        (void)fprintf(s->log_file, "%s%s\n", prefix, line);
-        (void)fflush(s->log_file);
+        if (fprintf(s->log_file, "%s%s\n", prefix, line) < 0 || fflush(s->log_file) != 0) {
+            s->log_errno = errno ? errno : EIO;
+            (void)fclose(s->log_file);
+            s->log_file = NULL;
+        }
     } else if (s->log_path[0]) {
         int w = snprintf(s->pending + s->n_pending, sizeof s->pending - s->n_pending, "%s%s\n",
                          prefix, line);
         if (w > 0 && (size_t)w < sizeof s->pending - s->n_pending) s->n_pending += (size_t)w;
     }
+}
+
+/* The run's status as far as log.txt is concerned. */
+static ct_status log_status(const session *s) {
+    if (!s->log_errno) return CT_OK;
+    return CT_FAIL(s->ctx, CT_ERR_IO, "%s: write failed: %s", s->log_path, strerror(s->log_errno));
 }
 
 static void close_bar(session *s) {
@@ -272,6 +297,7 @@ on_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t tot
         s->loss_sum += loss;
         s->loss_n++;
     }
+    CT_TRY(log_status(s));
     if (s->progress == PROGRESS_NONE) return g_signal ? CT_STOP : CT_OK;
     double frac = total > 0 ? (double)done / (double)total : 0;
     bool is_train = strcmp(split, "train") == 0;
@@ -331,7 +357,7 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
             s->lr = v[i].value;
             s->have_lr = true;
         }
-    return CT_OK;
+    return log_status(s);
 }
 
 static ct_status
@@ -359,7 +385,7 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
                            m->state.best, (long long)m->state.best_step);
     }
     say(s, "%s", line);
-    return CT_OK;
+    return log_status(s);
 }
 
 static ct_status on_fit_start(void *user, ct_trainer *t) {
@@ -367,16 +393,17 @@ static ct_status on_fit_start(void *user, ct_trainer *t) {
     (void)t;
     if (s->log_path[0] && !s->log_file) {
         s->log_file = fopen(s->log_path, "a");
-        if (!s->log_file) {
-            (void)fprintf(stderr, "ctrain: warning: %s: cannot open: %s\n", s->log_path,
-                          strerror(errno));
-        } else {
-            (void)fwrite(s->pending, 1, s->n_pending, s->log_file);
-            (void)fflush(s->log_file);
+        if (!s->log_file)
+            return CT_FAIL(s->ctx, CT_ERR_IO, "%s: cannot open: %s", s->log_path, strerror(errno));
+        if (fwrite(s->pending, 1, s->n_pending, s->log_file) != s->n_pending ||
+            fflush(s->log_file) != 0) {
+            s->log_errno = errno ? errno : EIO;
+            (void)fclose(s->log_file);
+            s->log_file = NULL;
         }
         s->n_pending = 0;
     }
-    return CT_OK;
+    return log_status(s);
 }
 
 static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
@@ -387,50 +414,51 @@ static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
     for (int64_t i = 0; i < n; i++)
         if (strcmp(v[i].name, "train/loss") == 0) loss = v[i].value;
     if (s->log_file) {
-        (void)fprintf(s->log_file, "epoch %lld done: step %lld train/loss %.4f\n", (long long)epoch,
-                      (long long)ct_trainer_step(t), loss);
-        (void)fflush(s->log_file);
+        char line[128];
+        (void)snprintf(line, sizeof line, "epoch %lld done: step %lld train/loss %.4f",
+                       (long long)epoch, (long long)ct_trainer_step(t), loss);
+        to_log(s, "", line);
     }
-    return CT_OK;
+    return log_status(s);
 }
 
 /* ---- commands ---- */
 
 static void usage(FILE *f) {
-    (void)fprintf(f,
-                  "usage: ctrain COMMAND [options]\n"
-                  "\n"
-                  "commands:\n"
-                  "  fit CONFIG [--restart] [key=value ...]\n"
-                  "                                  train (resumes the run directory's latest "
-                  "checkpoint)\n"
-                  "  eval CONFIG [--checkpoint best|latest|PATH] [--json] [key=value ...]\n"
-                  "                                  evaluate a checkpoint on every evaluation "
-                  "dataset\n"
-                  "  predict CONFIG --input X.npy --output OUT.csv|.npy [--checkpoint ...]\n"
-                  "                                  write the model's predictions for X\n"
-                  "  config CONFIG [key=value ...]   check a configuration and print it resolved\n"
-                  "  config --reference              print every key (docs/config.md)\n"
-                  "  inspect PATH                    describe and verify a run directory or "
-                  "checkpoint\n"
-                  "  report RUN_DIR [--output F.html] [--svg DIR] [--log]\n"
-                  "                                  a self-contained HTML report with plots\n"
-                  "\n"
-                  "overrides: key.path=value replaces, +key.path=value adds, ++key.path=value "
-                  "sets,\n"
-                  "           ~key.path deletes, ~key.path=value deletes that value only "
-                  "(Hydra's grammar);\n"
-                  "           values are YAML (lr=3e-4, hidden=[256,128])\n"
-                  "\n"
-                  "options: -V, --version   print the version;  -h, --help   this help "
-                  "(ctrain COMMAND --help for a command's)\n"
-                  "\n"
-                  "exit codes: 0 success, 1 the run failed, 2 usage, configuration or input "
-                  "error,\n"
-                  "            130 interrupted (SIGINT), 143 stopped (SIGTERM)\n"
-                  "\n"
-                  "environment: CTRAIN_DEBUG=1 adds ctrain's source locations to error "
-                  "messages\n");
+    (void)fprintf(
+        f, "usage: ctrain COMMAND [options]\n"
+           "\n"
+           "commands:\n"
+           "  fit CONFIG [--restart] [key=value ...]\n"
+           "                                  train (resumes the run directory's latest "
+           "checkpoint)\n"
+           "  eval CONFIG [--checkpoint best|latest|PATH] [--json] [key=value ...]\n"
+           "                                  evaluate a checkpoint on every evaluation "
+           "dataset\n"
+           "  predict CONFIG --input X.npy --output OUT.csv|.npy [--checkpoint ...]\n"
+           "                                  write the model's predictions for X\n"
+           "  config CONFIG [key=value ...]   check a configuration and print it resolved\n"
+           "  config --reference              print every key (docs/config.md)\n"
+           "  inspect PATH                    describe and verify a run directory or "
+           "checkpoint\n"
+           "  report RUN_DIR [--output F.html] [--svg DIR] [--log]\n"
+           "                                  a self-contained HTML report with plots\n"
+           "\n"
+           "overrides: key.path=value replaces, +key.path=value adds, ++key.path=value "
+           "sets,\n"
+           "           ~key.path deletes, ~key.path=value deletes that value only "
+           "(Hydra's grammar);\n"
+           "           values are YAML (lr=3e-4, hidden=[256,128])\n"
+           "\n"
+           "options: -V, --version   print the version;  -h, --help   this help "
+           "(ctrain COMMAND --help for a command's)\n"
+           "\n"
+           "exit codes: 0 success, 1 the run failed, 2 usage, configuration or input "
+           "error,\n"
+           "            129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM (a checkpoint saved)\n"
+           "\n"
+           "environment: CTRAIN_DEBUG=1 adds ctrain's source locations to error "
+           "messages\n");
 }
 
 /* The bundled example experiments: installed beside the binary (PREFIX/share/ctrain/examples),
@@ -646,9 +674,10 @@ static void cmd_usage(FILE *f, const char *cmd) {
                          "runs/<name>):\nconfig.yaml, metrics.jsonl, log.txt and checkpoints/. A "
                          "run directory that holds\ncheckpoints of the same configuration is "
                          "resumed from its latest one; of another\nconfiguration, refused (exit "
-                         "2). SIGINT or SIGTERM stop at the end of the step,\nsave a checkpoint "
-                         "and exit 130 or 143.\n--restart renames an existing run directory to "
-                         "NAME.old-DATE-TIME and starts over.\n");
+                         "2). SIGINT, SIGTERM or SIGHUP stop at the end of the step,\nsave a "
+                         "checkpoint and exit 130, 143 or 129. One fit at a time holds a run\n"
+                         "directory; a folder of other files is refused.\n--restart renames an "
+                         "existing run directory to NAME.old-DATE-TIME and starts over.\n");
     else if (strcmp(cmd, "eval") == 0)
         (void)fprintf(f, "usage: ctrain eval CONFIG [--checkpoint best|latest|PATH] [--json] "
                          "[key=value ...]\n\nLoads a checkpoint of the run directory (default "
@@ -696,6 +725,7 @@ static int open_session(session *s, ct_ctx **ctx) {
         (void)fprintf(stderr, "ctrain: error: cannot create a context\n");
         return EXIT_RUN_FAILED;
     }
+    s->ctx = *ctx;
     return 0;
 }
 
@@ -733,6 +763,9 @@ static int cmd_fit(int argc, char **argv) {
         rc = EXIT_USAGE;
         goto out_free;
     }
+    /* a closed stdout or stderr (`ctrain fit ... | head`) must not end the run: what cannot be
+       shown is dropped, log.txt keeps everything */
+    (void)signal(SIGPIPE, SIG_IGN);
     route_signals(); /* before the first thread starts */
     session s;
     ct_ctx *ctx;
@@ -770,9 +803,14 @@ static int cmd_fit(int argc, char **argv) {
     const ct_cfg_node *root = ct_config_root(cfg);
     (void)ct_ctx_set_threads(ctx, atoll(ct_config_find(root, "threads")->value));
     const char *out_dir = ct_config_find(root, "output_dir")->value;
-    if (!s.silent) (void)snprintf(s.log_path, sizeof s.log_path, "%s/log.txt", out_dir);
+    /* a dev run is a smoke test that writes nothing, log.txt included */
+    const char *dev = ct_config_find(root, "trainer.dev_run")->value; /* true, True or TRUE */
+    bool dev_run = dev[0] == 't' || dev[0] == 'T';
+    if (!s.silent && !dev_run)
+        (void)snprintf(s.log_path, sizeof s.log_path, "%s/log.txt", out_dir);
     ct_experiment_params ep = ct_experiment_default_params();
     ep.comm = s.comm;
+    ep.restart = a.restart;
     ep.callbacks.user = &s;
     ep.callbacks.on_batch = on_batch;
     ep.callbacks.on_log = on_log;
@@ -785,22 +823,6 @@ static int cmd_fit(int argc, char **argv) {
         goto out;
     }
     s.exp = e;
-    if (a.restart && !s.silent && access(out_dir, F_OK) == 0) {
-        /* starting over keeps the old run: it is renamed, never deleted */
-        char old[1100], stamp[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        (void)strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
-        (void)snprintf(old, sizeof old, "%s.old-%s", out_dir, stamp);
-        if (rename(out_dir, old) != 0) {
-            (void)fprintf(stderr, "ctrain: error: --restart: cannot rename %s to %s: %s\n", out_dir,
-                          old, strerror(errno));
-            rc = EXIT_RUN_FAILED;
-            ct_comm_abort(s.comm, rc); /* the other ranks wait for this one in fit */
-            goto out;
-        }
-        (void)fprintf(stderr, "ctrain: --restart: the previous run is now %s\n", old);
-    }
     if (s.world > 1) {
         say(&s,
             "ctrain %s: fit %s -> %s on %lld processes (%lld training samples each, global "
@@ -821,6 +843,7 @@ static int cmd_fit(int argc, char **argv) {
     (void)sigemptyset(&sa.sa_mask);
     (void)sigaction(SIGINT, &sa, NULL);
     (void)sigaction(SIGTERM, &sa, NULL);
+    (void)sigaction(SIGHUP, &sa, NULL);
     st = ct_experiment_fit(e);
     ct_trainer *t = ct_experiment_trainer(e);
     if (st != CT_OK) {
@@ -852,16 +875,28 @@ static int cmd_fit(int argc, char **argv) {
                                v[i].name, v[i].value);
     }
     say(&s, "%s", summary);
-    rc = g_signal == SIGINT ? EXIT_SIGINT : g_signal == SIGTERM ? EXIT_SIGTERM : 0;
+    rc = g_signal == SIGINT    ? EXIT_SIGINT
+         : g_signal == SIGTERM ? EXIT_SIGTERM
+         : g_signal == SIGHUP  ? EXIT_SIGHUP
+                               : 0;
     if (rc)
         say(&s, "stopped by %s at step %lld; a checkpoint was saved: run the same command to go on",
-            g_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)ct_trainer_step(t));
+            g_signal == SIGINT    ? "SIGINT"
+            : g_signal == SIGTERM ? "SIGTERM"
+                                  : "SIGHUP",
+            (long long)ct_trainer_step(t));
     else if (s.world > 1 && ct_trainer_interrupted(t)) { /* a signal reached another rank */
         rc = EXIT_SIGTERM;
         say(&s,
             "stopped by a signal to another rank at step %lld; a checkpoint was saved: run the "
             "same command to go on",
             (long long)ct_trainer_step(t));
+    }
+    if (s.log_file && fclose(s.log_file) != 0 && !s.log_errno) s.log_errno = errno ? errno : EIO;
+    s.log_file = NULL;
+    if (log_status(&s) != CT_OK) { /* the run's own files are incomplete: not a success */
+        (void)fail(ctx, EXIT_RUN_FAILED);
+        if (rc == 0) rc = EXIT_RUN_FAILED;
     }
 out:
     ct_experiment_destroy(e);
@@ -874,15 +909,27 @@ out_free:
     return rc;
 }
 
-/* Loads `*which`; the default "best" falls back to "latest" in a run without a best. */
+/* Loads `*which`. The default "best" means "latest" in a run that has no best checkpoint (its
+ * pointer was never written: no monitor), said on stderr; a damaged `best`, or one naming a
+ * damaged checkpoint, is an error, never a reason to score other weights. */
 static ct_status load_checkpoint(ct_ctx *ctx, ct_experiment *e, const char **which, int64_t *step) {
-    ct_status st = ct_experiment_load(e, *which, step);
-    if (st == CT_ERR_IO && strcmp(*which, "best") == 0) {
+    if (strcmp(*which, "best") == 0 &&
+        ct_checkpoint_pointer(ctx, ct_experiment_output_dir(e), "best", NULL) == CT_ERR_IO) {
         ct_clear_error(ctx);
+        (void)fprintf(stderr, "ctrain: %s has no best checkpoint: using latest\n",
+                      ct_experiment_output_dir(e));
         *which = "latest";
-        st = ct_experiment_load(e, *which, step);
     }
+    ct_status st = ct_experiment_load(e, *which, step);
+    if (st != CT_OK && strcmp(*which, "best") == 0)
+        return ct_err_wrap(ctx, "the best checkpoint cannot be used (hint: --checkpoint latest or "
+                                "step-N names another)");
     return st;
+}
+
+/* Exit code of a failed checkpoint load: damage (1) or a wrong request (2). */
+static int load_code(ct_status st) {
+    return st == CT_ERR_FORMAT || st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE;
 }
 
 /* What eval, predict and config share: the arguments, the context and the configuration and
@@ -949,7 +996,7 @@ static int cmd_predict(int argc, char **argv) {
     const char *which = c.a.checkpoint;
     int64_t step = 0;
     ct_status st = load_checkpoint(c.ctx, c.e, &which, &step);
-    if (st != CT_OK) return ro_end(&c, fail(c.ctx, setup_code(st)));
+    if (st != CT_OK) return ro_end(&c, fail(c.ctx, load_code(st)));
     if (c.a.prompt) {
         st = ct_experiment_generate(c.e, c.a.prompt, c.a.tokens, c.a.temperature, c.a.top_k,
                                     (uint64_t)c.a.seed, stdout);
@@ -983,7 +1030,7 @@ static int cmd_eval(int argc, char **argv) {
     const char *which = c.a.checkpoint;
     int64_t step = 0;
     ct_status st = load_checkpoint(c.ctx, c.e, &which, &step);
-    if (st != CT_OK) return ro_end(&c, fail(c.ctx, EXIT_USAGE));
+    if (st != CT_OK) return ro_end(&c, fail(c.ctx, load_code(st)));
     json_t *obj = json_object();
     (void)json_object_set_new(obj, "step", json_integer((json_int_t)step));
     (void)json_object_set_new(obj, "checkpoint", json_string(which));
@@ -1252,6 +1299,34 @@ static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
     return 0;
 }
 
+/* A run's pointer file: where it points, and 1 when it is damaged or names no checkpoint that
+ * verifies (a missing `best` is a run without one; a missing `latest` beside checkpoints is
+ * damage that fit repairs by falling back). */
+static int inspect_pointer(ct_ctx *ctx, const char *run, const char *name, int64_t count) {
+    int64_t step;
+    char text[2048];
+    ct_status st = ct_checkpoint_pointer(ctx, run, name, &step);
+    if (st == CT_ERR_IO && (strcmp(name, "best") == 0 || count == 0)) return 0;
+    if (st == CT_ERR_IO) {
+        (void)printf("  %s: MISSING (fit falls back to the newest checkpoint that verifies)\n",
+                     name);
+        return 1;
+    }
+    if (st != CT_OK) {
+        (void)printf("  %s: DAMAGED: %s\n", name, error_text(ctx, text, sizeof text));
+        return 1;
+    }
+    char dir[1300];
+    (void)snprintf(dir, sizeof dir, "%s/checkpoints/step-%08lld", run, (long long)step);
+    if (ct_checkpoint_verify(ctx, dir, NULL) != CT_OK) {
+        (void)printf("  %s -> step-%08lld: DAMAGED: %s\n", name, (long long)step,
+                     is_dir(dir) ? error_text(ctx, text, sizeof text) : "no such checkpoint");
+        return 1;
+    }
+    (void)printf("  %s -> step-%08lld\n", name, (long long)step);
+    return 0;
+}
+
 static int cmd_inspect(int argc, char **argv) {
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         cmd_usage(stdout, "inspect");
@@ -1293,18 +1368,8 @@ static int cmd_inspect(int argc, char **argv) {
             (void)printf("  cannot list: %s\n", error_text(ctx, text, sizeof text));
             bad = 1;
         }
-        static const char *const ptrs[] = {"latest", "best"};
-        for (int i = 0; i < 2; i++) {
-            char ptr[1300], target[256] = "";
-            (void)snprintf(ptr, sizeof ptr, "%s/checkpoints/%s", p, ptrs[i]);
-            FILE *f = fopen(ptr, "r");
-            if (f) {
-                if (!fgets(target, sizeof target, f)) target[0] = '\0';
-                (void)fclose(f);
-                target[strcspn(target, "\r\n")] = '\0';
-                (void)printf("  %s -> %s\n", ptrs[i], target);
-            }
-        }
+        bad |= inspect_pointer(ctx, p, "latest", count);
+        bad |= inspect_pointer(ctx, p, "best", count);
         (void)printf("  %lld checkpoint(s):\n", (long long)count);
         for (int64_t i = 0; i < count && i < 4096; i++) {
             char dir[1300];
@@ -1332,6 +1397,9 @@ static int cmd_inspect(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* a file size limit (ulimit -f) makes a write fail with EFBIG, reported with the file's name
+       like a full disk, instead of killing the process with no word */
+    (void)signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;
