@@ -927,9 +927,11 @@ static ct_status load_checkpoint(ct_ctx *ctx, ct_experiment *e, const char **whi
     return st;
 }
 
-/* Exit code of a failed checkpoint load: damage (1) or a wrong request (2). */
-static int load_code(ct_status st) {
-    return st == CT_ERR_FORMAT || st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE;
+/* Exit code of a failed checkpoint load: damage (1; a `best` that names no checkpoint too) or
+ * a wrong request (2). */
+static int load_code(ct_status st, const char *which) {
+    bool damage = st == CT_ERR_FORMAT || (st == CT_ERR_IO && strcmp(which, "best") == 0);
+    return damage || st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE;
 }
 
 /* What eval, predict and config share: the arguments, the context and the configuration and
@@ -996,7 +998,7 @@ static int cmd_predict(int argc, char **argv) {
     const char *which = c.a.checkpoint;
     int64_t step = 0;
     ct_status st = load_checkpoint(c.ctx, c.e, &which, &step);
-    if (st != CT_OK) return ro_end(&c, fail(c.ctx, load_code(st)));
+    if (st != CT_OK) return ro_end(&c, fail(c.ctx, load_code(st, which)));
     if (c.a.prompt) {
         st = ct_experiment_generate(c.e, c.a.prompt, c.a.tokens, c.a.temperature, c.a.top_k,
                                     (uint64_t)c.a.seed, stdout);
@@ -1030,7 +1032,7 @@ static int cmd_eval(int argc, char **argv) {
     const char *which = c.a.checkpoint;
     int64_t step = 0;
     ct_status st = load_checkpoint(c.ctx, c.e, &which, &step);
-    if (st != CT_OK) return ro_end(&c, fail(c.ctx, load_code(st)));
+    if (st != CT_OK) return ro_end(&c, fail(c.ctx, load_code(st, which)));
     json_t *obj = json_object();
     (void)json_object_set_new(obj, "step", json_integer((json_int_t)step));
     (void)json_object_set_new(obj, "checkpoint", json_string(which));
