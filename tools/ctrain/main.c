@@ -806,8 +806,7 @@ static int cmd_fit(int argc, char **argv) {
     /* a dev run is a smoke test that writes nothing, log.txt included */
     const char *dev = ct_config_find(root, "trainer.dev_run")->value; /* true, True or TRUE */
     bool dev_run = dev[0] == 't' || dev[0] == 'T';
-    if (!s.silent && !dev_run)
-        (void)snprintf(s.log_path, sizeof s.log_path, "%s/log.txt", out_dir);
+    if (!s.silent && !dev_run) (void)snprintf(s.log_path, sizeof s.log_path, "%s/log.txt", out_dir);
     ct_experiment_params ep = ct_experiment_default_params();
     ep.comm = s.comm;
     ep.restart = a.restart;
