@@ -106,6 +106,9 @@ struct ct_trainer {
     /* the training log window */
     double window_loss;
     int64_t window_count;
+    /* the window's sums over every rank as a checkpoint saves them: loss, count, then each
+       loss part's sum and count (the resumed run starts its window from them) */
+    double saved_window[2 + 2 * CT_LOSS_MAX_PARTS];
     /* the task's loss parts: names (in part_text), "train/loss/<name>", this batch's tensors
        and the log window's sums and counts */
     char *part_text;
@@ -244,6 +247,19 @@ static json_t *trainer_state(const ct_trainer *t) {
                                    json_pack("{s:I, s:o}", "updates", (json_int_t)em.updates,
                                              "decay", f64_json(em.decay)));
     }
+    /* a checkpoint between two records: the resumed run's first record averages the same
+       steps as the uninterrupted run's */
+    json_t *parts = json_array();
+    bad |= !parts;
+    for (int64_t k = 0; parts && k < t->n_parts; k++)
+        bad |= json_array_append_new(parts, json_pack("{s:o, s:I}", "sum",
+                                                      f64_json(t->saved_window[2 + 2 * k]), "count",
+                                                      (json_int_t)t->saved_window[3 + 2 * k]));
+    if (parts)
+        bad |=
+            json_object_set_new(st, "log_window",
+                                json_pack("{s:o, s:I, s:o}", "loss", f64_json(t->saved_window[0]),
+                                          "count", (json_int_t)t->saved_window[1], "parts", parts));
     bad |= json_object_set_new(st, "nonfinite",
                                json_pack("{s:I, s:I, s:I}", "skipped",
                                          (json_int_t)t->nf.state.skipped, "consecutive_skipped",
@@ -262,6 +278,30 @@ static json_t *trainer_state(const ct_trainer *t) {
  * step that is both due and best is one checkpoint that `best` points at.
  * Only rank 0 writes: every rank holds the same weights and optimizer state. */
 static ct_status save_now(ct_trainer *t, bool best);
+
+/* A new log window: nothing summed yet. */
+static void reset_window(ct_trainer *t) {
+    t->window_loss = 0.0;
+    t->window_count = 0;
+    for (int64_t k = 0; k < t->n_parts; k++) {
+        t->part_sum[k] = 0.0;
+        t->part_count[k] = 0;
+    }
+}
+
+/* The log window's sums over every rank (loss, count, then each part's sum and count) into
+ * sums, on every rank; the window itself is left as it is. */
+static ct_status window_sums(ct_trainer *t, double *sums) {
+    sums[0] = t->window_loss;
+    sums[1] = (double)t->window_count;
+    for (int64_t k = 0; k < t->n_parts; k++) {
+        sums[2 + 2 * k] = t->part_sum[k];
+        sums[3 + 2 * k] = (double)t->part_count[k];
+    }
+    if (ct_comm_world_size(t->comm) > 1)
+        CT_TRY(ct_comm_allreduce_sum_f64(t->comm, sums, 2 + 2 * t->n_parts));
+    return CT_OK;
+}
 
 /* Every rank's loader position and dropout stream into rank_pos, on every rank: each rank
  * broadcasts its own four numbers in turn. */
@@ -297,6 +337,7 @@ static ct_status flush_checkpoint(ct_trainer *t) {
     t->save_best = t->save_due = false;
     if (!t->p.checkpoint_dir || (!best && !due) || t->last_saved_step == t->step) return CT_OK;
     ct_status s = CT_OK;
+    CT_TRY(window_sums(t, t->saved_window));
     if (t->rank_pos) CT_TRY(gather_positions(t));
     CT_TRY(share_moments(t));
     if (!t->comm || ct_comm_rank(t->comm) == 0) s = save_now(t, best);
@@ -482,6 +523,24 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
         else
             t->engines[i].resume_state = els;
     }
+    /* the log window's sums (absent in checkpoints saved at a record, before they were kept) */
+    double window[2 + 2 * CT_LOSS_MAX_PARTS] = {0};
+    const json_t *lw = json_object_get(st, "log_window");
+    if (!bad && lw) {
+        const json_t *lp = json_object_get(lw, "parts");
+        int64_t count = 0;
+        if (!get_f64(lw, "loss", &window[0]) || !get_i64(lw, "count", &count) || count < 0 ||
+            !json_is_array(lp) || json_array_size(lp) != (size_t)t->n_parts)
+            bad = "log_window";
+        window[1] = (double)count;
+        for (int64_t k = 0; !bad && k < t->n_parts; k++) {
+            const json_t *pk = json_array_get(lp, (size_t)k);
+            if (!get_f64(pk, "sum", &window[2 + 2 * k]) || !get_i64(pk, "count", &count) ||
+                count < 0)
+                bad = "log_window";
+            window[3 + 2 * k] = (double)count;
+        }
+    }
     const json_t *extra = json_object_get(st, "extra");
     if (!bad && t->task.load_state && !json_is_object(extra)) bad = "extra";
     /* this rank's dropout stream: its own saved one when the checkpoint has them (several
@@ -547,6 +606,16 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     if (t->ema && ct_ema_set_state(t->ema, &ems) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the EMA", path);
     *ct_graph_rng(t->g) = own_rng;
+    /* the window's sums are every rank's: one rank carries them on */
+    reset_window(t);
+    if (ct_comm_rank(t->comm) == 0) {
+        t->window_loss = window[0];
+        t->window_count = (int64_t)window[1];
+        for (int64_t k = 0; k < t->n_parts; k++) {
+            t->part_sum[k] = window[2 + 2 * k];
+            t->part_count[k] = (int64_t)window[3 + 2 * k];
+        }
+    }
     t->step = step;
     t->epoch = epoch;
     t->skipped = skipped;
@@ -1000,16 +1069,6 @@ static ct_status reduce_grads(ct_trainer *t) {
     return s;
 }
 
-/* A new log window: nothing summed yet. */
-static void reset_window(ct_trainer *t) {
-    t->window_loss = 0.0;
-    t->window_count = 0;
-    for (int64_t k = 0; k < t->n_parts; k++) {
-        t->part_sum[k] = 0.0;
-        t->part_count[k] = 0;
-    }
-}
-
 /* ---- one optimizer step at the end of a window ---- */
 
 /* The sharded update's reduction (shard.c): this rank's part of the mean gradient, and the
@@ -1163,12 +1222,8 @@ static ct_status finish_window(ct_trainer *t, bool loss_ok) {
 
 static ct_status log_window(ct_trainer *t) {
     if (ct_comm_world_size(t->comm) > 1) { /* the mean over every rank's finite losses */
-        double sums[2 + 2 * CT_LOSS_MAX_PARTS] = {t->window_loss, (double)t->window_count};
-        for (int64_t k = 0; k < t->n_parts; k++) {
-            sums[2 + 2 * k] = t->part_sum[k];
-            sums[3 + 2 * k] = (double)t->part_count[k];
-        }
-        CT_TRY(ct_comm_allreduce_sum_f64(t->comm, sums, 2 + 2 * t->n_parts));
+        double sums[2 + 2 * CT_LOSS_MAX_PARTS];
+        CT_TRY(window_sums(t, sums));
         t->window_loss = sums[0];
         t->window_count = (int64_t)sums[1];
         for (int64_t k = 0; k < t->n_parts; k++) {
@@ -1405,8 +1460,10 @@ static ct_status fit(ct_trainer *t) {
         CT_TRY(train_epoch(t, &completed));
         if (!completed) {
             /* cut mid-epoch (max_steps, early stopping, a callback): log what it did; after
-             * max_steps, evaluate as at the end of this (uncounted) epoch */
-            CT_TRY(log_window(t));
+             * max_steps, evaluate as at the end of this (uncounted) epoch. An interrupted run
+             * leaves its window to the checkpoint, so the resumed run's next record is the
+             * uninterrupted run's */
+            if (!t->interrupt) CT_TRY(log_window(t));
             /* an interrupt leaves the epoch's evaluations to the resumed run, at its real end */
             if (!t->stop && !t->interrupt) CT_TRY(evaluate_due(t, true, t->epoch + 1));
             break;
