@@ -211,7 +211,7 @@ static int64_t cell_at(const csv_file *f, span line, size_t k) {
 /* A NUL byte would end a cell early wherever the text is handled as a C string: it fails,
  * named by its line, cell and offset. */
 static ct_status check_nul(ct_ctx *ctx, const csv_file *f) {
-    const unsigned char *nul = memchr(f->data, '\0', f->size);
+    const unsigned char *nul = f->size ? memchr(f->data, '\0', f->size) : NULL;
     if (!nul) return CT_OK;
     size_t off = (size_t)(nul - f->data), start = 0;
     int64_t line = 1;
