@@ -10,7 +10,9 @@
  * unknown option or bad value fails with CT_ERR_CONFIG naming it (ct_dataset_check finds these
  * without opening anything), and a bad file fails with CT_ERR_FORMAT or CT_ERR_IO naming the
  * file, the offset or line and what was expected.
- * Header sizes are validated against the file size before anything is allocated.
+ * Header sizes are validated against the file size before anything is allocated. The types that
+ * read float values (csv, npy) refuse an inf or NaN at open, naming the file and the value's
+ * place, unless their option nonfinite=allow (default error) keeps such values as they are.
  *
  * Ownership: ct_dataset_open returns a dataset the caller frees with ct_dataset_destroy. A
  * split (ct_dataset_split) borrows its parent, which must outlive it. A loader borrows its

@@ -9,10 +9,16 @@
  * standardisation uses the mean and population std of each feature column, computed on the
  * loaded rows or on another file (stats_from, for validation data).
  *
- * Invariant: the table holds finite f32 values only; class targets are integers in
+ * A number is written in decimal ([sign] digits [. digits] [e [sign] digits]) or as the words
+ * inf, infinity and nan (any case, with a sign): strtod's other forms (hexadecimal, nan(...))
+ * are refused, and so are a NUL byte anywhere in the file and two columns of the same name.
+ *
+ * Invariant: the table holds finite f32 values only, unless nonfinite=allow (then inf, NaN and
+ * values beyond the f32 range, as infinities, are kept); class targets are integers in
  * [0, CSV_MAX_CLASS], exact in f32. Ownership: the dataset owns the table; the file contents
  * and every scratch buffer are freed before open returns.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -38,9 +44,10 @@ typedef struct span {
 /* One file being parsed. */
 typedef struct csv_file {
     const char *path;
-    char delim;    /* or CSV_WHITESPACE */
-    bool header;   /* the first row names the columns */
-    char *numbers; /* without a header: the names "0", "1", ... (owned) */
+    char delim;           /* or CSV_WHITESPACE */
+    bool header;          /* the first row names the columns */
+    bool allow_nonfinite; /* keep inf and NaN cells (nonfinite=allow) */
+    char *numbers;        /* without a header: the names "0", "1", ... (owned) */
     size_t numbers_size;
     unsigned char *data; /* the file's bytes (owned) */
     size_t size;
@@ -180,15 +187,94 @@ static ct_status number_columns(ct_ctx *ctx, csv_file *f, int64_t n) {
     return CT_OK;
 }
 
+/* The 1-based number of the cell of `line` that holds its byte k. */
+static int64_t cell_at(const csv_file *f, span line, size_t k) {
+    int64_t c = 1;
+    if (f->delim != CSV_WHITESPACE) {
+        for (size_t i = 0; i < k; i++)
+            c += line.p[i] == f->delim;
+        return c;
+    }
+    bool seen = false, gap = false; /* leading blanks separate nothing, a run of them one */
+    for (size_t i = 0; i < k; i++) {
+        if (is_blank(line.p[i], CSV_WHITESPACE)) {
+            gap = seen;
+        } else {
+            c += gap;
+            seen = true;
+            gap = false;
+        }
+    }
+    return c + gap;
+}
+
+/* A NUL byte would end a cell early wherever the text is handled as a C string: it fails,
+ * named by its line, cell and offset. */
+static ct_status check_nul(ct_ctx *ctx, const csv_file *f) {
+    const unsigned char *nul = f->size ? memchr(f->data, '\0', f->size) : NULL;
+    if (!nul) return CT_OK;
+    size_t off = (size_t)(nul - f->data), start = 0;
+    int64_t line = 1;
+    for (const unsigned char *p = f->data; (p = memchr(p, '\n', off - (size_t)(p - f->data)));
+         p++, line++)
+        start = (size_t)(p - f->data) + 1;
+    span l = {(const char *)f->data + start, off - start};
+    return CT_FAIL(ctx, CT_ERR_FORMAT,
+                   "%s:%lld: NUL byte in column %lld (byte offset %zu): expected text (hint: is "
+                   "the file UTF-16 or binary? save it as UTF-8 text)",
+                   f->path, (long long)line, (long long)cell_at(f, l, off - start), off);
+}
+
+/* A header cell and its column index, sorted to find repeated names. */
+typedef struct named {
+    span name;
+    int64_t col;
+} named;
+
+static int named_cmp(const void *a, const void *b) {
+    const named *x = a, *y = b;
+    if (x->name.n != y->name.n) return x->name.n < y->name.n ? -1 : 1;
+    int c = memcmp(x->name.p, y->name.p, x->name.n);
+    return c ? c : (x->col > y->col) - (x->col < y->col);
+}
+
+/* Two header cells with the same name would make a column's name ambiguous: fails naming the
+ * name that repeats first (by its second column) and both its columns. Sorting a copy keeps
+ * this O(n log n) for the widest files. */
+static ct_status check_duplicates(ct_ctx *ctx, const csv_file *f, int64_t header_line) {
+    size_t bytes = (size_t)f->n_cols * sizeof(named);
+    named *sorted = ct_alloc(ctx, bytes ? bytes : 1);
+    if (!sorted)
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %lld column names", f->path,
+                       (long long)f->n_cols);
+    for (int64_t i = 0; i < f->n_cols; i++)
+        sorted[i] = (named){f->cols[i], i};
+    qsort(sorted, (size_t)f->n_cols, sizeof(named), named_cmp);
+    int64_t first = -1, second = -1;
+    for (int64_t i = 1; i < f->n_cols; i++)
+        if (span_eq(sorted[i - 1].name, sorted[i].name) && (second < 0 || sorted[i].col < second))
+            first = sorted[i - 1].col, second = sorted[i].col;
+    ct_free(ctx, sorted, bytes ? bytes : 1);
+    if (second < 0) return CT_OK;
+    span name = f->cols[first];
+    return CT_FAIL(ctx, CT_ERR_FORMAT,
+                   "%s:%lld: columns %lld and %lld are both named '%.*s%s': expected unique "
+                   "column names",
+                   f->path, (long long)header_line, (long long)first + 1, (long long)second + 1,
+                   show_len(name), name.p, show_more(name));
+}
+
 /* Reads the file and its header row (without a header, counts the first row's cells and
  * leaves it to be read as data). */
-static ct_status
-file_open(ct_ctx *ctx, csv_file *f, const char *path, char delim, bool header_row) {
+static ct_status file_open(
+    ct_ctx *ctx, csv_file *f, const char *path, char delim, bool header_row, bool allow_nonfinite) {
     memset(f, 0, sizeof *f);
     f->path = path;
     f->delim = delim;
     f->header = header_row;
+    f->allow_nonfinite = allow_nonfinite;
     CT_TRY(ct_data_read_file(ctx, path, CSV_MAX_BYTES, &f->data, &f->size));
+    CT_TRY(check_nul(ctx, f));
     /* spreadsheets often start the file with a UTF-8 byte order mark: skip it */
     if (f->size >= 3 && !memcmp(f->data, "\xEF\xBB\xBF", 3)) f->pos = 3;
     size_t pos = f->pos;
@@ -211,8 +297,8 @@ file_open(ct_ctx *ctx, csv_file *f, const char *path, char delim, bool header_ro
     f->n_cols = 0;
     int64_t again = 0;
     ct_status s = split(ctx, f, header, f->cols, n, &again);
-    f->n_cols = n;
-    return s;
+    f->n_cols = n; /* file_close frees the names by it */
+    return s == CT_OK ? check_duplicates(ctx, f, f->line) : s;
 }
 
 /* "a, b, c" (truncated to the buffer) for messages. */
@@ -229,22 +315,16 @@ static const char *column_list(const csv_file *f, char *buf, size_t size) {
     return buf;
 }
 
-/* The index of column `name`; `hint` is tried first (the same layout as another file). */
+/* The index of column `name` (names are unique: file_open checks); `hint` is tried first (the
+ * same layout as another file). */
 static ct_status lookup(ct_ctx *ctx, const csv_file *f, span name, int64_t hint, int64_t *idx) {
     if (hint >= 0 && hint < f->n_cols && span_eq(f->cols[hint], name)) {
         *idx = hint;
         return CT_OK;
     }
     int64_t found = -1;
-    for (int64_t i = 0; i < f->n_cols; i++) {
-        if (!span_eq(f->cols[i], name)) continue;
-        if (found >= 0)
-            return CT_FAIL(ctx, CT_ERR_FORMAT,
-                           "%s:1: column name '%.*s' is ambiguous: it names columns %lld and "
-                           "%lld",
-                           f->path, show_len(name), name.p, (long long)found + 1, (long long)i + 1);
-        found = i;
-    }
+    for (int64_t i = 0; i < f->n_cols && found < 0; i++)
+        if (span_eq(f->cols[i], name)) found = i;
     if (found < 0) {
         char list[512];
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown column '%.*s%s' (columns: %s)", f->path,
@@ -284,42 +364,103 @@ static ct_status count_rows(ct_ctx *ctx, csv_file *f, int64_t limit, int64_t *ro
 }
 
 static ct_status
-bad_cell(ct_ctx *ctx, const csv_file *f, span name, span cell, const char *expected) {
-    return CT_FAIL(ctx, CT_ERR_FORMAT, "%s:%lld: column '%.*s': expected %s, got '%.*s%s'", f->path,
-                   (long long)f->line, show_len(name), name.p, expected, show_len(cell), cell.p,
-                   show_more(cell));
+bad_cell(ct_ctx *ctx, const csv_file *f, int64_t col, span cell, const char *expected) {
+    span name = f->cols[col];
+    return CT_FAIL(ctx, CT_ERR_FORMAT, "%s:%lld: column %lld ('%.*s'): expected %s, got '%.*s%s'",
+                   f->path, (long long)f->line, (long long)col + 1, show_len(name), name.p,
+                   expected, show_len(cell), cell.p, show_more(cell));
 }
 
-static ct_status parse_number(ct_ctx *ctx, const csv_file *f, span name, span cell, float *out) {
+/* Whether s[0, n) is [sign] digits [. digits] [e [sign] digits], with a digit somewhere
+ * before the exponent: the only numbers accepted besides the words inf, infinity and nan
+ * (strtod alone would take hexadecimal too). */
+static bool is_decimal(const char *s, size_t n) {
+    size_t i = 0, digits = 0;
+    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+    for (; i < n && isdigit((unsigned char)s[i]); i++)
+        digits++;
+    if (i < n && s[i] == '.')
+        for (i++; i < n && isdigit((unsigned char)s[i]); i++)
+            digits++;
+    if (!digits) return false;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        size_t exp_digits = 0;
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        for (; i < n && isdigit((unsigned char)s[i]); i++)
+            exp_digits++;
+        if (!exp_digits) return false;
+    }
+    return i == n;
+}
+
+/* inf, infinity or nan in any case, with an optional sign: *out is that value. */
+static bool is_nonfinite_word(const char *s, size_t n, float *out) {
+    float sign = 1.0f;
+    if (n && (s[0] == '+' || s[0] == '-')) sign = s[0] == '-' ? -1.0f : 1.0f, s++, n--;
+    char w[9] = "";
+    if (n == 0 || n >= sizeof w) return false;
+    for (size_t i = 0; i < n; i++)
+        w[i] = (char)tolower((unsigned char)s[i]);
+    if (!strcmp(w, "inf") || !strcmp(w, "infinity")) {
+        *out = sign * INFINITY;
+        return true;
+    }
+    if (!strcmp(w, "nan")) {
+        *out = sign < 0 ? -NAN : NAN;
+        return true;
+    }
+    return false;
+}
+
+static ct_status parse_number(ct_ctx *ctx, const csv_file *f, int64_t col, span cell, float *out) {
     char buf[CSV_CELL_MAX];
-    if (cell.n == 0 || cell.n >= sizeof buf) return bad_cell(ctx, f, name, cell, "a number");
-    memcpy(buf, cell.p, cell.n);
-    buf[cell.n] = '\0';
-    char *end = NULL;
-    double v = strtod(buf, &end);
-    if (end != buf + cell.n) return bad_cell(ctx, f, name, cell, "a number");
-    /* overflow gives HUGE_VAL and fails here; underflow (ERANGE, ~0) is accepted */
-    if (!isfinite(v) || fabs(v) > (double)FLT_MAX)
-        return bad_cell(ctx, f, name, cell, "a finite number within the f32 range");
-    *out = (float)v;
+    const char *what = "a decimal number";
+    if (cell.n == 0 || cell.n >= sizeof buf) return bad_cell(ctx, f, col, cell, what);
+    float v;
+    const char *nonfinite = NULL;
+    if (is_nonfinite_word(cell.p, cell.n, &v)) {
+        nonfinite = isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
+    } else {
+        if (!is_decimal(cell.p, cell.n)) return bad_cell(ctx, f, col, cell, what);
+        memcpy(buf, cell.p, cell.n);
+        buf[cell.n] = '\0';
+        /* beyond the f32 range is the infinity it becomes; an underflow (ERANGE, ~0) is 0 */
+        double d = strtod(buf, NULL);
+        v = fabs(d) > (double)FLT_MAX ? (d > 0 ? INFINITY : -INFINITY) : (float)d;
+        if (isinf(v))
+            nonfinite = v > 0 ? "beyond the f32 range (inf)" : "beyond the f32 range (-inf)";
+    }
+    if (nonfinite && !f->allow_nonfinite) {
+        span name = f->cols[col];
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s:%lld: column %lld ('%.*s'): '%.*s%s' is %s: expected a finite number "
+                       "(key 'nonfinite': allow loads such values as they are)",
+                       f->path, (long long)f->line, (long long)col + 1, show_len(name), name.p,
+                       show_len(cell), cell.p, show_more(cell), nonfinite);
+    }
+    *out = v;
     return CT_OK;
 }
 
-static ct_status parse_class(ct_ctx *ctx, const csv_file *f, span name, span cell, float *out) {
+static ct_status parse_class(ct_ctx *ctx, const csv_file *f, int64_t col, span cell, float *out) {
     char buf[CSV_CELL_MAX];
     const char *what = "a class index (an integer >= 0)";
-    if (cell.n == 0 || cell.n >= sizeof buf) return bad_cell(ctx, f, name, cell, what);
+    if (cell.n == 0 || cell.n >= sizeof buf) return bad_cell(ctx, f, col, cell, what);
     memcpy(buf, cell.p, cell.n);
     buf[cell.n] = '\0';
     char *end = NULL;
     errno = 0;
     long long v = strtoll(buf, &end, 10);
-    if (end != buf + cell.n || errno == ERANGE || v < 0) return bad_cell(ctx, f, name, cell, what);
-    if (v > CSV_MAX_CLASS)
+    if (end != buf + cell.n || errno == ERANGE || v < 0) return bad_cell(ctx, f, col, cell, what);
+    if (v > CSV_MAX_CLASS) {
+        span name = f->cols[col];
         return CT_FAIL(ctx, CT_ERR_FORMAT,
-                       "%s:%lld: column '%.*s': class index %lld exceeds the limit %d (is this a "
-                       "regression target? set task=regression)",
-                       f->path, (long long)f->line, show_len(name), name.p, v, CSV_MAX_CLASS);
+                       "%s:%lld: column %lld ('%.*s'): class index %lld exceeds the limit %d (is "
+                       "this a regression target? set task=regression)",
+                       f->path, (long long)f->line, (long long)col + 1, show_len(name), name.p, v,
+                       CSV_MAX_CLASS);
+    }
     *out = (float)v;
     return CT_OK;
 }
@@ -343,12 +484,12 @@ static ct_status parse_rows(ct_ctx *ctx,
             return CT_FAIL(ctx, CT_ERR_INTERNAL, "%s: row %lld vanished", f->path, (long long)r);
         CT_TRY(split(ctx, f, line, cells, f->n_cols, &count));
         for (int64_t j = 0; j < n_out; j++) {
-            span name = f->cols[src[j]], cell = cells[src[j]];
+            span cell = cells[src[j]];
             float *out = &table[r * stride + j];
             if (j == target_j && classify)
-                CT_TRY(parse_class(ctx, f, name, cell, out));
+                CT_TRY(parse_class(ctx, f, src[j], cell, out));
             else
-                CT_TRY(parse_number(ctx, f, name, cell, out));
+                CT_TRY(parse_number(ctx, f, src[j], cell, out));
         }
     }
     return CT_OK;
@@ -469,7 +610,8 @@ static ct_status stats_from_file(ct_ctx *ctx,
     int64_t *src = NULL, rows = 0;
     float *table = NULL;
     size_t table_bytes = 0;
-    ct_status s = file_open(ctx, &f, path, main_file->delim, main_file->header);
+    ct_status s =
+        file_open(ctx, &f, path, main_file->delim, main_file->header, main_file->allow_nonfinite);
     if (s == CT_OK) {
         src = ct_alloc(ctx, (size_t)n_feat * sizeof(int64_t));
         if (!src) s = CT_FAIL(ctx, CT_ERR_OOM, "allocating %lld indices", (long long)n_feat);
@@ -559,12 +701,12 @@ static void csv_close(ct_ctx *ctx, void *self) {
 /* The option keys (ct_dataset_type_keys). */
 const char *const ct_dataset_csv_keys[] = {"path",      "features",    "target",     "task",
                                            "delimiter", "standardize", "stats_from", "limit",
-                                           "header",    "target_path", NULL};
+                                           "header",    "target_path", "nonfinite",  NULL};
 
 static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
     const char *path, *target, *task, *delim_s;
-    bool standardize, header;
+    bool standardize, header, allow;
     int64_t limit;
     CT_TRY(ct_options_check(ctx, opts, ct_dataset_csv_keys));
     const char *features = ct_options_get(opts, "features");
@@ -578,6 +720,7 @@ static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
     CT_TRY(ct_options_bool(ctx, opts, "standardize", false, &standardize));
     CT_TRY(ct_options_bool(ctx, opts, "header", true, &header));
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
+    CT_TRY(ct_data_nonfinite_option(ctx, opts, &allow));
     bool classify = strcmp(task, "classification") == 0;
     if (!classify && strcmp(task, "regression") != 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
@@ -607,11 +750,11 @@ static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
     csv_file f, tf;
     memset(&tf, 0, sizeof tf);
     int64_t *src = NULL, n_feat = 0, target_col = 0;
-    ct_status s = file_open(ctx, &f, path, delim, header);
+    ct_status s = file_open(ctx, &f, path, delim, header, allow);
     if (s == CT_OK)
         s = resolve_columns(ctx, opts, &f, features, target, !target_path, &src, &n_feat);
     if (s == CT_OK && target_path) {
-        s = file_open(ctx, &tf, target_path, delim, header);
+        s = file_open(ctx, &tf, target_path, delim, header, allow);
         if (s == CT_OK && target[0])
             s = lookup(ctx, &tf, span_of(target), -1, &target_col);
         else if (s == CT_OK && tf.n_cols != 1)

@@ -37,6 +37,16 @@ CT_INTERNAL extern const char *const ct_dataset_text_keys[];
 CT_INTERNAL extern const char *const ct_dataset_tokens_keys[];
 CT_INTERNAL extern const char *const ct_dataset_synthetic_keys[];
 
+/*
+ * The `nonfinite` option of the types that read float values (csv, npy): "error" (the default)
+ * fails the open on the first inf or NaN, naming the file and where in it the value is;
+ * "allow" keeps such values as they are. Any other value fails with CT_ERR_CONFIG naming
+ * opts->where and the key. *allow is set on success.
+ */
+CT_INTERNAL ct_status ct_data_nonfinite_option(ct_ctx *ctx, const ct_options *opts, bool *allow);
+/* The index of the first inf or NaN in x[0, n), or -1: a vectorised pass when there is none. */
+CT_INTERNAL int64_t ct_data_find_nonfinite(const float *x, int64_t n);
+
 /* Bytes of one sample's features / target for an info. */
 CT_INTERNAL size_t ct_data_sample_bytes(ct_dtype dtype, int32_t ndim, const int64_t *shape);
 

@@ -12,9 +12,34 @@
 #include <string.h>
 
 #include "data/data_internal.h"
+#include "kernels/vmath.h"
 
 static const char *where(const ct_options *o) {
     return o && o->where ? o->where : "data";
+}
+
+/* ---- the non-finite policy of the float readers ---- */
+
+ct_status ct_data_nonfinite_option(ct_ctx *ctx, const ct_options *opts, bool *allow) {
+    const char *v;
+    CT_TRY(ct_options_string(ctx, opts, "nonfinite", "error", &v));
+    if (strcmp(v, "error") != 0 && strcmp(v, "allow") != 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'nonfinite': expected error or allow, got '%s'",
+                       where(opts), v);
+    *allow = strcmp(v, "allow") == 0;
+    return CT_OK;
+}
+
+int64_t ct_data_find_nonfinite(const float *x, int64_t n) {
+    /* chunks keep the position cheap to find when there is one: only its chunk is searched */
+    enum { CHUNK = 1 << 16 };
+    for (int64_t at = 0; at < n; at += CHUNK) {
+        int64_t len = n - at < CHUNK ? n - at : CHUNK;
+        if (!ct_vnonfinite(x + at, len)) continue;
+        for (int64_t i = at; i < at + len; i++)
+            if (!isfinite(x[i])) return i;
+    }
+    return -1;
 }
 
 /* ---- datasets ---- */

@@ -7,6 +7,10 @@
  * size must equal the file size minus the header exactly, all before anything is allocated
  * beyond the file itself. Features keep u8 as u8 and become f32 otherwise (f8 and integers are
  * converted once, at load); integer labels become i64 class indices, float labels f32 values.
+ * Float arrays are checked for inf and NaN in the same pass (one vectorised pass for f4 data
+ * used in place), so that with nonfinite=error (the default) a bad value fails the open,
+ * named by its offset and position, before any training starts; an f8 beyond the f32 range
+ * counts as the inf it becomes.
  *
  * Ownership: the dataset owns one buffer for the features and one for the labels (the file
  * buffer itself when no conversion is needed), all from the context's allocator.
@@ -381,17 +385,74 @@ parse_npy(ct_ctx *ctx, const char *path, const unsigned char *buf, size_t size, 
 
 /* ---- conversion ---- */
 
+/* "element 7 (row 1, column 3)": where flat element i of a is, for messages. */
+static void position_str(const npy_array *a, int64_t i, char *buf, size_t n) {
+    size_t at = 0;
+    int k = snprintf(buf, n, "element %lld", (long long)i);
+    if (a->ndim == 1) (void)snprintf(buf + k, n - (size_t)k, " (row %lld)", (long long)i);
+    if (a->ndim < 2) return;
+    int64_t inner = a->count / a->shape[0], rest = i % inner;
+    if (a->ndim == 2) {
+        (void)snprintf(buf + k, n - (size_t)k, " (row %lld, column %lld)", (long long)(i / inner),
+                       (long long)rest);
+        return;
+    }
+    at = (size_t)k;
+    at += (size_t)snprintf(buf + at, n - at, " (sample %lld, index [", (long long)(i / inner));
+    for (int32_t d = 1; d < a->ndim && at < n; d++) {
+        inner /= a->shape[d];
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", d > 1 ? ", " : "",
+                               (long long)(rest / inner));
+        rest %= inner;
+    }
+    if (at < n) (void)snprintf(buf + at, n - at, "])");
+}
+
+/* The failure for element i, whose value as stored is v (f8 beyond the f32 range: finite). */
+static ct_status
+nonfinite_error(ct_ctx *ctx, const char *path, const npy_array *a, int64_t i, double v) {
+    char pos[256], what[64];
+    position_str(a, i, pos, sizeof pos);
+    if (isnan(v))
+        (void)snprintf(what, sizeof what, "NaN");
+    else if (isinf(v))
+        (void)snprintf(what, sizeof what, "%s", v > 0 ? "inf" : "-inf");
+    else
+        (void)snprintf(what, sizeof what, "%g, beyond the f32 range (it would be %s)", v,
+                       v > 0 ? "inf" : "-inf");
+    return CT_FAIL(ctx, CT_ERR_FORMAT,
+                   "%s: offset %zu: %s is %s: expected finite values (key 'nonfinite': allow "
+                   "loads them as they are)",
+                   path, a->data_off + (size_t)i * a->itemsize, pos, what);
+}
+
+/* The first inf or NaN among n little-endian f4 at src, or -1 (src need not be aligned: the
+ * header length of a hand-made file can be anything). */
+static int64_t find_nonfinite_f4(const unsigned char *src, int64_t n) {
+    if ((uintptr_t)src % _Alignof(float) == 0)
+        return ct_data_find_nonfinite((const float *)(const void *)src, n);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(load_f(src + (size_t)i * 4, 4))) return i;
+    return -1;
+}
+
 /* Makes the array's data f32 in host order: in place when elements are 4 bytes, else into a new
- * buffer that replaces *buf (which is freed). *off is then the offset of the first element. */
+ * buffer that replaces *buf (which is freed). *off is then the offset of the first element.
+ * A float array with an inf or a NaN among its first `check` elements fails (and *buf stays
+ * the file's); check 0 checks nothing (nonfinite=allow). */
 static ct_status to_f32_array(ct_ctx *ctx,
                               const char *path,
                               const npy_array *a,
+                              int64_t check,
                               unsigned char **buf,
                               size_t *buf_size,
                               size_t *off) {
     size_t n = (size_t)a->count;
     const unsigned char *src = *buf + a->data_off;
+    if (a->kind != 'f') check = 0;
     if (a->kind == 'f' && a->itemsize == 4 && host_is_little_endian()) {
+        int64_t bad = find_nonfinite_f4(src, check);
+        if (bad >= 0) return nonfinite_error(ctx, path, a, bad, load_f(src + (size_t)bad * 4, 4));
         *off = a->data_off;
         return CT_OK;
     }
@@ -403,11 +464,23 @@ static ct_status to_f32_array(ct_ctx *ctx,
         dst = fresh;
     }
     /* in place, each element is read before its own 4 bytes are written */
+    int64_t bad = -1;
+    double bad_v = 0.0;
     for (size_t i = 0; i < n; i++) {
         const unsigned char *p = src + i * a->itemsize;
-        float f = a->kind == 'f' ? to_f32(load_f(p, a->itemsize))
-                                 : (float)load_i(p, a->kind, a->itemsize);
+        float f;
+        if (a->kind == 'f') {
+            double v = load_f(p, a->itemsize);
+            f = to_f32(v);
+            if ((int64_t)i < check && bad < 0 && !isfinite(f)) bad = (int64_t)i, bad_v = v;
+        } else {
+            f = (float)load_i(p, a->kind, a->itemsize);
+        }
         memcpy(dst + i * 4, &f, 4);
+    }
+    if (bad >= 0) {
+        ct_free(ctx, fresh, n * 4);
+        return nonfinite_error(ctx, path, a, bad, bad_v);
     }
     if (fresh) {
         ct_free(ctx, *buf, *buf_size);
@@ -497,12 +570,20 @@ check_labels(ct_ctx *ctx, const char *path, const npy_array *a, const char *x_pa
     return CT_OK;
 }
 
-static ct_status
-npy_load(ct_ctx *ctx, npy_ds *d, const char *x_path, const char *y_path, ct_dataset_info *info) {
+static ct_status npy_load(ct_ctx *ctx,
+                          npy_ds *d,
+                          const char *x_path,
+                          const char *y_path,
+                          bool allow,
+                          int64_t limit,
+                          ct_dataset_info *info) {
     npy_array xa, ya;
     CT_TRY(ct_data_read_file(ctx, x_path, NPY_MAX_BYTES, &d->x_buf, &d->x_buf_size));
     CT_TRY(parse_npy(ctx, x_path, d->x_buf, d->x_buf_size, &xa));
     CT_TRY(check_features(ctx, x_path, &xa));
+    /* the values of the samples in use (limit) are checked, unless allowed */
+    int64_t rows = limit > 0 && limit < xa.shape[0] ? limit : xa.shape[0];
+    int64_t x_check = allow ? 0 : rows * (xa.count / xa.shape[0]);
     if (!y_path) { /* unlabelled features (prediction): every target is class 0 */
         info->n = xa.shape[0];
         info->x_ndim = xa.ndim - 1;
@@ -512,7 +593,7 @@ npy_load(ct_ctx *ctx, npy_ds *d, const char *x_path, const char *y_path, ct_data
         if (xa.kind == 'u')
             d->x_off = xa.data_off;
         else
-            CT_TRY(to_f32_array(ctx, x_path, &xa, &d->x_buf, &d->x_buf_size, &d->x_off));
+            CT_TRY(to_f32_array(ctx, x_path, &xa, x_check, &d->x_buf, &d->x_buf_size, &d->x_off));
         info->y_dtype = CT_I64;
         d->x_bytes = ct_data_sample_bytes(info->x_dtype, info->x_ndim, info->x_shape);
         d->y_bytes = sizeof(int64_t);
@@ -531,13 +612,14 @@ npy_load(ct_ctx *ctx, npy_ds *d, const char *x_path, const char *y_path, ct_data
         d->x_off = xa.data_off;
     } else {
         info->x_dtype = CT_F32;
-        CT_TRY(to_f32_array(ctx, x_path, &xa, &d->x_buf, &d->x_buf_size, &d->x_off));
+        CT_TRY(to_f32_array(ctx, x_path, &xa, x_check, &d->x_buf, &d->x_buf_size, &d->x_off));
     }
     if (ya.kind == 'f') {
         info->y_dtype = CT_F32;
         info->y_ndim = ya.ndim - 1;
         if (ya.ndim == 2) info->y_shape[0] = ya.shape[1];
-        CT_TRY(to_f32_array(ctx, y_path, &ya, &d->y_buf, &d->y_buf_size, &d->y_off));
+        int64_t y_check = allow ? 0 : rows * (ya.count / ya.shape[0]);
+        CT_TRY(to_f32_array(ctx, y_path, &ya, y_check, &d->y_buf, &d->y_buf_size, &d->y_off));
     } else {
         info->y_dtype = CT_I64;
         info->y_ndim = 0;
@@ -550,23 +632,25 @@ npy_load(ct_ctx *ctx, npy_ds *d, const char *x_path, const char *y_path, ct_data
 }
 
 /* The option keys (ct_dataset_type_keys). */
-const char *const ct_dataset_npy_keys[] = {"features", "labels", "limit", NULL};
+const char *const ct_dataset_npy_keys[] = {"features", "labels", "limit", "nonfinite", NULL};
 
 static ct_status npy_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
     const char *x_path, *y_path;
     int64_t limit;
+    bool allow;
     CT_TRY(ct_options_check(ctx, opts, ct_dataset_npy_keys));
     CT_TRY(ct_options_string(ctx, opts, "features", NULL, &x_path));
     CT_TRY(ct_options_string(ctx, opts, "labels", "", &y_path));
     if (!y_path[0]) y_path = NULL;
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
+    CT_TRY(ct_data_nonfinite_option(ctx, opts, &allow));
     if (!info) return CT_OK; /* npy_check: the options only */
     npy_ds *d = ct_alloc(ctx, sizeof *d);
     if (!d) return CT_FAIL(ctx, CT_ERR_OOM, "npy: allocating the dataset");
     memset(d, 0, sizeof *d);
     memset(info, 0, sizeof *info);
-    ct_status s = npy_load(ctx, d, x_path, y_path, info);
+    ct_status s = npy_load(ctx, d, x_path, y_path, allow, limit, info);
     if (s != CT_OK) {
         npy_close(ctx, d);
         memset(info, 0, sizeof *info);

@@ -275,11 +275,19 @@ static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const v
 
 /* ---- data ---- */
 
+/* Whether a built-in dataset type reads the `nonfinite` key (the types of float data). */
+static bool takes_nonfinite(const char *type) {
+    const char *const *keys = type ? ct_dataset_type_keys(type) : NULL;
+    for (; keys && *keys; keys++)
+        if (strcmp(*keys, "nonfinite") == 0) return true;
+    return false;
+}
+
 /* Opens a dataset's mapping, or (out NULL) only checks its options, before any data are read. */
 static ct_status open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_dataset **out) {
     static const char *const skip[] = {"type", "plugin", "symbol", NULL};
     ct_options o;
-    CT_TRY(to_options(e, map, skip, 0, &o));
+    CT_TRY(to_options(e, map, skip, 1, &o));
     if (ct_config_find(map, "plugin")) {
         const void *vt;
         CT_TRY(plugin_symbol(e, map, &vt));
@@ -287,6 +295,9 @@ static ct_status open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_datas
                    : ct_dataset_check_with(e->ctx, vt, &o);
     }
     const ct_cfg_node *type = ct_config_find(map, "type"); /* checked by check_dataset */
+    /* data.nonfinite, unless the dataset sets its own */
+    if (type && takes_nonfinite(type->value) && !ct_options_get(&o, "nonfinite"))
+        add_option(&o, "nonfinite", str_at(e, "data.nonfinite"));
     return out ? ct_dataset_open(e->ctx, type ? type->value : NULL, &o, out)
                : ct_dataset_check(e->ctx, type ? type->value : NULL, &o);
 }
@@ -2139,8 +2150,8 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
                        output);
     if (!ends_with(input, ".npy"))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: input '%s': expected a .npy array", input);
-    ct_option item = {"features", input};
-    ct_options o = {&item, 1, "predict: input"};
+    ct_option items[2] = {{"features", input}, {"nonfinite", str_at(e, "data.nonfinite")}};
+    ct_options o = {items, 2, "predict: input"};
     ct_dataset *ds = NULL;
     ct_loader *l = NULL;
     ct_graph *g = NULL;

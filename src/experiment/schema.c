@@ -55,6 +55,10 @@ static const ct_key_def k_schema[] = {
     {"data.shuffle", B, "true", 0, 0, NULL, 0,
      "Shuffle the training data each epoch (a permutation from the seed and the epoch)."},
     {"data.drop_last", B, "false", 0, 0, NULL, 0, "Drop a last partial training batch."},
+    {"data.nonfinite", E, "error", 0, 0, "error|allow", RES,
+     "An inf or NaN in float data (csv cells, npy float arrays, predict's input): `error` "
+     "refuses the file, naming it and the value's row and column; `allow` loads such values as "
+     "they are. A dataset's own `nonfinite` key overrides it."},
     {"data.prefetch", I, "2", 0, 64, NULL, RES, "Batches assembled ahead on a background thread."},
     {"data.transforms", L, "[]", 0, 0, NULL, 0,
      "Applied to every split, in order: `{type: scale, a: A, b: B}` (x*a+b) and "

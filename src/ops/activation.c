@@ -5,6 +5,11 @@
  * All share one forward/backward pair switching on the activation kind; backward recomputes
  * the derivative from the saved input (or output, for tanh and sigmoid) rather than storing
  * a second tensor.
+ *
+ * A NaN propagates as in PyTorch: every forward gives NaN for it. relu is PyTorch's
+ * clamp_min(x, 0) (`0 > x ? 0 : x`: NaN and -0 pass through, one max instruction per vector)
+ * and its backward is threshold_backward (`x <= 0 ? 0 : dy`), so a NaN input passes dy on;
+ * leaky_relu's backward scales dy by the slope there; the others' derivatives are NaN.
  */
 #include <math.h>
 
@@ -34,7 +39,7 @@ static float sigmoidf(float x) {
 static float act_fwd(act_kind k, float x, float slope) {
     switch (k) {
     case ACT_RELU:
-        return x > 0.0f ? x : 0.0f;
+        return 0.0f > x ? 0.0f : x;
     case ACT_LEAKY_RELU:
         return x > 0.0f ? x : x * slope;
     case ACT_GELU_ERF:
@@ -57,7 +62,7 @@ static float act_fwd(act_kind k, float x, float slope) {
 static float act_grad(act_kind k, float x, float y, float slope) {
     switch (k) {
     case ACT_RELU:
-        return x > 0.0f ? 1.0f : 0.0f;
+        return x <= 0.0f ? 0.0f : 1.0f;
     case ACT_LEAKY_RELU:
         return x > 0.0f ? 1.0f : slope;
     case ACT_GELU_ERF:
@@ -135,7 +140,7 @@ static void act_backward(ct_graph *g, ct_node *n) {
         return;
     }
     if (k == ACT_RELU) { /* a loop of its own, which vectorises (the switch below does not) */
-        CT_PAR_FOR(nt, i, total, dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;);
+        CT_PAR_FOR(nt, i, total, dx[i] += x[i] <= 0.0f ? 0.0f : dy[i];);
         return;
     }
     CT_OMP_FOR(nt)
@@ -163,7 +168,7 @@ static ct_tensor *activation(ct_graph *g, act_kind k, ct_tensor *x, float slope)
     if (k == ACT_GELU_ERF || k == ACT_GELU_TANH) {
         ct_ops_gelu_fwd(g, k == ACT_GELU_TANH ? CT_GELU_TANH : CT_GELU_ERF, xv, yv, total);
     } else if (k == ACT_RELU) {
-        CT_PAR_FOR(nt, i, total, yv[i] = xv[i] > 0.0f ? xv[i] : 0.0f;);
+        CT_PAR_FOR(nt, i, total, yv[i] = 0.0f > xv[i] ? 0.0f : xv[i];);
     } else {
         CT_OMP_FOR(nt)
         for (int64_t i = 0; i < total; i++)

@@ -411,6 +411,38 @@ verdict predict_writes_nothing "$(diff before.txt after.txt | head -n 6 | tr '\n
 expect predict_wrong_shape 2 'x3\.npy: samples of shape \[3\], but the model takes .*\[8\]' -- \
     bash -c "$(declare -f npy_f32); npy_f32 x3.npy 2 3; \"$ctrain\" predict tiny.yaml \
         --checkpoint latest --input x3.npy --output p3.csv ++output_dir=run"
+# a NaN in the input: refused with its place (exit 2) and no output written, unless
+# data.nonfinite=allow, when its row's probabilities are NaN
+npy_f32 xnan.npy 7 8
+nan_at=$((10 + $(od -An -tu2 -j 8 -N 2 xnan.npy | tr -d ' ') + (2 * 8 + 3) * 4))
+printf '\x00\x00\xc0\x7f' | dd of=xnan.npy bs=1 seek="$nan_at" conv=notrunc status=none
+expect predict_nonfinite_input 2 \
+    "xnan\.npy: offset $nan_at: element 19 \(row 2, column 3\) is NaN: expected finite values" -- \
+    "$ctrain" predict tiny.yaml --checkpoint latest --input xnan.npy --output pnan.csv \
+    ++output_dir=run
+verdict predict_nonfinite_writes_nothing "$(ls pnan.csv* 2>/dev/null)"
+if expect predict_nonfinite_allowed 0 -- "$ctrain" predict tiny.yaml --checkpoint latest \
+    --input xnan.npy --output pnan.csv ++output_dir=run ++data.nonfinite=allow; then
+    verdict predict_nonfinite_allowed_rows "$(awk -F, '($1 == 2) != ($3 ~ /nan/) { print }' \
+        pnan.csv | head -n 2)"
+fi
+# and in training data: fit stops at open, naming the file, the line and the column
+{
+    echo 'a,b,y'
+    for i in 1 2 3 4 5 6 7; do echo "$i,0.5,$((i % 2))"; done
+    echo '8,NaN,0'
+} >nan.csv
+cat >nan.yaml <<YAML
+data:
+  train: {type: csv, path: $work/nan.csv, target: y}
+model: {type: mlp, hidden: [4]}
+trainer: {max_epochs: 1}
+YAML
+expect fit_nonfinite_csv 2 "nan\.csv:9: column 2 \('b'\): 'NaN' is NaN: expected a finite number" \
+    -- "$ctrain" fit nan.yaml ++output_dir=nan_run "${quiet[@]}"
+# allowed, the NaN reaches the loss, and the trainer's own guard stops the run (exit 1)
+expect fit_nonfinite_csv_allowed 1 'non-finite loss' -- "$ctrain" fit nan.yaml \
+    ++output_dir=nan_run2 ++data.train.nonfinite=allow "${quiet[@]}"
 
 cat >reg.yaml <<'YAML'
 seed: 2

@@ -618,9 +618,16 @@ static void npy_should_load_every_supported_variant(void) {
     write_npy("yr.npy", 2, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", yr, sizeof yr,
               false);
     char p1[256], p2[256];
-    CT_CHECK_INT(
+    /* 1e300 is beyond the f32 range: refused by default, the inf it becomes with allow */
+    CHECK_FAILS(
+        ctx,
         OPEN(ctx, "npy", &ds, {"features", tpath(p1, "xd.npy")}, {"labels", tpath(p2, "yr.npy")}),
-        CT_OK);
+        CT_ERR_FORMAT, p1,
+        "offset 144: element 2 (row 0, column 2) is 1e+300, beyond the f32 range",
+        "'nonfinite': allow");
+    CT_CHECK_INT(OPEN(ctx, "npy", &ds, {"features", tpath(p1, "xd.npy")},
+                      {"labels", tpath(p2, "yr.npy")}, {"nonfinite", "allow"}),
+                 CT_OK);
     if (ds) {
         const ct_dataset_info *in = ct_dataset_info_of(ds);
         CT_CHECK(in->n == 3 && in->x_dtype == CT_F32 && in->x_ndim == 1 && in->x_shape[0] == 5);
@@ -806,6 +813,87 @@ static void npy_should_reject_malformed_headers(void) {
                 CT_ERR_FORMAT, p, "offset 0", "preamble", "(5 bytes)");
     free(buf);
     finish_ctx(ctx, &b);
+}
+
+/* inf and NaN in float features or targets fail the open by default, named by the file, the
+ * offset and the element's row and column (or sample and index); nonfinite=allow loads them as
+ * they are; limit leaves the samples it drops unchecked. */
+static void npy_should_refuse_nonfinite_values_unless_allowed(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    write_npy_ok();
+    char px[256], p[256], py[256];
+    tpath(px, "x.npy");
+    ct_dataset *ds = NULL;
+    float x2[12] = {0, 1, 2, 3, 4, 5, NAN, 7, 8, 9, 10, 11};
+    write_npy("xnan.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", x2,
+              sizeof x2, false);
+    CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", tpath(p, "xnan.npy")}), CT_ERR_FORMAT, p,
+                "offset 152: element 6 (row 1, column 2) is NaN: expected finite values",
+                "key 'nonfinite': allow");
+    CT_CHECK_INT(OPEN(ctx, "npy", &ds, {"features", p}, {"nonfinite", "allow"}), CT_OK);
+    if (ds) {
+        float x[4];
+        int64_t y;
+        CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
+        CT_CHECK(isnan(x[2]) && x[3] == 7.0f);
+    }
+    ct_dataset_destroy(ds);
+    ds = NULL;
+    CT_CHECK_INT(OPEN(ctx, "npy", &ds, {"features", p}, {"limit", "1"}), CT_OK);
+    ct_dataset_destroy(ds);
+    ds = NULL;
+    CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", p}, {"nonfinite", "no"}), CT_ERR_CONFIG,
+                "key 'nonfinite': expected error or allow, got 'no'");
+
+    /* (2, 2, 3): the sample and the index within it; f8 converted, -inf */
+    x2[6] = 6;
+    x2[10] = INFINITY;
+    write_npy("x3.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2, 3), }", x2,
+              sizeof x2, false);
+    CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", tpath(p, "x3.npy")}), CT_ERR_FORMAT, p,
+                "offset 168: element 10 (sample 1, index [1, 1]) is inf");
+    const double d3[3] = {1, 2, -INFINITY};
+    write_npy("xd1.npy", 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", d3,
+              sizeof d3, false);
+    CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", tpath(p, "xd1.npy")}), CT_ERR_FORMAT, p,
+                "offset 144: element 2 (row 2) is -inf");
+
+    /* regression targets, (N,) f4 and (N, k) f8 */
+    const float yf[4] = {0.5f, 1, 2, NAN};
+    write_npy("yf.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", yf,
+              sizeof yf, false);
+    CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", px}, {"labels", tpath(py, "yf.npy")}),
+                CT_ERR_FORMAT, py, "offset 140: element 3 (row 3) is NaN");
+    CT_CHECK_INT(OPEN(ctx, "npy", &ds, {"features", px}, {"labels", py}, {"limit", "3"}), CT_OK);
+    ct_dataset_destroy(ds);
+    ds = NULL;
+    const double yk[8] = {0, 1, 2, 3, 4, NAN, 6, 7};
+    write_npy("yk.npy", 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 2), }", yk,
+              sizeof yk, false);
+    CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", px}, {"labels", tpath(py, "yk.npy")}),
+                CT_ERR_FORMAT, py, "offset 168: element 5 (row 2, column 1) is NaN");
+
+    /* data at an offset that is not a multiple of 4 (a hand-made header) */
+    const char dict[] = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }";
+    size_t dl = sizeof dict - 1, hl = dl + 1;
+    while ((10 + hl) % 4 != 1)
+        hl++;
+    unsigned char buf[256];
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (unsigned char)hl;
+    buf[9] = 0;
+    memcpy(buf + 10, dict, dl);
+    memset(buf + 10 + dl, ' ', hl - dl - 1);
+    buf[10 + hl - 1] = '\n';
+    const float odd[4] = {1, 2, 3, -INFINITY};
+    memcpy(buf + 10 + hl, odd, sizeof odd);
+    write_file("odd.npy", buf, 10 + hl + sizeof odd, false);
+    char want[96];
+    (void)snprintf(want, sizeof want, "offset %zu: element 3 (row 1, column 1) is -inf",
+                   10 + hl + 12);
+    CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", tpath(p, "odd.npy")}), CT_ERR_FORMAT, p,
+                want);
+    ct_ctx_destroy(ctx);
 }
 
 static void npy_should_reject_bad_labels(void) {
@@ -994,6 +1082,7 @@ int main(void) {
     CT_RUN(npy_should_load_every_supported_variant);
     CT_RUN(npy_should_reject_malformed_headers);
     CT_RUN(npy_should_reject_bad_labels);
+    CT_RUN(npy_should_refuse_nonfinite_values_unless_allowed);
     CT_RUN(datasets_should_not_leak_when_allocations_fail);
     CT_RUN(registry_should_list_the_format_types);
     CT_RUN(idx_should_load_fashion_mnist_when_installed);

@@ -256,25 +256,26 @@ static void csv_should_report_bad_cells_with_line_and_column(void) {
     ct_dataset *ds = NULL;
     write_text("nan.csv", "age,y\n1,0\nabc,1\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
-    CHECK_ERR(ctx, "nan.csv:3: column 'age': expected a number, got 'abc'");
+    CHECK_ERR(ctx, "nan.csv:3: column 1 ('age'): expected a decimal number, got 'abc'");
     /* limit stops before the bad row */
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"limit", "1"}), CT_OK);
     ct_dataset_destroy(ds);
     write_text("trail.csv", "age,y\n1x,0\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
-    CHECK_ERR(ctx, "trail.csv:2: column 'age': expected a number, got '1x'");
+    CHECK_ERR(ctx, "trail.csv:2: column 1 ('age'): expected a decimal number, got '1x'");
     write_text("empty_cell.csv", "age,y\n,0\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
-    CHECK_ERR(ctx, "empty_cell.csv:2: column 'age': expected a number, got ''");
+    CHECK_ERR(ctx, "empty_cell.csv:2: column 1 ('age'): expected a decimal number, got ''");
     write_text("inf.csv", "age,y\ninf,0\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
     CHECK_ERR(ctx, "expected a finite number");
     write_text("neg.csv", "age,y\n1,0\n2,-1\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
-    CHECK_ERR(ctx, "neg.csv:3: column 'y': expected a class index (an integer >= 0), got '-1'");
+    CHECK_ERR(ctx, "neg.csv:3: column 2 ('y'): expected a class index (an integer >= 0), got '-1'");
     write_text("frac.csv", "age,y\n1,1.5\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
-    CHECK_ERR(ctx, "frac.csv:2: column 'y': expected a class index (an integer >= 0), got '1.5'");
+    CHECK_ERR(ctx,
+              "frac.csv:2: column 2 ('y'): expected a class index (an integer >= 0), got '1.5'");
     /* ...which is fine as a regression target */
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"task", "regression"}),
                  CT_OK);
@@ -284,6 +285,154 @@ static void csv_should_report_bad_cells_with_line_and_column(void) {
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"features", "age"}),
                  CT_OK);
     ct_dataset_destroy(ds);
+    ct_ctx_destroy(ctx);
+}
+
+/* Numbers are decimal: strtod's hexadecimal forms and other spellings fail with the line and
+ * the column; decimal exponents stay fine. */
+static void csv_should_refuse_numbers_that_are_not_decimal(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    char path[256], want[160];
+    ct_dataset *ds = NULL;
+    const char *bad[] = {"0x10",  "0X1p3", "-0x1.8p1", "1e",      "1e+", ".",   "+",
+                         "1.2.3", "1_000", "nan(1)",   "infinit", "0x",  "1 2", "--1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[96];
+        (void)snprintf(text, sizeof text, "a,b,y\n1,2,0\n3,%s,1\n", bad[i]);
+        write_text("hex.csv", text, path, sizeof path);
+        CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
+        (void)snprintf(want, sizeof want,
+                       "hex.csv:3: column 2 ('b'): expected a decimal number, got '%s'", bad[i]);
+        CHECK_ERR(ctx, want);
+        /* not a non-finite value either: allow does not let it through */
+        CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"nonfinite", "allow"}),
+                     CT_ERR_FORMAT);
+    }
+    write_text("dec.csv", "a,b,y\n1e5,-2.5E-3,0\n+.5,7.,1\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_OK);
+    if (ds) {
+        float x[2];
+        int64_t y;
+        CT_CHECK_INT(ct_dataset_get(ds, 0, x, &y), CT_OK);
+        CT_CHECK(x[0] == 1e5f && x[1] == -2.5e-3f);
+        CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
+        CT_CHECK(x[0] == 0.5f && x[1] == 7.0f);
+    }
+    ct_dataset_destroy(ds);
+    ct_ctx_destroy(ctx);
+}
+
+/* inf, NaN and values beyond the f32 range fail by default, naming the line, the column and
+ * the option; nonfinite=allow loads them as they are. */
+static void csv_should_refuse_nonfinite_values_unless_allowed(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    char path[256], want[200];
+    ct_dataset *ds = NULL;
+    const char *cells[] = {"nan", "NaN", "-inf", "Infinity", "+INF", "1e39", "-4e38"};
+    const char *what[] = {"NaN",
+                          "NaN",
+                          "-inf",
+                          "inf",
+                          "inf",
+                          "beyond the f32 range (inf)",
+                          "beyond the f32 range (-inf)"};
+    for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
+        char text[96];
+        (void)snprintf(text, sizeof text, "a,b,y\n1,2,0\n3,%s,1\n", cells[i]);
+        write_text("nf.csv", text, path, sizeof path);
+        CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
+        (void)snprintf(want, sizeof want, "nf.csv:3: column 2 ('b'): '%s' is %s: expected a finite",
+                       cells[i], what[i]);
+        CHECK_ERR(ctx, want);
+        CHECK_ERR(ctx, "key 'nonfinite': allow");
+        CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"nonfinite", "allow"}),
+                     CT_OK);
+        if (ds) {
+            float x[2];
+            int64_t y;
+            CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
+            bool ok = i < 2 ? isnan(x[1])
+                            : isinf(x[1]) && (x[1] < 0) == (strstr(what[i], "-inf") != NULL);
+            CT_CHECK_MSG(ok, "'%s' loaded as %g", cells[i], (double)x[1]);
+            CT_CHECK(x[0] == 3.0f && y == 1);
+        }
+        ct_dataset_destroy(ds);
+        ds = NULL;
+    }
+    /* a regression target, a target file and the statistics file follow the same policy */
+    write_text("nfy.csv", "a,y\n1,0.5\n2,nan\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"task", "regression"}),
+                 CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "nfy.csv:3: column 2 ('y'): 'nan' is NaN");
+    char xp[256], sp[256];
+    write_text("nfx.csv", "a\n1\n2\n", xp, sizeof xp);
+    write_text("nft.csv", "y\n0.5\ninf\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target_path", path}, {"task", "regression"}),
+                 CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "nft.csv:3: column 1 ('y'): 'inf' is inf");
+    write_text("nfs.csv", "a,y\nnan,0\n", sp, sizeof sp);
+    write_text("nfm.csv", "a,y\n1,0\n2,1\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"standardize", "true"},
+                      {"stats_from", sp}),
+                 CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "nfs.csv:2: column 1 ('a'): 'nan' is NaN");
+    /* limit stops before the value; a column not in use may hold anything */
+    write_text("nfl.csv", "name,a,y\nnan,1,0\nx,nan,1\n", path, sizeof path);
+    CT_CHECK_INT(
+        OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"features", "a"}, {"limit", "1"}),
+        CT_OK);
+    ct_dataset_destroy(ds);
+    ds = NULL;
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"nonfinite", "maybe"}),
+                 CT_ERR_CONFIG);
+    CHECK_ERR(ctx, "test: key 'nonfinite': expected error or allow, got 'maybe'");
+    ct_ctx_destroy(ctx);
+}
+
+/* Two columns of one name make a name ambiguous, wherever they are used: the header fails,
+ * naming both columns. */
+static void csv_should_refuse_duplicate_column_names(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    char path[256];
+    ct_dataset *ds = NULL;
+    write_text("dup.csv", "b,a,c,a,b\n1,2,3,4,0\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "c"}, {"features", "b"}),
+                 CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "dup.csv:1: columns 2 and 4 are both named 'a': expected unique column names");
+    /* the header's line, after blank lines; spaces around a name do not make it another */
+    write_text("dup2.csv", "\n\nx, y ,y\n1,2,0\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "x"}), CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "dup2.csv:3: columns 2 and 3 are both named 'y'");
+    /* without a header the columns are numbered, never repeated */
+    write_text("nohdr.csv", "1,1,0\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "2"}, {"header", "false"}),
+                 CT_OK);
+    ct_dataset_destroy(ds);
+    ct_ctx_destroy(ctx);
+}
+
+/* A NUL byte is reported as one, with its line, cell and offset, not as a cell cut short. */
+static void csv_should_report_a_nul_byte(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    char path[256];
+    ct_dataset *ds = NULL;
+    const char text[] = "a,b,y\n1,2,0\n3,4\0005,1\n";
+    write_file("nul.csv", text, sizeof text - 1, path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "nul.csv:3: NUL byte in column 2 (byte offset 15)");
+    /* in a header, and in a column not in use */
+    const char head[] = "a,b\000x,y\n1,2,0\n";
+    write_file("nulh.csv", head, sizeof head - 1, path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"features", "a"}),
+                 CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "nulh.csv:1: NUL byte in column 2 (byte offset 3)");
+    /* cells separated by runs of spaces */
+    const char ws[] = "  1   2  0\n 3  \000 4  1\n";
+    write_file("nulw.txt", ws, sizeof ws - 1, path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "2"}, {"header", "false"},
+                      {"delimiter", "space"}),
+                 CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "nulw.txt:2: NUL byte in column 2 (byte offset 15)");
     ct_ctx_destroy(ctx);
 }
 
@@ -714,7 +863,8 @@ static void options_should_reject_unknown_keys_and_bad_values(void) {
     CHECK_ERR(ctx, "unknown key 'targte' (did you mean 'target'?)");
     /* the same keys, for checking a configuration before any file is opened */
     const char *const *keys = ct_dataset_type_keys("csv");
-    CT_CHECK(keys && !strcmp(keys[0], "path") && !strcmp(keys[9], "target_path") && !keys[10]);
+    CT_CHECK(keys && !strcmp(keys[0], "path") && !strcmp(keys[9], "target_path") &&
+             !strcmp(keys[10], "nonfinite") && !keys[11]);
     CT_CHECK(ct_dataset_type_keys("tokens") && !strcmp(ct_dataset_type_keys("tokens")[3], "vocab"));
     CT_CHECK(ct_dataset_type_keys("csvv") == NULL && ct_dataset_type_keys(NULL) == NULL);
     CHECK_ERR(ctx, "known: path, features, target, task, delimiter, standardize, stats_from");
@@ -1003,6 +1153,10 @@ int main(void) {
     CT_RUN(csv_should_handle_crlf_blank_lines_and_delimiters);
     CT_RUN(csv_should_report_the_line_of_a_wrong_cell_count);
     CT_RUN(csv_should_report_bad_cells_with_line_and_column);
+    CT_RUN(csv_should_refuse_numbers_that_are_not_decimal);
+    CT_RUN(csv_should_refuse_nonfinite_values_unless_allowed);
+    CT_RUN(csv_should_refuse_duplicate_column_names);
+    CT_RUN(csv_should_report_a_nul_byte);
     CT_RUN(csv_should_list_the_columns_for_an_unknown_name);
     CT_RUN(csv_should_reject_empty_missing_and_quoted_files);
     CT_RUN(csv_should_read_headerless_space_separated_files_with_separate_targets);

@@ -402,6 +402,103 @@ static void ops_should_reject_unallocated_parameters_and_overflowing_sizes(void)
     ct_ctx_destroy(ctx);
 }
 
+/* A NaN goes through every activation as through PyTorch's: relu, leaky_relu, gelu, silu, tanh
+ * and sigmoid give NaN for it, never a number. Backward follows PyTorch's rules at a NaN input:
+ * relu's threshold_backward (x <= 0 ? 0 : dy) passes dy, leaky_relu's (x > 0 ? dy : dy * slope)
+ * scales it, and the others' derivatives are NaN. 64 elements with NaNs inside the vectorised
+ * body, on the fast and the reference kernels and on two threads. */
+static void activations_should_propagate_nan_as_pytorch_does(void) {
+    enum { N = 64, KINDS = 7 };
+    const int64_t nan_at[] = {5, 33, 63};
+    for (int run = 0; run < 3; run++) {
+        ct_ctx *ctx = new_ctx(run == 1 ? 2 : 1, run == 2, NULL);
+        for (int k = 0; k < KINDS; k++) {
+            ct_graph *g;
+            ct_graph_create(ctx, NULL, &g);
+            float xv[N], seed[N];
+            for (int64_t i = 0; i < N; i++) {
+                xv[i] = (float)(i - N / 2) / 8.0f;
+                seed[i] = 3.0f;
+            }
+            for (size_t j = 0; j < sizeof nan_at / sizeof nan_at[0]; j++)
+                xv[nan_at[j]] = NAN;
+            ct_tensor *x = ct_graph_wrap(g, xv, CT_F32, 1, (int64_t[]){N});
+            x->flags |= CT_TENSOR_REQUIRES_GRAD;
+            const float slope = 0.25f;
+            ct_tensor *y = k == 0   ? ct_op_relu(g, x)
+                           : k == 1 ? ct_op_leaky_relu(g, x, slope)
+                           : k == 2 ? ct_op_gelu(g, x, CT_GELU_ERF)
+                           : k == 3 ? ct_op_gelu(g, x, CT_GELU_TANH)
+                           : k == 4 ? ct_op_silu(g, x)
+                           : k == 5 ? ct_op_tanh(g, x)
+                                    : ct_op_sigmoid(g, x);
+            CT_CHECK(y != NULL);
+            if (!y) {
+                ct_graph_destroy(g);
+                continue;
+            }
+            CT_CHECK_INT(ct_graph_backward_seed(g, y, seed), CT_OK);
+            const float *yv = y->data, *dx = x->grad;
+            int64_t nans = 0;
+            for (int64_t i = 0; i < N; i++)
+                nans += isnan(yv[i]) ? 1 : 0;
+            CT_CHECK_MSG(nans == 3, "run %d, activation %d: %lld NaN outputs, expected 3", run, k,
+                         (long long)nans);
+            for (size_t j = 0; j < sizeof nan_at / sizeof nan_at[0] && dx; j++) {
+                int64_t i = nan_at[j];
+                CT_CHECK_MSG(isnan(yv[i]), "run %d, activation %d: y[%lld] = %g for NaN", run, k,
+                             (long long)i, (double)yv[i]);
+                if (k == 0)
+                    CT_CHECK_MSG(dx[i] == 3.0f, "run %d: relu dx[%lld] = %g, expected dy 3", run,
+                                 (long long)i, (double)dx[i]);
+                else if (k == 1)
+                    CT_CHECK_MSG(dx[i] == 3.0f * slope, "run %d: leaky_relu dx[%lld] = %g", run,
+                                 (long long)i, (double)dx[i]);
+                else
+                    CT_CHECK_MSG(isnan(dx[i]), "run %d, activation %d: dx[%lld] = %g, expected NaN",
+                                 run, k, (long long)i, (double)dx[i]);
+            }
+            /* the numbers around them are unchanged: relu(-0.5) = 0, relu(0) = 0 with dx 0 */
+            if (k == 0) {
+                CT_CHECK(yv[N / 2 - 4] == 0.0f && !signbit(yv[N / 2 - 4]) && yv[N / 2] == 0.0f);
+                CT_CHECK(yv[N / 2 + 4] == 0.5f && dx && dx[N / 2] == 0.0f && dx[N / 2 + 4] == 3.0f);
+            }
+            ct_graph_destroy(g);
+        }
+        ct_ctx_destroy(ctx);
+    }
+}
+
+/* gelu_linear propagates a NaN in x to every output of its row, and to its gradient, through
+ * BLAS and through the reference gemm alike. */
+static void gelu_linear_should_propagate_nan(void) {
+    for (int reference = 0; reference < 2; reference++) {
+        ct_ctx *ctx = new_ctx(reference ? 1 : 2, reference, NULL);
+        ct_graph *g;
+        ct_graph_create(ctx, NULL, &g);
+        ct_tensor *x = filled(g, 2, (int64_t[]){3, 8}, 1), *w = filled(g, 2, (int64_t[]){4, 8}, 2);
+        ((float *)x->data)[8 + 2] = NAN; /* row 1 */
+        x->flags |= CT_TENSOR_REQUIRES_GRAD;
+        w->flags |= CT_TENSOR_REQUIRES_GRAD;
+        ct_tensor *y = ct_op_gelu_linear(g, x, CT_GELU_ERF, w, NULL);
+        CT_CHECK(y != NULL);
+        float seed[12];
+        for (int i = 0; i < 12; i++)
+            seed[i] = 1.0f;
+        CT_CHECK(y && ct_graph_backward_seed(g, y, seed) == CT_OK);
+        for (int64_t i = 0; y && i < 12; i++)
+            CT_CHECK_MSG(!isnan(((float *)y->data)[i]) == (i / 4 != 1), "kernels %d: y[%lld] = %g",
+                         reference, (long long)i, (double)((float *)y->data)[i]);
+        if (x->grad) CT_CHECK(isnan(((float *)x->grad)[8 + 2]) && !isnan(((float *)x->grad)[0]));
+        /* dW [out, in] reads column 2 of gelu(x) only at column 2 */
+        for (int64_t i = 0; w->grad && i < 32; i++)
+            CT_CHECK_MSG(!isnan(((float *)w->grad)[i]) == (i % 8 != 2), "kernels %d: dw[%lld] = %g",
+                         reference, (long long)i, (double)((float *)w->grad)[i]);
+        ct_graph_destroy(g);
+        ct_ctx_destroy(ctx);
+    }
+}
+
 int main(void) {
     CT_RUN(backward_twice_should_add_each_loss_once);
     CT_RUN(outside_leaf_gradient_should_not_outlive_the_step);
@@ -414,5 +511,7 @@ int main(void) {
     CT_RUN(training_step_should_not_allocate_after_the_first);
     CT_RUN(no_grad_mode_should_record_nothing);
     CT_RUN(gradients_should_accumulate_until_zeroed);
+    CT_RUN(activations_should_propagate_nan_as_pytorch_does);
+    CT_RUN(gelu_linear_should_propagate_nan);
     return ct_test_finish();
 }

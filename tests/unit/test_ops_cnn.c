@@ -70,8 +70,9 @@ static void conv_run_free(conv_run *r) {
     free(r->db);
 }
 
-/* Forward and backward (seeded with a fixed random dy) of one case; 1 on success. */
-static int run_conv(ct_ctx *ctx, const conv_case *cc, conv_run *r) {
+/* Forward and backward (seeded with a fixed random dy) of one case, with x[nan_at] a NaN
+ * (none when -1); 1 on success. */
+static int run_conv_nan(ct_ctx *ctx, const conv_case *cc, int64_t nan_at, conv_run *r) {
     memset(r, 0, sizeof *r);
     int64_t xs[4] = {cc->n, cc->c, cc->h, cc->w};
     int64_t ws[4] = {cc->o, cc->c / cc->groups, cc->kh, cc->kw};
@@ -81,6 +82,7 @@ static int run_conv(ct_ctx *ctx, const conv_case *cc, conv_run *r) {
     float *x = rand_array(r->nx, 1, -1.0f, 1.0f);
     float *w = rand_array(r->nw, 2, -0.5f, 0.5f);
     float *b = rand_array(r->nb, 3, -0.5f, 0.5f);
+    if (nan_at >= 0 && nan_at < r->nx) x[nan_at] = NAN;
     ct_graph *g = make_graph(ctx);
     ct_conv2d_params p = ct_conv2d_default_params();
     for (int i = 0; i < 2; i++) {
@@ -113,6 +115,10 @@ static int run_conv(ct_ctx *ctx, const conv_case *cc, conv_run *r) {
     return ok;
 }
 
+static int run_conv(ct_ctx *ctx, const conv_case *cc, conv_run *r) {
+    return run_conv_nan(ctx, cc, -1, r);
+}
+
 static const conv_case conv_cases[] = {
     {"3x3 pad 1", 2, 3, 8, 7, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},
     {"stride 2, pad (1,2), 3x2", 3, 2, 9, 8, 5, 3, 2, {2, 2}, {1, 2}, {1, 1}, 1, true},
@@ -140,6 +146,44 @@ static void conv2d_should_match_reference_twin(void) {
             CT_CHECK_ARRAYS(cc->name, a.dx, b.dx, a.nx, 1e-4, 1e-4);
             CT_CHECK_ARRAYS(cc->name, a.dw, b.dw, a.nw, 1e-4, 1e-4);
             if (cc->bias) CT_CHECK_ARRAYS(cc->name, a.db, b.db, a.nb, 1e-4, 1e-4);
+        }
+        conv_run_free(&a);
+        conv_run_free(&b);
+    }
+    ct_ctx_destroy(fast);
+    ct_ctx_destroy(ref);
+}
+
+/* got and ref hold NaN at the same places and agree elsewhere; the first difference is named. */
+static void check_same_nans(const char *what, const float *got, const float *ref, int64_t n) {
+    int64_t bad = -1, nans = 0;
+    for (int64_t i = 0; i < n && bad < 0; i++) {
+        nans += isnan(ref[i]) ? 1 : 0;
+        if (!isnan(got[i]) != !isnan(ref[i]) ||
+            (!isnan(ref[i]) &&
+             !(fabs((double)got[i] - (double)ref[i]) <= 1e-4 + 1e-4 * fabs((double)ref[i]))))
+            bad = i;
+    }
+    CT_CHECK_MSG(bad < 0, "%s: index %lld: got %g, reference %g", what, (long long)bad,
+                 bad < 0 ? 0.0 : (double)got[bad], bad < 0 ? 0.0 : (double)ref[bad]);
+    CT_CHECK_MSG(nans > 0, "%s: the NaN did not reach the output", what);
+}
+
+/* A NaN in x reaches the same outputs and gradients through the im2col + BLAS path as through
+ * the reference twin (padding contributes zeros, never a NaN). */
+static void conv2d_should_match_reference_twin_on_nan(void) {
+    ct_ctx *fast = make_ctx(2, 0), *ref = make_ctx(1, 1);
+    for (size_t i = 0; i < 5; i++) {
+        const conv_case *cc = &conv_cases[i];
+        conv_run a, b;
+        int64_t at = ((1 * cc->c + 1) * cc->h + 2) * cc->w + 2; /* in some window of each */
+        int ok_a = run_conv_nan(fast, cc, at, &a), ok_b = run_conv_nan(ref, cc, at, &b);
+        CT_CHECK_MSG(ok_a && ok_b, "%s", cc->name);
+        if (ok_a && ok_b) {
+            check_same_nans(cc->name, a.y, b.y, a.ny);
+            check_same_nans(cc->name, a.dw, b.dw, a.nw);
+            if (cc->bias) CT_CHECK_ARRAYS(cc->name, a.db, b.db, a.nb, 1e-4, 1e-4);
+            CT_CHECK_ARRAYS(cc->name, a.dx, b.dx, a.nx, 1e-4, 1e-4); /* W and dy only */
         }
         conv_run_free(&a);
         conv_run_free(&b);
@@ -368,6 +412,35 @@ static void max_pool2d_should_route_ties_to_the_first_maximum(void) {
     if (x2->grad) {
         float expect[8] = {1, 0, 0, 0, 0, 0, 0, 10};
         CT_CHECK_ARRAYS("2x2 ties and NaN", x2->grad, expect, 8, 0.0, 0.0);
+    }
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+}
+
+/* The general window loop (kernel 3, stride 1, padding 1) follows PyTorch's CPU rule too: a
+ * window holding a NaN gives NaN, and its gradient goes to the window's last NaN. */
+static void max_pool2d_should_propagate_nan_through_padded_windows(void) {
+    ct_ctx *ctx = make_ctx(1, 0);
+    ct_graph *g = make_graph(ctx);
+    float v[9] = {1, NAN, 2, 3, 4, NAN, 5, 6, 7};
+    ct_tensor *x = leaf(g, v, 4, (int64_t[]){1, 1, 3, 3});
+    ct_pool2d_params p = {{3, 3}, {1, 1}, {1, 1}};
+    ct_tensor *y = ct_op_max_pool2d(g, x, &p);
+    CT_CHECK(y && y->shape[2] == 3 && y->shape[3] == 3);
+    float seed[9] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    CT_CHECK(y && ct_graph_backward_seed(g, y, seed) == CT_OK);
+    for (int64_t i = 0; y && i < 9; i++) {
+        float got = ((float *)y->data)[i];
+        if (i == 6)
+            CT_CHECK_MSG(got == 6.0f, "y[6] = %g, expected 6 (the only window without a NaN)",
+                         (double)got);
+        else
+            CT_CHECK_MSG(isnan(got), "y[%lld] = %g, expected NaN", (long long)i, (double)got);
+    }
+    if (x->grad) {
+        /* windows (0,0) and (1,0) end at the NaN at 1, the other NaN windows at the one at 5 */
+        float expect[9] = {0, 1 + 8, 0, 0, 0, 2 + 4 + 16 + 32 + 128 + 256, 0, 64, 0};
+        CT_CHECK_ARRAYS("padded windows with NaN", x->grad, expect, 9, 0.0, 0.0);
     }
     ct_graph_destroy(g);
     ct_ctx_destroy(ctx);
@@ -670,10 +743,12 @@ static void cnn_ops_should_fail_cleanly_when_allocation_fails(void) {
 
 int main(void) {
     CT_RUN(conv2d_should_match_reference_twin);
+    CT_RUN(conv2d_should_match_reference_twin_on_nan);
     CT_RUN(conv2d_should_compute_known_values);
     CT_RUN(cnn_ops_should_give_same_bits_for_any_thread_count);
     CT_RUN(pools_should_compute_known_windows);
     CT_RUN(max_pool2d_should_route_ties_to_the_first_maximum);
+    CT_RUN(max_pool2d_should_propagate_nan_through_padded_windows);
     CT_RUN(batch_norm_should_update_running_stats_in_training);
     CT_RUN(batch_norm_should_use_batch_stats_over_n_h_w);
     CT_RUN(conv2d_should_reject_bad_arguments);
