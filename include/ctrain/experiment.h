@@ -101,6 +101,11 @@ typedef struct ct_experiment_params {
        of every split, the trainer averages gradients and reduces metrics over them, and only
        rank 0 writes into the run directory (docs/distributed.md). */
     ct_comm *comm;
+    /* Asked with callbacks.user while fit writes a report (ct_report_params.cancelled): true
+       stops that report, which is then not written (the command line: a signal arrived). The
+       report that ends a run a callback interrupted is not asked: it is the picture of what
+       ran. NULL = never. */
+    bool (*report_cancelled)(void *user);
 } ct_experiment_params;
 
 CT_API ct_experiment_params ct_experiment_default_params(void);

@@ -43,6 +43,12 @@ static void on_signal(int sig) {
     g_signal = sig;
 }
 
+/* A report stops once a signal has come (ct_report_params.cancelled). */
+static bool signalled(void *user) {
+    (void)user;
+    return g_signal != 0;
+}
+
 /* The one thread that takes SIGINT and SIGTERM during fit; it does nothing else. */
 static void *signal_thread(void *arg) {
     (void)arg;
@@ -779,6 +785,7 @@ static int cmd_fit(int argc, char **argv) {
     ep.callbacks.on_eval_end = on_eval_end;
     ep.callbacks.on_epoch_end = on_epoch_end;
     ep.callbacks.on_fit_start = on_fit_start;
+    ep.report_cancelled = signalled;
     st = ct_experiment_create(ctx, cfg, &ep, &e);
     if (st != CT_OK) {
         rc = rank_fail(&s, ctx, setup_code(st));
@@ -1082,10 +1089,23 @@ static int cmd_report(int argc, char **argv) {
     session s;
     ct_ctx *ctx;
     if (open_session(&s, &ctx) != 0) return EXIT_RUN_FAILED;
+    /* SIGINT and SIGTERM stop the report between plots, leaving no file (a second one ends
+       the process at once) */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    (void)sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGTERM, &sa, NULL);
+    rp.cancelled = signalled;
     int64_t points = 0;
     ct_status st = ct_report_write(ctx, dir, &rp, &points);
     int rc = 0;
-    if (st != CT_OK)
+    if (st == CT_STOP) {
+        rc = g_signal == SIGINT ? EXIT_SIGINT : EXIT_SIGTERM;
+        (void)fprintf(stderr, "ctrain report: stopped by %s; nothing written\n",
+                      g_signal == SIGINT ? "SIGINT" : "SIGTERM");
+    } else if (st != CT_OK)
         rc = fail(ctx, st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE);
     else
         (void)fprintf(stderr, "ctrain report: %s (%lld values)\n",
