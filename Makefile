@@ -4,12 +4,13 @@
 #               ASan+UBSan build (clang, -Werror) + every test, a build without OpenMP + every
 #               test, the MPI tests again against MPICH, the loader under ThreadSanitizer,
 #               clang-format check, 20 s fuzzing of the
-#               config parser and of the checkpoint reader
-#   make fuzz-config, make fuzz-checkpoint   libFuzzer for FUZZ_SECONDS (60) in build-fuzz
+#               config parser, of the checkpoint reader and of the report
+#   make fuzz-config, make fuzz-checkpoint, make fuzz-report   libFuzzer for FUZZ_SECONDS (60)
+#               in build-fuzz
 JOBS ?= 2
 
 .PHONY: all deps build demo test test-release test-asan test-noomp test-mpich test-tsan test-fuzz \
-	fuzz-config fuzz-checkpoint format-check bench bench-pytorch clean
+	fuzz-config fuzz-checkpoint fuzz-report format-check bench bench-pytorch clean
 
 all: build
 
@@ -64,6 +65,8 @@ test-tsan:
 #                    seeds tests/fuzz/corpus)
 #   fuzz-checkpoint  the checkpoint reader: safetensors, state.json, checksummed damage
 #                    (tests/fuzz/fuzz_checkpoint.c, seeds tests/fuzz/corpus_checkpoint)
+#   fuzz-report      the run report over any metrics.jsonl: it ends, its page is bounded
+#                    (tests/fuzz/fuzz_report.c, seeds tests/fuzz/corpus_report)
 # A crash is saved as build-fuzz/artifacts-NAME/crash-* (reproduce:
 # ./build-fuzz/tests/fuzz/fuzz_NAME FILE). Longer runs: `make fuzz-config FUZZ_SECONDS=3600`,
 # or to keep growing the corpus a run left (a later make starts again from the seeds):
@@ -72,8 +75,9 @@ FUZZ_SECONDS ?= 60
 FUZZ_FLAGS ?= -max_len=4096 -timeout=10 -rss_limit_mb=2048
 CORPUS_config = tests/fuzz/corpus
 CORPUS_checkpoint = tests/fuzz/corpus_checkpoint
+CORPUS_report = tests/fuzz/corpus_report
 
-fuzz-config fuzz-checkpoint: fuzz-%:
+fuzz-config fuzz-checkpoint fuzz-report: fuzz-%:
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
 		-DCT_SANITIZE=ON -DCT_FUZZ=ON
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_$*
@@ -87,6 +91,7 @@ fuzz-config fuzz-checkpoint: fuzz-%:
 test-fuzz:
 	$(MAKE) fuzz-config FUZZ_SECONDS=20
 	$(MAKE) fuzz-checkpoint FUZZ_SECONDS=20
+	$(MAKE) fuzz-report FUZZ_SECONDS=20
 
 format-check:
 	scripts/check-format.sh

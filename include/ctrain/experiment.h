@@ -104,6 +104,11 @@ typedef struct ct_experiment_params {
     /* fit starts over: an existing run in output_dir is moved to OUTPUT_DIR.old-DATE-TIME
        (after taking its lock: never a run in progress) instead of being resumed. */
     bool restart;
+    /* Asked with callbacks.user while fit writes a report (ct_report_params.cancelled): true
+       stops that report, which is then not written (the command line: a signal arrived). The
+       report that ends a run a callback interrupted is not asked: it is the picture of what
+       ran. NULL = never. */
+    bool (*report_cancelled)(void *user);
 } ct_experiment_params;
 
 CT_API ct_experiment_params ct_experiment_default_params(void);

@@ -9,6 +9,11 @@
  *
  * Ownership: nothing is kept; the files are written whole under a temporary name and renamed,
  * so a reader (a browser refreshing a live report) never sees half a file.
+ *
+ * Any metrics.jsonl draws in bounded time and space: each axis is made wide enough for its
+ * ticks to be distinct numbers (a flat series at 1e17, a range from -1e308 to 1e308), a plot
+ * has at most 50 ticks per axis and 60 epoch lines, so the page grows with the points drawn and
+ * the number of series, nothing else.
  */
 #ifndef CTRAIN_REPORT_H
 #define CTRAIN_REPORT_H
@@ -26,13 +31,19 @@ typedef struct ct_report_params {
     int64_t best_step;   /* the best checkpoint's step to mark; -1 (default) = the one that
                             run_dir/checkpoints/best names (a trainer that knows better, as
                             during an evaluation before its best checkpoint is saved, says so) */
+    /* Asked with `user` before each plot and every 4096 metrics.jsonl lines: true stops the
+       report (a signal the caller's handler noted, say), which then returns CT_STOP and leaves
+       no file of the page behind (SVG files of the plots drawn before stay). NULL = never. */
+    bool (*cancelled)(void *user);
+    void *user;
 } ct_report_params;
 
 CT_API ct_report_params ct_report_default_params(void);
 
 /* Writes the report of run_dir. Errors: CT_ERR_IO (no metrics.jsonl, a file that cannot be
  * written, naming it), CT_ERR_FORMAT (a metrics.jsonl line that is not a JSON object, naming
- * the file and line). *n_points (may be NULL) receives the number of points plotted. */
+ * the file and line); CT_STOP (not an error) when p->cancelled said stop. *n_points (may be
+ * NULL) receives the number of points plotted. */
 CT_API ct_status ct_report_write(ct_ctx *ctx,
                                  const char *run_dir,
                                  const ct_report_params *p,

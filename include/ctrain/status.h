@@ -45,7 +45,8 @@ typedef enum ct_status {
     CT_ERR_DIST,        /* a distributed (MPI) operation failed */
     CT_ERR_INTERNAL,    /* an invariant of the library itself did not hold */
     CT_ERR_NONFINITE,   /* training diverged: a loss or gradient is NaN or infinite */
-    CT_STOP,            /* not an error: a callback asks the trainer to end the run cleanly */
+    CT_STOP,            /* not an error: a callback asks the trainer to end the run cleanly
+                           (or a report's caller to stop it: report.h) */
     CT_STATUS_COUNT
 } ct_status;
 

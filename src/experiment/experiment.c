@@ -1426,12 +1426,17 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
 }
 
 /* The report is a view of metrics.jsonl: a failure to write it is a warning, never the end
- * of a run. The best checkpoint it marks is the monitor's best (-1: the `best` pointer's). */
-static void write_report(ct_experiment *e, int64_t best_step) {
+ * of a run. The best checkpoint it marks is the monitor's best (-1: the `best` pointer's).
+ * `cancellable`: the caller's report_cancelled may stop it. */
+static void write_report(ct_experiment *e, int64_t best_step, bool cancellable) {
     ct_report_params rp = ct_report_default_params();
     rp.best_step = best_step;
-    if (ct_report_write(e->ctx, e->out_dir, &rp, NULL) != CT_OK)
-        ct_log(e->ctx, CT_LOG_WARN, "report: %s", ct_last_error(e->ctx));
+    rp.cancelled = cancellable ? e->p.report_cancelled : NULL;
+    rp.user = e->p.callbacks.user;
+    ct_status s = ct_report_write(e->ctx, e->out_dir, &rp, NULL);
+    if (s != CT_OK)
+        ct_log(e->ctx, s == CT_STOP ? CT_LOG_INFO : CT_LOG_WARN, "report: %s",
+               ct_last_error(e->ctx));
 }
 
 /* The step of the best checkpoint as the trainer's monitor knows it, -1 for none (or no
@@ -1453,7 +1458,7 @@ best_step(const ct_experiment *e, ct_trainer *t, const ct_metric_value *v, int64
 /* The report at the end of a fit, finished or interrupted. */
 static void final_report(ct_experiment *e) {
     if (e->jsonl.fd >= 0 && strcmp(str_at(e, "logging.report"), "none") != 0)
-        write_report(e, best_step(e, e->trainer, NULL, 0));
+        write_report(e, best_step(e, e->trainer, NULL, 0), !ct_trainer_interrupted(e->trainer));
 }
 
 /* An evaluation's confusion matrix (values "<key>/confusion/<true>/<pred>") as a TensorBoard
@@ -1513,7 +1518,7 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
     CT_TRY(record(e, t, v, n, NULL, NULL, 0));
     if (e->tb) confusion_image(e, t, key, v, n);
     if (e->jsonl.fd >= 0 && strcmp(str_at(e, "logging.report"), "live") == 0)
-        write_report(e, best_step(e, t, v, n));
+        write_report(e, best_step(e, t, v, n), true);
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_eval_end ? cb->on_eval_end(cb->user, t, key, v, n) : CT_OK;
 }

@@ -5,6 +5,9 @@
  * Losses and metrics are drawn twice, against the step and against the epoch: a record's epoch
  * is its step's place between the ends of epochs the records show (their `epoch` field), so an
  * evaluation at an epoch's end sits at that epoch and a training record at a fraction of one.
+ * Whatever metrics.jsonl holds (1e308, 5e-324, a flat series at 1e17, steps of -1e18), every
+ * loop counts integers up to a fixed bound, never steps a double, and every number printed is
+ * an axis label or a position clamped to the plot: the page is bounded by the input's size.
  *
  * Ownership: every series and matrix is allocated from the context's allocator and freed
  * before ct_report_write returns.
@@ -14,6 +17,7 @@
 #include "ctrain/config.h"
 
 #include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +29,8 @@
 #define MAX_SERIES      256
 #define MAX_CLASSES     64
 #define MAX_EPOCH_MARKS 4096
+#define MAX_TICKS       50 /* per axis: far more than the ~6 asked for, a bound all the same */
+#define MAX_EPOCH_LINES 60 /* per plot: the epoch ends drawn are thinned to these */
 
 typedef struct point {
     double step, value;
@@ -47,16 +53,23 @@ typedef struct confusion {
 
 typedef struct report {
     ct_ctx *ctx;
+    const ct_report_params *p;
     series *s;
     int64_t n_series;
     confusion *cm;
     int64_t n_cm;
     int64_t best_step;                /* -1 when the run has no best checkpoint */
-    double epoch_at[MAX_EPOCH_MARKS]; /* the step at which epoch k + 1 was complete */
+    double epoch_at[MAX_EPOCH_MARKS]; /* the step at which epoch k + 1 was complete (kept
+                                         non-decreasing, so that epoch_of can bisect) */
     int64_t n_epochs;
     char best_metric[128];
     int64_t points;
 } report;
+
+/* Whether the caller asked the report to stop (ct_report_params.cancelled). */
+static bool stopped(const report *r) {
+    return r->p->cancelled && r->p->cancelled(r->p->user);
+}
 
 static series *find_series(report *r, const char *name) {
     for (int64_t i = 0; i < r->n_series; i++)
@@ -118,7 +131,12 @@ static ct_status read_metrics(report *r, const char *run_dir) {
     size_t cap = 0;
     int64_t lineno = 0;
     ct_status s = CT_OK;
-    while (s == CT_OK && getline(&line, &cap, f) > 0) {
+    while (s == CT_OK) {
+        if (lineno % 4096 == 0 && stopped(r)) {
+            s = CT_STOP;
+            break;
+        }
+        if (getline(&line, &cap, f) <= 0) break;
         lineno++;
         json_error_t err;
         json_t *o = json_loads(line, 0, &err);
@@ -128,10 +146,15 @@ static ct_status read_metrics(report *r, const char *run_dir) {
                         (long long)lineno, err.text);
             break;
         }
-        double step = (double)json_integer_value(json_object_get(o, "step"));
+        /* the step as the integer it is for the confusion matrices (a double of it near 2^63
+           has no int64_t), as a double for the axes */
+        int64_t istep = (int64_t)json_integer_value(json_object_get(o, "step"));
+        double step = (double)istep;
         int64_t epoch = (int64_t)json_integer_value(json_object_get(o, "epoch"));
-        while (r->n_epochs < epoch && r->n_epochs < MAX_EPOCH_MARKS) /* epochs completed */
-            r->epoch_at[r->n_epochs++] = step;
+        while (r->n_epochs < epoch && r->n_epochs < MAX_EPOCH_MARKS) { /* epochs completed */
+            double prev = r->n_epochs > 0 ? r->epoch_at[r->n_epochs - 1] : step;
+            r->epoch_at[r->n_epochs++] = fmax(step, prev);
+        }
         const char *key;
         json_t *v;
         json_object_foreach(o, key, v) {
@@ -143,14 +166,14 @@ static ct_status read_metrics(report *r, const char *run_dir) {
             if (parse_confusion(key, split, sizeof split, &ti, &pi)) {
                 confusion *c = find_cm(r, split);
                 if (!c) continue;
-                if (c->last_step != (int64_t)step) {
+                if (c->last_step != istep) {
                     memset(c->last, 0, sizeof c->last);
-                    c->last_step = (int64_t)step;
+                    c->last_step = istep;
                 }
                 c->last[ti * MAX_CLASSES + pi] = x;
                 if (ti + 1 > c->n_classes) c->n_classes = ti + 1;
                 if (pi + 1 > c->n_classes) c->n_classes = pi + 1;
-                if ((int64_t)step == r->best_step) {
+                if (istep == r->best_step) {
                     c->best[ti * MAX_CLASSES + pi] = x;
                     c->has_best = true;
                 }
@@ -167,6 +190,7 @@ static ct_status read_metrics(report *r, const char *run_dir) {
     }
     free(line);
     (void)fclose(f);
+    if (s == CT_OK && stopped(r)) s = CT_STOP; /* a signal may have cut a read short */
     return s;
 }
 
@@ -174,14 +198,22 @@ static ct_status read_metrics(report *r, const char *run_dir) {
  * which the records say epochs ended; past the last end, at the last epoch's pace. NaN before
  * any epoch ended (nothing tells how long one is). */
 static double epoch_of(const report *r, double step) {
-    double start = 0;
-    for (int64_t k = 0; k < r->n_epochs; k++) {
-        double end = r->epoch_at[k];
-        if (step <= end)
-            return end > start ? (double)k + (step - start) / (end - start) : (double)(k + 1);
-        start = end;
+    /* the first epoch end at or after the step (the ends do not decrease): a bisection, as
+       this runs for every point of every plot against the epoch */
+    int64_t lo = 0, hi = r->n_epochs;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (step <= r->epoch_at[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
     }
-    int64_t n = r->n_epochs;
+    int64_t k = lo, n = r->n_epochs;
+    double start = k > 0 ? r->epoch_at[k - 1] : 0;
+    if (k < n) {
+        double end = r->epoch_at[k];
+        return end > start ? (double)k + (step - start) / (end - start) : (double)(k + 1);
+    }
     double pace = n == 0 ? 0 : r->epoch_at[n - 1] - (n >= 2 ? r->epoch_at[n - 2] : 0);
     return pace > 0 ? (double)n + (step - start) / pace : (double)NAN;
 }
@@ -212,10 +244,13 @@ static void esc(FILE *f, const char *s) {
 static const char *const k_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                        "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
-/* A round tick spacing for a range: 1, 2 or 5 times a power of ten, about n ticks. */
-static double tick_step(double range, int n) {
-    if (!(range > 0)) return 1;
-    double raw = range / n, mag = pow(10, floor(log10(raw))), f = raw / mag;
+/* A round tick spacing for a range of 2 * half: 1, 2 or 5 times a power of ten, about n ticks
+ * (axis_make keeps half at least 1e-250, so the power of ten is a normal number). */
+static double tick_step(double half, int n) {
+    double raw = half / n * 2;
+    if (!(raw > 0) || !isfinite(raw)) return 1;
+    double mag = pow(10, floor(log10(raw))), f = raw / mag;
+    if (!(mag > 0) || !isfinite(f)) return raw;
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
 }
 
@@ -225,6 +260,71 @@ static double tick_step(double range, int n) {
 static int tick_digits(double mag, double step, int least) {
     int d = step > 0 && mag > 0 ? (int)ceil(log10(mag / step)) + 1 : least;
     return d < least ? least : d > 15 ? 15 : d;
+}
+
+/* One axis of a plot: the range drawn and its ticks, k0 * step, (k0 + 1) * step, ... */
+typedef struct axis {
+    double lo, hi; /* finite, lo < hi */
+    double half;   /* hi / 2 - lo / 2: finite where hi - lo would overflow (-1e308 to 1e308) */
+    double step, k0;
+    int n_ticks; /* at most MAX_TICKS */
+    int digits;  /* of the labels */
+} axis;
+
+/*
+ * The axis of finite data from lo to hi. A range narrower than a millionth of a millionth of
+ * its magnitude (a flat series, or one at 1e17 whose values differ by an ulp) has no room for
+ * distinct ticks: it becomes `flat` either side of its middle (`centre`) or above it, or 5% of
+ * the magnitude where that is more, so a flat 1e17 reads 9.6e16 ... 1.04e17. Then `pad` of the
+ * range is added on each side, and the ends are kept finite. The tick indices are then at most
+ * about 1e13, far below 2^53, so consecutive ticks are distinct doubles; their count is
+ * clamped all the same.
+ */
+static axis
+axis_make(double lo, double hi, double flat, bool centre, double pad, int n, int least) {
+    if (!isfinite(lo) || !isfinite(hi) || lo > hi) {
+        lo = 0;
+        hi = 1;
+    }
+    double mag = fmax(fabs(lo), fabs(hi)), tiny = fmax(mag * 1e-12, 1e-250);
+    if (hi / 2 - lo / 2 < tiny) {
+        double w = fmax(flat, fmax(mag * 0.05, 2 * tiny));
+        if (centre) {
+            double c = lo / 2 + hi / 2;
+            lo = c - w;
+            hi = c + w;
+        } else if (lo + w <= DBL_MAX) {
+            hi = lo + w;
+        } else {
+            hi = DBL_MAX;
+            lo = hi - w;
+        }
+    }
+    double p = (hi / 2 - lo / 2) * 2 * pad;
+    axis a;
+    a.lo = fmax(lo - p, -DBL_MAX);
+    a.hi = fmin(hi + p, DBL_MAX);
+    a.half = a.hi / 2 - a.lo / 2;
+    a.step = tick_step(a.half, n);
+    a.k0 = ceil(a.lo / a.step - 1e-9);
+    double count = floor(a.hi / a.step + 1e-9) - a.k0 + 1;
+    a.n_ticks = !(count >= 1) ? 0 : count > MAX_TICKS ? MAX_TICKS : (int)count;
+    a.digits = tick_digits(fmax(fabs(a.lo), fabs(a.hi)), a.step, least);
+    return a;
+}
+
+/* Where v falls on the axis, 0 at lo and 1 at hi; clamped to a few plot sizes, so that a
+ * point off the axis (a log plot's zero) still prints as a short number. */
+static double axis_pos(const axis *a, double v) {
+    double t = (v / 2 - a->lo / 2) / a->half;
+    if (isnan(t)) return 0;
+    return t > 10 ? 10 : t < -10 ? -10 : t;
+}
+
+/* The i-th tick's value; 0 written as 0, never as -0 or the rounding residue of k * step. */
+static double axis_tick(const axis *a, int i) {
+    double v = (a->k0 + i) * a->step;
+    return fabs(v) < a->step * 1e-9 ? 0 : v;
 }
 
 enum { W = 640, H = 310, ML = 64, MR = 160, MT = 28, MB = 50 };
@@ -240,30 +340,26 @@ static int64_t chart(FILE *f,
                      bool by_epoch,
                      bool standalone) {
     int64_t best_step = r->best_step;
-#define XOF(p) (by_epoch ? epoch_of(r, (p).step) : (p).step)
+#define XOF(p)  (by_epoch ? epoch_of(r, (p).step) : (p).step)
+#define SKIP(p) ((log_y && !((p).value > 0)) || !isfinite((p).value) || !isfinite(XOF(p)))
     double x0 = (double)INFINITY, x1 = -(double)INFINITY, y0 = (double)INFINITY,
            y1 = -(double)INFINITY;
     for (int k = 0; k < n; k++)
         for (int64_t i = 0; i < s[k]->n; i++) {
+            if (SKIP(s[k]->pts[i])) continue;
             double y = s[k]->pts[i].value, x = XOF(s[k]->pts[i]);
-            if ((log_y && !(y > 0)) || !isfinite(x)) continue;
             x0 = fmin(x0, x);
             x1 = fmax(x1, x);
             y0 = fmin(y0, log_y ? log10(y) : y);
             y1 = fmax(y1, log_y ? log10(y) : y);
         }
     if (!isfinite(x0)) return 0;
-    if (x1 == x0) x1 = x0 + 1;
-    if (y1 == y0) {
-        y0 -= 0.5;
-        y1 += 0.5;
-    }
-    double pad = (y1 - y0) * 0.05;
-    y0 -= pad;
-    y1 += pad;
+    axis ax = axis_make(x0, x1, 1, false, 0, 6, 6);
+    axis ay = axis_make(y0, y1, 0.5, true, 0.05, 5, 4);
+    if (log_y) ay.digits = 4;
     double pw = W - ML - MR, ph = H - MT - MB;
-#define SX(x) (ML + ((x)-x0) / (x1 - x0) * pw)
-#define SY(y) (MT + (1 - ((y)-y0) / (y1 - y0)) * ph)
+#define SX(x) (ML + axis_pos(&ax, (x)) * pw)
+#define SY(y) (MT + (1 - axis_pos(&ay, (y))) * ph)
     (void)fprintf(f,
                   "<svg %sviewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
                   "font-family=\"sans-serif\" font-size=\"11\">\n",
@@ -276,25 +372,22 @@ static int64_t chart(FILE *f,
     (void)fprintf(f, "%s</text>\n", log_y ? " (log scale)" : "");
     /* grid and ticks: multiples of the spacing counted, not summed, so none drifts off the end
      * (an epoch axis 1, 1.2, ... reaches 3) */
-    double ys = tick_step(y1 - y0, 5);
-    int yd = log_y ? 4 : tick_digits(fmax(fabs(y0), fabs(y1)), ys, 4);
-    for (double k = ceil(y0 / ys - 1e-9); k <= floor(y1 / ys + 1e-9); k++) {
-        double y = k * ys, v = log_y ? pow(10, y) : y;
+    for (int i = 0; i < ay.n_ticks; i++) {
+        double y = axis_tick(&ay, i), v = log_y ? pow(10, y) : y;
+        if (!isfinite(v) || (log_y && !(v > 0))) continue; /* 10^309, 10^-330: no label */
         (void)fprintf(
             f,
             "<line class=\"ytick\" x1=\"%d\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" "
             "stroke=\"#ddd\"/><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.*g</text>\n",
-            ML, ML + pw, SY(y), SY(y), ML - 4, SY(y) + 4, yd, fabs(v) < 1e-12 ? 0 : v);
+            ML, ML + pw, SY(y), SY(y), ML - 4, SY(y) + 4, ay.digits, v);
     }
-    double xs = tick_step(x1 - x0, 6);
-    int xd = tick_digits(fmax(fabs(x0), fabs(x1)), xs, 6);
-    for (double k = ceil(x0 / xs - 1e-9); k <= floor(x1 / xs + 1e-9); k++) {
-        double x = k * xs;
+    for (int i = 0; i < ax.n_ticks; i++) {
+        double x = axis_tick(&ax, i);
         (void)fprintf(f,
                       "<line class=\"xtick\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
                       "stroke=\"#eee\"/><text x=\"%.1f\" y=\"%.1f\" "
                       "text-anchor=\"middle\">%.*g</text>\n",
-                      SX(x), SX(x), MT, MT + ph, SX(x), MT + ph + 14, xd, fabs(x) < 1e-12 ? 0 : x);
+                      SX(x), SX(x), MT, MT + ph, SX(x), MT + ph + 14, ax.digits, x);
     }
     (void)fprintf(f,
                   "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
@@ -302,17 +395,20 @@ static int64_t chart(FILE *f,
                   ML, MT, pw, ph, ML + pw / 2, H - 6,
                   by_epoch ? "epoch (training records at the share of their epoch done)"
                            : "step (e1, e2, ...: the ends of epochs)");
-    /* epoch ends: light lines labelled with the epoch, thinned to at most 12 labels (the epoch
-     * axis has its own ticks) */
+    /* epoch ends: light lines, thinned to at most MAX_EPOCH_LINES, labelled with the epoch,
+     * thinned to at most 12 labels (the epoch axis has its own ticks) */
     int64_t every = r->n_epochs > 12 ? (r->n_epochs + 11) / 12 : 1;
+    int64_t every_line =
+        r->n_epochs > MAX_EPOCH_LINES ? (r->n_epochs + MAX_EPOCH_LINES - 1) / MAX_EPOCH_LINES : 1;
     for (int64_t k = 0; k < r->n_epochs && !by_epoch; k++) {
         double x = r->epoch_at[k];
-        if (x < x0 || x > x1) continue;
+        bool label = (k + 1) % every == 0;
+        if (x < ax.lo || x > ax.hi || (!label && (k + 1) % every_line != 0)) continue;
         (void)fprintf(f,
                       "<line class=\"epoch\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
                       "stroke=\"#cce\" stroke-dasharray=\"1 2\"/>",
                       SX(x), SX(x), MT, MT + ph);
-        if ((k + 1) % every == 0)
+        if (label)
             (void)fprintf(f,
                           "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#669\" "
                           "text-anchor=\"middle\">e%lld</text>",
@@ -320,7 +416,7 @@ static int64_t chart(FILE *f,
         (void)fputc('\n', f);
     }
     double bs = by_epoch ? epoch_of(r, (double)best_step) : (double)best_step;
-    if (best_step >= 0 && bs >= x0 && bs <= x1)
+    if (best_step >= 0 && bs >= ax.lo && bs <= ax.hi)
         (void)fprintf(f,
                       "<line class=\"best\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
                       "stroke=\"#555\" stroke-dasharray=\"4 3\"/><text x=\"%.1f\" y=\"%d\" "
@@ -333,18 +429,17 @@ static int64_t chart(FILE *f,
                       color);
         int64_t in_line = 0;
         for (int64_t i = 0; i < s[k]->n; i++) {
+            if (SKIP(s[k]->pts[i])) continue;
             double y = s[k]->pts[i].value, x = XOF(s[k]->pts[i]);
-            if ((log_y && !(y > 0)) || !isfinite(x)) continue;
             (void)fprintf(f, "%s%.1f,%.1f", in_line++ ? " " : "", SX(x), SY(log_y ? log10(y) : y));
             drawn++;
         }
         (void)fprintf(f, "\"/>\n");
-        if (s[k]->n == 1 &&
-            isfinite(XOF(s[k]->pts[0]))) /* one point: a dot, or it would not show */
+        if (s[k]->n == 1 && !SKIP(s[k]->pts[0])) { /* one point: a dot, or it would not show */
+            double y = s[k]->pts[0].value;
             (void)fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n",
-                          SX(XOF(s[k]->pts[0])),
-                          SY(log_y ? log10(fmax(s[k]->pts[0].value, 1e-300)) : s[k]->pts[0].value),
-                          color);
+                          SX(XOF(s[k]->pts[0])), SY(log_y ? log10(y) : y), color);
+        }
         double ly = MT + 12 + 16 * k;
         (void)fprintf(f,
                       "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
@@ -356,11 +451,13 @@ static int64_t chart(FILE *f,
     (void)fprintf(f, "</svg>\n");
 #undef SX
 #undef SY
+#undef SKIP
 #undef XOF
     return drawn;
 }
 
-/* A confusion matrix as a heat map (rows normalised), with per-class precision and recall. */
+/* A confusion matrix as a heat map (rows normalised), with per-class precision and recall.
+ * Counts are written with %.15g: an integer as itself, 1e308 in a few characters. */
 static void heatmap(FILE *f, const char *title, const double *m, int64_t n) {
     int cell = n <= 10 ? 32 : n <= 20 ? 20 : 10;
     int size = (int)n * cell, off = 60;
@@ -375,15 +472,15 @@ static void heatmap(FILE *f, const char *title, const double *m, int64_t n) {
         for (int64_t p = 0; p < n; p++)
             row += m[t * MAX_CLASSES + p];
         for (int64_t p = 0; p < n; p++) {
-            double c = m[t * MAX_CLASSES + p], frac = row > 0 ? c / row : 0;
-            int shade = 255 - (int)(frac * 200);
+            double c = m[t * MAX_CLASSES + p], frac = row > 0 && c > 0 ? c / row : 0;
+            int shade = 255 - (int)(frac >= 0 && frac <= 1 ? frac * 200 : 0); /* NaN: inf/inf */
             (void)fprintf(f,
                           "<rect x=\"%lld\" y=\"%lld\" width=\"%d\" height=\"%d\" "
                           "fill=\"rgb(%d,%d,255)\" stroke=\"#fff\"/>",
                           (long long)(off + p * cell), (long long)(off + t * cell), cell, cell,
                           shade, shade);
             if (cell >= 20)
-                (void)fprintf(f, "<text x=\"%lld\" y=\"%lld\" text-anchor=\"middle\">%.0f</text>",
+                (void)fprintf(f, "<text x=\"%lld\" y=\"%lld\" text-anchor=\"middle\">%.15g</text>",
                               (long long)(off + p * cell + cell / 2),
                               (long long)(off + t * cell + cell / 2 + 4), c);
         }
@@ -403,8 +500,12 @@ static void heatmap(FILE *f, const char *title, const double *m, int64_t n) {
             col += m[k * MAX_CLASSES + c];
             row += m[c * MAX_CLASSES + k];
         }
-        (void)fprintf(f, "<tr><td>%lld</td><td>%.4f</td><td>%.4f</td><td>%.0f</td></tr>\n",
-                      (long long)c, col > 0 ? tp / col : 0, row > 0 ? tp / row : 0, row);
+        /* a share of counts is in [0, 1]; one of made-up counts (negative, 1e308) is written
+           nan, not in the 300 digits %.4f would give 1e300 */
+        double pr = col > 0 ? tp / col : 0, rc = row > 0 ? tp / row : 0;
+        (void)fprintf(f, "<tr><td>%lld</td><td>%.4f</td><td>%.4f</td><td>%.15g</td></tr>\n",
+                      (long long)c, fabs(pr) <= 1 ? pr : (double)NAN,
+                      fabs(rc) <= 1 ? rc : (double)NAN, row);
     }
     (void)fprintf(f, "</table>\n");
 }
@@ -431,6 +532,7 @@ static ct_status plot(report *r,
                       int n,
                       bool log_y,
                       bool by_epoch) {
+    if (stopped(r)) return CT_STOP;
     (void)fprintf(html, "<figure>\n");
     (void)chart(html, r, title, s, n, log_y, by_epoch, false);
     (void)fprintf(html, "</figure>\n");
@@ -590,6 +692,7 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
     for (int64_t i = 0; i < r->n_cm; i++) {
         confusion *c = &r->cm[i];
         if (c->n_classes == 0) continue;
+        if (stopped(r)) return CT_STOP;
         char title[160];
         (void)fprintf(f, "<h2>Confusion: ");
         esc(f, c->split);
@@ -615,7 +718,7 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
 }
 
 ct_report_params ct_report_default_params(void) {
-    ct_report_params p = {NULL, NULL, false, -1};
+    ct_report_params p = {NULL, NULL, false, -1, NULL, NULL};
     return p;
 }
 
@@ -628,6 +731,7 @@ ct_report_write(ct_ctx *ctx, const char *run_dir, const ct_report_params *pp, in
     report r;
     memset(&r, 0, sizeof r);
     r.ctx = ctx;
+    r.p = &p;
     r.best_step = p.best_step >= 0 ? p.best_step : read_best(run_dir);
     r.s = ct_alloc(ctx, MAX_SERIES * sizeof *r.s);
     r.cm = ct_alloc(ctx, 4 * sizeof *r.cm);
@@ -653,6 +757,8 @@ ct_report_write(ct_ctx *ctx, const char *run_dir, const ct_report_params *pp, in
             s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot rename to %s: %s", tmp, html, strerror(errno));
         if (s != CT_OK) (void)remove(tmp);
     }
+    if (s == CT_STOP)
+        (void)CT_FAIL(ctx, CT_STOP, "%s: stopped before it was complete; not written", html);
     if (n_points) *n_points = r.points;
     for (int64_t i = 0; r.s && i < r.n_series; i++)
         ct_free(ctx, r.s[i].pts, (size_t)r.s[i].cap * sizeof(point));

@@ -636,6 +636,62 @@ expect resume_auto_schedule_refused 2 'scheduler\.t_max: 100 -> 150' -- \
 expect nonfinite_exit_1 1 'non-finite' -- \
     "$ctrain" fit tiny.yaml ++output_dir=nan optimizer.lr=1e10 "${quiet[@]}"
 
+# ---- report: any metrics.jsonl ends at once with a small page; a signal stops it ----
+
+# a flat series at 1e17 leaves no double between its axis ends: the axis is widened around it
+# (run under a 10 MB file size limit: a report that does not end dies of SIGXFSZ, not the disk)
+mkdir -p flat17
+printf '{"step":1,"epoch":0,"train/loss":1e17}\n{"step":2,"epoch":0,"train/loss":1e17}\n' \
+    >flat17/metrics.jsonl
+if expect report_flat_1e17 0 'report\.html' -- \
+    bash -c 'ulimit -f 10240; exec timeout 10 "$@"' _ "$ctrain" report flat17; then
+    size=$(stat -c %s flat17/report.html)
+    labels=$(grep -oE 'class="ytick"[^<]*<text[^>]*>[^<]*' flat17/report.html | sed 's/.*>//' |
+        tr '\n' ' ')
+    why=
+    [[ $size -lt 65536 ]] || why+="report.html has $size bytes; "
+    [[ $labels == *1e+17* ]] || why+="y ticks '$labels', expected 1e+17 among them; "
+    verdict report_flat_1e17_ticks "$why"
+fi
+
+# SIGINT / SIGTERM while the report reads (metrics.jsonl a pipe this shell keeps open, so the
+# report waits for more): it stops, writes nothing and exits as fit does
+report_signal() { # NAME SIGNAL RC
+    local name=$1 sig=$2 want=$3 dir=report_$1
+    mkdir -p "$dir" && mkfifo "$dir/metrics.jsonl"
+    exec 3<>"$dir/metrics.jsonl"
+    echo '{"step":1,"epoch":0,"train/loss":1}' >&3
+    "$ctrain" report "$dir" >"$dir.out" 2>&1 &
+    bg_pid=$!
+    local caught=
+    for _ in $(seq 200); do # until its handler is installed (SigCgt: SIGINT 0x2, SIGTERM 0x4000)
+        caught=$(sed -n 's/^SigCgt:[[:space:]]*//p' /proc/"$bg_pid"/status 2>/dev/null)
+        [[ -n $caught ]] && (((0x$caught & 0x4002) == 0x4002)) && break
+        caught=
+        sleep 0.05
+    done
+    sleep 0.2 # into its read
+    kill -s "$sig" "$bg_pid"
+    for _ in $(seq 200); do # (a background job ignores SIGINT unless it catches it)
+        kill -0 "$bg_pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -KILL "$bg_pid" 2>/dev/null
+    wait "$bg_pid"
+    local rc=$?
+    bg_pid=
+    exec 3>&-
+    local why=
+    [[ -n $caught ]] || why+="SIGINT and SIGTERM never caught; "
+    [[ $rc -eq $want ]] || why+="exit $rc, expected $want; "
+    grep -q "stopped by $sig; nothing written" "$dir.out" || why+="no 'stopped by $sig' line; "
+    [[ -z $(ls "$dir" | grep report) ]] || why+="left $(ls "$dir" | tr '\n' ' '); "
+    [[ -n $why ]] && why+=$(tail_of "$dir.out")
+    verdict "$name" "$why"
+}
+report_signal report_sigint SIGINT 130
+report_signal report_sigterm SIGTERM 143
+
 # ---- signals: stop at the end of the step, save a checkpoint and the report, exit 130 / 143 ----
 
 # A run long enough to be interrupted (50 epochs of 200000 samples); once stopped, finishing

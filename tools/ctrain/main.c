@@ -49,6 +49,12 @@ static void on_signal(int sig) {
     g_signal = sig;
 }
 
+/* A report stops once a signal has come (ct_report_params.cancelled). */
+static bool signalled(void *user) {
+    (void)user;
+    return g_signal != 0;
+}
+
 /* The signals that stop a fit at the end of its step, with a checkpoint: SIGINT (Ctrl-C),
  * SIGTERM (kill, a scheduler's preemption) and SIGHUP (the terminal or the ssh session that
  * started it went away), each ending with its own exit code. */
@@ -57,6 +63,28 @@ static void stop_signals(sigset_t *set) {
     (void)sigaddset(set, SIGINT);
     (void)sigaddset(set, SIGTERM);
     (void)sigaddset(set, SIGHUP);
+}
+
+/* on_signal for each stop signal. */
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    (void)sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGTERM, &sa, NULL);
+    (void)sigaction(SIGHUP, &sa, NULL);
+}
+
+/* The exit code of a stop by the signal that came (0: none), and its name. */
+static int stop_code(void) {
+    return g_signal == SIGINT    ? EXIT_SIGINT
+           : g_signal == SIGTERM ? EXIT_SIGTERM
+           : g_signal == SIGHUP  ? EXIT_SIGHUP
+                                 : 0;
+}
+static const char *stop_name(void) {
+    return g_signal == SIGINT ? "SIGINT" : g_signal == SIGTERM ? "SIGTERM" : "SIGHUP";
 }
 
 /* The one thread that takes the stop signals during fit; it does nothing else. */
@@ -816,6 +844,7 @@ static int cmd_fit(int argc, char **argv) {
     ep.callbacks.on_eval_end = on_eval_end;
     ep.callbacks.on_epoch_end = on_epoch_end;
     ep.callbacks.on_fit_start = on_fit_start;
+    ep.report_cancelled = signalled;
     st = ct_experiment_create(ctx, cfg, &ep, &e);
     if (st != CT_OK) {
         rc = rank_fail(&s, ctx, setup_code(st));
@@ -836,13 +865,7 @@ static int cmd_fit(int argc, char **argv) {
             a.config, out_dir, (long long)ct_experiment_train_samples(e),
             (long long)ct_params_numel(ct_experiment_params_store(e)));
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    (void)sigemptyset(&sa.sa_mask);
-    (void)sigaction(SIGINT, &sa, NULL);
-    (void)sigaction(SIGTERM, &sa, NULL);
-    (void)sigaction(SIGHUP, &sa, NULL);
+    catch_stop_signals();
     st = ct_experiment_fit(e);
     ct_trainer *t = ct_experiment_trainer(e);
     if (st != CT_OK) {
@@ -874,16 +897,10 @@ static int cmd_fit(int argc, char **argv) {
                                v[i].name, v[i].value);
     }
     say(&s, "%s", summary);
-    rc = g_signal == SIGINT    ? EXIT_SIGINT
-         : g_signal == SIGTERM ? EXIT_SIGTERM
-         : g_signal == SIGHUP  ? EXIT_SIGHUP
-                               : 0;
+    rc = stop_code();
     if (rc)
         say(&s, "stopped by %s at step %lld; a checkpoint was saved: run the same command to go on",
-            g_signal == SIGINT    ? "SIGINT"
-            : g_signal == SIGTERM ? "SIGTERM"
-                                  : "SIGHUP",
-            (long long)ct_trainer_step(t));
+            stop_name(), (long long)ct_trainer_step(t));
     else if (s.world > 1 && ct_trainer_interrupted(t)) { /* a signal reached another rank */
         rc = EXIT_SIGTERM;
         say(&s,
@@ -1130,10 +1147,17 @@ static int cmd_report(int argc, char **argv) {
     session s;
     ct_ctx *ctx;
     if (open_session(&s, &ctx) != 0) return EXIT_RUN_FAILED;
+    /* a stop signal ends the report between plots, leaving no file (a second one ends the
+       process at once) */
+    catch_stop_signals();
+    rp.cancelled = signalled;
     int64_t points = 0;
     ct_status st = ct_report_write(ctx, dir, &rp, &points);
     int rc = 0;
-    if (st != CT_OK)
+    if (st == CT_STOP) {
+        rc = stop_code();
+        (void)fprintf(stderr, "ctrain report: stopped by %s; nothing written\n", stop_name());
+    } else if (st != CT_OK)
         rc = fail(ctx, st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE);
     else
         (void)fprintf(stderr, "ctrain report: %s (%lld values)\n",
