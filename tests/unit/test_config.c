@@ -424,7 +424,13 @@ static void config_should_report_syntax_errors_at_file_line_col(void) {
         CT_CHECK_INT(ct_config_load_file(f.ctx, path, &c), CT_ERR_IO);
         CT_CHECK(c == NULL);
         CHECK_HAS(ct_last_error(f.ctx), path);
+        CHECK_HAS(ct_last_error(f.ctx), "No such file");
     }
+    /* a directory opens, and the read fails: the message says why */
+    ct_config *c = NULL;
+    CT_CHECK_INT(ct_config_load_file(f.ctx, "/tmp", &c), CT_ERR_IO);
+    CT_CHECK(c == NULL);
+    CHECK_HAS(ct_last_error(f.ctx), "/tmp: cannot read: Is a directory");
     fx_fini(&f);
 }
 
