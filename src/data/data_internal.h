@@ -36,6 +36,14 @@ CT_INTERNAL extern const char *const ct_dataset_npy_keys[];
 CT_INTERNAL extern const char *const ct_dataset_text_keys[];
 CT_INTERNAL extern const char *const ct_dataset_tokens_keys[];
 CT_INTERNAL extern const char *const ct_dataset_synthetic_keys[];
+/* The keys among them that hold file paths (ct_dataset_type_path_keys). */
+CT_INTERNAL extern const char *const ct_dataset_idx_path_keys[];
+CT_INTERNAL extern const char *const ct_dataset_cifar10_path_keys[];
+CT_INTERNAL extern const char *const ct_dataset_csv_path_keys[];
+CT_INTERNAL extern const char *const ct_dataset_npy_path_keys[];
+CT_INTERNAL extern const char *const ct_dataset_text_path_keys[];
+CT_INTERNAL extern const char *const ct_dataset_tokens_path_keys[];
+CT_INTERNAL extern const char *const ct_dataset_synthetic_path_keys[];
 
 /* Bytes of one sample's features / target for an info. */
 CT_INTERNAL size_t ct_data_sample_bytes(ct_dtype dtype, int32_t ndim, const int64_t *shape);

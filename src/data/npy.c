@@ -551,6 +551,7 @@ npy_load(ct_ctx *ctx, npy_ds *d, const char *x_path, const char *y_path, ct_data
 
 /* The option keys (ct_dataset_type_keys). */
 const char *const ct_dataset_npy_keys[] = {"features", "labels", "limit", NULL};
+const char *const ct_dataset_npy_path_keys[] = {"features", "labels", NULL};
 
 static ct_status npy_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
