@@ -52,7 +52,6 @@ struct ct_experiment {
     ct_config *cfg;
     ct_experiment_params p;
     pool_block *pool;
-    char base_dir[1024]; /* the config file's folder, for relative plugin paths */
     const char *out_dir;
     void *plugins[MAX_PLUGINS];
     int n_plugins;
@@ -231,7 +230,7 @@ static void add_option(ct_options *o, const char *key, const char *value) {
     o->count++;
 }
 
-/* Opens a plugin (relative paths from the config file's folder) and finds its symbol. */
+/* Opens a plugin (its path made absolute by ct_experiment_resolve) and finds its symbol. */
 static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const void **out) {
     const ct_cfg_node *pl = ct_config_find(map, "plugin"), *sy = ct_config_find(map, "symbol");
     char w[600];
@@ -239,11 +238,7 @@ static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const v
     if (!pl || !sy || pl->kind != CT_CFG_SCALAR || sy->kind != CT_CFG_SCALAR)
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a plugin needs plugin: PATH and symbol: NAME",
                        w);
-    char path[2048];
-    if (pl->value[0] == '/' || !strchr(pl->value, '/') || strcmp(e->base_dir, ".") == 0)
-        (void)snprintf(path, sizeof path, "%s", pl->value);
-    else
-        (void)snprintf(path, sizeof path, "%s/%s", e->base_dir, pl->value);
+    const char *path = pl->value;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
@@ -1880,11 +1875,6 @@ ct_status ct_experiment_create(ct_ctx *ctx,
     e->lock_fd = -1;
     e->p = p ? *p : ct_experiment_default_params();
     const char *file = ct_config_name(resolved);
-    const char *slash = strrchr(file, '/');
-    if (slash)
-        (void)snprintf(e->base_dir, sizeof e->base_dir, "%.*s", (int)(slash - file), file);
-    else
-        (void)snprintf(e->base_dir, sizeof e->base_dir, ".");
     e->out_dir = str_at(e, "output_dir");
     ct_status s =
         e->out_dir ? CT_OK : CT_FAIL(ctx, CT_ERR_CONFIG, "%s: not resolved (no output_dir)", file);

@@ -16,6 +16,7 @@ fi
 ctrain=$(realpath "$1")
 jsonq=$(realpath "$2")
 enter_workdir cli
+here=$(pwd -P) # relative paths resolve against the current directory, as getcwd(3) gives it
 
 # verdict NAME WHY: ok when WHY is empty, else FAIL with WHY; returns whether it was ok.
 verdict() {
@@ -162,7 +163,7 @@ fi
 expect override_add 0 '^early_stopping:$' '^  patience: 2$' -- \
     "$ctrain" config tiny.yaml +early_stopping.patience=2
 expect override_delete 0 '!f1' '!average: macro' -- "$ctrain" config tiny.yaml '~metrics.valid'
-expect override_set_new 0 '^output_dir: "?elsewhere"?$' -- \
+expect override_set_new 0 "^output_dir: \"?$here/elsewhere\"?\$" -- \
     "$ctrain" config tiny.yaml ++output_dir=elsewhere
 # a key the schema lacks is unknown, with the section's keys (not a hint to add it with +)
 expect override_unknown_key 2 "unknown key 'trainer\.nonexistent'" '!\+trainer' -- \
@@ -347,6 +348,32 @@ expect eval_no_checkpoint 2 'no checkpoint' -- "$ctrain" eval tiny.yaml ++output
 why=
 [[ -e empty_run ]] && why="eval created empty_run/"
 verdict eval_no_checkpoint_writes_nothing "$why"
+
+# every relative path in an experiment file is taken from the file's folder, and the run's
+# config.yaml holds them absolute: a run made from one directory is evaluated from any other,
+# by its config.yaml or by the run directory itself
+mkdir -p proj/data elsewhere
+printf 'a,b,y\n0,1,0\n1,0,1\n1,1,0\n0,0,1\n' >proj/data/t.csv
+cat >proj/paths.yaml <<'YAML'
+data:
+  train: {type: csv, path: ./data/t.csv, target: y}
+  valid: {split: 0.5}
+model: {type: mlp, hidden: [4]}
+trainer: {max_epochs: 1}
+logging: {progress: none}
+YAML
+if expect paths_from_file_folder 0 'done: 1 steps' -- "$ctrain" fit proj/paths.yaml \
+    ++output_dir=paths_run; then
+    expect paths_config_absolute 0 "path: \"?$here/proj/data/t\.csv\"?\$" \
+        "^output_dir: \"?$here/paths_run\"?\$" -- cat paths_run/config.yaml
+    expect eval_from_elsewhere 0 '^valid \(step 1\): valid/acc' -- \
+        bash -c "cd elsewhere && \"$ctrain\" eval ../paths_run/config.yaml"
+    expect eval_run_directory 0 '^valid \(step 1\): valid/acc' -- \
+        bash -c "cd /tmp && \"$ctrain\" eval \"$here/paths_run\""
+    # the same experiment from another directory names the same files: it resumes the run
+    expect paths_resume_from_elsewhere 0 'is complete at step 1' -- \
+        bash -c "cd elsewhere && \"$ctrain\" fit ../proj/paths.yaml ++output_dir=../paths_run"
+fi
 
 # ---- predict: CSV and .npy, classification and regression; reads the run directory only ----
 
@@ -577,7 +604,7 @@ expect resume_changed_config 2 'another configuration' 'optimizer\.lr: 0\.1 -> 0
 (cd resumed && find . -type f -print0 | sort -z | xargs -0 sha256sum) >after.txt
 verdict resume_refused_writes_nothing "$(diff before.txt after.txt | head -n 4 | tr '\n' '|')"
 # --restart keeps the refused run under another name and starts over
-expect restart 0 'previous run is now resumed\.old-' -- \
+expect restart 0 "previous run is now $here/resumed\\.old-" -- \
     "$ctrain" fit tiny.yaml ++output_dir=resumed optimizer.lr=0.05 --restart "${fixed[@]}"
 why=
 old_run=$(ls -d resumed.old-* 2>/dev/null | head -n 1)

@@ -500,9 +500,21 @@ static int rank_fail(const session *s, ct_ctx *ctx, int code) {
     return code;
 }
 
-/* Loads CONFIG, applies the overrides and resolves it. */
+/* Loads CONFIG (an experiment file, or a run directory: its config.yaml), applies the
+ * overrides and resolves it. */
 static ct_status
 load_config(ct_ctx *ctx, const char *path, char **overrides, int n, ct_config **out) {
+    char run_config[4200];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        (void)snprintf(run_config, sizeof run_config, "%s/config.yaml", path);
+        if (access(run_config, F_OK) != 0)
+            return CT_FAIL(ctx, CT_ERR_IO,
+                           "%s: a directory without config.yaml; expected an experiment file or "
+                           "a run directory",
+                           path);
+        path = run_config;
+    }
     ct_config *cfg = NULL;
     CT_TRY(ct_config_load_file(ctx, path, &cfg));
     ct_status s = CT_OK;
