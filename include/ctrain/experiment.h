@@ -118,9 +118,13 @@ CT_API ct_experiment_params ct_experiment_default_params(void);
  * them. fit (unless read_only) creates output_dir and writes the config there as
  * config.yaml. Before any dataset is opened, every component's type name, option keys and the
  * values that do not depend on the data are checked, so such an error is never hidden behind a
- * data file's. Errors: CT_ERR_CONFIG for a component's bad type, key or value (naming the file,
- * line and key, with a suggestion for a near name), CT_ERR_IO / CT_ERR_FORMAT for data files,
- * and the builders' own. *out is NULL on failure. The config is borrowed: keep it until the
+ * data file's. Once the model is built, one zero sample of the training data's shape goes through
+ * it (evaluation mode, a graph of its own: nothing random is drawn, no statistic updated), and
+ * an output that does not fit what the loss takes of the targets is CT_ERR_CONFIG naming the
+ * layer and both shapes. Errors: CT_ERR_CONFIG for a component's bad type, key or value (naming
+ * the file, line and key, with a suggestion for a near name), CT_ERR_IO / CT_ERR_FORMAT for data
+ * files, CT_ERR_OOM naming the configuration key behind the model's largest tensor, and the
+ * builders' own. *out is NULL on failure. The config is borrowed: keep it until the
  * experiment is destroyed. fit takes the run directory's lock, which destroy releases.
  */
 CT_API ct_status ct_experiment_create(ct_ctx *ctx,

@@ -62,7 +62,8 @@ static const ct_key_def k_schema[] = {
     {"data.prefetch", I, "2", 0, 64, NULL, RES, "Batches assembled ahead on a background thread."},
     {"data.transforms", L, "[]", 0, 0, NULL, 0,
      "Applied to every split, in order: `{type: scale, a: A, b: B}` (x*a+b) and "
-     "`{type: normalize, mean: [..], std: [..]}` (per channel)."},
+     "`{type: normalize, mean: [..], std: [..]}` ((x-mean)/std per channel, dim 0 of a sample: "
+     "one value for every channel or one per channel, at most 16; std > 0)."},
     {"data.augment", L, "[]", 0, 0, NULL, 0,
      "Applied to training batches only, after the transforms: `{type: random_crop, pad: N}` "
      "and `{type: hflip, p: P}`."},
@@ -73,7 +74,9 @@ static const ct_key_def k_schema[] = {
      "`layers:` a list of `{type: LAYER, ...options}` (residual blocks take `children:`). Or "
      "`plugin` and `symbol` naming a ct_model_vtable, with its own options. `init_from: "
      "FILE.safetensors` (or `{path, strict: true, prefix: \"\"}`) loads initial weights, e.g. "
-     "PyTorch's, by state_dict name; a resumed run loads its checkpoint instead."},
+     "PyTorch's, by state_dict name; a resumed run loads its checkpoint instead. One sample of "
+     "data.train goes through the model before anything else: an output that does not fit the "
+     "loss is a configuration error naming the layer and both shapes."},
     {"task", P, "auto", 0, 0, "auto|classification|regression|language_model", 0,
      "What is learned; auto: language_model for token data, regression for numeric targets, "
      "else classification. Or `{plugin: PATH, symbol: NAME}` naming a `const ct_task`."},

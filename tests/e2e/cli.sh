@@ -316,6 +316,47 @@ expect error_metrics_without_data 2 \
     "tiny\.yaml:12:[0-9]+: key 'metrics\.valid': metrics for data\.valid, which is not set" -- \
     "$ctrain" config tiny.yaml '~data.valid'
 
+# normalize: one value for every channel or one per channel, std > 0, each error at the value
+edit_line 6 '  batch_size: 32\n  transforms: [{type: normalize, mean: [0, 1], std: [1, 1]}]' \
+    e_norm.yaml
+expect error_normalize_channels 2 \
+    "e_norm\.yaml:7:[0-9]+: key 'data\.transforms\.0\.mean': 2 values, .* \[8\] have 8 channels" -- \
+    "$ctrain" fit e_norm.yaml ++output_dir=e_norm "${quiet[@]}"
+edit_line 6 '  batch_size: 32\n  transforms: [{type: normalize, mean: 0, std: 0}]' e_std.yaml
+expect error_normalize_std 2 "e_std\.yaml:7:[0-9]+: key 'data\.transforms\.0\.std': 0; .*> 0" -- \
+    "$ctrain" fit e_std.yaml ++output_dir=e_std "${quiet[@]}"
+
+# a model that does not fit its data is a configuration error before any training, the same
+# for fit, eval and predict: an mlp over images without a flatten (idx files of 4 3x3 images)
+{ printf '\x00\x00\x08\x03\x00\x00\x00\x04\x00\x00\x00\x03\x00\x00\x00\x03'; head -c 36 /dev/zero; } >img.idx
+printf '\x00\x00\x08\x01\x00\x00\x00\x04\x00\x01\x02\x03' >lbl.idx
+cat >e_shape.yaml <<'YAML'
+data:
+  train: {type: idx, images: img.idx, labels: lbl.idx}
+  valid: {split: 0.5}
+model: {type: mlp, hidden: [4]}
+trainer: {max_epochs: 1}
+YAML
+shape_error="e_shape\.yaml:4:1: key 'model' \(mlp\): a sample \[1,3,3\] of data\.train gives an \
+output \[1,3,10\], but cross_entropy takes \[C\] with C >= 10"
+expect error_model_shape_fit 2 "$shape_error" 'flatten' -- \
+    "$ctrain" fit e_shape.yaml ++output_dir=e_shape "${quiet[@]}"
+verdict error_model_shape_leaves_no_run_dir "$([[ -e e_shape ]] && echo "e_shape/ was created")"
+expect error_model_shape_eval 2 "$shape_error" -- "$ctrain" eval e_shape.yaml ++output_dir=e_shape
+expect error_model_out 2 "command line: key 'model\.layers\.1\.out' \(3\): .*output \[3\]" -- \
+    "$ctrain" fit e_shape.yaml ++output_dir=e_shape \
+    'model={type: sequential, layers: [flatten, {type: linear, out: 3}]}' "${quiet[@]}"
+
+# out of memory: says so, and names the key that asked for the size (exit 1: the run failed)
+expect error_out_of_memory 1 "command line: key 'model\.layers\.0\.out' \(1000000000000000\) \
+makes '0\.weight' \[1000000000000000,8\].*: out of memory allocating [0-9]+ parameters" -- \
+    "$ctrain" fit tiny.yaml ++output_dir=e_oom "${quiet[@]}" \
+    'model={type: sequential, layers: [{type: linear, out: 1000000000000000}, {type: linear, out: 4}]}'
+# CONFIG may be a run directory (its config.yaml); another directory is an error that says so
+mkdir -p not_a_run
+expect error_config_directory 2 'not_a_run: a directory without config\.yaml' -- \
+    "$ctrain" config not_a_run
+
 # ---- eval: reads the run directory, writes nothing ----
 
 snapshot run >before.txt
@@ -438,6 +479,9 @@ verdict predict_writes_nothing "$(diff before.txt after.txt | head -n 6 | tr '\n
 expect predict_wrong_shape 2 'x3\.npy: samples of shape \[3\], but the model takes .*\[8\]' -- \
     bash -c "$(declare -f npy_f32); npy_f32 x3.npy 2 3; \"$ctrain\" predict tiny.yaml \
         --checkpoint latest --input x3.npy --output p3.csv ++output_dir=run"
+npy_f32 x9.npy 2 9
+expect error_model_shape_predict 2 "$shape_error" -- \
+    "$ctrain" predict e_shape.yaml --input x9.npy --output p.csv ++output_dir=e_shape
 
 cat >reg.yaml <<'YAML'
 seed: 2
