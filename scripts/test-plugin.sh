@@ -93,4 +93,16 @@ for cmd in config fit; do
     early "$cmd" 'metrics.valid.1={plugin: ./libmytask.so, symbol: my_metric, colour: red}' \
         "metrics\.valid\.1: unknown key 'colour'"
 done
+# A plugin model's output is checked as a built-in's, before any training: one sample through
+# its forward against what the loss takes (the built-in cross-entropy here: the plugin task set
+# aside), a configuration error naming the key and both shapes.
+set +e
+"$ctrain" fit experiment.yaml ++output_dir="$prefix/bad" ++task=classification ++model.out=1 \
+    >bad.out 2>&1
+rc=$?
+set -e
+cat bad.out
+[[ $rc -eq 2 ]] || { echo "a plugin model with too few outputs: exit $rc, expected 2"; exit 1; }
+grep -q "key 'model\.out' (1): a sample \[2\] of data\.train gives an output \[1\]" bad.out ||
+    { echo "the error does not name model.out and both shapes"; exit 1; }
 echo "plugin: ok (test/acc $acc, valid/error $verr)"

@@ -45,9 +45,10 @@ typedef struct ct_cfg_node {
 typedef struct ct_config ct_config;
 
 /* Parses a YAML or JSON file holding one mapping. A syntax error is CT_ERR_CONFIG with
- * "file:line:col: " and the parser's message; a missing file CT_ERR_IO; a duplicate key, an
- * empty file, more than one document or a non-mapping root CT_ERR_CONFIG. Anchors and aliases
- * are expanded (an alias is a copy); a merge key (<<) or a tag is an error. */
+ * "file:line:col: " and the parser's message; a file that cannot be opened or read (missing,
+ * a directory, ...) CT_ERR_IO with the system's reason; a duplicate key, an empty file, more
+ * than one document or a non-mapping root CT_ERR_CONFIG. Anchors and aliases are expanded (an
+ * alias is a copy); a merge key (<<) or a tag is an error. */
 CT_API ct_status ct_config_load_file(ct_ctx *ctx, const char *path, ct_config **out);
 /* The same for text in memory; `name` stands for the file in messages. */
 CT_API ct_status

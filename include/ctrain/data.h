@@ -68,6 +68,10 @@ CT_API const ct_dataset_vtable *ct_dataset_type(const char *name);
 /* The option keys of a built-in type (NULL-terminated, static), or NULL for a name that is not
  * one: for checking a configuration's keys before any file is opened. */
 CT_API const char *const *ct_dataset_type_keys(const char *type);
+/* The keys among them whose values are file paths (a list of them, or a comma-separated one,
+ * for `files`), NULL-terminated and static; NULL for a name that is not a type. An experiment
+ * makes the relative ones absolute (docs/config.md, Paths). */
+CT_API const char *const *ct_dataset_type_path_keys(const char *type);
 
 /* Checks options for a dataset of the named type, or through a caller-provided vtable
  * (plugins), without opening anything: vt->check, and CT_OK for a vtable without one. Fails as

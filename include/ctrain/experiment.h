@@ -10,8 +10,9 @@
  *     task:  {plugin: ./libmytask.so, symbol: my_task}        (a `const ct_task`)
  *     data.train: {plugin: ./libmydata.so, symbol: my_data, ...options}   (a ct_dataset_vtable)
  *     metrics.valid: [{plugin: ./libm.so, symbol: my_metric}]            (a ct_metric_vtable)
- * A plugin path with a '/' that is relative is taken from the experiment file's folder; a bare
- * file name is searched as dlopen(3) searches (LD_LIBRARY_PATH, the system's folders).
+ * A relative plugin path, as every relative path of the file, is taken from the experiment file's
+ * folder (ct_experiment_resolve); a bare file name is searched as dlopen(3) searches
+ * (LD_LIBRARY_PATH, the system's folders).
  *
  * Ownership: ct_experiment_create borrows the resolved config (and fills in what needs the
  * data), which must outlive the experiment; the experiment owns everything it builds (and the
@@ -68,7 +69,12 @@ CT_API const ct_key_def *ct_experiment_schema(int64_t *count);
  * 'path': ..."): an unknown key, with the closest known one and the section's keys; a value of
  * the wrong type; a number out of range; a name that is not one of the valid values (listed); a
  * missing required key. A null value (`key:` with nothing) counts as absent.
- * `name` defaults to the file's stem and `output_dir` to runs/<name>.
+ * `name` defaults to the file's stem and `output_dir` to runs/<name> in the current directory.
+ * Every relative path (a built-in dataset type's path keys, model.init_from, each `plugin` with
+ * a '/', output_dir) is made absolute: from the folder of the file a node came from (its
+ * realpath), or from the current directory for a value set by an override; so the resolved
+ * config names the same files wherever it is read from (docs/config.md, Paths). Resolving a
+ * resolved config changes nothing.
  */
 CT_API ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg);
 
@@ -120,9 +126,13 @@ CT_API ct_experiment_params ct_experiment_default_params(void);
  * them. fit (unless read_only) creates output_dir and writes the config there as
  * config.yaml. Before any dataset is opened, every component's type name, option keys and the
  * values that do not depend on the data are checked, so such an error is never hidden behind a
- * data file's. Errors: CT_ERR_CONFIG for a component's bad type, key or value (naming the file,
- * line and key, with a suggestion for a near name), CT_ERR_IO / CT_ERR_FORMAT for data files,
- * and the builders' own. *out is NULL on failure. The config is borrowed: keep it until the
+ * data file's. Once the model is built, one zero sample of the training data's shape goes through
+ * it (evaluation mode, a graph of its own: nothing random is drawn, no statistic updated), and
+ * an output that does not fit what the loss takes of the targets is CT_ERR_CONFIG naming the
+ * layer and both shapes. Errors: CT_ERR_CONFIG for a component's bad type, key or value (naming
+ * the file, line and key, with a suggestion for a near name), CT_ERR_IO / CT_ERR_FORMAT for data
+ * files, CT_ERR_OOM naming the configuration key behind the model's largest tensor, and the
+ * builders' own. *out is NULL on failure. The config is borrowed: keep it until the
  * experiment is destroyed. fit takes the run directory's lock, which destroy releases.
  */
 CT_API ct_status ct_experiment_create(ct_ctx *ctx,

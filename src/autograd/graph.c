@@ -159,7 +159,7 @@ ct_graph_fail_at(ct_graph *g, ct_status code, const char *file, int line, const 
 
 void *ct_graph_alloc(ct_graph *g, size_t size) {
     void *p = ct_arena_alloc(g->scratch_depth > 0 ? &g->scratch : &g->arena, size);
-    if (!p) CT_GRAPH_FAIL(g, CT_ERR_OOM, "graph arena: allocating %zu bytes", size);
+    if (!p) CT_GRAPH_FAIL(g, CT_ERR_OOM, "graph arena: out of memory allocating %zu bytes", size);
     return p;
 }
 

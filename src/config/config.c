@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define CFG_MAX_DEPTH   64
 #define CFG_MAX_ANCHORS 256
@@ -512,11 +513,21 @@ ct_status ct_config_load_file(ct_ctx *ctx, const char *path, ct_config **out) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* fopen takes a directory on Linux, and the first read fails with EISDIR */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        (void)fclose(f);
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot read: %s (expected an experiment file)", path,
+                       strerror(EISDIR));
+    }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     ct_status s = CT_OK;
+    int err = 0;
     while (buf) {
+        errno = 0;
         size_t got = fread(buf + len, 1, cap - len, f);
+        if (got < cap - len && ferror(f)) err = errno;
         len += got;
         if (got == 0) break;
         if (len == cap) {
@@ -536,7 +547,9 @@ ct_status ct_config_load_file(ct_ctx *ctx, const char *path, ct_config **out) {
         }
     }
     if (s == CT_OK && !buf) s = CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", path);
-    if (s == CT_OK && ferror(f)) s = CT_FAIL(ctx, CT_ERR_IO, "%s: read failed", path);
+    if (s == CT_OK && ferror(f))
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot read: %s", path,
+                    err ? strerror(err) : "a read error");
     (void)fclose(f);
     if (s == CT_OK) s = ct_config_load_string(ctx, path, buf, len, out);
     free(buf);

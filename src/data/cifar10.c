@@ -103,6 +103,7 @@ static ct_status split_paths(ct_ctx *ctx,
 
 /* The option keys (ct_dataset_type_keys). */
 const char *const ct_dataset_cifar10_keys[] = {"files", "limit", NULL};
+const char *const ct_dataset_cifar10_path_keys[] = {"files", NULL};
 
 static ct_status
 cifar_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {

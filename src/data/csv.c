@@ -702,6 +702,7 @@ static void csv_close(ct_ctx *ctx, void *self) {
 const char *const ct_dataset_csv_keys[] = {"path",      "features",    "target",     "task",
                                            "delimiter", "standardize", "stats_from", "limit",
                                            "header",    "target_path", "nonfinite",  NULL};
+const char *const ct_dataset_csv_path_keys[] = {"path", "stats_from", "target_path", NULL};
 
 static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;

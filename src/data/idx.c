@@ -136,6 +136,7 @@ static ct_status check_labels(ct_ctx *ctx,
 
 /* The option keys (ct_dataset_type_keys). */
 const char *const ct_dataset_idx_keys[] = {"images", "labels", "limit", NULL};
+const char *const ct_dataset_idx_path_keys[] = {"images", "labels", NULL};
 
 static ct_status idx_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;

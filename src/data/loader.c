@@ -505,10 +505,12 @@ ct_status ct_loader_create(ct_ctx *ctx,
         ok = s->x && s->y && s->index;
     }
     if (!ok) {
+        size_t bytes = slot_bytes(l); /* l is gone below */
         free_buffers(l);
         ct_free(ctx, l, sizeof *l);
-        return CT_FAIL(ctx, CT_ERR_OOM, "loader: allocating %lld batch buffers of %zu bytes",
-                       (long long)p.prefetch + 1, slot_bytes(l));
+        return CT_FAIL(ctx, CT_ERR_OOM,
+                       "loader: out of memory allocating %lld batch buffers of %zu bytes",
+                       (long long)p.prefetch + 1, bytes);
     }
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);

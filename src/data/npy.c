@@ -633,6 +633,7 @@ static ct_status npy_load(ct_ctx *ctx,
 
 /* The option keys (ct_dataset_type_keys). */
 const char *const ct_dataset_npy_keys[] = {"features", "labels", "limit", "nonfinite", NULL};
+const char *const ct_dataset_npy_path_keys[] = {"features", "labels", NULL};
 
 static ct_status npy_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;

@@ -118,6 +118,7 @@ static void synthetic_close(ct_ctx *ctx, void *self) {
 /* The option keys (ct_dataset_type_keys). */
 const char *const ct_dataset_synthetic_keys[] = {
     "kind", "n", "features", "classes", "spread", "noise", "outputs", "seed", NULL};
+const char *const ct_dataset_synthetic_path_keys[] = {NULL};
 
 static ct_status
 synthetic_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {

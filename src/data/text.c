@@ -114,6 +114,7 @@ typedef struct part {
 
 /* The option keys (ct_dataset_type_keys). */
 const char *const ct_dataset_text_keys[] = {"files", "context", "stride", NULL};
+const char *const ct_dataset_text_path_keys[] = {"files", NULL};
 
 static ct_status
 text_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
@@ -192,6 +193,7 @@ const ct_dataset_vtable ct_dataset_text = {"text", text_open, windows_get, windo
 
 /* The option keys (ct_dataset_type_keys). */
 const char *const ct_dataset_tokens_keys[] = {"path", "context", "stride", "vocab", NULL};
+const char *const ct_dataset_tokens_path_keys[] = {"path", NULL};
 
 static ct_status
 tokens_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {

@@ -52,7 +52,6 @@ struct ct_experiment {
     ct_config *cfg;
     ct_experiment_params p;
     pool_block *pool;
-    char base_dir[1024]; /* the config file's folder, for relative plugin paths */
     const char *out_dir;
     void *plugins[MAX_PLUGINS];
     int n_plugins;
@@ -233,7 +232,7 @@ static void add_option(ct_options *o, const char *key, const char *value) {
     o->count++;
 }
 
-/* Opens a plugin (relative paths from the config file's folder) and finds its symbol. */
+/* Opens a plugin (its path made absolute by ct_experiment_resolve) and finds its symbol. */
 static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const void **out) {
     const ct_cfg_node *pl = ct_config_find(map, "plugin"), *sy = ct_config_find(map, "symbol");
     char w[600];
@@ -241,11 +240,7 @@ static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const v
     if (!pl || !sy || pl->kind != CT_CFG_SCALAR || sy->kind != CT_CFG_SCALAR)
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a plugin needs plugin: PATH and symbol: NAME",
                        w);
-    char path[2048];
-    if (pl->value[0] == '/' || !strchr(pl->value, '/') || strcmp(e->base_dir, ".") == 0)
-        (void)snprintf(path, sizeof path, "%s", pl->value);
-    else
-        (void)snprintf(path, sizeof path, "%s/%s", e->base_dir, pl->value);
+    const char *path = pl->value;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
@@ -325,8 +320,55 @@ static ct_status float_list(
     return CT_OK;
 }
 
-static ct_status
-add_transforms(ct_experiment *e, const char *path, ct_loader_params *lp, bool augment) {
+/* "[1,28,28]" for a sample shape. */
+static const char *sample_str(int32_t ndim, const int64_t *shape, char *buf, size_t size) {
+    ct_tensor t = ct_tensor_view(NULL, CT_F32, ndim, shape);
+    return ct_shape_str(&t, buf, size);
+}
+
+/* A normalize transform's std values must be > 0 (each divides); they are checked where they
+ * were written, before the data are read. */
+static ct_status check_std(ct_experiment *e, const ct_cfg_node *s, const float *std, int n) {
+    const ct_cfg_node *item = s->kind == CT_CFG_SEQ ? s->first : s;
+    for (int k = 0; k < n && item; k++, item = s->kind == CT_CFG_SEQ ? item->next : NULL) {
+        if (std[k] > 0.0f) continue;
+        char w[600], path[512];
+        ctx_where(item, w, sizeof w);
+        ct_config_path(item, path, sizeof path);
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s: key '%s': %g; a normalize std must be > 0 (x is divided by it)", w,
+                       path, (double)std[k]);
+    }
+    return CT_OK;
+}
+
+/* A normalize transform's values against the samples' channels (dim 0, as the loader applies
+ * them): one value (for every channel) or one per channel. */
+static ct_status check_channels(ct_experiment *e, const ct_cfg_node *n, int count) {
+    const ct_dataset_info *in = &e->info;
+    int64_t c = in->x_ndim >= 1 ? in->x_shape[0] : 1;
+    char w[600], path[512], shape[200];
+    ctx_where(n, w, sizeof w);
+    ct_config_path(n, path, sizeof path);
+    sample_str(in->x_ndim, in->x_shape, shape, sizeof shape);
+    if (c > CT_TRANSFORM_MAX_CHANNELS)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s: key '%s': normalize works per channel (dim 0 of a sample) on at most "
+                       "%d channels; data.train's samples %s have %lld",
+                       w, path, CT_TRANSFORM_MAX_CHANNELS, shape, (long long)c);
+    if (count == 1 || count == c) return CT_OK;
+    char per[64] = "";
+    if (c > 1) (void)snprintf(per, sizeof per, " or %lld (one per channel)", (long long)c);
+    return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                   "%s: key '%s': %d values, but data.train's samples %s have %lld channel%s "
+                   "(dim 0); expected 1 value (for every channel)%s",
+                   w, path, count, shape, (long long)c, c == 1 ? "" : "s", per);
+}
+
+/* The transforms at `path` into lp; channels: whether the data are open (e->info), so that
+ * normalize's values can be checked against the samples' channels. */
+static ct_status add_transforms(
+    ct_experiment *e, const char *path, ct_loader_params *lp, bool augment, bool channels) {
     const ct_cfg_node *list = node(e, path);
     for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
         char w[600], ip[256];
@@ -380,6 +422,8 @@ add_transforms(ct_experiment *e, const char *path, ct_loader_params *lp, bool au
             if (nm != ns)
                 return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: mean has %d values, std %d", w, ip,
                                nm, ns);
+            CT_TRY(check_std(e, s, t->std, ns));
+            if (channels) CT_TRY(check_channels(e, m, nm));
             for (int c = nm; c < CT_TRANSFORM_MAX_CHANNELS; c++) { /* one value: every channel */
                 t->mean[c] = nm == 1 ? t->mean[0] : 0.0f;
                 t->std[c] = nm == 1 ? t->std[0] : 1.0f;
@@ -447,14 +491,14 @@ static ct_status build_data(ct_experiment *e) {
         lp.world_size = ct_comm_world_size(e->p.comm);
     }
     lp.to_f32 = e->info.x_dtype != CT_I64 && e->info.x_dtype != CT_I32;
-    CT_TRY(add_transforms(e, "data.transforms", &lp, false));
+    CT_TRY(add_transforms(e, "data.transforms", &lp, false, true));
     ct_loader_params el = lp;
     int64_t ebs = int_at(e, "data.eval_batch_size");
     el.batch_size = ebs > 0 ? ebs : lp.batch_size;
     el.shuffle = false;
     el.drop_last = false;
     el.shard = CT_SHARD_EVAL;
-    CT_TRY(add_transforms(e, "data.augment", &lp, true));
+    CT_TRY(add_transforms(e, "data.augment", &lp, true, true));
     e->train_lp = lp;
     e->eval_lp = el;
     e->batch_size = lp.batch_size;
@@ -563,6 +607,74 @@ static ct_status init_from(ct_experiment *e, const ct_cfg_node *model) {
     return CT_OK;
 }
 
+/* The layer of a sequential model's configuration that declared a parameter: its name's
+ * first part is the layer's `name` or position ("3" of "3.weight"; a residual block's
+ * children follow: "2.0.weight"). NULL when none matches. */
+static const ct_cfg_node *layer_of(const ct_cfg_node *list, const char *name) {
+    const ct_cfg_node *found = NULL;
+    while (list && list->kind == CT_CFG_SEQ) {
+        size_t len = strcspn(name, ".");
+        if (!name[len]) break; /* the tensor's own name: the layer is found */
+        int64_t k = 0;
+        const ct_cfg_node *it = list->first;
+        for (; it; it = it->next, k++) {
+            const ct_cfg_node *nm = it->kind == CT_CFG_MAP ? ct_config_find(it, "name") : NULL;
+            char pos[32];
+            (void)snprintf(pos, sizeof pos, "%lld", (long long)k);
+            const char *id = nm && nm->kind == CT_CFG_SCALAR ? nm->value : pos;
+            if (strlen(id) == len && strncmp(id, name, len) == 0) break;
+        }
+        if (!it) break;
+        found = it;
+        list = it->kind == CT_CFG_MAP ? ct_config_find(it, "children") : NULL;
+        name += len + 1;
+    }
+    return found;
+}
+
+/* Adds to an out-of-memory failure in making the model or its optimizer state where its size
+ * was asked for: the model's largest tensor, the layer that declared it, and the option whose
+ * value is the tensor's largest dimension (model.layers.1.out, model.hidden.0), found in the
+ * configuration as written. */
+static ct_status size_context(ct_experiment *e) {
+    const ct_tensor *big = NULL;
+    for (int64_t i = 0; i < ct_params_count(e->params); i++) {
+        const ct_tensor *t = ct_params_at(e->params, i);
+        if (!big || ct_tensor_numel(t) > ct_tensor_numel(big)) big = t;
+    }
+    if (!big) return ct_last_status(e->ctx);
+    const ct_cfg_node *m = node(e, "model"), *at = m;
+    const ct_cfg_node *layers = ct_config_find(m, "layers");
+    const ct_cfg_node *layer = layers && big->name ? layer_of(layers, big->name) : NULL;
+    if (layer) at = layer;
+    /* the option that holds the largest of the tensor's dimensions */
+    const ct_cfg_node *key = NULL;
+    int64_t best = 0;
+    for (const ct_cfg_node *c = at->kind == CT_CFG_MAP ? at->first : NULL; c; c = c->next) {
+        if (strcmp(c->key, "layers") == 0 || strcmp(c->key, "children") == 0) continue;
+        for (const ct_cfg_node *v = c->kind == CT_CFG_SEQ ? c->first : c; v;
+             v = c->kind == CT_CFG_SEQ ? v->next : NULL) {
+            int64_t x;
+            if (v->kind != CT_CFG_SCALAR || !ctx_parse_int(v->value, &x) || x <= best) continue;
+            for (int32_t d = 0; d < big->ndim; d++)
+                if (big->shape[d] == x) {
+                    best = x;
+                    key = v;
+                }
+        }
+    }
+    char w[600], path[512], shape[200];
+    const ct_cfg_node *n = key ? key : at;
+    ctx_where(n, w, sizeof w);
+    ct_config_path(n, path, sizeof path);
+    ct_shape_str(big, shape, sizeof shape);
+    if (key)
+        return ct_err_wrap(e->ctx, "%s: key '%s' (%s) makes '%s' %s, the model's largest tensor", w,
+                           path, key->value, big->name ? big->name : "?", shape);
+    return ct_err_wrap(e->ctx, "%s: key '%s' makes '%s' %s, the model's largest tensor", w, path,
+                       big->name ? big->name : "?", shape);
+}
+
 static ct_task_kind auto_kind(const ct_dataset_info *in) {
     if ((in->x_dtype == CT_I64 || in->x_dtype == CT_I32) && in->y_ndim >= 1 &&
         in->y_dtype == CT_I64)
@@ -587,7 +699,7 @@ static ct_status build_model(ct_experiment *e) {
         CT_TRY(ct_params_create(ctx, &e->params));
         CT_TRY(ct_model_create_with(ctx, vt, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
                                     &e->model));
-        CT_TRY(ct_params_alloc(e->params));
+        if (ct_params_alloc(e->params) != CT_OK) return size_context(e);
         CT_TRY(ct_model_init(e->model, seed));
         return init_from(e, m);
     }
@@ -600,7 +712,7 @@ static ct_status build_model(ct_experiment *e) {
         CT_TRY(layer_specs(e, layers, &specs, &n));
         CT_TRY(ct_model_create(ctx, e->params, in_dtype, in->x_ndim, in->x_shape, specs, n,
                                &e->model));
-        CT_TRY(ct_params_alloc(e->params));
+        if (ct_params_alloc(e->params) != CT_OK) return size_context(e);
         CT_TRY(ct_model_init(e->model, seed));
         return init_from(e, m);
     }
@@ -622,8 +734,10 @@ static ct_status build_model(ct_experiment *e) {
             add_option(&o, size_key, v);
         }
     }
-    CT_TRY(ct_model_build_alloc(ctx, type->value, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
-                                seed, &e->model));
+    ct_status s = ct_model_build_alloc(ctx, type->value, &o, e->params, in_dtype, in->x_ndim,
+                                       in->x_shape, seed, &e->model);
+    if (s == CT_ERR_OOM) return size_context(e);
+    CT_TRY(s);
     return init_from(e, m);
 }
 
@@ -700,6 +814,157 @@ static ct_status build_task(ct_experiment *e) {
     return CT_OK;
 }
 
+/* ---- the model against the data ----
+ *
+ * Once the model is built, one zero sample of the training data's shape goes through it, and
+ * its output is compared with what the loss takes for the data's targets. A model that does
+ * not fit its data (linear layers over images without a flatten, fewer outputs than classes,
+ * another width than the regression targets) is then a configuration error naming the layer
+ * and both shapes, the same for fit, eval and predict, instead of a failure at the first step.
+ * The pass runs on a graph of its own, in evaluation mode and without gradients: it draws no
+ * random numbers and updates no running statistics, so training runs exactly as without it.
+ */
+
+/* Where the output is decided: the last layer of a sequential model, else the model. */
+static const ct_cfg_node *last_layer(const ct_experiment *e) {
+    const ct_cfg_node *m = node(e, "model"), *layers = ct_config_find(m, "layers");
+    const ct_cfg_node *last = NULL;
+    for (const ct_cfg_node *it = layers && layers->kind == CT_CFG_SEQ ? layers->first : NULL; it;
+         it = it->next)
+        last = it;
+    return last ? last : m;
+}
+
+/* "FILE:L:C: key 'model.layers.3' (linear, the last layer)", or the key that sets the output
+ * size when the size is what is wrong and it was written (`out`, gpt's `vocab`). */
+static void output_where(const ct_experiment *e, bool size_key, char *buf, size_t size) {
+    const ct_cfg_node *at = last_layer(e), *m = node(e, "model");
+    const char *key = ct_config_find(m, "type") && !strcmp(ct_config_find(m, "type")->value, "gpt")
+                          ? "vocab"
+                          : "out";
+    const ct_cfg_node *sz = size_key && at->kind == CT_CFG_MAP ? ct_config_find(at, key) : NULL;
+    const ct_cfg_node *n = sz ? sz : at;
+    char w[600], path[512], what[200] = "";
+    ctx_where(n, w, sizeof w);
+    ct_config_path(n, path, sizeof path);
+    const ct_cfg_node *t = at->kind == CT_CFG_MAP ? ct_config_find(at, "type") : at;
+    const ct_cfg_node *sym = at->kind == CT_CFG_MAP ? ct_config_find(at, "symbol") : NULL;
+    if (sz)
+        (void)snprintf(what, sizeof what, " (%s)", sz->value);
+    else if (at != m && t && t->kind == CT_CFG_SCALAR)
+        (void)snprintf(what, sizeof what, " (%s, the last layer)", t->value);
+    else if (t && t->kind == CT_CFG_SCALAR)
+        (void)snprintf(what, sizeof what, " (%s)", t->value);
+    else if (sym && sym->kind == CT_CFG_SCALAR)
+        (void)snprintf(what, sizeof what, " (the plugin model %s)", sym->value);
+    (void)snprintf(buf, size, "%s: key '%s'%s", w, path, what);
+}
+
+static ct_status check_output(ct_experiment *e) {
+    const ct_task *task = &e->task;
+    /* a task that prepares the batches decides what the model sees */
+    if (task->prep_batch || task->train_step || task->eval_step) return CT_OK;
+    ct_ctx *ctx = e->ctx;
+    const ct_dataset_info *in = &e->info;
+    int64_t xs[CT_MAX_DIMS] = {1};
+    for (int32_t d = 0; d < in->x_ndim; d++)
+        xs[d + 1] = in->x_shape[d];
+    ct_graph_params gp = ct_graph_default_params();
+    ct_graph *g = NULL;
+    CT_TRY(ct_graph_create(ctx, &gp, &g));
+    ct_graph_set_grad_enabled(g, false);
+    ct_graph_set_training(g, false);
+    ct_tensor *x = ct_graph_zeros(g, e->train_lp.to_f32 ? CT_F32 : in->x_dtype, in->x_ndim + 1, xs);
+    ct_tensor *out = x ? ct_model_forward(e->model, g, x) : NULL;
+    int32_t ond = out ? out->ndim - 1 : 0; /* the output sample, without the batch of one */
+    int64_t os[CT_MAX_DIMS] = {0}, onumel = 1;
+    for (int32_t d = 0; d < ond; d++)
+        onumel *= (os[d] = out->shape[d + 1]);
+    ct_status gs = ct_graph_status(g);
+    ct_graph_destroy(g);
+    char where[1200], sample[200], output[200], target[200];
+    sample_str(in->x_ndim, in->x_shape, sample, sizeof sample);
+    if (!out) {
+        output_where(e, false, where, sizeof where);
+        if (gs == CT_ERR_OOM || gs == CT_ERR_INTERNAL)
+            return ct_err_wrap(ctx, "%s: a sample %s through the model", where, sample);
+        char why[1024];
+        (void)snprintf(why, sizeof why, "%s", ct_last_error(ctx));
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: a sample %s of data.train fails in the model: %s",
+                       where, sample, why);
+    }
+    /* a task's own loss decides what it takes */
+    if (task->loss_parts || (task->loss && task->loss != experiment_loss)) return CT_OK;
+    loss_kind loss = e->loss != LOSS_AUTO               ? e->loss
+                     : task->kind == CT_TASK_REGRESSION ? LOSS_MSE
+                                                        : LOSS_CE;
+    static const char *const loss_names[] = {"auto", "cross_entropy", "mse",
+                                             "l1",   "smooth_l1",     "huber"};
+    const char *ln = loss_names[loss];
+    sample_str(ond, os, output, sizeof output);
+    sample_str(in->y_ndim, in->y_shape, target, sizeof target);
+    int64_t ynumel = 1;
+    for (int32_t d = 0; d < in->y_ndim; d++)
+        ynumel *= in->y_shape[d];
+    bool classes = in->y_dtype == CT_I64 || in->y_dtype == CT_I32;
+    bool lm = task->kind == CT_TASK_LANGUAGE_MODEL;
+    if ((loss == LOSS_CE) != classes) {
+        /* task: auto picks the loss from the targets: the task or the loss was set to this */
+        const ct_cfg_node *n = e->loss != LOSS_AUTO ? node(e, "loss.type") : node(e, "task");
+        char w[600], path[512];
+        ctx_where(n, w, sizeof w);
+        ct_config_path(n, path, sizeof path);
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s: key '%s': %s takes %s as targets, but data.train's are %s (%s%s%s); "
+                       "%s",
+                       w, path, ln, classes ? "values" : "class indices",
+                       classes ? "class indices" : "values", ct_dtype_name(in->y_dtype),
+                       in->y_ndim ? " " : "", in->y_ndim ? target : "",
+                       classes ? "use task: classification and loss: cross_entropy"
+                               : "use task: regression and a regression loss");
+    }
+    char want[600] = "";
+    bool size_wrong = false;
+    if (loss == LOSS_CE && !lm) {
+        int64_t c = in->n_classes > 0 ? in->n_classes : 1;
+        if (ond != 1 || in->y_ndim != 0 || os[0] < c) {
+            size_wrong = ond == 1 && in->y_ndim == 0;
+            (void)snprintf(want, sizeof want,
+                           "[C] with C >= %lld (a score for each of the %lld classes of "
+                           "data.train)",
+                           (long long)c, (long long)c);
+        }
+    } else if (loss == LOSS_CE) {
+        int64_t v = ond >= 1 ? os[ond - 1] : 0, c = in->n_classes > 0 ? in->n_classes : 1;
+        if (ond < 1 || v < c || onumel / (v ? v : 1) != ynumel) {
+            size_wrong = ond >= 1 && onumel / (v ? v : 1) == ynumel;
+            (void)snprintf(want, sizeof want,
+                           "[%lld, V] with V >= %lld (scores over the %lld-token vocabulary at "
+                           "each of the %lld positions)",
+                           (long long)ynumel, (long long)c, (long long)c, (long long)ynumel);
+        }
+    } else if (onumel != ynumel) {
+        size_wrong = ond == 1;
+        (void)snprintf(want, sizeof want, "%lld value%s (data.train's targets are %s)",
+                       (long long)ynumel, ynumel == 1 ? "" : "s", target);
+    }
+    if (!want[0]) return CT_OK;
+    output_where(e, size_wrong, where, sizeof where);
+    /* the usual cause: layers that act on the last axis given an image */
+    const char *hint = "";
+    if (ond > 1 && in->x_ndim > 1 && !lm) {
+        const ct_cfg_node *t = ct_config_find(node(e, "model"), "type");
+        hint = t && strcmp(t->value, "mlp") == 0
+                   ? "; an mlp's linear layers act on the last axis of a sample: for samples of "
+                     "more than one axis use type: sequential with a flatten layer first"
+                   : "; linear layers act on the last axis of their input: a flatten layer "
+                     "before the first one makes a sample one vector";
+    }
+    return CT_FAIL(ctx, CT_ERR_CONFIG,
+                   "%s: a sample %s of data.train gives an output %s, but %s takes %s%s", where,
+                   sample, output, ln, want, hint);
+}
+
 /* ---- optimizer and schedule ---- */
 
 static ct_status build_optimizer(ct_experiment *e) {
@@ -724,6 +989,7 @@ static ct_status build_optimizer(ct_experiment *e) {
                                                    (double)op.initial_accumulator_value);
     op.zero_grad = true;
     ct_status s = ct_optim_create(e->ctx, e->params, &op, &e->opt);
+    if (s == CT_ERR_OOM) return size_context(e);
     if (s != CT_OK) return ct_err_wrap(e->ctx, "%s: optimizer", ct_config_name(e->cfg));
     const ct_cfg_node *groups = node(e, "optimizer.groups");
     for (const ct_cfg_node *g = groups ? groups->first : NULL; g; g = g->next) {
@@ -1036,8 +1302,8 @@ static ct_status check_data(ct_experiment *e) {
     }
     if (te) CT_TRY(check_dataset(e, te));
     ct_loader_params scratch = ct_loader_default_params();
-    CT_TRY(add_transforms(e, "data.transforms", &scratch, false));
-    return add_transforms(e, "data.augment", &scratch, true);
+    CT_TRY(add_transforms(e, "data.transforms", &scratch, false, false));
+    return add_transforms(e, "data.augment", &scratch, true, false);
 }
 
 static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
@@ -1912,11 +2178,6 @@ ct_status ct_experiment_create(ct_ctx *ctx,
     e->jsonl.fd = e->csv.fd = -1;
     e->p = p ? *p : ct_experiment_default_params();
     const char *file = ct_config_name(resolved);
-    const char *slash = strrchr(file, '/');
-    if (slash)
-        (void)snprintf(e->base_dir, sizeof e->base_dir, "%.*s", (int)(slash - file), file);
-    else
-        (void)snprintf(e->base_dir, sizeof e->base_dir, ".");
     e->out_dir = str_at(e, "output_dir");
     ct_status s =
         e->out_dir ? CT_OK : CT_FAIL(ctx, CT_ERR_CONFIG, "%s: not resolved (no output_dir)", file);
@@ -1924,6 +2185,7 @@ ct_status ct_experiment_create(ct_ctx *ctx,
     if (s == CT_OK) s = build_data(e);
     if (s == CT_OK) s = build_task(e);
     if (s == CT_OK) s = build_model(e);
+    if (s == CT_OK) s = check_output(e);
     if (s == CT_OK) s = build_optimizer(e);
     if (s == CT_OK) s = build_schedule(e);
     if (s == CT_OK) s = build_trainer(e);

@@ -6,13 +6,17 @@
  *
  * Adding a key is one table line here and reading it in experiment.c.
  */
+#define _XOPEN_SOURCE 700 /* realpath(3), which POSIX.1-2008 without XSI does not declare */
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core_internal.h"
+#include "ctrain/data.h"
 #include "ctrain/experiment.h"
 #include "experiment_internal.h"
 
@@ -36,8 +40,8 @@ static const ct_key_def k_schema[] = {
     {"seed", I, "0", 0, 9.2e18, NULL, 0,
      "Seeds the model's initialisation, shuffling, augmentation and dropout."},
     {"output_dir", STR, NULL, 0, 0, NULL, RES,
-     "The run directory (config.yaml, metrics.jsonl, checkpoints/). Default: `runs/NAME`, "
-     "relative to the current directory."},
+     "The run directory (config.yaml, metrics.jsonl, checkpoints/), a path (see Paths above). "
+     "Default: `runs/NAME` in the current directory."},
     {"threads", I, "0", 0, 1024, NULL, RES,
      "Threads for the kernels; 0 = all cores. Results do not depend on it."},
 
@@ -62,7 +66,8 @@ static const ct_key_def k_schema[] = {
     {"data.prefetch", I, "2", 0, 64, NULL, RES, "Batches assembled ahead on a background thread."},
     {"data.transforms", L, "[]", 0, 0, NULL, 0,
      "Applied to every split, in order: `{type: scale, a: A, b: B}` (x*a+b) and "
-     "`{type: normalize, mean: [..], std: [..]}` (per channel)."},
+     "`{type: normalize, mean: [..], std: [..]}` ((x-mean)/std per channel, dim 0 of a sample: "
+     "one value for every channel or one per channel, at most 16; std > 0)."},
     {"data.augment", L, "[]", 0, 0, NULL, 0,
      "Applied to training batches only, after the transforms: `{type: random_crop, pad: N}` "
      "and `{type: hflip, p: P}`."},
@@ -73,7 +78,9 @@ static const ct_key_def k_schema[] = {
      "`layers:` a list of `{type: LAYER, ...options}` (residual blocks take `children:`). Or "
      "`plugin` and `symbol` naming a ct_model_vtable, with its own options. `init_from: "
      "FILE.safetensors` (or `{path, strict: true, prefix: \"\"}`) loads initial weights, e.g. "
-     "PyTorch's, by state_dict name; a resumed run loads its checkpoint instead."},
+     "PyTorch's, by state_dict name; a resumed run loads its checkpoint instead. One sample of "
+     "data.train goes through the model before anything else: an output that does not fit the "
+     "loss is a configuration error naming the layer and both shapes."},
     {"task", P, "auto", 0, 0, "auto|classification|regression|language_model", 0,
      "What is learned; auto: language_model for token data, regression for numeric targets, "
      "else classification. Or `{plugin: PATH, symbol: NAME}` naming a `const ct_task`."},
@@ -538,6 +545,160 @@ static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
     return CT_OK;
 }
 
+/* ---- paths ----
+ *
+ * One rule for every path an experiment names: a relative path written in a file is taken
+ * from that file's folder, one given on the command line from the current directory (as any
+ * command-line argument), and resolving makes them absolute. So the resolved configuration,
+ * the run's config.yaml, means the same from any directory. A plugin named without a '/' is a
+ * library name that dlopen(3) looks up in its own folders, and is left alone. The paths are
+ * the values of `output_dir`, `model.init_from` (or its `path`), every `plugin`, and a
+ * built-in dataset type's path keys (ct_dataset_type_path_keys); a plugin's own options are
+ * handed over as written.
+ */
+
+#define MAX_PATH_TEXT 8192
+
+/* The folder a node's relative paths start from, into buf: the current directory, or the
+ * node's file's folder as realpath(3) gives it, so that the same file names the same paths
+ * whichever directory it was given from ("../exp.yaml", "exp.yaml"). */
+static ct_status base_of(ct_ctx *ctx, const ct_cfg_node *n, char *buf, size_t size) {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd))
+        return CT_FAIL(ctx, CT_ERR_IO, "cannot find the current directory: %s", strerror(errno));
+    const char *file = n->line > 0 ? n->source : NULL; /* else the command line */
+    const char *slash = file ? strrchr(file, '/') : NULL;
+    int w;
+    if (!slash) {
+        w = snprintf(buf, size, "%s", cwd);
+    } else {
+        char dir[4096];
+        w = snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
+        char *real = w >= 0 && (size_t)w < sizeof dir ? realpath(dir, NULL) : NULL;
+        if (real) /* else a name that is no file's (a config made in memory) */
+            w = snprintf(buf, size, "%s", real);
+        else if (dir[0] == '/')
+            w = snprintf(buf, size, "%s", dir);
+        else
+            w = snprintf(buf, size, "%s/%s", cwd, dir);
+        free(real);
+    }
+    if (w < 0 || (size_t)w >= size)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: its folder's path is too long", file ? file : cwd);
+    return CT_OK;
+}
+
+/* Appends path, made absolute from base, to out[*at..]: "./x" and "x" give "BASE/x", and each
+ * leading "../" takes the last folder off BASE (BASE holds no symbolic link, so that is the
+ * folder "BASE/.." names). */
+static bool join_path(const char *base, const char *path, size_t len, char *out, size_t *at) {
+    if (!len || path[0] == '/') {
+        int w = snprintf(out + *at, MAX_PATH_TEXT - *at, "%.*s", (int)len, path);
+        if (w < 0 || (size_t)w >= MAX_PATH_TEXT - *at) return false;
+        *at += (size_t)w;
+        return true;
+    }
+    size_t blen = strlen(base);
+    for (;;) {
+        size_t skip = len >= 2 && !strncmp(path, "./", 2) ? 2 : 0;
+        if (len >= 3 && !strncmp(path, "../", 3) && blen > 1) {
+            while (blen > 1 && base[blen - 1] != '/')
+                blen--;
+            if (blen > 1) blen--; /* the slash, unless it is the root */
+            skip = 3;
+        }
+        if (!skip) break;
+        path += skip;
+        len -= skip;
+        while (len && path[0] == '/')
+            path++, len--;
+    }
+    int w = snprintf(out + *at, MAX_PATH_TEXT - *at, "%.*s%s%.*s", (int)blen, base,
+                     blen == 1 && base[0] == '/' ? "" : "/", (int)len, path);
+    if (w < 0 || (size_t)w >= MAX_PATH_TEXT - *at) return false;
+    *at += (size_t)w;
+    return true;
+}
+
+/* How a scalar's text names paths. */
+typedef enum path_kind {
+    PATH_ONE = 0, /* the whole text */
+    PATH_LIST,    /* comma-separated paths (a dataset's `files`) */
+    PATH_PLUGIN   /* a path, or a bare library name that dlopen(3) looks up */
+} path_kind;
+
+/* A scalar holding paths made absolute in place (the node keeps its position for later
+ * messages). */
+static ct_status absolute(ct_ctx *ctx, ct_config *cfg, const ct_cfg_node *n, path_kind kind) {
+    if (!n || n->kind != CT_CFG_SCALAR || n->null || !n->value[0]) return CT_OK;
+    if (kind == PATH_PLUGIN && !strchr(n->value, '/')) return CT_OK;
+    const char *sep = kind == PATH_LIST ? "," : "";
+    bool relative = false;
+    for (const char *p = n->value; *p; p += strcspn(p, sep), p += *p == ',')
+        relative = relative || (p[0] != '/' && !(sep[0] && p[0] == ','));
+    if (!relative) return CT_OK;
+    char base[4096], path[512];
+    CT_TRY(base_of(ctx, n, base, sizeof base));
+    char *out = ct_alloc(ctx, MAX_PATH_TEXT);
+    if (!out) return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", ct_config_name(cfg));
+    size_t at = 0;
+    bool ok = true;
+    for (const char *p = n->value; ok; p++) {
+        size_t len = strcspn(p, sep);
+        ok = join_path(base, p, len, out, &at);
+        p += len;
+        if (!*p) break;
+        ok = ok && at + 1 < MAX_PATH_TEXT;
+        if (ok) out[at++] = ',';
+    }
+    ct_config_path(n, path, sizeof path);
+    ct_status s = ok ? ct_config_set(cfg, path, out, n->quoted)
+                     : key_error(ctx, n, path, "the path made absolute is too long");
+    ct_free(ctx, out, MAX_PATH_TEXT);
+    return s;
+}
+
+/* A dataset's path option: a path, or a list of them (in YAML, or with commas for `files`). */
+static ct_status absolute_all(ct_ctx *ctx, ct_config *cfg, const ct_cfg_node *n) {
+    path_kind kind = strcmp(n->key ? n->key : "", "files") == 0 ? PATH_LIST : PATH_ONE;
+    if (n->kind != CT_CFG_SEQ) return absolute(ctx, cfg, n, kind);
+    for (const ct_cfg_node *it = n->first; it; it = it->next)
+        CT_TRY(absolute(ctx, cfg, it, PATH_ONE));
+    return CT_OK;
+}
+
+/* Every `plugin` in the tree under n. */
+static ct_status absolute_plugins(ct_ctx *ctx, ct_config *cfg, const ct_cfg_node *n) {
+    for (const ct_cfg_node *c = n->first; c; c = c->next) {
+        if (c->key && strcmp(c->key, "plugin") == 0)
+            CT_TRY(absolute(ctx, cfg, c, PATH_PLUGIN));
+        else if (c->kind != CT_CFG_SCALAR)
+            CT_TRY(absolute_plugins(ctx, cfg, c));
+    }
+    return CT_OK;
+}
+
+static ct_status resolve_paths(ct_ctx *ctx, ct_config *cfg) {
+    ct_cfg_node *root = ct_config_root(cfg);
+    CT_TRY(absolute(ctx, cfg, ct_config_find(root, "output_dir"), PATH_ONE));
+    CT_TRY(absolute_plugins(ctx, cfg, root));
+    static const char *const splits[] = {"data.train", "data.valid", "data.test"};
+    for (int i = 0; i < 3; i++) {
+        const ct_cfg_node *d = ct_config_find(root, splits[i]);
+        bool builtin = d && d->kind == CT_CFG_MAP && !ct_config_find(d, "plugin");
+        const ct_cfg_node *t = builtin ? ct_config_find(d, "type") : NULL;
+        const char *const *keys =
+            t && t->kind == CT_CFG_SCALAR ? ct_dataset_type_path_keys(t->value) : NULL;
+        for (; keys && *keys; keys++) {
+            const ct_cfg_node *k = ct_config_find(d, *keys);
+            if (k) CT_TRY(absolute_all(ctx, cfg, k));
+        }
+    }
+    const ct_cfg_node *init = ct_config_find(root, "model.init_from");
+    if (init && init->kind == CT_CFG_MAP) init = ct_config_find(init, "path");
+    return absolute(ctx, cfg, init, PATH_ONE);
+}
+
 ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     ct_cfg_node *root = ct_config_root(cfg);
     drop_nulls(cfg, root);
@@ -565,6 +726,7 @@ ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
         (void)snprintf(dir, sizeof dir, "runs/%s", ct_config_find(root, "name")->value);
         CT_TRY(ct_config_set(cfg, "output_dir", dir, true));
     }
+    CT_TRY(resolve_paths(ctx, cfg));
     const ct_cfg_node *od = ct_config_find(root, "output_dir");
     if (!od->value[0] || strlen(od->value) > 800)
         return key_error(ctx, od, "output_dir", "expected a directory path of 1 to 800 bytes");
@@ -735,6 +897,19 @@ void ct_experiment_write_reference(FILE *f) {
                 "FILE` prints the resolved file, every default filled in. Keys marked *resumable* "
                 "may change when a run resumes; a change to any other key makes `ctrain fit` "
                 "refuse to resume the run directory (the configuration fingerprint differs).\n\n"
+                "**Paths.** A relative path written in an experiment file is taken from the "
+                "folder of that file; one given on the command line (`data.train.images=x.gz`) "
+                "from the current directory, as any command-line argument. That holds for every "
+                "path: a dataset's files (each type's path keys, docs/data.md), "
+                "`model.init_from`, a `plugin` and `output_dir`. The resolved configuration "
+                "holds them absolute (`./` and leading `../` folded into the file's folder as "
+                "realpath(3) gives it), so a run's config.yaml means the same from any "
+                "directory: `ctrain eval RUN/config.yaml` (or `ctrain eval RUN`) works from "
+                "anywhere. A plugin named without a `/` (`libmine.so`) is a library name that "
+                "dlopen(3) looks up in the system's folders, and a plugin's own options are "
+                "handed to it as written. The absolute paths are part of the fingerprint: the "
+                "same file names the same data from any directory, while data that moved count "
+                "as another configuration.\n\n"
                 "| key | type | default | meaning |\n|---|---|---|---|\n",
                 f);
     int64_t n;

@@ -149,8 +149,12 @@ ct_status ct_params_alloc(ct_params *p) {
         ct_free(ctx, p->buffers, bsize);
         p->values = p->grads = NULL;
         p->buffers = NULL;
-        return CT_FAIL(ctx, CT_ERR_OOM, "allocating %lld parameters and %zu buffer bytes",
-                       (long long)n, bytes);
+        double mib = (double)fbytes / (1u << 20);
+        return CT_FAIL(ctx, CT_ERR_OOM,
+                       "out of memory allocating %lld parameters (%.1f %s for their values and "
+                       "as much for their gradients) and %zu bytes of buffers",
+                       (long long)n, mib < 1024 ? mib : mib / 1024, mib < 1024 ? "MiB" : "GiB",
+                       bytes);
     }
     p->own_grads = p->grads;
     p->n_trainable = n;

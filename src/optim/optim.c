@@ -204,8 +204,11 @@ ct_optim_create(ct_ctx *ctx, ct_params *params, const ct_optim_params *p, ct_opt
     if ((need_m && !o->m) || (need_v && !o->v) || (need_a && !o->a)) {
         const int64_t n = o->n; /* o is gone after destroy */
         ct_optim_destroy(o);
-        return CT_FAIL(ctx, CT_ERR_OOM, "allocating optimizer moments for %lld parameters",
-                       (long long)n);
+        double mib = (double)bytes / (1u << 20);
+        return CT_FAIL(ctx, CT_ERR_OOM,
+                       "out of memory allocating optimizer moments for %lld parameters (%.1f %s "
+                       "each)",
+                       (long long)n, mib < 1024 ? mib : mib / 1024, mib < 1024 ? "MiB" : "GiB");
     }
     if (o->m) memset(o->m, 0, bytes);
     if (o->a) memset(o->a, 0, bytes);

@@ -16,6 +16,7 @@ fi
 ctrain=$(realpath "$1")
 jsonq=$(realpath "$2")
 enter_workdir cli
+here=$(pwd -P) # relative paths resolve against the current directory, as getcwd(3) gives it
 
 # verdict NAME WHY: ok when WHY is empty, else FAIL with WHY; returns whether it was ok.
 verdict() {
@@ -49,11 +50,11 @@ expect() {
     local p
     for p in "${pats[@]}"; do
         if [[ $p == '!'* ]]; then
-            if cat out err | grep -qE -- "${p:1}"; then
+            if grep -qE -- "${p:1}" out err; then
                 fail "$name" "output matches /${p:1}/: $(tail_of out err)"
                 return 1
             fi
-        elif ! cat out err | grep -qE -- "$p"; then
+        elif ! grep -qE -- "$p" out err; then
             fail "$name" "output lacks /$p/: $(tail_of out err)"
             return 1
         fi
@@ -162,7 +163,7 @@ fi
 expect override_add 0 '^early_stopping:$' '^  patience: 2$' -- \
     "$ctrain" config tiny.yaml +early_stopping.patience=2
 expect override_delete 0 '!f1' '!average: macro' -- "$ctrain" config tiny.yaml '~metrics.valid'
-expect override_set_new 0 '^output_dir: "?elsewhere"?$' -- \
+expect override_set_new 0 "^output_dir: \"?$here/elsewhere\"?\$" -- \
     "$ctrain" config tiny.yaml ++output_dir=elsewhere
 # a key the schema lacks is unknown, with the section's keys (not a hint to add it with +)
 expect override_unknown_key 2 "unknown key 'trainer\.nonexistent'" '!\+trainer' -- \
@@ -315,6 +316,49 @@ expect error_metrics_without_data 2 \
     "tiny\.yaml:12:[0-9]+: key 'metrics\.valid': metrics for data\.valid, which is not set" -- \
     "$ctrain" config tiny.yaml '~data.valid'
 
+# normalize: one value for every channel or one per channel, std > 0, each error at the value
+edit_line 6 '  batch_size: 32\n  transforms: [{type: normalize, mean: [0, 1], std: [1, 1]}]' \
+    e_norm.yaml
+expect error_normalize_channels 2 \
+    "e_norm\.yaml:7:[0-9]+: key 'data\.transforms\.0\.mean': 2 values, .* \[8\] have 8 channels" -- \
+    "$ctrain" fit e_norm.yaml ++output_dir=e_norm "${quiet[@]}"
+edit_line 6 '  batch_size: 32\n  transforms: [{type: normalize, mean: 0, std: 0}]' e_std.yaml
+expect error_normalize_std 2 "e_std\.yaml:7:[0-9]+: key 'data\.transforms\.0\.std': 0; .*> 0" -- \
+    "$ctrain" fit e_std.yaml ++output_dir=e_std "${quiet[@]}"
+
+# a model that does not fit its data is a configuration error before any training, the same
+# for fit, eval and predict: an mlp over images without a flatten (idx files of 4 3x3 images)
+{ printf '\x00\x00\x08\x03\x00\x00\x00\x04\x00\x00\x00\x03\x00\x00\x00\x03'; head -c 36 /dev/zero; } >img.idx
+printf '\x00\x00\x08\x01\x00\x00\x00\x04\x00\x01\x02\x03' >lbl.idx
+cat >e_shape.yaml <<'YAML'
+data:
+  train: {type: idx, images: img.idx, labels: lbl.idx}
+  valid: {split: 0.5}
+model: {type: mlp, hidden: [4]}
+trainer: {max_epochs: 1}
+YAML
+shape_error="e_shape\.yaml:4:1: key 'model' \(mlp\): a sample \[1,3,3\] of data\.train gives an \
+output \[1,3,10\], but cross_entropy takes \[C\] with C >= 10"
+expect error_model_shape_fit 2 "$shape_error" 'flatten' -- \
+    "$ctrain" fit e_shape.yaml ++output_dir=e_shape "${quiet[@]}"
+verdict error_model_shape_leaves_no_run_dir "$([[ -e e_shape ]] && echo "e_shape/ was created")"
+expect error_model_shape_eval 2 "$shape_error" -- "$ctrain" eval e_shape.yaml ++output_dir=e_shape
+expect error_model_out 2 "command line: key 'model\.layers\.1\.out' \(3\): .*output \[3\]" -- \
+    "$ctrain" fit e_shape.yaml ++output_dir=e_shape \
+    'model={type: sequential, layers: [flatten, {type: linear, out: 3}]}' "${quiet[@]}"
+
+# out of memory: says so, and names the key that asked for the size (exit 1: the run failed);
+# under AddressSanitizer a request this size returns NULL only when asked to
+expect error_out_of_memory 1 "command line: key 'model\.layers\.0\.out' \(1000000000000000\) \
+makes '0\.weight' \[1000000000000000,8\].*: out of memory allocating [0-9]+ parameters" -- \
+    env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1" \
+    "$ctrain" fit tiny.yaml ++output_dir=e_oom "${quiet[@]}" \
+    'model={type: sequential, layers: [{type: linear, out: 1000000000000000}, {type: linear, out: 4}]}'
+# CONFIG may be a run directory (its config.yaml); another directory is an error that says so
+mkdir -p not_a_run
+expect error_config_directory 2 'not_a_run: a directory without config\.yaml' -- \
+    "$ctrain" config not_a_run
+
 # ---- eval: reads the run directory, writes nothing ----
 
 snapshot run >before.txt
@@ -347,6 +391,37 @@ expect eval_no_checkpoint 2 'no checkpoint' -- "$ctrain" eval tiny.yaml ++output
 why=
 [[ -e empty_run ]] && why="eval created empty_run/"
 verdict eval_no_checkpoint_writes_nothing "$why"
+
+# every relative path in an experiment file is taken from the file's folder, and the run's
+# config.yaml holds them absolute: a run made from one directory is evaluated from any other,
+# by its config.yaml or by the run directory itself
+mkdir -p proj/data elsewhere
+printf 'a,b,y\n0,1,0\n1,0,1\n1,1,0\n0,0,1\n' >proj/data/t.csv
+cat >proj/paths.yaml <<'YAML'
+data:
+  train: {type: csv, path: ./data/t.csv, target: y}
+  valid: {split: 0.5}
+model: {type: mlp, hidden: [4]}
+trainer: {max_epochs: 1}
+logging: {progress: none}
+YAML
+if expect paths_from_file_folder 0 'done: 1 steps' -- "$ctrain" fit proj/paths.yaml \
+    ++output_dir=paths_run; then
+    expect paths_config_absolute 0 "path: \"?$here/proj/data/t\.csv\"?\$" \
+        "^output_dir: \"?$here/paths_run\"?\$" -- cat paths_run/config.yaml
+    expect eval_from_elsewhere 0 '^valid \(step 1\): valid/acc' -- \
+        bash -c "cd elsewhere && \"$ctrain\" eval ../paths_run/config.yaml"
+    expect eval_run_directory 0 '^valid \(step 1\): valid/acc' -- \
+        bash -c "cd /tmp && \"$ctrain\" eval \"$here/paths_run\""
+    # a run directory moved elsewhere is still its own output_dir
+    mv paths_run paths_moved
+    expect eval_moved_run_directory 0 '^valid \(step 1\): valid/acc' -- \
+        bash -c "cd /tmp && \"$ctrain\" eval \"$here/paths_moved\""
+    mv paths_moved paths_run
+    # the same experiment from another directory names the same files: it resumes the run
+    expect paths_resume_from_elsewhere 0 'is complete at step 1' -- \
+        bash -c "cd elsewhere && \"$ctrain\" fit ../proj/paths.yaml ++output_dir=../paths_run"
+fi
 
 # ---- predict: CSV and .npy, classification and regression; reads the run directory only ----
 
@@ -443,6 +518,9 @@ expect fit_nonfinite_csv 2 "nan\.csv:9: column 2 \('b'\): 'NaN' is NaN: expected
 # allowed, the NaN reaches the loss, and the trainer's own guard stops the run (exit 1)
 expect fit_nonfinite_csv_allowed 1 'non-finite loss' -- "$ctrain" fit nan.yaml \
     ++output_dir=nan_run2 ++data.train.nonfinite=allow "${quiet[@]}"
+npy_f32 x9.npy 2 9
+expect error_model_shape_predict 2 "$shape_error" -- \
+    "$ctrain" predict e_shape.yaml --input x9.npy --output p.csv ++output_dir=e_shape
 
 cat >reg.yaml <<'YAML'
 seed: 2
@@ -609,7 +687,7 @@ expect resume_changed_config 2 'another configuration' 'optimizer\.lr: 0\.1 -> 0
 (cd resumed && find . -type f -print0 | sort -z | xargs -0 sha256sum) >after.txt
 verdict resume_refused_writes_nothing "$(diff before.txt after.txt | head -n 4 | tr '\n' '|')"
 # --restart keeps the refused run under another name and starts over
-expect restart 0 'previous run is now resumed\.old-' -- \
+expect restart 0 "previous run is now $here/resumed\\.old-" -- \
     "$ctrain" fit tiny.yaml ++output_dir=resumed optimizer.lr=0.05 --restart "${fixed[@]}"
 why=
 old_run=$(ls -d resumed.old-* 2>/dev/null | head -n 1)

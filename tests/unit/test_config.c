@@ -97,6 +97,14 @@ static const char *val(const ct_config *c, const char *path) {
         CT_CHECK_MSG(strcmp(ct_v_, ct_w_) == 0, "%s = '%s', expected '%s'", (path), ct_v_, ct_w_); \
     } while (0)
 
+/* "CWD/rel": a path made absolute from the current directory. */
+static const char *in_cwd(const char *rel, char *buf, size_t size) {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
+    (void)snprintf(buf, size, "%s/%s", cwd, rel);
+    return buf;
+}
+
 #define CHECK_AT(cfg, path, l, c)                                                                  \
     do {                                                                                           \
         const ct_cfg_node *ct_n_ = at((cfg), (path));                                              \
@@ -424,7 +432,13 @@ static void config_should_report_syntax_errors_at_file_line_col(void) {
         CT_CHECK_INT(ct_config_load_file(f.ctx, path, &c), CT_ERR_IO);
         CT_CHECK(c == NULL);
         CHECK_HAS(ct_last_error(f.ctx), path);
+        CHECK_HAS(ct_last_error(f.ctx), "No such file");
     }
+    /* a directory opens, and the read fails: the message says why */
+    ct_config *c = NULL;
+    CT_CHECK_INT(ct_config_load_file(f.ctx, "/tmp", &c), CT_ERR_IO);
+    CT_CHECK(c == NULL);
+    CHECK_HAS(ct_last_error(f.ctx), "/tmp: cannot read: Is a directory");
     fx_fini(&f);
 }
 
@@ -1265,7 +1279,8 @@ static void schema_should_fill_every_default(void) {
         CHECK_VAL(c, "task", "auto");
         CHECK_VAL(c, "seed", "0");
         CHECK_VAL(c, "name", "exp");
-        CHECK_VAL(c, "output_dir", "runs/exp");
+        char want[4200];
+        CHECK_VAL(c, "output_dir", in_cwd("runs/exp", want, sizeof want));
         CT_CHECK(at(c, "data.transforms")->kind == CT_CFG_SEQ);
         CT_CHECK(at(c, "data.transforms")->n_children == 0);
         CT_CHECK(at(c, "metrics")->kind == CT_CFG_MAP);
@@ -1306,7 +1321,8 @@ static void schema_should_fill_every_default(void) {
     if (c) {
         CT_CHECK_INT(ct_experiment_resolve(f.ctx, c), CT_OK);
         CHECK_VAL(c, "name", "my_exp.v2");
-        CHECK_VAL(c, "output_dir", "runs/my_exp.v2");
+        char want[4200];
+        CHECK_VAL(c, "output_dir", in_cwd("runs/my_exp.v2", want, sizeof want)); /* not dir/ */
     }
     ct_config_destroy(c);
     fx_fini(&f);
@@ -1499,6 +1515,87 @@ static void schema_written_config_should_resolve_again(void) {
     fx_fini(&f);
 }
 
+/* A relative path written in a file is taken from the file's folder (leading ./ and ../ folded
+ * in), one given on the command line from the current directory; absolute ones, bare plugin
+ * library names and options that are no paths are kept. The positions stay, for messages. */
+static void schema_should_make_paths_absolute_from_the_file_folder(void) {
+    fixture f;
+    fx_init(&f);
+    static const char text[] = "data:\n"
+                               "  train: {type: idx, images: data/a.gz, labels: ../b.gz}\n"
+                               "  valid: {type: cifar10, files: [x.bin, /abs/y.bin, ./z.bin]}\n"
+                               "  test: {type: text, files: \"t1.txt,/abs/t2.txt\", context: 4}\n"
+                               "model: {type: mlp, init_from: {path: w.safetensors}}\n"
+                               "task: {plugin: ./lib/libt.so, symbol: t}\n"
+                               "metrics: {valid: [{plugin: libm.so, symbol: m}]}\n"
+                               "output_dir: out\n";
+    ct_config *c = NULL;
+    CT_CHECK_INT(ct_config_load_string(f.ctx, "/no/such/dir/exp.yaml", text, sizeof text - 1, &c),
+                 CT_OK);
+    ct_status s = c ? ct_experiment_override(c, "data.train.labels=cmd/l.gz") : CT_ERR_CONFIG;
+    if (s == CT_OK) s = ct_experiment_resolve(f.ctx, c);
+    CT_CHECK_MSG(s == CT_OK, "%s", ct_last_error(f.ctx));
+    if (s == CT_OK) {
+        char want[4200];
+        CHECK_VAL(c, "data.train.images", "/no/such/dir/data/a.gz");
+        CHECK_VAL(c, "data.train.labels", in_cwd("cmd/l.gz", want, sizeof want));
+        CHECK_VAL(c, "data.valid.files.0", "/no/such/dir/x.bin");
+        CHECK_VAL(c, "data.valid.files.1", "/abs/y.bin");
+        CHECK_VAL(c, "data.valid.files.2", "/no/such/dir/z.bin");
+        CHECK_VAL(c, "data.test.files", "/no/such/dir/t1.txt,/abs/t2.txt");
+        CHECK_VAL(c, "data.test.context", "4");
+        CHECK_VAL(c, "model.init_from.path", "/no/such/dir/w.safetensors");
+        CHECK_VAL(c, "task.plugin", "/no/such/dir/lib/libt.so");
+        CHECK_VAL(c, "metrics.valid.0.plugin", "libm.so");
+        CHECK_VAL(c, "output_dir", "/no/such/dir/out");
+        CHECK_AT(c, "data.train.images", 2, 22);
+    }
+    ct_config_destroy(c);
+    /* a leading ../ takes a folder off; the file's folder itself is found by realpath */
+    static const char up[] = "data: {train: {type: npy, features: ../../x.npy}}\n"
+                             "model: {type: mlp, init_from: w.st}\n";
+    CT_CHECK_INT(ct_config_load_string(f.ctx, "/no/such/dir/exp.yaml", up, sizeof up - 1, &c),
+                 CT_OK);
+    s = c ? ct_experiment_resolve(f.ctx, c) : CT_ERR_CONFIG;
+    CT_CHECK_MSG(s == CT_OK, "%s", ct_last_error(f.ctx));
+    if (s == CT_OK) {
+        CHECK_VAL(c, "data.train.features", "/no/x.npy");
+        CHECK_VAL(c, "model.init_from", "/no/such/dir/w.st");
+    }
+    ct_config_destroy(c);
+    fx_fini(&f);
+}
+
+/* The resolved configuration, written into a run directory elsewhere and read back from there,
+ * names the same files and has the same fingerprint: config.yaml works from any directory. */
+static void schema_resolved_config_should_mean_the_same_from_another_folder(void) {
+    fixture f;
+    fx_init(&f);
+    static const char text[] = "data: {train: {type: csv, path: d/t.csv, target: y}}\n"
+                               "model: {type: mlp}\n";
+    ct_config *c = NULL, *back = NULL;
+    char *out = NULL;
+    size_t len = 0;
+    ct_status s = ct_config_load_string(f.ctx, "/proj/exp.yaml", text, sizeof text - 1, &c);
+    if (s == CT_OK) s = ct_experiment_resolve(f.ctx, c);
+    if (s == CT_OK) s = ct_config_to_string(c, &out, &len);
+    if (s == CT_OK) s = ct_config_load_string(f.ctx, "/runs/exp/config.yaml", out, len, &back);
+    if (s == CT_OK) s = ct_experiment_resolve(f.ctx, back);
+    CT_CHECK_MSG(s == CT_OK, "%s", ct_last_error(f.ctx));
+    if (s == CT_OK) {
+        CHECK_VAL(back, "data.train.path", "/proj/d/t.csv");
+        CHECK_VAL(back, "output_dir", val(c, "output_dir"));
+        char a[17], b[17];
+        ct_experiment_fingerprint(c, a);
+        ct_experiment_fingerprint(back, b);
+        CT_CHECK_MSG(strcmp(a, b) == 0, "fingerprints %s and %s", a, b);
+    }
+    if (out) ct_free(f.ctx, out, len + 1);
+    ct_config_destroy(back);
+    ct_config_destroy(c);
+    fx_fini(&f);
+}
+
 /* Equal configs have no diff, whatever their keys: an empty key (which would make a path end in
  * '.') is refused, or compared right. */
 static void schema_diff_should_find_nothing_between_equal_configs(void) {
@@ -1632,6 +1729,8 @@ int main(void) {
     CT_RUN(schema_fingerprint_should_ignore_order_and_resumable_keys);
     CT_RUN(schema_written_config_should_resolve_again);
     CT_RUN(schema_diff_should_find_nothing_between_equal_configs);
+    CT_RUN(schema_should_make_paths_absolute_from_the_file_folder);
+    CT_RUN(schema_resolved_config_should_mean_the_same_from_another_folder);
     CT_RUN(schema_reference_should_equal_docs_config_md);
     CT_RUN(component_keys_should_be_documented);
     return ct_test_finish();

@@ -556,12 +556,25 @@ static int rank_fail(const session *s, ct_ctx *ctx, int code) {
     return code;
 }
 
-/* Loads CONFIG, applies the overrides and resolves it. */
+/* Loads CONFIG (an experiment file, or a run directory: its config.yaml, with output_dir that
+ * directory, wherever the run was made), applies the overrides and resolves it. */
 static ct_status
 load_config(ct_ctx *ctx, const char *path, char **overrides, int n, ct_config **out) {
+    char run_config[4200], own_dir[4200] = "";
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        (void)snprintf(own_dir, sizeof own_dir, "++output_dir=%s", path);
+        (void)snprintf(run_config, sizeof run_config, "%s/config.yaml", path);
+        if (access(run_config, F_OK) != 0)
+            return CT_FAIL(ctx, CT_ERR_IO,
+                           "%s: a directory without config.yaml; expected an experiment file or "
+                           "a run directory",
+                           path);
+        path = run_config;
+    }
     ct_config *cfg = NULL;
     CT_TRY(ct_config_load_file(ctx, path, &cfg));
-    ct_status s = CT_OK;
+    ct_status s = own_dir[0] ? ct_experiment_override(cfg, own_dir) : CT_OK;
     for (int i = 0; s == CT_OK && i < n; i++)
         s = ct_experiment_override(cfg, overrides[i]);
     if (s == CT_OK) s = ct_experiment_resolve(ctx, cfg);
