@@ -10,7 +10,7 @@
 JOBS ?= 2
 
 .PHONY: all deps build demo test test-release test-asan test-noomp test-mpich test-tsan test-fuzz \
-	fuzz-config fuzz-checkpoint fuzz-report format-check bench bench-pytorch clean
+	fuzz-config fuzz-checkpoint fuzz-report format-check bench bench-pytorch chaos clean
 
 all: build
 
@@ -95,6 +95,15 @@ test-fuzz:
 
 format-check:
 	scripts/check-format.sh
+
+# The fault tests of tests/chaos/ at CHAOS_SCALE times make test's counts (10: about 300 kills,
+# 400 flipped bits, 120 size limits and full disks, 90 signals, 60 races), in the Release build
+# of make test. CHAOS_SEED repeats a run's random choices (each test prints its seed).
+CHAOS_SCALE ?= 10
+chaos: deps
+	cmake -S . -B build-ci -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DCT_WERROR=ON
+	cmake --build build-ci -j $(JOBS)
+	CHAOS_SCALE=$(CHAOS_SCALE) ctest --test-dir build-ci -L chaos --output-on-failure
 
 # Issue 7's comparison with PyTorch in one invocation (about 13 minutes on the 2-core
 # machine): the reference models' throughput and peak RSS (fp32 and bf16), the batch-1 step,

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # common.sh - what the chaos tests share, sourced by each: the experiment they torture (small,
 # with a checkpoint every few steps, Adam state and EMA, so that faults land in saves as often
 # as in steps), a seeded random source, reference runs, and the comparisons that say whether
@@ -53,7 +54,8 @@ csv_records() { cut -d, -f1,2,4,5 "$1" | grep -v ',samples_per_sec,'; }
 
 # The latest checkpoint's files, by content
 final_sums() {
-    local d="$1/checkpoints/$(head -n1 "$1/checkpoints/latest" 2>/dev/null)"
+    local d
+    d="$1/checkpoints/$(head -n1 "$1/checkpoints/latest" 2>/dev/null)"
     sha256sum "$d/model.safetensors" "$d/optimizer.safetensors" "$d/ema.safetensors" 2>/dev/null |
         cut -d' ' -f1 | tr '\n' ' '
 }
@@ -76,7 +78,7 @@ same_as_reference() {
         why+="metrics.jsonl differs: $(diff <(records "$run/metrics.jsonl") <(records "$ref/metrics.jsonl") | head -n 3 | tr '\n' '|'); "
     diff <(csv_records "$run/metrics.csv") <(csv_records "$ref/metrics.csv") >/dev/null ||
         why+="metrics.csv differs; "
-    ls "$run/checkpoints" | grep -q '\.tmp$' && why+="debris: $(ls "$run/checkpoints" | tr '\n' ' '); "
+    compgen -G "$run/checkpoints/*.tmp" >/dev/null && why+="debris: $(ls "$run/checkpoints" | tr '\n' ' '); "
     "$CTRAIN" inspect "$run" >inspect.out 2>&1 || why+="inspect: $(tail_of inspect.out); "
     if [[ -z $why ]]; then ok "$name"; else bad "$name" "$why"; fi
 }

@@ -18,9 +18,11 @@ moved=0
 race() {
     local i=$1 fa=$2 fb=$3 dir=run_$1 ra rb pa pb
     if [[ -n $fa$fb ]]; then "$CTRAIN" fit exp.yaml ++output_dir="$dir" "${short[@]}" >/dev/null 2>&1; fi
+    # shellcheck disable=SC2086 # an empty flag is no argument
     "$CTRAIN" fit exp.yaml ++output_dir="$dir" "${short[@]}" $fa >a.out 2>&1 &
     pa=$!
     sleep "$(rand_ms 0 30)"
+    # shellcheck disable=SC2086
     "$CTRAIN" fit exp.yaml ++output_dir="$dir" "${short[@]}" $fb >b.out 2>&1 &
     pb=$!
     wait "$pa"
