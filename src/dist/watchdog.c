@@ -233,6 +233,8 @@ static void fire(ct_watchdog *w, uint64_t seq, double waited, double limit) {
     w->note[1] = (int64_t)(waited * 1e3);
     w->note[2] = atomic_load_explicit(&w->at_step, memory_order_relaxed);
     if (w->talk == MPI_COMM_NULL) {
+        /* MPI_Abort from this thread is outside what MPI promises below MPI_THREAD_MULTIPLE;
+           the alternative is a job that waits for ever */
         say(w, NULL,
             "MPI was initialised below MPI_THREAD_MULTIPLE, so the ranks' watchdogs "
             "cannot compare notes");
