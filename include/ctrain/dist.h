@@ -1,8 +1,8 @@
 /*
  * dist.h - the communicator: rank, world size, sum all-reduce of a flat buffer, broadcast and
- * barrier. The trainer makes every cross-process reduction and every "rank 0 only" decision
- * through it, so that data-parallel training over MPI is one more implementation of this
- * interface and nothing else.
+ * barrier, and the collective timeout that keeps a stopped rank from hanging the job. The trainer
+ * makes every cross-process reduction and every "rank 0 only" decision through it, so that
+ * data-parallel training over MPI is one more implementation of this interface and nothing else.
  *
  * Implementations: "single" (one process: all-reduce and broadcast leave the buffer as it is)
  * and "mpi" (src/dist/mpi.c, when the build found MPI: docs/distributed.md). A program or
@@ -68,13 +68,21 @@ typedef struct ct_comm_vtable {
         void *self, ct_ctx *ctx, size_t bytes, void **handle, void **segments);
     ct_status (*shared_sync)(void *self, ct_ctx *ctx, void *handle);
     void (*shared_destroy)(void *self, void *handle);
+    /* Optional (NULL: no collective timeout). seconds >= 0 (0: off), already checked. */
+    ct_status (*set_timeout)(void *self, ct_ctx *ctx, double seconds);
+    /* Optional (NULL: ignored). What ct_comm_set_step says, for the timeout's message. */
+    void (*set_step)(void *self, int64_t step, const char *what);
 } ct_comm_vtable;
 
 /* The one-process communicator: rank 0 of 1. */
 CT_API ct_status ct_comm_create_single(ct_ctx *ctx, ct_comm **out);
-/* The MPI communicator over a duplicate of MPI_COMM_WORLD, initialising MPI (thread level
- * FUNNELED) unless the program did, and finalising it on destroy if it did. Fails with
- * CT_ERR_DIST when the build has no MPI or MPI cannot start. */
+/* The MPI communicator over a duplicate of MPI_COMM_WORLD, initialising MPI unless the program
+ * did, and finalising it on destroy if it did. Fails with CT_ERR_DIST when the build has no MPI
+ * or MPI cannot start. Only the calling thread makes collectives; the communicator's own
+ * watchdog thread (ct_comm_set_timeout) makes point-to-point calls of its own while that thread
+ * waits in one, so MPI is initialised at MPI_THREAD_MULTIPLE. A program that initialised MPI
+ * below that level keeps the timeout, but its message cannot name the ranks that did not
+ * arrive. The collective timeout starts at CT_COMM_DEFAULT_TIMEOUT_S. */
 CT_API ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out);
 /* Whether this build has the MPI communicator. */
 CT_API bool ct_comm_mpi_available(void);
@@ -141,6 +149,35 @@ CT_API void ct_comm_shared_destroy(ct_comm_shared *s);
 /* Ends the whole job with exit code `code` when the communicator can (MPI); otherwise returns.
  * For a rank that failed: the others would wait for it in their next collective. */
 CT_API void ct_comm_abort(ct_comm *c, int code);
+
+/*
+ * The collective timeout (docs/distributed.md, Failures): a rank that has waited longer than
+ * `seconds` in one collective (an all-reduce, a broadcast, a barrier, a shared-memory
+ * synchronisation or window, ct_comm_wait) takes it that another rank is stopped, hung or lost.
+ * The waiting ranks tell each other so; the lowest of them logs, at error level through the
+ * context's log, which ranks did not arrive, the collective (#k: the k-th blocking collective
+ * call since the communicator's creation, the same on every rank; its kind and size), the
+ * timeout and what ct_comm_set_step last said; and it ends the whole job with exit code 1
+ * (ct_comm_abort). The job ends even if the late rank arrives in the meantime: a collective in
+ * flight cannot be abandoned, so there is no status to return. The message comes from the
+ * communicator's watchdog thread while this rank's own thread is blocked in the collective.
+ *
+ * The timeout is per wait, so it must exceed the longest time one rank can spend between two
+ * collectives while the others wait: an evaluation (one rank's share may take longer), rank 0
+ * writing a checkpoint, loading data at start-up. Checked every twentieth of it (at most every
+ * half second), so the job ends between `seconds` and 1.1 x `seconds` (at most 1 s more) after
+ * the wait began, plus about 3 s for the ranks to compare notes and abort.
+ *
+ * ct_comm_set_timeout: 0 turns it off; negative or NaN fails with CT_ERR_INVALID_ARG. A
+ * communicator without a timeout (one process, which never waits; one whose vtable has no
+ * set_timeout) ignores it.
+ * ct_comm_set_step: what this rank is doing, for that message: its step and a phrase (`what`,
+ * such as "training" or "evaluation", borrowed until the next call: a literal; NULL for none).
+ * Two stores, no communication: cheap enough for every batch.
+ */
+#define CT_COMM_DEFAULT_TIMEOUT_S 600.0
+CT_API ct_status ct_comm_set_timeout(ct_comm *c, double seconds);
+CT_API void ct_comm_set_step(ct_comm *c, int64_t step, const char *what);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /*
  * comm.c - the communicator front end (argument checks, the mean all-reduce) and the
- * single-process implementation.
+ * single-process implementation, which has no collective timeout: it never waits.
  *
  * The front end validates what every implementation would otherwise have to (negative sizes,
  * a root out of range), so an implementation only moves bytes.
@@ -61,6 +61,8 @@ static const ct_comm_vtable single_vt = {
     single_broadcast,
     single_barrier,
     single_destroy,
+    NULL,
+    NULL,
     NULL,
     NULL,
     NULL,
@@ -174,6 +176,19 @@ ct_status ct_comm_barrier(ct_comm *c) {
 
 void ct_comm_abort(ct_comm *c, int code) {
     if (c && c->vt->abort && ct_comm_world_size(c) > 1) c->vt->abort(c->self, code);
+}
+
+ct_status ct_comm_set_timeout(ct_comm *c, double seconds) {
+    if (!(seconds >= 0.0)) /* NaN too */
+        return CT_FAIL(c->ctx, CT_ERR_INVALID_ARG,
+                       "collective timeout: %g s, expected 0 (off) or a positive number of "
+                       "seconds",
+                       seconds);
+    return c->vt->set_timeout ? c->vt->set_timeout(c->self, c->ctx, seconds) : CT_OK;
+}
+
+void ct_comm_set_step(ct_comm *c, int64_t step, const char *what) {
+    if (c->vt->set_step) c->vt->set_step(c->self, step, what);
 }
 
 ct_status ct_comm_iallreduce_sum_f32(ct_comm *c, float *buf, int64_t n, ct_comm_request *req) {

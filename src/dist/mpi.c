@@ -12,6 +12,11 @@
  * size and the message size only, and every algorithm they have gives each rank the same bits,
  * so the result is reproducible from run to run and identical across ranks (the tests check
  * this). Counts above MPI's int are sent in chunks.
+ *
+ * Every blocking collective call is marked for the collective watchdog (watchdog.c), which ends
+ * the job when a rank waits in one longer than the timeout, naming the ranks that did not
+ * arrive. Its thread talks to the other ranks' watchdogs over a second duplicate of
+ * MPI_COMM_WORLD while this one's thread is blocked, hence MPI_THREAD_MULTIPLE.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +25,7 @@
 
 #include "core/core_internal.h"
 #include "ctrain/dist.h"
+#include "dist/dist_internal.h"
 
 /* Whether the environment names a world of more than one process: Open MPI's mpirun,
  * MPICH's Hydra (and other PMI launchers), Slurm's srun, or CTRAIN_MPI=1 to insist. */
@@ -55,9 +61,11 @@ ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
 
 typedef struct mpi_comm {
     MPI_Comm comm;
+    MPI_Comm talk; /* the watchdog's own (MPI_COMM_NULL below MPI_THREAD_MULTIPLE) */
     int rank, size;
-    int local_size; /* ranks in this one's shared-memory domain (MPI_COMM_TYPE_SHARED) */
-    bool finalize;  /* this communicator initialised MPI */
+    int local_size;  /* ranks in this one's shared-memory domain (MPI_COMM_TYPE_SHARED) */
+    bool finalize;   /* this communicator initialised MPI */
+    ct_watchdog *wd; /* NULL for one rank, which never waits */
 } mpi_comm;
 
 bool ct_comm_mpi_available(void) {
@@ -94,7 +102,9 @@ mpi_sum(mpi_comm *m, ct_ctx *ctx, void *buf, int64_t n, MPI_Datatype type, size_
     char *p = buf;
     for (int64_t at = 0; at < n; at += CHUNK) {
         int count = (int)(n - at < CHUNK ? n - at : CHUNK);
+        ct_watchdog_enter(m->wd, CT_WATCH_ALLREDUCE, count, 0);
         int rc = MPI_Allreduce(MPI_IN_PLACE, p + (size_t)at * elem, count, type, MPI_SUM, m->comm);
+        ct_watchdog_leave(m->wd);
         if (rc != MPI_SUCCESS) return mpi_fail(ctx, m, rc, "MPI_Allreduce");
     }
     return CT_OK;
@@ -113,7 +123,9 @@ static ct_status mpi_broadcast(void *self, ct_ctx *ctx, void *buf, size_t bytes,
     char *p = buf;
     for (size_t at = 0; at < bytes; at += CHUNK) {
         int count = (int)(bytes - at < CHUNK ? bytes - at : CHUNK);
+        ct_watchdog_enter(m->wd, CT_WATCH_BROADCAST, count, (int)root);
         int rc = MPI_Bcast(p + at, count, MPI_BYTE, (int)root, m->comm);
+        ct_watchdog_leave(m->wd);
         if (rc != MPI_SUCCESS) return mpi_fail(ctx, m, rc, "MPI_Bcast");
     }
     return CT_OK;
@@ -121,7 +133,9 @@ static ct_status mpi_broadcast(void *self, ct_ctx *ctx, void *buf, size_t bytes,
 
 static ct_status mpi_barrier(void *self, ct_ctx *ctx) {
     mpi_comm *m = self;
+    ct_watchdog_enter(m->wd, CT_WATCH_BARRIER, 0, 0);
     int rc = MPI_Barrier(m->comm);
+    ct_watchdog_leave(m->wd);
     return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, m, rc, "MPI_Barrier");
 }
 
@@ -138,9 +152,12 @@ static ct_status mpi_isum_f32(void *self, ct_ctx *ctx, float *buf, int64_t n, vo
 }
 
 static ct_status mpi_wait(void *self, ct_ctx *ctx, void *impl) {
+    mpi_comm *m = self;
     MPI_Request r;
     memcpy(&r, impl, sizeof r);
+    ct_watchdog_enter(m->wd, CT_WATCH_REQUEST, 0, 0);
     int rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
+    ct_watchdog_leave(m->wd);
     return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, self, rc, "MPI_Wait");
 }
 
@@ -185,8 +202,10 @@ mpi_shared_create(void *self, ct_ctx *ctx, size_t bytes, void **handle, void **s
     /* each segment page-aligned on its own: no false sharing between neighbours' ends */
     if (rc == MPI_SUCCESS) rc = MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void *base = NULL;
+    ct_watchdog_enter(m->wd, CT_WATCH_SHARED_CREATE, (int64_t)bytes, 0);
     if (rc == MPI_SUCCESS)
         rc = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, m->comm, &base, win);
+    ct_watchdog_leave(m->wd);
     if (info != MPI_INFO_NULL) (void)MPI_Info_free(&info);
     if (rc != MPI_SUCCESS) {
         free(win);
@@ -226,29 +245,45 @@ static ct_status mpi_shared_sync(void *self, ct_ctx *ctx, void *handle) {
     mpi_comm *m = self;
     MPI_Win *win = handle;
     int rc = MPI_Win_sync(*win);
+    ct_watchdog_enter(m->wd, CT_WATCH_SHARED_SYNC, 0, 0);
     if (rc == MPI_SUCCESS) rc = MPI_Barrier(m->comm);
+    ct_watchdog_leave(m->wd);
     if (rc == MPI_SUCCESS) rc = MPI_Win_sync(*win);
     return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, m, rc, "synchronising the shared window");
 }
 
 static void mpi_shared_destroy(void *self, void *handle) {
-    (void)self;
+    mpi_comm *m = self;
     MPI_Win *win = handle;
     int finalized = 0;
     (void)MPI_Finalized(&finalized);
     if (!finalized) {
         (void)MPI_Win_unlock_all(*win);
+        ct_watchdog_enter(m->wd, CT_WATCH_SHARED_FREE, 0, 0);
         (void)MPI_Win_free(win);
+        ct_watchdog_leave(m->wd);
     }
     free(win);
+}
+
+static ct_status mpi_set_timeout(void *self, ct_ctx *ctx, double seconds) {
+    (void)ctx;
+    ct_watchdog_set_timeout(((mpi_comm *)self)->wd, seconds);
+    return CT_OK;
+}
+
+static void mpi_set_step(void *self, int64_t step, const char *what) {
+    ct_watchdog_set_step(((mpi_comm *)self)->wd, step, what);
 }
 
 static void mpi_destroy(void *self) {
     mpi_comm *m = self;
     if (!m) return;
+    ct_watchdog_destroy(m->wd); /* its thread makes MPI calls: before anything is freed */
     int finalized = 0;
     (void)MPI_Finalized(&finalized);
     if (!finalized) {
+        if (m->talk != MPI_COMM_NULL) (void)MPI_Comm_free(&m->talk);
         if (m->comm != MPI_COMM_NULL) (void)MPI_Comm_free(&m->comm);
         if (m->finalize) (void)MPI_Finalize();
     }
@@ -256,10 +291,11 @@ static void mpi_destroy(void *self) {
 }
 
 static const ct_comm_vtable mpi_vt = {
-    "mpi",          mpi_rank,          mpi_world,       mpi_sum_f32,
-    mpi_sum_f64,    mpi_broadcast,     mpi_barrier,     mpi_destroy,
-    mpi_abort,      mpi_isum_f32,      mpi_wait,        mpi_test,
-    mpi_local_size, mpi_shared_create, mpi_shared_sync, mpi_shared_destroy,
+    "mpi",           mpi_rank,          mpi_world,       mpi_sum_f32,
+    mpi_sum_f64,     mpi_broadcast,     mpi_barrier,     mpi_destroy,
+    mpi_abort,       mpi_isum_f32,      mpi_wait,        mpi_test,
+    mpi_local_size,  mpi_shared_create, mpi_shared_sync, mpi_shared_destroy,
+    mpi_set_timeout, mpi_set_step,
 };
 
 ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
@@ -267,16 +303,22 @@ ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
     /* malloc, not the context's allocator: the vtable's destroy has no context */
     mpi_comm *m = calloc(1, sizeof *m);
     if (!m) return CT_FAIL(ctx, CT_ERR_OOM, "allocating the MPI communicator");
-    m->comm = MPI_COMM_NULL;
-    int inited = 0, rc = MPI_Initialized(&inited);
+    m->comm = m->talk = MPI_COMM_NULL;
+    /* MULTIPLE: the collectives are this thread's alone (the loader's and OpenMP's threads never
+       call MPI), but the watchdog's thread sends and receives while this one waits in one */
+    int inited = 0, provided = MPI_THREAD_SINGLE, rc = MPI_Initialized(&inited);
     if (rc == MPI_SUCCESS && !inited) {
-        /* FUNNELED: only this thread calls MPI (the loader's and OpenMP's threads never do) */
-        int provided = 0;
-        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         m->finalize = rc == MPI_SUCCESS;
+    } else if (rc == MPI_SUCCESS) {
+        rc = MPI_Query_thread(&provided);
     }
     if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+    if (rc == MPI_SUCCESS && provided >= MPI_THREAD_MULTIPLE)
+        rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->talk);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS && m->talk != MPI_COMM_NULL)
+        rc = MPI_Comm_set_errhandler(m->talk, MPI_ERRORS_RETURN);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(m->comm, &m->rank);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(m->comm, &m->size);
     MPI_Comm node = MPI_COMM_NULL;
@@ -288,6 +330,14 @@ ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
         ct_status s = mpi_fail(ctx, m, rc, "starting MPI");
         mpi_destroy(m);
         return s;
+    }
+    if (m->size > 1) {
+        ct_status s = ct_watchdog_create(ctx, m->talk, m->rank, m->size, CT_COMM_DEFAULT_TIMEOUT_S,
+                                         mpi_abort, m, &m->wd);
+        if (s != CT_OK) {
+            mpi_destroy(m);
+            return s;
+        }
     }
     return ct_comm_create_with(ctx, &mpi_vt, m, out);
 }

@@ -1978,6 +1978,9 @@ static ct_status build_trainer(ct_experiment *e) {
                          : shard && strcmp(shard, "never") == 0 ? CT_UPDATE_SHARDING_NEVER
                                                                 : CT_UPDATE_SHARDING_AUTO;
     e->tp = tp;
+    if (e->p.comm) /* the communicator's watchdog: from now on, the configured limit */
+        CT_TRY(ct_comm_set_timeout(
+            e->p.comm, float_at(e, "trainer.collective_timeout_s", CT_COMM_DEFAULT_TIMEOUT_S)));
     return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, e->p.comm, &e->task,
                              e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);
 }

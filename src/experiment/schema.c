@@ -149,6 +149,12 @@ static const ct_key_def k_schema[] = {
      "every rank. auto = when every rank is on one machine, bucket_mb is auto and no gradient "
      "histograms are logged; always = the same, or a configuration error where it cannot "
      "(docs/distributed.md)."},
+    {"trainer.collective_timeout_s", F, "600", 0, BIG, NULL, RES,
+     "MPI runs: a rank that waits longer than this in one collective (an all-reduce, a "
+     "broadcast, the sharded update's synchronisation) ends the job with exit 1, naming the "
+     "ranks that did not arrive and the step; 0 = off. Must exceed the longest time one rank "
+     "can spend between collectives while the others wait (an evaluation, a checkpoint) "
+     "(docs/distributed.md)."},
     {"trainer.allow_world_size_change", B, "false", 0, 0, NULL, RES,
      "Resume a checkpoint written by another number of MPI processes: the weights and optimizer "
      "state are kept and the epoch's data starts over (docs/distributed.md)."},

@@ -336,6 +336,7 @@ static ct_status flush_checkpoint(ct_trainer *t) {
     bool best = t->save_best, due = t->save_due;
     t->save_best = t->save_due = false;
     if (!t->p.checkpoint_dir || (!best && !due) || t->last_saved_step == t->step) return CT_OK;
+    ct_comm_set_step(t->comm, t->step, "checkpoint"); /* the others wait while rank 0 writes */
     ct_status s = CT_OK;
     CT_TRY(window_sums(t, t->saved_window));
     if (t->rank_pos) CT_TRY(gather_positions(t));
@@ -803,6 +804,7 @@ static ct_status run_engine(ct_trainer *t, engine_rt *en, bool policies) {
     ct_ctx *ctx = t->ctx;
     ct_graph *g = t->g;
     ct_status s = CT_OK;
+    ct_comm_set_step(t->comm, t->step, "evaluation");
     CT_TRY(sync_replicas(t, false));
     if (t->p.callbacks.on_eval_start)
         CT_TRY(event(t, t->p.callbacks.on_eval_start(t->p.callbacks.user, t, en->e.key)));
@@ -1281,6 +1283,8 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             break;
         }
         int64_t i = b.number;
+        /* for the collective timeout's message: the step being made, as failures name it */
+        ct_comm_set_step(t->comm, t->step + 1, "training");
         if (i >= bpe) { /* past the limit: the rest of this epoch is not read */
             ct_loader_state st = ct_loader_get_state(t->train);
             st.epoch++;
@@ -1448,6 +1452,7 @@ static ct_status fit(ct_trainer *t) {
     const ct_trainer_callbacks *cb = &t->p.callbacks;
     t->stop = t->has_es && t->es.state.stopped; /* a resumed early-stopped run stays stopped */
     t->interrupt = false;
+    ct_comm_set_step(t->comm, t->step, "start of fit");
     CT_TRY(sync_replicas(t, true));
     if (cb->on_fit_start) CT_TRY(event(t, cb->on_fit_start(cb->user, t)));
     CT_TRY(agree_interrupt(t));
@@ -1481,6 +1486,7 @@ static ct_status fit(ct_trainer *t) {
         if (t->p.dev_run || t->interrupt) break;
     }
     /* the final state, so `latest` is where this run ended (a failed run saves nothing) */
+    ct_comm_set_step(t->comm, t->step, "end of fit");
     t->save_due = true;
     CT_TRY(flush_checkpoint(t));
     CT_TRY(share_moments(t)); /* the optimizer's state whole after fit, saved or not */

@@ -2,8 +2,9 @@
 # End-to-end test of data-parallel training from the command line: `ctrain fit` under mpirun
 # with 2 and 3 processes on a tiny synthetic experiment. Checks that rank 0 alone writes, that a
 # resume is bit-exact, that a resume with another number of processes is refused unless
-# allowed, that a configuration error and a killed rank end the job with a message naming the
-# cause in bounded time, and that SIGTERM to the job saves a checkpoint.
+# allowed, that a configuration error, a killed rank and a stopped one (the collective timeout)
+# end the job with a message naming the cause in bounded time, and that SIGTERM to the job
+# saves a checkpoint.
 #     usage: mpi.sh PATH/TO/ctrain PATH/TO/mpirun
 # Prints "ok   NAME" or "FAIL NAME: WHY" per check and "mpi: N passed, M failed".
 set -uo pipefail
@@ -163,17 +164,23 @@ if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
     fi
 fi
 
+# rank_pid R DIR: the pid of rank R of the job training into DIR (Open MPI and MPICH put the
+# rank in its environment), or nothing
+rank_pid() {
+    for p in $(pgrep -f "$ctrain fit .*output_dir=$2"); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+            grep -qx "OMPI_COMM_WORLD_RANK=$1\|PMI_RANK=$1"; then
+            echo "$p"
+        fi
+    done
+}
+
 long=(tiny.yaml trainer.max_epochs=100000 "data.train={type: synthetic, kind: blobs, n: 20000,
 features: 8, classes: 4, seed: 3}" scheduler.t_max=1000000)
 "${launch[@]}" -np 2 "$ctrain" fit "${long[@]}" output_dir=runs/k >out 2>&1 &
 bg_pid=$!
 for _ in $(seq 200); do grep -q '^train epoch' out && break; sleep 0.1; done
-victim=
-for p in $(pgrep -f "$ctrain fit"); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1\|PMI_RANK=1'; then
-        victim=$p
-    fi
-done
+victim=$(rank_pid 1 runs/k)
 start=$SECONDS
 [[ -n $victim ]] && kill -KILL "$victim"
 ended=
@@ -201,6 +208,63 @@ else
     ok killed_rank_ends_job
     echo "     (the job ended $((SECONDS - start)) s after the kill)"
 fi
+
+# ---- a stopped rank: the collective timeout ends the job, naming the rank and the step ----
+# stop_rank NP R: rank R of NP stopped (SIGSTOP) mid-training with a 3 s timeout. The lowest of
+# the ranks left waiting says which rank did not arrive, once, and ends the job with exit 1;
+# the stopped one (continued by the launcher to be killed) says nothing.
+stop_rank() {
+    local np=$1 r=$2 name=stopped_rank_$2_of_$1_ends_job dir=runs/s$1$2
+    rm -f out # a line of the last job's must not pass for this one's
+    "${launch[@]}" -np "$np" "$ctrain" fit "${long[@]}" output_dir=$dir \
+        trainer.collective_timeout_s=3 >out 2>&1 &
+    bg_pid=$!
+    for _ in $(seq 200); do grep -q '^train epoch' out 2>/dev/null && break; sleep 0.1; done
+    victim=$(rank_pid "$r" "$dir")
+    [[ -n $victim ]] && kill -STOP "$victim"
+    start=$SECONDS
+    ended=
+    for _ in $(seq 300); do
+        if ! kill -0 "$bg_pid" 2>/dev/null; then
+            ended=1
+            break
+        fi
+        sleep 0.1
+    done
+    if [[ -z $ended ]]; then # hung: end the job and every rank of it
+        [[ -n $victim ]] && kill -CONT "$victim"
+        kill -TERM "$bg_pid"
+        sleep 2
+        for p in $(pgrep -f "$ctrain fit .*output_dir=$dir"); do kill -KILL "$p"; done
+    fi
+    wait "$bg_pid" 2>/dev/null
+    rc=$?
+    bg_pid=
+    [[ -n $victim ]] && kill -CONT "$victim" 2>/dev/null
+    local said
+    said=$(grep -c 'collective timeout:' out)
+    if [[ -z $victim ]]; then
+        fail "$name" "found no rank $r process to stop: $(tail_of out)"
+    elif [[ -z $ended ]]; then
+        fail "$name" "the job still ran 30 s after rank $r was stopped: $(tail_of out)"
+    elif [[ $rc -ne 1 ]]; then
+        fail "$name" "exit $rc, expected 1: $(tail_of out)"
+    elif ! grep -qE "collective timeout: rank $r did not arrive in 3 s at collective #[0-9]+ \(.+\) \
+at step [0-9]+ \((training|evaluation|checkpoint)\), where ranks? [0-9, ]+ waited" out; then
+        fail "$name" "no message naming rank $r and the step: $(tail_of out)"
+    elif [[ $said -ne 1 ]]; then
+        fail "$name" "$said 'collective timeout' messages, expected one: $(tail_of out)"
+    else
+        ok "$name"
+        echo "     (the job ended $((SECONDS - start)) s after the stop)"
+    fi
+    if pgrep -f "$ctrain fit .*output_dir=$dir" >/dev/null; then
+        fail "${name}_leftovers" "ranks still running: $(pgrep -af "$ctrain fit .*output_dir=$dir")"
+        for p in $(pgrep -f "$ctrain fit .*output_dir=$dir"); do kill -CONT "$p" && kill -KILL "$p"; done
+    fi
+}
+stop_rank 2 1
+stop_rank 3 0
 
 # ---- SIGTERM to the launcher: every rank stops at the same step, one checkpoint ----
 "${launch[@]}" -np 2 "$ctrain" fit "${long[@]}" output_dir=runs/t >out 2>&1 &

@@ -6,11 +6,14 @@
  * passes only when every rank passed. Each rank also trains the single-process twin of the
  * distributed run (the same experiment with batch_size x world and no communicator) in its
  * own process, which is what the distributed weights are compared with.
+ *
+ * `test_mpi --stuck` is the collective timeout's test instead: it must end the job (stuck()).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctrain/ctrain.h"
 #include "ctrain/experiment.h"
@@ -339,7 +342,47 @@ static void a_stop_on_one_rank_should_stop_every_rank_at_the_same_step(void) {
     }
 }
 
-int main(void) {
+static void pause_s(double s) {
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&t, &t) != 0) {
+    }
+}
+
+/* A rank that comes to a collective later than the others, but within the timeout, ends
+ * nothing: the barrier and the sum after it complete (rank 1 is 0.6 s late for a 1 s timeout,
+ * several of the watchdog's 50 ms ticks). */
+static void a_rank_late_within_the_timeout_should_end_nothing(void) {
+    CT_CHECK_INT(ct_comm_set_timeout(g_comm, 1.0), CT_OK);
+    ct_comm_set_step(g_comm, 3, "testing");
+    if (g_rank == 1) pause_s(0.6);
+    CT_CHECK(ct_comm_barrier(g_comm) == CT_OK);
+    double one = 1.0;
+    CT_CHECK(ct_comm_allreduce_sum_f64(g_comm, &one, 1) == CT_OK);
+    CT_CHECK(one == (double)g_world);
+    CT_CHECK_INT(ct_comm_set_timeout(g_comm, 0.0), CT_OK); /* off: a longer delay is fine */
+    if (g_rank == 0) pause_s(1.2);
+    CT_CHECK(ct_comm_barrier(g_comm) == CT_OK);
+    CT_CHECK_INT(ct_comm_set_timeout(g_comm, CT_COMM_DEFAULT_TIMEOUT_S), CT_OK);
+    CT_CHECK_INT(ct_comm_set_timeout(g_comm, -1.0), CT_ERR_INVALID_ARG);
+}
+
+/* `test_mpi --stuck` (tests/CMakeLists.txt, 3 ranks): rank 1 computes for 30 s while the
+ * others wait in a barrier with a 1 s timeout; rank 2 arrives 0.6 s after rank 0, and its
+ * watchdog answers rank 0's report. The job must end within seconds, saying that rank 1 did not
+ * arrive where ranks 0 and 2 waited; reaching the end of this function is the failure. */
+static int stuck(void) {
+    if (ct_comm_set_timeout(g_comm, 1.0) != CT_OK) return 1;
+    ct_comm_set_step(g_comm, 12, "testing");
+    if (g_rank == 1) pause_s(30.0);
+    if (g_rank == 2) pause_s(0.6);
+    ct_status s = ct_comm_barrier(g_comm);
+    if (g_rank == 0)
+        fprintf(stderr, "test_mpi --stuck: the barrier %s after rank 1's 30 s: no timeout\n",
+                s == CT_OK ? "completed" : "failed");
+    return 1;
+}
+
+int main(int argc, char **argv) {
     ct_ctx_params cp = ct_ctx_default_params();
     if (ct_ctx_create(&cp, &g_ctx) != CT_OK) return 1;
     if (ct_comm_create_mpi(g_ctx, &g_comm) != CT_OK) {
@@ -349,12 +392,19 @@ int main(void) {
     }
     g_rank = ct_comm_rank(g_comm);
     g_world = ct_comm_world_size(g_comm);
+    if (argc > 1 && strcmp(argv[1], "--stuck") == 0) {
+        int rc = stuck();
+        ct_comm_destroy(g_comm);
+        ct_ctx_destroy(g_ctx);
+        return rc;
+    }
     CT_RUN(mpi_sum_should_be_exact_and_identical_on_every_rank);
     CT_RUN(training_should_match_one_process_with_the_global_batch);
     CT_RUN(auto_buckets_should_follow_the_machine_layout);
     CT_RUN(sharded_update_should_equal_the_all_reduce);
     CT_RUN(evaluation_should_equal_one_process);
     CT_RUN(a_stop_on_one_rank_should_stop_every_rank_at_the_same_step);
+    CT_RUN(a_rank_late_within_the_timeout_should_end_nothing);
     double failures = ct_test_failures;
     if (ct_comm_allreduce_sum_f64(g_comm, &failures, 1) != CT_OK) failures = 1;
     int rc = ct_test_finish();

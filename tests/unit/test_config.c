@@ -1142,6 +1142,8 @@ static void schema_should_reject_values_of_the_wrong_type(void) {
          "key 'trainer.bucket_mb': expected a number or auto, got 'big'"},
         {"trainer: {bucket_mb: \"auto\"}\n", "got 'auto' (a quoted string; remove the quotes)"},
         {"trainer: {bucket_mb: -1}\n", "key 'trainer.bucket_mb': -1 is out of range"},
+        {"trainer: {collective_timeout_s: -1}\n",
+         "key 'trainer.collective_timeout_s': -1 is out of range"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         CHECK_HAS(resolve_error(&f, cases[i].extra), cases[i].want);

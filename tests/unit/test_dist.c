@@ -1,8 +1,9 @@
 /*
  * test_dist.c - the communicator front end: the single-process implementation, argument
  * checks, the mean all-reduce, and a caller-provided implementation (a simulated world of
- * three identical ranks) through ct_comm_create_with.
+ * three identical ranks) through ct_comm_create_with, and the collective timeout's checks.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,9 +79,58 @@ static void fake_destroy(void *s) {
     (*((fake *)s)->destroyed)++;
 }
 
-static const ct_comm_vtable fake_vt = {
-    "fake", fake_rank, fake_world, fake_f32, fake_f64, fake_bcast, fake_barrier, fake_destroy,
-    NULL,   NULL,      NULL,       NULL,     NULL,     NULL,       NULL,         NULL};
+static const ct_comm_vtable fake_vt = {"fake",     fake_rank,    fake_world,   fake_f32, fake_f64,
+                                       fake_bcast, fake_barrier, fake_destroy, NULL,     NULL,
+                                       NULL,       NULL,         NULL,         NULL,     NULL,
+                                       NULL,       NULL,         NULL};
+
+/* What the communicator was told, by the hooks below. */
+static double g_timeout = -1.0;
+static int64_t g_step = -1;
+static const char *g_what;
+
+static ct_status fake_set_timeout(void *s, ct_ctx *c, double seconds) {
+    (void)s, (void)c;
+    g_timeout = seconds;
+    return CT_OK;
+}
+
+static void fake_set_step(void *s, int64_t step, const char *what) {
+    (void)s;
+    g_step = step;
+    g_what = what;
+}
+
+/* The collective timeout's value is checked once, in the front end, and reaches an
+ * implementation that has one; one process has nothing to time and takes any valid value. */
+static void collective_timeout_should_be_checked_and_passed_on(void) {
+    ct_comm *one = NULL;
+    CT_CHECK_INT(ct_comm_create_single(ctx, &one), CT_OK);
+    CT_CHECK_INT(ct_comm_set_timeout(one, 0.0), CT_OK);
+    CT_CHECK_INT(ct_comm_set_timeout(one, 600.0), CT_OK);
+    CT_CHECK_INT(ct_comm_set_timeout(one, -1.0), CT_ERR_INVALID_ARG);
+    CT_CHECK(
+        strstr(ct_last_error(ctx), "collective timeout: -1 s, expected 0 (off) or a positive"));
+    CT_CHECK_INT(ct_comm_set_timeout(one, (double)NAN), CT_ERR_INVALID_ARG);
+    ct_comm_set_step(one, 7, "training");
+    ct_comm_destroy(one);
+
+    int destroyed = 0;
+    fake f = {0, 2, &destroyed};
+    ct_comm_vtable vt = fake_vt;
+    vt.set_timeout = fake_set_timeout;
+    vt.set_step = fake_set_step;
+    ct_comm *c = NULL;
+    CT_CHECK_INT(ct_comm_create_with(ctx, &vt, &f, &c), CT_OK);
+    CT_CHECK_INT(ct_comm_set_timeout(c, 2.5), CT_OK);
+    CT_CHECK(g_timeout == 2.5);
+    CT_CHECK_INT(ct_comm_set_timeout(c, -0.5), CT_ERR_INVALID_ARG);
+    CT_CHECK(g_timeout == 2.5); /* refused before the implementation sees it */
+    ct_comm_set_step(c, 41, "evaluation");
+    CT_CHECK(g_step == 41 && g_what && strcmp(g_what, "evaluation") == 0);
+    ct_comm_destroy(c);
+    CT_CHECK_INT(destroyed, 1);
+}
 
 static void custom_comm_should_reduce_and_report_errors(void) {
     int destroyed = 0;
@@ -150,6 +200,7 @@ int main(void) {
     CT_RUN(single_comm_should_be_rank_0_of_1);
     CT_RUN(custom_comm_should_reduce_and_report_errors);
     CT_RUN(launch_should_be_read_from_the_environment);
+    CT_RUN(collective_timeout_should_be_checked_and_passed_on);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
 }
