@@ -155,6 +155,16 @@ CT_API ct_status ct_checkpoint_load(ct_ctx *ctx,
                                     size_t loaded_path_size);
 
 /*
+ * The checkpoint directory ct_checkpoint_load would load for `which` (the same resolution,
+ * checks and "latest" fallback, with its warning), without loading it: its path into dir_out
+ * (size bytes) and its step into *step (may be NULL; -1 on failure). Errors as the load's:
+ * CT_ERR_IO when there is no checkpoint (or no `best`) to name, CT_ERR_FORMAT when what it names
+ * is damaged (for "latest": every checkpoint there is), a newer format likewise.
+ */
+CT_API ct_status ct_checkpoint_resolve(
+    ct_ctx *ctx, const char *root, const char *which, char *dir_out, size_t size, int64_t *step);
+
+/*
  * Checks a checkpoint directory without loading it: state.json parses, its format version is
  * supported, and every listed file has its recorded size and CRC-32C. *step_out may be NULL.
  */

@@ -148,7 +148,8 @@ typedef struct ct_trainer_callbacks {
     ct_status (*on_eval_start)(void *user, ct_trainer *t, const char *key);
     /* the process that writes checkpoints (rank 0) is about to save the one of
        ct_trainer_step (best: as the best one too); an error cancels the save and ends fit
-       with it, leaving the earlier checkpoints as they were. May be NULL. */
+       with it, leaving the earlier checkpoints as they were (CT_STOP saves, then stops).
+       May be NULL. */
     ct_status (*on_save)(void *user, ct_trainer *t, bool best);
 } ct_trainer_callbacks;
 

@@ -179,27 +179,39 @@ static int pointer_text(const char *name, char *out, size_t size) {
                     (unsigned)ct_crc32c(0, name, strlen(name)));
 }
 
-typedef enum pointer_state { POINTER_OK, POINTER_MISSING, POINTER_DAMAGED } pointer_state;
+typedef enum pointer_state {
+    POINTER_OK,
+    POINTER_MISSING,
+    POINTER_UNREADABLE, /* there, but it cannot be opened or read (errno says why) */
+    POINTER_DAMAGED
+} pointer_state;
 
 /* Reads ckdir/name: on POINTER_OK the directory name it holds is in out; raw receives the
- * bytes read (up to raw_size - 1, NUL-terminated; *raw_len of them) for messages. */
+ * bytes read (up to raw_size - 1, NUL-terminated; *raw_len of them, then *cut when the file
+ * holds more) for messages. */
 static pointer_state read_pointer_raw(const char *ckdir,
                                       const char *name,
                                       char *out,
                                       size_t size,
                                       char *raw,
                                       size_t raw_size,
-                                      size_t *raw_len) {
+                                      size_t *raw_len,
+                                      bool *cut) {
     char path[PATH_SIZE], buf[POINTER_MAX + 1];
     *raw_len = 0;
+    *cut = false;
     if (raw_size) raw[0] = '\0';
     if ((size_t)snprintf(path, sizeof path, "%s/%s", ckdir, name) >= sizeof path)
         return POINTER_MISSING;
     FILE *f = fopen(path, "rb");
-    if (!f) return errno == ENOENT ? POINTER_MISSING : POINTER_DAMAGED;
+    if (!f) return errno == ENOENT ? POINTER_MISSING : POINTER_UNREADABLE;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
-    bool more = fgetc(f) != EOF;
+    bool more = fgetc(f) != EOF, failed = ferror(f) != 0;
+    int err = errno;
     (void)fclose(f);
+    errno = err;
+    if (failed) return POINTER_UNREADABLE;
+    *cut = more;
     buf[n] = '\0';
     if (raw_size) {
         *raw_len = n < raw_size - 1 ? n : raw_size - 1;
@@ -225,7 +237,8 @@ static pointer_state read_pointer_raw(const char *ckdir,
 
 static bool read_pointer(const char *ckdir, const char *name, char *out, size_t size) {
     size_t n;
-    return read_pointer_raw(ckdir, name, out, size, NULL, 0, &n) == POINTER_OK;
+    bool cut;
+    return read_pointer_raw(ckdir, name, out, size, NULL, 0, &n, &cut) == POINTER_OK;
 }
 
 /* Bytes as a C string literal's body ("ste\\x00p\\n"), cut to fit size. */
@@ -364,14 +377,17 @@ static ct_status
 pointer_at(ct_ctx *ctx, const char *ckdir, const char *name, char *dir, size_t size) {
     char raw[POINTER_MAX + 1], shown[4 * POINTER_MAX + 8];
     size_t n;
-    pointer_state ps = read_pointer_raw(ckdir, name, dir, size, raw, sizeof raw, &n);
+    bool cut;
+    pointer_state ps = read_pointer_raw(ckdir, name, dir, size, raw, sizeof raw, &n, &cut);
     if (ps == POINTER_MISSING) return CT_FAIL(ctx, CT_ERR_IO, "%s/%s: missing", ckdir, name);
+    if (ps == POINTER_UNREADABLE)
+        return CT_FAIL(ctx, CT_ERR_IO, "%s/%s: cannot be read: %s", ckdir, name, strerror(errno));
     if (ps == POINTER_DAMAGED) {
         escape_bytes(raw, n, shown, sizeof shown);
         return CT_FAIL(ctx, CT_ERR_FORMAT,
                        "%s/%s: damaged: holds \"%s\"%s, expected a checkpoint name "
                        "(\"step-<8 digits>\") and its crc32c line",
-                       ckdir, name, shown, n == POINTER_MAX ? "..." : "");
+                       ckdir, name, shown, cut ? "..." : "");
     }
     return CT_OK;
 }
@@ -931,6 +947,63 @@ static ct_status resolve(ct_ctx *ctx,
     return CT_OK;
 }
 
+/* The checkpoint directory `which` names under ckdir, verified (into dir, state.json in *doc),
+ * "latest" falling back to the newest one that verifies. */
+static ct_status find_checkpoint(ct_ctx *ctx, const char *ckdir, const char *which, char *dir,
+                                 json_t **doc) {
+    bool fallback, have_dir, damaged = true;
+    int64_t limit;
+    *doc = NULL;
+    CT_TRY(resolve(ctx, ckdir, which, dir, &fallback, &limit, &have_dir));
+    ct_status s = have_dir ? verify(ctx, dir, doc, &damaged) : CT_ERR_IO;
+    if (s == CT_OK || !fallback || !damaged) return s;
+    char why[PATH_SIZE + 64]; /* holds either message whole */
+    if (have_dir) {
+        size_t n = strlen(ct_last_error(ctx)); /* < CT_ERRMSG_SIZE: the context's buffer */
+        memcpy(why, ct_last_error(ctx), n + 1);
+    } else {
+        (void)snprintf(why, sizeof why, "%s/latest is missing or damaged", ckdir);
+    }
+    steps st;
+    CT_TRY(list_steps(ctx, ckdir, &st));
+    char name[64], cand[PATH_SIZE];
+    bool found = false;
+    for (size_t i = 0; i < st.n && !found; i++) {
+        step_name(st.v[i], name, sizeof name);
+        if (st.v[i] > limit || (have_dir && st.v[i] == limit)) continue;
+        if (join(ctx, cand, ckdir, name) != CT_OK) continue;
+        bool dmg;
+        found = verify(ctx, cand, doc, &dmg) == CT_OK;
+    }
+    size_t n_dirs = st.n;
+    steps_fini(&st);
+    if (!found) /* none at all is a missing checkpoint; only damaged ones, damage */
+        return CT_FAIL(ctx, have_dir || n_dirs > 0 ? CT_ERR_FORMAT : CT_ERR_IO,
+                       "%s: no checkpoint to load: %s; no other checkpoint directory verifies",
+                       ckdir, why);
+    ct_log(ctx, CT_LOG_WARN, "checkpoint: %s; loading %s instead", why, cand);
+    memcpy(dir, cand, strlen(cand) + 1);
+    return CT_OK;
+}
+
+ct_status ct_checkpoint_resolve(
+    ct_ctx *ctx, const char *root, const char *which, char *dir_out, size_t size, int64_t *step) {
+    if (step) *step = -1;
+    if (dir_out && size) dir_out[0] = '\0';
+    if (!root || !which || !dir_out || size == 0)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "ct_checkpoint_resolve: root, which and dir_out are required");
+    char ckdir[PATH_SIZE], dir[PATH_SIZE];
+    json_t *doc;
+    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+    CT_TRY(find_checkpoint(ctx, ckdir, which, dir, &doc));
+    if (step) *step = (int64_t)json_integer_value(json_object_get(doc, "step"));
+    json_decref(doc);
+    if ((size_t)snprintf(dir_out, size, "%s", dir) >= size)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: longer than the %zu bytes given", dir, size);
+    return CT_OK;
+}
+
 ct_status ct_checkpoint_load(ct_ctx *ctx,
                              const char *root,
                              const char *which,
@@ -951,42 +1024,9 @@ ct_status ct_checkpoint_load(ct_ctx *ctx,
                        "ct_checkpoint_load: root, which and params are "
                        "required");
     char ckdir[PATH_SIZE], dir[PATH_SIZE];
-    bool fallback, have_dir, damaged = true;
-    int64_t limit;
-    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
-    CT_TRY(resolve(ctx, ckdir, which, dir, &fallback, &limit, &have_dir));
     json_t *doc = NULL;
-    ct_status s = have_dir ? verify(ctx, dir, &doc, &damaged) : CT_ERR_IO;
-    if (s != CT_OK && fallback && damaged) {
-        char why[PATH_SIZE + 64]; /* holds either message whole */
-        if (have_dir) {
-            size_t n = strlen(ct_last_error(ctx)); /* < CT_ERRMSG_SIZE: the context's buffer */
-            memcpy(why, ct_last_error(ctx), n + 1);
-        } else {
-            (void)snprintf(why, sizeof why, "%s/latest is missing or damaged", ckdir);
-        }
-        steps st;
-        CT_TRY(list_steps(ctx, ckdir, &st));
-        char name[64], cand[PATH_SIZE];
-        bool found = false;
-        for (size_t i = 0; i < st.n && !found; i++) {
-            step_name(st.v[i], name, sizeof name);
-            if (st.v[i] > limit || (have_dir && st.v[i] == limit)) continue;
-            if (join(ctx, cand, ckdir, name) != CT_OK) continue;
-            bool dmg;
-            found = verify(ctx, cand, &doc, &dmg) == CT_OK;
-        }
-        steps_fini(&st);
-        if (!found) {
-            s = CT_FAIL(ctx, have_dir ? CT_ERR_FORMAT : CT_ERR_IO,
-                        "%s: no checkpoint to load: %s; no other checkpoint directory verifies",
-                        ckdir, why);
-            return s;
-        }
-        ct_log(ctx, CT_LOG_WARN, "checkpoint: %s; loading %s instead", why, cand);
-        memcpy(dir, cand, strlen(cand) + 1);
-        s = CT_OK;
-    }
+    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+    ct_status s = find_checkpoint(ctx, ckdir, which, dir, &doc);
     if (s != CT_OK) return s;
     s = load_files(ctx, dir, doc, params, ema, opt);
     if (s == CT_OK) {

@@ -1993,7 +1993,7 @@ static ct_status write_config(ct_experiment *e) {
     (void)snprintf(tmp, sizeof tmp, "%s/config.yaml.tmp", e->out_dir);
     FILE *f = fopen(tmp, "w");
     if (!f) return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    (void)fprintf(f, "# the resolved configuration of this run (fingerprint %s)\n", e->fingerprint);
+    (void)fprintf(f, CT_RUN_CONFIG_MARK " (fingerprint %s)\n", e->fingerprint);
     ct_status s = ct_config_write(e->cfg, f);
     if (fflush(f) != 0 || fsync(fileno(f)) != 0)
         s = CT_FAIL(e->ctx, CT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));

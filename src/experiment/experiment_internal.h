@@ -18,6 +18,10 @@ int ctx_parse_bool(const char *v); /* 1, 0, or -1 when not a bool */
 bool ctx_parse_int(const char *v, int64_t *out);
 bool ctx_parse_float(const char *v, double *out);
 
+/* The first line of the config.yaml a fit writes: what tells a run directory from a folder of
+ * other files. */
+#define CT_RUN_CONFIG_MARK "# the resolved configuration of this run"
+
 /* A fit's run directory, held by a lock on the folder itself (rundir.c). */
 typedef struct ct_rundir {
     int fd;           /* the directory, locked; -1 when not held */

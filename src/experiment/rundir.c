@@ -33,12 +33,11 @@
 #include "core/core_internal.h"
 #include "experiment_internal.h"
 
-/* What ctrain itself puts into a run directory (exact names, then name prefixes). */
-static const char *const k_run_names[] = {".lock",   "config.yaml", "metrics.jsonl", "metrics.csv",
-                                          "log.txt", "checkpoints", "report.html",   NULL};
-static const char *const k_run_prefixes[] = {
-    "events.out.tfevents.", "config.yaml.", "metrics.jsonl.", "metrics.csv.", "report.html.", NULL};
-#define CONFIG_MARK "# the resolved configuration of this run"
+/* What a run directory holds before its config.yaml is in place: the lock and what a fit killed
+ * while writing config.yaml leaves. Anything else needs the config.yaml a fit wrote. */
+static bool is_start_entry(const char *name) {
+    return strcmp(name, ".lock") == 0 || strcmp(name, "config.yaml.tmp") == 0;
+}
 
 /* ---- creating and recognising ---- */
 
@@ -69,54 +68,56 @@ static ct_status make_dirs(ct_ctx *ctx, const char *dir) {
     return CT_OK;
 }
 
-static bool is_run_entry(const char *name) {
-    for (int i = 0; k_run_names[i]; i++)
-        if (strcmp(name, k_run_names[i]) == 0) return true;
-    for (int i = 0; k_run_prefixes[i]; i++)
-        if (strncmp(name, k_run_prefixes[i], strlen(k_run_prefixes[i])) == 0) return true;
-    return false;
+/* Whether the folder dirfd holds a config.yaml that a fit wrote (its first line says so). */
+static bool has_run_config(int dirfd) {
+    int fd = openat(dirfd, "config.yaml", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char line[sizeof CT_RUN_CONFIG_MARK];
+    ssize_t n = read(fd, line, sizeof line - 1);
+    (void)close(fd);
+    return n == (ssize_t)(sizeof line - 1) && memcmp(line, CT_RUN_CONFIG_MARK, (size_t)n) == 0;
 }
 
-/* Whether dir's config.yaml is one a fit wrote (its first line says so). */
-static bool has_run_config(const char *dir) {
-    char path[PATH_MAX], line[64] = "";
-    if (snprintf(path, sizeof path, "%s/config.yaml", dir) >= (int)sizeof path) return false;
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    bool ok = fgets(line, sizeof line, f) && strncmp(line, CONFIG_MARK, strlen(CONFIG_MARK)) == 0;
-    (void)fclose(f);
-    return ok;
-}
-
-/* Whether dir is empty (*empty) and, when not, a ctrain run: every entry one a fit makes, or a
- * config.yaml a fit wrote (a user may keep notes beside a run). Otherwise `foreign` lists the
- * first entries that are not a run's. */
-static ct_status
-inspect_dir(ct_ctx *ctx, const char *dir, bool *empty, bool *is_run, char *foreign, size_t size) {
+/* Whether the folder dirfd (named dir in messages) holds nothing yet (*empty: at most what a
+ * fit leaves before its config.yaml) and, when it does hold something, whether it is a ctrain
+ * run: its config.yaml is one a fit wrote (files of the user's own beside a run are fine).
+ * Otherwise `foreign` lists its first entries. Read through the locked descriptor, so it is
+ * the locked folder that is judged, whatever its path names by now. */
+static ct_status inspect_dir(ct_ctx *ctx,
+                             const char *dir,
+                             int dirfd,
+                             bool *empty,
+                             bool *is_run,
+                             char *foreign,
+                             size_t size) {
     *empty = true;
     *is_run = true;
     foreign[0] = '\0';
-    DIR *d = opendir(dir);
-    if (!d)
-        return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot open the directory: %s", dir, strerror(errno));
-    int shown = 0, strangers = 0;
+    int fd = dup(dirfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int err = errno;
+        if (fd >= 0) (void)close(fd);
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot read the directory: %s", dir, strerror(err));
+    }
+    int shown = 0, entries = 0;
     size_t at = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        if (strcmp(de->d_name, ".lock") != 0) *empty = false;
-        if (is_run_entry(de->d_name)) continue;
-        strangers++;
+        if (is_start_entry(de->d_name)) continue;
+        *empty = false;
+        entries++;
         if (shown < 3 && at < size) {
             int k = snprintf(foreign + at, size - at, "%s'%s'", shown ? ", " : "", de->d_name);
             if (k > 0) at += (size_t)k;
             shown++;
         }
     }
-    (void)closedir(d);
-    if (strangers > shown && at < size)
-        (void)snprintf(foreign + at, size - at, " and %d more", strangers - shown);
-    *is_run = strangers == 0 || has_run_config(dir);
+    (void)closedir(d); /* closes fd; dirfd stays open */
+    if (entries > shown && at < size)
+        (void)snprintf(foreign + at, size - at, " and %d more", entries - shown);
+    *is_run = *empty || has_run_config(dirfd);
     return CT_OK;
 }
 
@@ -125,7 +126,7 @@ inspect_dir(ct_ctx *ctx, const char *dir, bool *empty, bool *is_run, char *forei
 /* The holder's line of `.lock` ("pid 123 on host since ..."), or why there is none. */
 static void read_holder(const char *dir, char *buf, size_t size) {
     char path[PATH_MAX];
-    (void)snprintf(buf, size, "its .lock, which names the holder, is gone");
+    (void)snprintf(buf, size, "its .lock does not name it yet, or was deleted");
     if (snprintf(path, sizeof path, "%s/.lock", dir) >= (int)sizeof path) return;
     FILE *f = fopen(path, "r");
     if (!f) return;
@@ -137,8 +138,11 @@ static void read_holder(const char *dir, char *buf, size_t size) {
     (void)fclose(f);
 }
 
-/* Records this process as the holder in `.lock`, for the refusal another fit prints. */
-static void write_holder(ct_ctx *ctx, const char *dir) {
+/* Records this process as the holder in `.lock`, for the refusal another fit prints: through
+ * the locked descriptor where `.lock` carries the lock (closing another descriptor of a file
+ * would drop a POSIX lock, which some network file systems give flock), else beside the locked
+ * folder. */
+static void write_holder(ct_ctx *ctx, const char *dir, int lock_file_fd) {
     char path[PATH_MAX], host[256] = "?", stamp[32] = "?", line[512];
     if (snprintf(path, sizeof path, "%s/.lock", dir) >= (int)sizeof path) return;
     if (gethostname(host, sizeof host) != 0) (void)snprintf(host, sizeof host, "?");
@@ -148,24 +152,37 @@ static void write_holder(ct_ctx *ctx, const char *dir) {
     if (localtime_r(&now, &tm)) (void)strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
     int n =
         snprintf(line, sizeof line, "pid %lld on %s since %s\n", (long long)getpid(), host, stamp);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0 || n <= 0 || write(fd, line, (size_t)n) != n)
+    int fd = lock_file_fd >= 0 ? lock_file_fd
+                               : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0 || n <= 0 || (lock_file_fd >= 0 && ftruncate(fd, 0) != 0) ||
+        pwrite(fd, line, (size_t)n, 0) != n)
         ct_log(ctx, CT_LOG_WARN, "%s: cannot record this process as the run's holder: %s", path,
                strerror(errno));
-    if (fd >= 0) (void)close(fd);
+    if (fd >= 0 && fd != lock_file_fd) (void)close(fd);
 }
 
-/* Opens dir and takes its lock. Where the file system cannot lock a directory (some network
- * file systems lock only files opened for writing), `.lock` itself carries the lock. */
-static ct_status take_lock(ct_ctx *ctx, const char *dir, ct_rundir *d) {
+static void release(ct_rundir *d);
+
+/* Whether path names the file open as fd (a folder renamed or replaced since it was opened
+ * does not). */
+static bool still_names(const char *path, int fd) {
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+/* One try at dir's lock: *moved when the path named another folder (or `.lock` another file) by
+ * the time the lock was held, as when a --restart renamed it meanwhile. */
+static ct_status try_lock(ct_ctx *ctx, const char *dir, ct_rundir *d, bool *moved) {
+    *moved = false;
     d->fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (d->fd < 0) return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
     int fd = d->fd;
+    char path[PATH_MAX];
+    (void)snprintf(path, sizeof path, "%s/.lock", dir);
     int r = flock(fd, LOCK_EX | LOCK_NB);
     if (r != 0 && errno != EWOULDBLOCK) { /* EBADF, ENOLCK, EOPNOTSUPP: lock the file instead */
-        char path[PATH_MAX];
-        (void)snprintf(path, sizeof path, "%s/.lock", dir);
-        d->lock_file_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        d->lock_file_fd = openat(d->fd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
         if (d->lock_file_fd < 0)
             return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         fd = d->lock_file_fd;
@@ -182,12 +199,27 @@ static ct_status take_lock(ct_ctx *ctx, const char *dir, ct_rundir *d) {
                        "(SIGINT or SIGTERM save its checkpoint first)",
                        dir, holder);
     }
+    *moved = !still_names(dir, d->fd) || (d->lock_file_fd >= 0 && !still_names(path, fd));
     struct stat st;
     if (fstat(d->fd, &st) != 0)
         return CT_FAIL(ctx, CT_ERR_IO, "%s: stat: %s", dir, strerror(errno));
     d->dev = st.st_dev;
     d->ino = st.st_ino;
     return CT_OK;
+}
+
+/* Opens dir and takes its lock, on the folder dir names once the lock is held. Where the file
+ * system cannot lock a directory (some network file systems lock only files opened for writing),
+ * `.lock` itself carries the lock. */
+static ct_status take_lock(ct_ctx *ctx, const char *dir, ct_rundir *d) {
+    for (int attempt = 0; attempt < 8; attempt++) {
+        bool moved;
+        ct_status s = try_lock(ctx, dir, d, &moved);
+        if (s != CT_OK || !moved) return s;
+        release(d); /* a folder that is no longer at dir: its lock is of no use */
+    }
+    return CT_FAIL(ctx, CT_ERR_IO, "%s: renamed or replaced again and again while being locked",
+                   dir);
 }
 
 static void release(ct_rundir *d) {
@@ -243,7 +275,7 @@ static ct_status check_movable(ct_ctx *ctx, const char *dir, const char *config_
 /* --restart: the existing run at dir, locked first, goes to dir.old-DATE-TIME. */
 static ct_status move_aside(ct_ctx *ctx, const char *dir, const char *config_file) {
     struct stat st;
-    if (lstat(dir, &st) != 0) return CT_OK; /* nothing to move */
+    if (stat(dir, &st) != 0) return CT_OK; /* nothing to move */
     if (!S_ISDIR(st.st_mode))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "output_dir '%s' exists and is not a directory", dir);
     CT_TRY(check_movable(ctx, dir, config_file));
@@ -251,7 +283,7 @@ static ct_status move_aside(ct_ctx *ctx, const char *dir, const char *config_fil
     ct_status s = take_lock(ctx, dir, &old);
     bool empty = false, is_run = true;
     char foreign[512];
-    if (s == CT_OK) s = inspect_dir(ctx, dir, &empty, &is_run, foreign, sizeof foreign);
+    if (s == CT_OK) s = inspect_dir(ctx, dir, old.fd, &empty, &is_run, foreign, sizeof foreign);
     if (s == CT_OK && !empty && !is_run)
         s = CT_FAIL(ctx, CT_ERR_CONFIG,
                     "--restart: output_dir '%s' holds files that are not a ctrain run (%s); "
@@ -287,18 +319,29 @@ ct_status ct_rundir_open(
     ct_status s = take_lock(ctx, dir, out);
     bool empty, is_run;
     char foreign[512];
-    if (s == CT_OK) s = inspect_dir(ctx, dir, &empty, &is_run, foreign, sizeof foreign);
+    if (s == CT_OK) s = inspect_dir(ctx, dir, out->fd, &empty, &is_run, foreign, sizeof foreign);
     if (s == CT_OK && !is_run)
         s = CT_FAIL(ctx, CT_ERR_CONFIG,
                     "output_dir '%s' holds files that are not a ctrain run (%s); set output_dir "
                     "to an empty or new folder",
                     dir, foreign);
+    /* the record files are read back when a run resumes: a device or a pipe under their name
+       would be read for ever */
+    static const char *const records[] = {"metrics.jsonl", "metrics.csv", NULL};
+    for (int i = 0; s == CT_OK && records[i]; i++) {
+        struct stat st;
+        if (fstatat(out->fd, records[i], &st, 0) == 0 && !S_ISREG(st.st_mode))
+            s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                        "%s/%s is not a regular file (a device, a pipe or a folder); a run's "
+                        "records must be files",
+                        dir, records[i]);
+    }
     if (s != CT_OK) release(out);
     return s;
 }
 
 void ct_rundir_claim(ct_ctx *ctx, const ct_rundir *d) {
-    if (d->fd >= 0) write_holder(ctx, d->path);
+    if (d->fd >= 0) write_holder(ctx, d->path, d->lock_file_fd);
 }
 
 void ct_rundir_close(ct_rundir *d) {

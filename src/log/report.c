@@ -14,6 +14,7 @@
  */
 #include "ctrain/report.h"
 
+#include "ctrain/checkpoint.h"
 #include "ctrain/config.h"
 
 #include <errno.h>
@@ -548,14 +549,11 @@ static ct_status plot(report *r,
     return CT_OK;
 }
 
-static int64_t read_best(const char *run_dir) {
-    char path[1100], buf[64] = "";
-    (void)snprintf(path, sizeof path, "%s/checkpoints/best", run_dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    long long step = -1;
-    if (fgets(buf, sizeof buf, f)) (void)sscanf(buf, "step-%lld", &step);
-    (void)fclose(f);
+/* The step the run's `best` pointer names; -1 when there is none, or it is damaged (a report
+ * marks nothing then). */
+static int64_t read_best(ct_ctx *ctx, const char *run_dir) {
+    int64_t step = -1;
+    if (ct_checkpoint_pointer(ctx, run_dir, "best", &step) != CT_OK) ct_clear_error(ctx);
     return step;
 }
 
@@ -732,7 +730,7 @@ ct_report_write(ct_ctx *ctx, const char *run_dir, const ct_report_params *pp, in
     memset(&r, 0, sizeof r);
     r.ctx = ctx;
     r.p = &p;
-    r.best_step = p.best_step >= 0 ? p.best_step : read_best(run_dir);
+    r.best_step = p.best_step >= 0 ? p.best_step : read_best(ctx, run_dir);
     r.s = ct_alloc(ctx, MAX_SERIES * sizeof *r.s);
     r.cm = ct_alloc(ctx, 4 * sizeof *r.cm);
     ct_status s = r.s && r.cm ? CT_OK : CT_FAIL(ctx, CT_ERR_OOM, "report: out of memory");

@@ -278,6 +278,7 @@ static json_t *trainer_state(const ct_trainer *t) {
  * step that is both due and best is one checkpoint that `best` points at.
  * Only rank 0 writes: every rank holds the same weights and optimizer state. */
 static ct_status save_now(ct_trainer *t, bool best);
+static ct_status event(ct_trainer *t, ct_status s);
 
 /* A new log window: nothing summed yet. */
 static void reset_window(ct_trainer *t) {
@@ -366,7 +367,8 @@ static void copy_store(ct_params *dst, const ct_params *src) {
 
 /* Rank 0's part of flush_checkpoint. */
 static ct_status save_now(ct_trainer *t, bool best) {
-    if (t->p.callbacks.on_save) CT_TRY(t->p.callbacks.on_save(t->p.callbacks.user, t, best));
+    if (t->p.callbacks.on_save)
+        CT_TRY(event(t, t->p.callbacks.on_save(t->p.callbacks.user, t, best)));
     if (t->ema_store) { /* the shadow's values and buffers, by way of an exact swap */
         CT_TRY(ct_ema_swap_in(t->ema));
         copy_store(t->ema_store, t->params);

@@ -30,10 +30,11 @@ judge() {
         file=${file%.tmp}
         hit[$file]=$((${hit[$file]:-0} + 1))
         [[ $reason == "File too large" ]] && cut=$((cut + 1)) || full=$((full + 1))
-        if ! "$CTRAIN" inspect "$run" >/dev/null 2>&1 && compgen -G "$run/checkpoints/step-*" >/dev/null; then
-            # what a failed save leaves is debris the next fit clears; the checkpoints verify
-            "$CTRAIN" inspect "$run" | grep -q 'step-[0-9]*: DAMAGED' &&
-                bad "$name" "a checkpoint is damaged: $("$CTRAIN" inspect "$run" | grep DAMAGED | head -n 2)"
+        # what a failed save leaves is debris the next fit clears: every checkpoint verifies
+        "$CTRAIN" inspect "$run" >inspect.out 2>&1
+        if grep -q 'step-[0-9]*: DAMAGED' inspect.out; then
+            bad "$name" "a checkpoint is damaged: $(grep DAMAGED inspect.out | head -n 2)"
+            return
         fi
     elif [[ $rc -ne 0 ]]; then
         bad "$name" "exit $rc (153 is SIGXFSZ): $(tail_of "$out")"

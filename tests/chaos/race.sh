@@ -33,7 +33,7 @@ race() {
     local why=
     if [[ "$ra$rb" == 02 || "$ra$rb" == 20 ]]; then
         refused=$((refused + 1))
-        grep -q 'is in use by another ctrain fit (pid [0-9]' a.out b.out || why="no 'in use' message; "
+        grep -q 'is in use by another ctrain fit (' a.out b.out || why="no 'in use' message; "
     elif [[ "$ra$rb" == 00 ]]; then
         # one took the lock after the other had ended: it found the finished run complete, or
         # (--restart) moved it aside whole

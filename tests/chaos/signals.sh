@@ -7,7 +7,12 @@
 # shellcheck source=tests/chaos/common.sh
 source "$(dirname "$(realpath "$0")")/common.sh"
 
-reference ref
+# a longer run than the other chaos tests', and signals spread over the reference run's
+# duration on this machine, so that most land before the end
+longer=(trainer.max_epochs=10)
+t0=$(date +%s%N)
+reference ref "${longer[@]}"
+run_ms=$((($(date +%s%N) - t0) / 1000000))
 sigs=(TERM INT HUP)
 codes=(143 130 129)
 sent=0
@@ -18,9 +23,16 @@ for ((i = 0; i < n; i++)); do
     dir=run_$i
     k=$((i % 3))
     while :; do
-        "$CTRAIN" fit exp.yaml ++output_dir="$dir" >>"$dir.log" 2>&1 &
+        "$CTRAIN" fit exp.yaml ++output_dir="$dir" "${longer[@]}" >>"$dir.log" 2>&1 &
         bg_pid=$!
-        sleep "$(rand_ms 300 3000)"
+        # once training has started (its first record): before, a stop signal still has its
+        # default action (the run is only being set up)
+        for _ in $(seq 400); do
+            [[ -s $dir/metrics.jsonl ]] && break
+            kill -0 "$bg_pid" 2>/dev/null || break
+            sleep 0.025
+        done
+        sleep "$(rand_ms 0 $((run_ms * 3 / 4)))"
         kill -s "${sigs[$k]}" "$bg_pid" 2>/dev/null && sent=$((sent + 1))
         wait "$bg_pid"
         rc=$?
@@ -34,7 +46,7 @@ for ((i = 0; i < n; i++)); do
         stopped=$((stopped + 1))
         grep -q "stopped by SIG${sigs[$k]} at step" "$dir.log" ||
             bad "SIG${sigs[$k]} $i" "no 'stopped by' line: $(tail_of "$dir.log")"
-        finish "$dir"
+        finish "$dir" "${longer[@]}"
         break
     done
     resumes=$((resumes + $(grep -c 'resumed from' "$dir.log")))

@@ -413,11 +413,13 @@ if expect paths_from_file_folder 0 'done: 1 steps' -- "$ctrain" fit proj/paths.y
         bash -c "cd elsewhere && \"$ctrain\" eval ../paths_run/config.yaml"
     expect eval_run_directory 0 '^valid \(step 1\): valid/acc' -- \
         bash -c "cd /tmp && \"$ctrain\" eval \"$here/paths_run\""
-    # a run directory moved elsewhere is still its own output_dir
-    mv paths_run paths_moved
+    # a run directory moved elsewhere is still its own output_dir, whatever its name
+    mv paths_run "paths moved #1"
     expect eval_moved_run_directory 0 '^valid \(step 1\): valid/acc' -- \
-        bash -c "cd /tmp && \"$ctrain\" eval \"$here/paths_moved\""
-    mv paths_moved paths_run
+        bash -c "cd /tmp && \"$ctrain\" eval \"$here/paths moved #1\""
+    expect eval_moved_run_directory_relative 0 '^valid \(step 1\): valid/acc' -- \
+        "$ctrain" eval "paths moved #1"
+    mv "paths moved #1" paths_run
     # the same experiment from another directory names the same files: it resumes the run
     expect paths_resume_from_elsewhere 0 'is complete at step 1' -- \
         bash -c "cd elsewhere && \"$ctrain\" fit ../proj/paths.yaml ++output_dir=../paths_run"

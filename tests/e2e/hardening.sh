@@ -97,7 +97,7 @@ if start_long live; then
     verdict restart_refused_moves_nothing "$(ls -d live.old-* 2>/dev/null)"
     rm -f live/.lock
     expect lock_survives_deleting_lock_file 2 "live is in use by another ctrain fit" \
-        "its \.lock, which names the holder, is gone" -- \
+        "its \.lock does not name it yet, or was deleted" -- \
         "$ctrain" fit tiny.yaml ++output_dir=live "${long[@]}" --restart
     stop_long
     why=
@@ -163,14 +163,16 @@ fi
 
 # ---- record files on a full disk or past a file size limit: exit 1 naming the file ----
 
-# /dev/full fails every write with ENOSPC (metrics.jsonl is read before a run writes it: its
-# case is the file size limit below)
-mkdir -p full_log && ln -s /dev/full full_log/log.txt
+# /dev/full fails every write with ENOSPC: log.txt of a run that goes on (the record files
+# are read back by a resume, so they must be regular files: a device is refused)
+"$ctrain" fit tiny.yaml ++output_dir=full_log trainer.max_epochs=1 >/dev/null 2>&1
+ln -sf /dev/full full_log/log.txt
 expect full_disk_log.txt 1 "full_log/log.txt: write failed: No space left on device" -- \
     "$ctrain" fit tiny.yaml ++output_dir=full_log
-mkdir -p full_csv && ln -s /dev/full full_csv/metrics.csv
-expect full_disk_metrics.csv 1 "metrics.csv: write failed: No space left on device" -- \
-    "$ctrain" fit tiny.yaml ++output_dir=full_csv ++logging.csv=true
+"$ctrain" fit tiny.yaml ++output_dir=dev_records trainer.max_epochs=1 >/dev/null 2>&1
+ln -sf /dev/full dev_records/metrics.jsonl
+expect records_must_be_files 2 "dev_records/metrics\.jsonl is not a regular file" -- \
+    timeout 20 "$ctrain" fit tiny.yaml ++output_dir=dev_records
 # a file size limit: metrics.jsonl outgrows 16 KiB while checkpoints stay smaller; the run ends
 # naming the file (no SIGXFSZ death), its last record whole; then it resumes to the end and its
 # records equal an uninterrupted run's
@@ -228,6 +230,14 @@ expect eval_damaged_best_latest_asked 0 '^valid \(step 150\)' -- \
 rm ptr/checkpoints/best
 expect eval_without_best_uses_latest 0 'has no best checkpoint: using latest' '^valid \(step 150\)' -- \
     "$ctrain" eval tiny.yaml ++output_dir=ptr
+# damage is exit 1, a checkpoint that does not fit the model exit 2
+printf 'X' | dd of=ptr/checkpoints/step-00000100/model.safetensors bs=1 seek=200 conv=notrunc \
+    status=none
+expect eval_damaged_checkpoint 1 'step-00000100/model\.safetensors: CRC-32C' -- \
+    "$ctrain" eval tiny.yaml ++output_dir=ptr --checkpoint step-00000100
+expect eval_checkpoint_of_another_model 2 "shape \[32,8\], the model expects \[16,8\]" -- \
+    "$ctrain" eval tiny.yaml ++output_dir=ptr --checkpoint step-00000150 "model.hidden=[16]"
+rm -r ptr/checkpoints/step-00000100
 # fit on the finished run repairs latest (it falls back to the newest intact checkpoint)
 expect fit_repairs_latest 0 'checkpoints/latest now names step-00000150' -- \
     "$ctrain" fit tiny.yaml ++output_dir=ptr

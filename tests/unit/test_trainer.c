@@ -2014,6 +2014,65 @@ static void trainer_should_record_the_same_windows_across_an_interrupt(void) {
     CT_CHECK_INT(system(cmd), 0);
 }
 
+/* on_save sees each checkpoint before it is written; an error from it cancels that save and
+ * ends the run with it, the earlier checkpoints as they were. */
+typedef struct save_watch {
+    int64_t saves, fail_at; /* the step whose save fails (0: none) */
+    int64_t steps[32];
+} save_watch;
+
+static ct_status watch_save(void *user, ct_trainer *t, bool best) {
+    save_watch *w = user;
+    (void)best;
+    if (w->saves < 32) w->steps[w->saves] = ct_trainer_step(t);
+    w->saves++;
+    return ct_trainer_step(t) == w->fail_at ? CT_ERR_IO : CT_OK;
+}
+
+static void trainer_should_call_on_save_before_each_checkpoint(void) {
+    char td[] = "/tmp/ct_onsave_XXXXXX";
+    const char *dir = mkdtemp(td);
+    CT_CHECK(dir != NULL);
+    if (!dir) return;
+    setup s;
+    setup_params sp = setup_defaults();
+    if (!setup_open(&s, &sp)) return;
+    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
+    for (int k = 0; k < 2; k++) {
+        save_watch w = {0, k == 0 ? 0 : 10, {0}};
+        ct_trainer_params p = ct_trainer_default_params();
+        p.max_epochs = 2;
+        p.checkpoint_dir = dir;
+        p.save_every_steps = 5;
+        p.callbacks.user = &w;
+        p.callbacks.on_save = watch_save;
+        ct_trainer *t = make_trainer(&s, &task, NULL, 0, &p);
+        if (t) {
+            CT_CHECK_INT(ct_trainer_fit(t), k == 0 ? CT_OK : CT_ERR_IO);
+            int64_t steps[16], n = 0;
+            CT_CHECK_INT(ct_checkpoint_list(ctx, dir, steps, 16, &n), CT_OK);
+            if (k == 0) { /* every 5 steps: 5 ... 30, each announced once, before its save */
+                CT_CHECK_INT(w.saves, 6);
+                CT_CHECK_INT(n, 6);
+                for (int64_t i = 0; i < w.saves && i < 6; i++)
+                    CT_CHECK_INT(w.steps[i], 5 * (i + 1));
+            } else { /* the save of step 10 never happened; step 5's is the last */
+                CT_CHECK_INT(w.saves, 2);
+                CT_CHECK_INT(n, 1);
+                int64_t latest = 0;
+                CT_CHECK_INT(ct_checkpoint_pointer(ctx, dir, "latest", &latest), CT_OK);
+                CT_CHECK_INT(latest, 5);
+            }
+        }
+        ct_trainer_destroy(t);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s/checkpoints", dir);
+        CT_CHECK_INT(system(cmd), 0);
+    }
+    setup_close(&s);
+    rmdir(dir);
+}
+
 /* The same resume test in bf16 mixed precision (issue 6 asks for it too), and its weights differ
  * from the f32 run's, so the setting took effect. */
 static void trainer_should_resume_exactly_in_bf16(void) {
@@ -2118,6 +2177,7 @@ int main(void) {
     CT_RUN(trainer_should_train_a_language_model);
     CT_RUN(trainer_should_resume_exactly_from_its_checkpoints);
     CT_RUN(trainer_should_record_the_same_windows_across_an_interrupt);
+    CT_RUN(trainer_should_call_on_save_before_each_checkpoint);
     CT_RUN(trainer_should_resume_exactly_in_bf16);
     CT_RUN(trainer_should_train_in_bf16_close_to_f32);
     ct_ctx_destroy(ctx);

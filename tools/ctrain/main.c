@@ -42,7 +42,9 @@ enum {
 static volatile sig_atomic_t g_signal = 0;
 
 static void on_signal(int sig) {
-    if (g_signal) { /* a second one: stop now */
+    /* a second one stops at once; not a second SIGHUP: a hang-up often comes twice (the shell
+       passes it on to its jobs, and the kernel sends it when the session's leader exits) */
+    if (g_signal && sig != SIGHUP) {
         signal(sig, SIG_DFL);
         raise(sig);
     }
@@ -65,15 +67,17 @@ static void stop_signals(sigset_t *set) {
     (void)sigaddset(set, SIGHUP);
 }
 
-/* on_signal for each stop signal. */
+/* on_signal for each stop signal, except SIGHUP where it was ignored (`nohup ctrain fit ...`):
+ * that run is meant to outlive its terminal. */
 static void catch_stop_signals(void) {
-    struct sigaction sa;
+    struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     (void)sigemptyset(&sa.sa_mask);
     (void)sigaction(SIGINT, &sa, NULL);
     (void)sigaction(SIGTERM, &sa, NULL);
-    (void)sigaction(SIGHUP, &sa, NULL);
+    if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+        (void)sigaction(SIGHUP, &sa, NULL);
 }
 
 /* The exit code of a stop by the signal that came (0: none), and its name. */
@@ -161,6 +165,7 @@ static double now_s(void) {
 static void to_log(session *s, const char *prefix, const char *line) {
     if (s->log_errno) return;
     if (s->log_file) {
+        errno = 0;
         if (fprintf(s->log_file, "%s%s\n", prefix, line) < 0 || fflush(s->log_file) != 0) {
             s->log_errno = errno ? errno : EIO;
             (void)fclose(s->log_file);
@@ -560,10 +565,13 @@ static int rank_fail(const session *s, ct_ctx *ctx, int code) {
  * directory, wherever the run was made), applies the overrides and resolves it. */
 static ct_status
 load_config(ct_ctx *ctx, const char *path, char **overrides, int n, ct_config **out) {
-    char run_config[4200], own_dir[4200] = "";
+    char run_config[4200], own_dir[4200] = "", cwd[4096];
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        (void)snprintf(own_dir, sizeof own_dir, "++output_dir=%s", path);
+        if (path[0] == '/' || !getcwd(cwd, sizeof cwd))
+            (void)snprintf(own_dir, sizeof own_dir, "%s", path);
+        else
+            (void)snprintf(own_dir, sizeof own_dir, "%s/%s", cwd, path);
         (void)snprintf(run_config, sizeof run_config, "%s/config.yaml", path);
         if (access(run_config, F_OK) != 0)
             return CT_FAIL(ctx, CT_ERR_IO,
@@ -574,7 +582,9 @@ load_config(ct_ctx *ctx, const char *path, char **overrides, int n, ct_config **
     }
     ct_config *cfg = NULL;
     CT_TRY(ct_config_load_file(ctx, path, &cfg));
-    ct_status s = own_dir[0] ? ct_experiment_override(cfg, own_dir) : CT_OK;
+    /* set as text, not parsed as YAML, so any folder name is its own; absolute, as it was
+       given from the current directory */
+    ct_status s = own_dir[0] ? ct_config_set(cfg, "output_dir", own_dir, true) : CT_OK;
     for (int i = 0; s == CT_OK && i < n; i++)
         s = ct_experiment_override(cfg, overrides[i]);
     if (s == CT_OK) s = ct_experiment_resolve(ctx, cfg);
@@ -938,29 +948,38 @@ out_free:
     return rc;
 }
 
-/* Loads `*which`. The default "best" means "latest" in a run that has no best checkpoint (its
- * pointer was never written: no monitor), said on stderr; a damaged `best`, or one naming a
- * damaged checkpoint, is an error, never a reason to score other weights. */
-static ct_status load_checkpoint(ct_ctx *ctx, ct_experiment *e, const char **which, int64_t *step) {
-    if (strcmp(*which, "best") == 0 &&
-        ct_checkpoint_pointer(ctx, ct_experiment_output_dir(e), "best", NULL) == CT_ERR_IO) {
-        ct_clear_error(ctx);
-        (void)fprintf(stderr, "ctrain: %s has no best checkpoint: using latest\n",
-                      ct_experiment_output_dir(e));
-        *which = "latest";
-    }
-    ct_status st = ct_experiment_load(e, *which, step);
-    if (st != CT_OK && strcmp(*which, "best") == 0)
-        return ct_err_wrap(ctx, "the best checkpoint cannot be used (hint: --checkpoint latest or "
-                                "step-N names another)");
-    return st;
+/* Whether the run's pointer file is there (whatever it holds, readable or not). */
+static bool pointer_exists(const char *run, const char *name) {
+    char path[4200];
+    struct stat st;
+    (void)snprintf(path, sizeof path, "%s/checkpoints/%s", run, name);
+    return lstat(path, &st) == 0 || errno != ENOENT;
 }
 
-/* Exit code of a failed checkpoint load: damage (1; a `best` that names no checkpoint too) or
- * a wrong request (2). */
-static int load_code(ct_status st, const char *which) {
-    bool damage = st == CT_ERR_FORMAT || (st == CT_ERR_IO && strcmp(which, "best") == 0);
-    return damage || st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE;
+/* Loads `*which` into the experiment: 0, or the exit code once the reason is said. 1 is damage
+ * (a checkpoint that fails its checks, a damaged `best` or one naming no checkpoint, a `latest`
+ * with no intact checkpoint to fall back to), 2 a wrong request (no checkpoint there, or one
+ * that does not fit the model). The default "best" means "latest" in a run that never saved a
+ * best (no monitor), said on stderr; a damaged `best` is never a reason to score other weights. */
+static int load_checkpoint(ct_ctx *ctx, ct_experiment *e, const char **which, int64_t *step) {
+    const char *root = ct_experiment_output_dir(e);
+    bool best = strcmp(*which, "best") == 0;
+    if (best && !pointer_exists(root, "best")) {
+        (void)fprintf(stderr, "ctrain: %s has no best checkpoint: using latest\n", root);
+        *which = "latest";
+        best = false;
+    }
+    char dir[4200];
+    ct_status st = ct_checkpoint_resolve(ctx, root, *which, dir, sizeof dir, NULL);
+    if (st != CT_OK && best) {
+        (void)ct_err_wrap(ctx, "the best checkpoint cannot be used (hint: --checkpoint latest or "
+                               "step-N names another)");
+        return fail(ctx, EXIT_RUN_FAILED);
+    }
+    if (st != CT_OK) return fail(ctx, st == CT_ERR_IO ? EXIT_USAGE : EXIT_RUN_FAILED);
+    st = ct_experiment_load(e, dir, step);
+    if (st != CT_OK) return fail(ctx, st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE);
+    return 0;
 }
 
 /* What eval, predict and config share: the arguments, the context and the configuration and
@@ -1026,8 +1045,9 @@ static int cmd_predict(int argc, char **argv) {
     if (rc >= 0) return c.ctx ? ro_end(&c, rc) : rc;
     const char *which = c.a.checkpoint;
     int64_t step = 0;
-    ct_status st = load_checkpoint(c.ctx, c.e, &which, &step);
-    if (st != CT_OK) return ro_end(&c, fail(c.ctx, load_code(st, which)));
+    int failed = load_checkpoint(c.ctx, c.e, &which, &step);
+    if (failed) return ro_end(&c, failed);
+    ct_status st;
     if (c.a.prompt) {
         st = ct_experiment_generate(c.e, c.a.prompt, c.a.tokens, c.a.temperature, c.a.top_k,
                                     (uint64_t)c.a.seed, stdout);
@@ -1060,8 +1080,8 @@ static int cmd_eval(int argc, char **argv) {
     }
     const char *which = c.a.checkpoint;
     int64_t step = 0;
-    ct_status st = load_checkpoint(c.ctx, c.e, &which, &step);
-    if (st != CT_OK) return ro_end(&c, fail(c.ctx, load_code(st, which)));
+    int failed = load_checkpoint(c.ctx, c.e, &which, &step);
+    if (failed) return ro_end(&c, failed);
     json_t *obj = json_object();
     (void)json_object_set_new(obj, "step", json_integer((json_int_t)step));
     (void)json_object_set_new(obj, "checkpoint", json_string(which));
@@ -1343,9 +1363,9 @@ static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
 static int inspect_pointer(ct_ctx *ctx, const char *run, const char *name, int64_t count) {
     int64_t step;
     char text[2048];
+    if (!pointer_exists(run, name) && (strcmp(name, "best") == 0 || count == 0)) return 0;
     ct_status st = ct_checkpoint_pointer(ctx, run, name, &step);
-    if (st == CT_ERR_IO && (strcmp(name, "best") == 0 || count == 0)) return 0;
-    if (st == CT_ERR_IO) {
+    if (st != CT_OK && !pointer_exists(run, name)) {
         (void)printf("  %s: MISSING (fit falls back to the newest checkpoint that verifies)\n",
                      name);
         return 1;
