@@ -64,11 +64,14 @@ expect() {
 }
 verdict() { if [[ -z $2 ]]; then ok "$1"; else fail "$1" "$2"; fi; }
 
-# start_long DIR [ARGS]: a long fit in the background (pid in bg_pid), once it trains
+# start_long DIR [--nohup] [ARGS]: a long fit in the background (pid in bg_pid), once it trains
+# (--nohup: started with SIGHUP ignored, as nohup(1) starts it)
 start_long() {
-    local dir=$1
+    local dir=$1 hup=
     shift
-    "$ctrain" fit tiny.yaml ++output_dir="$dir" "${long[@]}" "$@" >"$dir.out" 2>&1 &
+    [[ ${1:-} == --nohup ]] && hup="trap '' HUP;" && shift
+    bash -c "$hup exec \"\$0\" \"\$@\"" "$ctrain" fit tiny.yaml ++output_dir="$dir" "${long[@]}" "$@" \
+        >"$dir.out" 2>&1 &
     bg_pid=$!
     for _ in $(seq 600); do
         grep -q '^train epoch' "$dir.out" 2>/dev/null && return 0
@@ -136,6 +139,11 @@ expect restart_current_dir_refused 2 "output_dir '[^']*' is the current director
 expect restart_of_the_experiment_folder_refused 2 "holds the experiment file sub/tiny\.yaml" -- \
     "$ctrain" fit sub/tiny.yaml ++output_dir=sub --restart
 verdict restart_refusals_move_nothing "$(ls -d mine.old-* sub.old-* "../$(basename "$work").old-"* 2>/dev/null)"
+# an experiment file named config.yaml is the user's, not a run's: never written over
+mkdir -p own && cp tiny.yaml own/config.yaml
+expect own_config_yaml_refused 2 "holds files that are not a ctrain run \('config\.yaml'\)" -- \
+    "$ctrain" fit own/config.yaml ++output_dir=own
+verdict own_config_yaml_untouched "$(cmp -s tiny.yaml own/config.yaml || echo "it was rewritten")"
 # a run directory with the user's notes beside it is still a run
 "$ctrain" fit tiny.yaml ++output_dir=noted >/dev/null 2>&1
 echo "lr 0.1 looked fine" >noted/NOTES
@@ -199,6 +207,29 @@ if start_long hup; then
     grep -q 'stopped by SIGHUP at step' hup.out || why+="no 'stopped by SIGHUP'; "
     "$ctrain" inspect hup >/dev/null 2>&1 || why+="no intact checkpoint; "
     verdict sighup_saves_and_exits_129 "$why$([[ -n $why ]] && tail_of hup.out)"
+fi
+# a hang-up often comes twice (the shell passes it on, the kernel sends it as the session
+# ends): the second is not the "stop at once" of a second SIGINT or SIGTERM
+if start_long hup2; then
+    kill -HUP "$bg_pid"
+    kill -HUP "$bg_pid"
+    wait "$bg_pid"
+    rc=$?
+    bg_pid=
+    why=
+    [[ $rc -eq 129 ]] || why="exit $rc, expected 129; "
+    grep -q 'stopped by SIGHUP at step' hup2.out || why+="no 'stopped by SIGHUP'; "
+    verdict sighup_twice_still_saves "$why$([[ -n $why ]] && tail_of hup2.out)"
+fi
+# under nohup (SIGHUP ignored when fit starts) a hang-up does not stop the run
+if start_long nohup_run --nohup; then
+    kill -HUP "$bg_pid"
+    sleep 0.5
+    why=
+    kill -0 "$bg_pid" 2>/dev/null || why="SIGHUP ended the run; "
+    stop_long
+    [[ $stopped_rc -eq 143 ]] || why+="exit $stopped_rc after SIGTERM, expected 143; "
+    verdict nohup_ignores_sighup "$why$([[ -n $why ]] && tail_of nohup_run.out)"
 fi
 "$ctrain" fit tiny.yaml ++output_dir=piped ++logging.progress=plain 2>&1 | head -n 1 >/dev/null
 rc=${PIPESTATUS[0]}
