@@ -949,8 +949,8 @@ static ct_status resolve(ct_ctx *ctx,
 
 /* The checkpoint directory `which` names under ckdir, verified (into dir, state.json in *doc),
  * "latest" falling back to the newest one that verifies. */
-static ct_status find_checkpoint(ct_ctx *ctx, const char *ckdir, const char *which, char *dir,
-                                 json_t **doc) {
+static ct_status
+find_checkpoint(ct_ctx *ctx, const char *ckdir, const char *which, char *dir, json_t **doc) {
     bool fallback, have_dir, damaged = true;
     int64_t limit;
     *doc = NULL;
