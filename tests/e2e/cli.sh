@@ -18,50 +18,6 @@ jsonq=$(realpath "$2")
 enter_workdir cli
 here=$(pwd -P) # relative paths resolve against the current directory, as getcwd(3) gives it
 
-# verdict NAME WHY: ok when WHY is empty, else FAIL with WHY; returns whether it was ok.
-verdict() {
-    if [[ -z $2 ]]; then
-        ok "$1"
-    else
-        fail "$1" "$2"
-        return 1
-    fi
-}
-
-# expect NAME RC [PATTERN ...] -- COMMAND ...
-# Runs COMMAND (stdout into out, stderr into err) and checks its exit code and that its output
-# (both streams) matches every extended regular expression PATTERN; a PATTERN that starts with
-# '!' must not match.
-expect() {
-    local name=$1 want=$2
-    shift 2
-    local pats=()
-    while [[ $# -gt 0 && $1 != "--" ]]; do
-        pats+=("$1")
-        shift
-    done
-    shift
-    "$@" >out 2>err
-    local rc=$?
-    if [[ $rc -ne $want ]]; then
-        fail "$name" "exit $rc, expected $want; output: $(tail_of out err)"
-        return 1
-    fi
-    local p
-    for p in "${pats[@]}"; do
-        if [[ $p == '!'* ]]; then
-            if grep -qE -- "${p:1}" out err; then
-                fail "$name" "output matches /${p:1}/: $(tail_of out err)"
-                return 1
-            fi
-        elif ! grep -qE -- "$p" out err; then
-            fail "$name" "output lacks /$p/: $(tail_of out err)"
-            return 1
-        fi
-    done
-    ok "$name"
-}
-
 # Every file and folder under a directory with its size, mtime (ns) and content checksum.
 snapshot() {
     (cd "$1" && find . -printf '%y %p %s %T@\n' | sort && find . -type f -print0 | sort -z |

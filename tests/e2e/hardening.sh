@@ -31,38 +31,6 @@ YAML
 # a run that lasts until stopped: 50 epochs of 200000 samples, progress lines to wait for
 long=(data.train.n=200000 trainer.max_epochs=50 ++logging.progress=plain ++logging.interval=0.05)
 
-# expect NAME RC [PATTERN ...] -- COMMAND ...: the exit code and, in stdout+stderr, every
-# extended regular expression PATTERN (one starting with '!' must not match).
-expect() {
-    local name=$1 want=$2
-    shift 2
-    local pats=()
-    while [[ $# -gt 0 && $1 != "--" ]]; do
-        pats+=("$1")
-        shift
-    done
-    shift
-    "$@" >out 2>err
-    local rc=$?
-    if [[ $rc -ne $want ]]; then
-        fail "$name" "exit $rc, expected $want; output: $(tail_of out err)"
-        return 1
-    fi
-    local p
-    for p in "${pats[@]}"; do
-        if [[ $p == '!'* ]]; then
-            if grep -qE -- "${p:1}" out err; then
-                fail "$name" "output matches /${p:1}/: $(tail_of out err)"
-                return 1
-            fi
-        elif ! grep -qE -- "$p" out err; then
-            fail "$name" "output lacks /$p/: $(tail_of out err)"
-            return 1
-        fi
-    done
-    ok "$name"
-}
-verdict() { if [[ -z $2 ]]; then ok "$1"; else fail "$1" "$2"; fi; }
 
 # start_long DIR [--nohup] [ARGS]: a long fit in the background (pid in bg_pid), once it trains
 # (--nohup: started with SIGHUP ignored, as nohup(1) starts it)

@@ -1,5 +1,7 @@
-# harness.sh - what the end-to-end shell tests share, sourced by cli.sh and mpi.sh: a temporary
-# working directory, a counted "ok NAME" / "FAIL NAME: WHY" report, the end of a command's
+# shellcheck shell=bash
+# harness.sh - what the end-to-end shell tests share, sourced by cli.sh, hardening.sh and
+# mpi.sh: a temporary working directory, a counted "ok NAME" / "FAIL NAME: WHY" report, a
+# command's exit code and output checked against patterns (expect), the end of a command's
 # output on one line for failure messages, and metrics.jsonl records without the fields that
 # vary from run to run.
 passed=0
@@ -26,4 +28,48 @@ enter_workdir() {
 leave_workdir() {
     [[ -n "$bg_pid" ]] && kill -KILL "$bg_pid" 2>/dev/null
     rm -rf "$work"
+}
+
+# verdict NAME WHY: ok when WHY is empty, else FAIL with WHY; returns whether it was ok.
+verdict() {
+    if [[ -z $2 ]]; then
+        ok "$1"
+    else
+        fail "$1" "$2"
+        return 1
+    fi
+}
+
+# expect NAME RC [PATTERN ...] -- COMMAND ...
+# Runs COMMAND (stdout into out, stderr into err) and checks its exit code and that its output
+# (both streams) matches every extended regular expression PATTERN; a PATTERN that starts with
+# '!' must not match.
+expect() {
+    local name=$1 want=$2
+    shift 2
+    local pats=()
+    while [[ $# -gt 0 && $1 != "--" ]]; do
+        pats+=("$1")
+        shift
+    done
+    shift
+    "$@" >out 2>err
+    local rc=$?
+    if [[ $rc -ne $want ]]; then
+        fail "$name" "exit $rc, expected $want; output: $(tail_of out err)"
+        return 1
+    fi
+    local p
+    for p in "${pats[@]}"; do
+        if [[ $p == '!'* ]]; then
+            if grep -qE -- "${p:1}" out err; then
+                fail "$name" "output matches /${p:1}/: $(tail_of out err)"
+                return 1
+            fi
+        elif ! grep -qE -- "$p" out err; then
+            fail "$name" "output lacks /$p/: $(tail_of out err)"
+            return 1
+        fi
+    done
+    ok "$name"
 }

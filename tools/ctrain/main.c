@@ -9,6 +9,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -121,6 +122,20 @@ static void route_signals(void) {
         return;
     }
     (void)pthread_detach(th);
+}
+
+/* Under an MPI launcher the terminal output goes through a pipe (or socket) that the launcher
+ * reads, and stops reading once it is told to end the job: Open MPI's mpirun, given SIGTERM,
+ * waits a second, sends SIGTERM to the ranks and a second later SIGKILL. A rank blocked writing
+ * progress into the full pipe would never get to its checkpoint. So those writes never block:
+ * what the launcher does not take in time is dropped (log.txt has every line). */
+static void never_block_on_the_launcher(void) {
+    for (int fd = 1; fd <= 2; fd++) {
+        struct stat st;
+        int fl = fcntl(fd, F_GETFL);
+        if (fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) && fl >= 0)
+            (void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    }
 }
 
 /* ---- the session: the context's log, log.txt and the progress display ---- */
@@ -839,6 +854,7 @@ static int cmd_fit(int argc, char **argv) {
         }
         /* at once, before any data is read: a rank killed while loading is named too */
         if (s.rank == 0) (void)fprintf(stderr, "ranks: %s\n", s.rank_map);
+        never_block_on_the_launcher();
     }
     st = load_config(ctx, a.config, a.overrides, a.n_overrides, &cfg);
     if (st != CT_OK) {
@@ -931,6 +947,10 @@ static int cmd_fit(int argc, char **argv) {
             "same command to go on",
             (long long)ct_trainer_step(t));
     }
+    /* a run stopped cleanly: rank 0's code is the job's. Another rank that left first with a
+       non-zero code would make the launcher end the job at once (Open MPI's mpirun kills the
+       other ranks), maybe before rank 0 has said where it stopped */
+    if (s.silent) rc = 0;
     if (s.log_file && fclose(s.log_file) != 0 && !s.log_errno) s.log_errno = errno ? errno : EIO;
     s.log_file = NULL;
     if (log_status(&s) != CT_OK) { /* the run's own files are incomplete: not a success */
