@@ -2132,6 +2132,11 @@ static ct_status open_tensorboard(ct_experiment *e) {
 
 static ct_status open_records(ct_experiment *e, bool append) {
     char path[1100];
+    e->rec_cap = 4096; /* grown by rec_add when a record needs more */
+    if (!(e->rec = ct_alloc(e->ctx, e->rec_cap))) {
+        e->rec_cap = 0;
+        return CT_FAIL(e->ctx, CT_ERR_OOM, "out of memory for the records' buffer");
+    }
     (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
     CT_TRY(ct_record_open(e->ctx, &e->jsonl, path, append));
     if (bool_at(e, "logging.csv")) {
