@@ -17,7 +17,10 @@ runs=0
 tortured() {
     local tag=$1 target=$2
     shift 2
+    local t0 run_ms
+    t0=$(date +%s%N)
     reference "ref_$tag" "$@"
+    run_ms=$((($(date +%s%N) - t0) / 1000000)) # kills spread over a whole run on this machine
     local landed=0
     while [[ $landed -lt $target ]]; do
         runs=$((runs + 1))
@@ -25,7 +28,7 @@ tortured() {
         while :; do
             "$CTRAIN" fit exp.yaml ++output_dir="$dir" "$@" >>"$dir.log" 2>&1 &
             bg_pid=$!
-            sleep "$(rand_ms 20 900)"
+            sleep "$(rand_ms 20 $((run_ms > 40 ? run_ms : 40)))"
             if kill -KILL "$bg_pid" 2>/dev/null; then
                 wait "$bg_pid" 2>/dev/null
                 bg_pid=
