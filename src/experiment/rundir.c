@@ -161,7 +161,11 @@ static void write_holder(ct_ctx *ctx, const char *dir, int lock_file_fd) {
     if (fd >= 0 && fd != lock_file_fd) (void)close(fd);
 }
 
-static void release(ct_rundir *d);
+static void release(ct_rundir *d) {
+    if (d->lock_file_fd >= 0) (void)close(d->lock_file_fd);
+    if (d->fd >= 0) (void)close(d->fd);
+    d->fd = d->lock_file_fd = -1;
+}
 
 /* Whether path names the file open as fd (a folder renamed or replaced since it was opened
  * does not). */
@@ -220,12 +224,6 @@ static ct_status take_lock(ct_ctx *ctx, const char *dir, ct_rundir *d) {
     }
     return CT_FAIL(ctx, CT_ERR_IO, "%s: renamed or replaced again and again while being locked",
                    dir);
-}
-
-static void release(ct_rundir *d) {
-    if (d->lock_file_fd >= 0) (void)close(d->lock_file_fd);
-    if (d->fd >= 0) (void)close(d->fd);
-    d->fd = d->lock_file_fd = -1;
 }
 
 /* ---- --restart ---- */

@@ -165,30 +165,23 @@ verdict fsize_limit_resumes_as_one_run "$why"
 
 # ---- SIGHUP is SIGTERM; a closed pipe does not end the run ----
 
-if start_long hup; then
-    kill -HUP "$bg_pid"
+# hangup NAME DIR N: N SIGHUPs to a long run: it stops at the end of its step, saves and exits
+# 129. A hang-up often comes twice (the shell passes it on, the kernel sends it as the session
+# ends): the second is not the "stop at once" of a second SIGINT or SIGTERM.
+hangup() {
+    local name=$1 dir=$2 n=$3
+    start_long "$dir" || return
+    for _ in $(seq "$n"); do kill -HUP "$bg_pid"; done
     wait "$bg_pid"
-    rc=$?
+    local rc=$? why=
     bg_pid=
-    why=
     [[ $rc -eq 129 ]] || why="exit $rc, expected 129; "
-    grep -q 'stopped by SIGHUP at step' hup.out || why+="no 'stopped by SIGHUP'; "
-    "$ctrain" inspect hup >/dev/null 2>&1 || why+="no intact checkpoint; "
-    verdict sighup_saves_and_exits_129 "$why$([[ -n $why ]] && tail_of hup.out)"
-fi
-# a hang-up often comes twice (the shell passes it on, the kernel sends it as the session
-# ends): the second is not the "stop at once" of a second SIGINT or SIGTERM
-if start_long hup2; then
-    kill -HUP "$bg_pid"
-    kill -HUP "$bg_pid"
-    wait "$bg_pid"
-    rc=$?
-    bg_pid=
-    why=
-    [[ $rc -eq 129 ]] || why="exit $rc, expected 129; "
-    grep -q 'stopped by SIGHUP at step' hup2.out || why+="no 'stopped by SIGHUP'; "
-    verdict sighup_twice_still_saves "$why$([[ -n $why ]] && tail_of hup2.out)"
-fi
+    grep -q 'stopped by SIGHUP at step' "$dir.out" || why+="no 'stopped by SIGHUP'; "
+    "$ctrain" inspect "$dir" >/dev/null 2>&1 || why+="no intact checkpoint; "
+    verdict "$name" "$why$([[ -n $why ]] && tail_of "$dir.out")"
+}
+hangup sighup_saves_and_exits_129 hup 1
+hangup sighup_twice_still_saves hup2 2
 # under nohup (SIGHUP ignored when fit starts) a hang-up does not stop the run
 if start_long nohup_run --nohup; then
     kill -HUP "$bg_pid"
