@@ -105,8 +105,9 @@ chaos: deps
 	cmake --build build-ci -j $(JOBS)
 	CHAOS_SCALE=$(CHAOS_SCALE) ctest --test-dir build-ci -L chaos --output-on-failure
 
-# The comparison with PyTorch in one invocation (about 13 minutes on the 2-core machine): the reference models' throughput and peak RSS (fp32 and bf16), the batch-1 step,
-# the time to the target accuracy. `make bench` adds the micro-benchmarks and bench/dist.py.
+# The comparison with PyTorch in one invocation (about 13 minutes on the 2-core machine): the
+# reference models' throughput and peak RSS (fp32 and bf16), the batch-1 step, the time to the
+# target accuracy. `make bench` adds the micro-benchmarks and bench/dist.py.
 bench-pytorch:
 	@scripts/install-deps.sh --bench
 	cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
