@@ -96,8 +96,8 @@ test-fuzz:
 format-check:
 	scripts/check-format.sh
 
-# The fault tests of tests/chaos/ at CHAOS_SCALE times make test's counts (10: about 300 kills,
-# 400 flipped bits, 120 size limits and full disks, 90 signals, 60 races), in the Release build
+# The fault tests of tests/chaos/ at CHAOS_SCALE times make test's counts (10: 320 kills,
+# 400 flipped bits, 110 size limits and full disks, 90 signals, 80 races), in the Release build
 # of make test. CHAOS_SEED repeats a run's random choices (each test prints its seed).
 CHAOS_SCALE ?= 10
 chaos: deps
@@ -105,9 +105,9 @@ chaos: deps
 	cmake --build build-ci -j $(JOBS)
 	CHAOS_SCALE=$(CHAOS_SCALE) ctest --test-dir build-ci -L chaos --output-on-failure
 
-# Issue 7's comparison with PyTorch in one invocation (about 13 minutes on the 2-core
-# machine): the reference models' throughput and peak RSS (fp32 and bf16), the batch-1 step,
-# the time to the target accuracy. `make bench` adds the micro-benchmarks and bench/dist.py.
+# The comparison with PyTorch in one invocation (about 13 minutes on the 2-core machine): the
+# reference models' throughput and peak RSS (fp32 and bf16), the batch-1 step, the time to the
+# target accuracy. `make bench` adds the micro-benchmarks and bench/dist.py.
 bench-pytorch:
 	@scripts/install-deps.sh --bench
 	cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release

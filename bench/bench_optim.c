@@ -9,10 +9,10 @@
  * ct_optim_step_if_finite (every gradient scanned first: under skip). Each step first copies
  * one of two fixed gradients into the store, alternately (the copy is in every column alike):
  * with one gradient, weight decay drives each element's total gradient to zero and the moments
- * into denormal numbers, which made Adam's small case 5x slower as the run went on. Sizes: issue
- * 7's width-32 MLP (1,386 parameters) and the Fashion-MNIST MLP (203,530). Compare two builds by
- * running both: a loop that gcc leaves scalar shows as a variant 2-4x slower than before (how two
- * were found in the sixth session, docs/trainer.md "Overhead").
+ * into denormal numbers, which would make Adam's small case 5x slower as the run goes on.
+ * Sizes: the width-32 MLP (1,386 parameters) and the Fashion-MNIST MLP (203,530). Compare two
+ * builds by running both: a loop that gcc leaves scalar shows as a variant 2-4x slower in one of
+ * them (docs/benchmarks.md, docs/trainer.md "Overhead").
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * Each overhead is the median of back-to-back pairs of runs; at batch 128 also decomposed into
  * its fixed part and the gradient check (decompose).
  *
- * Cases: issue 7's width-32 MLP (32-32-10) and a 784-128-10 MLP at batch 1 on synthetic data
+ * Cases: a width-32 MLP (32-32-10) and a 784-128-10 MLP at batch 1 on synthetic data
  * (framework overhead dominates), and a 784-256-10 MLP at batch 128 on Fashion-MNIST (Debian's
  * dataset-fashion-mnist), SGD.
  */

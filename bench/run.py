@@ -11,7 +11,7 @@ Cases (each iteration is forward + backward; mlp_step is a whole training step w
   attention  qkv [16, 128, 384] -> causal self-attention, 4 heads of 32, sum, backward
   mlp_step   batch 1: Linear(784,128) -> ReLU -> Linear(128,10) -> cross-entropy, backward,
              Adam step (framework overhead: the arithmetic is tiny); cycles over 256 samples
-  mlp32_step the same with issue 7's width-32 MLP: Linear(32,32) -> ReLU -> Linear(32,10)
+  mlp32_step the same with a width-32 MLP: Linear(32,32) -> ReLU -> Linear(32,10)
   loader_plain  one epoch of Fashion-MNIST train (60,000 x 28 x 28 u8), shuffled batches of
              128, converted to f32 in [0, 1]; PyTorch: a Dataset over the same tensors and a
              DataLoader with num_workers=0 (its single-process default)

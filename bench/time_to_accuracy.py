@@ -3,8 +3,8 @@
 a PyTorch twin with the same hyper-parameters (MLP 784-512-256-10, AdamW 2e-3 with weight decay
 1e-4, 100 warm-up steps then cosine, batch 128, 10 epochs, 5,000 training images held out),
 both evaluating the 10,000 test images after every epoch. Prints, for each, the wall time from
-the start of training to the first epoch whose test accuracy reaches the target (89.0%, issue
-7's), and the ratio.
+the start of training to the first epoch whose test accuracy reaches the target (89.0%), and
+the ratio.
 
     /usr/bin/python3 bench/time_to_accuracy.py [--build build] [--target 0.89] [--threads 2]
                                                [--torch-threads 1]

@@ -108,9 +108,9 @@ CT_API void *ct_graph_alloc(ct_graph *g, size_t size);
  * step (two losses) adds each loss's gradient to the leaves once. As in PyTorch, they are not
  * kept: once a node's backward has run, its output's gradient buffer is handed to the next
  * gradient that fits and the output's grad is NULL (this keeps the arena near the size of
- * the activations; the byte-level GPT's peak RSS fell from 236 to 166 MiB). A buffer of the
- * caller's own set as an intermediate's grad before backward (to read dL/dh) is left alone:
- * only buffers the graph allocated (CT_TENSOR_GRAD_ARENA) are reused.
+ * the activations). A buffer of the caller's own set as an intermediate's grad before
+ * backward (to read dL/dh) is left alone: only buffers the graph allocated
+ * (CT_TENSOR_GRAD_ARENA) are reused.
  * A leaf that is neither a parameter nor a step tensor (an owned tensor flagged by the caller)
  * gets its gradient buffer from the arena; ct_graph_reset sets its grad back to NULL.
  */

@@ -6,7 +6,7 @@
  * A dataset is N samples with random access: sample i is a feature tensor of a fixed shape and
  * dtype (info.x_*) and a target of a fixed shape and dtype (info.y_*; a class index is an i64
  * scalar). Datasets are opened by type name ("idx", "cifar10", "csv", "npy", "text", "tokens",
- * "synthetic") with string options, the way the YAML config will give them; an unknown type,
+ * "synthetic") with string options, as an experiment file gives them; an unknown type,
  * unknown option or bad value fails with CT_ERR_CONFIG naming it (ct_dataset_check finds these
  * without opening anything), and a bad file fails with CT_ERR_FORMAT or CT_ERR_IO naming the
  * file, the offset or line and what was expected.

@@ -4,29 +4,20 @@
  * RMSE, R² and perplexity, found by type name in a table that plugins extend.
  *
  * A metric set (ct_metrics) belongs to one split ("train", "valid") and holds the sums and
- * counts of all its metrics. Updates add to them; compute turns them into named values.
- * Nothing else is kept, so distributed evaluation is:
+ * counts of all its metrics in one f64 buffer. Updates add to them; compute turns them into
+ * named values. Nothing else is kept, so distributed evaluation is:
  *
  *     each rank: ct_metrics_update(...) over its shard
  *     ct_metrics_accumulators(m, &buf, &n); all-reduce buf (sum, f64) in place
  *     ct_metrics_compute(m);                every rank gets the same values
  *
- * Exactness. Every built-in value is a function of the set of samples seen (and, for
- * reported losses, of the reports), not of their order, their batches or the ranks that saw
- * them: sharded evaluation gives the same bits as one process. Classification metrics (accuracy,
- * topk, precision, recall, f1, confusion) count integers, exact in double up to 2^53. The sums of
- * real values (loss, mse, mae, rmse, r2, perplexity; a layout's n_exact slots) are exact sums
- * (a fixed-point integer wide enough for any double; src/core/xsum.c), rounded to double once,
- * when values are computed; the set feeds those metrics one row of the batch (one sample:
- * index 0 of pred and target) at a time (when pred and target disagree on their first
- * dimension, the whole batch at once, whose own sums are then in order). The buffer from
- * ct_metrics_accumulators holds the counts and the exact sums as integer-valued doubles below 2^33,
- * so an f64 sum of up to 2^20 such buffers, in any order, is exact. What stays batch-dependent is
- * what the caller reports: the trainer reports each batch's mean loss (an f32 reduction over the
- * batch), so `loss` is the same for the same evaluation batches, which sharded evaluation keeps
- * (each rank takes whole batches: CT_SHARD_EVAL in data.h). R² computes the total sum of squares as
- * sum(y²) - sum(y)²/n from the exactly rounded sums, which cancels when the targets' mean is large
- * against their spread (see regression.c).
+ * Exactness. Every built-in value depends on the set of samples seen (and of loss reports),
+ * not on their order, their batches or the ranks that saw them, so sharded evaluation gives
+ * the bits of one process: counts are integers, and sums of real values (a layout's n_exact
+ * slots) are exact sums rounded to double once, at compute. The buffer holds both as
+ * integer-valued doubles below 2^33, so an f64 sum of up to 2^20 buffers, in any order, stays
+ * exact. A reported loss is the caller's (the trainer reports each batch's f32 mean), the same
+ * for the same batches. docs/training.md, "Metrics", has the details.
  *
  * Names are "<split>/<name>[/<part>]", where name is the spec's name or the type's default:
  *     accuracy                  valid/acc

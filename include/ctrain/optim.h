@@ -90,16 +90,15 @@ CT_API void ct_optim_step_range(ct_optim *opt, int64_t lo, int64_t hi);
 /* ct_optim_step when every gradient is finite (no inf or NaN; the answer of
  * ct_nonfinite_check), otherwise nothing at all (weights, moments, gradients and the step
  * count stay): returns whether it stepped. Each thread scans the gradients it then updates, in
- * one team: the trainer's check under on_nonfinite skip in one process, measured at 10-13 us
- * on the batch-128 MLP's 203k gradients against 14-15.5 us for a scan before ct_optim_step
- * (bench/bench_trainer.c). */
+ * one team, so every gradient is read before anything is written (the trainer's check under
+ * on_nonfinite skip in one process; costs: docs/trainer.md, "Overhead"). */
 CT_API bool ct_optim_step_if_finite(ct_optim *opt);
 /* ct_optim_step, returning whether every gradient it read was finite. The update is made
  * either way: when it returns false, weights and moments may hold inf or NaN (and the step is
  * counted), so the caller restores them (a snapshot, a checkpoint) or discards them, as the
  * trainer does under on_nonfinite stop and rollback (its default check in one process). The
- * test is on each gradient as the update loads it: 0.3-1.1 us for those 203k gradients, where
- * the guarded ct_optim_step_if_finite must read every gradient before writing anything. */
+ * test is on each gradient as the update loads it, so it costs next to nothing beside the
+ * update, where ct_optim_step_if_finite reads every gradient before writing anything. */
 CT_API bool ct_optim_step_checked(ct_optim *opt);
 /* Fails with CT_ERR_INVALID_ARG (and keeps the old rate) unless lr is finite and >= 0. Groups
  * keep their lr_scale relative to it. */

@@ -364,8 +364,8 @@ static void line_col(const char *text, size_t at, int *line, int *col) {
 /* The offset of the first four single quotes in a row, or len. libfyaml 0.7.12 misreads
  * (and leaks) runs of escaped quotes in single-quoted scalars ('x''''y' reads as x''', longer
  * runs as heap garbage; fixed upstream). Telling a single-quoted scalar from plain text needs
- * YAML's whole grammar (anchors, tags, flow and block contexts), and every lighter lexer tried
- * here was wrong somewhere, so any such run is refused, wherever it is: it is never needed (a
+ * YAML's whole grammar (anchors, tags, flow and block contexts), which a lighter lexer gets
+ * wrong somewhere, so any such run is refused, wherever it is: it is never needed (a
  * double-quoted value spells a quote \x27, which is how the writer writes them). */
 static size_t quote_run_at(const char *t, size_t len) {
     for (size_t i = 0; i + 4 <= len; i++)

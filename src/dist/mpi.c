@@ -175,9 +175,9 @@ static ct_status mpi_test(void *self, ct_ctx *ctx, void *impl, bool *done) {
  * another communicator, leaving the rest of the job to wait for it.
  *
  * The launcher forwards a rank's output through a pipe that it reads when it gets to it, and
- * the abort arrives on another channel: MPICH's launcher, taking the abort first, killed the
- * job with the rank's last lines (the message saying why) still unread, once in a CI run.
- * Half a second, on a path that ends the job anyway, lets it read them. */
+ * the abort arrives on another channel: MPICH's launcher, when it takes the abort first, can
+ * kill the job with the rank's last lines (the message saying why) still unread. Half a
+ * second, on a path that ends the job anyway, lets it read them. */
 #define ABORT_DRAIN_NS 500000000L
 static void mpi_abort(void *self, int code) {
     (void)self;

@@ -331,12 +331,12 @@ static inline uint32_t raise_exp(uint32_t top, float g) {
 
 /*
  * Each rule is a loop over elements [lo, hi) of a span, inlined where it is called with a
- * literal `check`, so that the loops without the test are those of before it. The *_span
+ * literal `check`, so that the loops without the test compile as if it did not exist. The *_span
  * functions (DEFINE_SPAN) run the loop with the test on the calling thread (the caller gives
  * each thread of its team a share: ct_optim_step_checked), and without it over one contiguous
  * block per thread. The literal must reach the loop inside the OpenMP-outlined body, which is
  * made before any inlining: a `check` variable there (or an OpenMP max reduction on the
- * result) pushed gcc past its unswitching budget and left the loops of Adam with weight decay
+ * result) pushes gcc past its unswitching budget and leaves the loops of Adam with weight decay
  * and of centered RMSprop with momentum scalar, 3-4x slower on two threads.
  */
 static inline uint32_t

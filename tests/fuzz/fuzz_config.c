@@ -16,9 +16,9 @@
  * writer could not write (`<<`, a leading U+FEFF), `?x` written quoted, aliases nesting past
  * the depth limit or expanding without bound, an empty key confusing paths, a form feed
  * before a number, four single quotes in a row (libfyaml 0.7.12 misreads and leaks them: the
- * loader now refuses any such run, wherever it is, after three lighter lexers each missed a
- * case: a key from an override, `a:"` before one, an anchor before one; the writer spells
- * quotes next to quotes \x27), text that is not UTF-8 (libfyaml 0.7.12 loops on "%\xff").
+ * loader refuses any such run, wherever it is, in a key from an override, after `a:"`, after
+ * an anchor; the writer spells quotes next to quotes \x27), text that is not UTF-8 (libfyaml
+ * 0.7.12 loops on "%\xff").
  *
  * Build and run: `make fuzz-config` (see the Makefile and docs/testing.md).
  */

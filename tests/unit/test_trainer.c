@@ -447,7 +447,7 @@ static void trainer_should_fit_a_classifier_and_report_metrics(void) {
     setup_close(&s);
 }
 
-/* The issue's acceptance test: accum_steps 4 at batch 32 makes the same updates as batch 128. */
+/* Accumulation's contract: accum_steps 4 at batch 32 makes the same updates as batch 128. */
 static void trainer_should_accumulate_like_a_larger_batch(void) {
     float *w[2] = {NULL, NULL};
     int64_t numel = 0;
@@ -1116,10 +1116,10 @@ static void trainer_should_call_back_in_order_and_honour_their_status(void) {
     setup_close(&s);
 }
 
-/* The events of issue 4's list that trainers call around the batches: epoch start, iteration
- * start and end (a micro-batch; the end of a step's last one comes after its update), eval
- * start. Recorded as letters: e epoch start, i/j iteration start/end (with the step count
- * at the end), v eval start, E eval end, P epoch end. */
+/* The events that trainers call around the batches: epoch start, iteration start and end (a
+ * micro-batch; the end of a step's last one comes after its update), eval start. Recorded as
+ * letters: e epoch start, i/j iteration start/end (with the step count at the end), v eval
+ * start, E eval end, P epoch end. */
 typedef struct seq {
     char s[128];
     int n;
@@ -2073,8 +2073,8 @@ static void trainer_should_call_on_save_before_each_checkpoint(void) {
     rmdir(dir);
 }
 
-/* The same resume test in bf16 mixed precision (issue 6 asks for it too), and its weights differ
- * from the f32 run's, so the setting took effect. */
+/* The same resume test in bf16 mixed precision, and its weights differ from the f32 run's, so
+ * the setting took effect. */
 static void trainer_should_resume_exactly_in_bf16(void) {
     char ta[] = "/tmp/ct_resume_f_XXXXXX";
     const char *a = mkdtemp(ta);
