@@ -30,242 +30,10 @@
 #include "ctrain/tboard.h"
 #include "experiment_internal.h"
 
-#define MAX_PLUGINS 16
-#define MAX_ENGINES 2
-
-typedef struct pool_block {
-    struct pool_block *next;
-    size_t size;
-} pool_block;
-
-typedef enum loss_kind {
-    LOSS_AUTO = 0,
-    LOSS_CE,
-    LOSS_MSE,
-    LOSS_L1,
-    LOSS_SMOOTH_L1,
-    LOSS_HUBER
-} loss_kind;
-
-struct ct_experiment {
-    ct_ctx *ctx;
-    ct_config *cfg;
-    ct_experiment_params p;
-    pool_block *pool;
-    const char *out_dir;
-    void *plugins[MAX_PLUGINS];
-    int n_plugins;
-
-    ct_dataset *train_all, *train, *valid_all, *valid, *test;
-    ct_loader *train_loader, *eval_loaders[MAX_ENGINES];
-    ct_loader_params train_lp, eval_lp;
-    ct_dataset_info info;
-
-    ct_params *params;
-    ct_model *model;
-    ct_optim *opt;
-    ct_schedule *sched;
-    bool sched_per_epoch;
-    const char *sched_metric;
-    int64_t steps_per_epoch;
-    ct_task task;
-    loss_kind loss;
-    float label_smoothing, beta, delta;
-
-    ct_eval_engine engines[MAX_ENGINES];
-    const char *engine_keys[MAX_ENGINES];
-    int64_t n_engines;
-    int64_t test_every;
-    ct_options monitor_o, es_o, ema_o, nf_o;
-    ct_trainer_params tp;
-    ct_trainer *trainer;
-    char fingerprint[17];
-
-    ct_rundir run;             /* fit's run directory, locked while fit runs */
-    ct_record_file jsonl, csv; /* fd -1: not written */
-    char *rec;                 /* the record being formatted (rec_cap bytes) */
-    size_t rec_len, rec_cap;
-    ct_tb_writer *tb;
-    int64_t hist_every;   /* epochs between histograms; 0 = none */
-    bool final_testing;   /* fit's last test evaluation runs: it never makes a best */
-    bool hist_grads_due;  /* the epoch's last window is running: its gradients go out */
-    double t_last_log;    /* for samples_per_sec between records */
-    double comm_last_log; /* ct_trainer_comm_seconds at the last record */
-    int64_t step_last_log;
-    int64_t batch_size, accum;
-};
-
-/* ---- small helpers ---- */
-
-static void *pool_alloc(ct_experiment *e, size_t size) {
-    pool_block *b = ct_alloc(e->ctx, sizeof(pool_block) + 64 + size);
-    if (!b) return NULL;
-    b->next = e->pool;
-    b->size = sizeof(pool_block) + 64 + size;
-    e->pool = b;
-    void *mem = (char *)b + 64;
-    memset(mem, 0, size);
-    return mem;
-}
-
-static char *pool_printf(ct_experiment *e, const char *fmt, ...) CT_PRINTF(2, 3);
-static char *pool_printf(ct_experiment *e, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return NULL;
-    char *s = pool_alloc(e, (size_t)n + 1);
-    if (!s) return NULL;
-    va_start(ap, fmt);
-    (void)vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
-static ct_status oom(ct_experiment *e) {
-    return CT_FAIL(e->ctx, CT_ERR_OOM, "%s: out of memory", ct_config_name(e->cfg));
-}
-
 static double now_seconds(void) {
     struct timeval tv;
     (void)gettimeofday(&tv, NULL);
     return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
-}
-
-static const ct_cfg_node *node(const ct_experiment *e, const char *path) {
-    return ct_config_find(ct_config_root(e->cfg), path);
-}
-
-/* Resolved keys are present and checked; these only convert. */
-static const char *str_at(const ct_experiment *e, const char *path) {
-    const ct_cfg_node *n = node(e, path);
-    return n && n->kind == CT_CFG_SCALAR ? n->value : NULL;
-}
-
-static int64_t int_at(const ct_experiment *e, const char *path) {
-    int64_t v = 0;
-    const char *s = str_at(e, path);
-    if (s) (void)ctx_parse_int(s, &v);
-    return v;
-}
-
-static double float_at(const ct_experiment *e, const char *path, double fallback) {
-    double v = fallback;
-    const char *s = str_at(e, path);
-    if (s) (void)ctx_parse_float(s, &v);
-    return v;
-}
-
-static bool bool_at(const ct_experiment *e, const char *path) {
-    const char *s = str_at(e, path);
-    return s && ctx_parse_bool(s) == 1;
-}
-
-static char *where_of(ct_experiment *e, const ct_cfg_node *n) {
-    char w[600], path[512];
-    ctx_where(n, w, sizeof w);
-    ct_config_path(n, path, sizeof path);
-    return pool_printf(e, "%s: %s", w, path);
-}
-
-static bool skip_key(const char *key, const char *const *skip) {
-    for (; skip && *skip; skip++)
-        if (strcmp(key, *skip) == 0) return true;
-    return false;
-}
-
-/* A mapping as key=value options (sequences joined with commas), minus the `skip` keys. */
-static ct_status to_options(ct_experiment *e,
-                            const ct_cfg_node *map,
-                            const char *const *skip,
-                            int64_t extra,
-                            ct_options *out) {
-    ct_option *items = pool_alloc(e, sizeof(ct_option) * (size_t)(map->n_children + extra + 1));
-    const char *w = where_of(e, map);
-    if (!items || !w) return oom(e);
-    /* a mapping from the file with keys set on the command line: messages about its options
-       point at the file, so they also say which keys came from the command line */
-    char cmdline[256] = "";
-    size_t at = 0;
-    for (const ct_cfg_node *c = map->first; c && map->line > 0; c = c->next)
-        if (c->line <= 0 && !skip_key(c->key, skip) && at < sizeof cmdline) {
-            int k = snprintf(cmdline + at, sizeof cmdline - at, "%s%s", at ? ", " : "", c->key);
-            if (k > 0) at += (size_t)k;
-        }
-    if (at && !(w = pool_printf(e, "%s (%s set on the command line)", w, cmdline))) return oom(e);
-    int64_t n = 0;
-    for (const ct_cfg_node *c = map->first; c; c = c->next) {
-        if (skip_key(c->key, skip)) continue;
-        const char *v = c->value;
-        if (c->kind == CT_CFG_SEQ) {
-            size_t len = 1;
-            for (const ct_cfg_node *it = c->first; it; it = it->next)
-                len += strlen(it->value ? it->value : "") + 1;
-            char *j = pool_alloc(e, len);
-            if (!j) return oom(e);
-            for (const ct_cfg_node *it = c->first; it; it = it->next) {
-                if (it != c->first) (void)strcat(j, ",");
-                (void)strcat(j, it->value ? it->value : "");
-            }
-            v = j;
-        } else if (c->kind == CT_CFG_MAP) {
-            char msg[700];
-            ctx_where(c, msg, sizeof msg);
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                           "%s: %s: key '%s': expected a value, got a mapping", msg, w, c->key);
-        }
-        items[n].key = c->key;
-        items[n].value = c->null ? "" : v;
-        n++;
-    }
-    out->items = items;
-    out->count = n;
-    out->where = w;
-    return CT_OK;
-}
-
-static void add_option(ct_options *o, const char *key, const char *value) {
-    ct_option *items = (ct_option *)(uintptr_t)o->items;
-    items[o->count].key = key;
-    items[o->count].value = value;
-    o->count++;
-}
-
-/* Opens a plugin (its path made absolute by ct_experiment_resolve) and finds its symbol. */
-static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const void **out) {
-    const ct_cfg_node *pl = ct_config_find(map, "plugin"), *sy = ct_config_find(map, "symbol");
-    char w[600];
-    ctx_where(map, w, sizeof w);
-    if (!pl || !sy || pl->kind != CT_CFG_SCALAR || sy->kind != CT_CFG_SCALAR)
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a plugin needs plugin: PATH and symbol: NAME",
-                       w);
-    const char *path = pl->value;
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *why = dlerror();
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: cannot load plugin '%s': %s", w, path,
-                       why ? why : "unknown error");
-    }
-    /* one reference per library: a dataset's plugin is loaded to check it and again to open it */
-    bool held = false;
-    for (int i = 0; i < e->n_plugins && !held; i++)
-        held = e->plugins[i] == h;
-    if (held) {
-        (void)dlclose(h);
-    } else if (e->n_plugins == MAX_PLUGINS) {
-        (void)dlclose(h);
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: more than %d plugins", w, MAX_PLUGINS);
-    } else {
-        e->plugins[e->n_plugins++] = h;
-    }
-    (void)dlerror();
-    void *sym = dlsym(h, sy->value);
-    if (!sym)
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: plugin '%s' has no symbol '%s'", w, path,
-                       sy->value);
-    *out = sym;
-    return CT_OK;
 }
 
 /* ---- data ---- */
@@ -282,17 +50,17 @@ static bool takes_nonfinite(const char *type) {
 static ct_status open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_dataset **out) {
     static const char *const skip[] = {"type", "plugin", "symbol", NULL};
     ct_options o;
-    CT_TRY(to_options(e, map, skip, 1, &o));
+    CT_TRY(ct_exp_to_options(e, map, skip, 1, &o));
     if (ct_config_find(map, "plugin")) {
         const void *vt;
-        CT_TRY(plugin_symbol(e, map, &vt));
+        CT_TRY(ct_exp_plugin_symbol(e, map, &vt));
         return out ? ct_dataset_open_with(e->ctx, vt, &o, out)
                    : ct_dataset_check_with(e->ctx, vt, &o);
     }
     const ct_cfg_node *type = ct_config_find(map, "type"); /* checked by check_dataset */
     /* data.nonfinite, unless the dataset sets its own */
     if (type && takes_nonfinite(type->value) && !ct_options_get(&o, "nonfinite"))
-        add_option(&o, "nonfinite", str_at(e, "data.nonfinite"));
+        ct_exp_add_option(&o, "nonfinite", ct_exp_str_at(e, "data.nonfinite"));
     return out ? ct_dataset_open(e->ctx, type ? type->value : NULL, &o, out)
                : ct_dataset_check(e->ctx, type ? type->value : NULL, &o);
 }
@@ -300,19 +68,19 @@ static ct_status open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_datas
 static ct_status float_list(
     ct_experiment *e, const ct_cfg_node *n, float *out, int max, int *count, const char *what) {
     char w[600];
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     int k = 0;
     if (n->kind == CT_CFG_SEQ) {
         for (const ct_cfg_node *it = n->first; it; it = it->next) {
             double v;
-            if (k == max || !it->value || !ctx_parse_float(it->value, &v))
+            if (k == max || !it->value || !ct_exp_parse_float(it->value, &v))
                 return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: expected up to %d numbers", w, what,
                                max);
             out[k++] = (float)v;
         }
     } else {
         double v;
-        if (!n->value || !ctx_parse_float(n->value, &v))
+        if (!n->value || !ct_exp_parse_float(n->value, &v))
             return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: expected a number or a list", w, what);
         out[k++] = (float)v;
     }
@@ -333,7 +101,7 @@ static ct_status check_std(ct_experiment *e, const ct_cfg_node *s, const float *
     for (int k = 0; k < n && item; k++, item = s->kind == CT_CFG_SEQ ? item->next : NULL) {
         if (std[k] > 0.0f) continue;
         char w[600], path[512];
-        ctx_where(item, w, sizeof w);
+        ct_exp_where(item, w, sizeof w);
         ct_config_path(item, path, sizeof path);
         return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                        "%s: key '%s': %g; a normalize std must be > 0 (x is divided by it)", w,
@@ -348,7 +116,7 @@ static ct_status check_channels(ct_experiment *e, const ct_cfg_node *n, int coun
     const ct_dataset_info *in = &e->info;
     int64_t c = in->x_ndim >= 1 ? in->x_shape[0] : 1;
     char w[600], path[512], shape[200];
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     ct_config_path(n, path, sizeof path);
     sample_str(in->x_ndim, in->x_shape, shape, sizeof shape);
     if (c > CT_TRANSFORM_MAX_CHANNELS)
@@ -369,10 +137,10 @@ static ct_status check_channels(ct_experiment *e, const ct_cfg_node *n, int coun
  * normalize's values can be checked against the samples' channels. */
 static ct_status add_transforms(
     ct_experiment *e, const char *path, ct_loader_params *lp, bool augment, bool channels) {
-    const ct_cfg_node *list = node(e, path);
+    const ct_cfg_node *list = ct_exp_node(e, path);
     for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
         char w[600], ip[256];
-        ctx_where(it, w, sizeof w);
+        ct_exp_where(it, w, sizeof w);
         ct_config_path(it, ip, sizeof ip);
         const ct_cfg_node *tn = it->kind == CT_CFG_MAP ? ct_config_find(it, "type") : it;
         const char *type = tn && tn->kind == CT_CFG_SCALAR ? tn->value : "";
@@ -432,7 +200,7 @@ static ct_status add_transforms(
             t->kind = CT_TRANSFORM_RANDOM_CROP;
             int64_t pad = 4;
             if ((v = ct_config_find(it, "pad")) &&
-                (!v->value || !ctx_parse_int(v->value, &pad) || pad < 0))
+                (!v->value || !ct_exp_parse_int(v->value, &pad) || pad < 0))
                 return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s.pad: expected an integer >= 0", w,
                                ip);
             t->pad = pad;
@@ -440,7 +208,7 @@ static ct_status add_transforms(
             t->kind = CT_TRANSFORM_HFLIP;
             double p = 0.5;
             if ((v = ct_config_find(it, "p")) &&
-                (!v->value || !ctx_parse_float(v->value, &p) || p < 0 || p > 1))
+                (!v->value || !ct_exp_parse_float(v->value, &p) || p < 0 || p > 1))
                 return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s.p: expected a number in [0, 1]", w,
                                ip);
             t->p = (float)p;
@@ -452,14 +220,14 @@ static ct_status add_transforms(
 
 static ct_status build_data(ct_experiment *e) {
     ct_ctx *ctx = e->ctx;
-    int64_t seed = int_at(e, "seed");
-    const ct_cfg_node *tr = node(e, "data.train"), *va = node(e, "data.valid"),
-                      *te = node(e, "data.test");
+    int64_t seed = ct_exp_int_at(e, "seed");
+    const ct_cfg_node *tr = ct_exp_node(e, "data.train"), *va = ct_exp_node(e, "data.valid"),
+                      *te = ct_exp_node(e, "data.test");
     CT_TRY(open_dataset(e, tr, &e->train_all));
     e->train = e->train_all;
     if (va && ct_config_find(va, "split")) {
         ct_options o; /* its keys were checked by check_data */
-        CT_TRY(to_options(e, va, NULL, 0, &o));
+        CT_TRY(ct_exp_to_options(e, va, NULL, 0, &o));
         double frac;
         int64_t sseed;
         CT_TRY(ct_options_double(ctx, &o, "split", 0.1, 0, 1, &frac));
@@ -481,11 +249,11 @@ static ct_status build_data(ct_experiment *e) {
     e->info = *ct_dataset_info_of(e->train);
 
     ct_loader_params lp = ct_loader_default_params();
-    lp.batch_size = int_at(e, "data.batch_size");
-    lp.shuffle = bool_at(e, "data.shuffle");
-    lp.drop_last = bool_at(e, "data.drop_last");
+    lp.batch_size = ct_exp_int_at(e, "data.batch_size");
+    lp.shuffle = ct_exp_bool_at(e, "data.shuffle");
+    lp.drop_last = ct_exp_bool_at(e, "data.drop_last");
     lp.seed = (uint64_t)seed;
-    lp.prefetch = int_at(e, "data.prefetch");
+    lp.prefetch = ct_exp_int_at(e, "data.prefetch");
     if (e->p.comm) { /* the global batch is batch_size x world size */
         lp.rank = ct_comm_rank(e->p.comm);
         lp.world_size = ct_comm_world_size(e->p.comm);
@@ -493,7 +261,7 @@ static ct_status build_data(ct_experiment *e) {
     lp.to_f32 = e->info.x_dtype != CT_I64 && e->info.x_dtype != CT_I32;
     CT_TRY(add_transforms(e, "data.transforms", &lp, false, true));
     ct_loader_params el = lp;
-    int64_t ebs = int_at(e, "data.eval_batch_size");
+    int64_t ebs = ct_exp_int_at(e, "data.eval_batch_size");
     el.batch_size = ebs > 0 ? ebs : lp.batch_size;
     el.shuffle = false;
     el.drop_last = false;
@@ -503,9 +271,9 @@ static ct_status build_data(ct_experiment *e) {
     e->eval_lp = el;
     e->batch_size = lp.batch_size;
     CT_TRY(ct_loader_create(ctx, e->train, &lp, &e->train_loader));
-    const ct_dataset *eval_ds[MAX_ENGINES] = {e->valid, e->test};
-    static const char *const keys[MAX_ENGINES] = {"valid", "test"};
-    for (int i = 0; i < MAX_ENGINES; i++) {
+    const ct_dataset *eval_ds[CT_EXP_MAX_ENGINES] = {e->valid, e->test};
+    static const char *const keys[CT_EXP_MAX_ENGINES] = {"valid", "test"};
+    for (int i = 0; i < CT_EXP_MAX_ENGINES; i++) {
         if (!eval_ds[i]) continue;
         const ct_dataset_info *di = ct_dataset_info_of(eval_ds[i]);
         if (di->x_ndim != e->info.x_ndim || di->x_dtype != e->info.x_dtype ||
@@ -523,15 +291,16 @@ static ct_status build_data(ct_experiment *e) {
 static ct_status
 layer_specs(ct_experiment *e, const ct_cfg_node *list, ct_layer_spec **out, int64_t *n) {
     static const char *const skip[] = {"type", "name", "children", NULL};
-    ct_layer_spec *specs = pool_alloc(e, sizeof(ct_layer_spec) * (size_t)(list->n_children + 1));
-    if (!specs) return oom(e);
+    ct_layer_spec *specs =
+        ct_exp_pool_alloc(e, sizeof(ct_layer_spec) * (size_t)(list->n_children + 1));
+    if (!specs) return ct_exp_oom(e);
     int64_t k = 0;
     for (const ct_cfg_node *it = list->first; it; it = it->next, k++) {
         char w[600];
-        ctx_where(it, w, sizeof w);
+        ct_exp_where(it, w, sizeof w);
         if (it->kind == CT_CFG_SCALAR) { /* a bare layer name: relu, flatten */
             specs[k].type = it->value;
-            specs[k].opts.where = where_of(e, it);
+            specs[k].opts.where = ct_exp_where_of(e, it);
             continue;
         }
         if (it->kind != CT_CFG_MAP)
@@ -542,7 +311,7 @@ layer_specs(ct_experiment *e, const ct_cfg_node *list, ct_layer_spec **out, int6
             return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a layer needs `type`", w);
         specs[k].type = t->value;
         specs[k].name = nm && nm->kind == CT_CFG_SCALAR ? nm->value : NULL;
-        CT_TRY(to_options(e, it, skip, 0, &specs[k].opts));
+        CT_TRY(ct_exp_to_options(e, it, skip, 0, &specs[k].opts));
         if (ch) {
             if (ch->kind != CT_CFG_SEQ)
                 return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: `children` is a list of layers", w);
@@ -564,12 +333,12 @@ static ct_status read_init_from(ct_experiment *e,
                                 const char **out,
                                 ct_safetensors_load_params *lp) {
     char w[600];
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     *lp = ct_safetensors_load_default_params();
     const char *path = n->kind == CT_CFG_SCALAR ? n->value : NULL;
     if (n->kind == CT_CFG_MAP) {
         for (const ct_cfg_node *c = n->first; c; c = c->next) {
-            int b = c->value ? ctx_parse_bool(c->value) : -1;
+            int b = c->value ? ct_exp_parse_bool(c->value) : -1;
             if (strcmp(c->key, "path") == 0 && c->kind == CT_CFG_SCALAR)
                 path = c->value;
             else if (strcmp(c->key, "prefix") == 0 && c->kind == CT_CFG_SCALAR)
@@ -596,7 +365,7 @@ static ct_status init_from(ct_experiment *e, const ct_cfg_node *model) {
     const ct_cfg_node *n = ct_config_find(model, "init_from");
     if (!n) return CT_OK;
     char w[600];
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     ct_safetensors_load_params lp;
     const char *path;
     CT_TRY(read_init_from(e, n, &path, &lp));
@@ -643,7 +412,7 @@ static ct_status size_context(ct_experiment *e) {
         if (!big || ct_tensor_numel(t) > ct_tensor_numel(big)) big = t;
     }
     if (!big) return ct_last_status(e->ctx);
-    const ct_cfg_node *m = node(e, "model"), *at = m;
+    const ct_cfg_node *m = ct_exp_node(e, "model"), *at = m;
     const ct_cfg_node *layers = ct_config_find(m, "layers");
     const ct_cfg_node *layer = layers && big->name ? layer_of(layers, big->name) : NULL;
     if (layer) at = layer;
@@ -655,7 +424,7 @@ static ct_status size_context(ct_experiment *e) {
         for (const ct_cfg_node *v = c->kind == CT_CFG_SEQ ? c->first : c; v;
              v = c->kind == CT_CFG_SEQ ? v->next : NULL) {
             int64_t x;
-            if (v->kind != CT_CFG_SCALAR || !ctx_parse_int(v->value, &x) || x <= best) continue;
+            if (v->kind != CT_CFG_SCALAR || !ct_exp_parse_int(v->value, &x) || x <= best) continue;
             for (int32_t d = 0; d < big->ndim; d++)
                 if (big->shape[d] == x) {
                     best = x;
@@ -665,7 +434,7 @@ static ct_status size_context(ct_experiment *e) {
     }
     char w[600], path[512], shape[200];
     const ct_cfg_node *n = key ? key : at;
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     ct_config_path(n, path, sizeof path);
     ct_shape_str(big, shape, sizeof shape);
     if (key)
@@ -685,17 +454,17 @@ static ct_task_kind auto_kind(const ct_dataset_info *in) {
 
 static ct_status build_model(ct_experiment *e) {
     ct_ctx *ctx = e->ctx;
-    const ct_cfg_node *m = node(e, "model");
+    const ct_cfg_node *m = ct_exp_node(e, "model");
     const ct_cfg_node *type = ct_config_find(m, "type");
     const ct_dataset_info *in = &e->info;
     ct_dtype in_dtype = e->train_lp.to_f32 ? CT_F32 : in->x_dtype;
-    uint64_t seed = (uint64_t)int_at(e, "seed");
+    uint64_t seed = (uint64_t)ct_exp_int_at(e, "seed");
     if (ct_config_find(m, "plugin")) {
         static const char *const skip[] = {"plugin", "symbol", "init_from", NULL};
         ct_options o;
         const void *vt;
-        CT_TRY(to_options(e, m, skip, 0, &o));
-        CT_TRY(plugin_symbol(e, m, &vt));
+        CT_TRY(ct_exp_to_options(e, m, skip, 0, &o));
+        CT_TRY(ct_exp_plugin_symbol(e, m, &vt));
         CT_TRY(ct_params_create(ctx, &e->params));
         CT_TRY(ct_model_create_with(ctx, vt, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
                                     &e->model));
@@ -718,7 +487,7 @@ static ct_status build_model(ct_experiment *e) {
     }
     static const char *const skip[] = {"type", "init_from", NULL};
     ct_options o;
-    CT_TRY(to_options(e, m, skip, 1, &o));
+    CT_TRY(ct_exp_to_options(e, m, skip, 1, &o));
     /* the output size follows from the data unless given */
     const char *size_key = strcmp(type->value, "gpt") == 0 ? "vocab" : "out";
     if (!ct_options_get(&o, size_key)) {
@@ -729,9 +498,9 @@ static ct_status build_model(ct_experiment *e) {
                 out *= in->y_shape[i];
         }
         if (out > 0) {
-            const char *v = pool_printf(e, "%lld", (long long)out);
-            if (!v) return oom(e);
-            add_option(&o, size_key, v);
+            const char *v = ct_exp_pool_printf(e, "%lld", (long long)out);
+            if (!v) return ct_exp_oom(e);
+            ct_exp_add_option(&o, size_key, v);
         }
     }
     ct_status s = ct_model_build_alloc(ctx, type->value, &o, e->params, in_dtype, in->x_ndim,
@@ -756,13 +525,13 @@ static ct_tensor *experiment_loss(void *user, ct_graph *g, ct_tensor *out, ct_te
         if (!out) return NULL;
     }
     switch (e->loss) {
-    case LOSS_MSE:
+    case CT_EXP_LOSS_MSE:
         return ct_loss_mse(g, out, y, CT_REDUCTION_MEAN);
-    case LOSS_L1:
+    case CT_EXP_LOSS_L1:
         return ct_loss_l1(g, out, y, CT_REDUCTION_MEAN);
-    case LOSS_SMOOTH_L1:
+    case CT_EXP_LOSS_SMOOTH_L1:
         return ct_loss_smooth_l1(g, out, y, e->beta, CT_REDUCTION_MEAN);
-    case LOSS_HUBER:
+    case CT_EXP_LOSS_HUBER:
         return ct_loss_huber(g, out, y, e->delta, CT_REDUCTION_MEAN);
     default: {
         ct_cross_entropy_params ce = ct_cross_entropy_default_params();
@@ -773,14 +542,14 @@ static ct_tensor *experiment_loss(void *user, ct_graph *g, ct_tensor *out, ct_te
 }
 
 static ct_status build_task(ct_experiment *e) {
-    const ct_cfg_node *t = node(e, "task");
+    const ct_cfg_node *t = ct_exp_node(e, "task");
     if (t->kind == CT_CFG_MAP) {
         const void *sym;
-        CT_TRY(plugin_symbol(e, t, &sym));
+        CT_TRY(ct_exp_plugin_symbol(e, t, &sym));
         e->task = *(const ct_task *)sym;
         if ((unsigned)e->task.kind >= CT_TASK_KIND_COUNT) {
             char w[600];
-            ctx_where(t, w, sizeof w);
+            ct_exp_where(t, w, sizeof w);
             return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: the plugin's task has an unknown kind %d", w,
                            (int)e->task.kind);
         }
@@ -792,19 +561,19 @@ static ct_status build_task(ct_experiment *e) {
     }
     static const char *const losses[] = {"auto", "cross_entropy", "mse",
                                          "l1",   "smooth_l1",     "huber"};
-    const char *lt = str_at(e, "loss.type");
+    const char *lt = ct_exp_str_at(e, "loss.type");
     for (int i = 0; i < 6; i++)
-        if (lt && strcmp(lt, losses[i]) == 0) e->loss = (loss_kind)i;
-    e->label_smoothing = (float)float_at(e, "loss.label_smoothing", 0);
-    e->beta = (float)float_at(e, "loss.beta", 1);
-    e->delta = (float)float_at(e, "loss.delta", 1);
-    if (e->loss == LOSS_AUTO && e->label_smoothing > 0 && e->task.kind != CT_TASK_REGRESSION)
-        e->loss = LOSS_CE;
-    if (e->loss != LOSS_AUTO) {
+        if (lt && strcmp(lt, losses[i]) == 0) e->loss = (ct_exp_loss)i;
+    e->label_smoothing = (float)ct_exp_float_at(e, "loss.label_smoothing", 0);
+    e->beta = (float)ct_exp_float_at(e, "loss.beta", 1);
+    e->delta = (float)ct_exp_float_at(e, "loss.delta", 1);
+    if (e->loss == CT_EXP_LOSS_AUTO && e->label_smoothing > 0 && e->task.kind != CT_TASK_REGRESSION)
+        e->loss = CT_EXP_LOSS_CE;
+    if (e->loss != CT_EXP_LOSS_AUTO) {
         if (e->task.loss) {
-            const ct_cfg_node *n = node(e, "loss.type");
+            const ct_cfg_node *n = ct_exp_node(e, "loss.type");
             char w[600];
-            ctx_where(n, w, sizeof w);
+            ct_exp_where(n, w, sizeof w);
             return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                            "%s: key 'loss.type': the task plugin computes its own loss", w);
         }
@@ -827,7 +596,7 @@ static ct_status build_task(ct_experiment *e) {
 
 /* Where the output is decided: the last layer of a sequential model, else the model. */
 static const ct_cfg_node *last_layer(const ct_experiment *e) {
-    const ct_cfg_node *m = node(e, "model"), *layers = ct_config_find(m, "layers");
+    const ct_cfg_node *m = ct_exp_node(e, "model"), *layers = ct_config_find(m, "layers");
     const ct_cfg_node *last = NULL;
     for (const ct_cfg_node *it = layers && layers->kind == CT_CFG_SEQ ? layers->first : NULL; it;
          it = it->next)
@@ -838,14 +607,14 @@ static const ct_cfg_node *last_layer(const ct_experiment *e) {
 /* "FILE:L:C: key 'model.layers.3' (linear, the last layer)", or the key that sets the output
  * size when the size is what is wrong and it was written (`out`, gpt's `vocab`). */
 static void output_where(const ct_experiment *e, bool size_key, char *buf, size_t size) {
-    const ct_cfg_node *at = last_layer(e), *m = node(e, "model");
+    const ct_cfg_node *at = last_layer(e), *m = ct_exp_node(e, "model");
     const char *key = ct_config_find(m, "type") && !strcmp(ct_config_find(m, "type")->value, "gpt")
                           ? "vocab"
                           : "out";
     const ct_cfg_node *sz = size_key && at->kind == CT_CFG_MAP ? ct_config_find(at, key) : NULL;
     const ct_cfg_node *n = sz ? sz : at;
     char w[600], path[512], what[200] = "";
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     ct_config_path(n, path, sizeof path);
     const ct_cfg_node *t = at->kind == CT_CFG_MAP ? ct_config_find(at, "type") : at;
     const ct_cfg_node *sym = at->kind == CT_CFG_MAP ? ct_config_find(at, "symbol") : NULL;
@@ -895,9 +664,9 @@ static ct_status check_output(ct_experiment *e) {
     }
     /* a task's own loss decides what it takes */
     if (task->loss_parts || (task->loss && task->loss != experiment_loss)) return CT_OK;
-    loss_kind loss = e->loss != LOSS_AUTO               ? e->loss
-                     : task->kind == CT_TASK_REGRESSION ? LOSS_MSE
-                                                        : LOSS_CE;
+    ct_exp_loss loss = e->loss != CT_EXP_LOSS_AUTO        ? e->loss
+                       : task->kind == CT_TASK_REGRESSION ? CT_EXP_LOSS_MSE
+                                                          : CT_EXP_LOSS_CE;
     static const char *const loss_names[] = {"auto", "cross_entropy", "mse",
                                              "l1",   "smooth_l1",     "huber"};
     const char *ln = loss_names[loss];
@@ -908,11 +677,12 @@ static ct_status check_output(ct_experiment *e) {
         ynumel *= in->y_shape[d];
     bool classes = in->y_dtype == CT_I64 || in->y_dtype == CT_I32;
     bool lm = task->kind == CT_TASK_LANGUAGE_MODEL;
-    if ((loss == LOSS_CE) != classes) {
+    if ((loss == CT_EXP_LOSS_CE) != classes) {
         /* task: auto picks the loss from the targets: the task or the loss was set to this */
-        const ct_cfg_node *n = e->loss != LOSS_AUTO ? node(e, "loss.type") : node(e, "task");
+        const ct_cfg_node *n =
+            e->loss != CT_EXP_LOSS_AUTO ? ct_exp_node(e, "loss.type") : ct_exp_node(e, "task");
         char w[600], path[512];
-        ctx_where(n, w, sizeof w);
+        ct_exp_where(n, w, sizeof w);
         ct_config_path(n, path, sizeof path);
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key '%s': %s takes %s as targets, but data.train's are %s (%s%s%s); "
@@ -925,7 +695,7 @@ static ct_status check_output(ct_experiment *e) {
     }
     char want[600] = "";
     bool size_wrong = false;
-    if (loss == LOSS_CE && !lm) {
+    if (loss == CT_EXP_LOSS_CE && !lm) {
         int64_t c = in->n_classes > 0 ? in->n_classes : 1;
         if (ond != 1 || in->y_ndim != 0 || os[0] < c) {
             size_wrong = ond == 1 && in->y_ndim == 0;
@@ -934,7 +704,7 @@ static ct_status check_output(ct_experiment *e) {
                            "data.train)",
                            (long long)c, (long long)c);
         }
-    } else if (loss == LOSS_CE) {
+    } else if (loss == CT_EXP_LOSS_CE) {
         int64_t v = ond >= 1 ? os[ond - 1] : 0, c = in->n_classes > 0 ? in->n_classes : 1;
         if (ond < 1 || v < c || onumel / (v ? v : 1) != ynumel) {
             size_wrong = ond >= 1 && onumel / (v ? v : 1) == ynumel;
@@ -953,7 +723,7 @@ static ct_status check_output(ct_experiment *e) {
     /* the usual cause: layers that act on the last axis given an image */
     const char *hint = "";
     if (ond > 1 && in->x_ndim > 1 && !lm) {
-        const ct_cfg_node *t = ct_config_find(node(e, "model"), "type");
+        const ct_cfg_node *t = ct_config_find(ct_exp_node(e, "model"), "type");
         hint = t && strcmp(t->value, "mlp") == 0
                    ? "; an mlp's linear layers act on the last axis of a sample: for samples of "
                      "more than one axis use type: sequential with a flatten layer first"
@@ -970,38 +740,38 @@ static ct_status check_output(ct_experiment *e) {
 static ct_status build_optimizer(ct_experiment *e) {
     static const char *const names[] = {"sgd", "adam", "adamw", "rmsprop", "adagrad"};
     ct_optim_kind kind = CT_OPTIM_ADAM;
-    const char *t = str_at(e, "optimizer.type");
+    const char *t = ct_exp_str_at(e, "optimizer.type");
     for (int i = 0; i < CT_OPTIM_KIND_COUNT; i++)
         if (t && strcmp(t, names[i]) == 0) kind = (ct_optim_kind)i;
     ct_optim_params op = ct_optim_default_params(kind);
-    op.lr = (float)float_at(e, "optimizer.lr", (double)op.lr);
-    op.weight_decay = (float)float_at(e, "optimizer.weight_decay", (double)op.weight_decay);
-    op.momentum = (float)float_at(e, "optimizer.momentum", (double)op.momentum);
-    op.dampening = (float)float_at(e, "optimizer.dampening", (double)op.dampening);
-    op.nesterov = bool_at(e, "optimizer.nesterov");
-    op.beta1 = (float)float_at(e, "optimizer.beta1", (double)op.beta1);
-    op.beta2 = (float)float_at(e, "optimizer.beta2", (double)op.beta2);
-    op.eps = (float)float_at(e, "optimizer.eps", (double)op.eps);
-    op.alpha = (float)float_at(e, "optimizer.alpha", (double)op.alpha);
-    op.centered = bool_at(e, "optimizer.centered");
-    op.lr_decay = (float)float_at(e, "optimizer.lr_decay", (double)op.lr_decay);
-    op.initial_accumulator_value = (float)float_at(e, "optimizer.initial_accumulator_value",
-                                                   (double)op.initial_accumulator_value);
+    op.lr = (float)ct_exp_float_at(e, "optimizer.lr", (double)op.lr);
+    op.weight_decay = (float)ct_exp_float_at(e, "optimizer.weight_decay", (double)op.weight_decay);
+    op.momentum = (float)ct_exp_float_at(e, "optimizer.momentum", (double)op.momentum);
+    op.dampening = (float)ct_exp_float_at(e, "optimizer.dampening", (double)op.dampening);
+    op.nesterov = ct_exp_bool_at(e, "optimizer.nesterov");
+    op.beta1 = (float)ct_exp_float_at(e, "optimizer.beta1", (double)op.beta1);
+    op.beta2 = (float)ct_exp_float_at(e, "optimizer.beta2", (double)op.beta2);
+    op.eps = (float)ct_exp_float_at(e, "optimizer.eps", (double)op.eps);
+    op.alpha = (float)ct_exp_float_at(e, "optimizer.alpha", (double)op.alpha);
+    op.centered = ct_exp_bool_at(e, "optimizer.centered");
+    op.lr_decay = (float)ct_exp_float_at(e, "optimizer.lr_decay", (double)op.lr_decay);
+    op.initial_accumulator_value = (float)ct_exp_float_at(e, "optimizer.initial_accumulator_value",
+                                                          (double)op.initial_accumulator_value);
     op.zero_grad = true;
     ct_status s = ct_optim_create(e->ctx, e->params, &op, &e->opt);
     if (s == CT_ERR_OOM) return size_context(e);
     if (s != CT_OK) return ct_err_wrap(e->ctx, "%s: optimizer", ct_config_name(e->cfg));
-    const ct_cfg_node *groups = node(e, "optimizer.groups");
+    const ct_cfg_node *groups = ct_exp_node(e, "optimizer.groups");
     for (const ct_cfg_node *g = groups ? groups->first : NULL; g; g = g->next) {
         static const char *const known[] = {"params", "lr_scale", "weight_decay", NULL};
         ct_options o;
         if (g->kind != CT_CFG_MAP) {
             char w[600];
-            ctx_where(g, w, sizeof w);
+            ct_exp_where(g, w, sizeof w);
             return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                            "%s: a group is {params: GLOBS, lr_scale: X, weight_decay: Y}", w);
         }
-        CT_TRY(to_options(e, g, NULL, 0, &o));
+        CT_TRY(ct_exp_to_options(e, g, NULL, 0, &o));
         CT_TRY(ct_options_check(e->ctx, &o, known));
         const char *pat;
         double scale, wd;
@@ -1017,9 +787,10 @@ static ct_status build_optimizer(ct_experiment *e) {
 
 /* The steps the run will make: what `total: auto` and `t_max: auto` mean. */
 static int64_t total_steps(ct_experiment *e) {
-    int64_t max_steps = int_at(e, "trainer.max_steps"), epochs = int_at(e, "trainer.max_epochs");
-    int64_t accum = int_at(e, "trainer.accum_steps"),
-            limit = int_at(e, "trainer.limit_train_batches");
+    int64_t max_steps = ct_exp_int_at(e, "trainer.max_steps"),
+            epochs = ct_exp_int_at(e, "trainer.max_epochs");
+    int64_t accum = ct_exp_int_at(e, "trainer.accum_steps"),
+            limit = ct_exp_int_at(e, "trainer.limit_train_batches");
     int64_t bpe = e->train_loader ? ct_loader_batches_per_epoch(e->train_loader) : 0;
     if (limit > 0 && limit < bpe) bpe = limit;
     int64_t per_epoch = accum > 0 ? (bpe + accum - 1) / accum : bpe;
@@ -1040,11 +811,11 @@ static const char *auto_mode(const char *metric) {
 }
 
 static ct_status build_schedule(ct_experiment *e) {
-    const ct_cfg_node *m = node(e, "scheduler");
+    const ct_cfg_node *m = ct_exp_node(e, "scheduler");
     if (!m) return CT_OK;
     static const char *const skip[] = {"type", "interval", "monitor", NULL};
     ct_options o;
-    CT_TRY(to_options(e, m, skip, 1, &o));
+    CT_TRY(ct_exp_to_options(e, m, skip, 1, &o));
     /* the type, interval and monitor were checked by check_schedule */
     const ct_cfg_node *iv = ct_config_find(m, "interval"), *mon = ct_config_find(m, "monitor");
     e->sched_per_epoch = iv && strcmp(iv->value, "epoch") == 0;
@@ -1057,8 +828,8 @@ static ct_status build_schedule(ct_experiment *e) {
                 int64_t per = e->steps_per_epoch > 0 ? e->steps_per_epoch : 1;
                 total = (total + per - 1) / per; /* the epochs max_epochs or max_steps allow */
             }
-            const char *v = pool_printf(e, "%lld", (long long)total);
-            if (!v) return oom(e);
+            const char *v = ct_exp_pool_printf(e, "%lld", (long long)total);
+            if (!v) return ct_exp_oom(e);
             ((ct_option *)(uintptr_t)o.items)[i].value = v;
             /* the number goes into config.yaml and the fingerprint: a resume that would
                stretch the schedule (a longer run) is then a changed configuration */
@@ -1069,8 +840,9 @@ static ct_status build_schedule(ct_experiment *e) {
     const ct_cfg_node *type = ct_config_find(m, "type");
     if (strcmp(type->value, "plateau") == 0 && !ct_options_get(&o, "mode")) {
         /* the direction follows the metric, as checkpoint.mode: auto does */
-        const char *metric = e->sched_metric ? e->sched_metric : str_at(e, "checkpoint.monitor");
-        add_option(&o, "mode", auto_mode(metric && metric[0] ? metric : "valid/loss"));
+        const char *metric =
+            e->sched_metric ? e->sched_metric : ct_exp_str_at(e, "checkpoint.monitor");
+        ct_exp_add_option(&o, "mode", auto_mode(metric && metric[0] ? metric : "valid/loss"));
     }
     return ct_schedule_create(e->ctx, type->value, &o, ct_optim_lr(e->opt), &e->sched);
 }
@@ -1099,23 +871,24 @@ static ct_status check_metric_name(ct_experiment *e, const ct_options *o, const 
 }
 
 static ct_status metric_specs(ct_experiment *e, const char *path, ct_eval_engine *en) {
-    const ct_cfg_node *list = node(e, path);
+    const ct_cfg_node *list = ct_exp_node(e, path);
     if (!list) return CT_OK;
-    ct_metric_spec *specs = pool_alloc(e, sizeof(ct_metric_spec) * (size_t)(list->n_children + 1));
-    if (!specs) return oom(e);
+    ct_metric_spec *specs =
+        ct_exp_pool_alloc(e, sizeof(ct_metric_spec) * (size_t)(list->n_children + 1));
+    if (!specs) return ct_exp_oom(e);
     int64_t k = 0;
     static const char *const skip[] = {"type", "name", "plugin", "symbol", NULL};
     for (const ct_cfg_node *it = list->first; it; it = it->next, k++) {
         if (it->kind == CT_CFG_SCALAR) {
             specs[k].type = it->value;
-            specs[k].opts.where = where_of(e, it);
+            specs[k].opts.where = ct_exp_where_of(e, it);
             continue;
         }
         const ct_cfg_node *t = ct_config_find(it, "type"), *nm = ct_config_find(it, "name");
-        CT_TRY(to_options(e, it, skip, 0, &specs[k].opts));
+        CT_TRY(ct_exp_to_options(e, it, skip, 0, &specs[k].opts));
         if (ct_config_find(it, "plugin")) {
             const void *vt;
-            CT_TRY(plugin_symbol(e, it, &vt));
+            CT_TRY(ct_exp_plugin_symbol(e, it, &vt));
             specs[k].vt = vt;
         } else if (!t || t->kind != CT_CFG_SCALAR) {
             return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a metric needs `type` (or plugin)",
@@ -1141,19 +914,19 @@ static ct_status policy_options(ct_experiment *e,
                                 const char *section,
                                 const char *const *keys,
                                 const char *const *as) {
-    ct_option *items = pool_alloc(e, sizeof(ct_option) * 8);
-    const ct_cfg_node *sec = node(e, section);
-    if (!items || !sec) return oom(e);
+    ct_option *items = ct_exp_pool_alloc(e, sizeof(ct_option) * 8);
+    const ct_cfg_node *sec = ct_exp_node(e, section);
+    if (!items || !sec) return ct_exp_oom(e);
     o->items = items;
     o->count = 0;
-    o->where = where_of(e, sec);
+    o->where = ct_exp_where_of(e, sec);
     for (int i = 0; keys[i]; i++) {
         char path[128];
         (void)snprintf(path, sizeof path, "%s.%s", section, keys[i]);
-        const char *v = str_at(e, path);
+        const char *v = ct_exp_str_at(e, path);
         if (!v) continue;
         if (strcmp(keys[i], "mode") == 0 && strcmp(v, "auto") == 0) continue; /* set after */
-        add_option(o, as[i], v);
+        ct_exp_add_option(o, as[i], v);
     }
     return CT_OK;
 }
@@ -1208,7 +981,7 @@ static void names_join(const name_list *l, ct_suggest *sg, char *buf, size_t siz
 static ct_status
 unknown_name(ct_experiment *e, const ct_cfg_node *n, const char *what, const name_list *known) {
     char w[600], path[512], list[1024], hint[96];
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     ct_config_path(n, path, sizeof path);
     ct_suggest sg;
     ct_suggest_init(&sg, n->value);
@@ -1230,7 +1003,7 @@ static ct_status check_keys(ct_experiment *e,
         names_add_all(&all, own);
         names_add_all(&all, keys);
         char w[600], path[512], section[512], list[1024], hint[600] = "";
-        ctx_where(c, w, sizeof w);
+        ct_exp_where(c, w, sizeof w);
         ct_config_path(c, path, sizeof path);
         ct_config_path(map, section, sizeof section);
         ct_suggest sg;
@@ -1253,7 +1026,7 @@ static ct_status type_of(ct_experiment *e,
     const ct_cfg_node *t = ct_config_find(map, "type");
     if (!t || t->kind != CT_CFG_SCALAR) {
         char w[600], path[512], list[1024];
-        ctx_where(t ? t : map, w, sizeof w);
+        ct_exp_where(t ? t : map, w, sizeof w);
         ct_config_path(map, path, sizeof path);
         ct_suggest sg;
         ct_suggest_init(&sg, NULL);
@@ -1286,15 +1059,15 @@ static ct_status check_dataset(ct_experiment *e, const ct_cfg_node *map) {
 }
 
 static ct_status check_data(ct_experiment *e) {
-    const ct_cfg_node *va = node(e, "data.valid"), *te = node(e, "data.test");
-    CT_TRY(check_dataset(e, node(e, "data.train")));
+    const ct_cfg_node *va = ct_exp_node(e, "data.valid"), *te = ct_exp_node(e, "data.test");
+    CT_TRY(check_dataset(e, ct_exp_node(e, "data.train")));
     if (va && ct_config_find(va, "split")) {
         static const char *const keys[] = {"split", "seed", NULL};
         CT_TRY(check_keys(e, va, NULL, keys, "a held-out split"));
         ct_options o;
         double frac;
         int64_t seed;
-        CT_TRY(to_options(e, va, NULL, 0, &o));
+        CT_TRY(ct_exp_to_options(e, va, NULL, 0, &o));
         CT_TRY(ct_options_double(e->ctx, &o, "split", 0.1, 0, 1, &frac));
         CT_TRY(ct_options_int(e->ctx, &o, "seed", 0, 0, INT64_MAX, &seed));
     } else if (va) {
@@ -1317,7 +1090,7 @@ static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
             CT_TRY(type_of(e, it, &known, false, &t));
         } else if (it->kind != CT_CFG_SCALAR) {
             char w[600];
-            ctx_where(it, w, sizeof w);
+            ct_exp_where(it, w, sizeof w);
             return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a layer is a name or a mapping", w);
         }
         const char *const *keys = ct_layer_type_keys(t->value);
@@ -1327,12 +1100,12 @@ static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
         (void)snprintf(owner, sizeof owner, "layer type '%s'", t->value);
         CT_TRY(check_keys(e, it, own, keys, owner));
         ct_options o;
-        CT_TRY(to_options(e, it, own, 0, &o));
+        CT_TRY(ct_exp_to_options(e, it, own, 0, &o));
         CT_TRY(ct_layer_check(e->ctx, t->value, &o));
         const ct_cfg_node *ch = ct_config_find(it, "children");
         if (ch && ch->kind != CT_CFG_SEQ) {
             char w[600];
-            ctx_where(ch, w, sizeof w);
+            ct_exp_where(ch, w, sizeof w);
             return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: `children` is a list of layers", w);
         }
         if (ch) CT_TRY(check_layers(e, ch));
@@ -1341,7 +1114,7 @@ static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
 }
 
 static ct_status check_model(ct_experiment *e) {
-    const ct_cfg_node *m = node(e, "model");
+    const ct_cfg_node *m = ct_exp_node(e, "model");
     const ct_cfg_node *init = ct_config_find(m, "init_from");
     if (init) {
         const char *path;
@@ -1351,11 +1124,11 @@ static ct_status check_model(ct_experiment *e) {
     if (ct_config_find(m, "plugin")) { /* its check, if it has one; else its create */
         static const char *const skip[] = {"plugin", "symbol", "init_from", NULL};
         const void *pvt;
-        CT_TRY(plugin_symbol(e, m, &pvt));
+        CT_TRY(ct_exp_plugin_symbol(e, m, &pvt));
         const ct_model_vtable *vt = pvt;
         if (!vt->check) return CT_OK;
         ct_options o;
-        CT_TRY(to_options(e, m, skip, 0, &o));
+        CT_TRY(ct_exp_to_options(e, m, skip, 0, &o));
         ct_status s = vt->check(e->ctx, &o);
         if (s != CT_OK && o.where && !strstr(ct_last_error(e->ctx), o.where))
             return ct_err_wrap(e->ctx, "%s", o.where);
@@ -1374,7 +1147,7 @@ static ct_status check_model(ct_experiment *e) {
         const ct_cfg_node *layers = ct_config_find(m, "layers");
         if (!layers || layers->kind != CT_CFG_SEQ || layers->n_children == 0) {
             char w[600];
-            ctx_where(layers ? layers : m, w, sizeof w);
+            ct_exp_where(layers ? layers : m, w, sizeof w);
             return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                            "%s: key 'model.layers': a sequential model needs a list of layers", w);
         }
@@ -1386,17 +1159,17 @@ static ct_status check_model(ct_experiment *e) {
     (void)snprintf(owner, sizeof owner, "model type '%s'", t->value);
     CT_TRY(check_keys(e, m, own, keys, owner));
     ct_options o;
-    CT_TRY(to_options(e, m, own, 0, &o));
+    CT_TRY(ct_exp_to_options(e, m, own, 0, &o));
     return ct_model_check(e->ctx, t->value, &o);
 }
 
 static ct_status check_optimizer(ct_experiment *e) {
-    const ct_cfg_node *groups = node(e, "optimizer.groups");
+    const ct_cfg_node *groups = ct_exp_node(e, "optimizer.groups");
     for (const ct_cfg_node *g = groups ? groups->first : NULL; g; g = g->next) {
         static const char *const keys[] = {"params", "lr_scale", "weight_decay", NULL};
         if (g->kind != CT_CFG_MAP) {
             char w[600];
-            ctx_where(g, w, sizeof w);
+            ct_exp_where(g, w, sizeof w);
             return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                            "%s: a group is {params: GLOBS, lr_scale: X, weight_decay: Y}", w);
         }
@@ -1404,7 +1177,7 @@ static ct_status check_optimizer(ct_experiment *e) {
         ct_options o;
         const char *pat;
         double x;
-        CT_TRY(to_options(e, g, NULL, 0, &o));
+        CT_TRY(ct_exp_to_options(e, g, NULL, 0, &o));
         CT_TRY(ct_options_string(e->ctx, &o, "params", NULL, &pat));
         CT_TRY(ct_options_double(e->ctx, &o, "lr_scale", 1.0, 0, 1e30, &x));
         CT_TRY(ct_options_double(e->ctx, &o, "weight_decay", 0, 0, 1e30, &x));
@@ -1415,7 +1188,7 @@ static ct_status check_optimizer(ct_experiment *e) {
 /* The schedule is made once here on a stand-in length (its `auto` lengths come from the data)
  * and thrown away: its own checks of keys and values run before the data are opened. */
 static ct_status check_schedule(ct_experiment *e) {
-    const ct_cfg_node *m = node(e, "scheduler");
+    const ct_cfg_node *m = ct_exp_node(e, "scheduler");
     if (!m) return CT_OK;
     name_list known = {{NULL}, 0};
     for (int64_t i = 0; ct_schedule_type_name(i); i++)
@@ -1429,7 +1202,7 @@ static ct_status check_schedule(ct_experiment *e) {
     (void)snprintf(owner, sizeof owner, "schedule type '%s'", t->value);
     CT_TRY(check_keys(e, m, own, keys, owner));
     ct_options o;
-    CT_TRY(to_options(e, m, own, 1, &o));
+    CT_TRY(ct_exp_to_options(e, m, own, 1, &o));
     const ct_cfg_node *iv = ct_config_find(m, "interval"), *mon = ct_config_find(m, "monitor");
     if (iv && (iv->kind != CT_CFG_SCALAR ||
                (strcmp(iv->value, "step") != 0 && strcmp(iv->value, "epoch") != 0)))
@@ -1442,10 +1215,10 @@ static ct_status check_schedule(ct_experiment *e) {
             (strcmp(o.items[i].key, "total") == 0 || strcmp(o.items[i].key, "t_max") == 0))
             ((ct_option *)(uintptr_t)o.items)[i].value = "1000000000";
     if (strcmp(t->value, "plateau") == 0 && !ct_options_get(&o, "mode"))
-        add_option(&o, "mode", "min");
+        ct_exp_add_option(&o, "mode", "min");
     ct_schedule *probe = NULL;
-    ct_status s =
-        ct_schedule_create(e->ctx, t->value, &o, (float)float_at(e, "optimizer.lr", 1e-3), &probe);
+    ct_status s = ct_schedule_create(e->ctx, t->value, &o,
+                                     (float)ct_exp_float_at(e, "optimizer.lr", 1e-3), &probe);
     ct_schedule_destroy(probe);
     return s;
 }
@@ -1473,11 +1246,11 @@ static ct_status probe_metric(ct_experiment *e, const ct_metric_vtable *vt, cons
 }
 
 static ct_status check_metrics(ct_experiment *e, const char *path, const char *data) {
-    const ct_cfg_node *list = node(e, path);
+    const ct_cfg_node *list = ct_exp_node(e, path);
     if (!list || list->n_children == 0) return CT_OK;
-    if (!node(e, data)) {
+    if (!ct_exp_node(e, data)) {
         char w[600];
-        ctx_where(list, w, sizeof w);
+        ct_exp_where(list, w, sizeof w);
         return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                        "%s: key '%s': metrics for %s, which is not set: nothing would compute "
                        "them; set %s or remove %s",
@@ -1496,8 +1269,8 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
             /* a plugin metric's open reads its options as a built-in's does, and must take an
                unknown class count (0, metrics.h): probed the same way */
             const void *pvt;
-            CT_TRY(plugin_symbol(e, it, &pvt));
-            CT_TRY(to_options(e, it, own, 0, &o));
+            CT_TRY(ct_exp_plugin_symbol(e, it, &pvt));
+            CT_TRY(ct_exp_to_options(e, it, own, 0, &o));
             const ct_cfg_node *nm = ct_config_find(it, "name");
             if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(check_metric_name(e, &o, nm->value));
             const ct_metric_vtable *pm = pvt;
@@ -1506,14 +1279,14 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
         }
         if (it->kind == CT_CFG_MAP) {
             CT_TRY(type_of(e, it, &known, true, &t));
-            CT_TRY(to_options(e, it, own, 0, &o));
+            CT_TRY(ct_exp_to_options(e, it, own, 0, &o));
             const ct_cfg_node *nm = ct_config_find(it, "name");
             if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(check_metric_name(e, &o, nm->value));
         } else {
             o.items = NULL;
             o.count = 0;
-            o.where = where_of(e, it);
-            if (!o.where) return oom(e);
+            o.where = ct_exp_where_of(e, it);
+            if (!o.where) return ct_exp_oom(e);
         }
         const ct_metric_vtable *vt = ct_metric_type(t->value);
         if (!vt) return unknown_name(e, t, "metric type", &known);
@@ -1524,10 +1297,10 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
 
 /* The EMA is made on an empty store: its options are read before the store is looked at. */
 static ct_status check_ema(ct_experiment *e) {
-    const ct_cfg_node *m = node(e, "trainer.ema");
+    const ct_cfg_node *m = ct_exp_node(e, "trainer.ema");
     if (!m) return CT_OK;
     ct_options o;
-    CT_TRY(to_options(e, m, NULL, 0, &o));
+    CT_TRY(ct_exp_to_options(e, m, NULL, 0, &o));
     ct_params *empty = NULL;
     ct_ema *probe = NULL;
     CT_TRY(ct_params_create(e->ctx, &empty));
@@ -1560,7 +1333,7 @@ static void tb_failed(ct_experiment *e) {
 }
 
 static bool hist_excluded(const ct_experiment *e, const char *name) {
-    const char *pat = str_at(e, "logging.histogram_exclude");
+    const char *pat = ct_exp_str_at(e, "logging.histogram_exclude");
     while (pat && *pat) {
         const char *comma = strchr(pat, ',');
         size_t len = comma ? (size_t)(comma - pat) : strlen(pat);
@@ -1587,7 +1360,7 @@ static void histograms(ct_experiment *e, ct_trainer *t, bool grads) {
     const float *values = ct_params_values(e->params);
     const float *base = grads ? ct_params_grads(e->params) : values;
     /* by the layer that owns the tensor: a sequential model's names ("1.weight") do not say */
-    bool skip_norm = bool_at(e, "logging.histogram_exclude_norm");
+    bool skip_norm = ct_exp_bool_at(e, "logging.histogram_exclude_norm");
     for (int64_t i = 0; e->tb && i < ct_params_count(e->params); i++) {
         if (ct_params_kind_at(e->params, i) != CT_PARAM_TRAINABLE) continue;
         const ct_tensor *p = ct_params_at(e->params, i);
@@ -1637,7 +1410,7 @@ static ct_status record(ct_experiment *e,
                         const double *extra,
                         int64_t n_extra) {
     if (e->jsonl.fd < 0) return CT_OK;
-    CT_TRY(ct_rundir_check(e->ctx, &e->run));
+    CT_TRY(ct_exp_rundir_check(e->ctx, &e->run));
     double now = now_seconds();
     long long step = (long long)ct_trainer_step(t), epoch = (long long)ct_trainer_epoch(t);
     for (int pass = 0; pass < 2; pass++) {
@@ -1663,9 +1436,9 @@ static ct_status record(ct_experiment *e,
         }
         if (pass == 0) {
             CT_TRY(rec_add(e, "}\n"));
-            CT_TRY(ct_record_put(e->ctx, &e->jsonl, e->rec, e->rec_len));
+            CT_TRY(ct_exp_record_put(e->ctx, &e->jsonl, e->rec, e->rec_len));
         } else {
-            CT_TRY(ct_record_put(e->ctx, &e->csv, e->rec, e->rec_len));
+            CT_TRY(ct_exp_record_put(e->ctx, &e->csv, e->rec, e->rec_len));
         }
     }
     if (e->tb && ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
@@ -1723,7 +1496,7 @@ best_step(const ct_experiment *e, ct_trainer *t, const ct_metric_value *v, int64
 
 /* The report at the end of a fit, finished or interrupted. */
 static void final_report(ct_experiment *e) {
-    if (e->jsonl.fd >= 0 && strcmp(str_at(e, "logging.report"), "none") != 0)
+    if (e->jsonl.fd >= 0 && strcmp(ct_exp_str_at(e, "logging.report"), "none") != 0)
         write_report(e, best_step(e, e->trainer, NULL, 0), !ct_trainer_interrupted(e->trainer));
 }
 
@@ -1783,7 +1556,7 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
     ct_experiment *e = user;
     CT_TRY(record(e, t, v, n, NULL, NULL, 0));
     if (e->tb) confusion_image(e, t, key, v, n);
-    if (e->jsonl.fd >= 0 && strcmp(str_at(e, "logging.report"), "live") == 0)
+    if (e->jsonl.fd >= 0 && strcmp(ct_exp_str_at(e, "logging.report"), "live") == 0)
         write_report(e, best_step(e, t, v, n), true);
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_eval_end ? cb->on_eval_end(cb->user, t, key, v, n) : CT_OK;
@@ -1831,7 +1604,7 @@ static ct_status fwd_fit_end(void *user, ct_trainer *t) {
 /* Before a checkpoint goes into the run directory: it must still be this run's. */
 static ct_status fwd_save(void *user, ct_trainer *t, bool best) {
     ct_experiment *e = user;
-    CT_TRY(ct_rundir_check(e->ctx, &e->run));
+    CT_TRY(ct_exp_rundir_check(e->ctx, &e->run));
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_save ? cb->on_save(cb->user, t, best) : CT_OK;
 }
@@ -1862,66 +1635,67 @@ fwd_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t to
 
 /* trainer.precision: training, evaluation and prediction all compute in it. */
 static ct_dtype precision_at(const ct_experiment *e) {
-    return strcmp(str_at(e, "trainer.precision"), "bf16") == 0 ? CT_BF16 : CT_F32;
+    return strcmp(ct_exp_str_at(e, "trainer.precision"), "bf16") == 0 ? CT_BF16 : CT_F32;
 }
 
 static ct_status build_trainer(ct_experiment *e) {
     ct_trainer_params tp = ct_trainer_default_params();
-    tp.max_epochs = int_at(e, "trainer.max_epochs");
-    tp.max_steps = int_at(e, "trainer.max_steps");
-    tp.accum_steps = int_at(e, "trainer.accum_steps");
+    tp.max_epochs = ct_exp_int_at(e, "trainer.max_epochs");
+    tp.max_steps = ct_exp_int_at(e, "trainer.max_steps");
+    tp.accum_steps = ct_exp_int_at(e, "trainer.accum_steps");
     e->accum = tp.accum_steps;
-    tp.grad_clip_norm = (float)float_at(e, "trainer.grad_clip_norm", 0);
-    tp.grad_clip_value = (float)float_at(e, "trainer.grad_clip_value", 0);
+    tp.grad_clip_norm = (float)ct_exp_float_at(e, "trainer.grad_clip_norm", 0);
+    tp.grad_clip_value = (float)ct_exp_float_at(e, "trainer.grad_clip_value", 0);
     tp.precision = precision_at(e);
-    tp.check_grads = bool_at(e, "trainer.check_grads");
-    tp.steps_per_loop = int_at(e, "trainer.steps_per_loop");
-    tp.limit_train_batches = int_at(e, "trainer.limit_train_batches");
-    tp.limit_eval_batches = int_at(e, "trainer.limit_eval_batches");
-    tp.dev_run = bool_at(e, "trainer.dev_run");
-    tp.seed = (uint64_t)int_at(e, "seed");
-    e->test_every = int_at(e, "trainer.test_every_epochs");
+    tp.check_grads = ct_exp_bool_at(e, "trainer.check_grads");
+    tp.steps_per_loop = ct_exp_int_at(e, "trainer.steps_per_loop");
+    tp.limit_train_batches = ct_exp_int_at(e, "trainer.limit_train_batches");
+    tp.limit_eval_batches = ct_exp_int_at(e, "trainer.limit_eval_batches");
+    tp.dev_run = ct_exp_bool_at(e, "trainer.dev_run");
+    tp.seed = (uint64_t)ct_exp_int_at(e, "seed");
+    e->test_every = ct_exp_int_at(e, "trainer.test_every_epochs");
     tp.schedule_per_epoch = e->sched_per_epoch;
     tp.schedule_metric = e->sched_metric;
 
     /* engines */
-    for (int i = 0; i < MAX_ENGINES; i++) {
+    for (int i = 0; i < CT_EXP_MAX_ENGINES; i++) {
         if (!e->eval_loaders[i]) continue;
         ct_eval_engine *en = &e->engines[e->n_engines];
         en->key = i == 0 ? "valid" : "test";
         en->loader = e->eval_loaders[i];
-        en->every_epochs = i == 0 ? int_at(e, "trainer.valid_every_epochs") : e->test_every;
-        en->every_steps = i == 0 ? int_at(e, "trainer.valid_every_steps") : 0;
+        en->every_epochs = i == 0 ? ct_exp_int_at(e, "trainer.valid_every_epochs") : e->test_every;
+        en->every_steps = i == 0 ? ct_exp_int_at(e, "trainer.valid_every_steps") : 0;
         CT_TRY(metric_specs(e, i == 0 ? "metrics.valid" : "metrics.test", en));
         e->engine_keys[e->n_engines++] = en->key;
     }
 
     /* the monitor for `best` */
-    const char *mon = str_at(e, "checkpoint.monitor");
+    const char *mon = ct_exp_str_at(e, "checkpoint.monitor");
     if ((!mon || !mon[0]) && e->eval_loaders[0]) mon = "valid/loss";
     if (mon && mon[0]) {
-        ct_option *items = pool_alloc(e, sizeof(ct_option) * 3);
-        if (!items) return oom(e);
+        ct_option *items = ct_exp_pool_alloc(e, sizeof(ct_option) * 3);
+        if (!items) return ct_exp_oom(e);
         e->monitor_o.items = items;
-        e->monitor_o.where = where_of(e, node(e, "checkpoint"));
-        const char *mode = str_at(e, "checkpoint.mode");
-        add_option(&e->monitor_o, "metric", mon);
-        add_option(&e->monitor_o, "mode", strcmp(mode, "auto") == 0 ? auto_mode(mon) : mode);
-        add_option(&e->monitor_o, "min_delta", str_at(e, "checkpoint.min_delta"));
+        e->monitor_o.where = ct_exp_where_of(e, ct_exp_node(e, "checkpoint"));
+        const char *mode = ct_exp_str_at(e, "checkpoint.mode");
+        ct_exp_add_option(&e->monitor_o, "metric", mon);
+        ct_exp_add_option(&e->monitor_o, "mode", strcmp(mode, "auto") == 0 ? auto_mode(mon) : mode);
+        ct_exp_add_option(&e->monitor_o, "min_delta", ct_exp_str_at(e, "checkpoint.min_delta"));
         tp.monitor = &e->monitor_o;
     }
-    if (node(e, "early_stopping")) {
+    if (ct_exp_node(e, "early_stopping")) {
         static const char *const keys[] = {"monitor",   "mode",   "patience",
                                            "min_delta", "warmup", NULL};
         CT_TRY(policy_options(e, &e->es_o, "early_stopping", keys, keys));
-        const char *mode = str_at(e, "early_stopping.mode");
+        const char *mode = ct_exp_str_at(e, "early_stopping.mode");
         if (strcmp(mode, "auto") == 0)
-            add_option(&e->es_o, "mode", auto_mode(str_at(e, "early_stopping.monitor")));
+            ct_exp_add_option(&e->es_o, "mode",
+                              auto_mode(ct_exp_str_at(e, "early_stopping.monitor")));
         tp.early_stopping = &e->es_o;
     }
-    const ct_cfg_node *ema = node(e, "trainer.ema");
+    const ct_cfg_node *ema = ct_exp_node(e, "trainer.ema");
     if (ema) {
-        CT_TRY(to_options(e, ema, NULL, 0, &e->ema_o));
+        CT_TRY(ct_exp_to_options(e, ema, NULL, 0, &e->ema_o));
         if (!e->p.read_only) {
             tp.ema = &e->ema_o;
         } else { /* evaluation loads the EMA weights itself; the options are still checked */
@@ -1937,11 +1711,11 @@ static ct_status build_trainer(ct_experiment *e) {
     }
     /* a dev run is a smoke test: it writes nothing into the run directory (Lightning's
        fast_dev_run turns off loggers and checkpoints alike) */
-    if (!e->p.read_only && !tp.dev_run && bool_at(e, "checkpoint.enabled")) {
+    if (!e->p.read_only && !tp.dev_run && ct_exp_bool_at(e, "checkpoint.enabled")) {
         tp.checkpoint_dir = e->out_dir;
-        tp.save_every_epochs = int_at(e, "checkpoint.save_every_epochs");
-        tp.save_every_steps = int_at(e, "checkpoint.save_every_steps");
-        tp.keep = int_at(e, "checkpoint.keep");
+        tp.save_every_epochs = ct_exp_int_at(e, "checkpoint.save_every_epochs");
+        tp.save_every_steps = ct_exp_int_at(e, "checkpoint.save_every_steps");
+        tp.keep = ct_exp_int_at(e, "checkpoint.keep");
     } else {
         tp.save_every_epochs = 0;
     }
@@ -1962,25 +1736,25 @@ static ct_status build_trainer(ct_experiment *e) {
     /* gradient histograms read the whole averaged gradient, which a sharded update never
        assembles (ct_update_sharding): decided from the configuration, the same on every rank */
     bool grad_histograms =
-        bool_at(e, "logging.tensorboard") && int_at(e, "logging.histogram_every") > 0;
+        ct_exp_bool_at(e, "logging.tensorboard") && ct_exp_int_at(e, "logging.histogram_every") > 0;
     tp.callbacks.on_grads = ucb->on_grads || grad_histograms ? fwd_grads : NULL;
     tp.callbacks.on_epoch_start = ucb->on_epoch_start ? fwd_epoch_start : NULL;
     tp.callbacks.on_iteration_start = ucb->on_iteration_start ? fwd_iteration_start : NULL;
     tp.callbacks.on_iteration_end = ucb->on_iteration_end ? fwd_iteration_end : NULL;
     tp.callbacks.on_eval_start = ucb->on_eval_start ? fwd_eval_start : NULL;
-    tp.allow_world_size_change = bool_at(e, "trainer.allow_world_size_change");
-    const char *bucket_mb = str_at(e, "trainer.bucket_mb");
+    tp.allow_world_size_change = ct_exp_bool_at(e, "trainer.allow_world_size_change");
+    const char *bucket_mb = ct_exp_str_at(e, "trainer.bucket_mb");
     tp.bucket_bytes = bucket_mb && strcmp(bucket_mb, "auto") == 0
                           ? CT_BUCKET_BYTES_AUTO
-                          : (int64_t)(float_at(e, "trainer.bucket_mb", 1.0) * 1048576.0);
-    const char *shard = str_at(e, "trainer.shard_optimizer");
+                          : (int64_t)(ct_exp_float_at(e, "trainer.bucket_mb", 1.0) * 1048576.0);
+    const char *shard = ct_exp_str_at(e, "trainer.shard_optimizer");
     tp.shard_optimizer = shard && strcmp(shard, "always") == 0  ? CT_UPDATE_SHARDING_ALWAYS
                          : shard && strcmp(shard, "never") == 0 ? CT_UPDATE_SHARDING_NEVER
                                                                 : CT_UPDATE_SHARDING_AUTO;
     e->tp = tp;
     if (e->p.comm) /* the communicator's watchdog: from now on, the configured limit */
-        CT_TRY(ct_comm_set_timeout(
-            e->p.comm, float_at(e, "trainer.collective_timeout_s", CT_COMM_DEFAULT_TIMEOUT_S)));
+        CT_TRY(ct_comm_set_timeout(e->p.comm, ct_exp_float_at(e, "trainer.collective_timeout_s",
+                                                              CT_COMM_DEFAULT_TIMEOUT_S)));
     return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, e->p.comm, &e->task,
                              e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);
 }
@@ -2099,7 +1873,7 @@ static ct_status truncate_records(ct_experiment *e, const char *name, int64_t st
  * the resolved configuration as text. */
 static ct_status open_tensorboard(ct_experiment *e) {
     CT_TRY(ct_tb_open(e->ctx, e->out_dir, NULL, 0, &e->tb));
-    e->hist_every = int_at(e, "logging.histogram_every");
+    e->hist_every = ct_exp_int_at(e, "logging.histogram_every");
     char *yaml = NULL;
     size_t len = 0;
     CT_TRY(ct_config_to_string(e->cfg, &yaml, &len));
@@ -2138,16 +1912,16 @@ static ct_status open_records(ct_experiment *e, bool append) {
         return CT_FAIL(e->ctx, CT_ERR_OOM, "out of memory for the records' buffer");
     }
     (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
-    CT_TRY(ct_record_open(e->ctx, &e->jsonl, path, append));
-    if (bool_at(e, "logging.csv")) {
+    CT_TRY(ct_exp_record_open(e->ctx, &e->jsonl, path, append));
+    if (ct_exp_bool_at(e, "logging.csv")) {
         (void)snprintf(path, sizeof path, "%s/metrics.csv", e->out_dir);
         bool fresh = !append || access(path, F_OK) != 0;
-        CT_TRY(ct_record_open(e->ctx, &e->csv, path, append));
+        CT_TRY(ct_exp_record_open(e->ctx, &e->csv, path, append));
         static const char header[] = "step,epoch,time,metric,value\n";
-        if (fresh) CT_TRY(ct_record_put(e->ctx, &e->csv, header, sizeof header - 1));
+        if (fresh) CT_TRY(ct_exp_record_put(e->ctx, &e->csv, header, sizeof header - 1));
     }
     /* TensorBoard is a view: a failure to start it is a warning, as a failure to write it */
-    if (bool_at(e, "logging.tensorboard") && open_tensorboard(e) != CT_OK) {
+    if (ct_exp_bool_at(e, "logging.tensorboard") && open_tensorboard(e) != CT_OK) {
         if (e->tb)
             tb_failed(e);
         else
@@ -2159,8 +1933,8 @@ static ct_status open_records(ct_experiment *e, bool append) {
 
 /* Closes the record files, reporting the first failure. */
 static ct_status close_records(ct_experiment *e) {
-    ct_status a = ct_record_close(e->ctx, &e->jsonl);
-    ct_status b = ct_record_close(e->ctx, &e->csv);
+    ct_status a = ct_exp_record_close(e->ctx, &e->jsonl);
+    ct_status b = ct_exp_record_close(e->ctx, &e->csv);
     return a != CT_OK ? a : b;
 }
 
@@ -2186,7 +1960,7 @@ ct_status ct_experiment_create(ct_ctx *ctx,
     e->jsonl.fd = e->csv.fd = -1;
     e->p = p ? *p : ct_experiment_default_params();
     const char *file = ct_config_name(resolved);
-    e->out_dir = str_at(e, "output_dir");
+    e->out_dir = ct_exp_str_at(e, "output_dir");
     ct_status s =
         e->out_dir ? CT_OK : CT_FAIL(ctx, CT_ERR_CONFIG, "%s: not resolved (no output_dir)", file);
     if (s == CT_OK) s = check_components(e);
@@ -2210,13 +1984,13 @@ void ct_experiment_destroy(ct_experiment *e) {
     (void)close_records(e);
     ct_free(e->ctx, e->rec, e->rec_cap);
     ct_tb_close(e->tb);
-    ct_rundir_close(&e->run); /* the run directory is free again */
+    ct_exp_rundir_close(&e->run); /* the run directory is free again */
     ct_trainer_destroy(e->trainer);
     ct_schedule_destroy(e->sched);
     ct_optim_destroy(e->opt);
     ct_model_destroy(e->model);
     ct_params_destroy(e->params);
-    for (int i = 0; i < MAX_ENGINES; i++)
+    for (int i = 0; i < CT_EXP_MAX_ENGINES; i++)
         ct_loader_destroy(e->eval_loaders[i]);
     ct_loader_destroy(e->train_loader);
     if (e->valid != e->valid_all) ct_dataset_destroy(e->valid);
@@ -2224,14 +1998,8 @@ void ct_experiment_destroy(ct_experiment *e) {
     ct_dataset_destroy(e->valid_all);
     ct_dataset_destroy(e->test);
     ct_dataset_destroy(e->train_all);
-    /* plugins last: their vtables were in use until now */
-    for (int i = e->n_plugins - 1; i >= 0; i--)
-        (void)dlclose(e->plugins[i]);
-    while (e->pool) {
-        pool_block *b = e->pool;
-        e->pool = b->next;
-        ct_free(e->ctx, b, b->size);
-    }
+    ct_exp_plugins_close(e); /* last: their vtables were in use until now */
+    ct_exp_pool_free(e);
     ct_free(e->ctx, e, sizeof *e);
 }
 
@@ -2286,7 +2054,7 @@ static ct_status repair_latest(ct_experiment *e, int64_t loaded) {
  * what an earlier run left (*resume: continue from its latest checkpoint) and config.yaml. */
 static ct_status prepare_run_dir(ct_experiment *e, bool *resume) {
     ct_ctx *ctx = e->ctx;
-    CT_TRY(ct_rundir_open(ctx, e->out_dir, ct_config_name(e->cfg), e->p.restart, &e->run));
+    CT_TRY(ct_exp_rundir_open(ctx, e->out_dir, ct_config_name(e->cfg), e->p.restart, &e->run));
     /* what a killed process left half-made or half-deleted goes first, whether or not this
        fit writes a checkpoint (a finished run asked again does not) */
     CT_TRY(ct_checkpoint_cleanup(ctx, e->out_dir));
@@ -2297,7 +2065,7 @@ static ct_status prepare_run_dir(ct_experiment *e, bool *resume) {
                        "would neither resume nor keep up to date; set another output_dir "
                        "or start over with --restart",
                        e->out_dir);
-    ct_rundir_claim(ctx, &e->run);
+    ct_exp_rundir_claim(ctx, &e->run);
     return write_config(e);
 }
 
@@ -2368,7 +2136,7 @@ ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step)
     CT_TRY(ct_checkpoint_load(e->ctx, e->out_dir, which, e->params, NULL, NULL, NULL, &st, &ep,
                               loaded, sizeof loaded));
     /* evaluation during training used the EMA weights: so does this one */
-    if (node(e, "trainer.ema")) {
+    if (ct_exp_node(e, "trainer.ema")) {
         char path[1200];
         (void)snprintf(path, sizeof path, "%s/ema.safetensors", loaded);
         if (access(path, F_OK) == 0) {
@@ -2425,7 +2193,7 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
                        output);
     if (!ends_with(input, ".npy"))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: input '%s': expected a .npy array", input);
-    ct_option items[2] = {{"features", input}, {"nonfinite", str_at(e, "data.nonfinite")}};
+    ct_option items[2] = {{"features", input}, {"nonfinite", ct_exp_str_at(e, "data.nonfinite")}};
     ct_options o = {items, 2, "predict: input"};
     ct_dataset *ds = NULL;
     ct_loader *l = NULL;

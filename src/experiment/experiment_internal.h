@@ -1,8 +1,10 @@
 /*
- * experiment_internal.h - what the experiment module's files share: the schema's table lookup
- * and the scalar readers that schema.c and experiment.c both use, so that a value is parsed the
+ * experiment_internal.h - what the experiment module's files share: the experiment itself
+ * (struct ct_experiment, built by build.c, checked by check.c, run by experiment.c, recorded by
+ * records.c, used by predict.c), the config readers of access.c, the schema's table lookup and
+ * the scalar readers that schema.c and the builders both use, so that a value is parsed the
  * same way when it is checked and when it is used; and rundir.c's run directory (its lock) and
- * record files.
+ * record files. Not installed; not part of the API.
  */
 #ifndef CT_EXPERIMENT_INTERNAL_H
 #define CT_EXPERIMENT_INTERNAL_H
@@ -11,12 +13,13 @@
 #include <sys/types.h>
 
 #include "ctrain/experiment.h"
+#include "ctrain/tboard.h"
 
-const ct_key_def *ctx_schema_find(const char *path);
-void ctx_where(const ct_cfg_node *n, char *buf, size_t size);
-int ctx_parse_bool(const char *v); /* 1, 0, or -1 when not a bool */
-bool ctx_parse_int(const char *v, int64_t *out);
-bool ctx_parse_float(const char *v, double *out);
+const ct_key_def *ct_exp_schema_find(const char *path);
+void ct_exp_where(const ct_cfg_node *n, char *buf, size_t size);
+int ct_exp_parse_bool(const char *v); /* 1, 0, or -1 when not a bool */
+bool ct_exp_parse_int(const char *v, int64_t *out);
+bool ct_exp_parse_float(const char *v, double *out);
 
 /* The first line of the config.yaml a fit writes: what tells a run directory from a folder of
  * other files. */
@@ -26,7 +29,7 @@ bool ctx_parse_float(const char *v, double *out);
 typedef struct ct_rundir {
     int fd;           /* the directory, locked; -1 when not held */
     int lock_file_fd; /* `.lock`, locked instead where the file system cannot lock a folder */
-    dev_t dev;        /* the directory's identity, for ct_rundir_check */
+    dev_t dev;        /* the directory's identity, for ct_exp_rundir_check */
     ino_t ino;
     char path[PATH_MAX];
 } ct_rundir;
@@ -38,15 +41,15 @@ typedef struct ct_rundir {
  * locked and renamed to dir.old-DATE-TIME (never the current directory, a folder above it, or
  * the folder of config_file, which may be NULL).
  */
-ct_status
-ct_rundir_open(ct_ctx *ctx, const char *dir, const char *config_file, bool restart, ct_rundir *out);
+ct_status ct_exp_rundir_open(
+    ct_ctx *ctx, const char *dir, const char *config_file, bool restart, ct_rundir *out);
 /* Records this process (pid, host, start time) in .lock, which a refused fit quotes: done once
  * the run is accepted, so a refused one writes nothing. */
-void ct_rundir_claim(ct_ctx *ctx, const ct_rundir *d);
+void ct_exp_rundir_claim(ct_ctx *ctx, const ct_rundir *d);
 /* Releases the lock (a NULL or never-opened directory is fine). */
-void ct_rundir_close(ct_rundir *d);
+void ct_exp_rundir_close(ct_rundir *d);
 /* CT_ERR_IO when the run directory's path no longer names the locked folder. */
-ct_status ct_rundir_check(ct_ctx *ctx, const ct_rundir *d);
+ct_status ct_exp_rundir_check(ct_ctx *ctx, const ct_rundir *d);
 
 /* A record file (metrics.jsonl, metrics.csv): one write per record, each checked. */
 typedef struct ct_record_file {
@@ -54,9 +57,117 @@ typedef struct ct_record_file {
     char path[PATH_MAX];
 } ct_record_file;
 
-ct_status ct_record_open(ct_ctx *ctx, ct_record_file *f, const char *path, bool append);
+ct_status ct_exp_record_open(ct_ctx *ctx, ct_record_file *f, const char *path, bool append);
 /* Appends n bytes; on failure the file is cut back to where it was and CT_ERR_IO names it. */
-ct_status ct_record_put(ct_ctx *ctx, ct_record_file *f, const char *text, size_t n);
-ct_status ct_record_close(ct_ctx *ctx, ct_record_file *f);
+ct_status ct_exp_record_put(ct_ctx *ctx, ct_record_file *f, const char *text, size_t n);
+ct_status ct_exp_record_close(ct_ctx *ctx, ct_record_file *f);
+
+/* ---- the experiment ---- */
+
+#define CT_EXP_MAX_PLUGINS 16
+#define CT_EXP_MAX_ENGINES 2 /* valid, test */
+
+/* A block of the experiment's string pool (access.c). */
+typedef struct ct_exp_pool_block {
+    struct ct_exp_pool_block *next;
+    size_t size;
+} ct_exp_pool_block;
+
+typedef enum ct_exp_loss {
+    CT_EXP_LOSS_AUTO = 0,
+    CT_EXP_LOSS_CE,
+    CT_EXP_LOSS_MSE,
+    CT_EXP_LOSS_L1,
+    CT_EXP_LOSS_SMOOTH_L1,
+    CT_EXP_LOSS_HUBER
+} ct_exp_loss;
+
+/*
+ * Ownership: the experiment owns everything it builds. Option lists handed to components point
+ * into the borrowed config or into strings the experiment owns (joined lists, computed
+ * defaults), all kept in `pool` until ct_experiment_destroy, because the trainer and the
+ * metric sets borrow their options for their lifetime.
+ */
+struct ct_experiment {
+    ct_ctx *ctx;
+    ct_config *cfg;
+    ct_experiment_params p;
+    ct_exp_pool_block *pool;
+    const char *out_dir;
+    void *plugins[CT_EXP_MAX_PLUGINS];
+    int n_plugins;
+
+    ct_dataset *train_all, *train, *valid_all, *valid, *test;
+    ct_loader *train_loader, *eval_loaders[CT_EXP_MAX_ENGINES];
+    ct_loader_params train_lp, eval_lp;
+    ct_dataset_info info;
+
+    ct_params *params;
+    ct_model *model;
+    ct_optim *opt;
+    ct_schedule *sched;
+    bool sched_per_epoch;
+    const char *sched_metric;
+    int64_t steps_per_epoch;
+    ct_task task;
+    ct_exp_loss loss;
+    float label_smoothing, beta, delta;
+
+    ct_eval_engine engines[CT_EXP_MAX_ENGINES];
+    const char *engine_keys[CT_EXP_MAX_ENGINES];
+    int64_t n_engines;
+    int64_t test_every;
+    ct_options monitor_o, es_o, ema_o, nf_o;
+    ct_trainer_params tp;
+    ct_trainer *trainer;
+    char fingerprint[17];
+
+    ct_rundir run;             /* fit's run directory, locked while fit runs */
+    ct_record_file jsonl, csv; /* fd -1: not written */
+    char *rec;                 /* the record being formatted (rec_cap bytes) */
+    size_t rec_len, rec_cap;
+    ct_tb_writer *tb;
+    int64_t hist_every;   /* epochs between histograms; 0 = none */
+    bool final_testing;   /* fit's last test evaluation runs: it never makes a best */
+    bool hist_grads_due;  /* the epoch's last window is running: its gradients go out */
+    double t_last_log;    /* for samples_per_sec between records */
+    double comm_last_log; /* ct_trainer_comm_seconds at the last record */
+    int64_t step_last_log;
+    int64_t batch_size, accum;
+};
+
+/* ---- access.c: the string pool, the config's resolved values, options, plugins ---- */
+
+/* Zeroed memory that lives until the experiment is destroyed; NULL when out of memory. */
+void *ct_exp_pool_alloc(ct_experiment *e, size_t size);
+char *ct_exp_pool_printf(ct_experiment *e, const char *fmt, ...) CT_PRINTF(2, 3);
+void ct_exp_pool_free(ct_experiment *e);
+/* CT_ERR_OOM naming the config file. */
+ct_status ct_exp_oom(ct_experiment *e);
+
+/* The node at a dotted path of the config, or NULL. Resolved keys are present and checked: the
+ * readers below only convert (0, fallback, false or NULL where a key is absent). */
+const ct_cfg_node *ct_exp_node(const ct_experiment *e, const char *path);
+const char *ct_exp_str_at(const ct_experiment *e, const char *path);
+int64_t ct_exp_int_at(const ct_experiment *e, const char *path);
+double ct_exp_float_at(const ct_experiment *e, const char *path, double fallback);
+bool ct_exp_bool_at(const ct_experiment *e, const char *path);
+/* "FILE:L:C: PATH" of a node, in the pool (NULL when out of memory). */
+char *ct_exp_where_of(ct_experiment *e, const ct_cfg_node *n);
+
+/* A mapping as key=value options (sequences joined with commas), minus the NULL-terminated
+ * `skip` keys, with room for `extra` more (ct_exp_add_option); items and strings in the pool. */
+ct_status ct_exp_to_options(ct_experiment *e,
+                            const ct_cfg_node *map,
+                            const char *const *skip,
+                            int64_t extra,
+                            ct_options *out);
+/* Appends to options made with room for it. */
+void ct_exp_add_option(ct_options *o, const char *key, const char *value);
+/* Opens the plugin of a mapping's `plugin: PATH, symbol: NAME` (kept open until the experiment
+ * is destroyed) and finds its symbol. */
+ct_status ct_exp_plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const void **out);
+/* Closes the plugins, last opened first. */
+void ct_exp_plugins_close(ct_experiment *e);
 
 #endif /* CT_EXPERIMENT_INTERNAL_H */

@@ -247,7 +247,7 @@ const ct_key_def *ct_experiment_schema(int64_t *count) {
     return k_schema;
 }
 
-const ct_key_def *ctx_schema_find(const char *path) {
+const ct_key_def *ct_exp_schema_find(const char *path) {
     for (size_t i = 0; i < sizeof k_schema / sizeof k_schema[0]; i++)
         if (strcmp(k_schema[i].path, path) == 0) return &k_schema[i];
     return NULL;
@@ -256,7 +256,7 @@ const ct_key_def *ctx_schema_find(const char *path) {
 /* ---- messages ---- */
 
 /* "file:line:col" of a node (or "command line" for an override's). */
-void ctx_where(const ct_cfg_node *n, char *buf, size_t size) {
+void ct_exp_where(const ct_cfg_node *n, char *buf, size_t size) {
     if (n->line > 0)
         (void)snprintf(buf, size, "%s:%d:%d", n->source, n->line, n->col);
     else
@@ -265,7 +265,7 @@ void ctx_where(const ct_cfg_node *n, char *buf, size_t size) {
 
 static ct_status key_error(ct_ctx *ctx, const ct_cfg_node *n, const char *path, const char *what) {
     char w[600];
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %s", w, path, what);
 }
 
@@ -294,20 +294,20 @@ unknown_key(ct_ctx *ctx, const ct_cfg_node *n, const char *section, const char *
         (void)snprintf(hint, sizeof hint, " (did you mean '%s%s%s'?)", section, sl ? "." : "",
                        best);
     char w[600];
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s; the keys of %s%s%s are: %s", w,
                    path, hint, sl ? "'" : "", sl ? section : "the top level", sl ? "'" : "", list);
 }
 
 /* ---- scalar parsing ---- */
 
-int ctx_parse_bool(const char *v) {
+int ct_exp_parse_bool(const char *v) {
     if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "TRUE")) return 1;
     if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "FALSE")) return 0;
     return -1;
 }
 
-bool ctx_parse_int(const char *v, int64_t *out) {
+bool ct_exp_parse_int(const char *v, int64_t *out) {
     if (isspace((unsigned char)v[0])) return false; /* strtoll would skip it: "\f10" is text */
     char *end = NULL;
     errno = 0;
@@ -317,7 +317,7 @@ bool ctx_parse_int(const char *v, int64_t *out) {
     return true;
 }
 
-bool ctx_parse_float(const char *v, double *out) {
+bool ct_exp_parse_float(const char *v, double *out) {
     if (isspace((unsigned char)v[0])) return false;
     char *end = NULL;
     errno = 0;
@@ -362,7 +362,7 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
     case CT_KEY_INT: {
         int64_t x;
         if (d->choices && !n->quoted && in_choices(d->choices, v)) return CT_OK; /* "auto" */
-        if (n->quoted || !ctx_parse_int(v, &x)) {
+        if (n->quoted || !ct_exp_parse_int(v, &x)) {
             (void)snprintf(what, sizeof what, "expected an integer, got '%s'%s", v, q);
             return key_error(ctx, n, path, what);
         }
@@ -376,7 +376,7 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
     case CT_KEY_FLOAT: {
         double x;
         if (d->choices && !n->quoted && in_choices(d->choices, v)) return CT_OK;
-        if (n->quoted || !ctx_parse_float(v, &x)) {
+        if (n->quoted || !ct_exp_parse_float(v, &x)) {
             if (d->choices)
                 (void)snprintf(what, sizeof what, "expected a number or %s, got '%s'%s", d->choices,
                                v, q);
@@ -391,7 +391,7 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
         return CT_OK;
     }
     case CT_KEY_BOOL:
-        if (n->quoted || ctx_parse_bool(v) < 0) {
+        if (n->quoted || ct_exp_parse_bool(v) < 0) {
             (void)snprintf(what, sizeof what, "expected true or false, got '%s'%s", v, q);
             return key_error(ctx, n, path, what);
         }
@@ -460,7 +460,7 @@ static ct_status check_map(ct_ctx *ctx, const ct_cfg_node *map, const char *sect
     for (const ct_cfg_node *c = map->first; c; c = c->next) {
         char path[512];
         (void)snprintf(path, sizeof path, "%s%s%s", section, section[0] ? "." : "", c->key);
-        const ct_key_def *d = ctx_schema_find(path);
+        const ct_key_def *d = ct_exp_schema_find(path);
         if (!d) return unknown_key(ctx, c, section, c->key);
         switch (d->type) {
         case CT_KEY_SECTION:
@@ -522,14 +522,14 @@ static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
         char parent[512];
         parent_of(d->path, parent, sizeof parent);
         if (parent[0]) {
-            const ct_key_def *pd = ctx_schema_find(parent);
+            const ct_key_def *pd = ct_exp_schema_find(parent);
             if (pd && (pd->flags & CT_KEY_OPTIONAL) && !ct_config_find(root, parent)) continue;
         }
         if (ct_config_find(root, d->path)) continue;
         if (d->flags & CT_KEY_REQUIRED) {
             char w[600];
             const ct_cfg_node *p = parent[0] ? ct_config_find(root, parent) : root;
-            ctx_where(p ? p : root, w, sizeof w);
+            ct_exp_where(p ? p : root, w, sizeof w);
             return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: missing required key '%s': %s", w, d->path,
                            d->doc);
         }
@@ -739,8 +739,8 @@ ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     const ct_cfg_node *me = ct_config_find(root, "trainer.max_epochs"),
                       *ms = ct_config_find(root, "trainer.max_steps");
     int64_t epochs = 0, steps = 0;
-    (void)ctx_parse_int(me->value, &epochs);
-    (void)ctx_parse_int(ms->value, &steps);
+    (void)ct_exp_parse_int(me->value, &epochs);
+    (void)ct_exp_parse_int(ms->value, &steps);
     if (epochs == 0 && steps == 0)
         return key_error(ctx, me, "trainer.max_epochs",
                          "0 (no limit) needs trainer.max_steps > 0, or the run would never end");
@@ -754,10 +754,10 @@ ct_status ct_experiment_override(ct_config *cfg, const char *arg) {
     char path[512];
     memcpy(path, arg, (size_t)(eq - arg));
     path[eq - arg] = '\0';
-    const ct_key_def *d = ctx_schema_find(path);
+    const ct_key_def *d = ct_exp_schema_find(path);
     char parent[512];
     parent_of(path, parent, sizeof parent);
-    const ct_key_def *sec = parent[0] ? ctx_schema_find(parent) : NULL;
+    const ct_key_def *sec = parent[0] ? ct_exp_schema_find(parent) : NULL;
     if (!d && (!parent[0] || (sec && sec->type == CT_KEY_SECTION)) &&
         !ct_config_find(ct_config_root(cfg), path)) {
         /* a key the schema does not have, in a section it describes: say so, not "use +" */
@@ -768,7 +768,7 @@ ct_status ct_experiment_override(ct_config *cfg, const char *arg) {
         return unknown_key(ct_config_ctx(cfg), &where, parent, leaf);
     }
     if (!d || ct_config_find(ct_config_root(cfg), path)) return ct_config_override(cfg, arg);
-    const ct_key_def *pd = parent[0] ? ctx_schema_find(parent) : NULL;
+    const ct_key_def *pd = parent[0] ? ct_exp_schema_find(parent) : NULL;
     if (pd && (pd->flags & CT_KEY_OPTIONAL) && !ct_config_find(ct_config_root(cfg), parent))
         return ct_config_override(cfg, arg);
     char forced[1200];
@@ -792,7 +792,7 @@ static bool resumable(const char *path) {
     char buf[512];
     (void)snprintf(buf, sizeof buf, "%s", path);
     for (;;) {
-        const ct_key_def *d = ctx_schema_find(buf);
+        const ct_key_def *d = ct_exp_schema_find(buf);
         if (d && (d->flags & CT_KEY_RESUMABLE)) return true;
         char *dot = strrchr(buf, '.');
         if (!dot) return false;
@@ -821,10 +821,10 @@ static const char *canonical(const ct_cfg_node *n, char *buf) {
     if (n->kind == CT_CFG_SEQ) return "[]";
     if (n->null) return "null";
     if (n->quoted) return n->value;
-    int b = ctx_parse_bool(n->value);
+    int b = ct_exp_parse_bool(n->value);
     if (b >= 0) return b ? "true" : "false";
     double x;
-    if (ctx_parse_float(n->value, &x)) {
+    if (ct_exp_parse_float(n->value, &x)) {
         (void)snprintf(buf, 32, "%.17g", x);
         return buf;
     }
