@@ -47,7 +47,7 @@ static bool takes_nonfinite(const char *type) {
 }
 
 /* Opens a dataset's mapping, or (out NULL) only checks its options, before any data are read. */
-static ct_status open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_dataset **out) {
+ct_status ct_exp_open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_dataset **out) {
     static const char *const skip[] = {"type", "plugin", "symbol", NULL};
     ct_options o;
     CT_TRY(ct_exp_to_options(e, map, skip, 1, &o));
@@ -89,7 +89,7 @@ static ct_status float_list(
 }
 
 /* "[1,28,28]" for a sample shape. */
-static const char *sample_str(int32_t ndim, const int64_t *shape, char *buf, size_t size) {
+const char *ct_exp_sample_str(int32_t ndim, const int64_t *shape, char *buf, size_t size) {
     ct_tensor t = ct_tensor_view(NULL, CT_F32, ndim, shape);
     return ct_shape_str(&t, buf, size);
 }
@@ -118,7 +118,7 @@ static ct_status check_channels(ct_experiment *e, const ct_cfg_node *n, int coun
     char w[600], path[512], shape[200];
     ct_exp_where(n, w, sizeof w);
     ct_config_path(n, path, sizeof path);
-    sample_str(in->x_ndim, in->x_shape, shape, sizeof shape);
+    ct_exp_sample_str(in->x_ndim, in->x_shape, shape, sizeof shape);
     if (c > CT_TRANSFORM_MAX_CHANNELS)
         return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                        "%s: key '%s': normalize works per channel (dim 0 of a sample) on at most "
@@ -135,7 +135,7 @@ static ct_status check_channels(ct_experiment *e, const ct_cfg_node *n, int coun
 
 /* The transforms at `path` into lp; channels: whether the data are open (e->info), so that
  * normalize's values can be checked against the samples' channels. */
-static ct_status add_transforms(
+ct_status ct_exp_add_transforms(
     ct_experiment *e, const char *path, ct_loader_params *lp, bool augment, bool channels) {
     const ct_cfg_node *list = ct_exp_node(e, path);
     for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
@@ -218,12 +218,12 @@ static ct_status add_transforms(
     return CT_OK;
 }
 
-static ct_status build_data(ct_experiment *e) {
+static ct_status ct_exp_build_data(ct_experiment *e) {
     ct_ctx *ctx = e->ctx;
     int64_t seed = ct_exp_int_at(e, "seed");
     const ct_cfg_node *tr = ct_exp_node(e, "data.train"), *va = ct_exp_node(e, "data.valid"),
                       *te = ct_exp_node(e, "data.test");
-    CT_TRY(open_dataset(e, tr, &e->train_all));
+    CT_TRY(ct_exp_open_dataset(e, tr, &e->train_all));
     e->train = e->train_all;
     if (va && ct_config_find(va, "split")) {
         ct_options o; /* its keys were checked by check_data */
@@ -242,10 +242,10 @@ static ct_status build_data(ct_experiment *e) {
                            o.where, frac, (long long)n, held, (double)n - held);
         CT_TRY(ct_dataset_split(e->train_all, frac, (uint64_t)sseed, &e->train, &e->valid));
     } else if (va) {
-        CT_TRY(open_dataset(e, va, &e->valid_all));
+        CT_TRY(ct_exp_open_dataset(e, va, &e->valid_all));
         e->valid = e->valid_all;
     }
-    if (te) CT_TRY(open_dataset(e, te, &e->test));
+    if (te) CT_TRY(ct_exp_open_dataset(e, te, &e->test));
     e->info = *ct_dataset_info_of(e->train);
 
     ct_loader_params lp = ct_loader_default_params();
@@ -259,14 +259,14 @@ static ct_status build_data(ct_experiment *e) {
         lp.world_size = ct_comm_world_size(e->p.comm);
     }
     lp.to_f32 = e->info.x_dtype != CT_I64 && e->info.x_dtype != CT_I32;
-    CT_TRY(add_transforms(e, "data.transforms", &lp, false, true));
+    CT_TRY(ct_exp_add_transforms(e, "data.transforms", &lp, false, true));
     ct_loader_params el = lp;
     int64_t ebs = ct_exp_int_at(e, "data.eval_batch_size");
     el.batch_size = ebs > 0 ? ebs : lp.batch_size;
     el.shuffle = false;
     el.drop_last = false;
     el.shard = CT_SHARD_EVAL;
-    CT_TRY(add_transforms(e, "data.augment", &lp, true, true));
+    CT_TRY(ct_exp_add_transforms(e, "data.augment", &lp, true, true));
     e->train_lp = lp;
     e->eval_lp = el;
     e->batch_size = lp.batch_size;
@@ -328,7 +328,7 @@ layer_specs(ct_experiment *e, const ct_cfg_node *list, ct_layer_spec **out, int6
 /* model.init_from: initial weights from a safetensors file (PyTorch-trained, say), as a path
  * or {path, strict (true), prefix ("")}. A resumed run then loads its checkpoint over them. */
 /* Reads model.init_from (n) into *path and *lp; checked before any data is read. */
-static ct_status read_init_from(ct_experiment *e,
+ct_status ct_exp_read_init_from(ct_experiment *e,
                                 const ct_cfg_node *n,
                                 const char **out,
                                 ct_safetensors_load_params *lp) {
@@ -368,7 +368,7 @@ static ct_status init_from(ct_experiment *e, const ct_cfg_node *model) {
     ct_exp_where(n, w, sizeof w);
     ct_safetensors_load_params lp;
     const char *path;
-    CT_TRY(read_init_from(e, n, &path, &lp));
+    CT_TRY(ct_exp_read_init_from(e, n, &path, &lp));
     int64_t loaded = 0;
     ct_status s = ct_safetensors_load(e->ctx, e->params, path, &lp, &loaded);
     if (s != CT_OK) return ct_err_wrap(e->ctx, "%s: model.init_from", w);
@@ -452,7 +452,7 @@ static ct_task_kind auto_kind(const ct_dataset_info *in) {
     return CT_TASK_CLASSIFICATION;
 }
 
-static ct_status build_model(ct_experiment *e) {
+static ct_status ct_exp_build_model(ct_experiment *e) {
     ct_ctx *ctx = e->ctx;
     const ct_cfg_node *m = ct_exp_node(e, "model");
     const ct_cfg_node *type = ct_config_find(m, "type");
@@ -512,7 +512,7 @@ static ct_status build_model(ct_experiment *e) {
 
 /* ---- task and loss ---- */
 
-static ct_tensor *experiment_loss(void *user, ct_graph *g, ct_tensor *out, ct_tensor *y) {
+ct_tensor *ct_exp_loss(void *user, ct_graph *g, ct_tensor *out, ct_tensor *y) {
     const ct_experiment *e = user;
     if (e->task.kind == CT_TASK_LANGUAGE_MODEL && out->ndim >= 2) {
         int64_t v = out->shape[out->ndim - 1], rows = ct_tensor_numel(out) / (v ? v : 1);
@@ -541,7 +541,7 @@ static ct_tensor *experiment_loss(void *user, ct_graph *g, ct_tensor *out, ct_te
     }
 }
 
-static ct_status build_task(ct_experiment *e) {
+static ct_status ct_exp_build_task(ct_experiment *e) {
     const ct_cfg_node *t = ct_exp_node(e, "task");
     if (t->kind == CT_CFG_MAP) {
         const void *sym;
@@ -563,7 +563,7 @@ static ct_status build_task(ct_experiment *e) {
                                          "l1",   "smooth_l1",     "huber"};
     const char *lt = ct_exp_str_at(e, "loss.type");
     for (int i = 0; i < 6; i++)
-        if (lt && strcmp(lt, losses[i]) == 0) e->loss = (ct_exp_loss)i;
+        if (lt && strcmp(lt, losses[i]) == 0) e->loss = (ct_exp_loss_kind)i;
     e->label_smoothing = (float)ct_exp_float_at(e, "loss.label_smoothing", 0);
     e->beta = (float)ct_exp_float_at(e, "loss.beta", 1);
     e->delta = (float)ct_exp_float_at(e, "loss.delta", 1);
@@ -577,167 +577,15 @@ static ct_status build_task(ct_experiment *e) {
             return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                            "%s: key 'loss.type': the task plugin computes its own loss", w);
         }
-        e->task.loss = experiment_loss;
+        e->task.loss = ct_exp_loss;
         e->task.user = e;
     }
     return CT_OK;
 }
 
-/* ---- the model against the data ----
- *
- * Once the model is built, one zero sample of the training data's shape goes through it, and
- * its output is compared with what the loss takes for the data's targets. A model that does
- * not fit its data (linear layers over images without a flatten, fewer outputs than classes,
- * another width than the regression targets) is then a configuration error naming the layer
- * and both shapes, the same for fit, eval and predict, instead of a failure at the first step.
- * The pass runs on a graph of its own, in evaluation mode and without gradients: it draws no
- * random numbers and updates no running statistics, so training runs exactly as without it.
- */
-
-/* Where the output is decided: the last layer of a sequential model, else the model. */
-static const ct_cfg_node *last_layer(const ct_experiment *e) {
-    const ct_cfg_node *m = ct_exp_node(e, "model"), *layers = ct_config_find(m, "layers");
-    const ct_cfg_node *last = NULL;
-    for (const ct_cfg_node *it = layers && layers->kind == CT_CFG_SEQ ? layers->first : NULL; it;
-         it = it->next)
-        last = it;
-    return last ? last : m;
-}
-
-/* "FILE:L:C: key 'model.layers.3' (linear, the last layer)", or the key that sets the output
- * size when the size is what is wrong and it was written (`out`, gpt's `vocab`). */
-static void output_where(const ct_experiment *e, bool size_key, char *buf, size_t size) {
-    const ct_cfg_node *at = last_layer(e), *m = ct_exp_node(e, "model");
-    const char *key = ct_config_find(m, "type") && !strcmp(ct_config_find(m, "type")->value, "gpt")
-                          ? "vocab"
-                          : "out";
-    const ct_cfg_node *sz = size_key && at->kind == CT_CFG_MAP ? ct_config_find(at, key) : NULL;
-    const ct_cfg_node *n = sz ? sz : at;
-    char w[600], path[512], what[200] = "";
-    ct_exp_where(n, w, sizeof w);
-    ct_config_path(n, path, sizeof path);
-    const ct_cfg_node *t = at->kind == CT_CFG_MAP ? ct_config_find(at, "type") : at;
-    const ct_cfg_node *sym = at->kind == CT_CFG_MAP ? ct_config_find(at, "symbol") : NULL;
-    if (sz)
-        (void)snprintf(what, sizeof what, " (%s)", sz->value);
-    else if (at != m && t && t->kind == CT_CFG_SCALAR)
-        (void)snprintf(what, sizeof what, " (%s, the last layer)", t->value);
-    else if (t && t->kind == CT_CFG_SCALAR)
-        (void)snprintf(what, sizeof what, " (%s)", t->value);
-    else if (sym && sym->kind == CT_CFG_SCALAR)
-        (void)snprintf(what, sizeof what, " (the plugin model %s)", sym->value);
-    (void)snprintf(buf, size, "%s: key '%s'%s", w, path, what);
-}
-
-static ct_status check_output(ct_experiment *e) {
-    const ct_task *task = &e->task;
-    /* a task that prepares the batches decides what the model sees */
-    if (task->prep_batch || task->train_step || task->eval_step) return CT_OK;
-    ct_ctx *ctx = e->ctx;
-    const ct_dataset_info *in = &e->info;
-    int64_t xs[CT_MAX_DIMS] = {1};
-    for (int32_t d = 0; d < in->x_ndim; d++)
-        xs[d + 1] = in->x_shape[d];
-    ct_graph_params gp = ct_graph_default_params();
-    ct_graph *g = NULL;
-    CT_TRY(ct_graph_create(ctx, &gp, &g));
-    ct_graph_set_grad_enabled(g, false);
-    ct_graph_set_training(g, false);
-    ct_tensor *x = ct_graph_zeros(g, e->train_lp.to_f32 ? CT_F32 : in->x_dtype, in->x_ndim + 1, xs);
-    ct_tensor *out = x ? ct_model_forward(e->model, g, x) : NULL;
-    int32_t ond = out ? out->ndim - 1 : 0; /* the output sample, without the batch of one */
-    int64_t os[CT_MAX_DIMS] = {0}, onumel = 1;
-    for (int32_t d = 0; d < ond; d++)
-        onumel *= (os[d] = out->shape[d + 1]);
-    ct_status gs = ct_graph_status(g);
-    ct_graph_destroy(g);
-    char where[1200], sample[200], output[200], target[200];
-    sample_str(in->x_ndim, in->x_shape, sample, sizeof sample);
-    if (!out) {
-        output_where(e, false, where, sizeof where);
-        if (gs == CT_ERR_OOM || gs == CT_ERR_INTERNAL)
-            return ct_err_wrap(ctx, "%s: a sample %s through the model", where, sample);
-        char why[1024];
-        (void)snprintf(why, sizeof why, "%s", ct_last_error(ctx));
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: a sample %s of data.train fails in the model: %s",
-                       where, sample, why);
-    }
-    /* a task's own loss decides what it takes */
-    if (task->loss_parts || (task->loss && task->loss != experiment_loss)) return CT_OK;
-    ct_exp_loss loss = e->loss != CT_EXP_LOSS_AUTO        ? e->loss
-                       : task->kind == CT_TASK_REGRESSION ? CT_EXP_LOSS_MSE
-                                                          : CT_EXP_LOSS_CE;
-    static const char *const loss_names[] = {"auto", "cross_entropy", "mse",
-                                             "l1",   "smooth_l1",     "huber"};
-    const char *ln = loss_names[loss];
-    sample_str(ond, os, output, sizeof output);
-    sample_str(in->y_ndim, in->y_shape, target, sizeof target);
-    int64_t ynumel = 1;
-    for (int32_t d = 0; d < in->y_ndim; d++)
-        ynumel *= in->y_shape[d];
-    bool classes = in->y_dtype == CT_I64 || in->y_dtype == CT_I32;
-    bool lm = task->kind == CT_TASK_LANGUAGE_MODEL;
-    if ((loss == CT_EXP_LOSS_CE) != classes) {
-        /* task: auto picks the loss from the targets: the task or the loss was set to this */
-        const ct_cfg_node *n =
-            e->loss != CT_EXP_LOSS_AUTO ? ct_exp_node(e, "loss.type") : ct_exp_node(e, "task");
-        char w[600], path[512];
-        ct_exp_where(n, w, sizeof w);
-        ct_config_path(n, path, sizeof path);
-        return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "%s: key '%s': %s takes %s as targets, but data.train's are %s (%s%s%s); "
-                       "%s",
-                       w, path, ln, classes ? "values" : "class indices",
-                       classes ? "class indices" : "values", ct_dtype_name(in->y_dtype),
-                       in->y_ndim ? " " : "", in->y_ndim ? target : "",
-                       classes ? "use task: classification and loss: cross_entropy"
-                               : "use task: regression and a regression loss");
-    }
-    char want[600] = "";
-    bool size_wrong = false;
-    if (loss == CT_EXP_LOSS_CE && !lm) {
-        int64_t c = in->n_classes > 0 ? in->n_classes : 1;
-        if (ond != 1 || in->y_ndim != 0 || os[0] < c) {
-            size_wrong = ond == 1 && in->y_ndim == 0;
-            (void)snprintf(want, sizeof want,
-                           "[C] with C >= %lld (a score for each of the %lld classes of "
-                           "data.train)",
-                           (long long)c, (long long)c);
-        }
-    } else if (loss == CT_EXP_LOSS_CE) {
-        int64_t v = ond >= 1 ? os[ond - 1] : 0, c = in->n_classes > 0 ? in->n_classes : 1;
-        if (ond < 1 || v < c || onumel / (v ? v : 1) != ynumel) {
-            size_wrong = ond >= 1 && onumel / (v ? v : 1) == ynumel;
-            (void)snprintf(want, sizeof want,
-                           "[%lld, V] with V >= %lld (scores over the %lld-token vocabulary at "
-                           "each of the %lld positions)",
-                           (long long)ynumel, (long long)c, (long long)c, (long long)ynumel);
-        }
-    } else if (onumel != ynumel) {
-        size_wrong = ond == 1;
-        (void)snprintf(want, sizeof want, "%lld value%s (data.train's targets are %s)",
-                       (long long)ynumel, ynumel == 1 ? "" : "s", target);
-    }
-    if (!want[0]) return CT_OK;
-    output_where(e, size_wrong, where, sizeof where);
-    /* the usual cause: layers that act on the last axis given an image */
-    const char *hint = "";
-    if (ond > 1 && in->x_ndim > 1 && !lm) {
-        const ct_cfg_node *t = ct_config_find(ct_exp_node(e, "model"), "type");
-        hint = t && strcmp(t->value, "mlp") == 0
-                   ? "; an mlp's linear layers act on the last axis of a sample: for samples of "
-                     "more than one axis use type: sequential with a flatten layer first"
-                   : "; linear layers act on the last axis of their input: a flatten layer "
-                     "before the first one makes a sample one vector";
-    }
-    return CT_FAIL(ctx, CT_ERR_CONFIG,
-                   "%s: a sample %s of data.train gives an output %s, but %s takes %s%s", where,
-                   sample, output, ln, want, hint);
-}
-
 /* ---- optimizer and schedule ---- */
 
-static ct_status build_optimizer(ct_experiment *e) {
+static ct_status ct_exp_build_optimizer(ct_experiment *e) {
     static const char *const names[] = {"sgd", "adam", "adamw", "rmsprop", "adagrad"};
     ct_optim_kind kind = CT_OPTIM_ADAM;
     const char *t = ct_exp_str_at(e, "optimizer.type");
@@ -800,7 +648,7 @@ static int64_t total_steps(ct_experiment *e) {
     return by_epochs;
 }
 
-static const char *auto_mode(const char *metric) {
+static const char *ct_exp_auto_mode(const char *metric) {
     const char *slash = strrchr(metric, '/');
     const char *m = slash ? slash + 1 : metric;
     static const char *const higher[] = {"acc",    "accuracy", "f1", "precision",
@@ -810,7 +658,7 @@ static const char *auto_mode(const char *metric) {
     return strncmp(m, "top", 3) == 0 ? "max" : "min";
 }
 
-static ct_status build_schedule(ct_experiment *e) {
+static ct_status ct_exp_build_schedule(ct_experiment *e) {
     const ct_cfg_node *m = ct_exp_node(e, "scheduler");
     if (!m) return CT_OK;
     static const char *const skip[] = {"type", "interval", "monitor", NULL};
@@ -842,7 +690,8 @@ static ct_status build_schedule(ct_experiment *e) {
         /* the direction follows the metric, as checkpoint.mode: auto does */
         const char *metric =
             e->sched_metric ? e->sched_metric : ct_exp_str_at(e, "checkpoint.monitor");
-        ct_exp_add_option(&o, "mode", auto_mode(metric && metric[0] ? metric : "valid/loss"));
+        ct_exp_add_option(&o, "mode",
+                          ct_exp_auto_mode(metric && metric[0] ? metric : "valid/loss"));
     }
     return ct_schedule_create(e->ctx, type->value, &o, ct_optim_lr(e->opt), &e->sched);
 }
@@ -856,21 +705,7 @@ static int64_t metric_classes(const ct_experiment *e) {
     return e->task.kind != CT_TASK_REGRESSION && nd > 0 ? shape[nd - 1] : 0;
 }
 
-static ct_status
-open_metric(ct_experiment *e, const ct_metric_vtable *vt, const ct_options *o, int64_t n_classes);
-
-/* Names go verbatim into metrics.jsonl, metrics.csv and TensorBoard tags. */
-static ct_status check_metric_name(ct_experiment *e, const ct_options *o, const char *name) {
-    for (const char *c = name; c && *c; c++)
-        if (*c == '"' || *c == '\\' || *c == ',' || (unsigned char)*c < 0x20 || *c == '/')
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                           "%s: key 'name': '%s' holds a character metric names cannot have (\", "
-                           "\\, ',', '/' or a control character)",
-                           o->where, name);
-    return CT_OK;
-}
-
-static ct_status metric_specs(ct_experiment *e, const char *path, ct_eval_engine *en) {
+static ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine *en) {
     const ct_cfg_node *list = ct_exp_node(e, path);
     if (!list) return CT_OK;
     ct_metric_spec *specs =
@@ -896,13 +731,13 @@ static ct_status metric_specs(ct_experiment *e, const char *path, ct_eval_engine
         }
         specs[k].type = t && t->kind == CT_CFG_SCALAR ? t->value : NULL;
         specs[k].name = nm && nm->kind == CT_CFG_SCALAR ? nm->value : NULL;
-        CT_TRY(check_metric_name(e, &specs[k].opts, specs[k].name));
+        CT_TRY(ct_exp_check_metric_name(e, &specs[k].opts, specs[k].name));
     }
     /* opened once here with the trainer's class count, so that what the data decide (topk's
        k against the classes) is reported where it was written */
     for (int64_t i = 0; i < k; i++) {
         const ct_metric_vtable *vt = specs[i].vt ? specs[i].vt : ct_metric_type(specs[i].type);
-        if (vt) CT_TRY(open_metric(e, vt, &specs[i].opts, metric_classes(e)));
+        if (vt) CT_TRY(ct_exp_open_metric(e, vt, &specs[i].opts, metric_classes(e)));
     }
     en->metrics = specs;
     en->n_metrics = k;
@@ -929,396 +764,6 @@ static ct_status policy_options(ct_experiment *e,
         ct_exp_add_option(o, as[i], v);
     }
     return CT_OK;
-}
-
-/* ---- checks before any data is read ----
- *
- * Every component's type names and option keys, and the option values that do not depend on
- * the data, are checked here, before the first dataset is opened: an error in a model key, or a
- * bad value in data.test's options, is not hidden behind a missing data file, nor reported after
- * minutes of loading. What depends on the data (a layer's input shape, a metric's class count,
- * a dataset's files) is checked when the component is built. Plugin metrics are probed here
- * like built-in ones, and a plugin dataset or model whose vtable has a check is checked here;
- * otherwise a plugin checks its options when it is built (a model's create needs the input
- * shape).
- */
-
-#define MAX_NAMES 64
-
-/* The names a lookup knows, for "did you mean" and the list in a message. */
-typedef struct name_list {
-    const char *names[MAX_NAMES];
-    int n;
-} name_list;
-
-static void names_add(name_list *l, const char *name) {
-    if (name && l->n < MAX_NAMES) l->names[l->n++] = name;
-}
-
-static void names_add_all(name_list *l, const char *const *names) {
-    for (; names && *names; names++)
-        names_add(l, *names);
-}
-
-static bool names_have(const char *const *names, const char *name) {
-    for (; names && *names; names++)
-        if (strcmp(*names, name) == 0) return true;
-    return false;
-}
-
-/* Joins the names into buf ("a, b, c") and feeds them to sg. */
-static void names_join(const name_list *l, ct_suggest *sg, char *buf, size_t size) {
-    size_t at = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < l->n; i++) {
-        ct_suggest_add(sg, l->names[i]);
-        int k = snprintf(buf + at, size - at, "%s%s", i ? ", " : "", l->names[i]);
-        if (k > 0 && (size_t)k < size - at) at += (size_t)k;
-    }
-}
-
-/* "FILE:L:C: key 'PATH': unknown WHAT 'NAME' (did you mean 'X'?); known: a, b, ..." */
-static ct_status
-unknown_name(ct_experiment *e, const ct_cfg_node *n, const char *what, const name_list *known) {
-    char w[600], path[512], list[1024], hint[96];
-    ct_exp_where(n, w, sizeof w);
-    ct_config_path(n, path, sizeof path);
-    ct_suggest sg;
-    ct_suggest_init(&sg, n->value);
-    names_join(known, &sg, list, sizeof list);
-    return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s': unknown %s '%s'%s; known: %s", w, path,
-                   what, n->value ? n->value : "", ct_suggest_hint(&sg, hint, sizeof hint), list);
-}
-
-/* Each key of map must be in `own` (read by the experiment: type, init_from, ...) or `keys` (the
- * component's); an unknown one is named where it was written, as the schema's are. */
-static ct_status check_keys(ct_experiment *e,
-                            const ct_cfg_node *map,
-                            const char *const *own,
-                            const char *const *keys,
-                            const char *owner) {
-    for (const ct_cfg_node *c = map->first; c; c = c->next) {
-        if (names_have(own, c->key) || names_have(keys, c->key)) continue;
-        name_list all = {{NULL}, 0};
-        names_add_all(&all, own);
-        names_add_all(&all, keys);
-        char w[600], path[512], section[512], list[1024], hint[600] = "";
-        ct_exp_where(c, w, sizeof w);
-        ct_config_path(c, path, sizeof path);
-        ct_config_path(map, section, sizeof section);
-        ct_suggest sg;
-        ct_suggest_init(&sg, c->key);
-        names_join(&all, &sg, list, sizeof list);
-        const char *best = ct_suggest_best(&sg);
-        if (best) (void)snprintf(hint, sizeof hint, " (did you mean '%s.%s'?)", section, best);
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s; the keys of %s are: %s", w,
-                       path, hint, owner, list);
-    }
-    return CT_OK;
-}
-
-/* The scalar `type` of a component's mapping, or an error saying which types there are. */
-static ct_status type_of(ct_experiment *e,
-                         const ct_cfg_node *map,
-                         const name_list *known,
-                         bool plugins, /* the component may come from a plugin instead */
-                         const ct_cfg_node **out) {
-    const ct_cfg_node *t = ct_config_find(map, "type");
-    if (!t || t->kind != CT_CFG_SCALAR) {
-        char w[600], path[512], list[1024];
-        ct_exp_where(t ? t : map, w, sizeof w);
-        ct_config_path(map, path, sizeof path);
-        ct_suggest sg;
-        ct_suggest_init(&sg, NULL);
-        names_join(known, &sg, list, sizeof list);
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s.type': %s (one of: %s%s)", w, path,
-                       t ? "expected a type name, not a list or mapping" : "missing", list,
-                       plugins ? "; or plugin: and symbol:" : "");
-    }
-    *out = t;
-    return CT_OK;
-}
-
-/* A dataset's type, keys and option values (the type's check, or a plugin's if it has one). */
-static ct_status check_dataset(ct_experiment *e, const ct_cfg_node *map) {
-    if (ct_config_find(map, "plugin")) return open_dataset(e, map, NULL);
-    name_list known = {{NULL}, 0};
-    int64_t n;
-    const ct_dataset_vtable *const *types = ct_dataset_types(&n);
-    for (int64_t i = 0; i < n; i++)
-        names_add(&known, types[i]->name);
-    const ct_cfg_node *t;
-    CT_TRY(type_of(e, map, &known, true, &t));
-    const char *const *keys = ct_dataset_type_keys(t->value);
-    if (!keys) return unknown_name(e, t, "dataset type", &known);
-    static const char *const own[] = {"type", NULL};
-    char owner[128];
-    (void)snprintf(owner, sizeof owner, "dataset type '%s'", t->value);
-    CT_TRY(check_keys(e, map, own, keys, owner));
-    return open_dataset(e, map, NULL);
-}
-
-static ct_status check_data(ct_experiment *e) {
-    const ct_cfg_node *va = ct_exp_node(e, "data.valid"), *te = ct_exp_node(e, "data.test");
-    CT_TRY(check_dataset(e, ct_exp_node(e, "data.train")));
-    if (va && ct_config_find(va, "split")) {
-        static const char *const keys[] = {"split", "seed", NULL};
-        CT_TRY(check_keys(e, va, NULL, keys, "a held-out split"));
-        ct_options o;
-        double frac;
-        int64_t seed;
-        CT_TRY(ct_exp_to_options(e, va, NULL, 0, &o));
-        CT_TRY(ct_options_double(e->ctx, &o, "split", 0.1, 0, 1, &frac));
-        CT_TRY(ct_options_int(e->ctx, &o, "seed", 0, 0, INT64_MAX, &seed));
-    } else if (va) {
-        CT_TRY(check_dataset(e, va));
-    }
-    if (te) CT_TRY(check_dataset(e, te));
-    ct_loader_params scratch = ct_loader_default_params();
-    CT_TRY(add_transforms(e, "data.transforms", &scratch, false, false));
-    return add_transforms(e, "data.augment", &scratch, true, false);
-}
-
-static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
-    name_list known = {{NULL}, 0};
-    for (int64_t i = 0; ct_layer_type_name(i); i++)
-        names_add(&known, ct_layer_type_name(i));
-    static const char *const own[] = {"type", "name", "children", NULL};
-    for (const ct_cfg_node *it = list->first; it; it = it->next) {
-        const ct_cfg_node *t = it;
-        if (it->kind == CT_CFG_MAP) {
-            CT_TRY(type_of(e, it, &known, false, &t));
-        } else if (it->kind != CT_CFG_SCALAR) {
-            char w[600];
-            ct_exp_where(it, w, sizeof w);
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a layer is a name or a mapping", w);
-        }
-        const char *const *keys = ct_layer_type_keys(t->value);
-        if (!keys) return unknown_name(e, t, "layer type", &known);
-        if (it->kind != CT_CFG_MAP) continue;
-        char owner[128];
-        (void)snprintf(owner, sizeof owner, "layer type '%s'", t->value);
-        CT_TRY(check_keys(e, it, own, keys, owner));
-        ct_options o;
-        CT_TRY(ct_exp_to_options(e, it, own, 0, &o));
-        CT_TRY(ct_layer_check(e->ctx, t->value, &o));
-        const ct_cfg_node *ch = ct_config_find(it, "children");
-        if (ch && ch->kind != CT_CFG_SEQ) {
-            char w[600];
-            ct_exp_where(ch, w, sizeof w);
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: `children` is a list of layers", w);
-        }
-        if (ch) CT_TRY(check_layers(e, ch));
-    }
-    return CT_OK;
-}
-
-static ct_status check_model(ct_experiment *e) {
-    const ct_cfg_node *m = ct_exp_node(e, "model");
-    const ct_cfg_node *init = ct_config_find(m, "init_from");
-    if (init) {
-        const char *path;
-        ct_safetensors_load_params lp;
-        CT_TRY(read_init_from(e, init, &path, &lp));
-    }
-    if (ct_config_find(m, "plugin")) { /* its check, if it has one; else its create */
-        static const char *const skip[] = {"plugin", "symbol", "init_from", NULL};
-        const void *pvt;
-        CT_TRY(ct_exp_plugin_symbol(e, m, &pvt));
-        const ct_model_vtable *vt = pvt;
-        if (!vt->check) return CT_OK;
-        ct_options o;
-        CT_TRY(ct_exp_to_options(e, m, skip, 0, &o));
-        ct_status s = vt->check(e->ctx, &o);
-        if (s != CT_OK && o.where && !strstr(ct_last_error(e->ctx), o.where))
-            return ct_err_wrap(e->ctx, "%s", o.where);
-        return s;
-    }
-    name_list known = {{NULL}, 0};
-    names_add(&known, "sequential");
-    for (int64_t i = 0; ct_model_type_name(i); i++)
-        names_add(&known, ct_model_type_name(i));
-    const ct_cfg_node *t;
-    CT_TRY(type_of(e, m, &known, true, &t));
-    static const char *const own[] = {"type", "init_from", NULL};
-    if (strcmp(t->value, "sequential") == 0) {
-        static const char *const keys[] = {"layers", NULL};
-        CT_TRY(check_keys(e, m, own, keys, "model type 'sequential'"));
-        const ct_cfg_node *layers = ct_config_find(m, "layers");
-        if (!layers || layers->kind != CT_CFG_SEQ || layers->n_children == 0) {
-            char w[600];
-            ct_exp_where(layers ? layers : m, w, sizeof w);
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                           "%s: key 'model.layers': a sequential model needs a list of layers", w);
-        }
-        return check_layers(e, layers);
-    }
-    const char *const *keys = ct_model_type_keys(t->value);
-    if (!keys) return unknown_name(e, t, "model type", &known);
-    char owner[128];
-    (void)snprintf(owner, sizeof owner, "model type '%s'", t->value);
-    CT_TRY(check_keys(e, m, own, keys, owner));
-    ct_options o;
-    CT_TRY(ct_exp_to_options(e, m, own, 0, &o));
-    return ct_model_check(e->ctx, t->value, &o);
-}
-
-static ct_status check_optimizer(ct_experiment *e) {
-    const ct_cfg_node *groups = ct_exp_node(e, "optimizer.groups");
-    for (const ct_cfg_node *g = groups ? groups->first : NULL; g; g = g->next) {
-        static const char *const keys[] = {"params", "lr_scale", "weight_decay", NULL};
-        if (g->kind != CT_CFG_MAP) {
-            char w[600];
-            ct_exp_where(g, w, sizeof w);
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                           "%s: a group is {params: GLOBS, lr_scale: X, weight_decay: Y}", w);
-        }
-        CT_TRY(check_keys(e, g, NULL, keys, "a parameter group"));
-        ct_options o;
-        const char *pat;
-        double x;
-        CT_TRY(ct_exp_to_options(e, g, NULL, 0, &o));
-        CT_TRY(ct_options_string(e->ctx, &o, "params", NULL, &pat));
-        CT_TRY(ct_options_double(e->ctx, &o, "lr_scale", 1.0, 0, 1e30, &x));
-        CT_TRY(ct_options_double(e->ctx, &o, "weight_decay", 0, 0, 1e30, &x));
-    }
-    return CT_OK;
-}
-
-/* The schedule is made once here on a stand-in length (its `auto` lengths come from the data)
- * and thrown away: its own checks of keys and values run before the data are opened. */
-static ct_status check_schedule(ct_experiment *e) {
-    const ct_cfg_node *m = ct_exp_node(e, "scheduler");
-    if (!m) return CT_OK;
-    name_list known = {{NULL}, 0};
-    for (int64_t i = 0; ct_schedule_type_name(i); i++)
-        names_add(&known, ct_schedule_type_name(i));
-    const ct_cfg_node *t;
-    CT_TRY(type_of(e, m, &known, false, &t));
-    const char *const *keys = ct_schedule_type_keys(t->value);
-    if (!keys) return unknown_name(e, t, "schedule type", &known);
-    static const char *const own[] = {"type", "interval", "monitor", NULL};
-    char owner[128];
-    (void)snprintf(owner, sizeof owner, "schedule type '%s'", t->value);
-    CT_TRY(check_keys(e, m, own, keys, owner));
-    ct_options o;
-    CT_TRY(ct_exp_to_options(e, m, own, 1, &o));
-    const ct_cfg_node *iv = ct_config_find(m, "interval"), *mon = ct_config_find(m, "monitor");
-    if (iv && (iv->kind != CT_CFG_SCALAR ||
-               (strcmp(iv->value, "step") != 0 && strcmp(iv->value, "epoch") != 0)))
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key 'interval': expected step or epoch",
-                       o.where);
-    if (mon && (mon->kind != CT_CFG_SCALAR || !mon->value[0]))
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key 'monitor': expected a metric name", o.where);
-    for (int64_t i = 0; i < o.count; i++)
-        if (strcmp(o.items[i].value, "auto") == 0 &&
-            (strcmp(o.items[i].key, "total") == 0 || strcmp(o.items[i].key, "t_max") == 0))
-            ((ct_option *)(uintptr_t)o.items)[i].value = "1000000000";
-    if (strcmp(t->value, "plateau") == 0 && !ct_options_get(&o, "mode"))
-        ct_exp_add_option(&o, "mode", "min");
-    ct_schedule *probe = NULL;
-    ct_status s = ct_schedule_create(e->ctx, t->value, &o,
-                                     (float)ct_exp_float_at(e, "optimizer.lr", 1e-3), &probe);
-    ct_schedule_destroy(probe);
-    return s;
-}
-
-/* Opens and closes a metric with n_classes classes; an error names where it was written. */
-static ct_status
-open_metric(ct_experiment *e, const ct_metric_vtable *vt, const ct_options *o, int64_t n_classes) {
-    void *self = NULL;
-    ct_metric_layout lay;
-    memset(&lay, 0, sizeof lay);
-    ct_status s = vt->open(e->ctx, o, n_classes, &self, &lay);
-    if (s == CT_OK) {
-        if (vt->close) vt->close(e->ctx, self);
-        return CT_OK;
-    }
-    if (o->where && !strstr(ct_last_error(e->ctx), o->where))
-        return ct_err_wrap(e->ctx, "%s", o->where);
-    return s;
-}
-
-/* A metric's options before the data: its class count comes from them, so options that fit no
- * count (tried: unknown, and 4096 classes) are an error now; the rest wait for the count. */
-static ct_status probe_metric(ct_experiment *e, const ct_metric_vtable *vt, const ct_options *o) {
-    return open_metric(e, vt, o, 0) == CT_OK ? CT_OK : open_metric(e, vt, o, 4096);
-}
-
-static ct_status check_metrics(ct_experiment *e, const char *path, const char *data) {
-    const ct_cfg_node *list = ct_exp_node(e, path);
-    if (!list || list->n_children == 0) return CT_OK;
-    if (!ct_exp_node(e, data)) {
-        char w[600];
-        ct_exp_where(list, w, sizeof w);
-        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                       "%s: key '%s': metrics for %s, which is not set: nothing would compute "
-                       "them; set %s or remove %s",
-                       w, path, data, data, path);
-    }
-    name_list known = {{NULL}, 0};
-    int64_t n;
-    const ct_metric_vtable *const *types = ct_metric_types(&n);
-    for (int64_t i = 0; i < n; i++)
-        names_add(&known, types[i]->name);
-    static const char *const own[] = {"type", "name", "plugin", "symbol", NULL};
-    for (const ct_cfg_node *it = list->first; it; it = it->next) {
-        const ct_cfg_node *t = it;
-        ct_options o;
-        if (it->kind == CT_CFG_MAP && ct_config_find(it, "plugin")) {
-            /* a plugin metric's open reads its options as a built-in's does, and must take an
-               unknown class count (0, metrics.h): probed the same way */
-            const void *pvt;
-            CT_TRY(ct_exp_plugin_symbol(e, it, &pvt));
-            CT_TRY(ct_exp_to_options(e, it, own, 0, &o));
-            const ct_cfg_node *nm = ct_config_find(it, "name");
-            if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(check_metric_name(e, &o, nm->value));
-            const ct_metric_vtable *pm = pvt;
-            if (pm->open) CT_TRY(probe_metric(e, pm, &o)); /* else the set's create says so */
-            continue;
-        }
-        if (it->kind == CT_CFG_MAP) {
-            CT_TRY(type_of(e, it, &known, true, &t));
-            CT_TRY(ct_exp_to_options(e, it, own, 0, &o));
-            const ct_cfg_node *nm = ct_config_find(it, "name");
-            if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(check_metric_name(e, &o, nm->value));
-        } else {
-            o.items = NULL;
-            o.count = 0;
-            o.where = ct_exp_where_of(e, it);
-            if (!o.where) return ct_exp_oom(e);
-        }
-        const ct_metric_vtable *vt = ct_metric_type(t->value);
-        if (!vt) return unknown_name(e, t, "metric type", &known);
-        CT_TRY(probe_metric(e, vt, &o));
-    }
-    return CT_OK;
-}
-
-/* The EMA is made on an empty store: its options are read before the store is looked at. */
-static ct_status check_ema(ct_experiment *e) {
-    const ct_cfg_node *m = ct_exp_node(e, "trainer.ema");
-    if (!m) return CT_OK;
-    ct_options o;
-    CT_TRY(ct_exp_to_options(e, m, NULL, 0, &o));
-    ct_params *empty = NULL;
-    ct_ema *probe = NULL;
-    CT_TRY(ct_params_create(e->ctx, &empty));
-    ct_status s = ct_params_alloc(empty);
-    if (s == CT_OK) s = ct_ema_create(e->ctx, empty, &o, &probe);
-    ct_ema_destroy(probe);
-    ct_params_destroy(empty);
-    return s == CT_ERR_CONFIG || s == CT_ERR_OOM ? s : CT_OK;
-}
-
-static ct_status check_components(ct_experiment *e) {
-    CT_TRY(check_data(e));
-    CT_TRY(check_model(e));
-    CT_TRY(check_optimizer(e));
-    CT_TRY(check_schedule(e));
-    CT_TRY(check_metrics(e, "metrics.valid", "data.valid"));
-    CT_TRY(check_metrics(e, "metrics.test", "data.test"));
-    return check_ema(e);
 }
 
 /* ---- records: metrics.jsonl and metrics.csv ---- */
@@ -1634,7 +1079,7 @@ fwd_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t to
 }
 
 /* trainer.precision: training, evaluation and prediction all compute in it. */
-static ct_dtype precision_at(const ct_experiment *e) {
+static ct_dtype ct_exp_precision_at(const ct_experiment *e) {
     return strcmp(ct_exp_str_at(e, "trainer.precision"), "bf16") == 0 ? CT_BF16 : CT_F32;
 }
 
@@ -1646,7 +1091,7 @@ static ct_status build_trainer(ct_experiment *e) {
     e->accum = tp.accum_steps;
     tp.grad_clip_norm = (float)ct_exp_float_at(e, "trainer.grad_clip_norm", 0);
     tp.grad_clip_value = (float)ct_exp_float_at(e, "trainer.grad_clip_value", 0);
-    tp.precision = precision_at(e);
+    tp.precision = ct_exp_precision_at(e);
     tp.check_grads = ct_exp_bool_at(e, "trainer.check_grads");
     tp.steps_per_loop = ct_exp_int_at(e, "trainer.steps_per_loop");
     tp.limit_train_batches = ct_exp_int_at(e, "trainer.limit_train_batches");
@@ -1665,7 +1110,7 @@ static ct_status build_trainer(ct_experiment *e) {
         en->loader = e->eval_loaders[i];
         en->every_epochs = i == 0 ? ct_exp_int_at(e, "trainer.valid_every_epochs") : e->test_every;
         en->every_steps = i == 0 ? ct_exp_int_at(e, "trainer.valid_every_steps") : 0;
-        CT_TRY(metric_specs(e, i == 0 ? "metrics.valid" : "metrics.test", en));
+        CT_TRY(ct_exp_metric_specs(e, i == 0 ? "metrics.valid" : "metrics.test", en));
         e->engine_keys[e->n_engines++] = en->key;
     }
 
@@ -1679,7 +1124,8 @@ static ct_status build_trainer(ct_experiment *e) {
         e->monitor_o.where = ct_exp_where_of(e, ct_exp_node(e, "checkpoint"));
         const char *mode = ct_exp_str_at(e, "checkpoint.mode");
         ct_exp_add_option(&e->monitor_o, "metric", mon);
-        ct_exp_add_option(&e->monitor_o, "mode", strcmp(mode, "auto") == 0 ? auto_mode(mon) : mode);
+        ct_exp_add_option(&e->monitor_o, "mode",
+                          strcmp(mode, "auto") == 0 ? ct_exp_auto_mode(mon) : mode);
         ct_exp_add_option(&e->monitor_o, "min_delta", ct_exp_str_at(e, "checkpoint.min_delta"));
         tp.monitor = &e->monitor_o;
     }
@@ -1690,7 +1136,7 @@ static ct_status build_trainer(ct_experiment *e) {
         const char *mode = ct_exp_str_at(e, "early_stopping.mode");
         if (strcmp(mode, "auto") == 0)
             ct_exp_add_option(&e->es_o, "mode",
-                              auto_mode(ct_exp_str_at(e, "early_stopping.monitor")));
+                              ct_exp_auto_mode(ct_exp_str_at(e, "early_stopping.monitor")));
         tp.early_stopping = &e->es_o;
     }
     const ct_cfg_node *ema = ct_exp_node(e, "trainer.ema");
@@ -1963,13 +1409,13 @@ ct_status ct_experiment_create(ct_ctx *ctx,
     e->out_dir = ct_exp_str_at(e, "output_dir");
     ct_status s =
         e->out_dir ? CT_OK : CT_FAIL(ctx, CT_ERR_CONFIG, "%s: not resolved (no output_dir)", file);
-    if (s == CT_OK) s = check_components(e);
-    if (s == CT_OK) s = build_data(e);
-    if (s == CT_OK) s = build_task(e);
-    if (s == CT_OK) s = build_model(e);
-    if (s == CT_OK) s = check_output(e);
-    if (s == CT_OK) s = build_optimizer(e);
-    if (s == CT_OK) s = build_schedule(e);
+    if (s == CT_OK) s = ct_exp_check_components(e);
+    if (s == CT_OK) s = ct_exp_build_data(e);
+    if (s == CT_OK) s = ct_exp_build_task(e);
+    if (s == CT_OK) s = ct_exp_build_model(e);
+    if (s == CT_OK) s = ct_exp_check_output(e);
+    if (s == CT_OK) s = ct_exp_build_optimizer(e);
+    if (s == CT_OK) s = ct_exp_build_schedule(e);
     if (s == CT_OK) s = build_trainer(e);
     if (s != CT_OK) {
         ct_experiment_destroy(e);
@@ -2223,7 +1669,7 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
     if (s == CT_OK) s = ct_loader_create(ctx, ds, &lp, &l);
     ct_graph_params gp = ct_graph_default_params();
     if (s == CT_OK) s = ct_graph_create(ctx, &gp, &g);
-    if (s == CT_OK) s = ct_graph_set_autocast(g, precision_at(e));
+    if (s == CT_OK) s = ct_graph_set_autocast(g, ct_exp_precision_at(e));
     if (s == CT_OK) {
         ct_graph_set_grad_enabled(g, false);
         ct_graph_set_training(g, false);
@@ -2333,7 +1779,7 @@ ct_status ct_experiment_generate(ct_experiment *e,
     ct_graph_params gp = ct_graph_default_params();
     ct_status s = ids && p ? ct_graph_create(ctx, &gp, &g)
                            : CT_FAIL(ctx, CT_ERR_OOM, "generate: out of memory");
-    if (s == CT_OK) s = ct_graph_set_autocast(g, precision_at(e));
+    if (s == CT_OK) s = ct_graph_set_autocast(g, ct_exp_precision_at(e));
     size_t n = 0;
     for (size_t i = 0; s == CT_OK && i < plen; i++)
         ids[n++] = (unsigned char)prompt[i];

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <sys/types.h>
 
+#include "ctrain/checkpoint.h"
 #include "ctrain/experiment.h"
 #include "ctrain/tboard.h"
 
@@ -73,14 +74,14 @@ typedef struct ct_exp_pool_block {
     size_t size;
 } ct_exp_pool_block;
 
-typedef enum ct_exp_loss {
+typedef enum ct_exp_loss_kind {
     CT_EXP_LOSS_AUTO = 0,
     CT_EXP_LOSS_CE,
     CT_EXP_LOSS_MSE,
     CT_EXP_LOSS_L1,
     CT_EXP_LOSS_SMOOTH_L1,
     CT_EXP_LOSS_HUBER
-} ct_exp_loss;
+} ct_exp_loss_kind;
 
 /*
  * Ownership: the experiment owns everything it builds. Option lists handed to components point
@@ -110,7 +111,7 @@ struct ct_experiment {
     const char *sched_metric;
     int64_t steps_per_epoch;
     ct_task task;
-    ct_exp_loss loss;
+    ct_exp_loss_kind loss;
     float label_smoothing, beta, delta;
 
     ct_eval_engine engines[CT_EXP_MAX_ENGINES];
@@ -169,5 +170,38 @@ void ct_exp_add_option(ct_options *o, const char *key, const char *value);
 ct_status ct_exp_plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const void **out);
 /* Closes the plugins, last opened first. */
 void ct_exp_plugins_close(ct_experiment *e);
+
+/* ---- check.c: the checks before any data is read, and the model against the data ---- */
+
+/* Every component's types, keys and the option values that do not depend on the data. */
+ct_status ct_exp_check_components(ct_experiment *e);
+/* One sample of the training data through the built model, its output against what the loss
+ * takes: a configuration error naming the layer (or the size key) and both shapes. */
+ct_status ct_exp_check_output(ct_experiment *e);
+/* Opens and closes a metric with n_classes classes; an error names where it was written. */
+ct_status ct_exp_open_metric(ct_experiment *e,
+                             const ct_metric_vtable *vt,
+                             const ct_options *o,
+                             int64_t n_classes);
+/* A metric's name goes verbatim into metrics.jsonl, metrics.csv and TensorBoard tags. */
+ct_status ct_exp_check_metric_name(ct_experiment *e, const ct_options *o, const char *name);
+
+/* ---- the builders, used by the checks ---- */
+
+/* Opens a dataset's mapping, or (out NULL) only checks its options, before any data are read. */
+ct_status ct_exp_open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_dataset **out);
+/* The transforms at `path` into lp (augment: data.augment's kinds); channels: whether the data
+ * are open (e->info), so that normalize's values are checked against the samples' channels. */
+ct_status ct_exp_add_transforms(
+    ct_experiment *e, const char *path, ct_loader_params *lp, bool augment, bool channels);
+/* Reads model.init_from (n) into *path and *lp. */
+ct_status ct_exp_read_init_from(ct_experiment *e,
+                                const ct_cfg_node *n,
+                                const char **path,
+                                ct_safetensors_load_params *lp);
+/* "[1,28,28]" for a sample shape, into buf. */
+const char *ct_exp_sample_str(int32_t ndim, const int64_t *shape, char *buf, size_t size);
+/* The task's loss when loss.type is set (the task's `loss` with the experiment as user). */
+ct_tensor *ct_exp_loss(void *user, ct_graph *g, ct_tensor *out, ct_tensor *y);
 
 #endif /* CT_EXPERIMENT_INTERNAL_H */
