@@ -186,7 +186,20 @@ ct_status ct_exp_open_metric(ct_experiment *e,
 /* A metric's name goes verbatim into metrics.jsonl, metrics.csv and TensorBoard tags. */
 ct_status ct_exp_check_metric_name(ct_experiment *e, const ct_options *o, const char *name);
 
-/* ---- the builders, used by the checks ---- */
+/* ---- build.c: the parts of the run, from the checked configuration ---- */
+
+/* In ct_experiment_create's order: the datasets and loaders (e->info is then the training
+ * data's), the task and loss, the model, the optimizer, the schedule. */
+ct_status ct_exp_build_data(ct_experiment *e);
+ct_status ct_exp_build_task(ct_experiment *e);
+ct_status ct_exp_build_model(ct_experiment *e);
+ct_status ct_exp_build_optimizer(ct_experiment *e);
+ct_status ct_exp_build_schedule(ct_experiment *e);
+/* The metric specs of the list at `path` (metrics.valid, metrics.test) into en, each opened
+ * once with the model's class count so that its options are checked against it. */
+ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine *en);
+/* "max" for a metric where higher is better (acc, f1, r2, top*, ...), else "min". */
+const char *ct_exp_auto_mode(const char *metric);
 
 /* Opens a dataset's mapping, or (out NULL) only checks its options, before any data are read. */
 ct_status ct_exp_open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_dataset **out);
