@@ -217,4 +217,24 @@ const char *ct_exp_sample_str(int32_t ndim, const int64_t *shape, char *buf, siz
 /* The task's loss when loss.type is set (the task's `loss` with the experiment as user). */
 ct_tensor *ct_exp_loss(void *user, ct_graph *g, ct_tensor *out, ct_tensor *y);
 
+/* ---- records.c: metrics.jsonl, metrics.csv, TensorBoard and the report ---- */
+
+/* The trainer's callbacks: the experiment's handlers, which pass each event on to the
+ * caller's (e->p.callbacks); only the caller's per-batch events cost a call. */
+void ct_exp_wire_callbacks(ct_experiment *e, ct_trainer_callbacks *cb);
+/* Opens metrics.jsonl (and metrics.csv, TensorBoard as configured) in the run directory,
+ * appended to (append) or anew. */
+ct_status ct_exp_open_records(ct_experiment *e, bool append);
+/* Closes the record files, reporting the first failure. */
+ct_status ct_exp_close_records(ct_experiment *e);
+/* Closes what ct_exp_open_records opened and frees the record buffer. */
+void ct_exp_release_records(ct_experiment *e);
+/* The report at the end of a fit, finished or interrupted. */
+void ct_exp_final_report(ct_experiment *e);
+/* Whether metrics.jsonl has a record of `step` with a value whose name starts with prefix. */
+bool ct_exp_has_record(const ct_experiment *e, const char *prefix, int64_t step);
+/* Keeps the records of steps up to `step` in the record file `name` (a resumed run redoes
+ * the later ones); csv: metrics.csv's rows, its header kept. */
+ct_status ct_exp_truncate_records(ct_experiment *e, const char *name, int64_t step, bool csv);
+
 #endif /* CT_EXPERIMENT_INTERNAL_H */
