@@ -194,3 +194,8 @@ void ct_exp_plugins_close(ct_experiment *e) {
         (void)dlclose(e->plugins[i]);
     e->n_plugins = 0;
 }
+
+/* trainer.precision: training, evaluation and prediction all compute in it. */
+ct_dtype ct_exp_precision_at(const ct_experiment *e) {
+    return strcmp(ct_exp_str_at(e, "trainer.precision"), "bf16") == 0 ? CT_BF16 : CT_F32;
+}

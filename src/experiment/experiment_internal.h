@@ -153,6 +153,8 @@ const char *ct_exp_str_at(const ct_experiment *e, const char *path);
 int64_t ct_exp_int_at(const ct_experiment *e, const char *path);
 double ct_exp_float_at(const ct_experiment *e, const char *path, double fallback);
 bool ct_exp_bool_at(const ct_experiment *e, const char *path);
+/* trainer.precision: training, evaluation and prediction all compute in it. */
+ct_dtype ct_exp_precision_at(const ct_experiment *e);
 /* "FILE:L:C: PATH" of a node, in the pool (NULL when out of memory). */
 char *ct_exp_where_of(ct_experiment *e, const ct_cfg_node *n);
 
