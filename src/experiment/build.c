@@ -119,86 +119,134 @@ static ct_status check_channels(ct_experiment *e, const ct_cfg_node *n, int coun
                    w, path, count, shape, (long long)c, c == 1 ? "" : "s", per);
 }
 
+/* A transform as written: its mapping (or bare name), where it is and its path, for messages. */
+typedef struct transform_src {
+    const ct_cfg_node *it;
+    char w[600];   /* FILE:L:C */
+    char ip[256];  /* data.transforms.0 */
+    bool channels; /* the data are open: normalize's values are checked against their channels */
+} transform_src;
+
+static ct_status read_scale(ct_experiment *e, const transform_src *src, ct_transform *t) {
+    const ct_cfg_node *it = src->it, *v;
+    int cnt;
+    t->kind = CT_TRANSFORM_SCALE;
+    t->a = (float)(((v = ct_config_find(it, "a")) && v->value) ? atof(v->value) : 1.0);
+    t->b = (float)(((v = ct_config_find(it, "b")) && v->value) ? atof(v->value) : 0.0);
+    if ((v = ct_config_find(it, "a"))) CT_TRY(float_list(e, v, &t->a, 1, &cnt, "a"));
+    if ((v = ct_config_find(it, "b"))) CT_TRY(float_list(e, v, &t->b, 1, &cnt, "b"));
+    return CT_OK;
+}
+
+static ct_status read_normalize(ct_experiment *e, const transform_src *src, ct_transform *t) {
+    t->kind = CT_TRANSFORM_NORMALIZE;
+    int nm = 0, ns = 0;
+    const ct_cfg_node *m = ct_config_find(src->it, "mean"), *s = ct_config_find(src->it, "std");
+    if (!m || !s)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: normalize needs mean and std", src->w,
+                       src->ip);
+    CT_TRY(float_list(e, m, t->mean, CT_TRANSFORM_MAX_CHANNELS, &nm, "mean"));
+    CT_TRY(float_list(e, s, t->std, CT_TRANSFORM_MAX_CHANNELS, &ns, "std"));
+    if (nm != ns)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: mean has %d values, std %d", src->w, src->ip,
+                       nm, ns);
+    CT_TRY(check_std(e, s, t->std, ns));
+    if (src->channels) CT_TRY(check_channels(e, m, nm));
+    for (int c = nm; c < CT_TRANSFORM_MAX_CHANNELS; c++) { /* one value: every channel */
+        t->mean[c] = nm == 1 ? t->mean[0] : 0.0f;
+        t->std[c] = nm == 1 ? t->std[0] : 1.0f;
+    }
+    return CT_OK;
+}
+
+static ct_status read_random_crop(ct_experiment *e, const transform_src *src, ct_transform *t) {
+    t->kind = CT_TRANSFORM_RANDOM_CROP;
+    int64_t pad = 4;
+    const ct_cfg_node *v = ct_config_find(src->it, "pad");
+    if (v && (!v->value || !ct_exp_parse_int(v->value, &pad) || pad < 0))
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s.pad: expected an integer >= 0", src->w,
+                       src->ip);
+    t->pad = pad;
+    return CT_OK;
+}
+
+static ct_status read_hflip(ct_experiment *e, const transform_src *src, ct_transform *t) {
+    t->kind = CT_TRANSFORM_HFLIP;
+    double p = 0.5;
+    const ct_cfg_node *v = ct_config_find(src->it, "p");
+    if (v && (!v->value || !ct_exp_parse_float(v->value, &p) || p < 0 || p > 1))
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s.p: expected a number in [0, 1]", src->w,
+                       src->ip);
+    t->p = (float)p;
+    return CT_OK;
+}
+
+typedef struct transform_def {
+    const char *name;
+    const char *keys[4]; /* what its mapping may hold, NULL-terminated */
+    ct_status (*read)(ct_experiment *e, const transform_src *src, ct_transform *t);
+} transform_def;
+
+/* data.transforms' kinds, then data.augment's. */
+static const transform_def transform_defs[2][2] = {
+    {{"scale", {"type", "a", "b", NULL}, read_scale},
+     {"normalize", {"type", "mean", "std", NULL}, read_normalize}},
+    {{"random_crop", {"type", "pad", NULL, NULL}, read_random_crop},
+     {"hflip", {"type", "p", NULL, NULL}, read_hflip}},
+};
+
+/* The kind of a transform of data.augment (augment) or data.transforms, by its type. */
+static ct_status transform_kind(ct_experiment *e,
+                                const transform_src *src,
+                                const char *type,
+                                bool augment,
+                                const transform_def **out) {
+    const transform_def *defs = transform_defs[augment ? 1 : 0];
+    for (int i = 0; i < 2; i++)
+        if (strcmp(type, defs[i].name) == 0) {
+            *out = &defs[i];
+            return CT_OK;
+        }
+    return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s.type': '%s' is not one of: %s, %s%s", src->w,
+                   src->ip, type, defs[0].name, defs[1].name,
+                   augment ? " (scale and normalize go in data.transforms)"
+                           : " (random_crop and hflip go in data.augment)");
+}
+
+static ct_status
+check_transform_keys(ct_experiment *e, const transform_src *src, const transform_def *def) {
+    const ct_cfg_node *it = src->it;
+    for (const ct_cfg_node *k = it->kind == CT_CFG_MAP ? it->first : NULL; k; k = k->next) {
+        bool ok = false;
+        for (int j = 0; j < 4 && def->keys[j]; j++)
+            ok = ok || strcmp(k->key, def->keys[j]) == 0;
+        if (!ok)
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: unknown key '%s.%s' for %s", src->w, src->ip,
+                           k->key, def->name);
+    }
+    return CT_OK;
+}
+
 /* The transforms at `path` into lp; channels: whether the data are open (e->info), so that
  * normalize's values can be checked against the samples' channels. */
 ct_status ct_exp_add_transforms(
     ct_experiment *e, const char *path, ct_loader_params *lp, bool augment, bool channels) {
     const ct_cfg_node *list = ct_exp_node(e, path);
     for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
-        char w[600], ip[256];
-        ct_exp_where(it, w, sizeof w);
-        ct_config_path(it, ip, sizeof ip);
+        transform_src src = {.it = it, .channels = channels};
+        ct_exp_where(it, src.w, sizeof src.w);
+        ct_config_path(it, src.ip, sizeof src.ip);
         const ct_cfg_node *tn = it->kind == CT_CFG_MAP ? ct_config_find(it, "type") : it;
         const char *type = tn && tn->kind == CT_CFG_SCALAR ? tn->value : "";
         if (lp->n_transforms == CT_LOADER_MAX_TRANSFORMS)
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: more than %d transforms", w, ip,
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: more than %d transforms", src.w, src.ip,
                            CT_LOADER_MAX_TRANSFORMS);
         ct_transform *t = &lp->transforms[lp->n_transforms];
         memset(t, 0, sizeof *t);
-        static const char *const kinds[2][2] = {{"scale", "normalize"}, {"random_crop", "hflip"}};
-        const char *const *names = kinds[augment ? 1 : 0];
-        static const char *const keys[4][4] = {{"type", "a", "b", NULL},
-                                               {"type", "mean", "std", NULL},
-                                               {"type", "pad", NULL, NULL},
-                                               {"type", "p", NULL, NULL}};
-        int which = strcmp(type, names[0]) == 0 ? 0 : strcmp(type, names[1]) == 0 ? 1 : -1;
-        if (which < 0)
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s.type': '%s' is not one of: %s, %s%s",
-                           w, ip, type, names[0], names[1],
-                           augment ? " (scale and normalize go in data.transforms)"
-                                   : " (random_crop and hflip go in data.augment)");
-        int idx = (augment ? 2 : 0) + which;
-        for (const ct_cfg_node *k = it->kind == CT_CFG_MAP ? it->first : NULL; k; k = k->next) {
-            bool ok = false;
-            for (int j = 0; j < 4 && keys[idx][j]; j++)
-                ok = ok || strcmp(k->key, keys[idx][j]) == 0;
-            if (!ok)
-                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: unknown key '%s.%s' for %s", w, ip,
-                               k->key, type);
-        }
-        const ct_cfg_node *v;
-        int cnt;
-        if (idx == 0) {
-            t->kind = CT_TRANSFORM_SCALE;
-            t->a = (float)(((v = ct_config_find(it, "a")) && v->value) ? atof(v->value) : 1.0);
-            t->b = (float)(((v = ct_config_find(it, "b")) && v->value) ? atof(v->value) : 0.0);
-            if ((v = ct_config_find(it, "a"))) CT_TRY(float_list(e, v, &t->a, 1, &cnt, "a"));
-            if ((v = ct_config_find(it, "b"))) CT_TRY(float_list(e, v, &t->b, 1, &cnt, "b"));
-        } else if (idx == 1) {
-            t->kind = CT_TRANSFORM_NORMALIZE;
-            int nm = 0, ns = 0;
-            const ct_cfg_node *m = ct_config_find(it, "mean"), *s = ct_config_find(it, "std");
-            if (!m || !s)
-                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: normalize needs mean and std", w,
-                               ip);
-            CT_TRY(float_list(e, m, t->mean, CT_TRANSFORM_MAX_CHANNELS, &nm, "mean"));
-            CT_TRY(float_list(e, s, t->std, CT_TRANSFORM_MAX_CHANNELS, &ns, "std"));
-            if (nm != ns)
-                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s: mean has %d values, std %d", w, ip,
-                               nm, ns);
-            CT_TRY(check_std(e, s, t->std, ns));
-            if (channels) CT_TRY(check_channels(e, m, nm));
-            for (int c = nm; c < CT_TRANSFORM_MAX_CHANNELS; c++) { /* one value: every channel */
-                t->mean[c] = nm == 1 ? t->mean[0] : 0.0f;
-                t->std[c] = nm == 1 ? t->std[0] : 1.0f;
-            }
-        } else if (idx == 2) {
-            t->kind = CT_TRANSFORM_RANDOM_CROP;
-            int64_t pad = 4;
-            if ((v = ct_config_find(it, "pad")) &&
-                (!v->value || !ct_exp_parse_int(v->value, &pad) || pad < 0))
-                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s.pad: expected an integer >= 0", w,
-                               ip);
-            t->pad = pad;
-        } else {
-            t->kind = CT_TRANSFORM_HFLIP;
-            double p = 0.5;
-            if ((v = ct_config_find(it, "p")) &&
-                (!v->value || !ct_exp_parse_float(v->value, &p) || p < 0 || p > 1))
-                return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: %s.p: expected a number in [0, 1]", w,
-                               ip);
-            t->p = (float)p;
-        }
+        const transform_def *def = NULL;
+        CT_TRY(transform_kind(e, &src, type, augment, &def));
+        CT_TRY(check_transform_keys(e, &src, def));
+        CT_TRY(def->read(e, &src, t));
         lp->n_transforms++;
     }
     return CT_OK;

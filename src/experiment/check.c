@@ -459,39 +459,137 @@ static void output_where(const ct_experiment *e, bool size_key, char *buf, size_
     (void)snprintf(buf, size, "%s: key '%s'%s", w, path, what);
 }
 
-ct_status ct_exp_check_output(ct_experiment *e) {
-    const ct_task *task = &e->task;
-    /* a task that prepares the batches decides what the model sees */
-    if (task->prep_batch || task->train_step || task->eval_step) return CT_OK;
-    ct_ctx *ctx = e->ctx;
+/* What one zero sample of the training data's shape gives. */
+typedef struct sample_output {
+    bool ok;                    /* the model gave an output */
+    ct_status status;           /* the graph's status */
+    int32_t ndim;               /* the output sample's, without the batch of one */
+    int64_t shape[CT_MAX_DIMS]; /* ndim of them */
+    int64_t numel;
+} sample_output;
+
+static ct_status run_sample(ct_experiment *e, sample_output *o) {
     const ct_dataset_info *in = &e->info;
     int64_t xs[CT_MAX_DIMS] = {1};
     for (int32_t d = 0; d < in->x_ndim; d++)
         xs[d + 1] = in->x_shape[d];
     ct_graph_params gp = ct_graph_default_params();
     ct_graph *g = NULL;
-    CT_TRY(ct_graph_create(ctx, &gp, &g));
+    CT_TRY(ct_graph_create(e->ctx, &gp, &g));
     ct_graph_set_grad_enabled(g, false);
     ct_graph_set_training(g, false);
     ct_tensor *x = ct_graph_zeros(g, e->train_lp.to_f32 ? CT_F32 : in->x_dtype, in->x_ndim + 1, xs);
     ct_tensor *out = x ? ct_model_forward(e->model, g, x) : NULL;
-    int32_t ond = out ? out->ndim - 1 : 0; /* the output sample, without the batch of one */
-    int64_t os[CT_MAX_DIMS] = {0}, onumel = 1;
-    for (int32_t d = 0; d < ond; d++)
-        onumel *= (os[d] = out->shape[d + 1]);
-    ct_status gs = ct_graph_status(g);
+    memset(o, 0, sizeof *o);
+    o->ok = out != NULL;
+    o->ndim = out ? out->ndim - 1 : 0;
+    o->numel = 1;
+    for (int32_t d = 0; d < o->ndim; d++)
+        o->numel *= (o->shape[d] = out->shape[d + 1]);
+    o->status = ct_graph_status(g);
     ct_graph_destroy(g);
-    char where[1200], sample[200], output[200], target[200];
-    ct_exp_sample_str(in->x_ndim, in->x_shape, sample, sizeof sample);
-    if (!out) {
-        output_where(e, false, where, sizeof where);
-        if (gs == CT_ERR_OOM || gs == CT_ERR_INTERNAL)
-            return ct_err_wrap(ctx, "%s: a sample %s through the model", where, sample);
-        char why[1024];
-        (void)snprintf(why, sizeof why, "%s", ct_last_error(ctx));
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: a sample %s of data.train fails in the model: %s",
-                       where, sample, why);
+    return CT_OK;
+}
+
+/* The model failed on the sample: a configuration error at its last layer, but for a lack of
+ * memory or an internal error, which keep their status. */
+static ct_status sample_failed(ct_experiment *e, const sample_output *o, const char *sample) {
+    char where[1200];
+    output_where(e, false, where, sizeof where);
+    if (o->status == CT_ERR_OOM || o->status == CT_ERR_INTERNAL)
+        return ct_err_wrap(e->ctx, "%s: a sample %s through the model", where, sample);
+    char why[1024];
+    (void)snprintf(why, sizeof why, "%s", ct_last_error(e->ctx));
+    return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a sample %s of data.train fails in the model: %s",
+                   where, sample, why);
+}
+
+/* Cross-entropy takes class indices as targets, the other losses values. */
+static ct_status
+check_targets(ct_experiment *e, ct_exp_loss_kind loss, const char *ln, const char *target) {
+    const ct_dataset_info *in = &e->info;
+    bool classes = in->y_dtype == CT_I64 || in->y_dtype == CT_I32;
+    if ((loss == CT_EXP_LOSS_CE) == classes) return CT_OK;
+    /* task: auto picks the loss from the targets: the task or the loss was set to this */
+    const ct_cfg_node *n =
+        e->loss != CT_EXP_LOSS_AUTO ? ct_exp_node(e, "loss.type") : ct_exp_node(e, "task");
+    char w[600], path[512];
+    ct_exp_where(n, w, sizeof w);
+    ct_config_path(n, path, sizeof path);
+    return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                   "%s: key '%s': %s takes %s as targets, but data.train's are %s (%s%s%s); %s", w,
+                   path, ln, classes ? "values" : "class indices",
+                   classes ? "class indices" : "values", ct_dtype_name(in->y_dtype),
+                   in->y_ndim ? " " : "", in->y_ndim ? target : "",
+                   classes ? "use task: classification and loss: cross_entropy"
+                           : "use task: regression and a regression loss");
+}
+
+/* What the loss takes of an output for data.train's targets, into want, when the sample's
+ * output is not that ("" when it is); *size_wrong: only its size is wrong (then the key that
+ * sets the size is the place to name). */
+static void expected_output(const ct_experiment *e,
+                            ct_exp_loss_kind loss,
+                            const sample_output *o,
+                            const char *target,
+                            char *want,
+                            size_t size,
+                            bool *size_wrong) {
+    const ct_dataset_info *in = &e->info;
+    int64_t ynumel = 1;
+    for (int32_t d = 0; d < in->y_ndim; d++)
+        ynumel *= in->y_shape[d];
+    bool lm = e->task.kind == CT_TASK_LANGUAGE_MODEL;
+    want[0] = '\0';
+    *size_wrong = false;
+    if (loss == CT_EXP_LOSS_CE && !lm) {
+        int64_t c = in->n_classes > 0 ? in->n_classes : 1;
+        if (o->ndim != 1 || in->y_ndim != 0 || o->shape[0] < c) {
+            *size_wrong = o->ndim == 1 && in->y_ndim == 0;
+            (void)snprintf(want, size,
+                           "[C] with C >= %lld (a score for each of the %lld classes of "
+                           "data.train)",
+                           (long long)c, (long long)c);
+        }
+    } else if (loss == CT_EXP_LOSS_CE) {
+        int64_t v = o->ndim >= 1 ? o->shape[o->ndim - 1] : 0;
+        int64_t c = in->n_classes > 0 ? in->n_classes : 1;
+        if (o->ndim < 1 || v < c || o->numel / (v ? v : 1) != ynumel) {
+            *size_wrong = o->ndim >= 1 && o->numel / (v ? v : 1) == ynumel;
+            (void)snprintf(want, size,
+                           "[%lld, V] with V >= %lld (scores over the %lld-token vocabulary at "
+                           "each of the %lld positions)",
+                           (long long)ynumel, (long long)c, (long long)c, (long long)ynumel);
+        }
+    } else if (o->numel != ynumel) {
+        *size_wrong = o->ndim == 1;
+        (void)snprintf(want, size, "%lld value%s (data.train's targets are %s)", (long long)ynumel,
+                       ynumel == 1 ? "" : "s", target);
     }
+}
+
+/* The usual cause of an output of more than one axis: layers that act on the last axis given
+ * an image. */
+static const char *flatten_hint(const ct_experiment *e, const sample_output *o) {
+    if (o->ndim <= 1 || e->info.x_ndim <= 1 || e->task.kind == CT_TASK_LANGUAGE_MODEL) return "";
+    const ct_cfg_node *t = ct_config_find(ct_exp_node(e, "model"), "type");
+    return t && strcmp(t->value, "mlp") == 0
+               ? "; an mlp's linear layers act on the last axis of a sample: for samples of "
+                 "more than one axis use type: sequential with a flatten layer first"
+               : "; linear layers act on the last axis of their input: a flatten layer "
+                 "before the first one makes a sample one vector";
+}
+
+ct_status ct_exp_check_output(ct_experiment *e) {
+    const ct_task *task = &e->task;
+    /* a task that prepares the batches decides what the model sees */
+    if (task->prep_batch || task->train_step || task->eval_step) return CT_OK;
+    const ct_dataset_info *in = &e->info;
+    sample_output o;
+    CT_TRY(run_sample(e, &o));
+    char sample[200], output[200], target[200];
+    ct_exp_sample_str(in->x_ndim, in->x_shape, sample, sizeof sample);
+    if (!o.ok) return sample_failed(e, &o, sample);
     /* a task's own loss decides what it takes */
     if (task->loss_parts || (task->loss && task->loss != ct_exp_loss)) return CT_OK;
     ct_exp_loss_kind loss = e->loss != CT_EXP_LOSS_AUTO        ? e->loss
@@ -500,67 +598,15 @@ ct_status ct_exp_check_output(ct_experiment *e) {
     static const char *const loss_names[] = {"auto", "cross_entropy", "mse",
                                              "l1",   "smooth_l1",     "huber"};
     const char *ln = loss_names[loss];
-    ct_exp_sample_str(ond, os, output, sizeof output);
+    ct_exp_sample_str(o.ndim, o.shape, output, sizeof output);
     ct_exp_sample_str(in->y_ndim, in->y_shape, target, sizeof target);
-    int64_t ynumel = 1;
-    for (int32_t d = 0; d < in->y_ndim; d++)
-        ynumel *= in->y_shape[d];
-    bool classes = in->y_dtype == CT_I64 || in->y_dtype == CT_I32;
-    bool lm = task->kind == CT_TASK_LANGUAGE_MODEL;
-    if ((loss == CT_EXP_LOSS_CE) != classes) {
-        /* task: auto picks the loss from the targets: the task or the loss was set to this */
-        const ct_cfg_node *n =
-            e->loss != CT_EXP_LOSS_AUTO ? ct_exp_node(e, "loss.type") : ct_exp_node(e, "task");
-        char w[600], path[512];
-        ct_exp_where(n, w, sizeof w);
-        ct_config_path(n, path, sizeof path);
-        return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "%s: key '%s': %s takes %s as targets, but data.train's are %s (%s%s%s); "
-                       "%s",
-                       w, path, ln, classes ? "values" : "class indices",
-                       classes ? "class indices" : "values", ct_dtype_name(in->y_dtype),
-                       in->y_ndim ? " " : "", in->y_ndim ? target : "",
-                       classes ? "use task: classification and loss: cross_entropy"
-                               : "use task: regression and a regression loss");
-    }
-    char want[600] = "";
-    bool size_wrong = false;
-    if (loss == CT_EXP_LOSS_CE && !lm) {
-        int64_t c = in->n_classes > 0 ? in->n_classes : 1;
-        if (ond != 1 || in->y_ndim != 0 || os[0] < c) {
-            size_wrong = ond == 1 && in->y_ndim == 0;
-            (void)snprintf(want, sizeof want,
-                           "[C] with C >= %lld (a score for each of the %lld classes of "
-                           "data.train)",
-                           (long long)c, (long long)c);
-        }
-    } else if (loss == CT_EXP_LOSS_CE) {
-        int64_t v = ond >= 1 ? os[ond - 1] : 0, c = in->n_classes > 0 ? in->n_classes : 1;
-        if (ond < 1 || v < c || onumel / (v ? v : 1) != ynumel) {
-            size_wrong = ond >= 1 && onumel / (v ? v : 1) == ynumel;
-            (void)snprintf(want, sizeof want,
-                           "[%lld, V] with V >= %lld (scores over the %lld-token vocabulary at "
-                           "each of the %lld positions)",
-                           (long long)ynumel, (long long)c, (long long)c, (long long)ynumel);
-        }
-    } else if (onumel != ynumel) {
-        size_wrong = ond == 1;
-        (void)snprintf(want, sizeof want, "%lld value%s (data.train's targets are %s)",
-                       (long long)ynumel, ynumel == 1 ? "" : "s", target);
-    }
+    CT_TRY(check_targets(e, loss, ln, target));
+    char want[600], where[1200];
+    bool size_wrong;
+    expected_output(e, loss, &o, target, want, sizeof want, &size_wrong);
     if (!want[0]) return CT_OK;
     output_where(e, size_wrong, where, sizeof where);
-    /* the usual cause: layers that act on the last axis given an image */
-    const char *hint = "";
-    if (ond > 1 && in->x_ndim > 1 && !lm) {
-        const ct_cfg_node *t = ct_config_find(ct_exp_node(e, "model"), "type");
-        hint = t && strcmp(t->value, "mlp") == 0
-                   ? "; an mlp's linear layers act on the last axis of a sample: for samples of "
-                     "more than one axis use type: sequential with a flatten layer first"
-                   : "; linear layers act on the last axis of their input: a flatten layer "
-                     "before the first one makes a sample one vector";
-    }
-    return CT_FAIL(ctx, CT_ERR_CONFIG,
+    return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                    "%s: a sample %s of data.train gives an output %s, but %s takes %s%s", where,
-                   sample, output, ln, want, hint);
+                   sample, output, ln, want, flatten_hint(e, &o));
 }

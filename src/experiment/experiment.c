@@ -42,26 +42,28 @@ static ct_status policy_options(ct_experiment *e,
     return CT_OK;
 }
 
-static ct_status build_trainer(ct_experiment *e) {
-    ct_trainer_params tp = ct_trainer_default_params();
-    tp.max_epochs = ct_exp_int_at(e, "trainer.max_epochs");
-    tp.max_steps = ct_exp_int_at(e, "trainer.max_steps");
-    tp.accum_steps = ct_exp_int_at(e, "trainer.accum_steps");
-    e->accum = tp.accum_steps;
-    tp.grad_clip_norm = (float)ct_exp_float_at(e, "trainer.grad_clip_norm", 0);
-    tp.grad_clip_value = (float)ct_exp_float_at(e, "trainer.grad_clip_value", 0);
-    tp.precision = ct_exp_precision_at(e);
-    tp.check_grads = ct_exp_bool_at(e, "trainer.check_grads");
-    tp.steps_per_loop = ct_exp_int_at(e, "trainer.steps_per_loop");
-    tp.limit_train_batches = ct_exp_int_at(e, "trainer.limit_train_batches");
-    tp.limit_eval_batches = ct_exp_int_at(e, "trainer.limit_eval_batches");
-    tp.dev_run = ct_exp_bool_at(e, "trainer.dev_run");
-    tp.seed = (uint64_t)ct_exp_int_at(e, "seed");
+/* The loop: its limits, precision, clipping, records and the schedule's stepping. */
+static void loop_params(ct_experiment *e, ct_trainer_params *tp) {
+    tp->max_epochs = ct_exp_int_at(e, "trainer.max_epochs");
+    tp->max_steps = ct_exp_int_at(e, "trainer.max_steps");
+    tp->accum_steps = ct_exp_int_at(e, "trainer.accum_steps");
+    e->accum = tp->accum_steps;
+    tp->grad_clip_norm = (float)ct_exp_float_at(e, "trainer.grad_clip_norm", 0);
+    tp->grad_clip_value = (float)ct_exp_float_at(e, "trainer.grad_clip_value", 0);
+    tp->precision = ct_exp_precision_at(e);
+    tp->check_grads = ct_exp_bool_at(e, "trainer.check_grads");
+    tp->steps_per_loop = ct_exp_int_at(e, "trainer.steps_per_loop");
+    tp->limit_train_batches = ct_exp_int_at(e, "trainer.limit_train_batches");
+    tp->limit_eval_batches = ct_exp_int_at(e, "trainer.limit_eval_batches");
+    tp->dev_run = ct_exp_bool_at(e, "trainer.dev_run");
+    tp->seed = (uint64_t)ct_exp_int_at(e, "seed");
     e->test_every = ct_exp_int_at(e, "trainer.test_every_epochs");
-    tp.schedule_per_epoch = e->sched_per_epoch;
-    tp.schedule_metric = e->sched_metric;
+    tp->schedule_per_epoch = e->sched_per_epoch;
+    tp->schedule_metric = e->sched_metric;
+}
 
-    /* engines */
+/* An evaluation engine for each evaluation dataset (valid, test), with its metrics. */
+static ct_status add_engines(ct_experiment *e) {
     for (int i = 0; i < CT_EXP_MAX_ENGINES; i++) {
         if (!e->eval_loaders[i]) continue;
         ct_eval_engine *en = &e->engines[e->n_engines];
@@ -72,22 +74,29 @@ static ct_status build_trainer(ct_experiment *e) {
         CT_TRY(ct_exp_metric_specs(e, i == 0 ? "metrics.valid" : "metrics.test", en));
         e->engine_keys[e->n_engines++] = en->key;
     }
+    return CT_OK;
+}
 
-    /* the monitor for `best` */
+/* The monitor for `best`: checkpoint.monitor, else valid/loss when there is validation data. */
+static ct_status monitor_params(ct_experiment *e, ct_trainer_params *tp) {
     const char *mon = ct_exp_str_at(e, "checkpoint.monitor");
     if ((!mon || !mon[0]) && e->eval_loaders[0]) mon = "valid/loss";
-    if (mon && mon[0]) {
-        ct_option *items = ct_exp_pool_alloc(e, sizeof(ct_option) * 3);
-        if (!items) return ct_exp_oom(e);
-        e->monitor_o.items = items;
-        e->monitor_o.where = ct_exp_where_of(e, ct_exp_node(e, "checkpoint"));
-        const char *mode = ct_exp_str_at(e, "checkpoint.mode");
-        ct_exp_add_option(&e->monitor_o, "metric", mon);
-        ct_exp_add_option(&e->monitor_o, "mode",
-                          strcmp(mode, "auto") == 0 ? ct_exp_auto_mode(mon) : mode);
-        ct_exp_add_option(&e->monitor_o, "min_delta", ct_exp_str_at(e, "checkpoint.min_delta"));
-        tp.monitor = &e->monitor_o;
-    }
+    if (!mon || !mon[0]) return CT_OK;
+    ct_option *items = ct_exp_pool_alloc(e, sizeof(ct_option) * 3);
+    if (!items) return ct_exp_oom(e);
+    e->monitor_o.items = items;
+    e->monitor_o.where = ct_exp_where_of(e, ct_exp_node(e, "checkpoint"));
+    const char *mode = ct_exp_str_at(e, "checkpoint.mode");
+    ct_exp_add_option(&e->monitor_o, "metric", mon);
+    ct_exp_add_option(&e->monitor_o, "mode",
+                      strcmp(mode, "auto") == 0 ? ct_exp_auto_mode(mon) : mode);
+    ct_exp_add_option(&e->monitor_o, "min_delta", ct_exp_str_at(e, "checkpoint.min_delta"));
+    tp->monitor = &e->monitor_o;
+    return CT_OK;
+}
+
+/* Early stopping, the EMA of the weights and what a non-finite loss or gradient does. */
+static ct_status policy_params(ct_experiment *e, ct_trainer_params *tp) {
     if (ct_exp_node(e, "early_stopping")) {
         static const char *const keys[] = {"monitor",   "mode",   "patience",
                                            "min_delta", "warmup", NULL};
@@ -96,46 +105,62 @@ static ct_status build_trainer(ct_experiment *e) {
         if (strcmp(mode, "auto") == 0)
             ct_exp_add_option(&e->es_o, "mode",
                               ct_exp_auto_mode(ct_exp_str_at(e, "early_stopping.monitor")));
-        tp.early_stopping = &e->es_o;
+        tp->early_stopping = &e->es_o;
     }
     const ct_cfg_node *ema = ct_exp_node(e, "trainer.ema");
     if (ema) {
         CT_TRY(ct_exp_to_options(e, ema, NULL, 0, &e->ema_o));
         if (!e->p.read_only) {
-            tp.ema = &e->ema_o;
+            tp->ema = &e->ema_o;
         } else { /* evaluation loads the EMA weights itself; the options are still checked */
             ct_ema *probe = NULL;
             CT_TRY(ct_ema_create(e->ctx, e->params, &e->ema_o, &probe));
             ct_ema_destroy(probe);
         }
     }
-    {
-        static const char *const keys[] = {"on_nonfinite", "max_skips", "max_rollbacks", NULL};
-        CT_TRY(policy_options(e, &e->nf_o, "trainer", keys, keys));
-        tp.nonfinite = &e->nf_o;
-    }
+    static const char *const keys[] = {"on_nonfinite", "max_skips", "max_rollbacks", NULL};
+    CT_TRY(policy_options(e, &e->nf_o, "trainer", keys, keys));
+    tp->nonfinite = &e->nf_o;
+    return CT_OK;
+}
+
+static void checkpoint_params(ct_experiment *e, ct_trainer_params *tp) {
     /* a dev run is a smoke test: it writes nothing into the run directory (Lightning's
        fast_dev_run turns off loggers and checkpoints alike) */
-    if (!e->p.read_only && !tp.dev_run && ct_exp_bool_at(e, "checkpoint.enabled")) {
-        tp.checkpoint_dir = e->out_dir;
-        tp.save_every_epochs = ct_exp_int_at(e, "checkpoint.save_every_epochs");
-        tp.save_every_steps = ct_exp_int_at(e, "checkpoint.save_every_steps");
-        tp.keep = ct_exp_int_at(e, "checkpoint.keep");
+    if (!e->p.read_only && !tp->dev_run && ct_exp_bool_at(e, "checkpoint.enabled")) {
+        tp->checkpoint_dir = e->out_dir;
+        tp->save_every_epochs = ct_exp_int_at(e, "checkpoint.save_every_epochs");
+        tp->save_every_steps = ct_exp_int_at(e, "checkpoint.save_every_steps");
+        tp->keep = ct_exp_int_at(e, "checkpoint.keep");
     } else {
-        tp.save_every_epochs = 0;
+        tp->save_every_epochs = 0;
     }
+}
+
+/* MPI runs: a resume on another number of processes, gradient buckets, the sharded update. */
+static void distributed_params(ct_experiment *e, ct_trainer_params *tp) {
+    tp->allow_world_size_change = ct_exp_bool_at(e, "trainer.allow_world_size_change");
+    const char *bucket_mb = ct_exp_str_at(e, "trainer.bucket_mb");
+    tp->bucket_bytes = bucket_mb && strcmp(bucket_mb, "auto") == 0
+                           ? CT_BUCKET_BYTES_AUTO
+                           : (int64_t)(ct_exp_float_at(e, "trainer.bucket_mb", 1.0) * 1048576.0);
+    const char *shard = ct_exp_str_at(e, "trainer.shard_optimizer");
+    tp->shard_optimizer = shard && strcmp(shard, "always") == 0  ? CT_UPDATE_SHARDING_ALWAYS
+                          : shard && strcmp(shard, "never") == 0 ? CT_UPDATE_SHARDING_NEVER
+                                                                 : CT_UPDATE_SHARDING_AUTO;
+}
+
+static ct_status build_trainer(ct_experiment *e) {
+    ct_trainer_params tp = ct_trainer_default_params();
+    loop_params(e, &tp);
+    CT_TRY(add_engines(e));
+    CT_TRY(monitor_params(e, &tp));
+    CT_TRY(policy_params(e, &tp));
+    checkpoint_params(e, &tp);
     ct_experiment_fingerprint(e->cfg, e->fingerprint);
     tp.fingerprint = e->fingerprint;
     ct_exp_wire_callbacks(e, &tp.callbacks);
-    tp.allow_world_size_change = ct_exp_bool_at(e, "trainer.allow_world_size_change");
-    const char *bucket_mb = ct_exp_str_at(e, "trainer.bucket_mb");
-    tp.bucket_bytes = bucket_mb && strcmp(bucket_mb, "auto") == 0
-                          ? CT_BUCKET_BYTES_AUTO
-                          : (int64_t)(ct_exp_float_at(e, "trainer.bucket_mb", 1.0) * 1048576.0);
-    const char *shard = ct_exp_str_at(e, "trainer.shard_optimizer");
-    tp.shard_optimizer = shard && strcmp(shard, "always") == 0  ? CT_UPDATE_SHARDING_ALWAYS
-                         : shard && strcmp(shard, "never") == 0 ? CT_UPDATE_SHARDING_NEVER
-                                                                : CT_UPDATE_SHARDING_AUTO;
+    distributed_params(e, &tp);
     e->tp = tp;
     if (e->p.comm) /* the communicator's watchdog: from now on, the configured limit */
         CT_TRY(ct_comm_set_timeout(e->p.comm, ct_exp_float_at(e, "trainer.collective_timeout_s",
