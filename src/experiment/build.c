@@ -21,6 +21,7 @@
 #include "ctrain/loss.h"
 #include "ctrain/ops.h"
 #include "experiment_internal.h"
+#include "optim/optim_internal.h"
 
 /* ---- data ---- */
 
@@ -588,16 +589,11 @@ ct_status ct_exp_build_task(ct_experiment *e) {
                            (int)e->task.kind);
         }
     } else {
-        static const char *const kinds[] = {"classification", "regression", "language_model"};
         e->task.kind = auto_kind(&e->info);
-        for (int i = 0; i < 3; i++)
-            if (strcmp(t->value, kinds[i]) == 0) e->task.kind = (ct_task_kind)i;
+        (void)ct_exp_task_from_name(t->value, &e->task.kind); /* else auto */
     }
-    static const char *const losses[] = {"auto", "cross_entropy", "mse",
-                                         "l1",   "smooth_l1",     "huber"};
     const char *lt = ct_exp_str_at(e, "loss.type");
-    for (int i = 0; i < 6; i++)
-        if (lt && strcmp(lt, losses[i]) == 0) e->loss = (ct_exp_loss_kind)i;
+    if (lt) (void)ct_exp_loss_from_name(lt, &e->loss);
     e->label_smoothing = (float)ct_exp_float_at(e, "loss.label_smoothing", 0);
     e->beta = (float)ct_exp_float_at(e, "loss.beta", 1);
     e->delta = (float)ct_exp_float_at(e, "loss.delta", 1);
@@ -620,11 +616,9 @@ ct_status ct_exp_build_task(ct_experiment *e) {
 /* ---- optimizer and schedule ---- */
 
 ct_status ct_exp_build_optimizer(ct_experiment *e) {
-    static const char *const names[] = {"sgd", "adam", "adamw", "rmsprop", "adagrad"};
     ct_optim_kind kind = CT_OPTIM_ADAM;
     const char *t = ct_exp_str_at(e, "optimizer.type");
-    for (int i = 0; i < CT_OPTIM_KIND_COUNT; i++)
-        if (t && strcmp(t, names[i]) == 0) kind = (ct_optim_kind)i;
+    if (t) (void)ct_optim_kind_from_name(t, &kind);
     ct_optim_params op = ct_optim_default_params(kind);
     op.lr = (float)ct_exp_float_at(e, "optimizer.lr", (double)op.lr);
     op.weight_decay = (float)ct_exp_float_at(e, "optimizer.weight_decay", (double)op.weight_decay);

@@ -595,9 +595,7 @@ ct_status ct_exp_check_output(ct_experiment *e) {
     ct_exp_loss_kind loss = e->loss != CT_EXP_LOSS_AUTO        ? e->loss
                             : task->kind == CT_TASK_REGRESSION ? CT_EXP_LOSS_MSE
                                                                : CT_EXP_LOSS_CE;
-    static const char *const loss_names[] = {"auto", "cross_entropy", "mse",
-                                             "l1",   "smooth_l1",     "huber"};
-    const char *ln = loss_names[loss];
+    const char *ln = ct_exp_loss_name(loss);
     ct_exp_sample_str(o.ndim, o.shape, output, sizeof output);
     ct_exp_sample_str(in->y_ndim, in->y_shape, target, sizeof target);
     CT_TRY(check_targets(e, loss, ln, target));

@@ -80,7 +80,8 @@ typedef enum ct_exp_loss_kind {
     CT_EXP_LOSS_MSE,
     CT_EXP_LOSS_L1,
     CT_EXP_LOSS_SMOOTH_L1,
-    CT_EXP_LOSS_HUBER
+    CT_EXP_LOSS_HUBER,
+    CT_EXP_LOSS_COUNT
 } ct_exp_loss_kind;
 
 /*
@@ -238,5 +239,14 @@ bool ct_exp_has_record(const ct_experiment *e, const char *prefix, int64_t step)
 /* Keeps the records of steps up to `step` in the record file `name` (a resumed run redoes
  * the later ones); csv: metrics.csv's rows, its header kept. */
 ct_status ct_exp_truncate_records(ct_experiment *e, const char *name, int64_t step, bool csv);
+
+/* ---- kinds.c: the names of loss and task kinds ---- */
+
+/* A kind's name as configurations write it; NULL for a value that is no kind. */
+const char *ct_exp_loss_name(ct_exp_loss_kind kind);
+const char *ct_exp_task_name(ct_task_kind kind);
+/* The kind called `name` into *out; false (and *out unchanged) when no kind is. */
+bool ct_exp_loss_from_name(const char *name, ct_exp_loss_kind *out);
+bool ct_exp_task_from_name(const char *name, ct_task_kind *out);
 
 #endif /* CT_EXPERIMENT_INTERNAL_H */

@@ -4,7 +4,8 @@
  * defaults (so the config becomes the resolved one), the fingerprint, the diff of two configs,
  * and the Markdown reference that docs/config.md holds (a test keeps the two equal).
  *
- * Adding a key is one table line here and reading it in experiment.c.
+ * Adding a key is one table line here and reading it where it is used (build.c, experiment.c,
+ * records.c).
  */
 #define _XOPEN_SOURCE 700 /* realpath(3), which POSIX.1-2008 without XSI does not declare */
 
@@ -81,6 +82,8 @@ static const ct_key_def k_schema[] = {
      "PyTorch's, by state_dict name; a resumed run loads its checkpoint instead. One sample of "
      "data.train goes through the model before anything else: an output that does not fit the "
      "loss is a configuration error naming the layer and both shapes."},
+    /* the values of task, loss.type and optimizer.type are the names in their kinds' tables
+       (kinds.c; ct_optim_kind_name), in order: test_experiment_kinds keeps them equal */
     {"task", P, "auto", 0, 0, "auto|classification|regression|language_model", 0,
      "What is learned; auto: language_model for token data, regression for numeric targets, "
      "else classification. Or `{plugin: PATH, symbol: NAME}` naming a `const ct_task`."},
