@@ -81,6 +81,13 @@ bool ct_exp_bool_at(const ct_experiment *e, const char *path) {
     return s && ct_exp_parse_bool(s) == 1;
 }
 
+void ct_exp_key_where(const ct_cfg_node *n, char *buf, size_t size) {
+    char w[600], path[512];
+    ct_exp_where(n, w, sizeof w);
+    ct_config_path(n, path, sizeof path);
+    (void)snprintf(buf, size, "%s: key '%s'", w, path);
+}
+
 char *ct_exp_where_of(ct_experiment *e, const ct_cfg_node *n) {
     char w[600], path[512];
     ct_exp_where(n, w, sizeof w);

@@ -87,12 +87,11 @@ static ct_status check_std(ct_experiment *e, const ct_cfg_node *s, const float *
     const ct_cfg_node *item = s->kind == CT_CFG_SEQ ? s->first : s;
     for (int k = 0; k < n && item; k++, item = s->kind == CT_CFG_SEQ ? item->next : NULL) {
         if (std[k] > 0.0f) continue;
-        char w[600], path[512];
-        ct_exp_where(item, w, sizeof w);
-        ct_config_path(item, path, sizeof path);
+        char at[1200];
+        ct_exp_key_where(item, at, sizeof at);
         return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                       "%s: key '%s': %g; a normalize std must be > 0 (x is divided by it)", w,
-                       path, (double)std[k]);
+                       "%s: %g; a normalize std must be > 0 (x is divided by it)", at,
+                       (double)std[k]);
     }
     return CT_OK;
 }
@@ -102,22 +101,21 @@ static ct_status check_std(ct_experiment *e, const ct_cfg_node *s, const float *
 static ct_status check_channels(ct_experiment *e, const ct_cfg_node *n, int count) {
     const ct_dataset_info *in = &e->info;
     int64_t c = in->x_ndim >= 1 ? in->x_shape[0] : 1;
-    char w[600], path[512], shape[200];
-    ct_exp_where(n, w, sizeof w);
-    ct_config_path(n, path, sizeof path);
+    char at[1200], shape[200];
+    ct_exp_key_where(n, at, sizeof at);
     ct_exp_sample_str(in->x_ndim, in->x_shape, shape, sizeof shape);
     if (c > CT_TRANSFORM_MAX_CHANNELS)
         return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                       "%s: key '%s': normalize works per channel (dim 0 of a sample) on at most "
+                       "%s: normalize works per channel (dim 0 of a sample) on at most "
                        "%d channels; data.train's samples %s have %lld",
-                       w, path, CT_TRANSFORM_MAX_CHANNELS, shape, (long long)c);
+                       at, CT_TRANSFORM_MAX_CHANNELS, shape, (long long)c);
     if (count == 1 || count == c) return CT_OK;
     char per[64] = "";
     if (c > 1) (void)snprintf(per, sizeof per, " or %lld (one per channel)", (long long)c);
     return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                   "%s: key '%s': %d values, but data.train's samples %s have %lld channel%s "
+                   "%s: %d values, but data.train's samples %s have %lld channel%s "
                    "(dim 0); expected 1 value (for every channel)%s",
-                   w, path, count, shape, (long long)c, c == 1 ? "" : "s", per);
+                   at, count, shape, (long long)c, c == 1 ? "" : "s", per);
 }
 
 /* A transform as written: its mapping (or bare name), where it is and its path, for messages. */
@@ -467,15 +465,13 @@ static ct_status size_context(ct_experiment *e) {
                 }
         }
     }
-    char w[600], path[512], shape[200];
-    const ct_cfg_node *n = key ? key : at;
-    ct_exp_where(n, w, sizeof w);
-    ct_config_path(n, path, sizeof path);
+    char where[1200], shape[200];
+    ct_exp_key_where(key ? key : at, where, sizeof where);
     ct_shape_str(big, shape, sizeof shape);
     if (key)
-        return ct_err_wrap(e->ctx, "%s: key '%s' (%s) makes '%s' %s, the model's largest tensor", w,
-                           path, key->value, big->name ? big->name : "?", shape);
-    return ct_err_wrap(e->ctx, "%s: key '%s' makes '%s' %s, the model's largest tensor", w, path,
+        return ct_err_wrap(e->ctx, "%s (%s) makes '%s' %s, the model's largest tensor", where,
+                           key->value, big->name ? big->name : "?", shape);
+    return ct_err_wrap(e->ctx, "%s makes '%s' %s, the model's largest tensor", where,
                        big->name ? big->name : "?", shape);
 }
 
@@ -615,6 +611,22 @@ ct_status ct_exp_build_task(ct_experiment *e) {
 
 /* ---- optimizer and schedule ---- */
 
+ct_status
+ct_exp_read_group(ct_experiment *e, const ct_cfg_node *g, double weight_decay, ct_exp_group *out) {
+    if (g->kind != CT_CFG_MAP) {
+        char w[600];
+        ct_exp_where(g, w, sizeof w);
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s: a group is {params: GLOBS, lr_scale: X, weight_decay: Y}", w);
+    }
+    ct_options o;
+    CT_TRY(ct_exp_to_options(e, g, NULL, 0, &o));
+    out->where = o.where;
+    CT_TRY(ct_options_string(e->ctx, &o, "params", NULL, &out->params));
+    CT_TRY(ct_options_double(e->ctx, &o, "lr_scale", 1.0, 0, 1e30, &out->lr_scale));
+    return ct_options_double(e->ctx, &o, "weight_decay", weight_decay, 0, 1e30, &out->weight_decay);
+}
+
 ct_status ct_exp_build_optimizer(ct_experiment *e) {
     ct_optim_kind kind = CT_OPTIM_ADAM;
     const char *t = ct_exp_str_at(e, "optimizer.type");
@@ -639,24 +651,10 @@ ct_status ct_exp_build_optimizer(ct_experiment *e) {
     if (s != CT_OK) return ct_err_wrap(e->ctx, "%s: optimizer", ct_config_name(e->cfg));
     const ct_cfg_node *groups = ct_exp_node(e, "optimizer.groups");
     for (const ct_cfg_node *g = groups ? groups->first : NULL; g; g = g->next) {
-        static const char *const known[] = {"params", "lr_scale", "weight_decay", NULL};
-        ct_options o;
-        if (g->kind != CT_CFG_MAP) {
-            char w[600];
-            ct_exp_where(g, w, sizeof w);
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                           "%s: a group is {params: GLOBS, lr_scale: X, weight_decay: Y}", w);
-        }
-        CT_TRY(ct_exp_to_options(e, g, NULL, 0, &o));
-        CT_TRY(ct_options_check(e->ctx, &o, known));
-        const char *pat;
-        double scale, wd;
-        CT_TRY(ct_options_string(e->ctx, &o, "params", NULL, &pat));
-        CT_TRY(ct_options_double(e->ctx, &o, "lr_scale", 1.0, 0, 1e30, &scale));
-        CT_TRY(
-            ct_options_double(e->ctx, &o, "weight_decay", (double)op.weight_decay, 0, 1e30, &wd));
-        s = ct_optim_add_group(e->opt, pat, (float)scale, (float)wd);
-        if (s != CT_OK) return ct_err_wrap(e->ctx, "%s", o.where);
+        ct_exp_group gr;
+        CT_TRY(ct_exp_read_group(e, g, (double)op.weight_decay, &gr));
+        s = ct_optim_add_group(e->opt, gr.params, (float)gr.lr_scale, (float)gr.weight_decay);
+        if (s != CT_OK) return ct_err_wrap(e->ctx, "%s", gr.where);
     }
     return CT_OK;
 }
@@ -686,6 +684,11 @@ const char *ct_exp_auto_mode(const char *metric) {
     return strncmp(m, "top", 3) == 0 ? "max" : "min";
 }
 
+bool ct_exp_auto_length(const ct_option *o) {
+    return strcmp(o->value, "auto") == 0 &&
+           (strcmp(o->key, "total") == 0 || strcmp(o->key, "t_max") == 0);
+}
+
 ct_status ct_exp_build_schedule(ct_experiment *e) {
     const ct_cfg_node *m = ct_exp_node(e, "scheduler");
     if (!m) return CT_OK;
@@ -697,8 +700,7 @@ ct_status ct_exp_build_schedule(ct_experiment *e) {
     e->sched_per_epoch = iv && strcmp(iv->value, "epoch") == 0;
     e->sched_metric = mon ? mon->value : NULL;
     for (int64_t i = 0; i < o.count; i++)
-        if (strcmp(o.items[i].value, "auto") == 0 &&
-            (strcmp(o.items[i].key, "total") == 0 || strcmp(o.items[i].key, "t_max") == 0)) {
+        if (ct_exp_auto_length(&o.items[i])) {
             int64_t total = total_steps(e);
             if (e->sched_per_epoch) { /* the schedule counts epochs then */
                 int64_t per = e->steps_per_epoch > 0 ? e->steps_per_epoch : 1;
@@ -740,7 +742,6 @@ ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine
         ct_exp_pool_alloc(e, sizeof(ct_metric_spec) * (size_t)(list->n_children + 1));
     if (!specs) return ct_exp_oom(e);
     int64_t k = 0;
-    static const char *const skip[] = {"type", "name", "plugin", "symbol", NULL};
     for (const ct_cfg_node *it = list->first; it; it = it->next, k++) {
         if (it->kind == CT_CFG_SCALAR) {
             specs[k].type = it->value;
@@ -748,7 +749,7 @@ ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine
             continue;
         }
         const ct_cfg_node *t = ct_config_find(it, "type"), *nm = ct_config_find(it, "name");
-        CT_TRY(ct_exp_to_options(e, it, skip, 0, &specs[k].opts));
+        CT_TRY(ct_exp_metric_options(e, it, &specs[k].opts));
         if (ct_config_find(it, "plugin")) {
             const void *vt;
             CT_TRY(ct_exp_plugin_symbol(e, it, &vt));
@@ -759,7 +760,6 @@ ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine
         }
         specs[k].type = t && t->kind == CT_CFG_SCALAR ? t->value : NULL;
         specs[k].name = nm && nm->kind == CT_CFG_SCALAR ? nm->value : NULL;
-        CT_TRY(ct_exp_check_metric_name(e, &specs[k].opts, specs[k].name));
     }
     /* opened once here with the trainer's class count, so that what the data decide (topk's
        k against the classes) is reported where it was written */

@@ -246,20 +246,9 @@ static ct_status check_optimizer(ct_experiment *e) {
     const ct_cfg_node *groups = ct_exp_node(e, "optimizer.groups");
     for (const ct_cfg_node *g = groups ? groups->first : NULL; g; g = g->next) {
         static const char *const keys[] = {"params", "lr_scale", "weight_decay", NULL};
-        if (g->kind != CT_CFG_MAP) {
-            char w[600];
-            ct_exp_where(g, w, sizeof w);
-            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                           "%s: a group is {params: GLOBS, lr_scale: X, weight_decay: Y}", w);
-        }
-        CT_TRY(check_keys(e, g, NULL, keys, "a parameter group"));
-        ct_options o;
-        const char *pat;
-        double x;
-        CT_TRY(ct_exp_to_options(e, g, NULL, 0, &o));
-        CT_TRY(ct_options_string(e->ctx, &o, "params", NULL, &pat));
-        CT_TRY(ct_options_double(e->ctx, &o, "lr_scale", 1.0, 0, 1e30, &x));
-        CT_TRY(ct_options_double(e->ctx, &o, "weight_decay", 0, 0, 1e30, &x));
+        if (g->kind == CT_CFG_MAP) CT_TRY(check_keys(e, g, NULL, keys, "a parameter group"));
+        ct_exp_group gr;
+        CT_TRY(ct_exp_read_group(e, g, 0, &gr));
     }
     return CT_OK;
 }
@@ -290,8 +279,7 @@ static ct_status check_schedule(ct_experiment *e) {
     if (mon && (mon->kind != CT_CFG_SCALAR || !mon->value[0]))
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key 'monitor': expected a metric name", o.where);
     for (int64_t i = 0; i < o.count; i++)
-        if (strcmp(o.items[i].value, "auto") == 0 &&
-            (strcmp(o.items[i].key, "total") == 0 || strcmp(o.items[i].key, "t_max") == 0))
+        if (ct_exp_auto_length(&o.items[i]))
             ((ct_option *)(uintptr_t)o.items)[i].value = "1000000000";
     if (strcmp(t->value, "plateau") == 0 && !ct_options_get(&o, "mode"))
         ct_exp_add_option(&o, "mode", "min");
@@ -327,13 +315,21 @@ static ct_status probe_metric(ct_experiment *e, const ct_metric_vtable *vt, cons
 }
 
 /* Names go verbatim into metrics.jsonl, metrics.csv and TensorBoard tags. */
-ct_status ct_exp_check_metric_name(ct_experiment *e, const ct_options *o, const char *name) {
+static ct_status check_metric_name(ct_experiment *e, const ct_options *o, const char *name) {
     for (const char *c = name; c && *c; c++)
         if (*c == '"' || *c == '\\' || *c == ',' || (unsigned char)*c < 0x20 || *c == '/')
             return CT_FAIL(e->ctx, CT_ERR_CONFIG,
                            "%s: key 'name': '%s' holds a character metric names cannot have (\", "
                            "\\, ',', '/' or a control character)",
                            o->where, name);
+    return CT_OK;
+}
+
+ct_status ct_exp_metric_options(ct_experiment *e, const ct_cfg_node *it, ct_options *o) {
+    static const char *const own[] = {"type", "name", "plugin", "symbol", NULL};
+    CT_TRY(ct_exp_to_options(e, it, own, 0, o));
+    const ct_cfg_node *nm = ct_config_find(it, "name");
+    if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(check_metric_name(e, o, nm->value));
     return CT_OK;
 }
 
@@ -353,7 +349,6 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
     const ct_metric_vtable *const *types = ct_metric_types(&n);
     for (int64_t i = 0; i < n; i++)
         names_add(&known, types[i]->name);
-    static const char *const own[] = {"type", "name", "plugin", "symbol", NULL};
     for (const ct_cfg_node *it = list->first; it; it = it->next) {
         const ct_cfg_node *t = it;
         ct_options o;
@@ -362,18 +357,14 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
                unknown class count (0, metrics.h): probed the same way */
             const void *pvt;
             CT_TRY(ct_exp_plugin_symbol(e, it, &pvt));
-            CT_TRY(ct_exp_to_options(e, it, own, 0, &o));
-            const ct_cfg_node *nm = ct_config_find(it, "name");
-            if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(ct_exp_check_metric_name(e, &o, nm->value));
+            CT_TRY(ct_exp_metric_options(e, it, &o));
             const ct_metric_vtable *pm = pvt;
             if (pm->open) CT_TRY(probe_metric(e, pm, &o)); /* else the set's create says so */
             continue;
         }
         if (it->kind == CT_CFG_MAP) {
             CT_TRY(type_of(e, it, &known, true, &t));
-            CT_TRY(ct_exp_to_options(e, it, own, 0, &o));
-            const ct_cfg_node *nm = ct_config_find(it, "name");
-            if (nm && nm->kind == CT_CFG_SCALAR) CT_TRY(ct_exp_check_metric_name(e, &o, nm->value));
+            CT_TRY(ct_exp_metric_options(e, it, &o));
         } else {
             o.items = NULL;
             o.count = 0;
@@ -442,10 +433,8 @@ static void output_where(const ct_experiment *e, bool size_key, char *buf, size_
                           ? "vocab"
                           : "out";
     const ct_cfg_node *sz = size_key && at->kind == CT_CFG_MAP ? ct_config_find(at, key) : NULL;
-    const ct_cfg_node *n = sz ? sz : at;
-    char w[600], path[512], what[200] = "";
-    ct_exp_where(n, w, sizeof w);
-    ct_config_path(n, path, sizeof path);
+    char key_at[1200], what[200] = "";
+    ct_exp_key_where(sz ? sz : at, key_at, sizeof key_at);
     const ct_cfg_node *t = at->kind == CT_CFG_MAP ? ct_config_find(at, "type") : at;
     const ct_cfg_node *sym = at->kind == CT_CFG_MAP ? ct_config_find(at, "symbol") : NULL;
     if (sz)
@@ -456,7 +445,7 @@ static void output_where(const ct_experiment *e, bool size_key, char *buf, size_
         (void)snprintf(what, sizeof what, " (%s)", t->value);
     else if (sym && sym->kind == CT_CFG_SCALAR)
         (void)snprintf(what, sizeof what, " (the plugin model %s)", sym->value);
-    (void)snprintf(buf, size, "%s: key '%s'%s", w, path, what);
+    (void)snprintf(buf, size, "%s%s", key_at, what);
 }
 
 /* What one zero sample of the training data's shape gives. */
@@ -513,14 +502,12 @@ check_targets(ct_experiment *e, ct_exp_loss_kind loss, const char *ln, const cha
     /* task: auto picks the loss from the targets: the task or the loss was set to this */
     const ct_cfg_node *n =
         e->loss != CT_EXP_LOSS_AUTO ? ct_exp_node(e, "loss.type") : ct_exp_node(e, "task");
-    char w[600], path[512];
-    ct_exp_where(n, w, sizeof w);
-    ct_config_path(n, path, sizeof path);
+    char at[1200];
+    ct_exp_key_where(n, at, sizeof at);
     return CT_FAIL(e->ctx, CT_ERR_CONFIG,
-                   "%s: key '%s': %s takes %s as targets, but data.train's are %s (%s%s%s); %s", w,
-                   path, ln, classes ? "values" : "class indices",
-                   classes ? "class indices" : "values", ct_dtype_name(in->y_dtype),
-                   in->y_ndim ? " " : "", in->y_ndim ? target : "",
+                   "%s: %s takes %s as targets, but data.train's are %s (%s%s%s); %s", at, ln,
+                   classes ? "values" : "class indices", classes ? "class indices" : "values",
+                   ct_dtype_name(in->y_dtype), in->y_ndim ? " " : "", in->y_ndim ? target : "",
                    classes ? "use task: classification and loss: cross_entropy"
                            : "use task: regression and a regression loss");
 }

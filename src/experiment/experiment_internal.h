@@ -156,6 +156,8 @@ double ct_exp_float_at(const ct_experiment *e, const char *path, double fallback
 bool ct_exp_bool_at(const ct_experiment *e, const char *path);
 /* trainer.precision: training, evaluation and prediction all compute in it. */
 ct_dtype ct_exp_precision_at(const ct_experiment *e);
+/* "FILE:L:C: key 'PATH'" of a node, into buf: where a message about a key's value starts. */
+void ct_exp_key_where(const ct_cfg_node *n, char *buf, size_t size);
 /* "FILE:L:C: PATH" of a node, in the pool (NULL when out of memory). */
 char *ct_exp_where_of(ct_experiment *e, const ct_cfg_node *n);
 
@@ -186,8 +188,10 @@ ct_status ct_exp_open_metric(ct_experiment *e,
                              const ct_metric_vtable *vt,
                              const ct_options *o,
                              int64_t n_classes);
-/* A metric's name goes verbatim into metrics.jsonl, metrics.csv and TensorBoard tags. */
-ct_status ct_exp_check_metric_name(ct_experiment *e, const ct_options *o, const char *name);
+/* A metric's mapping as options, less the keys the experiment reads (type, name, plugin,
+ * symbol), and its name checked: it goes verbatim into metrics.jsonl, metrics.csv and
+ * TensorBoard tags. */
+ct_status ct_exp_metric_options(ct_experiment *e, const ct_cfg_node *it, ct_options *o);
 
 /* ---- build.c: the parts of the run, from the checked configuration ---- */
 
@@ -201,6 +205,19 @@ ct_status ct_exp_build_schedule(ct_experiment *e);
 /* The metric specs of the list at `path` (metrics.valid, metrics.test) into en, each opened
  * once with the model's class count so that its options are checked against it. */
 ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine *en);
+/* A parameter group of optimizer.groups, as written. */
+typedef struct ct_exp_group {
+    const char *params; /* the glob list */
+    double lr_scale, weight_decay;
+    const char *where; /* the group's, for messages */
+} ct_exp_group;
+
+/* Reads a group's mapping g (its keys were checked); weight_decay: the decay when it sets
+ * none. A group that is not a mapping is a configuration error. */
+ct_status
+ct_exp_read_group(ct_experiment *e, const ct_cfg_node *g, double weight_decay, ct_exp_group *out);
+/* Whether a schedule's option is a length the run decides (`total: auto`, `t_max: auto`). */
+bool ct_exp_auto_length(const ct_option *o);
 /* "max" for a metric where higher is better (acc, f1, r2, top*, ...), else "min". */
 const char *ct_exp_auto_mode(const char *metric);
 
