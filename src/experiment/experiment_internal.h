@@ -18,12 +18,17 @@
 #include "ctrain/experiment.h"
 #include "ctrain/tboard.h"
 
-/* ---- schema.c: the table of keys, and the scalar readers ---- */
+/* ---- schema.c: the table of keys, its messages, and the scalar readers ---- */
 
 /* The table's entry for a key path, or NULL. */
 CT_INTERNAL const ct_key_def *ct_exp_schema_find(const char *path);
 /* "FILE:L:C" of a node (or "command line" for an override's), into buf. */
 CT_INTERNAL void ct_exp_where(const ct_cfg_node *n, char *buf, size_t size);
+/* CT_ERR_CONFIG "FILE:L:C: key 'PATH': WHAT" at node n. */
+CT_INTERNAL ct_status ct_exp_key_error(ct_ctx *ctx,
+                                       const ct_cfg_node *n,
+                                       const char *path,
+                                       const char *what);
 CT_INTERNAL int ct_exp_parse_bool(const char *v); /* 1, 0, or -1 when not a bool */
 CT_INTERNAL bool ct_exp_parse_int(const char *v, int64_t *out);
 CT_INTERNAL bool ct_exp_parse_float(const char *v, double *out);
@@ -31,6 +36,13 @@ CT_INTERNAL bool ct_exp_parse_float(const char *v, double *out);
 /* The first line of the config.yaml a fit writes: what tells a run directory from a folder of
  * other files. */
 #define CT_RUN_CONFIG_MARK "# the resolved configuration of this run"
+
+/* ---- paths.c ---- */
+
+/* Every path the configuration names (output_dir, model.init_from, plugins, the built-in
+ * datasets' path keys) made absolute: from its file's folder, or from the current directory
+ * for one set on the command line. */
+CT_INTERNAL ct_status ct_exp_resolve_paths(ct_ctx *ctx, ct_config *cfg);
 
 /* ---- rundir.c: the run directory and the record files ---- */
 

@@ -1,14 +1,13 @@
 /*
  * schema.c - the table of every key an experiment file may hold, and what is done with it:
  * strict checking with file:line:col errors and "did you mean" suggestions, filling in
- * defaults (so the config becomes the resolved one), the fingerprint, the diff of two configs,
- * and the Markdown reference that docs/config.md holds (a test keeps the two equal).
+ * defaults (so the config becomes the resolved one, its paths made absolute by paths.c), the
+ * fingerprint, the diff of two configs, and the Markdown reference that docs/config.md holds
+ * (a test keeps the two equal).
  *
  * Adding a key is one table line here and reading it where it is used (build.c, experiment.c,
  * records.c).
  */
-#define _XOPEN_SOURCE 700 /* realpath(3), which POSIX.1-2008 without XSI does not declare */
-
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -266,7 +265,7 @@ void ct_exp_where(const ct_cfg_node *n, char *buf, size_t size) {
         (void)snprintf(buf, size, "%s", n->source);
 }
 
-static ct_status key_error(ct_ctx *ctx, const ct_cfg_node *n, const char *path, const char *what) {
+ct_status ct_exp_key_error(ct_ctx *ctx, const ct_cfg_node *n, const char *path, const char *what) {
     char w[600];
     ct_exp_where(n, w, sizeof w);
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %s", w, path, what);
@@ -357,7 +356,7 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
                        : d->type == CT_KEY_BOOL  ? "true or false"
                                                  : "a value",
                        names[n->kind]);
-        return key_error(ctx, n, path, what);
+        return ct_exp_key_error(ctx, n, path, what);
     }
     const char *v = n->value;
     const char *q = n->quoted ? " (a quoted string; remove the quotes)" : "";
@@ -367,12 +366,12 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
         if (d->choices && !n->quoted && in_choices(d->choices, v)) return CT_OK; /* "auto" */
         if (n->quoted || !ct_exp_parse_int(v, &x)) {
             (void)snprintf(what, sizeof what, "expected an integer, got '%s'%s", v, q);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         if ((double)x < d->lo || (double)x > d->hi) {
             (void)snprintf(what, sizeof what, "%lld is out of range [%.15g, %.15g]", (long long)x,
                            d->lo, d->hi);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         return CT_OK;
     }
@@ -385,18 +384,18 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
                                v, q);
             else
                 (void)snprintf(what, sizeof what, "expected a number, got '%s'%s", v, q);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         if (x < d->lo || x > d->hi) {
             (void)snprintf(what, sizeof what, "%g is out of range [%g, %g]", x, d->lo, d->hi);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         return CT_OK;
     }
     case CT_KEY_BOOL:
         if (n->quoted || ct_exp_parse_bool(v) < 0) {
             (void)snprintf(what, sizeof what, "expected true or false, got '%s'%s", v, q);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         return CT_OK;
     case CT_KEY_ENUM:
@@ -416,7 +415,7 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
                            ct_suggest_hint(&sg, hint, sizeof hint));
             for (char *p = what; *p; p++)
                 if (*p == '|') *p = ',';
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         return CT_OK;
     default:
@@ -431,7 +430,8 @@ static ct_status check_options(ct_ctx *ctx, const ct_cfg_node *map, const char *
         if (c->kind == CT_CFG_MAP && strcmp(c->key, "init_from") != 0) {
             char p[600];
             (void)snprintf(p, sizeof p, "%s.%s", path, c->key);
-            return key_error(ctx, c, p, "expected a value or a list of values, got a mapping");
+            return ct_exp_key_error(ctx, c, p,
+                                    "expected a value or a list of values, got a mapping");
         }
         if (c->kind != CT_CFG_SEQ || strcmp(c->key, "layers") == 0 ||
             strcmp(c->key, "children") == 0)
@@ -440,7 +440,7 @@ static ct_status check_options(ct_ctx *ctx, const ct_cfg_node *map, const char *
             if (it->kind != CT_CFG_SCALAR) {
                 char p[600];
                 (void)snprintf(p, sizeof p, "%s.%s", path, c->key);
-                return key_error(ctx, it, p, "expected a list of values");
+                return ct_exp_key_error(ctx, it, p, "expected a list of values");
             }
     }
     return CT_OK;
@@ -467,19 +467,23 @@ static ct_status check_map(ct_ctx *ctx, const ct_cfg_node *map, const char *sect
         if (!d) return unknown_key(ctx, c, section, c->key);
         switch (d->type) {
         case CT_KEY_SECTION:
-            if (c->kind != CT_CFG_MAP) return key_error(ctx, c, path, "expected a mapping of keys");
+            if (c->kind != CT_CFG_MAP)
+                return ct_exp_key_error(ctx, c, path, "expected a mapping of keys");
             CT_TRY(check_map(ctx, c, path));
             break;
         case CT_KEY_OPTIONS:
             if (c->kind != CT_CFG_MAP)
-                return key_error(ctx, c, path, "expected a mapping ({type: ..., key: value})");
+                return ct_exp_key_error(ctx, c, path,
+                                        "expected a mapping ({type: ..., key: value})");
             CT_TRY(check_options(ctx, c, path));
             break;
         case CT_KEY_LIST:
-            if (c->kind != CT_CFG_SEQ) return key_error(ctx, c, path, "expected a list ([...])");
+            if (c->kind != CT_CFG_SEQ)
+                return ct_exp_key_error(ctx, c, path, "expected a list ([...])");
             for (const ct_cfg_node *it = c->first; it; it = it->next) {
                 if (it->kind == CT_CFG_SEQ)
-                    return key_error(ctx, it, path, "expected names or mappings in the list");
+                    return ct_exp_key_error(ctx, it, path,
+                                            "expected names or mappings in the list");
                 if (it->kind == CT_CFG_MAP) {
                     char ip[600];
                     ct_config_path(it, ip, sizeof ip);
@@ -493,11 +497,12 @@ static ct_status check_map(ct_ctx *ctx, const ct_cfg_node *map, const char *sect
                     if (strcmp(k->key, "plugin") && strcmp(k->key, "symbol")) {
                         char p[600];
                         (void)snprintf(p, sizeof p, "%s.%s", path, k->key);
-                        return key_error(ctx, k, p,
-                                         "unknown key (a plugin takes plugin and symbol)");
+                        return ct_exp_key_error(ctx, k, p,
+                                                "unknown key (a plugin takes plugin and symbol)");
                     }
                 if (!ct_config_find(c, "plugin") || !ct_config_find(c, "symbol"))
-                    return key_error(ctx, c, path, "a plugin needs both plugin: and symbol:");
+                    return ct_exp_key_error(ctx, c, path,
+                                            "a plugin needs both plugin: and symbol:");
                 break;
             }
             CT_TRY(check_scalar(ctx, d, c, path));
@@ -554,160 +559,6 @@ static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
     return CT_OK;
 }
 
-/* ---- paths ----
- *
- * One rule for every path an experiment names: a relative path written in a file is taken
- * from that file's folder, one given on the command line from the current directory (as any
- * command-line argument), and resolving makes them absolute. So the resolved configuration,
- * the run's config.yaml, means the same from any directory. A plugin named without a '/' is a
- * library name that dlopen(3) looks up in its own folders, and is left alone. The paths are
- * the values of `output_dir`, `model.init_from` (or its `path`), every `plugin`, and a
- * built-in dataset type's path keys (ct_dataset_type_path_keys); a plugin's own options are
- * handed over as written.
- */
-
-#define MAX_PATH_TEXT 8192
-
-/* The folder a node's relative paths start from, into buf: the current directory, or the
- * node's file's folder as realpath(3) gives it, so that the same file names the same paths
- * whichever directory it was given from ("../exp.yaml", "exp.yaml"). */
-static ct_status base_of(ct_ctx *ctx, const ct_cfg_node *n, char *buf, size_t size) {
-    char cwd[4096];
-    if (!getcwd(cwd, sizeof cwd))
-        return CT_FAIL(ctx, CT_ERR_IO, "cannot find the current directory: %s", strerror(errno));
-    const char *file = n->line > 0 ? n->source : NULL; /* else the command line */
-    const char *slash = file ? strrchr(file, '/') : NULL;
-    int w;
-    if (!slash) {
-        w = snprintf(buf, size, "%s", cwd);
-    } else {
-        char dir[4096];
-        w = snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
-        char *real = w >= 0 && (size_t)w < sizeof dir ? realpath(dir, NULL) : NULL;
-        if (real) /* else a name that is no file's (a config made in memory) */
-            w = snprintf(buf, size, "%s", real);
-        else if (dir[0] == '/')
-            w = snprintf(buf, size, "%s", dir);
-        else
-            w = snprintf(buf, size, "%s/%s", cwd, dir);
-        free(real);
-    }
-    if (w < 0 || (size_t)w >= size)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: its folder's path is too long", file ? file : cwd);
-    return CT_OK;
-}
-
-/* Appends path, made absolute from base, to out[*at..]: "./x" and "x" give "BASE/x", and each
- * leading "../" takes the last folder off BASE (BASE holds no symbolic link, so that is the
- * folder "BASE/.." names). */
-static bool join_path(const char *base, const char *path, size_t len, char *out, size_t *at) {
-    if (!len || path[0] == '/') {
-        int w = snprintf(out + *at, MAX_PATH_TEXT - *at, "%.*s", (int)len, path);
-        if (w < 0 || (size_t)w >= MAX_PATH_TEXT - *at) return false;
-        *at += (size_t)w;
-        return true;
-    }
-    size_t blen = strlen(base);
-    for (;;) {
-        size_t skip = len >= 2 && !strncmp(path, "./", 2) ? 2 : 0;
-        if (len >= 3 && !strncmp(path, "../", 3) && blen > 1) {
-            while (blen > 1 && base[blen - 1] != '/')
-                blen--;
-            if (blen > 1) blen--; /* the slash, unless it is the root */
-            skip = 3;
-        }
-        if (!skip) break;
-        path += skip;
-        len -= skip;
-        while (len && path[0] == '/')
-            path++, len--;
-    }
-    int w = snprintf(out + *at, MAX_PATH_TEXT - *at, "%.*s%s%.*s", (int)blen, base,
-                     blen == 1 && base[0] == '/' ? "" : "/", (int)len, path);
-    if (w < 0 || (size_t)w >= MAX_PATH_TEXT - *at) return false;
-    *at += (size_t)w;
-    return true;
-}
-
-/* How a scalar's text names paths. */
-typedef enum path_kind {
-    PATH_ONE = 0, /* the whole text */
-    PATH_LIST,    /* comma-separated paths (a dataset's `files`) */
-    PATH_PLUGIN   /* a path, or a bare library name that dlopen(3) looks up */
-} path_kind;
-
-/* A scalar holding paths made absolute in place (the node keeps its position for later
- * messages). */
-static ct_status absolute(ct_ctx *ctx, ct_config *cfg, const ct_cfg_node *n, path_kind kind) {
-    if (!n || n->kind != CT_CFG_SCALAR || n->null || !n->value[0]) return CT_OK;
-    if (kind == PATH_PLUGIN && !strchr(n->value, '/')) return CT_OK;
-    const char *sep = kind == PATH_LIST ? "," : "";
-    bool relative = false;
-    for (const char *p = n->value; *p; p += strcspn(p, sep), p += *p == ',')
-        relative = relative || (p[0] != '/' && !(sep[0] && p[0] == ','));
-    if (!relative) return CT_OK;
-    char base[4096], path[512];
-    CT_TRY(base_of(ctx, n, base, sizeof base));
-    char *out = ct_alloc(ctx, MAX_PATH_TEXT);
-    if (!out) return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", ct_config_name(cfg));
-    size_t at = 0;
-    bool ok = true;
-    for (const char *p = n->value; ok; p++) {
-        size_t len = strcspn(p, sep);
-        ok = join_path(base, p, len, out, &at);
-        p += len;
-        if (!*p) break;
-        ok = ok && at + 1 < MAX_PATH_TEXT;
-        if (ok) out[at++] = ',';
-    }
-    ct_config_path(n, path, sizeof path);
-    ct_status s = ok ? ct_config_set(cfg, path, out, n->quoted)
-                     : key_error(ctx, n, path, "the path made absolute is too long");
-    ct_free(ctx, out, MAX_PATH_TEXT);
-    return s;
-}
-
-/* A dataset's path option: a path, or a list of them (in YAML, or with commas for `files`). */
-static ct_status absolute_all(ct_ctx *ctx, ct_config *cfg, const ct_cfg_node *n) {
-    path_kind kind = strcmp(n->key ? n->key : "", "files") == 0 ? PATH_LIST : PATH_ONE;
-    if (n->kind != CT_CFG_SEQ) return absolute(ctx, cfg, n, kind);
-    for (const ct_cfg_node *it = n->first; it; it = it->next)
-        CT_TRY(absolute(ctx, cfg, it, PATH_ONE));
-    return CT_OK;
-}
-
-/* Every `plugin` in the tree under n. */
-static ct_status absolute_plugins(ct_ctx *ctx, ct_config *cfg, const ct_cfg_node *n) {
-    for (const ct_cfg_node *c = n->first; c; c = c->next) {
-        if (c->key && strcmp(c->key, "plugin") == 0)
-            CT_TRY(absolute(ctx, cfg, c, PATH_PLUGIN));
-        else if (c->kind != CT_CFG_SCALAR)
-            CT_TRY(absolute_plugins(ctx, cfg, c));
-    }
-    return CT_OK;
-}
-
-static ct_status resolve_paths(ct_ctx *ctx, ct_config *cfg) {
-    ct_cfg_node *root = ct_config_root(cfg);
-    CT_TRY(absolute(ctx, cfg, ct_config_find(root, "output_dir"), PATH_ONE));
-    CT_TRY(absolute_plugins(ctx, cfg, root));
-    static const char *const splits[] = {"data.train", "data.valid", "data.test"};
-    for (int i = 0; i < 3; i++) {
-        const ct_cfg_node *d = ct_config_find(root, splits[i]);
-        bool builtin = d && d->kind == CT_CFG_MAP && !ct_config_find(d, "plugin");
-        const ct_cfg_node *t = builtin ? ct_config_find(d, "type") : NULL;
-        const char *const *keys =
-            t && t->kind == CT_CFG_SCALAR ? ct_dataset_type_path_keys(t->value) : NULL;
-        for (; keys && *keys; keys++) {
-            const ct_cfg_node *k = ct_config_find(d, *keys);
-            if (k) CT_TRY(absolute_all(ctx, cfg, k));
-        }
-    }
-    const ct_cfg_node *init = ct_config_find(root, "model.init_from");
-    if (init && init->kind == CT_CFG_MAP) init = ct_config_find(init, "path");
-    return absolute(ctx, cfg, init, PATH_ONE);
-}
-
 ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     ct_cfg_node *root = ct_config_root(cfg);
     drop_nulls(cfg, root);
@@ -727,26 +578,30 @@ ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     }
     const ct_cfg_node *name = ct_config_find(root, "name");
     if (!name->value[0] || strchr(name->value, '/'))
-        return key_error(ctx, name, "name",
-                         "expected a non-empty name without '/' (it names the run directory)");
+        return ct_exp_key_error(
+            ctx, name, "name",
+            "expected a non-empty name without '/' (it names the run directory)");
     if (!ct_config_find(root, "output_dir")) {
-        if (strlen(name->value) > 200) return key_error(ctx, name, "name", "longer than 200 bytes");
+        if (strlen(name->value) > 200)
+            return ct_exp_key_error(ctx, name, "name", "longer than 200 bytes");
         char dir[512];
         (void)snprintf(dir, sizeof dir, "runs/%s", ct_config_find(root, "name")->value);
         CT_TRY(ct_config_set(cfg, "output_dir", dir, true));
     }
-    CT_TRY(resolve_paths(ctx, cfg));
+    CT_TRY(ct_exp_resolve_paths(ctx, cfg));
     const ct_cfg_node *od = ct_config_find(root, "output_dir");
     if (!od->value[0] || strlen(od->value) > 800)
-        return key_error(ctx, od, "output_dir", "expected a directory path of 1 to 800 bytes");
+        return ct_exp_key_error(ctx, od, "output_dir",
+                                "expected a directory path of 1 to 800 bytes");
     const ct_cfg_node *me = ct_config_find(root, "trainer.max_epochs"),
                       *ms = ct_config_find(root, "trainer.max_steps");
     int64_t epochs = 0, steps = 0;
     (void)ct_exp_parse_int(me->value, &epochs);
     (void)ct_exp_parse_int(ms->value, &steps);
     if (epochs == 0 && steps == 0)
-        return key_error(ctx, me, "trainer.max_epochs",
-                         "0 (no limit) needs trainer.max_steps > 0, or the run would never end");
+        return ct_exp_key_error(
+            ctx, me, "trainer.max_epochs",
+            "0 (no limit) needs trainer.max_steps > 0, or the run would never end");
     return CT_OK;
 }
 
