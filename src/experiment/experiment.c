@@ -20,11 +20,10 @@
 
 /* ---- the trainer ---- */
 
-static ct_status policy_options(ct_experiment *e,
-                                ct_options *o,
-                                const char *section,
-                                const char *const *keys,
-                                const char *const *as) {
+/* A policy's options: the NULL-terminated `keys` of a section that are set (mode: auto left
+ * out), with room for the mode the metric decides. */
+static ct_status
+policy_options(ct_experiment *e, ct_options *o, const char *section, const char *const *keys) {
     ct_option *items = ct_exp_pool_alloc(e, sizeof(ct_option) * 8);
     const ct_cfg_node *sec = ct_exp_node(e, section);
     if (!items || !sec) return ct_exp_oom(e);
@@ -37,7 +36,7 @@ static ct_status policy_options(ct_experiment *e,
         const char *v = ct_exp_str_at(e, path);
         if (!v) continue;
         if (strcmp(keys[i], "mode") == 0 && strcmp(v, "auto") == 0) continue; /* set after */
-        ct_exp_add_option(o, as[i], v);
+        ct_exp_add_option(o, keys[i], v);
     }
     return CT_OK;
 }
@@ -100,7 +99,7 @@ static ct_status policy_params(ct_experiment *e, ct_trainer_params *tp) {
     if (ct_exp_node(e, "early_stopping")) {
         static const char *const keys[] = {"monitor",   "mode",   "patience",
                                            "min_delta", "warmup", NULL};
-        CT_TRY(policy_options(e, &e->es_o, "early_stopping", keys, keys));
+        CT_TRY(policy_options(e, &e->es_o, "early_stopping", keys));
         const char *mode = ct_exp_str_at(e, "early_stopping.mode");
         if (strcmp(mode, "auto") == 0)
             ct_exp_add_option(&e->es_o, "mode",
@@ -119,7 +118,7 @@ static ct_status policy_params(ct_experiment *e, ct_trainer_params *tp) {
         }
     }
     static const char *const keys[] = {"on_nonfinite", "max_skips", "max_rollbacks", NULL};
-    CT_TRY(policy_options(e, &e->nf_o, "trainer", keys, keys));
+    CT_TRY(policy_options(e, &e->nf_o, "trainer", keys));
     tp->nonfinite = &e->nf_o;
     return CT_OK;
 }
