@@ -1,7 +1,7 @@
 /*
  * optim_internal.h - what the optimizer module gives the modules above it beyond its API: the
  * names configurations give the optimizer kinds (optim.c holds the table, one name per
- * ct_optim_kind). Not installed; not part of the API.
+ * ct_optim_kind). The names are static strings. Not installed; not part of the API.
  */
 #ifndef CT_OPTIM_INTERNAL_H
 #define CT_OPTIM_INTERNAL_H
