@@ -5,6 +5,7 @@
 #ifndef CT_CORE_INTERNAL_H
 #define CT_CORE_INTERNAL_H
 
+#include "ctrain/options.h"
 #include "ctrain/status.h"
 
 #if defined(__GNUC__)
@@ -131,6 +132,11 @@ CT_INTERNAL void ct_suggest_init(ct_suggest *s, const char *word);
 CT_INTERNAL void ct_suggest_add(ct_suggest *s, const char *name);
 CT_INTERNAL const char *ct_suggest_best(const ct_suggest *s);
 CT_INTERNAL const char *ct_suggest_hint(const ct_suggest *s, char *buf, size_t size);
+
+/* The value of an option that is one of the NULL-terminated `values` (values[0] when absent):
+ * *out is its index. Another value is a CT_ERR_CONFIG listing the accepted ones (options.c). */
+CT_INTERNAL ct_status ct_options_choice(
+    ct_ctx *ctx, const ct_options *opts, const char *key, const char *const *values, int64_t *out);
 
 /* Thread count to use for a loop over n independent items of roughly `work` flops each. */
 CT_INTERNAL int ct_threads_for(const ct_ctx *ctx, int64_t n, int64_t work);

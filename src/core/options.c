@@ -110,6 +110,24 @@ ct_status ct_options_double(ct_ctx *ctx,
     return CT_OK;
 }
 
+ct_status ct_options_choice(
+    ct_ctx *ctx, const ct_options *opts, const char *key, const char *const *values, int64_t *out) {
+    const char *v;
+    CT_TRY(ct_options_string(ctx, opts, key, values[0], &v));
+    for (int64_t i = 0; values[i]; i++)
+        if (strcmp(v, values[i]) == 0) {
+            *out = i;
+            return CT_OK;
+        }
+    char list[128];
+    size_t off = 0;
+    list[0] = '\0';
+    for (int64_t i = 0; values[i] && off < sizeof list; i++)
+        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", values[i]);
+    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': unknown value '%s' (expected one of: %s)",
+                   where(opts), key, v, list);
+}
+
 ct_status
 ct_options_bool(ct_ctx *ctx, const ct_options *opts, const char *key, bool fallback, bool *out) {
     const char *v = ct_options_get(opts, key);

@@ -8,7 +8,7 @@
  * run: a folder of the user's own files is never written into or moved aside. `--restart`
  * takes the old directory's lock before it renames it, so a live run is never moved under its
  * own writer, and never moves the current directory or a folder above the experiment file.
- * ct_rundir_check tells when the path no longer names the locked directory (deleted, renamed
+ * ct_exp_rundir_check tells when the path no longer names the locked directory (deleted, renamed
  * or replaced during the run), so the run stops instead of writing into a stranger's folder.
  *
  * Record files (metrics.jsonl, metrics.csv) are written a whole record per write(2), every
@@ -307,7 +307,7 @@ static ct_status move_aside(ct_ctx *ctx, const char *dir, const char *config_fil
 
 /* ---- public (internal) ---- */
 
-ct_status ct_rundir_open(
+ct_status ct_exp_rundir_open(
     ct_ctx *ctx, const char *dir, const char *config_file, bool restart, ct_rundir *out) {
     out->fd = out->lock_file_fd = -1;
     if (snprintf(out->path, sizeof out->path, "%s", dir) >= (int)sizeof out->path)
@@ -338,15 +338,15 @@ ct_status ct_rundir_open(
     return s;
 }
 
-void ct_rundir_claim(ct_ctx *ctx, const ct_rundir *d) {
+void ct_exp_rundir_claim(ct_ctx *ctx, const ct_rundir *d) {
     if (d->fd >= 0) write_holder(ctx, d->path, d->lock_file_fd);
 }
 
-void ct_rundir_close(ct_rundir *d) {
+void ct_exp_rundir_close(ct_rundir *d) {
     if (d) release(d);
 }
 
-ct_status ct_rundir_check(ct_ctx *ctx, const ct_rundir *d) {
+ct_status ct_exp_rundir_check(ct_ctx *ctx, const ct_rundir *d) {
     if (d->fd < 0) return CT_OK;
     struct stat held, now;
     bool same = fstat(d->fd, &held) == 0 && held.st_nlink > 0 && stat(d->path, &now) == 0 &&
@@ -360,7 +360,7 @@ ct_status ct_rundir_check(ct_ctx *ctx, const ct_rundir *d) {
 
 /* ---- record files ---- */
 
-ct_status ct_record_open(ct_ctx *ctx, ct_record_file *f, const char *path, bool append) {
+ct_status ct_exp_record_open(ct_ctx *ctx, ct_record_file *f, const char *path, bool append) {
     f->fd = -1;
     if (snprintf(f->path, sizeof f->path, "%s", path) >= (int)sizeof f->path)
         return CT_FAIL(ctx, CT_ERR_IO, "%s: path too long", path);
@@ -369,7 +369,7 @@ ct_status ct_record_open(ct_ctx *ctx, ct_record_file *f, const char *path, bool 
     return CT_OK;
 }
 
-ct_status ct_record_put(ct_ctx *ctx, ct_record_file *f, const char *text, size_t n) {
+ct_status ct_exp_record_put(ct_ctx *ctx, ct_record_file *f, const char *text, size_t n) {
     if (f->fd < 0) return CT_OK;
     off_t start = lseek(f->fd, 0, SEEK_END);
     size_t done = 0;
@@ -386,7 +386,7 @@ ct_status ct_record_put(ct_ctx *ctx, ct_record_file *f, const char *text, size_t
     return CT_OK;
 }
 
-ct_status ct_record_close(ct_ctx *ctx, ct_record_file *f) {
+ct_status ct_exp_record_close(ct_ctx *ctx, ct_record_file *f) {
     if (f->fd < 0) return CT_OK;
     int r = close(f->fd);
     f->fd = -1;

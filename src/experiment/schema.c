@@ -1,13 +1,13 @@
 /*
  * schema.c - the table of every key an experiment file may hold, and what is done with it:
  * strict checking with file:line:col errors and "did you mean" suggestions, filling in
- * defaults (so the config becomes the resolved one), the fingerprint, the diff of two configs,
- * and the Markdown reference that docs/config.md holds (a test keeps the two equal).
+ * defaults (so the config becomes the resolved one, its paths made absolute by paths.c), the
+ * fingerprint, the diff of two configs, and the Markdown reference that docs/config.md holds
+ * (a test keeps the two equal).
  *
- * Adding a key is one table line here and reading it in experiment.c.
+ * Adding a key is one table line here and reading it where it is used (build.c, experiment.c,
+ * records.c).
  */
-#define _XOPEN_SOURCE 700 /* realpath(3), which POSIX.1-2008 without XSI does not declare */
-
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -81,6 +81,8 @@ static const ct_key_def k_schema[] = {
      "PyTorch's, by state_dict name; a resumed run loads its checkpoint instead. One sample of "
      "data.train goes through the model before anything else: an output that does not fit the "
      "loss is a configuration error naming the layer and both shapes."},
+    /* the values of task, loss.type and optimizer.type are the names in their kinds' tables
+       (kinds.c; ct_optim_kind_name), in order: test_experiment_kinds keeps them equal */
     {"task", P, "auto", 0, 0, "auto|classification|regression|language_model", 0,
      "What is learned; auto: language_model for token data, regression for numeric targets, "
      "else classification. Or `{plugin: PATH, symbol: NAME}` naming a `const ct_task`."},
@@ -247,7 +249,7 @@ const ct_key_def *ct_experiment_schema(int64_t *count) {
     return k_schema;
 }
 
-const ct_key_def *ctx_schema_find(const char *path) {
+const ct_key_def *ct_exp_schema_find(const char *path) {
     for (size_t i = 0; i < sizeof k_schema / sizeof k_schema[0]; i++)
         if (strcmp(k_schema[i].path, path) == 0) return &k_schema[i];
     return NULL;
@@ -256,16 +258,16 @@ const ct_key_def *ctx_schema_find(const char *path) {
 /* ---- messages ---- */
 
 /* "file:line:col" of a node (or "command line" for an override's). */
-void ctx_where(const ct_cfg_node *n, char *buf, size_t size) {
+void ct_exp_where(const ct_cfg_node *n, char *buf, size_t size) {
     if (n->line > 0)
         (void)snprintf(buf, size, "%s:%d:%d", n->source, n->line, n->col);
     else
         (void)snprintf(buf, size, "%s", n->source);
 }
 
-static ct_status key_error(ct_ctx *ctx, const ct_cfg_node *n, const char *path, const char *what) {
+ct_status ct_exp_key_error(ct_ctx *ctx, const ct_cfg_node *n, const char *path, const char *what) {
     char w[600];
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %s", w, path, what);
 }
 
@@ -294,20 +296,20 @@ unknown_key(ct_ctx *ctx, const ct_cfg_node *n, const char *section, const char *
         (void)snprintf(hint, sizeof hint, " (did you mean '%s%s%s'?)", section, sl ? "." : "",
                        best);
     char w[600];
-    ctx_where(n, w, sizeof w);
+    ct_exp_where(n, w, sizeof w);
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s; the keys of %s%s%s are: %s", w,
                    path, hint, sl ? "'" : "", sl ? section : "the top level", sl ? "'" : "", list);
 }
 
 /* ---- scalar parsing ---- */
 
-int ctx_parse_bool(const char *v) {
+int ct_exp_parse_bool(const char *v) {
     if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "TRUE")) return 1;
     if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "FALSE")) return 0;
     return -1;
 }
 
-bool ctx_parse_int(const char *v, int64_t *out) {
+bool ct_exp_parse_int(const char *v, int64_t *out) {
     if (isspace((unsigned char)v[0])) return false; /* strtoll would skip it: "\f10" is text */
     char *end = NULL;
     errno = 0;
@@ -317,7 +319,7 @@ bool ctx_parse_int(const char *v, int64_t *out) {
     return true;
 }
 
-bool ctx_parse_float(const char *v, double *out) {
+bool ct_exp_parse_float(const char *v, double *out) {
     if (isspace((unsigned char)v[0])) return false;
     char *end = NULL;
     errno = 0;
@@ -354,7 +356,7 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
                        : d->type == CT_KEY_BOOL  ? "true or false"
                                                  : "a value",
                        names[n->kind]);
-        return key_error(ctx, n, path, what);
+        return ct_exp_key_error(ctx, n, path, what);
     }
     const char *v = n->value;
     const char *q = n->quoted ? " (a quoted string; remove the quotes)" : "";
@@ -362,38 +364,38 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
     case CT_KEY_INT: {
         int64_t x;
         if (d->choices && !n->quoted && in_choices(d->choices, v)) return CT_OK; /* "auto" */
-        if (n->quoted || !ctx_parse_int(v, &x)) {
+        if (n->quoted || !ct_exp_parse_int(v, &x)) {
             (void)snprintf(what, sizeof what, "expected an integer, got '%s'%s", v, q);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         if ((double)x < d->lo || (double)x > d->hi) {
             (void)snprintf(what, sizeof what, "%lld is out of range [%.15g, %.15g]", (long long)x,
                            d->lo, d->hi);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         return CT_OK;
     }
     case CT_KEY_FLOAT: {
         double x;
         if (d->choices && !n->quoted && in_choices(d->choices, v)) return CT_OK;
-        if (n->quoted || !ctx_parse_float(v, &x)) {
+        if (n->quoted || !ct_exp_parse_float(v, &x)) {
             if (d->choices)
                 (void)snprintf(what, sizeof what, "expected a number or %s, got '%s'%s", d->choices,
                                v, q);
             else
                 (void)snprintf(what, sizeof what, "expected a number, got '%s'%s", v, q);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         if (x < d->lo || x > d->hi) {
             (void)snprintf(what, sizeof what, "%g is out of range [%g, %g]", x, d->lo, d->hi);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         return CT_OK;
     }
     case CT_KEY_BOOL:
-        if (n->quoted || ctx_parse_bool(v) < 0) {
+        if (n->quoted || ct_exp_parse_bool(v) < 0) {
             (void)snprintf(what, sizeof what, "expected true or false, got '%s'%s", v, q);
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         return CT_OK;
     case CT_KEY_ENUM:
@@ -413,7 +415,7 @@ check_scalar(ct_ctx *ctx, const ct_key_def *d, const ct_cfg_node *n, const char 
                            ct_suggest_hint(&sg, hint, sizeof hint));
             for (char *p = what; *p; p++)
                 if (*p == '|') *p = ',';
-            return key_error(ctx, n, path, what);
+            return ct_exp_key_error(ctx, n, path, what);
         }
         return CT_OK;
     default:
@@ -428,7 +430,8 @@ static ct_status check_options(ct_ctx *ctx, const ct_cfg_node *map, const char *
         if (c->kind == CT_CFG_MAP && strcmp(c->key, "init_from") != 0) {
             char p[600];
             (void)snprintf(p, sizeof p, "%s.%s", path, c->key);
-            return key_error(ctx, c, p, "expected a value or a list of values, got a mapping");
+            return ct_exp_key_error(ctx, c, p,
+                                    "expected a value or a list of values, got a mapping");
         }
         if (c->kind != CT_CFG_SEQ || strcmp(c->key, "layers") == 0 ||
             strcmp(c->key, "children") == 0)
@@ -437,7 +440,7 @@ static ct_status check_options(ct_ctx *ctx, const ct_cfg_node *map, const char *
             if (it->kind != CT_CFG_SCALAR) {
                 char p[600];
                 (void)snprintf(p, sizeof p, "%s.%s", path, c->key);
-                return key_error(ctx, it, p, "expected a list of values");
+                return ct_exp_key_error(ctx, it, p, "expected a list of values");
             }
     }
     return CT_OK;
@@ -460,23 +463,27 @@ static ct_status check_map(ct_ctx *ctx, const ct_cfg_node *map, const char *sect
     for (const ct_cfg_node *c = map->first; c; c = c->next) {
         char path[512];
         (void)snprintf(path, sizeof path, "%s%s%s", section, section[0] ? "." : "", c->key);
-        const ct_key_def *d = ctx_schema_find(path);
+        const ct_key_def *d = ct_exp_schema_find(path);
         if (!d) return unknown_key(ctx, c, section, c->key);
         switch (d->type) {
         case CT_KEY_SECTION:
-            if (c->kind != CT_CFG_MAP) return key_error(ctx, c, path, "expected a mapping of keys");
+            if (c->kind != CT_CFG_MAP)
+                return ct_exp_key_error(ctx, c, path, "expected a mapping of keys");
             CT_TRY(check_map(ctx, c, path));
             break;
         case CT_KEY_OPTIONS:
             if (c->kind != CT_CFG_MAP)
-                return key_error(ctx, c, path, "expected a mapping ({type: ..., key: value})");
+                return ct_exp_key_error(ctx, c, path,
+                                        "expected a mapping ({type: ..., key: value})");
             CT_TRY(check_options(ctx, c, path));
             break;
         case CT_KEY_LIST:
-            if (c->kind != CT_CFG_SEQ) return key_error(ctx, c, path, "expected a list ([...])");
+            if (c->kind != CT_CFG_SEQ)
+                return ct_exp_key_error(ctx, c, path, "expected a list ([...])");
             for (const ct_cfg_node *it = c->first; it; it = it->next) {
                 if (it->kind == CT_CFG_SEQ)
-                    return key_error(ctx, it, path, "expected names or mappings in the list");
+                    return ct_exp_key_error(ctx, it, path,
+                                            "expected names or mappings in the list");
                 if (it->kind == CT_CFG_MAP) {
                     char ip[600];
                     ct_config_path(it, ip, sizeof ip);
@@ -490,11 +497,12 @@ static ct_status check_map(ct_ctx *ctx, const ct_cfg_node *map, const char *sect
                     if (strcmp(k->key, "plugin") && strcmp(k->key, "symbol")) {
                         char p[600];
                         (void)snprintf(p, sizeof p, "%s.%s", path, k->key);
-                        return key_error(ctx, k, p,
-                                         "unknown key (a plugin takes plugin and symbol)");
+                        return ct_exp_key_error(ctx, k, p,
+                                                "unknown key (a plugin takes plugin and symbol)");
                     }
                 if (!ct_config_find(c, "plugin") || !ct_config_find(c, "symbol"))
-                    return key_error(ctx, c, path, "a plugin needs both plugin: and symbol:");
+                    return ct_exp_key_error(ctx, c, path,
+                                            "a plugin needs both plugin: and symbol:");
                 break;
             }
             CT_TRY(check_scalar(ctx, d, c, path));
@@ -522,14 +530,14 @@ static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
         char parent[512];
         parent_of(d->path, parent, sizeof parent);
         if (parent[0]) {
-            const ct_key_def *pd = ctx_schema_find(parent);
+            const ct_key_def *pd = ct_exp_schema_find(parent);
             if (pd && (pd->flags & CT_KEY_OPTIONAL) && !ct_config_find(root, parent)) continue;
         }
         if (ct_config_find(root, d->path)) continue;
         if (d->flags & CT_KEY_REQUIRED) {
             char w[600];
             const ct_cfg_node *p = parent[0] ? ct_config_find(root, parent) : root;
-            ctx_where(p ? p : root, w, sizeof w);
+            ct_exp_where(p ? p : root, w, sizeof w);
             return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: missing required key '%s': %s", w, d->path,
                            d->doc);
         }
@@ -551,160 +559,6 @@ static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
     return CT_OK;
 }
 
-/* ---- paths ----
- *
- * One rule for every path an experiment names: a relative path written in a file is taken
- * from that file's folder, one given on the command line from the current directory (as any
- * command-line argument), and resolving makes them absolute. So the resolved configuration,
- * the run's config.yaml, means the same from any directory. A plugin named without a '/' is a
- * library name that dlopen(3) looks up in its own folders, and is left alone. The paths are
- * the values of `output_dir`, `model.init_from` (or its `path`), every `plugin`, and a
- * built-in dataset type's path keys (ct_dataset_type_path_keys); a plugin's own options are
- * handed over as written.
- */
-
-#define MAX_PATH_TEXT 8192
-
-/* The folder a node's relative paths start from, into buf: the current directory, or the
- * node's file's folder as realpath(3) gives it, so that the same file names the same paths
- * whichever directory it was given from ("../exp.yaml", "exp.yaml"). */
-static ct_status base_of(ct_ctx *ctx, const ct_cfg_node *n, char *buf, size_t size) {
-    char cwd[4096];
-    if (!getcwd(cwd, sizeof cwd))
-        return CT_FAIL(ctx, CT_ERR_IO, "cannot find the current directory: %s", strerror(errno));
-    const char *file = n->line > 0 ? n->source : NULL; /* else the command line */
-    const char *slash = file ? strrchr(file, '/') : NULL;
-    int w;
-    if (!slash) {
-        w = snprintf(buf, size, "%s", cwd);
-    } else {
-        char dir[4096];
-        w = snprintf(dir, sizeof dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
-        char *real = w >= 0 && (size_t)w < sizeof dir ? realpath(dir, NULL) : NULL;
-        if (real) /* else a name that is no file's (a config made in memory) */
-            w = snprintf(buf, size, "%s", real);
-        else if (dir[0] == '/')
-            w = snprintf(buf, size, "%s", dir);
-        else
-            w = snprintf(buf, size, "%s/%s", cwd, dir);
-        free(real);
-    }
-    if (w < 0 || (size_t)w >= size)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: its folder's path is too long", file ? file : cwd);
-    return CT_OK;
-}
-
-/* Appends path, made absolute from base, to out[*at..]: "./x" and "x" give "BASE/x", and each
- * leading "../" takes the last folder off BASE (BASE holds no symbolic link, so that is the
- * folder "BASE/.." names). */
-static bool join_path(const char *base, const char *path, size_t len, char *out, size_t *at) {
-    if (!len || path[0] == '/') {
-        int w = snprintf(out + *at, MAX_PATH_TEXT - *at, "%.*s", (int)len, path);
-        if (w < 0 || (size_t)w >= MAX_PATH_TEXT - *at) return false;
-        *at += (size_t)w;
-        return true;
-    }
-    size_t blen = strlen(base);
-    for (;;) {
-        size_t skip = len >= 2 && !strncmp(path, "./", 2) ? 2 : 0;
-        if (len >= 3 && !strncmp(path, "../", 3) && blen > 1) {
-            while (blen > 1 && base[blen - 1] != '/')
-                blen--;
-            if (blen > 1) blen--; /* the slash, unless it is the root */
-            skip = 3;
-        }
-        if (!skip) break;
-        path += skip;
-        len -= skip;
-        while (len && path[0] == '/')
-            path++, len--;
-    }
-    int w = snprintf(out + *at, MAX_PATH_TEXT - *at, "%.*s%s%.*s", (int)blen, base,
-                     blen == 1 && base[0] == '/' ? "" : "/", (int)len, path);
-    if (w < 0 || (size_t)w >= MAX_PATH_TEXT - *at) return false;
-    *at += (size_t)w;
-    return true;
-}
-
-/* How a scalar's text names paths. */
-typedef enum path_kind {
-    PATH_ONE = 0, /* the whole text */
-    PATH_LIST,    /* comma-separated paths (a dataset's `files`) */
-    PATH_PLUGIN   /* a path, or a bare library name that dlopen(3) looks up */
-} path_kind;
-
-/* A scalar holding paths made absolute in place (the node keeps its position for later
- * messages). */
-static ct_status absolute(ct_ctx *ctx, ct_config *cfg, const ct_cfg_node *n, path_kind kind) {
-    if (!n || n->kind != CT_CFG_SCALAR || n->null || !n->value[0]) return CT_OK;
-    if (kind == PATH_PLUGIN && !strchr(n->value, '/')) return CT_OK;
-    const char *sep = kind == PATH_LIST ? "," : "";
-    bool relative = false;
-    for (const char *p = n->value; *p; p += strcspn(p, sep), p += *p == ',')
-        relative = relative || (p[0] != '/' && !(sep[0] && p[0] == ','));
-    if (!relative) return CT_OK;
-    char base[4096], path[512];
-    CT_TRY(base_of(ctx, n, base, sizeof base));
-    char *out = ct_alloc(ctx, MAX_PATH_TEXT);
-    if (!out) return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", ct_config_name(cfg));
-    size_t at = 0;
-    bool ok = true;
-    for (const char *p = n->value; ok; p++) {
-        size_t len = strcspn(p, sep);
-        ok = join_path(base, p, len, out, &at);
-        p += len;
-        if (!*p) break;
-        ok = ok && at + 1 < MAX_PATH_TEXT;
-        if (ok) out[at++] = ',';
-    }
-    ct_config_path(n, path, sizeof path);
-    ct_status s = ok ? ct_config_set(cfg, path, out, n->quoted)
-                     : key_error(ctx, n, path, "the path made absolute is too long");
-    ct_free(ctx, out, MAX_PATH_TEXT);
-    return s;
-}
-
-/* A dataset's path option: a path, or a list of them (in YAML, or with commas for `files`). */
-static ct_status absolute_all(ct_ctx *ctx, ct_config *cfg, const ct_cfg_node *n) {
-    path_kind kind = strcmp(n->key ? n->key : "", "files") == 0 ? PATH_LIST : PATH_ONE;
-    if (n->kind != CT_CFG_SEQ) return absolute(ctx, cfg, n, kind);
-    for (const ct_cfg_node *it = n->first; it; it = it->next)
-        CT_TRY(absolute(ctx, cfg, it, PATH_ONE));
-    return CT_OK;
-}
-
-/* Every `plugin` in the tree under n. */
-static ct_status absolute_plugins(ct_ctx *ctx, ct_config *cfg, const ct_cfg_node *n) {
-    for (const ct_cfg_node *c = n->first; c; c = c->next) {
-        if (c->key && strcmp(c->key, "plugin") == 0)
-            CT_TRY(absolute(ctx, cfg, c, PATH_PLUGIN));
-        else if (c->kind != CT_CFG_SCALAR)
-            CT_TRY(absolute_plugins(ctx, cfg, c));
-    }
-    return CT_OK;
-}
-
-static ct_status resolve_paths(ct_ctx *ctx, ct_config *cfg) {
-    ct_cfg_node *root = ct_config_root(cfg);
-    CT_TRY(absolute(ctx, cfg, ct_config_find(root, "output_dir"), PATH_ONE));
-    CT_TRY(absolute_plugins(ctx, cfg, root));
-    static const char *const splits[] = {"data.train", "data.valid", "data.test"};
-    for (int i = 0; i < 3; i++) {
-        const ct_cfg_node *d = ct_config_find(root, splits[i]);
-        bool builtin = d && d->kind == CT_CFG_MAP && !ct_config_find(d, "plugin");
-        const ct_cfg_node *t = builtin ? ct_config_find(d, "type") : NULL;
-        const char *const *keys =
-            t && t->kind == CT_CFG_SCALAR ? ct_dataset_type_path_keys(t->value) : NULL;
-        for (; keys && *keys; keys++) {
-            const ct_cfg_node *k = ct_config_find(d, *keys);
-            if (k) CT_TRY(absolute_all(ctx, cfg, k));
-        }
-    }
-    const ct_cfg_node *init = ct_config_find(root, "model.init_from");
-    if (init && init->kind == CT_CFG_MAP) init = ct_config_find(init, "path");
-    return absolute(ctx, cfg, init, PATH_ONE);
-}
-
 ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     ct_cfg_node *root = ct_config_root(cfg);
     drop_nulls(cfg, root);
@@ -724,26 +578,30 @@ ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     }
     const ct_cfg_node *name = ct_config_find(root, "name");
     if (!name->value[0] || strchr(name->value, '/'))
-        return key_error(ctx, name, "name",
-                         "expected a non-empty name without '/' (it names the run directory)");
+        return ct_exp_key_error(
+            ctx, name, "name",
+            "expected a non-empty name without '/' (it names the run directory)");
     if (!ct_config_find(root, "output_dir")) {
-        if (strlen(name->value) > 200) return key_error(ctx, name, "name", "longer than 200 bytes");
+        if (strlen(name->value) > 200)
+            return ct_exp_key_error(ctx, name, "name", "longer than 200 bytes");
         char dir[512];
         (void)snprintf(dir, sizeof dir, "runs/%s", ct_config_find(root, "name")->value);
         CT_TRY(ct_config_set(cfg, "output_dir", dir, true));
     }
-    CT_TRY(resolve_paths(ctx, cfg));
+    CT_TRY(ct_exp_resolve_paths(ctx, cfg));
     const ct_cfg_node *od = ct_config_find(root, "output_dir");
     if (!od->value[0] || strlen(od->value) > 800)
-        return key_error(ctx, od, "output_dir", "expected a directory path of 1 to 800 bytes");
+        return ct_exp_key_error(ctx, od, "output_dir",
+                                "expected a directory path of 1 to 800 bytes");
     const ct_cfg_node *me = ct_config_find(root, "trainer.max_epochs"),
                       *ms = ct_config_find(root, "trainer.max_steps");
     int64_t epochs = 0, steps = 0;
-    (void)ctx_parse_int(me->value, &epochs);
-    (void)ctx_parse_int(ms->value, &steps);
+    (void)ct_exp_parse_int(me->value, &epochs);
+    (void)ct_exp_parse_int(ms->value, &steps);
     if (epochs == 0 && steps == 0)
-        return key_error(ctx, me, "trainer.max_epochs",
-                         "0 (no limit) needs trainer.max_steps > 0, or the run would never end");
+        return ct_exp_key_error(
+            ctx, me, "trainer.max_epochs",
+            "0 (no limit) needs trainer.max_steps > 0, or the run would never end");
     return CT_OK;
 }
 
@@ -754,10 +612,10 @@ ct_status ct_experiment_override(ct_config *cfg, const char *arg) {
     char path[512];
     memcpy(path, arg, (size_t)(eq - arg));
     path[eq - arg] = '\0';
-    const ct_key_def *d = ctx_schema_find(path);
+    const ct_key_def *d = ct_exp_schema_find(path);
     char parent[512];
     parent_of(path, parent, sizeof parent);
-    const ct_key_def *sec = parent[0] ? ctx_schema_find(parent) : NULL;
+    const ct_key_def *sec = parent[0] ? ct_exp_schema_find(parent) : NULL;
     if (!d && (!parent[0] || (sec && sec->type == CT_KEY_SECTION)) &&
         !ct_config_find(ct_config_root(cfg), path)) {
         /* a key the schema does not have, in a section it describes: say so, not "use +" */
@@ -768,7 +626,7 @@ ct_status ct_experiment_override(ct_config *cfg, const char *arg) {
         return unknown_key(ct_config_ctx(cfg), &where, parent, leaf);
     }
     if (!d || ct_config_find(ct_config_root(cfg), path)) return ct_config_override(cfg, arg);
-    const ct_key_def *pd = parent[0] ? ctx_schema_find(parent) : NULL;
+    const ct_key_def *pd = parent[0] ? ct_exp_schema_find(parent) : NULL;
     if (pd && (pd->flags & CT_KEY_OPTIONAL) && !ct_config_find(ct_config_root(cfg), parent))
         return ct_config_override(cfg, arg);
     char forced[1200];
@@ -792,7 +650,7 @@ static bool resumable(const char *path) {
     char buf[512];
     (void)snprintf(buf, sizeof buf, "%s", path);
     for (;;) {
-        const ct_key_def *d = ctx_schema_find(buf);
+        const ct_key_def *d = ct_exp_schema_find(buf);
         if (d && (d->flags & CT_KEY_RESUMABLE)) return true;
         char *dot = strrchr(buf, '.');
         if (!dot) return false;
@@ -821,10 +679,10 @@ static const char *canonical(const ct_cfg_node *n, char *buf) {
     if (n->kind == CT_CFG_SEQ) return "[]";
     if (n->null) return "null";
     if (n->quoted) return n->value;
-    int b = ctx_parse_bool(n->value);
+    int b = ct_exp_parse_bool(n->value);
     if (b >= 0) return b ? "true" : "false";
     double x;
-    if (ctx_parse_float(n->value, &x)) {
+    if (ct_exp_parse_float(n->value, &x)) {
         (void)snprintf(buf, 32, "%.17g", x);
         return buf;
     }

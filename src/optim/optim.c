@@ -22,6 +22,7 @@
 #include "core/core_internal.h"
 #include "ctrain/optim.h"
 #include "kernels/vmath.h"
+#include "optim/optim_internal.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -61,6 +62,26 @@ typedef struct span {
 /* The threads for a span's loop: the span's choice, or 1 inside ct_optim_step_if_finite's team. */
 static int span_threads(const ct_optim *o, const span *s, int64_t n, int64_t work) {
     return s->alone ? 1 : ct_threads_for(o->ctx, n, work);
+}
+
+static const char *const kind_names[] = {
+    [CT_OPTIM_SGD] = "sgd",         [CT_OPTIM_ADAM] = "adam",       [CT_OPTIM_ADAMW] = "adamw",
+    [CT_OPTIM_RMSPROP] = "rmsprop", [CT_OPTIM_ADAGRAD] = "adagrad",
+};
+static_assert(sizeof kind_names / sizeof kind_names[0] == CT_OPTIM_KIND_COUNT,
+              "a name for each ct_optim_kind");
+
+const char *ct_optim_kind_name(ct_optim_kind kind) {
+    return (unsigned)kind < CT_OPTIM_KIND_COUNT ? kind_names[kind] : NULL;
+}
+
+bool ct_optim_kind_from_name(const char *name, ct_optim_kind *out) {
+    for (int i = 0; i < CT_OPTIM_KIND_COUNT; i++)
+        if (strcmp(name, kind_names[i]) == 0) {
+            *out = (ct_optim_kind)i;
+            return true;
+        }
+    return false;
 }
 
 ct_optim_params ct_optim_default_params(ct_optim_kind kind) {

@@ -96,23 +96,12 @@ static ct_status positive(
                    key, *out);
 }
 
-/* One of the NULL-terminated `values`; *out is its index. */
+/* One of the NULL-terminated `values`; *out is its index. An error names the schedule when
+ * the options do not say where they come from. */
 static ct_status choice(
     ct_ctx *ctx, const ct_options *opts, const char *key, const char *const *values, int64_t *out) {
-    const char *v;
-    CT_TRY(ct_options_string(ctx, opts, key, values[0], &v));
-    for (int64_t i = 0; values[i]; i++)
-        if (strcmp(v, values[i]) == 0) {
-            *out = i;
-            return CT_OK;
-        }
-    char list[128];
-    size_t off = 0;
-    list[0] = '\0';
-    for (int64_t i = 0; values[i] && off < sizeof list; i++)
-        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", values[i]);
-    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': unknown value '%s' (expected one of: %s)",
-                   where(opts), key, v, list);
+    ct_options named = {opts ? opts->items : NULL, opts ? opts->count : 0, where(opts)};
+    return ct_options_choice(ctx, &named, key, values, out);
 }
 
 /* "30,80" (spaces allowed) into an owned array of strictly increasing integers >= 0. */

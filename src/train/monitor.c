@@ -19,7 +19,7 @@ monitor_parse(ct_ctx *ctx, ct_monitor *m, const ct_options *opts, const char *na
     int64_t mode;
     memset(m, 0, sizeof *m);
     CT_TRY(ct_train_name(ctx, opts, name_key, "valid/loss", m->metric, sizeof m->metric));
-    CT_TRY(ct_train_choice(ctx, opts, "mode", modes, &mode));
+    CT_TRY(ct_options_choice(ctx, opts, "mode", modes, &mode));
     m->mode = mode == 1 ? CT_MONITOR_MODE_MAX : CT_MONITOR_MODE_MIN;
     CT_TRY(ct_options_double(ctx, opts, "min_delta", 0.0, 0.0, HUGE_VAL, &m->min_delta));
     m->state.best_step = -1;

@@ -85,7 +85,7 @@ ct_status ct_nonfinite_init(ct_ctx *ctx, ct_nonfinite_policy *pol, const ct_opti
     int64_t mode;
     memset(pol, 0, sizeof *pol);
     CT_TRY(ct_options_check(ctx, opts, keys));
-    CT_TRY(ct_train_choice(ctx, opts, "on_nonfinite", modes, &mode));
+    CT_TRY(ct_options_choice(ctx, opts, "on_nonfinite", modes, &mode));
     pol->mode = (ct_nonfinite_mode)mode;
     CT_TRY(ct_options_int(ctx, opts, "max_rollbacks", 3, 0, INT64_MAX, &pol->max_rollbacks));
     CT_TRY(ct_options_int(ctx, opts, "max_skips", 100, 1, INT64_MAX, &pol->max_skips));

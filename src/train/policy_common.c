@@ -1,5 +1,5 @@
 /*
- * policy_common.c - option readers shared by the policies: enum choices and copied names.
+ * policy_common.c - the option reader shared by the policies for copied names.
  * Nothing here allocates; names are copied into caller-provided fixed-size arrays.
  */
 #include <stdio.h>
@@ -9,24 +9,6 @@
 
 static const char *where(const ct_options *o) {
     return o && o->where ? o->where : "options";
-}
-
-ct_status ct_train_choice(
-    ct_ctx *ctx, const ct_options *opts, const char *key, const char *const *values, int64_t *out) {
-    const char *v;
-    CT_TRY(ct_options_string(ctx, opts, key, values[0], &v));
-    for (int64_t i = 0; values[i]; i++)
-        if (strcmp(v, values[i]) == 0) {
-            *out = i;
-            return CT_OK;
-        }
-    char list[128];
-    size_t off = 0;
-    list[0] = '\0';
-    for (int64_t i = 0; values[i] && off < sizeof list; i++)
-        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", values[i]);
-    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': unknown value '%s' (expected one of: %s)",
-                   where(opts), key, v, list);
 }
 
 ct_status ct_train_name(ct_ctx *ctx,

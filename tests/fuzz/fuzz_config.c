@@ -50,7 +50,7 @@ static bool typed_text(const char *v) {
                                         "null", "Null", "NULL", "~",     "",      NULL};
     for (int i = 0; words[i]; i++)
         if (strcmp(v, words[i]) == 0) return true;
-    if (v[0] == ' ' || (v[0] >= '\t' && v[0] <= '\r')) return false; /* as ctx_parse_int */
+    if (v[0] == ' ' || (v[0] >= '\t' && v[0] <= '\r')) return false; /* as ct_exp_parse_int */
     char *end = NULL;
     (void)strtod(v, &end);
     return end != v && *end == '\0';

@@ -1,0 +1,316 @@
+/*
+ * predict.c - a trained experiment's model used on new inputs: predictions for a .npy array of
+ * samples (class probabilities or values, as CSV or .npy), and text sampled from a byte-level
+ * language model. Both run in evaluation mode without gradients, in trainer.precision, and
+ * change nothing in the run directory.
+ *
+ * Ownership: the caller loads the weights first (ct_experiment_load); what these functions
+ * open (the input, a loader, a graph, buffers) they close before returning. Predictions are
+ * written to OUTPUT.tmp and renamed over OUTPUT only when complete.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core_internal.h"
+#include "experiment_internal.h"
+
+/* The .npy header for a float32 [n, c] array, padded so the data starts at a multiple of 64. */
+static void write_npy_header(FILE *f, int64_t n, int64_t c) {
+    char dict[128];
+    int len = snprintf(dict, sizeof dict,
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                       (long long)n, (long long)c);
+    size_t total = 10 + (size_t)len + 1;
+    size_t pad = (64 - total % 64) % 64;
+    size_t hlen = (size_t)len + pad + 1;
+    unsigned char pre[10] = {0x93,
+                             'N',
+                             'U',
+                             'M',
+                             'P',
+                             'Y',
+                             1,
+                             0,
+                             (unsigned char)(hlen & 0xff),
+                             (unsigned char)(hlen >> 8)};
+    (void)fwrite(pre, 1, sizeof pre, f);
+    (void)fwrite(dict, 1, (size_t)len, f);
+    for (size_t i = 0; i < pad; i++)
+        (void)fputc(' ', f);
+    (void)fputc('\n', f);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A graph for the model in evaluation: no gradients, no dropout, in trainer.precision. */
+static ct_status eval_graph(ct_experiment *e, ct_graph **g) {
+    ct_graph_params gp = ct_graph_default_params();
+    CT_TRY(ct_graph_create(e->ctx, &gp, g));
+    CT_TRY(ct_graph_set_autocast(*g, ct_exp_precision_at(e)));
+    ct_graph_set_grad_enabled(*g, false);
+    ct_graph_set_training(*g, false);
+    return CT_OK;
+}
+
+/* The status when the model gave no output: the graph's, with a message unless one was left. */
+static ct_status forward_failed(ct_ctx *ctx, ct_graph *g, const char *what) {
+    ct_status s = ct_graph_status(g) != CT_OK ? ct_graph_status(g) : CT_ERR_INTERNAL;
+    if (ct_last_status(ctx) == CT_OK) s = CT_FAIL(ctx, s, "%s: the model failed", what);
+    return s;
+}
+
+/* ---- predictions ---- */
+
+/* What predict takes: a model that is not a language model, a .npy input and a .csv or .npy
+ * output (*npy_out). */
+static ct_status
+check_paths(ct_experiment *e, const char *input, const char *output, bool *npy_out) {
+    ct_ctx *ctx = e->ctx;
+    if (e->task.kind == CT_TASK_LANGUAGE_MODEL)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: language models are not supported");
+    if (strlen(output) > 1000 || strlen(input) > 1000)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: a path longer than 1000 bytes");
+    *npy_out = ends_with(output, ".npy");
+    if (!*npy_out && !ends_with(output, ".csv"))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: output '%s': expected a .csv or .npy name",
+                       output);
+    if (!ends_with(input, ".npy"))
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: input '%s': expected a .npy array", input);
+    return CT_OK;
+}
+
+/* The input's samples must have the shape of the training data's. */
+static ct_status check_input(ct_experiment *e, const char *input, const ct_dataset_info *di) {
+    bool same = di->x_ndim == e->info.x_ndim &&
+                memcmp(di->x_shape, e->info.x_shape, sizeof(int64_t) * (size_t)di->x_ndim) == 0;
+    if (same) return CT_OK;
+    char a[128] = "", b[128] = "";
+    for (int32_t i = 0; i < di->x_ndim; i++)
+        (void)snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", i ? ", " : "",
+                       (long long)di->x_shape[i]);
+    for (int32_t i = 0; i < e->info.x_ndim; i++)
+        (void)snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", i ? ", " : "",
+                       (long long)e->info.x_shape[i]);
+    return CT_FAIL(e->ctx, CT_ERR_SHAPE,
+                   "%s: samples of shape [%s], but the model takes the training data's [%s]", input,
+                   a, b);
+}
+
+/* A CSV file's header line (index, the class, then a column per output), or the .npy header
+ * for n rows of c floats. */
+static void write_header(FILE *f, bool npy_out, bool classify, int64_t n, int64_t c) {
+    if (npy_out) {
+        write_npy_header(f, n, c);
+        return;
+    }
+    (void)fputs(classify ? "index,class" : "index", f);
+    for (int64_t j = 0; j < c; j++)
+        (void)fprintf(f, classify ? ",p_%lld" : ",y_%lld", (long long)j);
+    (void)fputc('\n', f);
+}
+
+/* One sample's c outputs r as a row: the class probabilities (a softmax in double, as the
+ * metrics do) and *arg the likeliest class, or the values. */
+static void row_of(const float *r, int64_t c, bool classify, float *row, int64_t *arg) {
+    *arg = 0;
+    if (!classify) {
+        memcpy(row, r, sizeof(float) * (size_t)c);
+        return;
+    }
+    double mx = (double)r[0], sum = 0;
+    for (int64_t j = 1; j < c; j++)
+        if ((double)r[j] > mx) {
+            mx = (double)r[j];
+            *arg = j;
+        }
+    for (int64_t j = 0; j < c; j++)
+        sum += exp((double)r[j] - mx);
+    for (int64_t j = 0; j < c; j++)
+        row[j] = (float)(exp((double)r[j] - mx) / sum);
+}
+
+static void write_row(
+    FILE *f, bool npy_out, bool classify, int64_t index, int64_t arg, const float *row, int64_t c) {
+    if (npy_out) {
+        (void)fwrite(row, sizeof(float), (size_t)c, f);
+        return;
+    }
+    (void)fprintf(f, "%lld", (long long)index);
+    if (classify) (void)fprintf(f, ",%lld", (long long)arg);
+    for (int64_t j = 0; j < c; j++)
+        (void)fprintf(f, ",%.9g", (double)row[j]);
+    (void)fputc('\n', f);
+}
+
+/* The model over every batch of l, a row per sample into f; row holds c floats. */
+static ct_status predict_batches(
+    ct_experiment *e, ct_loader *l, ct_graph *g, FILE *f, bool npy_out, float *row, int64_t c) {
+    bool classify = e->task.kind == CT_TASK_CLASSIFICATION;
+    ct_status s;
+    ct_batch b;
+    while ((s = ct_loader_next(l, &b)) == CT_OK && b.size > 0) {
+        ct_graph_reset(g);
+        ct_tensor *x = ct_graph_wrap(g, b.x.data, b.x.dtype, b.x.ndim, b.x.shape);
+        ct_tensor *out = x ? ct_model_forward(e->model, g, x) : NULL;
+        if (!out) return forward_failed(e->ctx, g, "predict");
+        const float *outp = out->data;
+        for (int64_t i = 0; i < b.size; i++) {
+            int64_t arg;
+            row_of(outp + i * c, c, classify, row, &arg);
+            write_row(f, npy_out, classify, b.index[i], arg, row, c);
+        }
+    }
+    return s;
+}
+
+/* Closes f, written as tmp: renamed to output when everything before succeeded (s) and the
+ * data reached the disk, else removed. */
+static ct_status
+finish_output(ct_ctx *ctx, FILE *f, const char *tmp, const char *output, ct_status s) {
+    if ((fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) && s == CT_OK)
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    (void)fclose(f);
+    if (s == CT_OK && rename(tmp, output) != 0)
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot rename to %s: %s", tmp, output, strerror(errno));
+    if (s != CT_OK) (void)remove(tmp);
+    return s;
+}
+
+ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char *output) {
+    ct_ctx *ctx = e->ctx;
+    bool npy_out = false;
+    CT_TRY(check_paths(e, input, output, &npy_out));
+    ct_option items[2] = {{"features", input}, {"nonfinite", ct_exp_str_at(e, "data.nonfinite")}};
+    ct_options o = {items, 2, "predict: input"};
+    ct_dataset *ds = NULL;
+    ct_loader *l = NULL;
+    ct_graph *g = NULL;
+    FILE *f = NULL;
+    char tmp[1100];
+    (void)snprintf(tmp, sizeof tmp, "%s.tmp", output);
+    CT_TRY(ct_dataset_open(ctx, "npy", &o, &ds));
+    const ct_dataset_info *di = ct_dataset_info_of(ds);
+    ct_status s = check_input(e, input, di);
+    ct_loader_params lp = e->eval_lp;
+    lp.to_f32 = true;
+    if (s == CT_OK) s = ct_loader_create(ctx, ds, &lp, &l);
+    if (s == CT_OK) s = eval_graph(e, &g);
+    if (s == CT_OK && !(f = fopen(tmp, "wb")))
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    int64_t oshape[CT_MAX_DIMS];
+    int32_t ond = ct_model_output_shape(e->model, oshape);
+    int64_t c = 1;
+    for (int32_t i = 0; i < ond; i++)
+        c *= oshape[i];
+    if (s == CT_OK) write_header(f, npy_out, e->task.kind == CT_TASK_CLASSIFICATION, di->n, c);
+    float *row = s == CT_OK ? ct_alloc(ctx, sizeof(float) * (size_t)c) : NULL;
+    if (s == CT_OK && !row) s = CT_FAIL(ctx, CT_ERR_OOM, "predict: out of memory");
+    if (s == CT_OK) s = predict_batches(e, l, g, f, npy_out, row, c);
+    if (row) ct_free(ctx, row, sizeof(float) * (size_t)c);
+    if (f) s = finish_output(ctx, f, tmp, output, s);
+    ct_graph_destroy(g);
+    ct_loader_destroy(l);
+    ct_dataset_destroy(ds);
+    return s;
+}
+
+/* ---- sampling from a language model ---- */
+
+/* A token drawn from the distribution of logits[0..vocab) at `temperature`, among the top_k
+ * largest (all when top_k is 0 or not below vocab; ties at the cut kept); p holds vocab
+ * doubles of scratch. */
+static int64_t sample_token(
+    const float *logits, int64_t vocab, double temperature, int64_t top_k, double *p, ct_rng *rng) {
+    /* the top_k-th largest logit is the cut (ties kept) */
+    double cut = -(double)INFINITY;
+    if (top_k > 0 && top_k < vocab) {
+        for (int64_t v = 0; v < vocab; v++)
+            p[v] = (double)logits[v];
+        for (int64_t r = 0; r < top_k; r++) { /* partial selection: top_k is small */
+            int64_t best = r;
+            for (int64_t v = r + 1; v < vocab; v++)
+                if (p[v] > p[best]) best = v;
+            double tmp = p[r];
+            p[r] = p[best];
+            p[best] = tmp;
+        }
+        cut = p[top_k - 1];
+    }
+    double mx = -(double)INFINITY, sum = 0;
+    for (int64_t v = 0; v < vocab; v++)
+        if ((double)logits[v] >= cut && (double)logits[v] / temperature > mx)
+            mx = (double)logits[v] / temperature;
+    for (int64_t v = 0; v < vocab; v++) {
+        p[v] = (double)logits[v] >= cut ? exp((double)logits[v] / temperature - mx) : 0.0;
+        sum += p[v];
+    }
+    float u;
+    ct_rng_uniform(rng, &u, 1);
+    double target = (double)u * sum, acc = 0;
+    int64_t tok = -1;
+    for (int64_t v = 0; v < vocab && (tok < 0 || acc <= target); v++) {
+        if (p[v] <= 0) continue;
+        acc += p[v];
+        tok = v; /* the last one kept when rounding leaves the sum a hair short */
+    }
+    return tok;
+}
+
+ct_status ct_experiment_generate(ct_experiment *e,
+                                 const char *prompt,
+                                 int64_t n_tokens,
+                                 double temperature,
+                                 int64_t top_k,
+                                 uint64_t seed,
+                                 FILE *out) {
+    ct_ctx *ctx = e->ctx;
+    int64_t oshape[CT_MAX_DIMS];
+    int32_t ond = ct_model_output_shape(e->model, oshape);
+    int64_t vocab = ond >= 1 ? oshape[ond - 1] : 0;
+    if (e->task.kind != CT_TASK_LANGUAGE_MODEL || vocab != 256 || e->info.x_ndim != 1)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "generate: needs a byte-level language model (vocab 256, text data)");
+    if (!(temperature > 0) || !isfinite(temperature) || top_k < 0 || n_tokens < 0 ||
+        n_tokens > 1000000)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "generate: expected temperature > 0, top_k >= 0 and 0..1000000 tokens");
+    int64_t context = e->info.x_shape[0];
+    size_t plen = strlen(prompt);
+    if (plen == 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "generate: the prompt is empty");
+    size_t cap = plen + (size_t)n_tokens;
+    int64_t *ids = ct_alloc(ctx, cap * sizeof(int64_t));
+    double *p = ct_alloc(ctx, (size_t)vocab * sizeof(double));
+    ct_graph *g = NULL;
+    ct_status s =
+        ids && p ? eval_graph(e, &g) : CT_FAIL(ctx, CT_ERR_OOM, "generate: out of memory");
+    size_t n = 0;
+    for (size_t i = 0; s == CT_OK && i < plen; i++)
+        ids[n++] = (unsigned char)prompt[i];
+    if (s == CT_OK) (void)fwrite(prompt, 1, plen, out);
+    ct_rng rng = ct_rng_init(seed, 0x73616d706c65ull /* "sample" */);
+    for (int64_t k = 0; s == CT_OK && k < n_tokens; k++) {
+        int64_t len = (int64_t)n < context ? (int64_t)n : context;
+        ct_graph_reset(g);
+        ct_tensor *x = ct_graph_wrap(g, ids + n - (size_t)len, CT_I64, 2, (int64_t[]){1, len});
+        ct_tensor *y = x ? ct_model_forward(e->model, g, x) : NULL;
+        if (!y) {
+            s = forward_failed(ctx, g, "generate");
+            break;
+        }
+        const float *logits = (const float *)y->data + (len - 1) * vocab;
+        int64_t tok = sample_token(logits, vocab, temperature, top_k, p, &rng);
+        ids[n++] = tok;
+        (void)fputc((int)tok, out);
+    }
+    (void)fflush(out);
+    ct_graph_destroy(g);
+    ct_free(ctx, p, (size_t)vocab * sizeof(double));
+    ct_free(ctx, ids, cap * sizeof(int64_t));
+    return s;
+}

@@ -1,0 +1,518 @@
+/*
+ * records.c - what a fit writes while it trains, and the trainer's events that write it:
+ * metrics.jsonl (and metrics.csv), TensorBoard events (scalars, confusion images, histograms,
+ * the configuration), report.html, and a resume's cut of the records back to its checkpoint.
+ * ct_exp_wire_callbacks hands the trainer the experiment's handlers, each of which passes its
+ * event on to the caller's (ct_experiment_params.callbacks).
+ *
+ * metrics.jsonl is the record of a run: a failed write ends the run. TensorBoard files and the
+ * report are views of it: a failure to write one is a warning and the run goes on.
+ *
+ * Ownership: the record files, the record buffer and the TensorBoard writer are the
+ * experiment's fields, opened by ct_exp_open_records and released by ct_exp_release_records.
+ */
+#include <errno.h>
+#include <fnmatch.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "core/core_internal.h"
+#include "ctrain/report.h"
+#include "experiment_internal.h"
+
+/* ---- one record: metrics.jsonl, metrics.csv and TensorBoard ---- */
+
+static double now_seconds(void) {
+    struct timeval tv;
+    (void)gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
+/* TensorBoard files are a convenience: a failure to write one is reported once and the run
+ * goes on with metrics.jsonl, which stays complete. */
+static void tb_failed(ct_experiment *e) {
+    ct_log(e->ctx, CT_LOG_WARN, "tensorboard: %s; no more events are written",
+           ct_last_error(e->ctx));
+    ct_tb_close(e->tb);
+    e->tb = NULL;
+}
+
+static bool hist_excluded(const ct_experiment *e, const char *name) {
+    const char *pat = ct_exp_str_at(e, "logging.histogram_exclude");
+    while (pat && *pat) {
+        const char *comma = strchr(pat, ',');
+        size_t len = comma ? (size_t)(comma - pat) : strlen(pat);
+        while (len && *pat == ' ') {
+            pat++;
+            len--;
+        }
+        char one[256];
+        if (len && len < sizeof one) {
+            memcpy(one, pat, len);
+            one[len] = '\0';
+            while (len && one[len - 1] == ' ')
+                one[--len] = '\0';
+            if (fnmatch(one, name, 0) == 0) return true;
+        }
+        pat = comma ? comma + 1 : NULL;
+    }
+    return false;
+}
+
+/* Histograms of the trainable tensors' values (weights/) or gradients (grads/); the gradients
+ * are those of the update about to be made, so they carry its step number. */
+static void histograms(ct_experiment *e, ct_trainer *t, bool grads) {
+    const float *values = ct_params_values(e->params);
+    const float *base = grads ? ct_params_grads(e->params) : values;
+    /* by the layer that owns the tensor: a sequential model's names ("1.weight") do not say */
+    bool skip_norm = ct_exp_bool_at(e, "logging.histogram_exclude_norm");
+    for (int64_t i = 0; e->tb && i < ct_params_count(e->params); i++) {
+        if (ct_params_kind_at(e->params, i) != CT_PARAM_TRAINABLE) continue;
+        const ct_tensor *p = ct_params_at(e->params, i);
+        if (hist_excluded(e, p->name) || (skip_norm && ct_model_param_is_norm(e->model, p)))
+            continue;
+        const float *v = base + ((const float *)p->data - values);
+        char tag[300];
+        (void)snprintf(tag, sizeof tag, "%s/%s", grads ? "grads" : "weights", p->name);
+        if (ct_tb_histogram(e->tb, tag, ct_trainer_step(t) + (grads ? 1 : 0), 0, v,
+                            ct_tensor_numel(p)) != CT_OK)
+            tb_failed(e);
+    }
+    if (e->tb && ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
+}
+
+/* Appends to the record being formatted, growing its buffer. */
+static ct_status rec_add(ct_experiment *e, const char *fmt, ...) CT_PRINTF(2, 3);
+
+static ct_status rec_add(ct_experiment *e, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(e->rec + e->rec_len, e->rec_cap - e->rec_len, fmt, ap);
+        va_end(ap);
+        if (n < 0) return CT_FAIL(e->ctx, CT_ERR_INTERNAL, "formatting a record failed");
+        if ((size_t)n < e->rec_cap - e->rec_len) {
+            e->rec_len += (size_t)n;
+            return CT_OK;
+        }
+        size_t cap = 2 * (e->rec_cap + (size_t)n);
+        char *p = ct_alloc(e->ctx, cap);
+        if (!p) return CT_FAIL(e->ctx, CT_ERR_OOM, "out of memory formatting a record");
+        memcpy(p, e->rec, e->rec_len);
+        ct_free(e->ctx, e->rec, e->rec_cap);
+        e->rec = p;
+        e->rec_cap = cap;
+    }
+}
+
+/* One record of metrics.jsonl (and its rows of metrics.csv) and TensorBoard scalars. A failed
+ * write of a record file ends the run (the file names itself in the message), as does a run
+ * directory that is no longer there. */
+static ct_status record(ct_experiment *e,
+                        ct_trainer *t,
+                        const ct_metric_value *v,
+                        int64_t n,
+                        const char *const *extra_names,
+                        const double *extra,
+                        int64_t n_extra) {
+    if (e->jsonl.fd < 0) return CT_OK;
+    CT_TRY(ct_exp_rundir_check(e->ctx, &e->run));
+    double now = now_seconds();
+    long long step = (long long)ct_trainer_step(t), epoch = (long long)ct_trainer_epoch(t);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && e->csv.fd < 0) break;
+        e->rec_len = 0;
+        if (pass == 0)
+            CT_TRY(rec_add(e, "{\"step\":%lld,\"epoch\":%lld,\"time\":%.3f", step, epoch, now));
+        for (int64_t i = 0; i < n + n_extra; i++) {
+            const char *name = i < n ? v[i].name : extra_names[i - n];
+            double x = i < n ? v[i].value : extra[i - n];
+            if (strcmp(name, "train/lr") == 0) name = "lr";
+            if (strcmp(name, "train/grad_norm") == 0) name = "grad_norm";
+            if (pass == 1)
+                CT_TRY(rec_add(e, "%lld,%lld,%.3f,%s,%.17g\n", step, epoch, now, name, x));
+            else if (isfinite(x))
+                CT_TRY(rec_add(e, ",\"%s\":%.17g", name, x));
+            else
+                CT_TRY(rec_add(e, ",\"%s\":null", name));
+            /* confusion counts go to TensorBoard as one image per evaluation instead */
+            if (pass == 0 && e->tb && !strstr(name, "/confusion/") &&
+                ct_tb_scalar(e->tb, name, ct_trainer_step(t), now, (float)x) != CT_OK)
+                tb_failed(e);
+        }
+        if (pass == 0) {
+            CT_TRY(rec_add(e, "}\n"));
+            CT_TRY(ct_exp_record_put(e->ctx, &e->jsonl, e->rec, e->rec_len));
+        } else {
+            CT_TRY(ct_exp_record_put(e->ctx, &e->csv, e->rec, e->rec_len));
+        }
+    }
+    if (e->tb && ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
+    return CT_OK;
+}
+
+static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    ct_experiment *e = user;
+    double now = now_seconds();
+    int64_t steps = ct_trainer_step(t) - e->step_last_log;
+    double dt = now - e->t_last_log;
+    int64_t world = e->p.comm ? ct_comm_world_size(e->p.comm) : 1;
+    double extra[2] = {dt > 0 ? (double)(steps * e->batch_size * e->accum * world) / dt : 0.0};
+    e->t_last_log = now;
+    e->step_last_log = ct_trainer_step(t);
+    /* distributed: rank 0's time in the gradient all-reduce per step since the last record */
+    double comm = ct_trainer_comm_seconds(t);
+    extra[1] = steps > 0 ? (comm - e->comm_last_log) * 1e3 / (double)steps : 0.0;
+    e->comm_last_log = comm;
+    static const char *const names[] = {"samples_per_sec", "comm_ms_per_step"};
+    CT_TRY(record(e, t, v, n, names, extra, world > 1 ? 2 : 1));
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_log ? cb->on_log(cb->user, t, v, n) : CT_OK;
+}
+
+/* The report is a view of metrics.jsonl: a failure to write it is a warning, never the end
+ * of a run. The best checkpoint it marks is the monitor's best (-1: the `best` pointer's).
+ * `cancellable`: the caller's report_cancelled may stop it. */
+static void write_report(ct_experiment *e, int64_t best_step, bool cancellable) {
+    ct_report_params rp = ct_report_default_params();
+    rp.best_step = best_step;
+    rp.cancelled = cancellable ? e->p.report_cancelled : NULL;
+    rp.user = e->p.callbacks.user;
+    ct_status s = ct_report_write(e->ctx, e->out_dir, &rp, NULL);
+    if (s != CT_OK)
+        ct_log(e->ctx, s == CT_STOP ? CT_LOG_INFO : CT_LOG_WARN, "report: %s",
+               ct_last_error(e->ctx));
+}
+
+/* The step of the best checkpoint as the trainer's monitor knows it, -1 for none (or no
+ * checkpoints). v[0..n) are an evaluation that has just ended: the trainer weighs it against
+ * the monitor, and saves the best checkpoint, only after on_eval_end, so a value that will
+ * improve on the best makes this step the best already (or a live report lags one evaluation
+ * behind the `best` pointer). */
+static int64_t
+best_step(const ct_experiment *e, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    const ct_monitor *m = e->tp.checkpoint_dir ? ct_trainer_monitor(t) : NULL;
+    if (!m) return -1;
+    int64_t best = m->state.has_best ? m->state.best_step : -1;
+    for (int64_t i = 0; i < n && !e->final_testing; i++)
+        if (strcmp(v[i].name, m->metric) == 0 && ct_monitor_is_better(m, v[i].value))
+            best = ct_trainer_step(t);
+    return best;
+}
+
+/* The report at the end of a fit, finished or interrupted. */
+void ct_exp_final_report(ct_experiment *e) {
+    if (e->jsonl.fd >= 0 && strcmp(ct_exp_str_at(e, "logging.report"), "none") != 0)
+        write_report(e, best_step(e, e->trainer, NULL, 0), !ct_trainer_interrupted(e->trainer));
+}
+
+/* An evaluation's confusion matrix (values "<key>/confusion/<true>/<pred>") as a TensorBoard
+ * image: rows are true classes, columns predictions, white to blue by the share of the row. */
+static void confusion_image(
+    ct_experiment *e, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    char prefix[96];
+    int plen = snprintf(prefix, sizeof prefix, "%s/confusion/", key);
+    if (plen <= 0 || (size_t)plen >= sizeof prefix) return;
+    int64_t classes = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!strncmp(v[i].name, prefix, (size_t)plen)) classes++;
+    int64_t c = (int64_t)floor(sqrt((double)classes) + 0.5);
+    if (c < 1 || c * c != classes || c > 256) return;
+    int64_t cell = c <= 16 ? 16 : c <= 64 ? 8 : 2, side = c * cell;
+    size_t bytes = (size_t)(side * side * 3);
+    double *m = ct_alloc(e->ctx, sizeof(double) * (size_t)(c * c));
+    unsigned char *img = ct_alloc(e->ctx, bytes);
+    if (m && img) {
+        memset(m, 0, sizeof(double) * (size_t)(c * c));
+        for (int64_t i = 0; i < n; i++) {
+            long long a, b;
+            if (strncmp(v[i].name, prefix, (size_t)plen) ||
+                sscanf(v[i].name + plen, "%lld/%lld", &a, &b) != 2 || a < 0 || b < 0 || a >= c ||
+                b >= c)
+                continue;
+            m[a * c + b] = v[i].value;
+        }
+        for (int64_t r = 0; r < c; r++) {
+            double row = 0;
+            for (int64_t k = 0; k < c; k++)
+                row += m[r * c + k];
+            for (int64_t k = 0; k < c; k++) {
+                double f = row > 0 ? m[r * c + k] / row : 0;
+                unsigned char shade = (unsigned char)(255 - (int)(f * 200));
+                for (int64_t y = r * cell; y < (r + 1) * cell; y++)
+                    for (int64_t x = k * cell; x < (k + 1) * cell; x++) {
+                        unsigned char *px = img + ((size_t)(y * side + x)) * 3;
+                        px[0] = px[1] = shade;
+                        px[2] = 255;
+                    }
+            }
+        }
+        char tag[128];
+        (void)snprintf(tag, sizeof tag, "%s/confusion", key);
+        if (ct_tb_image(e->tb, tag, ct_trainer_step(t), 0, img, side, side) != CT_OK ||
+            ct_tb_flush(e->tb) != CT_OK)
+            tb_failed(e);
+    }
+    ct_free(e->ctx, img, bytes);
+    ct_free(e->ctx, m, sizeof(double) * (size_t)(c * c));
+}
+
+static ct_status
+on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    ct_experiment *e = user;
+    CT_TRY(record(e, t, v, n, NULL, NULL, 0));
+    if (e->tb) confusion_image(e, t, key, v, n);
+    if (e->jsonl.fd >= 0 && strcmp(ct_exp_str_at(e, "logging.report"), "live") == 0)
+        write_report(e, best_step(e, t, v, n), true);
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_eval_end ? cb->on_eval_end(cb->user, t, key, v, n) : CT_OK;
+}
+
+/* ---- the events the experiment handles, passed on ---- */
+
+static ct_status fwd_fit_start(void *user, ct_trainer *t) {
+    ct_experiment *e = user;
+    e->t_last_log = now_seconds();
+    e->step_last_log = ct_trainer_step(t);
+    e->comm_last_log = ct_trainer_comm_seconds(t);
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_fit_start ? cb->on_fit_start(cb->user, t) : CT_OK;
+}
+
+static ct_status fwd_best(void *user, ct_trainer *t, const char *metric, double value) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_best ? cb->on_best(cb->user, t, metric, value) : CT_OK;
+}
+
+static ct_status fwd_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
+    ct_experiment *e = user;
+    if (e->tb && e->hist_every && epoch % e->hist_every == 0) histograms(e, t, false);
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_epoch_end ? cb->on_epoch_end(cb->user, t, epoch) : CT_OK;
+}
+
+/* The events the experiment has no use for itself reach the caller's handlers unchanged. */
+static ct_status fwd_epoch_start(void *user, ct_trainer *t, int64_t epoch) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_epoch_start ? cb->on_epoch_start(cb->user, t, epoch) : CT_OK;
+}
+
+static ct_status fwd_iteration_start(void *user, ct_trainer *t, int64_t batch) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_iteration_start ? cb->on_iteration_start(cb->user, t, batch) : CT_OK;
+}
+
+static ct_status fwd_iteration_end(void *user, ct_trainer *t, int64_t batch, double loss) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_iteration_end ? cb->on_iteration_end(cb->user, t, batch, loss) : CT_OK;
+}
+
+static ct_status fwd_eval_start(void *user, ct_trainer *t, const char *key) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_eval_start ? cb->on_eval_start(cb->user, t, key) : CT_OK;
+}
+
+static ct_status fwd_fit_end(void *user, ct_trainer *t) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_fit_end ? cb->on_fit_end(cb->user, t) : CT_OK;
+}
+
+/* Before a checkpoint goes into the run directory: it must still be this run's. */
+static ct_status fwd_save(void *user, ct_trainer *t, bool best) {
+    ct_experiment *e = user;
+    CT_TRY(ct_exp_rundir_check(e->ctx, &e->run));
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_save ? cb->on_save(cb->user, t, best) : CT_OK;
+}
+
+static void fwd_exception(void *user, ct_trainer *t, ct_status s) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    if (cb->on_exception) cb->on_exception(cb->user, t, s);
+}
+
+static ct_status fwd_grads(void *user, ct_trainer *t) {
+    ct_experiment *e = user;
+    if (e->hist_grads_due) {
+        e->hist_grads_due = false;
+        histograms(e, t, true);
+    }
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_grads ? cb->on_grads(cb->user, t) : CT_OK;
+}
+
+static ct_status
+fwd_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss) {
+    ct_experiment *e = user;
+    /* the epoch's last micro-batch: its window's gradients are the epoch's last */
+    if (e->tb && e->hist_every && done == total && strcmp(split, "train") == 0 &&
+        (ct_trainer_epoch(t) + 1) % e->hist_every == 0)
+        e->hist_grads_due = true;
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_batch ? cb->on_batch(cb->user, t, split, done, total, loss) : CT_OK;
+}
+
+/* The trainer's events as the experiment handles them: records, reports, histograms and the
+ * run directory's check, each then passed on to the caller's handler. */
+void ct_exp_wire_callbacks(ct_experiment *e, ct_trainer_callbacks *cb) {
+    cb->user = e;
+    cb->on_fit_start = fwd_fit_start;
+    cb->on_log = on_log;
+    cb->on_eval_end = on_eval_end;
+    cb->on_best = fwd_best;
+    cb->on_epoch_end = fwd_epoch_end;
+    cb->on_fit_end = fwd_fit_end;
+    cb->on_exception = fwd_exception;
+    cb->on_save = fwd_save;
+    cb->on_batch = fwd_batch;
+    /* only the ones the caller set: an unset event costs nothing per batch */
+    const ct_trainer_callbacks *ucb = &e->p.callbacks;
+    /* gradient histograms read the whole averaged gradient, which a sharded update never
+       assembles (ct_update_sharding): decided from the configuration, the same on every rank */
+    bool grad_histograms =
+        ct_exp_bool_at(e, "logging.tensorboard") && ct_exp_int_at(e, "logging.histogram_every") > 0;
+    cb->on_grads = ucb->on_grads || grad_histograms ? fwd_grads : NULL;
+    cb->on_epoch_start = ucb->on_epoch_start ? fwd_epoch_start : NULL;
+    cb->on_iteration_start = ucb->on_iteration_start ? fwd_iteration_start : NULL;
+    cb->on_iteration_end = ucb->on_iteration_end ? fwd_iteration_end : NULL;
+    cb->on_eval_start = ucb->on_eval_start ? fwd_eval_start : NULL;
+}
+
+/* ---- the run directory's records ---- */
+
+/* Whether metrics.jsonl has a record of `step` with a value whose name starts with prefix. */
+bool ct_exp_has_record(const ct_experiment *e, const char *prefix, int64_t step) {
+    char path[1100], key[80];
+    (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
+    (void)snprintf(key, sizeof key, ",\"%s", prefix);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char *line = NULL;
+    size_t cap = 0;
+    bool found = false;
+    while (!found && getline(&line, &cap, f) > 0) {
+        long long s = -1;
+        found = sscanf(line, "{\"step\":%lld", &s) == 1 && s == step && strstr(line, key);
+    }
+    free(line);
+    (void)fclose(f);
+    return found;
+}
+
+/* Keeps the records of steps up to `step` (a resumed run redoes the later ones). */
+ct_status ct_exp_truncate_records(ct_experiment *e, const char *name, int64_t step, bool csv) {
+    char path[1100], tmp[1100];
+    (void)snprintf(path, sizeof path, "%s/%s", e->out_dir, name);
+    (void)snprintf(tmp, sizeof tmp, "%s/%s.tmp", e->out_dir, name);
+    FILE *in = fopen(path, "r");
+    if (!in) return CT_OK;
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        (void)fclose(in);
+        return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    bool first = true;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        long long s = -1;
+        bool keep = csv ? (first || (sscanf(line, "%lld,", &s) == 1 && s <= step))
+                        : (sscanf(line, "{\"step\":%lld", &s) == 1 && s <= step);
+        first = false;
+        if (keep && line[len - 1] == '\n') (void)fwrite(line, 1, (size_t)len, out);
+    }
+    free(line);
+    (void)fclose(in);
+    ct_status s = CT_OK;
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0)
+        s = CT_FAIL(e->ctx, CT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    (void)fclose(out);
+    if (s == CT_OK && rename(tmp, path) != 0)
+        s = CT_FAIL(e->ctx, CT_ERR_IO, "%s: rename failed: %s", tmp, strerror(errno));
+    return s;
+}
+
+/* A new events file per process (TensorBoard reads every one in the directory), starting with
+ * the resolved configuration as text. */
+static ct_status open_tensorboard(ct_experiment *e) {
+    CT_TRY(ct_tb_open(e->ctx, e->out_dir, NULL, 0, &e->tb));
+    e->hist_every = ct_exp_int_at(e, "logging.histogram_every");
+    char *yaml = NULL;
+    size_t len = 0;
+    CT_TRY(ct_config_to_string(e->cfg, &yaml, &len));
+    /* the text plugin renders Markdown: indented four spaces, the YAML shows as code */
+    size_t lines = 1;
+    for (size_t i = 0; i < len; i++)
+        lines += yaml[i] == '\n';
+    size_t cap = len + 4 * lines + 1;
+    char *md = ct_alloc(e->ctx, cap);
+    ct_status s = md ? CT_OK : CT_FAIL(e->ctx, CT_ERR_OOM, "tensorboard: out of memory");
+    if (md) {
+        size_t at = 0;
+        bool bol = true;
+        for (size_t i = 0; i < len; i++) {
+            if (bol) {
+                memcpy(md + at, "    ", 4);
+                at += 4;
+            }
+            md[at++] = yaml[i];
+            bol = yaml[i] == '\n';
+        }
+        md[at] = '\0';
+        s = ct_tb_text(e->tb, "config", ct_trainer_step(e->trainer), 0, md);
+        if (s == CT_OK) s = ct_tb_flush(e->tb);
+        ct_free(e->ctx, md, cap);
+    }
+    ct_free(e->ctx, yaml, len + 1);
+    return s;
+}
+
+ct_status ct_exp_open_records(ct_experiment *e, bool append) {
+    char path[1100];
+    e->rec_cap = 4096; /* grown by rec_add when a record needs more */
+    if (!(e->rec = ct_alloc(e->ctx, e->rec_cap))) {
+        e->rec_cap = 0;
+        return CT_FAIL(e->ctx, CT_ERR_OOM, "out of memory for the records' buffer");
+    }
+    (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
+    CT_TRY(ct_exp_record_open(e->ctx, &e->jsonl, path, append));
+    if (ct_exp_bool_at(e, "logging.csv")) {
+        (void)snprintf(path, sizeof path, "%s/metrics.csv", e->out_dir);
+        bool fresh = !append || access(path, F_OK) != 0;
+        CT_TRY(ct_exp_record_open(e->ctx, &e->csv, path, append));
+        static const char header[] = "step,epoch,time,metric,value\n";
+        if (fresh) CT_TRY(ct_exp_record_put(e->ctx, &e->csv, header, sizeof header - 1));
+    }
+    /* TensorBoard is a view: a failure to start it is a warning, as a failure to write it */
+    if (ct_exp_bool_at(e, "logging.tensorboard") && open_tensorboard(e) != CT_OK) {
+        if (e->tb)
+            tb_failed(e);
+        else
+            ct_log(e->ctx, CT_LOG_WARN, "tensorboard: %s; no events are written",
+                   ct_last_error(e->ctx));
+    }
+    return CT_OK;
+}
+
+/* Closes the record files, reporting the first failure. */
+ct_status ct_exp_close_records(ct_experiment *e) {
+    ct_status a = ct_exp_record_close(e->ctx, &e->jsonl);
+    ct_status b = ct_exp_record_close(e->ctx, &e->csv);
+    return a != CT_OK ? a : b;
+}
+
+/* The records' resources: the files (a failure to close them is not reported), the buffer and
+ * the TensorBoard writer. */
+void ct_exp_release_records(ct_experiment *e) {
+    (void)ct_exp_close_records(e);
+    ct_free(e->ctx, e->rec, e->rec_cap);
+    e->rec = NULL;
+    e->rec_cap = 0;
+    ct_tb_close(e->tb);
+    e->tb = NULL;
+}

@@ -1,0 +1,250 @@
+/*
+ * test_experiment_predict.c - a trained experiment used on new inputs (predict.c): the CSV and
+ * .npy predictions of a classifier (softmax rows, the argmax as the class, the same numbers in
+ * both forms) and of a regression; what predict refuses, writing nothing; and text sampled
+ * from a byte-level language model, the same for the same seed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctrain/config.h"
+#include "ctrain/ctrain.h"
+#include "ctrain/experiment.h"
+#include "harness.h"
+
+static ct_ctx *ctx;
+static char root[] = "/tmp/ct_experiment_predict_XXXXXX";
+
+/* Fits `body` (a few steps) into <root>/<name> and loads its latest checkpoint; *cfg is
+ * destroyed after the experiment. */
+static ct_experiment *trained(const char *name, const char *body, ct_config **cfg) {
+    char text[1024];
+    (void)snprintf(text, sizeof text,
+                   "%s"
+                   "logging: {progress: none}\n"
+                   "output_dir: %s/%s\n",
+                   body, root, name);
+    ct_experiment *e = NULL;
+    *cfg = NULL;
+    ct_status s = ct_config_load_string(ctx, "exp.yaml", text, strlen(text), cfg);
+    if (s == CT_OK) s = ct_experiment_resolve(ctx, *cfg);
+    if (s == CT_OK) s = ct_experiment_create(ctx, *cfg, NULL, &e);
+    if (s == CT_OK) s = ct_experiment_fit(e);
+    if (s == CT_OK) s = ct_experiment_load(e, "latest", NULL);
+    CT_CHECK_MSG(s == CT_OK, "%s", ct_last_error(ctx));
+    if (s == CT_OK) return e;
+    ct_experiment_destroy(e);
+    return NULL;
+}
+
+/* A float32 .npy array [rows, cols] of values i * 0.37 - 1 (row-major). */
+static bool write_npy(const char *path, int rows, int cols) {
+    char dict[128];
+    int len = snprintf(dict, sizeof dict,
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, cols);
+    int pad = (64 - (10 + len + 1) % 64) % 64;
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(len + pad + 1),
+                             0};
+    bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)len, f) == (size_t)len &&
+              fprintf(f, "%*s\n", pad, "") == pad + 1;
+    for (int i = 0; ok && i < rows * cols; i++) {
+        float v = (float)i * 0.37f - 1.0f;
+        ok = fwrite(&v, sizeof v, 1, f) == 1;
+    }
+    return fclose(f) == 0 && ok;
+}
+
+/* The float data of a .npy file written by predict (n of them at most); how many it holds. */
+static int read_npy(const char *path, float *out, int n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    unsigned char pre[10];
+    int got = -1;
+    if (fread(pre, 1, 10, f) == 10 && fseek(f, pre[8] | pre[9] << 8, SEEK_CUR) == 0)
+        got = (int)fread(out, sizeof(float), (size_t)n, f);
+    (void)fclose(f);
+    return got;
+}
+
+static void path_in(char *buf, size_t size, const char *name) {
+    (void)snprintf(buf, size, "%s/%s", root, name);
+}
+
+#define CLASSIFIER                                                                                 \
+    "seed: 3\n"                                                                                    \
+    "data:\n"                                                                                      \
+    "  train: {type: synthetic, kind: blobs, n: 90, features: 4, classes: 3}\n"                    \
+    "  batch_size: 30\n"                                                                           \
+    "model: {type: mlp, hidden: [6]}\n"                                                            \
+    "trainer: {max_epochs: 2}\n"
+
+static void experiment_predict_should_write_class_probabilities_as_csv_and_npy(void) {
+    ct_config *cfg;
+    ct_experiment *e = trained("classifier", CLASSIFIER, &cfg);
+    char x[256], csv[256], npy[256];
+    path_in(x, sizeof x, "x.npy");
+    path_in(csv, sizeof csv, "p.csv");
+    path_in(npy, sizeof npy, "p.npy");
+    CT_CHECK(write_npy(x, 5, 4));
+    CT_CHECK_MSG(e && ct_experiment_predict(e, x, csv) == CT_OK, "%s", ct_last_error(ctx));
+    CT_CHECK_MSG(e && ct_experiment_predict(e, x, npy) == CT_OK, "%s", ct_last_error(ctx));
+    float from_npy[16] = {0};
+    CT_CHECK_INT(read_npy(npy, from_npy, 16), 15);
+    FILE *f = fopen(csv, "r");
+    char line[512] = "";
+    CT_CHECK(f && fgets(line, sizeof line, f) && strcmp(line, "index,class,p_0,p_1,p_2\n") == 0);
+    int rows = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        long long index, cls;
+        double p[3];
+        CT_CHECK(sscanf(line, "%lld,%lld,%lf,%lf,%lf", &index, &cls, &p[0], &p[1], &p[2]) == 5);
+        CT_CHECK_INT(index, rows);
+        int arg = p[1] > p[0] ? 1 : 0;
+        arg = p[2] > p[arg] ? 2 : arg;
+        CT_CHECK_INT(cls, arg);
+        CT_CHECK_CLOSE(p[0] + p[1] + p[2], 1.0, 1e-6, 0);
+        for (int j = 0; j < 3 && rows < 5; j++)
+            CT_CHECK_CLOSE(p[j], (double)from_npy[rows * 3 + j], 0, 1e-7);
+        rows++;
+    }
+    CT_CHECK_INT(rows, 5);
+    if (f) (void)fclose(f);
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+}
+
+static void experiment_predict_should_write_a_regressions_values(void) {
+    ct_config *cfg;
+    ct_experiment *e = trained("regression",
+                               "data:\n"
+                               "  train: {type: synthetic, kind: linear, n: 40, features: 4, "
+                               "outputs: 2}\n"
+                               "  batch_size: 20\n"
+                               "model: {type: mlp, hidden: [6]}\n"
+                               "trainer: {max_epochs: 1}\n",
+                               &cfg);
+    char x[256], csv[256];
+    path_in(x, sizeof x, "xr.npy");
+    path_in(csv, sizeof csv, "r.csv");
+    CT_CHECK(write_npy(x, 3, 4));
+    CT_CHECK_MSG(e && ct_experiment_predict(e, x, csv) == CT_OK, "%s", ct_last_error(ctx));
+    FILE *f = fopen(csv, "r");
+    char line[512] = "";
+    CT_CHECK(f && fgets(line, sizeof line, f) && strcmp(line, "index,y_0,y_1\n") == 0);
+    int rows = 0;
+    double y0, y1;
+    long long index;
+    while (f && fgets(line, sizeof line, f))
+        rows += sscanf(line, "%lld,%lf,%lf", &index, &y0, &y1) == 3 && index == rows;
+    CT_CHECK_INT(rows, 3);
+    if (f) (void)fclose(f);
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+}
+
+/* Refused with `code` and a message holding `part`; neither the output nor its temporary
+ * name is left. */
+static void
+check_refused(ct_experiment *e, const char *in, const char *out, ct_status code, const char *part) {
+    ct_status s = e ? ct_experiment_predict(e, in, out) : CT_ERR_INTERNAL;
+    CT_CHECK_MSG(s == code, "%s -> %s: %s, %s", in, out, ct_status_str(s), ct_last_error(ctx));
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), part) != NULL, "%s", ct_last_error(ctx));
+    char tmp[300];
+    (void)snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    CT_CHECK(access(out, F_OK) != 0 && access(tmp, F_OK) != 0);
+}
+
+static void experiment_predict_should_refuse_inputs_and_outputs_it_cannot_take(void) {
+    ct_config *cfg;
+    ct_experiment *e = trained("refusals", CLASSIFIER, &cfg);
+    char x[256], x5[256], out[256], txt[256];
+    path_in(x, sizeof x, "x4.npy");
+    path_in(x5, sizeof x5, "x5.npy");
+    path_in(out, sizeof out, "q.csv");
+    path_in(txt, sizeof txt, "q.txt");
+    CT_CHECK(write_npy(x, 2, 4) && write_npy(x5, 2, 5));
+    char want[600];
+    (void)snprintf(want, sizeof want, "predict: output '%s': expected a .csv or .npy name", txt);
+    check_refused(e, x, txt, CT_ERR_CONFIG, want);
+    check_refused(e, "x.csv", out, CT_ERR_CONFIG, "predict: input 'x.csv': expected a .npy array");
+    (void)snprintf(want, sizeof want,
+                   "%s: samples of shape [5], but the model takes the training data's [4]", x5);
+    check_refused(e, x5, out, CT_ERR_SHAPE, want);
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+}
+
+#define LANGUAGE_MODEL                                                                             \
+    "data:\n"                                                                                      \
+    "  train: {type: text, files: " CT_SOURCE_DIR "/README.md, context: 16}\n"                     \
+    "  batch_size: 16\n"                                                                           \
+    "model: {type: gpt, n_layer: 1, n_head: 2, d_model: 16}\n"                                     \
+    "trainer: {max_steps: 3, max_epochs: 0}\n"
+
+/* The prompt and n sampled bytes into buf (n + strlen(prompt) + 1 bytes); the status. */
+static ct_status sample(ct_experiment *e,
+                        const char *prompt,
+                        int64_t n,
+                        uint64_t seed,
+                        int64_t top_k,
+                        char *buf,
+                        size_t size) {
+    memset(buf, 0, size);
+    FILE *f = fmemopen(buf, size, "w");
+    if (!f) return CT_ERR_IO;
+    ct_status s = ct_experiment_generate(e, prompt, n, 0.8, top_k, seed, f);
+    (void)fclose(f);
+    return s;
+}
+
+static void experiment_predict_should_sample_the_same_text_for_the_same_seed(void) {
+    ct_config *cfg;
+    ct_experiment *e = trained("lm", LANGUAGE_MODEL, &cfg);
+    if (!e) return;
+    char a[64], b[64], c[64];
+    CT_CHECK_MSG(sample(e, "The ", 40, 7, 5, a, sizeof a) == CT_OK, "%s", ct_last_error(ctx));
+    CT_CHECK(sample(e, "The ", 40, 7, 5, b, sizeof b) == CT_OK);
+    CT_CHECK(sample(e, "The ", 40, 8, 0, c, sizeof c) == CT_OK);
+    CT_CHECK(memcmp(a, b, 44) == 0);
+    CT_CHECK(memcmp(a, c, 44) != 0);
+    CT_CHECK(memcmp(a, "The ", 4) == 0 && memcmp(c, "The ", 4) == 0);
+    CT_CHECK(sample(e, "", 4, 7, 5, a, sizeof a) == CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "generate: the prompt is empty") != NULL);
+    FILE *devnull = fopen("/dev/null", "w");
+    CT_CHECK(devnull && ct_experiment_generate(e, "a", 4, 0.0, 5, 1, devnull) == CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "generate: expected temperature > 0, top_k >= 0 and "
+                                        "0..1000000 tokens") != NULL);
+    if (devnull) (void)fclose(devnull);
+    char x[256], out[256];
+    path_in(x, sizeof x, "x16.npy");
+    path_in(out, sizeof out, "lm.csv");
+    CT_CHECK(write_npy(x, 2, 16));
+    check_refused(e, x, out, CT_ERR_CONFIG, "predict: language models are not supported");
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+    /* a classifier samples no text */
+    e = trained("no_lm", CLASSIFIER, &cfg);
+    CT_CHECK(e && sample(e, "a", 4, 1, 0, a, sizeof a) == CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx),
+                    "generate: needs a byte-level language model (vocab 256, text data)") != NULL);
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+}
+
+int main(void) {
+    if (!mkdtemp(root) || ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
+    CT_RUN(experiment_predict_should_write_class_probabilities_as_csv_and_npy);
+    CT_RUN(experiment_predict_should_write_a_regressions_values);
+    CT_RUN(experiment_predict_should_refuse_inputs_and_outputs_it_cannot_take);
+    CT_RUN(experiment_predict_should_sample_the_same_text_for_the_same_seed);
+    ct_ctx_destroy(ctx);
+    char cmd[128];
+    (void)snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd) != 0) return 1;
+    return ct_test_finish();
+}
