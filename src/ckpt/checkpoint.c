@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
-#include "ctrain/ctrain.h"
 
 #define PATH_SIZE      4096
 #define MAX_STATE_JSON ((uint64_t)64 << 20)

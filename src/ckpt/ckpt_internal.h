@@ -1,19 +1,13 @@
 /*
- * ckpt_internal.h - what checkpoint.c shares with safetensors.c and crc32c.c: a text buffer,
- * the safetensors writer and reader over an arbitrary list of tensors (optimizer buffers are
- * not a ct_params store) and the two CRC-32C implementations. Not installed; not part of the API.
+ * ckpt_internal.h - what checkpoint.c shares with safetensors.c: a text buffer and the
+ * safetensors writer and reader over an arbitrary list of tensors (optimizer buffers are not a
+ * ct_params store). Not installed; not part of the API.
  */
 #ifndef CT_CKPT_INTERNAL_H
 #define CT_CKPT_INTERNAL_H
 
 #include "core/core_internal.h"
 #include "ctrain/checkpoint.h"
-
-/* The software reference and the SSE4.2 version (falls back to the reference when the CPU
- * lacks the instruction); same convention as ct_crc32c. */
-CT_INTERNAL uint32_t ct_crc32c_sw(uint32_t crc, const void *data, size_t n);
-CT_INTERNAL uint32_t ct_crc32c_hw(uint32_t crc, const void *data, size_t n);
-CT_INTERNAL bool ct_crc32c_hw_available(void);
 
 /* A growable text buffer from the context's allocator, always NUL-terminated once written to.
  * An allocation failure sets oom and makes later puts no-ops; the owner frees p (cap bytes). */
