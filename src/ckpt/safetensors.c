@@ -114,10 +114,6 @@ static void sb_json(ct_ckpt_buf *b, const char *s) {
     ct_ckpt_buf_put(b, "\"", 1);
 }
 
-static ct_status io_fail(ct_ctx *ctx, const char *path, const char *op) {
-    return CT_FAIL(ctx, CT_ERR_IO, "%s: %s failed: %s", path, op, strerror(errno));
-}
-
 /* fsync the directory holding path, so that a rename survives a crash. */
 static ct_status sync_dir(ct_ctx *ctx, const char *path) {
     char dir[4096];
@@ -133,10 +129,10 @@ static ct_status sync_dir(ct_ctx *ctx, const char *path) {
         dir[n] = '\0';
     }
     int fd = open(dir, O_RDONLY);
-    if (fd < 0) return io_fail(ctx, dir, "opening the directory");
+    if (fd < 0) return ct_ckpt_io_fail(ctx, dir, "opening the directory");
     int r = fsync(fd);
     close(fd);
-    return r == 0 ? CT_OK : io_fail(ctx, dir, "fsync of the directory");
+    return r == 0 ? CT_OK : ct_ckpt_io_fail(ctx, dir, "fsync of the directory");
 }
 
 /* fwrite that also counts the bytes and carries their CRC-32C. */
@@ -211,8 +207,8 @@ static ct_status write_contents(ct_ctx *ctx,
     for (int64_t i = 0; ok && i < n_tensors; i++)
         ok = put(f, tensors[i]->data, ct_tensor_nbytes(tensors[i]), bytes, crc);
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ct_status s = ok ? CT_OK : io_fail(ctx, tmp, "writing");
-    if (fclose(f) != 0 && s == CT_OK) s = io_fail(ctx, tmp, "closing");
+    ct_status s = ok ? CT_OK : ct_ckpt_io_fail(ctx, tmp, "writing");
+    if (fclose(f) != 0 && s == CT_OK) s = ct_ckpt_io_fail(ctx, tmp, "closing");
     return s;
 }
 
@@ -233,7 +229,7 @@ ct_status ct_st_write(ct_ctx *ctx,
     if (s == CT_OK && (size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
         s = CT_FAIL(ctx, CT_ERR_IO, "%s: path too long", path);
     FILE *f = s == CT_OK ? fopen(tmp, "wb") : NULL;
-    if (s == CT_OK && !f) s = io_fail(ctx, tmp, "opening for writing");
+    if (s == CT_OK && !f) s = ct_ckpt_io_fail(ctx, tmp, "opening for writing");
     if (s != CT_OK) {
         ct_free(ctx, b.p, b.cap);
         return s;
@@ -242,7 +238,8 @@ ct_status ct_st_write(ct_ctx *ctx,
     uint32_t crc = 0;
     s = write_contents(ctx, f, tmp, &b, tensors, n_tensors, &bytes, &crc);
     ct_free(ctx, b.p, b.cap);
-    if (s == CT_OK && rename(tmp, path) != 0) s = io_fail(ctx, path, "renaming the .tmp file to");
+    if (s == CT_OK && rename(tmp, path) != 0)
+        s = ct_ckpt_io_fail(ctx, path, "renaming the .tmp file to");
     if (s != CT_OK) {
         (void)remove(tmp); /* the previous file at path, if any, is untouched */
         return s;
@@ -429,7 +426,7 @@ static ct_status read_header(st_file *sf) {
     ct_ctx *ctx = sf->ctx;
     const char *path = sf->path;
     struct stat stt;
-    if (fstat(fileno(sf->f), &stt) != 0) return io_fail(ctx, path, "fstat");
+    if (fstat(fileno(sf->f), &stt) != 0) return ct_ckpt_io_fail(ctx, path, "fstat");
     uint64_t size = (uint64_t)stt.st_size;
     unsigned char len8[8];
     if (size < 8 || fread(len8, 1, 8, sf->f) != 8)
@@ -586,7 +583,7 @@ ct_status ct_st_read(ct_ctx *ctx,
     sf.ctx = ctx;
     sf.path = path;
     sf.f = fopen(path, "rb");
-    if (!sf.f) return io_fail(ctx, path, "opening");
+    if (!sf.f) return ct_ckpt_io_fail(ctx, path, "opening");
     int64_t n_loaded = 0;
     ct_status s = read_header(&sf);
     if (s == CT_OK) s = read_entries(&sf);
