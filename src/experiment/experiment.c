@@ -272,7 +272,8 @@ static ct_status plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const v
 
 /* Whether a built-in dataset type reads the `nonfinite` key (the types of float data). */
 static bool takes_nonfinite(const char *type) {
-    const char *const *keys = type ? ct_dataset_type_keys(type) : NULL;
+    const ct_dataset_vtable *vt = ct_dataset_type_find(type);
+    const char *const *keys = vt ? vt->keys : NULL;
     for (; keys && *keys; keys++)
         if (strcmp(*keys, "nonfinite") == 0) return true;
     return false;
@@ -700,7 +701,7 @@ static ct_status build_model(ct_experiment *e) {
         CT_TRY(ct_model_create_with(ctx, vt, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
                                     &e->model));
         if (ct_params_alloc(e->params) != CT_OK) return size_context(e);
-        CT_TRY(ct_model_init(e->model, seed));
+        CT_TRY(ct_model_init_weights(e->model, seed));
         return init_from(e, m);
     }
     /* the type, the keys and the layers' list were checked by check_model */
@@ -713,7 +714,7 @@ static ct_status build_model(ct_experiment *e) {
         CT_TRY(ct_model_create(ctx, e->params, in_dtype, in->x_ndim, in->x_shape, specs, n,
                                &e->model));
         if (ct_params_alloc(e->params) != CT_OK) return size_context(e);
-        CT_TRY(ct_model_init(e->model, seed));
+        CT_TRY(ct_model_init_weights(e->model, seed));
         return init_from(e, m);
     }
     static const char *const skip[] = {"type", "init_from", NULL};
@@ -1128,7 +1129,7 @@ static ct_status metric_specs(ct_experiment *e, const char *path, ct_eval_engine
     /* opened once here with the trainer's class count, so that what the data decide (topk's
        k against the classes) is reported where it was written */
     for (int64_t i = 0; i < k; i++) {
-        const ct_metric_vtable *vt = specs[i].vt ? specs[i].vt : ct_metric_type(specs[i].type);
+        const ct_metric_vtable *vt = specs[i].vt ? specs[i].vt : ct_metric_type_find(specs[i].type);
         if (vt) CT_TRY(open_metric(e, vt, &specs[i].opts, metric_classes(e)));
     }
     en->metrics = specs;
@@ -1276,7 +1277,8 @@ static ct_status check_dataset(ct_experiment *e, const ct_cfg_node *map) {
         names_add(&known, types[i]->name);
     const ct_cfg_node *t;
     CT_TRY(type_of(e, map, &known, true, &t));
-    const char *const *keys = ct_dataset_type_keys(t->value);
+    const ct_dataset_vtable *vt = ct_dataset_type_find(t->value);
+    const char *const *keys = vt ? vt->keys : NULL;
     if (!keys) return unknown_name(e, t, "dataset type", &known);
     static const char *const own[] = {"type", NULL};
     char owner[128];
@@ -1308,8 +1310,10 @@ static ct_status check_data(ct_experiment *e) {
 
 static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
     name_list known = {{NULL}, 0};
-    for (int64_t i = 0; ct_layer_type_name(i); i++)
-        names_add(&known, ct_layer_type_name(i));
+    int64_t n;
+    const ct_layer_type *const *types = ct_layer_types(&n);
+    for (int64_t i = 0; i < n; i++)
+        names_add(&known, types[i]->name);
     static const char *const own[] = {"type", "name", "children", NULL};
     for (const ct_cfg_node *it = list->first; it; it = it->next) {
         const ct_cfg_node *t = it;
@@ -1320,7 +1324,8 @@ static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
             ctx_where(it, w, sizeof w);
             return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a layer is a name or a mapping", w);
         }
-        const char *const *keys = ct_layer_type_keys(t->value);
+        const ct_layer_type *lt = ct_layer_type_find(t->value);
+        const char *const *keys = lt ? lt->keys : NULL;
         if (!keys) return unknown_name(e, t, "layer type", &known);
         if (it->kind != CT_CFG_MAP) continue;
         char owner[128];
@@ -1363,8 +1368,10 @@ static ct_status check_model(ct_experiment *e) {
     }
     name_list known = {{NULL}, 0};
     names_add(&known, "sequential");
-    for (int64_t i = 0; ct_model_type_name(i); i++)
-        names_add(&known, ct_model_type_name(i));
+    int64_t n;
+    const ct_model_type *const *types = ct_model_types(&n);
+    for (int64_t i = 0; i < n; i++)
+        names_add(&known, types[i]->name);
     const ct_cfg_node *t;
     CT_TRY(type_of(e, m, &known, true, &t));
     static const char *const own[] = {"type", "init_from", NULL};
@@ -1380,7 +1387,8 @@ static ct_status check_model(ct_experiment *e) {
         }
         return check_layers(e, layers);
     }
-    const char *const *keys = ct_model_type_keys(t->value);
+    const ct_model_type *mt = ct_model_type_find(t->value);
+    const char *const *keys = mt ? mt->keys : NULL;
     if (!keys) return unknown_name(e, t, "model type", &known);
     char owner[128];
     (void)snprintf(owner, sizeof owner, "model type '%s'", t->value);
@@ -1418,11 +1426,14 @@ static ct_status check_schedule(ct_experiment *e) {
     const ct_cfg_node *m = node(e, "scheduler");
     if (!m) return CT_OK;
     name_list known = {{NULL}, 0};
-    for (int64_t i = 0; ct_schedule_type_name(i); i++)
-        names_add(&known, ct_schedule_type_name(i));
+    int64_t n;
+    const ct_schedule_type *const *types = ct_schedule_types(&n);
+    for (int64_t i = 0; i < n; i++)
+        names_add(&known, types[i]->name);
     const ct_cfg_node *t;
     CT_TRY(type_of(e, m, &known, false, &t));
-    const char *const *keys = ct_schedule_type_keys(t->value);
+    const ct_schedule_type *st = ct_schedule_type_find(t->value);
+    const char *const *keys = st ? st->keys : NULL;
     if (!keys) return unknown_name(e, t, "schedule type", &known);
     static const char *const own[] = {"type", "interval", "monitor", NULL};
     char owner[128];
@@ -1515,7 +1526,7 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
             o.where = where_of(e, it);
             if (!o.where) return oom(e);
         }
-        const ct_metric_vtable *vt = ct_metric_type(t->value);
+        const ct_metric_vtable *vt = ct_metric_type_find(t->value);
         if (!vt) return unknown_name(e, t, "metric type", &known);
         CT_TRY(probe_metric(e, vt, &o));
     }
@@ -2219,11 +2230,11 @@ void ct_experiment_destroy(ct_experiment *e) {
     for (int i = 0; i < MAX_ENGINES; i++)
         ct_loader_destroy(e->eval_loaders[i]);
     ct_loader_destroy(e->train_loader);
-    if (e->valid != e->valid_all) ct_dataset_destroy(e->valid);
-    if (e->train != e->train_all) ct_dataset_destroy(e->train);
-    ct_dataset_destroy(e->valid_all);
-    ct_dataset_destroy(e->test);
-    ct_dataset_destroy(e->train_all);
+    if (e->valid != e->valid_all) ct_dataset_close(e->valid);
+    if (e->train != e->train_all) ct_dataset_close(e->train);
+    ct_dataset_close(e->valid_all);
+    ct_dataset_close(e->test);
+    ct_dataset_close(e->train_all);
     /* plugins last: their vtables were in use until now */
     for (int i = e->n_plugins - 1; i >= 0; i--)
         (void)dlclose(e->plugins[i]);
@@ -2531,7 +2542,7 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
     }
     ct_graph_destroy(g);
     ct_loader_destroy(l);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     return s;
 }
 
