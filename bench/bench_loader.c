@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
             checksum);
     free(t);
     ct_loader_destroy(l);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ct_ctx_destroy(ctx);
     return 0;
 }

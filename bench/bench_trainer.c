@@ -97,7 +97,7 @@ static void unmake(setup *s) {
     ct_model_destroy(s->m);
     ct_params_destroy(s->P);
     ct_loader_destroy(s->loader);
-    ct_dataset_destroy(s->ds);
+    ct_dataset_close(s->ds);
     ct_ctx_destroy(s->ctx);
 }
 

@@ -116,9 +116,9 @@ int main(void) {
     ct_params_destroy(params);
     ct_loader_destroy(valid_loader);
     ct_loader_destroy(train_loader);
-    ct_dataset_destroy(valid);
-    ct_dataset_destroy(train);
-    ct_dataset_destroy(all);
+    ct_dataset_close(valid);
+    ct_dataset_close(train);
+    ct_dataset_close(all);
     ct_ctx_destroy(ctx);
     return s == CT_OK ? 0 : 1;
 }

@@ -34,6 +34,7 @@
 #ifndef CTRAIN_CHECKPOINT_H
 #define CTRAIN_CHECKPOINT_H
 
+#include "ctrain/crc32c.h"
 #include "ctrain/nn.h"
 #include "ctrain/optim.h"
 #include "ctrain/options.h"
@@ -80,10 +81,6 @@ struct json_t; /* jansson's JSON value (json_t in <jansson.h>) */
 /* The state.json format this ctrain writes and the newest it reads (1: without state.json's
  * own checksum and with bare pointer files, still read). */
 #define CT_CHECKPOINT_FORMAT_VERSION 2
-
-/* CRC-32C (Castagnoli) of n bytes, continuing from crc (start with 0): the checksum recorded
- * for every checkpoint file. crc32c("123456789") = 0xE3069283. */
-CT_API uint32_t ct_crc32c(uint32_t crc, const void *data, size_t n);
 
 typedef struct ct_checkpoint_save_params {
     int64_t step;          /* names the directory step-%08lld; >= 0; required */

@@ -1,11 +1,12 @@
 /*
- * ctrain.h - the umbrella header: includes every public module header and the version query.
+ * ctrain.h - the umbrella header: includes every public module header.
  */
 #ifndef CTRAIN_CTRAIN_H
 #define CTRAIN_CTRAIN_H
 
 #include "ctrain/autograd.h"
 #include "ctrain/checkpoint.h"
+#include "ctrain/crc32c.h"
 #include "ctrain/data.h"
 #include "ctrain/dist.h"
 #include "ctrain/loss.h"
@@ -21,16 +22,5 @@
 #include "ctrain/status.h"
 #include "ctrain/tensor.h"
 #include "ctrain/trainer.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* The library's version, "MAJOR.MINOR.PATCH". */
-CT_API const char *ct_version(void);
-
-#ifdef __cplusplus
-}
-#endif
 
 #endif /* CTRAIN_CTRAIN_H */

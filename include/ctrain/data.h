@@ -14,7 +14,7 @@
  * read float values (csv, npy) refuse an inf or NaN at open, naming the file and the value's
  * place, unless their option nonfinite=allow (default error) keeps such values as they are.
  *
- * Ownership: ct_dataset_open returns a dataset the caller frees with ct_dataset_destroy. A
+ * Ownership: ct_dataset_open returns a dataset the caller frees with ct_dataset_close. A
  * split (ct_dataset_split) borrows its parent, which must outlive it. A loader borrows its
  * dataset. Batches returned by ct_loader_next are owned by the loader and stay valid until the
  * next call to ct_loader_next (or ct_loader_destroy).
@@ -60,18 +60,21 @@ typedef struct ct_dataset_vtable {
      * options are checked when the dataset is opened. Every built-in type has one.
      */
     ct_status (*check)(ct_ctx *ctx, const ct_options *opts);
+    /*
+     * Optional: the option keys open reads (NULL-terminated, static), for checking a
+     * configuration's keys before any file is opened, and those among them whose values are
+     * file paths (a list of them, or a comma-separated one, for `files`), which an experiment
+     * makes absolute (docs/config.md, Paths). Every built-in type has both; a plugin's are not
+     * read (its check, or its open, checks its options).
+     */
+    const char *const *keys;
+    const char *const *path_keys;
 } ct_dataset_vtable;
 
-/* The built-in dataset types, and lookup by name (NULL when unknown). */
+/* The built-in dataset types: a NULL-terminated table of *count; and the one of a name (NULL
+ * for a name that is not one, or NULL). */
 CT_API const ct_dataset_vtable *const *ct_dataset_types(int64_t *count);
-CT_API const ct_dataset_vtable *ct_dataset_type(const char *name);
-/* The option keys of a built-in type (NULL-terminated, static), or NULL for a name that is not
- * one: for checking a configuration's keys before any file is opened. */
-CT_API const char *const *ct_dataset_type_keys(const char *type);
-/* The keys among them whose values are file paths (a list of them, or a comma-separated one,
- * for `files`), NULL-terminated and static; NULL for a name that is not a type. An experiment
- * makes the relative ones absolute (docs/config.md, Paths). */
-CT_API const char *const *ct_dataset_type_path_keys(const char *type);
+CT_API const ct_dataset_vtable *ct_dataset_type_find(const char *name);
 
 /* Checks options for a dataset of the named type, or through a caller-provided vtable
  * (plugins), without opening anything: vt->check, and CT_OK for a vtable without one. Fails as
@@ -95,7 +98,7 @@ CT_API ct_status ct_dataset_open_with(ct_ctx *ctx,
                                       const ct_dataset_vtable *vt,
                                       const ct_options *opts,
                                       ct_dataset **out);
-CT_API void ct_dataset_destroy(ct_dataset *ds);
+CT_API void ct_dataset_close(ct_dataset *ds);
 CT_API const ct_dataset_info *ct_dataset_info_of(const ct_dataset *ds);
 /* Copies sample i into x and y (sizes from the info); fails on i out of [0, n). */
 CT_API ct_status ct_dataset_get(const ct_dataset *ds, int64_t i, void *x, void *y);

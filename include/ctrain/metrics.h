@@ -113,9 +113,10 @@ typedef struct ct_metric_vtable {
     void (*close)(ct_ctx *ctx, void *self);
 } ct_metric_vtable;
 
-/* The built-in metric types, and lookup by name (NULL when unknown). */
+/* The built-in metric types: a NULL-terminated table of *count; and the one of a name (NULL for
+ * a name that is not one, or NULL). */
 CT_API const ct_metric_vtable *const *ct_metric_types(int64_t *count);
-CT_API const ct_metric_vtable *ct_metric_type(const char *name);
+CT_API const ct_metric_vtable *ct_metric_type_find(const char *name);
 
 /* One metric of a set. */
 typedef struct ct_metric_spec {

@@ -11,9 +11,9 @@
  *     ..., lm_head.weight).
  *
  * The sequence is always:
- *     ct_params_create -> ct_model_create/ct_model_build -> ct_params_alloc -> ct_model_init
- *     (or load weights) -> ct_model_forward each step -> ct_model_destroy -> ct_params_destroy.
- * ct_model_build_alloc does the middle three in one call.
+ *     ct_params_create -> ct_model_create/ct_model_build -> ct_params_alloc ->
+ * ct_model_init_weights (or load weights) -> ct_model_forward each step -> ct_model_destroy ->
+ * ct_params_destroy. ct_model_build_alloc does the middle three in one call.
  *
  * Sample shapes exclude the batch dimension: a model made for input sample [1, 28, 28] takes
  * x [B, 1, 28, 28]. Training or evaluation behaviour (dropout, batch norm) follows the graph's
@@ -94,7 +94,7 @@ CT_API ct_status ct_model_create(ct_ctx *ctx,
  *        not). With tied, lm_head.weight is transformer.wte.weight: the store holds it once,
  *        under "transformer.wte.weight"; ct_model_param finds it under either name. (nanoGPT
  *        on torch < 2.0 also keeps causal-mask buffers "attn.bias" that are not weights.)
- *        ct_model_init uses nanoGPT's init: N(0, 0.02) weights and embeddings, zero biases,
+ *        ct_model_init_weights uses nanoGPT's init: N(0, 0.02) weights and embeddings, zero biases,
  *        c_proj weights N(0, 0.02 / sqrt(2 n_layer)).
  */
 CT_API ct_status ct_model_build(ct_ctx *ctx,
@@ -106,7 +106,7 @@ CT_API ct_status ct_model_build(ct_ctx *ctx,
                                 const int64_t *in_shape,
                                 ct_model **out);
 
-/* ct_model_build, then ct_params_alloc and ct_model_init(seed): a ready model. */
+/* ct_model_build, then ct_params_alloc and ct_model_init_weights(seed): a ready model. */
 CT_API ct_status ct_model_build_alloc(ct_ctx *ctx,
                                       const char *type,
                                       const ct_options *opts,
@@ -125,7 +125,7 @@ CT_API ct_status ct_model_build_alloc(ct_ctx *ctx,
  *            under state_dict names (keeping the ct_tensor pointers, whose data arrive with
  *            ct_params_alloc), writes the output sample shape (out_shape has CT_MAX_DIMS
  *            room) and sets *self to its state (may stay NULL);
- *   init     (may be NULL) initialises its tensors from rng at ct_model_init;
+ *   init     (may be NULL) initialises its tensors from rng at ct_model_init_weights;
  *   forward  x [B, in sample...] -> [B, out sample...], NULL on failure (graph status);
  *   destroy  (may be NULL) frees self at ct_model_destroy, or after a create that failed
  *            having set *self.
@@ -167,7 +167,7 @@ CT_API void ct_model_destroy(ct_model *m);
 
 /* Initialises every parameter and buffer (PyTorch's defaults per layer; nanoGPT's for gpt)
  * from a stream of `seed`. Fails with CT_ERR_INVALID_ARG before ct_params_alloc. */
-CT_API ct_status ct_model_init(ct_model *m, uint64_t seed);
+CT_API ct_status ct_model_init_weights(ct_model *m, uint64_t seed);
 
 /* x [B, sample...] -> y [B, output sample...]. NULL on failure (sticky on the graph): an input
  * whose dtype or sample shape differs from the model's fails with CT_ERR_SHAPE. */
@@ -187,18 +187,52 @@ CT_API ct_tensor *ct_model_param(const ct_model *m, const char *name);
  * user's model type (its layers are its own) and for NULL. */
 CT_API bool ct_model_param_is_norm(const ct_model *m, const ct_tensor *t);
 
-/* Names of the built-in layer types and model builders; NULL past the end. */
-CT_API const char *ct_layer_type_name(int64_t i);
-CT_API const char *ct_model_type_name(int64_t i);
+/*
+ * The built-in layer types (a sequential model's layers) and model types (mlp, cnn, gpt), as
+ * configurations name them, each with its option keys (NULL-terminated, static) for checking a
+ * configuration before the data are opened. The other members are the library's own: the
+ * layer's or model's construction, which ct_model_build and ct_model_create run.
+ */
+struct ct_layer;       /* a node of a built model */
+struct ct_layer_build; /* where a layer is built and what comes in */
+typedef struct ct_layer_type {
+    const char *name;
+    const char *const *keys;
+    /* Reads options, checks the input sample shape, declares tensors, sets the output shape. */
+    ct_status (*create)(struct ct_layer_build *b, const ct_options *opts, struct ct_layer *l);
+    /* PyTorch's default initialisation of the layer's tensors (NULL: nothing to do). */
+    void (*init)(struct ct_layer *l, ct_rng *rng);
+    /* x [B, in sample...] -> [B, out sample...]; training mode from the graph. */
+    ct_tensor *(*forward)(struct ct_layer *l, ct_graph *g, ct_tensor *x);
+} ct_layer_type;
 
-/* The option keys of a built-in layer type or model builder (NULL-terminated, static), or NULL
- * for a name that is not one: for checking a configuration before the data are opened. */
-CT_API const char *const *ct_layer_type_keys(const char *type);
+typedef struct ct_model_type {
+    const char *name;
+    const char *const *keys;
+    /* Reads the options as build does, without an input shape (the size the data give may be
+     * absent). */
+    ct_status (*check)(ct_ctx *ctx, const ct_options *opts);
+    /* Builds the model for the input sample shape into *out, declaring its tensors in params. */
+    ct_status (*build)(ct_ctx *ctx,
+                       const ct_options *opts,
+                       ct_params *params,
+                       ct_dtype in_dtype,
+                       int32_t in_ndim,
+                       const int64_t *in_shape,
+                       ct_model **out);
+} ct_model_type;
+
+/* The built-in types: a NULL-terminated table of *count; and the one of a name (NULL for a
+ * name that is not one, or NULL). */
+CT_API const ct_layer_type *const *ct_layer_types(int64_t *count);
+CT_API const ct_layer_type *ct_layer_type_find(const char *name);
+CT_API const ct_model_type *const *ct_model_types(int64_t *count);
+CT_API const ct_model_type *ct_model_type_find(const char *name);
+
 /* Reads a built-in layer type's options as building it would (types, ranges, required keys,
  * enum values) without an input: CT_ERR_CONFIG naming opts->where and the key. For checking a
  * configuration before the data are opened; the input is checked when the model is built. */
 CT_API ct_status ct_layer_check(ct_ctx *ctx, const char *type, const ct_options *opts);
-CT_API const char *const *ct_model_type_keys(const char *type);
 
 /*
  * Checks a built-in model's options as ct_model_build would, without an input shape and

@@ -87,10 +87,21 @@ CT_API ct_status ct_schedule_create(
 /* Frees the schedule. NULL is a no-op. */
 CT_API void ct_schedule_destroy(ct_schedule *s);
 
-/* The names of the types, NULL past the end; the option keys of one (NULL-terminated, static),
- * or NULL for a name that is not a type: for checking a configuration before building. */
-CT_API const char *ct_schedule_type_name(int64_t i);
-CT_API const char *const *ct_schedule_type_keys(const char *type);
+/* A schedule type as configurations name it, with its option keys (NULL-terminated, static)
+ * for checking a configuration before building; the other members are the library's own. */
+typedef struct ct_schedule_type {
+    const char *name;
+    const char *const *keys;
+    /* Reads the type's options into s. */
+    ct_status (*parse)(ct_ctx *ctx, const ct_options *opts, ct_schedule *s);
+    /* The rate at step t in closed form; NULL for a type driven by a metric ("plateau"). */
+    double (*lr_at)(const ct_schedule *s, int64_t t);
+} ct_schedule_type;
+
+/* The types: a NULL-terminated table of *count; and the one of a name (NULL for a name that
+ * is not one, or NULL). */
+CT_API const ct_schedule_type *const *ct_schedule_types(int64_t *count);
+CT_API const ct_schedule_type *ct_schedule_type_find(const char *name);
 
 /* The schedule's type name ("cosine"). */
 CT_API const char *ct_schedule_name(const ct_schedule *s);

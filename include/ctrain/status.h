@@ -1,5 +1,6 @@
 /*
- * status.h - the context handle, status codes, error messages and the injectable allocator.
+ * status.h - the context handle, status codes, error messages, the injectable allocator and the
+ * library's version.
  *
  * Every library call that can fail returns a ct_status (or NULL for constructors of step
  * tensors, see autograd.h) and records a message in the ct_ctx it was given. The message names
@@ -157,6 +158,9 @@ CT_API void ct_log(const ct_ctx *ctx, ct_log_level level, const char *fmt, ...) 
  */
 CT_API void *ct_alloc(ct_ctx *ctx, size_t size);
 CT_API void ct_free(ct_ctx *ctx, void *ptr, size_t size);
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+CT_API const char *ct_version(void);
 
 #ifdef __cplusplus
 }

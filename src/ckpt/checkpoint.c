@@ -1,7 +1,8 @@
 /*
  * checkpoint.c - checkpoint directories: <root>/checkpoints/step-<8 digits>/ with the model,
  * an optional EMA store, the optimizer's buffers and state.json (the manifest, written last),
- * plus the pointer files `latest` and `best`.
+ * plus the pointer files `latest` and `best`: their names, listing, cleanup and saving
+ * (verifying and loading them is load.c).
  *
  * Invariant: a name without ".tmp" is only ever given to something complete and on disk. A save
  * writes into step-N.tmp/, fsyncs every file and the directory, renames the directory and
@@ -24,15 +25,8 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
-#include "ctrain/ctrain.h"
 
-#define PATH_SIZE      4096
-#define MAX_STATE_JSON ((uint64_t)64 << 20)
 #define MAX_TREE_DEPTH 4 /* a checkpoint directory is flat; this bounds the recursive delete */
-#define CHUNK          ((size_t)1 << 20)
-/* state.json's first two lines: "{", then its own CRC-32C over every byte after that line */
-#define STATE_CRC_KEY  "{\n  \"crc32c\": \""
-#define STATE_HEAD_LEN (sizeof STATE_CRC_KEY - 1 + 11) /* the key, 8 hex digits, "\",\n" */
 
 ct_checkpoint_save_params ct_checkpoint_save_default_params(void) {
     ct_checkpoint_save_params p = {0, 0, NULL, NULL, NULL, false, 0, false, -1};
@@ -41,23 +35,24 @@ ct_checkpoint_save_params ct_checkpoint_save_default_params(void) {
 
 /* ---- paths and small file-system helpers ---- */
 
-static ct_status io_fail(ct_ctx *ctx, const char *path, const char *op) {
+ct_status ct_ckpt_io_fail(ct_ctx *ctx, const char *path, const char *op) {
     return CT_FAIL(ctx, CT_ERR_IO, "%s: %s failed: %s", path, op, strerror(errno));
 }
 
-static ct_status join(ct_ctx *ctx, char *buf, const char *a, const char *b) {
-    if ((size_t)snprintf(buf, PATH_SIZE, "%s/%s", a, b) >= PATH_SIZE)
+ct_status ct_ckpt_join(ct_ctx *ctx, char *buf, const char *a, const char *b) {
+    if ((size_t)snprintf(buf, CT_CKPT_PATH_SIZE, "%s/%s", a, b) >= CT_CKPT_PATH_SIZE)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s/%s: path longer than %d bytes", a, b,
-                       PATH_SIZE - 1);
+                       CT_CKPT_PATH_SIZE - 1);
     return CT_OK;
 }
 
-static void step_name(int64_t step, char *buf, size_t size) {
+void ct_ckpt_step_name(int64_t step, char *buf, size_t size) {
     (void)snprintf(buf, size, "step-%08lld", (long long)step);
 }
 
-/* step-<digits> exactly as step_name writes it (so "step-1" or "step-00000001.tmp" are not). */
-static bool parse_step_name(const char *name, int64_t *step) {
+/* step-<digits> exactly as ct_ckpt_step_name writes it (so "step-1" or "step-00000001.tmp" are
+ * not). */
+bool ct_ckpt_parse_step_name(const char *name, int64_t *step) {
     if (strncmp(name, "step-", 5) != 0) return false;
     const char *d = name + 5;
     size_t n = strlen(d);
@@ -66,7 +61,7 @@ static bool parse_step_name(const char *name, int64_t *step) {
         if (d[i] < '0' || d[i] > '9') return false;
     long long v = strtoll(d, NULL, 10);
     char canon[32];
-    step_name(v, canon, sizeof canon);
+    ct_ckpt_step_name(v, canon, sizeof canon);
     if (strcmp(canon, name) != 0) return false;
     *step = v;
     return true;
@@ -79,19 +74,19 @@ static bool ends_with(const char *s, const char *suffix) {
 
 static ct_status sync_path(ct_ctx *ctx, const char *path, const char *what) {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return io_fail(ctx, path, what);
+    if (fd < 0) return ct_ckpt_io_fail(ctx, path, what);
     int r = fsync(fd);
     int saved = errno;
     close(fd);
     errno = saved;
-    return r == 0 ? CT_OK : io_fail(ctx, path, what);
+    return r == 0 ? CT_OK : ct_ckpt_io_fail(ctx, path, what);
 }
 
 static ct_status ensure_dir(ct_ctx *ctx, const char *path) {
     if (mkdir(path, 0777) == 0) return CT_OK;
-    if (errno != EEXIST) return io_fail(ctx, path, "creating the directory");
+    if (errno != EEXIST) return ct_ckpt_io_fail(ctx, path, "creating the directory");
     struct stat st;
-    if (stat(path, &st) != 0) return io_fail(ctx, path, "stat");
+    if (stat(path, &st) != 0) return ct_ckpt_io_fail(ctx, path, "stat");
     if (!S_ISDIR(st.st_mode))
         return CT_FAIL(ctx, CT_ERR_IO, "%s: exists and is not a directory", path);
     return CT_OK;
@@ -106,24 +101,24 @@ static int remove_tree(const char *path, int depth, char *failed) {
     struct stat st;
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT) return 0;
-        (void)snprintf(failed, PATH_SIZE, "%s", path);
+        (void)snprintf(failed, CT_CKPT_PATH_SIZE, "%s", path);
         return -1;
     }
     if (S_ISDIR(st.st_mode)) {
         DIR *d = depth < MAX_TREE_DEPTH ? opendir(path) : NULL;
         if (!d) {
             if (depth >= MAX_TREE_DEPTH) errno = ELOOP;
-            (void)snprintf(failed, PATH_SIZE, "%s", path);
+            (void)snprintf(failed, CT_CKPT_PATH_SIZE, "%s", path);
             return -1;
         }
         struct dirent *e;
         int r = 0;
-        char child[PATH_SIZE];
+        char child[CT_CKPT_PATH_SIZE];
         while (r == 0 && (e = readdir(d)) != NULL) {
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
             if ((size_t)snprintf(child, sizeof child, "%s/%s", path, e->d_name) >= sizeof child) {
                 errno = ENAMETOOLONG;
-                (void)snprintf(failed, PATH_SIZE, "%s", path);
+                (void)snprintf(failed, CT_CKPT_PATH_SIZE, "%s", path);
                 r = -1;
             } else {
                 r = remove_tree(child, depth + 1, failed);
@@ -134,13 +129,13 @@ static int remove_tree(const char *path, int depth, char *failed) {
         errno = saved;
         if (r != 0) return r;
         if (rmdir(path) != 0) {
-            (void)snprintf(failed, PATH_SIZE, "%s", path);
+            (void)snprintf(failed, CT_CKPT_PATH_SIZE, "%s", path);
             return -1;
         }
         return 0;
     }
     if (unlink(path) != 0) {
-        (void)snprintf(failed, PATH_SIZE, "%s", path);
+        (void)snprintf(failed, CT_CKPT_PATH_SIZE, "%s", path);
         return -1;
     }
     return 0;
@@ -149,14 +144,14 @@ static int remove_tree(const char *path, int depth, char *failed) {
 /* Writes n bytes to path through path.tmp: write, fsync, rename, fsync the directory `dir`. */
 static ct_status
 write_file(ct_ctx *ctx, const char *dir, const char *name, const void *data, size_t n) {
-    char path[PATH_SIZE], tmp[PATH_SIZE + 8];
-    CT_TRY(join(ctx, path, dir, name));
+    char path[CT_CKPT_PATH_SIZE], tmp[CT_CKPT_PATH_SIZE + 8];
+    CT_TRY(ct_ckpt_join(ctx, path, dir, name));
     (void)snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) return io_fail(ctx, tmp, "opening for writing");
+    if (!f) return ct_ckpt_io_fail(ctx, tmp, "opening for writing");
     bool ok = (n == 0 || fwrite(data, 1, n, f) == n) && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ct_status s = ok ? CT_OK : io_fail(ctx, tmp, "writing");
-    if (fclose(f) != 0 && s == CT_OK) s = io_fail(ctx, tmp, "closing");
+    ct_status s = ok ? CT_OK : ct_ckpt_io_fail(ctx, tmp, "writing");
+    if (fclose(f) != 0 && s == CT_OK) s = ct_ckpt_io_fail(ctx, tmp, "closing");
     if (s == CT_OK && rename(tmp, path) != 0)
         s = CT_FAIL(ctx, CT_ERR_IO, "renaming %s to %s failed: %s", tmp, path, strerror(errno));
     if (s != CT_OK) {
@@ -197,7 +192,7 @@ static pointer_state read_pointer_raw(const char *ckdir,
                                       size_t raw_size,
                                       size_t *raw_len,
                                       bool *cut) {
-    char path[PATH_SIZE], buf[POINTER_MAX + 1];
+    char path[CT_CKPT_PATH_SIZE], buf[POINTER_MAX + 1];
     *raw_len = 0;
     *cut = false;
     if (raw_size) raw[0] = '\0';
@@ -223,7 +218,7 @@ static pointer_state read_pointer_raw(const char *ckdir,
     if (!nl) return POINTER_DAMAGED;
     *nl = '\0';
     int64_t step;
-    if (!parse_step_name(buf, &step) || strlen(buf) >= size) return POINTER_DAMAGED;
+    if (!ct_ckpt_parse_step_name(buf, &step) || strlen(buf) >= size) return POINTER_DAMAGED;
     if (nl[1] != '\0') { /* not format 1's bare name: the whole text must be as written */
         char want[POINTER_MAX + 32];
         (void)pointer_text(buf, want, sizeof want);
@@ -235,7 +230,7 @@ static pointer_state read_pointer_raw(const char *ckdir,
     return POINTER_OK;
 }
 
-static bool read_pointer(const char *ckdir, const char *name, char *out, size_t size) {
+bool ct_ckpt_read_pointer(const char *ckdir, const char *name, char *out, size_t size) {
     size_t n;
     bool cut;
     return read_pointer_raw(ckdir, name, out, size, NULL, 0, &n, &cut) == POINTER_OK;
@@ -260,13 +255,7 @@ static void escape_bytes(const char *raw, size_t n, char *out, size_t size) {
 
 /* ---- listing ---- */
 
-typedef struct steps {
-    ct_ctx *ctx;
-    int64_t *v;
-    size_t n, cap;
-} steps;
-
-static void steps_fini(steps *s) {
+void ct_ckpt_steps_fini(ct_ckpt_steps *s) {
     ct_free(s->ctx, s->v, s->cap * sizeof *s->v);
 }
 
@@ -276,18 +265,18 @@ static int cmp_desc(const void *a, const void *b) {
 }
 
 /* The steps of the step-N directories in ckdir, newest first; none when ckdir is missing. */
-static ct_status list_steps(ct_ctx *ctx, const char *ckdir, steps *out) {
+ct_status ct_ckpt_list_steps(ct_ctx *ctx, const char *ckdir, ct_ckpt_steps *out) {
     out->ctx = ctx;
     out->v = NULL;
     out->n = out->cap = 0;
     DIR *d = opendir(ckdir);
-    if (!d) return errno == ENOENT ? CT_OK : io_fail(ctx, ckdir, "opening the directory");
+    if (!d) return errno == ENOENT ? CT_OK : ct_ckpt_io_fail(ctx, ckdir, "opening the directory");
     struct dirent *e;
     ct_status s = CT_OK;
     while ((e = readdir(d)) != NULL) {
         int64_t step;
-        if (!parse_step_name(e->d_name, &step)) continue;
-        char path[PATH_SIZE];
+        if (!ct_ckpt_parse_step_name(e->d_name, &step)) continue;
+        char path[CT_CKPT_PATH_SIZE];
         struct stat st;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", ckdir, e->d_name) >= sizeof path ||
             stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -308,7 +297,7 @@ static ct_status list_steps(ct_ctx *ctx, const char *ckdir, steps *out) {
     }
     closedir(d);
     if (s != CT_OK) {
-        steps_fini(out);
+        ct_ckpt_steps_fini(out);
         return s;
     }
     if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_desc);
@@ -320,14 +309,14 @@ ct_checkpoint_list(ct_ctx *ctx, const char *root, int64_t *out, int64_t cap, int
     if (count) *count = 0;
     if (!root || cap < 0 || (cap > 0 && !out))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_checkpoint_list: bad root, steps or cap");
-    char ckdir[PATH_SIZE];
-    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
-    steps st;
-    CT_TRY(list_steps(ctx, ckdir, &st));
+    char ckdir[CT_CKPT_PATH_SIZE];
+    CT_TRY(ct_ckpt_join(ctx, ckdir, root, "checkpoints"));
+    ct_ckpt_steps st;
+    CT_TRY(ct_ckpt_list_steps(ctx, ckdir, &st));
     for (size_t i = 0; i < st.n && (int64_t)i < cap; i++)
         out[i] = st.v[i];
     if (count) *count = (int64_t)st.n;
-    steps_fini(&st);
+    ct_ckpt_steps_fini(&st);
     return CT_OK;
 }
 
@@ -336,8 +325,9 @@ ct_checkpoint_list(ct_ctx *ctx, const char *root, int64_t *out, int64_t cap, int
  * deleted. True when it was. */
 static bool restore_aside(const char *path) {
     size_t n = strlen(path), suffix = strlen(".old.tmp");
-    if (n <= suffix || n >= PATH_SIZE || strcmp(path + n - suffix, ".old.tmp") != 0) return false;
-    char orig[PATH_SIZE];
+    if (n <= suffix || n >= CT_CKPT_PATH_SIZE || strcmp(path + n - suffix, ".old.tmp") != 0)
+        return false;
+    char orig[CT_CKPT_PATH_SIZE];
     memcpy(orig, path, n - suffix);
     orig[n - suffix] = '\0';
     struct stat st;
@@ -347,13 +337,13 @@ static bool restore_aside(const char *path) {
 
 static ct_status cleanup_dir(ct_ctx *ctx, const char *ckdir) {
     DIR *d = opendir(ckdir);
-    if (!d) return errno == ENOENT ? CT_OK : io_fail(ctx, ckdir, "opening the directory");
+    if (!d) return errno == ENOENT ? CT_OK : ct_ckpt_io_fail(ctx, ckdir, "opening the directory");
     struct dirent *e;
     ct_status s = CT_OK;
-    char path[PATH_SIZE], failed[PATH_SIZE];
+    char path[CT_CKPT_PATH_SIZE], failed[CT_CKPT_PATH_SIZE];
     while (s == CT_OK && (e = readdir(d)) != NULL) {
         if (!ends_with(e->d_name, ".tmp")) continue;
-        s = join(ctx, path, ckdir, e->d_name);
+        s = ct_ckpt_join(ctx, path, ckdir, e->d_name);
         if (s == CT_OK && restore_aside(path)) continue;
         if (s == CT_OK && remove_tree(path, 0, failed) != 0)
             s = CT_FAIL(ctx, CT_ERR_IO,
@@ -366,15 +356,15 @@ static ct_status cleanup_dir(ct_ctx *ctx, const char *ckdir) {
 
 ct_status ct_checkpoint_cleanup(ct_ctx *ctx, const char *root) {
     if (!root) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_checkpoint_cleanup: root is NULL");
-    char ckdir[PATH_SIZE];
-    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+    char ckdir[CT_CKPT_PATH_SIZE];
+    CT_TRY(ct_ckpt_join(ctx, ckdir, root, "checkpoints"));
     return cleanup_dir(ctx, ckdir);
 }
 
 /* The directory name the pointer ckdir/name holds, or CT_ERR_IO (missing) or CT_ERR_FORMAT
  * (damaged, its bytes shown escaped). */
-static ct_status
-pointer_at(ct_ctx *ctx, const char *ckdir, const char *name, char *dir, size_t size) {
+ct_status
+ct_ckpt_pointer_at(ct_ctx *ctx, const char *ckdir, const char *name, char *dir, size_t size) {
     char raw[POINTER_MAX + 1], shown[4 * POINTER_MAX + 8];
     size_t n;
     bool cut;
@@ -398,11 +388,11 @@ ct_checkpoint_pointer(ct_ctx *ctx, const char *root, const char *name, int64_t *
     if (!root || !name || (strcmp(name, "latest") != 0 && strcmp(name, "best") != 0))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                        "ct_checkpoint_pointer: root and a name of latest or best are required");
-    char ckdir[PATH_SIZE], dir[64];
-    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
-    CT_TRY(pointer_at(ctx, ckdir, name, dir, sizeof dir));
+    char ckdir[CT_CKPT_PATH_SIZE], dir[64];
+    CT_TRY(ct_ckpt_join(ctx, ckdir, root, "checkpoints"));
+    CT_TRY(ct_ckpt_pointer_at(ctx, ckdir, name, dir, sizeof dir));
     int64_t step = -1;
-    (void)parse_step_name(dir, &step);
+    (void)ct_ckpt_parse_step_name(dir, &step);
     if (step_out) *step_out = step;
     return CT_OK;
 }
@@ -412,10 +402,10 @@ ct_status ct_checkpoint_set_pointer(ct_ctx *ctx, const char *root, const char *n
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                        "ct_checkpoint_set_pointer: root, a name of latest or best and a step >= 0 "
                        "are required");
-    char ckdir[PATH_SIZE], dir[64], path[PATH_SIZE], text[POINTER_MAX + 32];
-    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
-    step_name(step, dir, sizeof dir);
-    CT_TRY(join(ctx, path, ckdir, dir));
+    char ckdir[CT_CKPT_PATH_SIZE], dir[64], path[CT_CKPT_PATH_SIZE], text[POINTER_MAX + 32];
+    CT_TRY(ct_ckpt_join(ctx, ckdir, root, "checkpoints"));
+    ct_ckpt_step_name(step, dir, sizeof dir);
+    CT_TRY(ct_ckpt_join(ctx, path, ckdir, dir));
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
         return CT_FAIL(ctx, CT_ERR_IO, "%s: no such checkpoint to point %s at", path, name);
@@ -447,8 +437,8 @@ add_file(ct_ctx *ctx, json_t *files, const char *name, uint64_t bytes, uint32_t 
 
 static ct_status
 save_store(ct_ctx *ctx, const char *dir, const char *name, const ct_params *store, json_t *files) {
-    char path[PATH_SIZE];
-    CT_TRY(join(ctx, path, dir, name));
+    char path[CT_CKPT_PATH_SIZE];
+    CT_TRY(ct_ckpt_join(ctx, path, dir, name));
     int64_t n = ct_params_count(store);
     size_t size = (size_t)(n ? n : 1) * sizeof(ct_tensor *);
     const ct_tensor **list = ct_alloc(ctx, size);
@@ -465,12 +455,12 @@ save_store(ct_ctx *ctx, const char *dir, const char *name, const ct_params *stor
 
 /* The optimizer's buffers as [numel] F32 views plus "steps" (I64 scalar); list has
  * count + 1 entries. */
-static ct_status optim_views(const ct_optim *opt,
-                             int64_t numel,
-                             int64_t *steps_value,
-                             ct_tensor *views,
-                             ct_tensor **list,
-                             int32_t count) {
+ct_status ct_ckpt_optim_views(const ct_optim *opt,
+                              int64_t numel,
+                              int64_t *steps_value,
+                              ct_tensor *views,
+                              ct_tensor **list,
+                              int32_t count) {
     for (int32_t i = 0; i < count; i++) {
         const char *name;
         float *data;
@@ -487,8 +477,8 @@ static ct_status optim_views(const ct_optim *opt,
 
 static ct_status
 save_optim(ct_ctx *ctx, const char *dir, const ct_optim *opt, int64_t numel, json_t *files) {
-    char path[PATH_SIZE];
-    CT_TRY(join(ctx, path, dir, "optimizer.safetensors"));
+    char path[CT_CKPT_PATH_SIZE];
+    CT_TRY(ct_ckpt_join(ctx, path, dir, "optimizer.safetensors"));
     int32_t count = ct_optim_buffer_count(opt);
     size_t vsize = (size_t)(count + 1) * sizeof(ct_tensor);
     size_t lsize = (size_t)(count + 1) * sizeof(ct_tensor *);
@@ -500,7 +490,7 @@ save_optim(ct_ctx *ctx, const char *dir, const ct_optim *opt, int64_t numel, jso
     ct_status s = views && list ? CT_OK
                                 : CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %d optimizer buffers", path,
                                           (int)count);
-    if (s == CT_OK) s = optim_views(opt, numel, &steps_value, views, list, count);
+    if (s == CT_OK) s = ct_ckpt_optim_views(opt, numel, &steps_value, views, list, count);
     if (s == CT_OK)
         s = ct_st_write(ctx, path, (const ct_tensor *const *)list, count + 1, NULL, 0, &bytes,
                         &crc);
@@ -533,10 +523,10 @@ save_state(ct_ctx *ctx, const char *dir, const ct_checkpoint_save_params *p, jso
                     dir);
     ct_ckpt_buf out = {ctx, NULL, 0, 0, false};
     if (s == CT_OK) {
-        char head[STATE_HEAD_LEN + 1]; /* NOLINT(bugprone-sizeof-expression) */
-        (void)snprintf(head, sizeof head, STATE_CRC_KEY "%08x\",\n",
+        char head[CT_CKPT_STATE_HEAD_LEN + 1]; /* NOLINT(bugprone-sizeof-expression) */
+        (void)snprintf(head, sizeof head, CT_CKPT_STATE_CRC_KEY "%08x\",\n",
                        (unsigned)ct_crc32c(0, b.p + 2, b.len - 2));
-        ct_ckpt_buf_put(&out, head, STATE_HEAD_LEN);
+        ct_ckpt_buf_put(&out, head, CT_CKPT_STATE_HEAD_LEN);
         ct_ckpt_buf_put(&out, b.p + 2, b.len - 2);
         if (out.oom) s = CT_FAIL(ctx, CT_ERR_OOM, "%s: writing state.json to memory", dir);
     }
@@ -551,8 +541,8 @@ save_state(ct_ctx *ctx, const char *dir, const ct_checkpoint_save_params *p, jso
  * resumed run replaces as it reaches them, and which are not "newer" than what it saved). A
  * failure is logged: the new checkpoint is already published. */
 static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep, int64_t upto, int64_t spare) {
-    steps st;
-    if (list_steps(ctx, ckdir, &st) != CT_OK) {
+    ct_ckpt_steps st;
+    if (ct_ckpt_list_steps(ctx, ckdir, &st) != CT_OK) {
         ct_log(ctx, CT_LOG_WARN, "checkpoint retention skipped: %s", ct_last_error(ctx));
         return;
     }
@@ -560,12 +550,13 @@ static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep, int64_t upto, i
     while (later < st.n && st.v[later] > upto)
         later++;
     keep += (int64_t)later;
-    char latest[64] = "", best[64] = "", name[64], path[PATH_SIZE], del[PATH_SIZE + 8];
-    char failed[PATH_SIZE];
-    (void)read_pointer(ckdir, "latest", latest, sizeof latest);
-    (void)read_pointer(ckdir, "best", best, sizeof best);
+    char latest[64] = "", best[64] = "", name[64], path[CT_CKPT_PATH_SIZE],
+         del[CT_CKPT_PATH_SIZE + 8];
+    char failed[CT_CKPT_PATH_SIZE];
+    (void)ct_ckpt_read_pointer(ckdir, "latest", latest, sizeof latest);
+    (void)ct_ckpt_read_pointer(ckdir, "best", best, sizeof best);
     for (size_t i = (size_t)keep; i < st.n; i++) {
-        step_name(st.v[i], name, sizeof name);
+        ct_ckpt_step_name(st.v[i], name, sizeof name);
         if (st.v[i] == spare) continue;
         if (strcmp(name, latest) == 0 || strcmp(name, best) == 0) continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", ckdir, name) >= sizeof path) continue;
@@ -580,7 +571,7 @@ static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep, int64_t upto, i
             ct_log(ctx, CT_LOG_WARN, "checkpoint retention: %s: removing failed: %s", failed,
                    strerror(errno));
     }
-    steps_fini(&st);
+    ct_ckpt_steps_fini(&st);
 }
 
 static ct_status save_into(ct_ctx *ctx,
@@ -599,13 +590,11 @@ static ct_status save_into(ct_ctx *ctx,
     return s;
 }
 
-ct_status ct_checkpoint_save(ct_ctx *ctx,
-                             const char *root,
-                             const ct_params *params,
-                             const ct_checkpoint_save_params *p,
-                             char *saved_path,
-                             size_t saved_path_size) {
-    if (saved_path && saved_path_size) saved_path[0] = '\0';
+/* What a save needs: a root, allocated stores, a step and keep in range, a JSON object. */
+static ct_status check_save_args(ct_ctx *ctx,
+                                 const char *root,
+                                 const ct_params *params,
+                                 const ct_checkpoint_save_params *p) {
     if (!root || !params || !p)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                        "ct_checkpoint_save: root, params and p are "
@@ -622,420 +611,113 @@ ct_status ct_checkpoint_save(ct_ctx *ctx,
         if (stores[i] && !ct_params_values(stores[i]) && ct_params_count(stores[i]) > 0)
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: the %s store is not allocated", root,
                            i ? "EMA" : "parameter");
+    return CT_OK;
+}
 
-    char ckdir[PATH_SIZE], name[64], final[PATH_SIZE], tmpdir[PATH_SIZE], failed[PATH_SIZE];
-    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
+/* Where a save goes: checkpoints/, the step's directory name, its final path, the .tmp
+ * directory it is written in, and where a checkpoint it replaces is moved aside. */
+typedef struct save_paths {
+    char ckdir[CT_CKPT_PATH_SIZE], name[64], final[CT_CKPT_PATH_SIZE], tmpdir[CT_CKPT_PATH_SIZE];
+    char aside[CT_CKPT_PATH_SIZE + 16];
+    bool exists; /* a checkpoint of this step is there (an error unless p->replace) */
+} save_paths;
+
+/* Makes checkpoints/ (cleared of what an interrupted save left) and the step's .tmp
+ * directory. */
+static ct_status
+prepare(ct_ctx *ctx, const char *root, const ct_checkpoint_save_params *p, save_paths *sp) {
+    CT_TRY(ct_ckpt_join(ctx, sp->ckdir, root, "checkpoints"));
     CT_TRY(ensure_dir(ctx, root));
-    CT_TRY(ensure_dir(ctx, ckdir));
-    CT_TRY(cleanup_dir(ctx, ckdir));
-    step_name(p->step, name, sizeof name);
-    CT_TRY(join(ctx, final, ckdir, name));
-    if ((size_t)snprintf(tmpdir, sizeof tmpdir, "%s.tmp", final) >= sizeof tmpdir)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s.tmp: path too long", final);
+    CT_TRY(ensure_dir(ctx, sp->ckdir));
+    CT_TRY(cleanup_dir(ctx, sp->ckdir));
+    ct_ckpt_step_name(p->step, sp->name, sizeof sp->name);
+    CT_TRY(ct_ckpt_join(ctx, sp->final, sp->ckdir, sp->name));
+    if ((size_t)snprintf(sp->tmpdir, sizeof sp->tmpdir, "%s.tmp", sp->final) >= sizeof sp->tmpdir)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s.tmp: path too long", sp->final);
     struct stat st;
-    bool exists = lstat(final, &st) == 0;
-    if (exists && !p->replace)
+    sp->exists = lstat(sp->final, &st) == 0;
+    if (sp->exists && !p->replace)
         return CT_FAIL(ctx, CT_ERR_IO,
                        "%s: already exists: step %lld was saved before (hint: load it, or remove "
                        "it to save again)",
-                       final, (long long)p->step);
-    if (mkdir(tmpdir, 0777) != 0) return io_fail(ctx, tmpdir, "creating the directory");
+                       sp->final, (long long)p->step);
+    if (mkdir(sp->tmpdir, 0777) != 0)
+        return ct_ckpt_io_fail(ctx, sp->tmpdir, "creating the directory");
+    return CT_OK;
+}
 
-    ct_status s = save_into(ctx, tmpdir, params, p);
-    char aside[PATH_SIZE + 16] = "";
+/* Before a checkpoint is replaced: `best` must not come to name a checkpoint that is not the
+ * best one, so a `best` naming the replaced one goes, unless this save is the best. */
+static ct_status
+unpoint_replaced(ct_ctx *ctx, const save_paths *sp, const ct_checkpoint_save_params *p) {
+    char best[64] = "";
+    if (p->best || !ct_ckpt_read_pointer(sp->ckdir, "best", best, sizeof best) ||
+        strcmp(best, sp->name) != 0)
+        return CT_OK;
+    char bp[CT_CKPT_PATH_SIZE];
+    CT_TRY(ct_ckpt_join(ctx, bp, sp->ckdir, "best"));
+    if (unlink(bp) != 0) return ct_ckpt_io_fail(ctx, bp, "removing the pointer");
+    CT_TRY(sync_path(ctx, sp->ckdir, "fsync of the directory"));
+    ct_log(ctx, CT_LOG_WARN, "%s: the `best` pointer named the checkpoint being replaced: removed",
+           sp->ckdir);
+    return CT_OK;
+}
+
+/* Renames the .tmp directory to its final name, moving a checkpoint it replaces aside first
+ * (and back when the rename fails). */
+static ct_status publish(ct_ctx *ctx, save_paths *sp, const ct_checkpoint_save_params *p) {
     bool moved = false;
-    if (s == CT_OK && exists) {
-        /* `best` must not come to name a checkpoint that is not the best one */
-        char best[64] = "";
-        if (!p->best && read_pointer(ckdir, "best", best, sizeof best) && strcmp(best, name) == 0) {
-            char bp[PATH_SIZE];
-            s = join(ctx, bp, ckdir, "best");
-            if (s == CT_OK && unlink(bp) != 0) s = io_fail(ctx, bp, "removing the pointer");
-            if (s == CT_OK) s = sync_path(ctx, ckdir, "fsync of the directory");
-            if (s == CT_OK)
-                ct_log(ctx, CT_LOG_WARN,
-                       "%s: the `best` pointer named the checkpoint being replaced: removed",
-                       ckdir);
-        }
-    }
-    if (s == CT_OK && exists) {
-        (void)snprintf(aside, sizeof aside, "%s.old.tmp", final);
-        moved = rename(final, aside) == 0;
+    if (sp->exists) {
+        (void)snprintf(sp->aside, sizeof sp->aside, "%s.old.tmp", sp->final);
+        moved = rename(sp->final, sp->aside) == 0;
         if (!moved)
-            s = io_fail(ctx, final,
-                        "moving the checkpoint it replaces aside to .old.tmp, renaming");
-        else
-            ct_log(ctx, CT_LOG_WARN, "%s: replaced by a new checkpoint of step %lld", final,
-                   (long long)p->step);
+            return ct_ckpt_io_fail(ctx, sp->final,
+                                   "moving the checkpoint it replaces aside to .old.tmp, renaming");
+        ct_log(ctx, CT_LOG_WARN, "%s: replaced by a new checkpoint of step %lld", sp->final,
+               (long long)p->step);
     }
-    if (s == CT_OK && rename(tmpdir, final) != 0) {
-        s = io_fail(ctx, final, "renaming the .tmp directory to");
-        if (moved) (void)rename(aside, final); /* the replaced one comes back */
+    if (rename(sp->tmpdir, sp->final) != 0) {
+        ct_status s = ct_ckpt_io_fail(ctx, sp->final, "renaming the .tmp directory to");
+        if (moved) (void)rename(sp->aside, sp->final); /* the replaced one comes back */
+        return s;
     }
+    return CT_OK;
+}
+
+/* Points `latest` (and with p->best, `best`) at the published checkpoint. */
+static ct_status point(ct_ctx *ctx, const save_paths *sp, const ct_checkpoint_save_params *p) {
+    char text[POINTER_MAX + 32];
+    int n = pointer_text(sp->name, text, sizeof text);
+    CT_TRY(write_file(ctx, sp->ckdir, "latest", text, (size_t)n));
+    if (p->best) CT_TRY(write_file(ctx, sp->ckdir, "best", text, (size_t)n));
+    return CT_OK;
+}
+
+ct_status ct_checkpoint_save(ct_ctx *ctx,
+                             const char *root,
+                             const ct_params *params,
+                             const ct_checkpoint_save_params *p,
+                             char *saved_path,
+                             size_t saved_path_size) {
+    if (saved_path && saved_path_size) saved_path[0] = '\0';
+    CT_TRY(check_save_args(ctx, root, params, p));
+    save_paths sp;
+    memset(&sp, 0, sizeof sp);
+    CT_TRY(prepare(ctx, root, p, &sp));
+    ct_status s = save_into(ctx, sp.tmpdir, params, p);
+    if (s == CT_OK && sp.exists) s = unpoint_replaced(ctx, &sp, p);
+    if (s == CT_OK) s = publish(ctx, &sp, p);
+    char failed[CT_CKPT_PATH_SIZE];
     if (s != CT_OK) {
-        (void)remove_tree(tmpdir, 0, failed); /* best effort; the next save removes it too */
+        (void)remove_tree(sp.tmpdir, 0, failed); /* best effort; the next save removes it too */
         return s;
     }
     /* published: from here on a failure leaves the new checkpoint complete but unpointed */
-    CT_TRY(sync_path(ctx, ckdir, "fsync of the directory"));
-    if (exists) (void)remove_tree(aside, 0, failed); /* else the next save's cleanup does */
-    char text[POINTER_MAX + 32];
-    int n = pointer_text(name, text, sizeof text);
-    CT_TRY(write_file(ctx, ckdir, "latest", text, (size_t)n));
-    if (p->best) CT_TRY(write_file(ctx, ckdir, "best", text, (size_t)n));
-    if (p->keep > 0) retain(ctx, ckdir, p->keep, p->replace ? p->step : INT64_MAX, p->spare_step);
-    if (saved_path && saved_path_size) (void)snprintf(saved_path, saved_path_size, "%s", final);
+    CT_TRY(sync_path(ctx, sp.ckdir, "fsync of the directory"));
+    if (sp.exists) (void)remove_tree(sp.aside, 0, failed); /* else the next save's cleanup does */
+    CT_TRY(point(ctx, &sp, p));
+    if (p->keep > 0)
+        retain(ctx, sp.ckdir, p->keep, p->replace ? p->step : INT64_MAX, p->spare_step);
+    if (saved_path && saved_path_size) (void)snprintf(saved_path, saved_path_size, "%s", sp.final);
     return CT_OK;
-}
-
-/* ---- verifying and loading ---- */
-
-/* Checks one file's size and CRC-32C against its state.json entry. */
-static ct_status
-check_file(ct_ctx *ctx, const char *dir, const char *name, json_t *entry, unsigned char *buf) {
-    char path[PATH_SIZE];
-    CT_TRY(join(ctx, path, dir, name));
-    json_t *jb = json_object_get(entry, "bytes"), *jc = json_object_get(entry, "crc32c");
-    if (strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
-        !json_is_integer(jb) || json_integer_value(jb) < 0 || !json_is_string(jc) ||
-        strlen(json_string_value(jc)) != 8)
-        return CT_FAIL(ctx, CT_ERR_FORMAT,
-                       "%s/state.json: files.%s: expected {\"bytes\": N, \"crc32c\": \"8 hex "
-                       "digits\"}",
-                       dir, name);
-    char *end;
-    unsigned long want = strtoul(json_string_value(jc), &end, 16);
-    if (*end != '\0')
-        return CT_FAIL(ctx, CT_ERR_FORMAT, "%s/state.json: files.%s: crc32c '%s' is not hex", dir,
-                       name, json_string_value(jc));
-    FILE *f = fopen(path, "rb");
-    if (!f) return io_fail(ctx, path, "opening (state.json lists it)");
-    struct stat st;
-    ct_status s = CT_OK;
-    if (fstat(fileno(f), &st) != 0) {
-        s = io_fail(ctx, path, "fstat");
-    } else if ((uint64_t)st.st_size != (uint64_t)json_integer_value(jb)) {
-        s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                    "%s: %llu bytes, state.json records %llu (the file is truncated or damaged)",
-                    path, (unsigned long long)st.st_size,
-                    (unsigned long long)json_integer_value(jb));
-    } else {
-        uint32_t crc = 0;
-        size_t n;
-        while ((n = fread(buf, 1, CHUNK, f)) > 0)
-            crc = ct_crc32c(crc, buf, n);
-        if (ferror(f))
-            s = io_fail(ctx, path, "reading");
-        else if (crc != (uint32_t)want)
-            s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                        "%s: CRC-32C %08x, state.json records %08lx (the file is damaged)", path,
-                        (unsigned)crc, want);
-    }
-    fclose(f);
-    return s;
-}
-
-/* Reads dir/state.json, checks it against the CRC-32C of its first line when it has one
- * (*has_crc), and parses it into *doc. */
-static ct_status read_state(ct_ctx *ctx, const char *dir, json_t **doc, bool *has_crc) {
-    char path[PATH_SIZE];
-    *doc = NULL;
-    *has_crc = false;
-    CT_TRY(join(ctx, path, dir, "state.json"));
-    FILE *f = fopen(path, "rb");
-    if (!f) return io_fail(ctx, path, "opening");
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        ct_status s = io_fail(ctx, path, "fstat");
-        fclose(f);
-        return s;
-    }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size > MAX_STATE_JSON) {
-        fclose(f);
-        return CT_FAIL(ctx, CT_ERR_FORMAT,
-                       "%s: %llu bytes, more than the %llu a state.json may "
-                       "have",
-                       path, (unsigned long long)size, (unsigned long long)MAX_STATE_JSON);
-    }
-    char *text = ct_alloc(ctx, (size_t)size + 1);
-    if (!text) {
-        fclose(f);
-        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %llu bytes", path,
-                       (unsigned long long)size);
-    }
-    size_t got = fread(text, 1, (size_t)size, f);
-    fclose(f);
-    ct_status s = CT_OK;
-    *has_crc = size >= STATE_HEAD_LEN && memcmp(text, STATE_CRC_KEY, strlen(STATE_CRC_KEY)) == 0;
-    if (got != (size_t)size) {
-        s = CT_FAIL(ctx, CT_ERR_IO, "%s: reading %llu bytes failed", path,
-                    (unsigned long long)size);
-    } else if (*has_crc) {
-        char hex[9];
-        memcpy(hex, text + strlen(STATE_CRC_KEY), 8);
-        hex[8] = '\0';
-        unsigned long want = strtoul(hex, NULL, 16);
-        uint32_t crc = ct_crc32c(0, text + STATE_HEAD_LEN, (size_t)size - STATE_HEAD_LEN);
-        if (strspn(hex, "0123456789abcdef") != 8 || /* as written: one spelling per value */
-            memcmp(text + STATE_HEAD_LEN - 3, "\",\n", 3) != 0)
-            s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: its crc32c line is damaged", path);
-        else if (crc != (uint32_t)want)
-            s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                        "%s: CRC-32C %08x, its crc32c line records %08lx (the file is damaged)",
-                        path, (unsigned)crc, want);
-    }
-    if (s == CT_OK) {
-        json_error_t jerr;
-        *doc = json_loadb(text, got, JSON_REJECT_DUPLICATES, &jerr);
-        if (!*doc)
-            s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: line %d column %d: %s (truncated or damaged)",
-                        path, jerr.line, jerr.column, jerr.text);
-        else if (!json_is_object(*doc))
-            s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: expected a JSON object", path);
-    }
-    ct_free(ctx, text, (size_t)size + 1);
-    if (s != CT_OK) {
-        json_decref(*doc);
-        *doc = NULL;
-    }
-    return s;
-}
-
-/*
- * Checks a checkpoint directory: state.json, its format version, every listed file's size and
- * CRC-32C. *damaged tells a damaged or incomplete checkpoint (worth falling back from) from one
- * that is intact but unreadable by this ctrain (a newer format). *doc is state.json on success.
- */
-static ct_status verify(ct_ctx *ctx, const char *dir, json_t **doc, bool *damaged) {
-    *damaged = true;
-    bool has_crc;
-    CT_TRY(read_state(ctx, dir, doc, &has_crc));
-    json_t *d = *doc;
-    json_t *ver = json_object_get(d, "format_version"), *step = json_object_get(d, "step");
-    json_t *epoch = json_object_get(d, "epoch"), *state = json_object_get(d, "state");
-    json_t *files = json_object_get(d, "files");
-    ct_status s = CT_OK;
-    if (!json_is_integer(ver) || json_integer_value(ver) < 1) {
-        s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s/state.json: format_version missing or not >= 1", dir);
-    } else if (!has_crc && json_integer_value(ver) != 1) {
-        /* only format 1 was written without the checksum line: without it, the version
-           itself cannot be trusted */
-        s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                    "%s/state.json: its first line is not its crc32c (the file is damaged)", dir);
-    } else if (json_integer_value(ver) > CT_CHECKPOINT_FORMAT_VERSION) {
-        json_t *by = json_object_get(d, "ctrain_version");
-        *damaged = false;
-        s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                    "%s/state.json: format_version %lld (written by ctrain %s), this ctrain %s "
-                    "reads versions up to %d (hint: load it with a newer ctrain)",
-                    dir, (long long)json_integer_value(ver),
-                    json_is_string(by) ? json_string_value(by) : "?", ct_version(),
-                    CT_CHECKPOINT_FORMAT_VERSION);
-    } else if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_integer(epoch) ||
-               !json_is_object(state) || !json_is_object(files) ||
-               !json_object_get(files, "model.safetensors")) {
-        s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                    "%s/state.json: expected integers step >= 0 and epoch, objects state and "
-                    "files, and files listing model.safetensors",
-                    dir);
-    } else {
-        unsigned char *buf = ct_alloc(ctx, CHUNK);
-        if (!buf) s = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a read buffer", dir);
-        const char *name;
-        json_t *entry;
-        json_object_foreach(files, name, entry) {
-            if (s != CT_OK) break;
-            s = check_file(ctx, dir, name, entry, buf);
-        }
-        ct_free(ctx, buf, CHUNK);
-    }
-    if (s != CT_OK) {
-        json_decref(*doc);
-        *doc = NULL;
-    }
-    return s;
-}
-
-ct_status ct_checkpoint_verify(ct_ctx *ctx, const char *dir, int64_t *step_out) {
-    if (step_out) *step_out = 0;
-    if (!dir) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "ct_checkpoint_verify: dir is NULL");
-    json_t *doc;
-    bool damaged;
-    CT_TRY(verify(ctx, dir, &doc, &damaged));
-    if (step_out) *step_out = (int64_t)json_integer_value(json_object_get(doc, "step"));
-    json_decref(doc);
-    return CT_OK;
-}
-
-static ct_status load_optim(ct_ctx *ctx, const char *path, ct_optim *opt, int64_t numel) {
-    int32_t count = ct_optim_buffer_count(opt);
-    size_t vsize = (size_t)(count + 1) * sizeof(ct_tensor);
-    size_t lsize = (size_t)(count + 1) * sizeof(ct_tensor *);
-    ct_tensor *views = ct_alloc(ctx, vsize);
-    ct_tensor **list = ct_alloc(ctx, lsize);
-    int64_t steps_value = 0;
-    ct_status s = views && list ? CT_OK
-                                : CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %d optimizer buffers", path,
-                                          (int)count);
-    if (s == CT_OK) s = optim_views(opt, numel, &steps_value, views, list, count);
-    if (s == CT_OK) s = ct_st_read(ctx, path, NULL, list, count + 1, NULL, "the optimizer", NULL);
-    if (s == CT_OK && steps_value < 0)
-        s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: steps %lld is negative", path, (long long)steps_value);
-    if (s == CT_OK) s = ct_optim_set_steps(opt, steps_value);
-    ct_free(ctx, views, vsize);
-    ct_free(ctx, list, lsize);
-    return s;
-}
-
-static ct_status load_files(
-    ct_ctx *ctx, const char *dir, json_t *doc, ct_params *params, ct_params *ema, ct_optim *opt) {
-    json_t *files = json_object_get(doc, "files");
-    char path[PATH_SIZE];
-    CT_TRY(join(ctx, path, dir, "model.safetensors"));
-    CT_TRY(ct_st_read(ctx, path, params, NULL, 0, NULL, "the model", NULL));
-    if (ema) {
-        CT_TRY(join(ctx, path, dir, "ema.safetensors"));
-        if (!json_object_get(files, "ema.safetensors"))
-            return CT_FAIL(ctx, CT_ERR_FORMAT,
-                           "%s: the checkpoint has no EMA weights (hint: load without EMA)", dir);
-        CT_TRY(ct_st_read(ctx, path, ema, NULL, 0, NULL, "the EMA model", NULL));
-    }
-    if (opt) {
-        CT_TRY(join(ctx, path, dir, "optimizer.safetensors"));
-        if (!json_object_get(files, "optimizer.safetensors"))
-            return CT_FAIL(ctx, CT_ERR_FORMAT,
-                           "%s: the checkpoint has no optimizer state (hint: load the weights "
-                           "only, with a fresh optimizer)",
-                           dir);
-        CT_TRY(load_optim(ctx, path, opt, ct_params_numel(params)));
-    }
-    return CT_OK;
-}
-
-/* Where `which` points. *fallback is set when "latest" may fall back; *limit is the newest
- * step a fallback may pick (INT64_MAX when the pointer itself is missing or damaged). */
-static ct_status resolve(ct_ctx *ctx,
-                         const char *ckdir,
-                         const char *which,
-                         char *dir,
-                         bool *fallback,
-                         int64_t *limit,
-                         bool *have_dir) {
-    char name[64];
-    *fallback = false;
-    *have_dir = true;
-    *limit = INT64_MAX;
-    if (strcmp(which, "latest") == 0) {
-        *fallback = true;
-        if (!read_pointer(ckdir, "latest", name, sizeof name)) {
-            *have_dir = false;
-            return CT_OK;
-        }
-        (void)parse_step_name(name, limit);
-        return join(ctx, dir, ckdir, name);
-    }
-    if (strcmp(which, "best") == 0) {
-        CT_TRY(pointer_at(ctx, ckdir, "best", name, sizeof name));
-        return join(ctx, dir, ckdir, name);
-    }
-    struct stat st;
-    CT_TRY(join(ctx, dir, ckdir, which));
-    if (!strchr(which, '/') && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return CT_OK;
-    if ((size_t)snprintf(dir, PATH_SIZE, "%s", which) >= PATH_SIZE)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: path too long", which);
-    return CT_OK;
-}
-
-/* The checkpoint directory `which` names under ckdir, verified (into dir, state.json in *doc),
- * "latest" falling back to the newest one that verifies. */
-static ct_status
-find_checkpoint(ct_ctx *ctx, const char *ckdir, const char *which, char *dir, json_t **doc) {
-    bool fallback, have_dir, damaged = true;
-    int64_t limit;
-    *doc = NULL;
-    CT_TRY(resolve(ctx, ckdir, which, dir, &fallback, &limit, &have_dir));
-    ct_status s = have_dir ? verify(ctx, dir, doc, &damaged) : CT_ERR_IO;
-    if (s == CT_OK || !fallback || !damaged) return s;
-    char why[PATH_SIZE + 64]; /* holds either message whole */
-    if (have_dir) {
-        size_t n = strlen(ct_last_error(ctx)); /* < CT_ERRMSG_SIZE: the context's buffer */
-        memcpy(why, ct_last_error(ctx), n + 1);
-    } else {
-        (void)snprintf(why, sizeof why, "%s/latest is missing or damaged", ckdir);
-    }
-    steps st;
-    CT_TRY(list_steps(ctx, ckdir, &st));
-    char name[64], cand[PATH_SIZE];
-    bool found = false;
-    for (size_t i = 0; i < st.n && !found; i++) {
-        step_name(st.v[i], name, sizeof name);
-        if (st.v[i] > limit || (have_dir && st.v[i] == limit)) continue;
-        if (join(ctx, cand, ckdir, name) != CT_OK) continue;
-        bool dmg;
-        found = verify(ctx, cand, doc, &dmg) == CT_OK;
-    }
-    size_t n_dirs = st.n;
-    steps_fini(&st);
-    if (!found) /* none at all is a missing checkpoint; only damaged ones, damage */
-        return CT_FAIL(ctx, have_dir || n_dirs > 0 ? CT_ERR_FORMAT : CT_ERR_IO,
-                       "%s: no checkpoint to load: %s; no other checkpoint directory verifies",
-                       ckdir, why);
-    ct_log(ctx, CT_LOG_WARN, "checkpoint: %s; loading %s instead", why, cand);
-    memcpy(dir, cand, strlen(cand) + 1);
-    return CT_OK;
-}
-
-ct_status ct_checkpoint_resolve(
-    ct_ctx *ctx, const char *root, const char *which, char *dir_out, size_t size, int64_t *step) {
-    if (step) *step = -1;
-    if (dir_out && size) dir_out[0] = '\0';
-    if (!root || !which || !dir_out || size == 0)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
-                       "ct_checkpoint_resolve: root, which and dir_out are required");
-    char ckdir[PATH_SIZE], dir[PATH_SIZE];
-    json_t *doc;
-    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
-    CT_TRY(find_checkpoint(ctx, ckdir, which, dir, &doc));
-    if (step) *step = (int64_t)json_integer_value(json_object_get(doc, "step"));
-    json_decref(doc);
-    if ((size_t)snprintf(dir_out, size, "%s", dir) >= size)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: longer than the %zu bytes given", dir, size);
-    return CT_OK;
-}
-
-ct_status ct_checkpoint_load(ct_ctx *ctx,
-                             const char *root,
-                             const char *which,
-                             ct_params *params,
-                             ct_params *ema,
-                             ct_optim *opt,
-                             json_t **state_out,
-                             int64_t *step_out,
-                             int64_t *epoch_out,
-                             char *loaded_path,
-                             size_t loaded_path_size) {
-    if (state_out) *state_out = NULL;
-    if (step_out) *step_out = 0;
-    if (epoch_out) *epoch_out = 0;
-    if (loaded_path && loaded_path_size) loaded_path[0] = '\0';
-    if (!root || !which || !params)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
-                       "ct_checkpoint_load: root, which and params are "
-                       "required");
-    char ckdir[PATH_SIZE], dir[PATH_SIZE];
-    json_t *doc = NULL;
-    CT_TRY(join(ctx, ckdir, root, "checkpoints"));
-    ct_status s = find_checkpoint(ctx, ckdir, which, dir, &doc);
-    if (s != CT_OK) return s;
-    s = load_files(ctx, dir, doc, params, ema, opt);
-    if (s == CT_OK) {
-        if (step_out) *step_out = (int64_t)json_integer_value(json_object_get(doc, "step"));
-        if (epoch_out) *epoch_out = (int64_t)json_integer_value(json_object_get(doc, "epoch"));
-        if (state_out) *state_out = json_incref(json_object_get(doc, "state"));
-        if (loaded_path && loaded_path_size)
-            (void)snprintf(loaded_path, loaded_path_size, "%s", dir);
-    }
-    json_decref(doc);
-    return s;
 }

@@ -1,19 +1,14 @@
 /*
- * ckpt_internal.h - what checkpoint.c shares with safetensors.c and crc32c.c: a text buffer,
- * the safetensors writer and reader over an arbitrary list of tensors (optimizer buffers are
- * not a ct_params store) and the two CRC-32C implementations. Not installed; not part of the API.
+ * ckpt_internal.h - what the files of the checkpoint module share: a text buffer and the
+ * safetensors writer and reader over an arbitrary list of tensors (optimizer buffers are not a
+ * ct_params store), from safetensors.c; the layout of checkpoint directories (names, pointers,
+ * listing) from checkpoint.c, which load.c reads by. Not installed; not part of the API.
  */
 #ifndef CT_CKPT_INTERNAL_H
 #define CT_CKPT_INTERNAL_H
 
 #include "core/core_internal.h"
 #include "ctrain/checkpoint.h"
-
-/* The software reference and the SSE4.2 version (falls back to the reference when the CPU
- * lacks the instruction); same convention as ct_crc32c. */
-CT_INTERNAL uint32_t ct_crc32c_sw(uint32_t crc, const void *data, size_t n);
-CT_INTERNAL uint32_t ct_crc32c_hw(uint32_t crc, const void *data, size_t n);
-CT_INTERNAL bool ct_crc32c_hw_available(void);
 
 /* A growable text buffer from the context's allocator, always NUL-terminated once written to.
  * An allocation failure sets oom and makes later puts no-ops; the owner frees p (cap bytes). */
@@ -53,5 +48,47 @@ CT_INTERNAL ct_status ct_st_read(ct_ctx *ctx,
                                  const ct_safetensors_load_params *p,
                                  const char *what,
                                  int64_t *loaded);
+
+/* ---- checkpoint directories (checkpoint.c) ---- */
+
+#define CT_CKPT_PATH_SIZE      4096
+/* state.json's first two lines: "{", then its own CRC-32C over every byte after that line */
+#define CT_CKPT_STATE_CRC_KEY  "{\n  \"crc32c\": \""
+#define CT_CKPT_STATE_HEAD_LEN (sizeof CT_CKPT_STATE_CRC_KEY - 1 + 11) /* key, 8 hex, "\",\n" */
+
+/* CT_ERR_IO "path: op failed: <errno's text>". */
+CT_INTERNAL ct_status ct_ckpt_io_fail(ct_ctx *ctx, const char *path, const char *op);
+/* a/b into buf (CT_CKPT_PATH_SIZE bytes); CT_ERR_INVALID_ARG when it does not fit. */
+CT_INTERNAL ct_status ct_ckpt_join(ct_ctx *ctx, char *buf, const char *a, const char *b);
+/* A checkpoint's directory name, "step-%08lld", and its inverse: exactly that form, or false. */
+CT_INTERNAL void ct_ckpt_step_name(int64_t step, char *buf, size_t size);
+CT_INTERNAL bool ct_ckpt_parse_step_name(const char *name, int64_t *step);
+/* The directory name the pointer file ckdir/name holds, into out; false when it is missing or
+ * damaged. */
+CT_INTERNAL bool ct_ckpt_read_pointer(const char *ckdir, const char *name, char *out, size_t size);
+/* The same as a status: CT_ERR_IO (missing, unreadable) or CT_ERR_FORMAT (damaged, its bytes
+ * shown escaped). */
+CT_INTERNAL ct_status
+ct_ckpt_pointer_at(ct_ctx *ctx, const char *ckdir, const char *name, char *dir, size_t size);
+
+/* The steps of a directory's step-N checkpoints, newest first; freed by ct_ckpt_steps_fini. */
+typedef struct ct_ckpt_steps {
+    ct_ctx *ctx;
+    int64_t *v;
+    size_t n, cap;
+} ct_ckpt_steps;
+
+/* Lists the step-N directories of ckdir (none when ckdir is missing). */
+CT_INTERNAL ct_status ct_ckpt_list_steps(ct_ctx *ctx, const char *ckdir, ct_ckpt_steps *out);
+CT_INTERNAL void ct_ckpt_steps_fini(ct_ckpt_steps *s);
+
+/* The optimizer's count buffers as [numel] F32 views plus "steps" (an I64 scalar) into views
+ * and list (count + 1 entries each): what optimizer.safetensors holds. */
+CT_INTERNAL ct_status ct_ckpt_optim_views(const ct_optim *opt,
+                                          int64_t numel,
+                                          int64_t *steps_value,
+                                          ct_tensor *views,
+                                          ct_tensor **list,
+                                          int32_t count);
 
 #endif /* CT_CKPT_INTERNAL_H */

@@ -114,10 +114,6 @@ static void sb_json(ct_ckpt_buf *b, const char *s) {
     ct_ckpt_buf_put(b, "\"", 1);
 }
 
-static ct_status io_fail(ct_ctx *ctx, const char *path, const char *op) {
-    return CT_FAIL(ctx, CT_ERR_IO, "%s: %s failed: %s", path, op, strerror(errno));
-}
-
 /* fsync the directory holding path, so that a rename survives a crash. */
 static ct_status sync_dir(ct_ctx *ctx, const char *path) {
     char dir[4096];
@@ -133,10 +129,10 @@ static ct_status sync_dir(ct_ctx *ctx, const char *path) {
         dir[n] = '\0';
     }
     int fd = open(dir, O_RDONLY);
-    if (fd < 0) return io_fail(ctx, dir, "opening the directory");
+    if (fd < 0) return ct_ckpt_io_fail(ctx, dir, "opening the directory");
     int r = fsync(fd);
     close(fd);
-    return r == 0 ? CT_OK : io_fail(ctx, dir, "fsync of the directory");
+    return r == 0 ? CT_OK : ct_ckpt_io_fail(ctx, dir, "fsync of the directory");
 }
 
 /* fwrite that also counts the bytes and carries their CRC-32C. */
@@ -145,6 +141,75 @@ static bool put(FILE *f, const void *p, size_t n, uint64_t *bytes, uint32_t *crc
     *crc = ct_crc32c(*crc, p, n);
     *bytes += n;
     return fwrite(p, 1, n, f) == n;
+}
+
+/* The header: the metadata, then each tensor's dtype, shape and data offsets, padded with
+ * spaces to a multiple of 8 bytes so that the data start aligned. The caller frees b->p (b->cap
+ * bytes), also after a failure. */
+static ct_status build_header(ct_ckpt_buf *b,
+                              const char *path,
+                              const ct_tensor *const *tensors,
+                              int64_t n_tensors,
+                              const ct_option *metadata,
+                              int64_t n_metadata) {
+    sb_str(b, "{\"__metadata__\":{\"format\":\"pt\"");
+    for (int64_t i = 0; i < n_metadata; i++) {
+        sb_str(b, ",");
+        sb_json(b, metadata[i].key);
+        sb_str(b, ":");
+        sb_json(b, metadata[i].value);
+    }
+    sb_str(b, "}");
+    uint64_t offset = 0;
+    for (int64_t i = 0; i < n_tensors; i++) {
+        const ct_tensor *t = tensors[i];
+        const char *dn = dtype_name_of(t->dtype);
+        if (!dn)
+            return CT_FAIL(b->ctx, CT_ERR_INVALID_ARG, "%s: tensor '%s' has dtype %d", path,
+                           t->name, (int)t->dtype);
+        char num[64];
+        sb_str(b, ",");
+        sb_json(b, t->name);
+        sb_str(b, ":{\"dtype\":\"");
+        sb_str(b, dn);
+        sb_str(b, "\",\"shape\":[");
+        for (int32_t d = 0; d < t->ndim; d++) {
+            (void)snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+            sb_str(b, num);
+        }
+        uint64_t end = offset + (uint64_t)ct_tensor_nbytes(t);
+        (void)snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}",
+                       (unsigned long long)offset, (unsigned long long)end);
+        sb_str(b, num);
+        offset = end;
+    }
+    sb_str(b, "}");
+    while (!b->oom && b->len % 8 != 0)
+        sb_str(b, " ");
+    if (b->oom) return CT_FAIL(b->ctx, CT_ERR_OOM, "%s: building the header", path);
+    return CT_OK;
+}
+
+/* Writes the header's length, the header and the tensors' data into f (open on tmp), flushes
+ * them to disk and closes f. *bytes and *crc count what went out. */
+static ct_status write_contents(ct_ctx *ctx,
+                                FILE *f,
+                                const char *tmp,
+                                const ct_ckpt_buf *b,
+                                const ct_tensor *const *tensors,
+                                int64_t n_tensors,
+                                uint64_t *bytes,
+                                uint32_t *crc) {
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)((uint64_t)b->len >> (8 * i));
+    bool ok = put(f, len8, 8, bytes, crc) && put(f, b->p, b->len, bytes, crc);
+    for (int64_t i = 0; ok && i < n_tensors; i++)
+        ok = put(f, tensors[i]->data, ct_tensor_nbytes(tensors[i]), bytes, crc);
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ct_status s = ok ? CT_OK : ct_ckpt_io_fail(ctx, tmp, "writing");
+    if (fclose(f) != 0 && s == CT_OK) s = ct_ckpt_io_fail(ctx, tmp, "closing");
+    return s;
 }
 
 ct_status ct_st_write(ct_ctx *ctx,
@@ -159,70 +224,22 @@ ct_status ct_st_write(ct_ctx *ctx,
         if (strcmp(metadata[i].key, "format") == 0)
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: metadata key 'format' is reserved", path);
     ct_ckpt_buf b = {ctx, NULL, 0, 0, false};
-    sb_str(&b, "{\"__metadata__\":{\"format\":\"pt\"");
-    for (int64_t i = 0; i < n_metadata; i++) {
-        sb_str(&b, ",");
-        sb_json(&b, metadata[i].key);
-        sb_str(&b, ":");
-        sb_json(&b, metadata[i].value);
-    }
-    sb_str(&b, "}");
-    uint64_t offset = 0;
-    for (int64_t i = 0; i < n_tensors; i++) {
-        const ct_tensor *t = tensors[i];
-        const char *dn = dtype_name_of(t->dtype);
-        if (!dn) {
-            ct_free(ctx, b.p, b.cap);
-            return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: tensor '%s' has dtype %d", path, t->name,
-                           (int)t->dtype);
-        }
-        char num[64];
-        sb_str(&b, ",");
-        sb_json(&b, t->name);
-        sb_str(&b, ":{\"dtype\":\"");
-        sb_str(&b, dn);
-        sb_str(&b, "\",\"shape\":[");
-        for (int32_t d = 0; d < t->ndim; d++) {
-            (void)snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)t->shape[d]);
-            sb_str(&b, num);
-        }
-        uint64_t end = offset + (uint64_t)ct_tensor_nbytes(t);
-        (void)snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}",
-                       (unsigned long long)offset, (unsigned long long)end);
-        sb_str(&b, num);
-        offset = end;
-    }
-    sb_str(&b, "}");
-    while (!b.oom && b.len % 8 != 0)
-        sb_str(&b, " "); /* the data starts 8-byte aligned */
-    if (b.oom) {
-        ct_free(ctx, b.p, b.cap);
-        return CT_FAIL(ctx, CT_ERR_OOM, "%s: building the header", path);
-    }
-
+    ct_status s = build_header(&b, path, tensors, n_tensors, metadata, n_metadata);
     char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+    if (s == CT_OK && (size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: path too long", path);
+    FILE *f = s == CT_OK ? fopen(tmp, "wb") : NULL;
+    if (s == CT_OK && !f) s = ct_ckpt_io_fail(ctx, tmp, "opening for writing");
+    if (s != CT_OK) {
         ct_free(ctx, b.p, b.cap);
-        return CT_FAIL(ctx, CT_ERR_IO, "%s: path too long", path);
+        return s;
     }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        ct_free(ctx, b.p, b.cap);
-        return io_fail(ctx, tmp, "opening for writing");
-    }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++)
-        len8[i] = (unsigned char)((uint64_t)b.len >> (8 * i));
     uint64_t bytes = 0;
     uint32_t crc = 0;
-    bool ok = put(f, len8, 8, &bytes, &crc) && put(f, b.p, b.len, &bytes, &crc);
-    for (int64_t i = 0; ok && i < n_tensors; i++)
-        ok = put(f, tensors[i]->data, ct_tensor_nbytes(tensors[i]), &bytes, &crc);
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ct_status s = ok ? CT_OK : io_fail(ctx, tmp, "writing");
-    if (fclose(f) != 0 && s == CT_OK) s = io_fail(ctx, tmp, "closing");
+    s = write_contents(ctx, f, tmp, &b, tensors, n_tensors, &bytes, &crc);
     ct_free(ctx, b.p, b.cap);
-    if (s == CT_OK && rename(tmp, path) != 0) s = io_fail(ctx, path, "renaming the .tmp file to");
+    if (s == CT_OK && rename(tmp, path) != 0)
+        s = ct_ckpt_io_fail(ctx, path, "renaming the .tmp file to");
     if (s != CT_OK) {
         (void)remove(tmp); /* the previous file at path, if any, is untouched */
         return s;
@@ -364,21 +381,178 @@ load_entry(ct_ctx *ctx, FILE *f, const char *path, uint64_t base, const entry *e
                    e->name, e->dt->name, ct_dtype_name(t->dtype), t->name);
 }
 
-/* The target of a read: a store, or a plain list of tensors. */
-static int64_t target_count(const ct_params *params, int64_t n) {
-    return params ? ct_params_count(params) : n;
+/* The target of a read: a store (params) or else a plain list of tensors, matched by name
+ * after the prefix; `what` names it in messages. */
+typedef struct st_target {
+    ct_params *params;
+    ct_tensor *const *list;
+    int64_t n_list;
+    const char *prefix;
+    size_t plen;
+    bool strict;
+    const char *what;
+} st_target;
+
+static int64_t target_count(const st_target *tg) {
+    return tg->params ? ct_params_count(tg->params) : tg->n_list;
 }
 
-static ct_tensor *target_at(const ct_params *params, ct_tensor *const *list, int64_t i) {
-    return params ? ct_params_at(params, i) : list[i];
+static ct_tensor *target_at(const st_target *tg, int64_t i) {
+    return tg->params ? ct_params_at(tg->params, i) : tg->list[i];
 }
 
-static ct_tensor *
-target_find(const ct_params *params, ct_tensor *const *list, int64_t n, const char *name) {
-    if (params) return ct_params_find(params, name);
-    for (int64_t i = 0; i < n; i++)
-        if (strcmp(list[i]->name, name) == 0) return list[i];
+static ct_tensor *target_find(const st_target *tg, const char *name) {
+    if (tg->params) return ct_params_find(tg->params, name);
+    for (int64_t i = 0; i < tg->n_list; i++)
+        if (strcmp(tg->list[i]->name, name) == 0) return tg->list[i];
     return NULL;
+}
+
+/* A safetensors file being read: its header, parsed and checked, and where its data lie. */
+typedef struct st_file {
+    ct_ctx *ctx;
+    const char *path;
+    FILE *f;
+    char *header; /* hlen bytes */
+    uint64_t hlen;
+    json_t *root;
+    entry *entries; /* count slots (the header's keys); n_entries of them tensors */
+    size_t count, n_entries;
+    uint64_t base, data_size; /* the data's offset in the file and their length */
+} st_file;
+
+/* Reads the header's length and the JSON header, checked against the file's size. */
+static ct_status read_header(st_file *sf) {
+    ct_ctx *ctx = sf->ctx;
+    const char *path = sf->path;
+    struct stat stt;
+    if (fstat(fileno(sf->f), &stt) != 0) return ct_ckpt_io_fail(ctx, path, "fstat");
+    uint64_t size = (uint64_t)stt.st_size;
+    unsigned char len8[8];
+    if (size < 8 || fread(len8, 1, 8, sf->f) != 8)
+        return CT_FAIL(ctx, CT_ERR_FORMAT, "%s: %llu bytes: too short for a safetensors file", path,
+                       (unsigned long long)size);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)len8[i] << (8 * i);
+    if (hlen > size - 8 || hlen > MAX_HEADER || hlen < 2)
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s: offset 0: header length %llu does not fit the file of %llu bytes (or "
+                       "exceeds %llu)",
+                       path, (unsigned long long)hlen, (unsigned long long)size,
+                       (unsigned long long)MAX_HEADER);
+    sf->hlen = hlen;
+    sf->header = ct_alloc(ctx, (size_t)hlen);
+    if (!sf->header)
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating the %llu-byte header", path,
+                       (unsigned long long)hlen);
+    if (fread(sf->header, 1, (size_t)hlen, sf->f) != (size_t)hlen)
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: reading the header failed", path);
+    json_error_t jerr;
+    sf->root = json_loadb(sf->header, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!sf->root || !json_is_object(sf->root))
+        return CT_FAIL(ctx, CT_ERR_FORMAT, "%s: header JSON, line %d column %d: %s", path,
+                       sf->root ? 0 : jerr.line, sf->root ? 0 : jerr.column,
+                       sf->root ? "expected an object" : jerr.text);
+    sf->data_size = size - 8 - hlen;
+    sf->base = 8 + hlen;
+    return CT_OK;
+}
+
+/* __metadata__ is an object of strings. */
+static ct_status check_metadata(const st_file *sf, json_t *meta) {
+    if (!json_is_object(meta))
+        return CT_FAIL(sf->ctx, CT_ERR_FORMAT, "%s: __metadata__ must be an object", sf->path);
+    const char *mk;
+    json_t *mv;
+    json_object_foreach(meta, mk, mv) {
+        if (!json_is_string(mv))
+            return CT_FAIL(sf->ctx, CT_ERR_FORMAT, "%s: __metadata__ '%s' is not a string",
+                           sf->path, mk);
+    }
+    return CT_OK;
+}
+
+/* Parses the header's tensor entries (parse_entry) and checks its metadata. */
+static ct_status read_entries(st_file *sf) {
+    sf->count = json_object_size(sf->root);
+    sf->entries = ct_alloc(sf->ctx, (sf->count ? sf->count : 1) * sizeof *sf->entries);
+    if (!sf->entries)
+        return CT_FAIL(sf->ctx, CT_ERR_OOM, "%s: allocating %zu header entries", sf->path,
+                       sf->count);
+    const char *key;
+    json_t *val;
+    json_object_foreach(sf->root, key, val) {
+        if (strcmp(key, "__metadata__") == 0) {
+            CT_TRY(check_metadata(sf, val));
+            continue;
+        }
+        CT_TRY(
+            parse_entry(sf->ctx, sf->path, key, val, sf->data_size, &sf->entries[sf->n_entries]));
+        sf->n_entries++;
+    }
+    return CT_OK;
+}
+
+/* The ranges must tile the data exactly: no overlap, no gap, nothing after. Sorts the entries
+ * by offset. */
+static ct_status check_tiling(st_file *sf) {
+    qsort(sf->entries, sf->n_entries, sizeof *sf->entries, cmp_begin);
+    uint64_t at = 0;
+    for (size_t i = 0; i < sf->n_entries; i++) {
+        const entry *e = &sf->entries[i];
+        if (e->begin != at)
+            return CT_FAIL(sf->ctx, CT_ERR_FORMAT,
+                           "%s: tensor '%s': data starts at %llu, expected %llu (tensors must "
+                           "tile the data without gaps or overlaps)",
+                           sf->path, e->name, (unsigned long long)e->begin, (unsigned long long)at);
+        at = e->end;
+    }
+    if (at != sf->data_size)
+        return CT_FAIL(sf->ctx, CT_ERR_FORMAT, "%s: the tensors cover %llu of %llu bytes of data",
+                       sf->path, (unsigned long long)at, (unsigned long long)sf->data_size);
+    return CT_OK;
+}
+
+/* Loads each entry into the target tensor of its name (shapes must agree); with strict, an
+ * entry that names none is an error. *n_loaded counts the loaded ones. */
+static ct_status load_matching(const st_file *sf, const st_target *tg, int64_t *n_loaded) {
+    *n_loaded = 0;
+    for (size_t i = 0; i < sf->n_entries; i++) {
+        const entry *e = &sf->entries[i];
+        ct_tensor *t = NULL;
+        if (strncmp(e->name, tg->prefix, tg->plen) == 0) t = target_find(tg, e->name + tg->plen);
+        if (!t) {
+            if (tg->strict)
+                return CT_FAIL(sf->ctx, CT_ERR_FORMAT,
+                               "%s: tensor '%s' is not a %s of %s (strict loading)", sf->path,
+                               e->name, tg->params ? "parameter or buffer" : "tensor", tg->what);
+            continue;
+        }
+        char a[200], b2[200];
+        if (e->ndim != t->ndim || memcmp(e->shape, t->shape, (size_t)e->ndim * 8) != 0)
+            return CT_FAIL(sf->ctx, CT_ERR_SHAPE, "%s: tensor '%s': shape %s, %s expects %s",
+                           sf->path, e->name, shape_text(e->shape, e->ndim, a, sizeof a), tg->what,
+                           ct_shape_str(t, b2, sizeof b2));
+        CT_TRY(load_entry(sf->ctx, sf->f, sf->path, sf->base, e, t));
+        (*n_loaded)++;
+    }
+    return CT_OK;
+}
+
+/* With strict: the first target tensor the file lacks is an error. */
+static ct_status check_complete(const st_file *sf, const st_target *tg) {
+    for (int64_t i = 0; i < target_count(tg); i++) {
+        const ct_tensor *t = target_at(tg, i);
+        bool found = false;
+        for (size_t k = 0; k < sf->n_entries && !found; k++)
+            found = strncmp(sf->entries[k].name, tg->prefix, tg->plen) == 0 &&
+                    strcmp(sf->entries[k].name + tg->plen, t->name) == 0;
+        if (!found)
+            return CT_FAIL(sf->ctx, CT_ERR_FORMAT, "%s: %s's '%s%s' is missing (strict loading)",
+                           sf->path, tg->what, tg->prefix, t->name);
+    }
+    return CT_OK;
 }
 
 ct_status ct_safetensors_load(ct_ctx *ctx,
@@ -401,153 +575,25 @@ ct_status ct_st_read(ct_ctx *ctx,
                      const char *what,
                      int64_t *loaded) {
     ct_safetensors_load_params p = lp ? *lp : ct_safetensors_load_default_params();
-    const char *prefix = p.prefix ? p.prefix : "";
-    size_t plen = strlen(prefix);
+    st_target tg = {params, list, n_list, p.prefix ? p.prefix : "", 0, p.strict, what};
+    tg.plen = strlen(tg.prefix);
     if (loaded) *loaded = 0;
-    int64_t n_target = target_count(params, n_list);
-    FILE *f = fopen(path, "rb");
-    if (!f) return io_fail(ctx, path, "opening");
-    struct stat stt;
-    unsigned char len8[8];
-    ct_status s = CT_OK;
-    char *header = NULL;
-    uint64_t hlen = 0;
-    json_t *root = NULL;
-    entry *entries = NULL;
-    size_t n_entries = 0, count = 0;
-    if (fstat(fileno(f), &stt) != 0) {
-        s = io_fail(ctx, path, "fstat");
-        goto done;
-    }
-    uint64_t size = (uint64_t)stt.st_size;
-    if (size < 8 || fread(len8, 1, 8, f) != 8) {
-        s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: %llu bytes: too short for a safetensors file", path,
-                    (unsigned long long)size);
-        goto done;
-    }
-    for (int i = 0; i < 8; i++)
-        hlen |= (uint64_t)len8[i] << (8 * i);
-    if (hlen > size - 8 || hlen > MAX_HEADER || hlen < 2) {
-        s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                    "%s: offset 0: header length %llu does not fit the file of %llu bytes (or "
-                    "exceeds %llu)",
-                    path, (unsigned long long)hlen, (unsigned long long)size,
-                    (unsigned long long)MAX_HEADER);
-        goto done;
-    }
-    header = ct_alloc(ctx, (size_t)hlen);
-    if (!header) {
-        s = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating the %llu-byte header", path,
-                    (unsigned long long)hlen);
-        goto done;
-    }
-    if (fread(header, 1, (size_t)hlen, f) != (size_t)hlen) {
-        s = CT_FAIL(ctx, CT_ERR_IO, "%s: reading the header failed", path);
-        goto done;
-    }
-    json_error_t jerr;
-    root = json_loadb(header, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root || !json_is_object(root)) {
-        s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: header JSON, line %d column %d: %s", path,
-                    root ? 0 : jerr.line, root ? 0 : jerr.column,
-                    root ? "expected an object" : jerr.text);
-        goto done;
-    }
-    uint64_t data_size = size - 8 - hlen, base = 8 + hlen;
-    count = json_object_size(root);
-    entries = ct_alloc(ctx, (count ? count : 1) * sizeof *entries);
-    if (!entries) {
-        s = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu header entries", path, count);
-        goto done;
-    }
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val) {
-        if (strcmp(key, "__metadata__") == 0) {
-            const char *mk;
-            json_t *mv;
-            if (!json_is_object(val)) {
-                s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: __metadata__ must be an object", path);
-                goto done;
-            }
-            json_object_foreach(val, mk, mv) {
-                if (!json_is_string(mv)) {
-                    s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: __metadata__ '%s' is not a string", path,
-                                mk);
-                    goto done;
-                }
-            }
-            continue;
-        }
-        s = parse_entry(ctx, path, key, val, data_size, &entries[n_entries]);
-        if (s != CT_OK) goto done;
-        n_entries++;
-    }
-    /* the ranges must tile the data exactly: no overlap, no gap, nothing after */
-    qsort(entries, n_entries, sizeof *entries, cmp_begin);
-    uint64_t at = 0;
-    for (size_t i = 0; i < n_entries; i++) {
-        if (entries[i].begin != at) {
-            s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                        "%s: tensor '%s': data starts at %llu, expected %llu (tensors must tile "
-                        "the data without gaps or overlaps)",
-                        path, entries[i].name, (unsigned long long)entries[i].begin,
-                        (unsigned long long)at);
-            goto done;
-        }
-        at = entries[i].end;
-    }
-    if (at != data_size) {
-        s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: the tensors cover %llu of %llu bytes of data", path,
-                    (unsigned long long)at, (unsigned long long)data_size);
-        goto done;
-    }
-    /* match names; with strict, both sides must be complete */
-    int64_t done_count = 0;
-    for (size_t i = 0; i < n_entries; i++) {
-        const entry *e = &entries[i];
-        ct_tensor *t = NULL;
-        if (strncmp(e->name, prefix, plen) == 0)
-            t = target_find(params, list, n_list, e->name + plen);
-        if (!t) {
-            if (p.strict) {
-                s = CT_FAIL(ctx, CT_ERR_FORMAT,
-                            "%s: tensor '%s' is not a %s of %s (strict loading)", path, e->name,
-                            params ? "parameter or buffer" : "tensor", what);
-                goto done;
-            }
-            continue;
-        }
-        char a[200], b2[200];
-        if (e->ndim != t->ndim || memcmp(e->shape, t->shape, (size_t)e->ndim * 8) != 0) {
-            s = CT_FAIL(ctx, CT_ERR_SHAPE, "%s: tensor '%s': shape %s, %s expects %s", path,
-                        e->name, shape_text(e->shape, e->ndim, a, sizeof a), what,
-                        ct_shape_str(t, b2, sizeof b2));
-            goto done;
-        }
-        s = load_entry(ctx, f, path, base, e, t);
-        if (s != CT_OK) goto done;
-        done_count++;
-    }
-    if (p.strict && done_count != n_target) {
-        for (int64_t i = 0; i < n_target; i++) {
-            const ct_tensor *t = target_at(params, list, i);
-            bool found = false;
-            for (size_t k = 0; k < n_entries && !found; k++)
-                found = strncmp(entries[k].name, prefix, plen) == 0 &&
-                        strcmp(entries[k].name + plen, t->name) == 0;
-            if (!found) {
-                s = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: %s's '%s%s' is missing (strict loading)", path,
-                            what, prefix, t->name);
-                goto done;
-            }
-        }
-    }
-    if (loaded) *loaded = done_count;
-done:
-    json_decref(root);
-    ct_free(ctx, entries, (count ? count : 1) * sizeof *entries);
-    ct_free(ctx, header, (size_t)hlen);
-    fclose(f);
+    st_file sf;
+    memset(&sf, 0, sizeof sf);
+    sf.ctx = ctx;
+    sf.path = path;
+    sf.f = fopen(path, "rb");
+    if (!sf.f) return ct_ckpt_io_fail(ctx, path, "opening");
+    int64_t n_loaded = 0;
+    ct_status s = read_header(&sf);
+    if (s == CT_OK) s = read_entries(&sf);
+    if (s == CT_OK) s = check_tiling(&sf);
+    if (s == CT_OK) s = load_matching(&sf, &tg, &n_loaded);
+    if (s == CT_OK && tg.strict && n_loaded != target_count(&tg)) s = check_complete(&sf, &tg);
+    if (s == CT_OK && loaded) *loaded = n_loaded;
+    json_decref(sf.root);
+    ct_free(ctx, sf.entries, (sf.count ? sf.count : 1) * sizeof *sf.entries);
+    ct_free(ctx, sf.header, (size_t)sf.hlen);
+    fclose(sf.f);
     return s;
 }

@@ -1,6 +1,6 @@
 /*
  * config.c - the experiment-file tree: parsing YAML/JSON with libfyaml's event API into nodes
- * that keep their line and column, Hydra-style overrides, and the YAML writer.
+ * that keep their line and column, and Hydra-style overrides (the YAML writer is write.c).
  *
  * libfyaml's document API does not expose node positions in the version Debian 12 ships, so
  * the tree is built from parser events, whose start marks carry them.
@@ -9,6 +9,8 @@
  * ct_config_destroy frees them. Anchors live only during a parse.
  */
 #include "ctrain/config.h"
+
+#include "config/config_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -33,7 +35,7 @@ static const char k_cmdline[] = "command line";
 
 /* ---- nodes ---- */
 
-static char *dup_n(ct_ctx *ctx, const char *s, size_t n) {
+char *ct_config_dup_n(ct_ctx *ctx, const char *s, size_t n) {
     char *d = ct_alloc(ctx, n + 1);
     if (!d) return NULL;
     memcpy(d, s, n);
@@ -42,7 +44,7 @@ static char *dup_n(ct_ctx *ctx, const char *s, size_t n) {
 }
 
 static char *dup_s(ct_ctx *ctx, const char *s) {
-    return dup_n(ctx, s, strlen(s));
+    return ct_config_dup_n(ctx, s, strlen(s));
 }
 
 static void free_s(ct_ctx *ctx, char *s) {
@@ -113,7 +115,7 @@ static ct_cfg_node *copy_tree(ct_ctx *ctx, const ct_cfg_node *src, const char *s
     return n;
 }
 
-static bool is_null_text(const char *s) {
+bool ct_config_is_null_text(const char *s) {
     return s[0] == '\0' || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 ||
            strcmp(s, "Null") == 0 || strcmp(s, "NULL") == 0;
 }
@@ -157,7 +159,7 @@ add_anchor(parse_state *ps, struct fy_token *anchor, ct_cfg_node *n, int line, i
     const char *txt = fy_token_get_text(anchor, &len);
     if (!txt) return CT_OK;
     if (ps->n_anchors == CFG_MAX_ANCHORS) return perr(ps, line, col, "more than 256 anchors");
-    char *name = dup_n(ps->ctx, txt, len);
+    char *name = ct_config_dup_n(ps->ctx, txt, len);
     if (!name) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
     ps->anchors[ps->n_anchors].name = name;
     ps->anchors[ps->n_anchors].node = n;
@@ -222,13 +224,13 @@ static ct_status on_scalar(parse_state *ps, struct fy_event *ev, int line, int c
     bool quoted = style != FYSS_PLAIN;
     if (memchr(txt, '\0', len)) return perr(ps, line, col, "a scalar holds a NUL character");
     if (awaiting_key(ps)) {
-        char *key = dup_n(ps->ctx, txt, len);
+        char *key = ct_config_dup_n(ps->ctx, txt, len);
         if (!key) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
         ct_cfg_node *map = ps->stack[ps->depth - 1];
         ct_status s = CT_OK;
         if (!quoted && strcmp(key, "<<") == 0)
             s = perr(ps, line, col, "merge keys (<<) are not supported");
-        else if (!quoted && is_null_text(key))
+        else if (!quoted && ct_config_is_null_text(key))
             s = perr(ps, line, col, "a null key");
         else if (key[0] == '\0')
             s = perr(ps, line, col, "an empty key");
@@ -248,12 +250,12 @@ static ct_status on_scalar(parse_state *ps, struct fy_event *ev, int line, int c
     }
     CT_TRY(count_node(ps, 1, line, col));
     ct_cfg_node *n = new_node(ps->ctx, CT_CFG_SCALAR, ps->source, line, col);
-    if (!n || !(n->value = dup_n(ps->ctx, txt, len))) {
+    if (!n || !(n->value = ct_config_dup_n(ps->ctx, txt, len))) {
         free_node(ps->ctx, n);
         return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: out of memory", ps->source);
     }
     n->quoted = quoted;
-    n->null = !quoted && is_null_text(n->value);
+    n->null = !quoted && ct_config_is_null_text(n->value);
     ct_status s = place(ps, n);
     if (s != CT_OK) {
         free_node(ps->ctx, n);
@@ -373,11 +375,10 @@ static size_t quote_run_at(const char *t, size_t len) {
     return len;
 }
 
-static ct_status parse(parse_state *ps, const char *text, size_t len, bool map_root) {
-    ps->text = text;
-    ps->len = len;
-    /* libfyaml 0.7.12 is given only UTF-8 (it can loop on a directive followed by an invalid
-       byte) and no run of four single quotes (see quote_run_at); both fixed upstream */
+/* Refuses what libfyaml 0.7.12 is never given: text that is not UTF-8 (it can loop on a
+ * directive followed by an invalid byte) or holds a run of four single quotes (see
+ * quote_run_at); both fixed upstream. */
+static ct_status check_text(parse_state *ps, const char *text, size_t len) {
     size_t run = quote_run_at(text, len);
     if (run < len) {
         int line, col;
@@ -395,67 +396,71 @@ static ct_status parse(parse_state *ps, const char *text, size_t len, bool map_r
         return CT_FAIL(ps->ctx, CT_ERR_CONFIG, "%s:%d:%d: not UTF-8 text (byte 0x%02x)", ps->source,
                        line, col, (unsigned)(unsigned char)text[bad]);
     }
-    struct fy_diag_cfg dcfg;
-    fy_diag_cfg_default(&dcfg);
-    dcfg.fp = NULL;
-    dcfg.colorize = false;
-    struct fy_diag *diag = fy_diag_create(&dcfg);
-    if (!diag) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: cannot create the YAML parser", ps->source);
-    fy_diag_set_collect_errors(diag, true);
-    struct fy_parse_cfg pcfg = {NULL, FYPCF_QUIET | FYPCF_DISABLE_RECYCLING, NULL, diag};
-    struct fy_parser *fyp = fy_parser_create(&pcfg);
-    ct_status s = CT_OK;
-    if (!fyp || fy_parser_set_string(fyp, text, len) != 0) {
-        s = CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: cannot create the YAML parser", ps->source);
-        goto done;
+    return CT_OK;
+}
+
+/* Where an event starts, 1-based. libfyaml marks a quoted scalar after its quote and an alias
+ * after its '*'; this is the quote's or the '*''s column. */
+static void event_start(struct fy_event *ev, int *line, int *col) {
+    const struct fy_mark *m = fy_event_start_mark(ev);
+    *line = m ? m->line + 1 : 1;
+    *col = m ? m->column + 1 : 1;
+    if (*col > 1 && ((ev->type == FYET_SCALAR &&
+                      (fy_token_scalar_style(ev->scalar.value) == FYSS_SINGLE_QUOTED ||
+                       fy_token_scalar_style(ev->scalar.value) == FYSS_DOUBLE_QUOTED)) ||
+                     ev->type == FYET_ALIAS))
+        (*col)--;
+}
+
+static ct_status on_event(parse_state *ps, struct fy_event *ev, int line, int col) {
+    switch (ev->type) {
+    case FYET_DOCUMENT_START:
+        if (++ps->docs > 1) return perr(ps, line, col, "more than one YAML document");
+        return CT_OK;
+    case FYET_SCALAR:
+        return on_scalar(ps, ev, line, col);
+    case FYET_ALIAS:
+        return on_alias(ps, ev, line, col);
+    case FYET_MAPPING_START:
+    case FYET_SEQUENCE_START:
+        return on_collection_start(ps, ev, line, col);
+    case FYET_MAPPING_END:
+    case FYET_SEQUENCE_END:
+        if (ps->depth > 0) ps->depth--;
+        return CT_OK;
+    default:
+        return CT_OK;
     }
+}
+
+/* Builds the tree from the parser's events until the stream ends or an event is refused. */
+static ct_status run_events(parse_state *ps, struct fy_parser *fyp, struct fy_diag *diag) {
     for (;;) {
         struct fy_event *ev = fy_parser_parse(fyp);
-        if (!ev) {
-            if (fy_parser_get_stream_error(fyp)) s = syntax_error(ps, diag);
-            break;
-        }
-        const struct fy_mark *m = fy_event_start_mark(ev);
-        int line = m ? m->line + 1 : 1, col = m ? m->column + 1 : 1;
-        /* libfyaml marks a quoted scalar after its quote and an alias after its '*' */
-        if (col > 1 && ((ev->type == FYET_SCALAR &&
-                         (fy_token_scalar_style(ev->scalar.value) == FYSS_SINGLE_QUOTED ||
-                          fy_token_scalar_style(ev->scalar.value) == FYSS_DOUBLE_QUOTED)) ||
-                        ev->type == FYET_ALIAS))
-            col--;
-        switch (ev->type) {
-        case FYET_DOCUMENT_START:
-            if (++ps->docs > 1) s = perr(ps, line, col, "more than one YAML document");
-            break;
-        case FYET_SCALAR:
-            s = on_scalar(ps, ev, line, col);
-            break;
-        case FYET_ALIAS:
-            s = on_alias(ps, ev, line, col);
-            break;
-        case FYET_MAPPING_START:
-        case FYET_SEQUENCE_START:
-            s = on_collection_start(ps, ev, line, col);
-            break;
-        case FYET_MAPPING_END:
-        case FYET_SEQUENCE_END:
-            if (ps->depth > 0) ps->depth--;
-            break;
-        default:
-            break;
-        }
+        if (!ev) return fy_parser_get_stream_error(fyp) ? syntax_error(ps, diag) : CT_OK;
+        int line, col;
+        event_start(ev, &line, &col);
+        ct_status s = on_event(ps, ev, line, col);
         fy_parser_event_free(fyp, ev);
-        if (s != CT_OK) break;
+        if (s != CT_OK) return s;
     }
-    if (s == CT_OK && !ps->root)
-        s = CT_FAIL(ps->ctx, CT_ERR_CONFIG,
-                    "%s: the file is empty (expected a mapping of settings)", ps->source);
-    if (s == CT_OK && map_root && ps->root->kind != CT_CFG_MAP)
-        s = CT_FAIL(ps->ctx, CT_ERR_CONFIG, "%s:%d:%d: expected a mapping of settings at the top",
-                    ps->source, ps->root->line, ps->root->col);
-done:
-    fy_parser_destroy(fyp);
-    fy_diag_destroy(diag);
+}
+
+/* A document with a root, a mapping where map_root asks for one. */
+static ct_status check_root(parse_state *ps, bool map_root) {
+    if (!ps->root)
+        return CT_FAIL(ps->ctx, CT_ERR_CONFIG,
+                       "%s: the file is empty (expected a mapping of settings)", ps->source);
+    if (map_root && ps->root->kind != CT_CFG_MAP)
+        return CT_FAIL(ps->ctx, CT_ERR_CONFIG,
+                       "%s:%d:%d: expected a mapping of settings at the top", ps->source,
+                       ps->root->line, ps->root->col);
+    return CT_OK;
+}
+
+/* Frees what only the parse needed (the pending key, the anchors) and, when it failed, the
+ * tree it had built. */
+static void end_parse(parse_state *ps, ct_status s) {
     free_s(ps->ctx, ps->pending_key);
     ps->pending_key = NULL;
     for (int i = 0; i < ps->n_anchors; i++)
@@ -465,6 +470,30 @@ done:
         free_node(ps->ctx, ps->root);
         ps->root = NULL;
     }
+}
+
+static ct_status parse(parse_state *ps, const char *text, size_t len, bool map_root) {
+    ps->text = text;
+    ps->len = len;
+    CT_TRY(check_text(ps, text, len));
+    struct fy_diag_cfg dcfg;
+    fy_diag_cfg_default(&dcfg);
+    dcfg.fp = NULL;
+    dcfg.colorize = false;
+    struct fy_diag *diag = fy_diag_create(&dcfg);
+    if (!diag) return CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: cannot create the YAML parser", ps->source);
+    fy_diag_set_collect_errors(diag, true);
+    struct fy_parse_cfg pcfg = {NULL, FYPCF_QUIET | FYPCF_DISABLE_RECYCLING, NULL, diag};
+    struct fy_parser *fyp = fy_parser_create(&pcfg);
+    ct_status s;
+    if (!fyp || fy_parser_set_string(fyp, text, len) != 0)
+        s = CT_FAIL(ps->ctx, CT_ERR_OOM, "%s: cannot create the YAML parser", ps->source);
+    else
+        s = run_events(ps, fyp, diag);
+    if (s == CT_OK) s = check_root(ps, map_root);
+    fy_parser_destroy(fyp);
+    fy_diag_destroy(diag);
+    end_parse(ps, s);
     return s;
 }
 
@@ -739,28 +768,40 @@ static const char *shown_value(const ct_cfg_node *n) {
     return n->null ? "null" : n->value;
 }
 
-ct_status ct_config_override(ct_config *cfg, const char *arg) {
-    ct_ctx *ctx = cfg->ctx;
-    int mode = 0; /* 0 replace, 1 add, 2 force, 3 delete */
-    const char *p = arg;
-    if (strncmp(p, "++", 2) == 0) {
-        mode = 2;
-        p += 2;
-    } else if (p[0] == '+') {
-        mode = 1;
-        p++;
-    } else if (p[0] == '~') {
-        mode = 3;
-        p++;
+/* What an override does, by its prefix. */
+typedef enum override_op {
+    OVERRIDE_REPLACE, /* key=value: the key must be there */
+    OVERRIDE_ADD,     /* +key=value: the key must not be there */
+    OVERRIDE_FORCE,   /* ++key=value: either way */
+    OVERRIDE_DELETE   /* ~key, ~key=value: the key goes (only when it holds that value) */
+} override_op;
+
+enum { OVERRIDE_KEY_MAX = 512 };
+
+/* The operation an override's prefix asks for; *p moves past the prefix. */
+static override_op read_op(const char **p) {
+    if (strncmp(*p, "++", 2) == 0) {
+        *p += 2;
+        return OVERRIDE_FORCE;
     }
-    const char *eq = strchr(p, '=');
-    if (mode != 3 && !eq)
-        return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "override '%s': expected key=value, +key=value, ++key=value or ~key", arg);
+    if ((*p)[0] == '+') {
+        (*p)++;
+        return OVERRIDE_ADD;
+    }
+    if ((*p)[0] == '~') {
+        (*p)++;
+        return OVERRIDE_DELETE;
+    }
+    return OVERRIDE_REPLACE;
+}
+
+/* Copies the key path of arg (from p to eq or the end) into path (OVERRIDE_KEY_MAX bytes) and
+ * checks it: not empty, UTF-8, no empty segment, no space, '=', '+' or '~'. */
+static ct_status
+read_path(ct_ctx *ctx, const char *arg, const char *p, const char *eq, char *path) {
     size_t klen = eq ? (size_t)(eq - p) : strlen(p);
-    if (klen == 0 || klen >= 512)
+    if (klen == 0 || klen >= OVERRIDE_KEY_MAX)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': empty or overlong key", arg);
-    char path[512];
     memcpy(path, p, klen);
     path[klen] = '\0';
     if (utf8_error_at((const unsigned char *)path, klen) < klen)
@@ -771,81 +812,111 @@ ct_status ct_config_override(ct_config *cfg, const char *arg) {
         if (empty_seg || isspace(ch) || ch == '=' || ch == '+' || ch == '~')
             return CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': bad key path '%s'", arg, path);
     }
-    /* the value first: a value that does not parse changes nothing (for a deletion, ~key=value,
-       it is the value the key must hold) */
-    ct_cfg_node *v = NULL;
-    if (eq && parse_value(cfg, eq + 1, &v) != CT_OK) return ct_err_wrap(ctx, "override '%s'", arg);
-    ct_status s = CT_OK;
-    /* walk to the parent of the last segment */
-    char *last = strrchr(path, '.');
+    return CT_OK;
+}
+
+/* Walks the section path (segments separated by '.') from the root, making the missing maps on
+ * the way; *out is the deepest node reached. The walk stops early at a node that is not a map
+ * (the caller says why), leaving path cut at the segment that was missing. */
+static ct_status make_sections(ct_config *cfg, char *path, ct_cfg_node **out) {
+    ct_ctx *ctx = cfg->ctx;
     ct_cfg_node *parent = cfg->root;
-    const char *leaf = path;
-    if (last) {
-        *last = '\0';
-        leaf = last + 1;
-        parent = ct_config_find(cfg->root, path);
-        if (!parent && (mode == 1 || mode == 2)) {
-            /* make the missing maps on the way */
-            parent = cfg->root;
-            char *seg = path;
-            while (seg) {
-                char *dot = strchr(seg, '.');
-                if (dot) *dot = '\0';
-                ct_cfg_node *c = child_by_segment(parent, seg, strlen(seg));
-                if (!c) {
-                    if (parent->kind != CT_CFG_MAP) break;
-                    c = new_node(ctx, CT_CFG_MAP, k_cmdline, 0, 0);
-                    if (!c || !(c->key = dup_s(ctx, seg))) {
-                        free_node(ctx, c);
-                        s = CT_FAIL(ctx, CT_ERR_OOM, "override: out of memory");
-                        goto done;
-                    }
-                    append_child(parent, c);
-                }
-                parent = c;
-                if (dot) *dot = '.';
-                seg = dot ? dot + 1 : NULL;
+    char *seg = path;
+    while (seg) {
+        char *dot = strchr(seg, '.');
+        if (dot) *dot = '\0';
+        ct_cfg_node *c = child_by_segment(parent, seg, strlen(seg));
+        if (!c) {
+            if (parent->kind != CT_CFG_MAP) break;
+            c = new_node(ctx, CT_CFG_MAP, k_cmdline, 0, 0);
+            if (!c || !(c->key = dup_s(ctx, seg))) {
+                free_node(ctx, c);
+                return CT_FAIL(ctx, CT_ERR_OOM, "override: out of memory");
             }
+            append_child(parent, c);
         }
-        if (parent && parent->kind == CT_CFG_SCALAR) {
-            s = CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': '%s' is a value, not a section", arg,
-                        path);
-            goto done;
-        }
-        if (last) *last = '.';
+        parent = c;
+        if (dot) *dot = '.';
+        seg = dot ? dot + 1 : NULL;
     }
-    ct_cfg_node *existing = parent ? child_by_segment(parent, leaf, strlen(leaf)) : NULL;
-    if (mode == 3) {
-        if (!existing) {
-            s = CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': key '%s' is not in %s", arg, path,
-                        cfg->name);
-            goto done;
-        }
-        if (v && !same_value(existing, v)) { /* Hydra's ~key=value: only that value goes */
-            s = CT_FAIL(ctx, CT_ERR_CONFIG,
-                        "override '%s': key '%s' is %s in %s, not %s; nothing was deleted", arg,
-                        path, shown_value(existing), cfg->name,
-                        eq[1] ? eq + 1 : "an empty value (null)");
-            goto done;
-        }
-        free_node(ctx, v);
-        ct_config_remove(cfg, existing);
-        return CT_OK;
-    }
-    if (mode == 0 && !existing)
-        s = CT_FAIL(ctx, CT_ERR_CONFIG,
-                    "override '%s': key '%s' is not in %s (to add it, write +%s)", arg, path,
-                    cfg->name, arg);
-    else if (mode == 1 && existing)
-        s = CT_FAIL(ctx, CT_ERR_CONFIG,
-                    "override '%s': key '%s' is already set (to replace it, write %s)", arg, path,
-                    arg + 1);
-    else if (!parent || (parent->kind != CT_CFG_MAP && !existing))
-        s = CT_FAIL(ctx, CT_ERR_CONFIG, "override '%s': cannot add '%s' there", arg, path);
-    if (s != CT_OK) goto done;
+    *out = parent;
+    return CT_OK;
+}
+
+/* The node that holds the path's last segment (*leaf, pointing into path): the root, or the
+ * section before the last '.', made on the way for + and ++. *parent is NULL when that section
+ * is missing; a value where a section should be is an error. */
+static ct_status find_parent(ct_config *cfg,
+                             const char *arg,
+                             override_op op,
+                             char *path,
+                             ct_cfg_node **parent,
+                             const char **leaf) {
+    char *last = strrchr(path, '.');
+    *parent = cfg->root;
+    *leaf = path;
+    if (!last) return CT_OK;
+    *last = '\0';
+    *leaf = last + 1;
+    *parent = ct_config_find(cfg->root, path);
+    if (!*parent && (op == OVERRIDE_ADD || op == OVERRIDE_FORCE))
+        CT_TRY(make_sections(cfg, path, parent));
+    if (*parent && (*parent)->kind == CT_CFG_SCALAR)
+        return CT_FAIL(cfg->ctx, CT_ERR_CONFIG, "override '%s': '%s' is a value, not a section",
+                       arg, path);
+    *last = '.';
+    return CT_OK;
+}
+
+/* ~key, or ~key=value with v its parsed value: removes the key when it is there (and holds
+ * that value). Takes v. */
+static ct_status delete_key(ct_config *cfg,
+                            const char *arg,
+                            const char *path,
+                            const char *eq,
+                            ct_cfg_node *existing,
+                            ct_cfg_node *v) {
+    ct_status s = CT_OK;
+    if (!existing)
+        s = CT_FAIL(cfg->ctx, CT_ERR_CONFIG, "override '%s': key '%s' is not in %s", arg, path,
+                    cfg->name);
+    else if (v && !same_value(existing, v)) /* Hydra's ~key=value: only that value goes */
+        s = CT_FAIL(cfg->ctx, CT_ERR_CONFIG,
+                    "override '%s': key '%s' is %s in %s, not %s; nothing was deleted", arg, path,
+                    shown_value(existing), cfg->name, eq[1] ? eq + 1 : "an empty value (null)");
+    free_node(cfg->ctx, v);
+    if (s == CT_OK) ct_config_remove(cfg, existing);
+    return s;
+}
+
+/* Refuses what the operation does not allow: replacing a key that is not there, adding one
+ * that is, or a key where none can go (a missing section, a list). */
+static ct_status check_target(ct_config *cfg,
+                              const char *arg,
+                              const char *path,
+                              override_op op,
+                              const ct_cfg_node *parent,
+                              const ct_cfg_node *existing) {
+    if (op == OVERRIDE_REPLACE && !existing)
+        return CT_FAIL(cfg->ctx, CT_ERR_CONFIG,
+                       "override '%s': key '%s' is not in %s (to add it, write +%s)", arg, path,
+                       cfg->name, arg);
+    if (op == OVERRIDE_ADD && existing)
+        return CT_FAIL(cfg->ctx, CT_ERR_CONFIG,
+                       "override '%s': key '%s' is already set (to replace it, write %s)", arg,
+                       path, arg + 1);
+    if (!parent || (parent->kind != CT_CFG_MAP && !existing))
+        return CT_FAIL(cfg->ctx, CT_ERR_CONFIG, "override '%s': cannot add '%s' there", arg, path);
+    return CT_OK;
+}
+
+/* Puts v (taken) in place of existing, keeping its position among its siblings, or else under
+ * parent as key leaf. */
+static ct_status put_value(
+    ct_config *cfg, ct_cfg_node *parent, ct_cfg_node *existing, const char *leaf, ct_cfg_node *v) {
+    ct_ctx *ctx = cfg->ctx;
     mark_cmdline(v);
     if (existing) {
-        /* replace in place, keeping the position among its siblings */
         v->key = existing->key;
         existing->key = NULL;
         v->parent = existing->parent;
@@ -859,12 +930,36 @@ ct_status ct_config_override(ct_config *cfg, const char *arg) {
         return CT_OK;
     }
     if (!(v->key = dup_s(ctx, leaf))) {
-        s = CT_FAIL(ctx, CT_ERR_OOM, "override: out of memory");
-        goto done;
+        ct_status s = CT_FAIL(ctx, CT_ERR_OOM, "override: out of memory");
+        free_node(ctx, v);
+        return s;
     }
     append_child(parent, v);
     return CT_OK;
-done:
+}
+
+ct_status ct_config_override(ct_config *cfg, const char *arg) {
+    ct_ctx *ctx = cfg->ctx;
+    const char *p = arg;
+    override_op op = read_op(&p);
+    const char *eq = strchr(p, '=');
+    if (op != OVERRIDE_DELETE && !eq)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "override '%s': expected key=value, +key=value, ++key=value or ~key", arg);
+    char path[OVERRIDE_KEY_MAX];
+    CT_TRY(read_path(ctx, arg, p, eq, path));
+    /* the value first: a value that does not parse changes nothing (for a deletion, ~key=value,
+       it is the value the key must hold) */
+    ct_cfg_node *v = NULL;
+    if (eq && parse_value(cfg, eq + 1, &v) != CT_OK) return ct_err_wrap(ctx, "override '%s'", arg);
+    ct_cfg_node *parent;
+    const char *leaf;
+    ct_status s = find_parent(cfg, arg, op, path, &parent, &leaf);
+    ct_cfg_node *existing =
+        s == CT_OK && parent ? child_by_segment(parent, leaf, strlen(leaf)) : NULL;
+    if (s == CT_OK && op == OVERRIDE_DELETE) return delete_key(cfg, arg, path, eq, existing, v);
+    if (s == CT_OK) s = check_target(cfg, arg, path, op, parent, existing);
+    if (s == CT_OK) return put_value(cfg, parent, existing, leaf, v);
     free_node(ctx, v);
     return s;
 }
@@ -886,140 +981,6 @@ ct_status ct_config_set(ct_config *cfg, const char *path, const char *value, boo
     free_s(ctx, n->value);
     n->value = v;
     n->quoted = quoted;
-    n->null = !quoted && is_null_text(v);
+    n->null = !quoted && ct_config_is_null_text(v);
     return CT_OK;
-}
-
-/* ---- writing ---- */
-
-static bool plain_safe(const char *s, bool is_key) {
-    if (s[0] == '\0') return false;
-    /* "-", "?" and ":" start a plain scalar when a non-space follows (YAML 1.2, 7.3.3) */
-    bool indicator_ok = strchr("-?:", s[0]) && s[1] != '\0' && s[1] != ' ' && s[1] != '\t';
-    if (strchr("-?:,[]{}#&*!|>'\"%@` \t", s[0]) && !indicator_ok) return false;
-    if (is_key && strcmp(s, "<<") == 0) return false; /* would read back as a merge key */
-    if ((!strncmp(s, "---", 3) || !strncmp(s, "...", 3)) &&
-        (s[3] == '\0' || s[3] == ' ' || s[3] == '\t'))
-        return false; /* a document marker at the start of a line */
-    if (strncmp(s, "\xef\xbb\xbf", 3) == 0) return false; /* U+FEFF: a byte-order mark */
-    size_t n = strlen(s);
-    if (s[n - 1] == ' ' || s[n - 1] == ':') return false;
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c < 0x20 || c == 0x7f) return false;
-        if (c == ':' && p[1] == ' ') return false;
-        if (c == '#' && p > s && p[-1] == ' ') return false;
-        if (is_key && strchr(",[]{}", c)) return false;
-        /* quotes are written inside double quotes, where parse's check for runs of escaped
-           single quotes never looks */
-        if (c == '\'') return false;
-    }
-    return true;
-}
-
-static void write_quoted(FILE *f, const char *s) {
-    (void)fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"':
-            (void)fputs("\\\"", f);
-            break;
-        case '\\':
-            (void)fputs("\\\\", f);
-            break;
-        case '\'': /* quotes next to quotes as \x27: parse refuses four in a row */
-            if (p[1] == '\'' || (p > (const unsigned char *)s && p[-1] == '\''))
-                (void)fputs("\\x27", f);
-            else
-                (void)fputc('\'', f);
-            break;
-        case '\n':
-            (void)fputs("\\n", f);
-            break;
-        case '\t':
-            (void)fputs("\\t", f);
-            break;
-        case '\r':
-            (void)fputs("\\r", f);
-            break;
-        default:
-            if (*p < 0x20 || *p == 0x7f)
-                (void)fprintf(f, "\\x%02x", *p);
-            else
-                (void)fputc(*p, f);
-        }
-    }
-    (void)fputc('"', f);
-}
-
-static void write_scalar(FILE *f, const ct_cfg_node *n) {
-    if (n->null)
-        (void)fputs("null", f);
-    else if (n->quoted || !plain_safe(n->value, false) || is_null_text(n->value))
-        write_quoted(f, n->value);
-    else
-        (void)fputs(n->value, f);
-}
-
-static void write_key(FILE *f, const char *k) {
-    if (plain_safe(k, true) && !is_null_text(k))
-        (void)fputs(k, f);
-    else
-        write_quoted(f, k);
-}
-
-static void write_node(FILE *f, const ct_cfg_node *n, int indent);
-
-/* The value after "key:" or "- ". */
-static void write_value(FILE *f, const ct_cfg_node *v, int indent) {
-    if (v->kind == CT_CFG_SCALAR) {
-        (void)fputc(' ', f);
-        write_scalar(f, v);
-        (void)fputc('\n', f);
-    } else if (v->n_children == 0) {
-        (void)fputs(v->kind == CT_CFG_MAP ? " {}\n" : " []\n", f);
-    } else {
-        (void)fputc('\n', f);
-        write_node(f, v, indent + 2);
-    }
-}
-
-static void write_node(FILE *f, const ct_cfg_node *n, int indent) {
-    for (const ct_cfg_node *c = n->first; c; c = c->next) {
-        (void)fprintf(f, "%*s", indent, "");
-        if (n->kind == CT_CFG_MAP) {
-            write_key(f, c->key);
-            (void)fputc(':', f);
-            write_value(f, c, indent);
-        } else {
-            (void)fputc('-', f);
-            write_value(f, c, indent);
-        }
-    }
-}
-
-ct_status ct_config_write(const ct_config *cfg, FILE *f) {
-    if (cfg->root->n_children == 0)
-        (void)fputs("{}\n", f);
-    else
-        write_node(f, cfg->root, 0);
-    if (ferror(f)) return CT_FAIL(cfg->ctx, CT_ERR_IO, "writing the configuration failed");
-    return CT_OK;
-}
-
-ct_status ct_config_to_string(const ct_config *cfg, char **out, size_t *len) {
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    if (!f) return CT_FAIL(cfg->ctx, CT_ERR_OOM, "writing the configuration: out of memory");
-    ct_status s = ct_config_write(cfg, f);
-    if (fclose(f) != 0 && s == CT_OK)
-        s = CT_FAIL(cfg->ctx, CT_ERR_OOM, "writing the configuration: out of memory");
-    if (s == CT_OK) {
-        *out = dup_n(cfg->ctx, buf, n);
-        *len = n;
-        if (!*out) s = CT_FAIL(cfg->ctx, CT_ERR_OOM, "writing the configuration: out of memory");
-    }
-    free(buf);
-    return s;
 }

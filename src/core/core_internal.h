@@ -164,4 +164,10 @@ CT_INTERNAL double ct_xsum_value(const ct_xsum *x);
 CT_INTERNAL void ct_xsum_export(const ct_xsum *x, double *words);
 CT_INTERNAL void ct_xsum_import(ct_xsum *x, const double *words);
 
+/* CRC-32C's software reference and SSE4.2 version (falls back to the reference when the CPU
+ * lacks the instruction), which ct_crc32c chooses between; same convention as ct_crc32c. */
+CT_INTERNAL uint32_t ct_crc32c_sw(uint32_t crc, const void *data, size_t n);
+CT_INTERNAL uint32_t ct_crc32c_hw(uint32_t crc, const void *data, size_t n);
+CT_INTERNAL bool ct_crc32c_hw_available(void);
+
 #endif /* CT_CORE_INTERNAL_H */

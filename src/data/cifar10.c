@@ -101,16 +101,16 @@ static ct_status split_paths(ct_ctx *ctx,
     return CT_OK;
 }
 
-/* The option keys (ct_dataset_type_keys). */
-const char *const ct_dataset_cifar10_keys[] = {"files", "limit", NULL};
-const char *const ct_dataset_cifar10_path_keys[] = {"files", NULL};
+/* The option keys, and those that name files (ct_dataset_vtable keys, path_keys). */
+static const char *const cifar10_keys[] = {"files", "limit", NULL};
+static const char *const cifar10_path_keys[] = {"files", NULL};
 
 static ct_status
 cifar_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
     const char *list;
     int64_t limit;
-    CT_TRY(ct_options_check(ctx, opts, ct_dataset_cifar10_keys));
+    CT_TRY(ct_options_check(ctx, opts, cifar10_keys));
     CT_TRY(ct_options_string(ctx, opts, "files", NULL, &list));
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
 
@@ -180,5 +180,5 @@ static ct_status cifar_check(ct_ctx *ctx, const ct_options *opts) {
     return cifar_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_cifar10 = {"cifar10", cifar_open, cifar_get, cifar_close,
-                                              cifar_check};
+const ct_dataset_vtable ct_dataset_cifar10 = {
+    "cifar10", cifar_open, cifar_get, cifar_close, cifar_check, cifar10_keys, cifar10_path_keys};

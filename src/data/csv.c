@@ -698,18 +698,18 @@ static void csv_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, c, sizeof *c);
 }
 
-/* The option keys (ct_dataset_type_keys). */
-const char *const ct_dataset_csv_keys[] = {"path",      "features",    "target",     "task",
-                                           "delimiter", "standardize", "stats_from", "limit",
-                                           "header",    "target_path", "nonfinite",  NULL};
-const char *const ct_dataset_csv_path_keys[] = {"path", "stats_from", "target_path", NULL};
+/* The option keys, and those that name files (ct_dataset_vtable keys, path_keys). */
+static const char *const csv_keys[] = {"path",      "features",    "target",     "task",
+                                       "delimiter", "standardize", "stats_from", "limit",
+                                       "header",    "target_path", "nonfinite",  NULL};
+static const char *const csv_path_keys[] = {"path", "stats_from", "target_path", NULL};
 
 static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
     const char *path, *target, *task, *delim_s;
     bool standardize, header, allow;
     int64_t limit;
-    CT_TRY(ct_options_check(ctx, opts, ct_dataset_csv_keys));
+    CT_TRY(ct_options_check(ctx, opts, csv_keys));
     const char *features = ct_options_get(opts, "features");
     const char *stats_from = ct_options_get(opts, "stats_from");
     const char *target_path = ct_options_get(opts, "target_path");
@@ -807,4 +807,5 @@ static ct_status csv_check(ct_ctx *ctx, const ct_options *opts) {
     return csv_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_csv = {"csv", csv_open, csv_get, csv_close, csv_check};
+const ct_dataset_vtable ct_dataset_csv = {"csv",     csv_open, csv_get,      csv_close,
+                                          csv_check, csv_keys, csv_path_keys};

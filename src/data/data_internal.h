@@ -28,22 +28,6 @@ extern const ct_dataset_vtable ct_dataset_npy;
 extern const ct_dataset_vtable ct_dataset_text;
 extern const ct_dataset_vtable ct_dataset_tokens;
 extern const ct_dataset_vtable ct_dataset_synthetic;
-/* Their option keys, NULL-terminated (ct_dataset_type_keys; registry.c pairs them up). */
-CT_INTERNAL extern const char *const ct_dataset_idx_keys[];
-CT_INTERNAL extern const char *const ct_dataset_cifar10_keys[];
-CT_INTERNAL extern const char *const ct_dataset_csv_keys[];
-CT_INTERNAL extern const char *const ct_dataset_npy_keys[];
-CT_INTERNAL extern const char *const ct_dataset_text_keys[];
-CT_INTERNAL extern const char *const ct_dataset_tokens_keys[];
-CT_INTERNAL extern const char *const ct_dataset_synthetic_keys[];
-/* The keys among them that hold file paths (ct_dataset_type_path_keys). */
-CT_INTERNAL extern const char *const ct_dataset_idx_path_keys[];
-CT_INTERNAL extern const char *const ct_dataset_cifar10_path_keys[];
-CT_INTERNAL extern const char *const ct_dataset_csv_path_keys[];
-CT_INTERNAL extern const char *const ct_dataset_npy_path_keys[];
-CT_INTERNAL extern const char *const ct_dataset_text_path_keys[];
-CT_INTERNAL extern const char *const ct_dataset_tokens_path_keys[];
-CT_INTERNAL extern const char *const ct_dataset_synthetic_path_keys[];
 
 /*
  * The `nonfinite` option of the types that read float values (csv, npy): "error" (the default)

@@ -51,14 +51,6 @@ size_t ct_data_sample_bytes(ct_dtype dtype, int32_t ndim, const int64_t *shape) 
     return n;
 }
 
-const ct_dataset_vtable *ct_dataset_type(const char *name) {
-    int64_t n;
-    const ct_dataset_vtable *const *t = ct_dataset_types(&n);
-    for (int64_t i = 0; i < n; i++)
-        if (strcmp(t[i]->name, name) == 0) return t[i];
-    return NULL;
-}
-
 static ct_status check_vtable(ct_ctx *ctx, const ct_dataset_vtable *vt) {
     if (!vt || !vt->name || !vt->open || !vt->get || !vt->close)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
@@ -102,7 +94,7 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
 /* The built-in type named `type`, or CT_ERR_CONFIG listing the known ones. */
 static ct_status
 find_type(ct_ctx *ctx, const char *type, const ct_options *opts, const ct_dataset_vtable **out) {
-    const ct_dataset_vtable *vt = type ? ct_dataset_type(type) : NULL;
+    const ct_dataset_vtable *vt = ct_dataset_type_find(type);
     *out = vt;
     if (!vt) {
         int64_t n;
@@ -146,7 +138,7 @@ ct_status ct_dataset_check(ct_ctx *ctx, const char *type, const ct_options *opts
     return ct_dataset_check_with(ctx, vt, opts);
 }
 
-void ct_dataset_destroy(ct_dataset *ds) {
+void ct_dataset_close(ct_dataset *ds) {
     if (!ds) return;
     ct_ctx *ctx = ds->ctx;
     ds->vt->close(ctx, ds->self);
@@ -190,7 +182,8 @@ static void subset_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, s, sizeof *s);
 }
 
-static const ct_dataset_vtable subset_vt = {"split", subset_open, subset_get, subset_close, NULL};
+static const ct_dataset_vtable subset_vt = {"split", subset_open, subset_get, subset_close,
+                                            NULL,    NULL,        NULL};
 
 static ct_status
 make_subset(ct_dataset *parent, const int64_t *index, int64_t n, ct_dataset **out) {
@@ -261,7 +254,7 @@ ct_status ct_dataset_split(
     ct_status s = make_subset(parent, sorted, n - n_valid, train);
     if (s == CT_OK) s = make_subset(parent, perm, n_valid, valid);
     if (s != CT_OK) {
-        ct_dataset_destroy(*train);
+        ct_dataset_close(*train);
         *train = NULL;
     }
     ct_free(ctx, perm, bytes);
@@ -299,8 +292,8 @@ static void standard_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, s, sizeof *s);
 }
 
-static const ct_dataset_vtable standard_vt = {"standardize", standard_open, standard_get,
-                                              standard_close, NULL};
+static const ct_dataset_vtable standard_vt = {
+    "standardize", standard_open, standard_get, standard_close, NULL, NULL, NULL};
 
 ct_status ct_dataset_standardize(ct_dataset *ds,
                                  const ct_dataset *stats_from,

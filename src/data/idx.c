@@ -134,15 +134,15 @@ static ct_status check_labels(ct_ctx *ctx,
     return CT_OK;
 }
 
-/* The option keys (ct_dataset_type_keys). */
-const char *const ct_dataset_idx_keys[] = {"images", "labels", "limit", NULL};
-const char *const ct_dataset_idx_path_keys[] = {"images", "labels", NULL};
+/* The option keys, and those that name files (ct_dataset_vtable keys, path_keys). */
+static const char *const idx_keys[] = {"images", "labels", "limit", NULL};
+static const char *const idx_path_keys[] = {"images", "labels", NULL};
 
 static ct_status idx_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
     const char *images_path, *labels_path;
     int64_t limit;
-    CT_TRY(ct_options_check(ctx, opts, ct_dataset_idx_keys));
+    CT_TRY(ct_options_check(ctx, opts, idx_keys));
     CT_TRY(ct_options_string(ctx, opts, "images", NULL, &images_path));
     CT_TRY(ct_options_string(ctx, opts, "labels", NULL, &labels_path));
     CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
@@ -189,4 +189,5 @@ static ct_status idx_check(ct_ctx *ctx, const ct_options *opts) {
     return idx_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_idx = {"idx", idx_open, idx_get, idx_close, idx_check};
+const ct_dataset_vtable ct_dataset_idx = {"idx",     idx_open, idx_get,      idx_close,
+                                          idx_check, idx_keys, idx_path_keys};

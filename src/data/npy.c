@@ -631,16 +631,16 @@ static ct_status npy_load(ct_ctx *ctx,
     return CT_OK;
 }
 
-/* The option keys (ct_dataset_type_keys). */
-const char *const ct_dataset_npy_keys[] = {"features", "labels", "limit", "nonfinite", NULL};
-const char *const ct_dataset_npy_path_keys[] = {"features", "labels", NULL};
+/* The option keys, and those that name files (ct_dataset_vtable keys, path_keys). */
+static const char *const npy_keys[] = {"features", "labels", "limit", "nonfinite", NULL};
+static const char *const npy_path_keys[] = {"features", "labels", NULL};
 
 static ct_status npy_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
     const char *x_path, *y_path;
     int64_t limit;
     bool allow;
-    CT_TRY(ct_options_check(ctx, opts, ct_dataset_npy_keys));
+    CT_TRY(ct_options_check(ctx, opts, npy_keys));
     CT_TRY(ct_options_string(ctx, opts, "features", NULL, &x_path));
     CT_TRY(ct_options_string(ctx, opts, "labels", "", &y_path));
     if (!y_path[0]) y_path = NULL;
@@ -677,4 +677,5 @@ static ct_status npy_check(ct_ctx *ctx, const ct_options *opts) {
     return npy_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_npy = {"npy", npy_open, npy_get, npy_close, npy_check};
+const ct_dataset_vtable ct_dataset_npy = {"npy",     npy_open, npy_get,      npy_close,
+                                          npy_check, npy_keys, npy_path_keys};

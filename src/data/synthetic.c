@@ -115,10 +115,10 @@ static void synthetic_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, s, sizeof *s);
 }
 
-/* The option keys (ct_dataset_type_keys). */
-const char *const ct_dataset_synthetic_keys[] = {
-    "kind", "n", "features", "classes", "spread", "noise", "outputs", "seed", NULL};
-const char *const ct_dataset_synthetic_path_keys[] = {NULL};
+/* The option keys, and those that name files (ct_dataset_vtable keys, path_keys). */
+static const char *const synthetic_keys[] = {"kind",  "n",       "features", "classes", "spread",
+                                             "noise", "outputs", "seed",     NULL};
+static const char *const synthetic_path_keys[] = {NULL};
 
 static ct_status
 synthetic_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
@@ -128,7 +128,7 @@ synthetic_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void 
     const char *kind;
     int64_t n, F, classes, outputs, seed;
     double spread, noise;
-    CT_TRY(ct_options_check(ctx, opts, ct_dataset_synthetic_keys));
+    CT_TRY(ct_options_check(ctx, opts, synthetic_keys));
     CT_TRY(ct_options_string(ctx, opts, "kind", NULL, &kind));
     bool blobs = strcmp(kind, "blobs") == 0;
     if (!blobs && strcmp(kind, "linear") != 0)
@@ -200,5 +200,6 @@ static ct_status synthetic_check(ct_ctx *ctx, const ct_options *opts) {
     return synthetic_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_synthetic = {"synthetic", synthetic_open, synthetic_get,
-                                                synthetic_close, synthetic_check};
+const ct_dataset_vtable ct_dataset_synthetic = {"synthetic",        synthetic_open,  synthetic_get,
+                                                synthetic_close,    synthetic_check, synthetic_keys,
+                                                synthetic_path_keys};

@@ -112,16 +112,16 @@ typedef struct part {
     size_t size;
 } part;
 
-/* The option keys (ct_dataset_type_keys). */
-const char *const ct_dataset_text_keys[] = {"files", "context", "stride", NULL};
-const char *const ct_dataset_text_path_keys[] = {"files", NULL};
+/* The option keys, and those that name files (ct_dataset_vtable keys, path_keys). */
+static const char *const text_keys[] = {"files", "context", "stride", NULL};
+static const char *const text_path_keys[] = {"files", NULL};
 
 static ct_status
 text_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
     const char *files;
     int64_t context = 0, stride = 0;
-    CT_TRY(ct_options_check(ctx, opts, ct_dataset_text_keys));
+    CT_TRY(ct_options_check(ctx, opts, text_keys));
     CT_TRY(ct_options_string(ctx, opts, "files", NULL, &files));
     CT_TRY(window_options(ctx, opts, &context, &stride));
 
@@ -186,21 +186,21 @@ static ct_status text_check(ct_ctx *ctx, const ct_options *opts) {
     return text_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_text = {"text", text_open, windows_get, windows_close,
-                                           text_check};
+const ct_dataset_vtable ct_dataset_text = {"text",     text_open, windows_get,   windows_close,
+                                           text_check, text_keys, text_path_keys};
 
 /* ---- tokens: little-endian uint16 ids ---- */
 
-/* The option keys (ct_dataset_type_keys). */
-const char *const ct_dataset_tokens_keys[] = {"path", "context", "stride", "vocab", NULL};
-const char *const ct_dataset_tokens_path_keys[] = {"path", NULL};
+/* The option keys, and those that name files (ct_dataset_vtable keys, path_keys). */
+static const char *const tokens_keys[] = {"path", "context", "stride", "vocab", NULL};
+static const char *const tokens_path_keys[] = {"path", NULL};
 
 static ct_status
 tokens_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
     *self = NULL;
     const char *path;
     int64_t context = 0, stride = 0, vocab = 0;
-    CT_TRY(ct_options_check(ctx, opts, ct_dataset_tokens_keys));
+    CT_TRY(ct_options_check(ctx, opts, tokens_keys));
     CT_TRY(ct_options_string(ctx, opts, "path", NULL, &path));
     CT_TRY(window_options(ctx, opts, &context, &stride));
     CT_TRY(ct_options_int(ctx, opts, "vocab", -1, 1, 65536, &vocab));
@@ -236,5 +236,5 @@ static ct_status tokens_check(ct_ctx *ctx, const ct_options *opts) {
     return tokens_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_tokens = {"tokens", tokens_open, windows_get, windows_close,
-                                             tokens_check};
+const ct_dataset_vtable ct_dataset_tokens = {
+    "tokens", tokens_open, windows_get, windows_close, tokens_check, tokens_keys, tokens_path_keys};

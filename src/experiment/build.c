@@ -27,7 +27,8 @@
 
 /* Whether a built-in dataset type reads the `nonfinite` key (the types of float data). */
 static bool takes_nonfinite(const char *type) {
-    const char *const *keys = type ? ct_dataset_type_keys(type) : NULL;
+    const ct_dataset_vtable *vt = ct_dataset_type_find(type);
+    const char *const *keys = vt ? vt->keys : NULL;
     for (; keys && *keys; keys++)
         if (strcmp(*keys, "nonfinite") == 0) return true;
     return false;
@@ -500,7 +501,7 @@ ct_status ct_exp_build_model(ct_experiment *e) {
         CT_TRY(ct_model_create_with(ctx, vt, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
                                     &e->model));
         if (ct_params_alloc(e->params) != CT_OK) return size_context(e);
-        CT_TRY(ct_model_init(e->model, seed));
+        CT_TRY(ct_model_init_weights(e->model, seed));
         return init_from(e, m);
     }
     /* the type, the keys and the layers' list were checked by check_model */
@@ -513,7 +514,7 @@ ct_status ct_exp_build_model(ct_experiment *e) {
         CT_TRY(ct_model_create(ctx, e->params, in_dtype, in->x_ndim, in->x_shape, specs, n,
                                &e->model));
         if (ct_params_alloc(e->params) != CT_OK) return size_context(e);
-        CT_TRY(ct_model_init(e->model, seed));
+        CT_TRY(ct_model_init_weights(e->model, seed));
         return init_from(e, m);
     }
     static const char *const skip[] = {"type", "init_from", NULL};
@@ -764,7 +765,7 @@ ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine
     /* opened once here with the trainer's class count, so that what the data decide (topk's
        k against the classes) is reported where it was written */
     for (int64_t i = 0; i < k; i++) {
-        const ct_metric_vtable *vt = specs[i].vt ? specs[i].vt : ct_metric_type(specs[i].type);
+        const ct_metric_vtable *vt = specs[i].vt ? specs[i].vt : ct_metric_type_find(specs[i].type);
         if (vt) CT_TRY(ct_exp_open_metric(e, vt, &specs[i].opts, metric_classes(e)));
     }
     en->metrics = specs;

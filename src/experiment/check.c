@@ -128,7 +128,8 @@ static ct_status check_dataset(ct_experiment *e, const ct_cfg_node *map) {
         names_add(&known, types[i]->name);
     const ct_cfg_node *t;
     CT_TRY(type_of(e, map, &known, true, &t));
-    const char *const *keys = ct_dataset_type_keys(t->value);
+    const ct_dataset_vtable *vt = ct_dataset_type_find(t->value);
+    const char *const *keys = vt ? vt->keys : NULL;
     if (!keys) return unknown_name(e, t, "dataset type", &known);
     static const char *const own[] = {"type", NULL};
     char owner[128];
@@ -160,8 +161,10 @@ static ct_status check_data(ct_experiment *e) {
 
 static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
     name_list known = {{NULL}, 0};
-    for (int64_t i = 0; ct_layer_type_name(i); i++)
-        names_add(&known, ct_layer_type_name(i));
+    int64_t n;
+    const ct_layer_type *const *types = ct_layer_types(&n);
+    for (int64_t i = 0; i < n; i++)
+        names_add(&known, types[i]->name);
     static const char *const own[] = {"type", "name", "children", NULL};
     for (const ct_cfg_node *it = list->first; it; it = it->next) {
         const ct_cfg_node *t = it;
@@ -172,7 +175,8 @@ static ct_status check_layers(ct_experiment *e, const ct_cfg_node *list) {
             ct_exp_where(it, w, sizeof w);
             return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a layer is a name or a mapping", w);
         }
-        const char *const *keys = ct_layer_type_keys(t->value);
+        const ct_layer_type *lt = ct_layer_type_find(t->value);
+        const char *const *keys = lt ? lt->keys : NULL;
         if (!keys) return unknown_name(e, t, "layer type", &known);
         if (it->kind != CT_CFG_MAP) continue;
         char owner[128];
@@ -215,8 +219,10 @@ static ct_status check_model(ct_experiment *e) {
     }
     name_list known = {{NULL}, 0};
     names_add(&known, "sequential");
-    for (int64_t i = 0; ct_model_type_name(i); i++)
-        names_add(&known, ct_model_type_name(i));
+    int64_t n;
+    const ct_model_type *const *types = ct_model_types(&n);
+    for (int64_t i = 0; i < n; i++)
+        names_add(&known, types[i]->name);
     const ct_cfg_node *t;
     CT_TRY(type_of(e, m, &known, true, &t));
     static const char *const own[] = {"type", "init_from", NULL};
@@ -232,7 +238,8 @@ static ct_status check_model(ct_experiment *e) {
         }
         return check_layers(e, layers);
     }
-    const char *const *keys = ct_model_type_keys(t->value);
+    const ct_model_type *mt = ct_model_type_find(t->value);
+    const char *const *keys = mt ? mt->keys : NULL;
     if (!keys) return unknown_name(e, t, "model type", &known);
     char owner[128];
     (void)snprintf(owner, sizeof owner, "model type '%s'", t->value);
@@ -259,11 +266,14 @@ static ct_status check_schedule(ct_experiment *e) {
     const ct_cfg_node *m = ct_exp_node(e, "scheduler");
     if (!m) return CT_OK;
     name_list known = {{NULL}, 0};
-    for (int64_t i = 0; ct_schedule_type_name(i); i++)
-        names_add(&known, ct_schedule_type_name(i));
+    int64_t n;
+    const ct_schedule_type *const *types = ct_schedule_types(&n);
+    for (int64_t i = 0; i < n; i++)
+        names_add(&known, types[i]->name);
     const ct_cfg_node *t;
     CT_TRY(type_of(e, m, &known, false, &t));
-    const char *const *keys = ct_schedule_type_keys(t->value);
+    const ct_schedule_type *st = ct_schedule_type_find(t->value);
+    const char *const *keys = st ? st->keys : NULL;
     if (!keys) return unknown_name(e, t, "schedule type", &known);
     static const char *const own[] = {"type", "interval", "monitor", NULL};
     char owner[128];
@@ -371,7 +381,7 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
             o.where = ct_exp_where_of(e, it);
             if (!o.where) return ct_exp_oom(e);
         }
-        const ct_metric_vtable *vt = ct_metric_type(t->value);
+        const ct_metric_vtable *vt = ct_metric_type_find(t->value);
         if (!vt) return unknown_name(e, t, "metric type", &known);
         CT_TRY(probe_metric(e, vt, &o));
     }

@@ -278,11 +278,11 @@ void ct_experiment_destroy(ct_experiment *e) {
     for (int i = 0; i < CT_EXP_MAX_ENGINES; i++)
         ct_loader_destroy(e->eval_loaders[i]);
     ct_loader_destroy(e->train_loader);
-    if (e->valid != e->valid_all) ct_dataset_destroy(e->valid);
-    if (e->train != e->train_all) ct_dataset_destroy(e->train);
-    ct_dataset_destroy(e->valid_all);
-    ct_dataset_destroy(e->test);
-    ct_dataset_destroy(e->train_all);
+    if (e->valid != e->valid_all) ct_dataset_close(e->valid);
+    if (e->train != e->train_all) ct_dataset_close(e->train);
+    ct_dataset_close(e->valid_all);
+    ct_dataset_close(e->test);
+    ct_dataset_close(e->train_all);
     ct_exp_plugins_close(e); /* last: their vtables were in use until now */
     ct_exp_pool_free(e);
     ct_free(e->ctx, e, sizeof *e);

@@ -7,7 +7,7 @@
  * the run's config.yaml, means the same from any directory. A plugin named without a '/' is a
  * library name that dlopen(3) looks up in its own folders, and is left alone. The paths are
  * the values of `output_dir`, `model.init_from` (or its `path`), every `plugin`, and a
- * built-in dataset type's path keys (ct_dataset_type_path_keys); a plugin's own options are
+ * built-in dataset type's path keys (ct_dataset_vtable path_keys); a plugin's own options are
  * handed over as written.
  *
  * Ownership: the paths made absolute replace their text in the config (ct_config_set); nothing
@@ -155,8 +155,9 @@ ct_status ct_exp_resolve_paths(ct_ctx *ctx, ct_config *cfg) {
         const ct_cfg_node *d = ct_config_find(root, splits[i]);
         bool builtin = d && d->kind == CT_CFG_MAP && !ct_config_find(d, "plugin");
         const ct_cfg_node *t = builtin ? ct_config_find(d, "type") : NULL;
-        const char *const *keys =
-            t && t->kind == CT_CFG_SCALAR ? ct_dataset_type_path_keys(t->value) : NULL;
+        const ct_dataset_vtable *vt =
+            t && t->kind == CT_CFG_SCALAR ? ct_dataset_type_find(t->value) : NULL;
+        const char *const *keys = vt ? vt->path_keys : NULL;
         for (; keys && *keys; keys++) {
             const ct_cfg_node *k = ct_config_find(d, *keys);
             if (k) CT_TRY(absolute_all(ctx, cfg, k));

@@ -216,7 +216,7 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
     if (f) s = finish_output(ctx, f, tmp, output, s);
     ct_graph_destroy(g);
     ct_loader_destroy(l);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     return s;
 }
 

@@ -330,6 +330,168 @@ static double axis_tick(const axis *a, int i) {
 
 enum { W = 640, H = 310, ML = 64, MR = 160, MT = 28, MB = 50 };
 
+/* A chart being drawn: where to, what against what, its axes and its plot area. */
+typedef struct canvas {
+    FILE *f;
+    const report *r;
+    bool log_y, by_epoch;
+    axis ax, ay;
+    double pw, ph; /* the plot area's width and height */
+} canvas;
+
+/* A point's x: its step, or its place in the epochs. */
+static double x_of(const canvas *c, point p) {
+    return c->by_epoch ? epoch_of(c->r, p.step) : p.step;
+}
+
+/* Points not drawn: non-finite ones, and those at or below 0 on a log scale. */
+static bool skipped(const canvas *c, point p) {
+    return (c->log_y && !(p.value > 0)) || !isfinite(p.value) || !isfinite(x_of(c, p));
+}
+
+/* The value on the y axis: log10 of it on a log scale. */
+static double y_of(const canvas *c, double value) {
+    return c->log_y ? log10(value) : value;
+}
+
+/* Plot coordinates of an axis value. */
+static double sx(const canvas *c, double x) {
+    return ML + axis_pos(&c->ax, x) * c->pw;
+}
+
+static double sy(const canvas *c, double y) {
+    return MT + (1 - axis_pos(&c->ay, y)) * c->ph;
+}
+
+/* The axes around the drawn points of the series; false when no point is drawn. */
+static bool make_axes(canvas *c, series *const *s, int n) {
+    double x0 = (double)INFINITY, x1 = -(double)INFINITY, y0 = (double)INFINITY,
+           y1 = -(double)INFINITY;
+    for (int k = 0; k < n; k++)
+        for (int64_t i = 0; i < s[k]->n; i++) {
+            if (skipped(c, s[k]->pts[i])) continue;
+            double y = s[k]->pts[i].value, x = x_of(c, s[k]->pts[i]);
+            x0 = fmin(x0, x);
+            x1 = fmax(x1, x);
+            y0 = fmin(y0, y_of(c, y));
+            y1 = fmax(y1, y_of(c, y));
+        }
+    if (!isfinite(x0)) return false;
+    c->ax = axis_make(x0, x1, 1, false, 0, 6, 6);
+    c->ay = axis_make(y0, y1, 0.5, true, 0.05, 5, 4);
+    if (c->log_y) c->ay.digits = 4;
+    c->pw = W - ML - MR;
+    c->ph = H - MT - MB;
+    return true;
+}
+
+/* The svg element's start, its title and the chart's heading. */
+static void draw_head(const canvas *c, const char *title, bool standalone) {
+    FILE *f = c->f;
+    (void)fprintf(f,
+                  "<svg %sviewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
+                  "font-family=\"sans-serif\" font-size=\"11\">\n",
+                  standalone ? "xmlns=\"http://www.w3.org/2000/svg\" " : "", W, H, W, H);
+    (void)fprintf(f, "<title>");
+    esc(f, title);
+    (void)fprintf(f, "</title>\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    (void)fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", ML);
+    esc(f, title);
+    (void)fprintf(f, "%s</text>\n", c->log_y ? " (log scale)" : "");
+}
+
+/* Grid and ticks: multiples of the spacing counted, not summed, so none drifts off the end (an
+ * epoch axis 1, 1.2, ... reaches 3); then the plot's frame and the x axis's name. */
+static void draw_axes(const canvas *c) {
+    FILE *f = c->f;
+    for (int i = 0; i < c->ay.n_ticks; i++) {
+        double y = axis_tick(&c->ay, i), v = c->log_y ? pow(10, y) : y;
+        if (!isfinite(v) || (c->log_y && !(v > 0))) continue; /* 10^309, 10^-330: no label */
+        (void)fprintf(
+            f,
+            "<line class=\"ytick\" x1=\"%d\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" "
+            "stroke=\"#ddd\"/><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.*g</text>\n",
+            ML, ML + c->pw, sy(c, y), sy(c, y), ML - 4, sy(c, y) + 4, c->ay.digits, v);
+    }
+    for (int i = 0; i < c->ax.n_ticks; i++) {
+        double x = axis_tick(&c->ax, i);
+        (void)fprintf(f,
+                      "<line class=\"xtick\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
+                      "stroke=\"#eee\"/><text x=\"%.1f\" y=\"%.1f\" "
+                      "text-anchor=\"middle\">%.*g</text>\n",
+                      sx(c, x), sx(c, x), MT, MT + c->ph, sx(c, x), MT + c->ph + 14, c->ax.digits,
+                      x);
+    }
+    (void)fprintf(f,
+                  "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
+                  "stroke=\"#888\"/>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+                  ML, MT, c->pw, c->ph, ML + c->pw / 2, H - 6,
+                  c->by_epoch ? "epoch (training records at the share of their epoch done)"
+                              : "step (e1, e2, ...: the ends of epochs)");
+}
+
+/* Against the step: the ends of epochs as light lines, thinned to at most MAX_EPOCH_LINES,
+ * labelled with the epoch, thinned to at most 12 labels (the epoch axis has its own ticks). */
+static void draw_epoch_ends(const canvas *c) {
+    const report *r = c->r;
+    int64_t every = r->n_epochs > 12 ? (r->n_epochs + 11) / 12 : 1;
+    int64_t every_line =
+        r->n_epochs > MAX_EPOCH_LINES ? (r->n_epochs + MAX_EPOCH_LINES - 1) / MAX_EPOCH_LINES : 1;
+    for (int64_t k = 0; k < r->n_epochs && !c->by_epoch; k++) {
+        double x = r->epoch_at[k];
+        bool label = (k + 1) % every == 0;
+        if (x < c->ax.lo || x > c->ax.hi || (!label && (k + 1) % every_line != 0)) continue;
+        (void)fprintf(c->f,
+                      "<line class=\"epoch\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
+                      "stroke=\"#cce\" stroke-dasharray=\"1 2\"/>",
+                      sx(c, x), sx(c, x), MT, MT + c->ph);
+        if (label)
+            (void)fprintf(c->f,
+                          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#669\" "
+                          "text-anchor=\"middle\">e%lld</text>",
+                          sx(c, x), MT + c->ph + 26, (long long)(k + 1));
+        (void)fputc('\n', c->f);
+    }
+}
+
+/* The best checkpoint's step, dashed, when it is on the axis. */
+static void draw_best(const canvas *c) {
+    int64_t best_step = c->r->best_step;
+    double bs = c->by_epoch ? epoch_of(c->r, (double)best_step) : (double)best_step;
+    if (best_step >= 0 && bs >= c->ax.lo && bs <= c->ax.hi)
+        (void)fprintf(c->f,
+                      "<line class=\"best\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
+                      "stroke=\"#555\" stroke-dasharray=\"4 3\"/><text x=\"%.1f\" y=\"%d\" "
+                      "font-size=\"10\">best</text>\n",
+                      sx(c, bs), sx(c, bs), MT, MT + c->ph, sx(c, bs) + 3, MT + 10);
+}
+
+/* Series k's line (a dot for a single point) and its legend entry; returns the points drawn. */
+static int64_t draw_series(const canvas *c, const series *s, int k) {
+    FILE *f = c->f;
+    const char *color = k_colors[k % 8];
+    (void)fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    int64_t drawn = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        if (skipped(c, s->pts[i])) continue;
+        double y = s->pts[i].value, x = x_of(c, s->pts[i]);
+        (void)fprintf(f, "%s%.1f,%.1f", drawn ? " " : "", sx(c, x), sy(c, y_of(c, y)));
+        drawn++;
+    }
+    (void)fprintf(f, "\"/>\n");
+    if (s->n == 1 && !skipped(c, s->pts[0])) /* one point: a dot, or it would not show */
+        (void)fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n",
+                      sx(c, x_of(c, s->pts[0])), sy(c, y_of(c, s->pts[0].value)), color);
+    double ly = MT + 12 + 16 * k;
+    (void)fprintf(f,
+                  "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                  "stroke-width=\"2\"/><text x=\"%d\" y=\"%.1f\">",
+                  W - MR + 10, W - MR + 28, ly, ly, color, W - MR + 32, ly + 4);
+    esc(f, s->name);
+    (void)fprintf(f, "</text>\n");
+    return drawn;
+}
+
 /* One line chart of the given series against the step, or the epoch; returns the points
  * drawn. */
 static int64_t chart(FILE *f,
@@ -340,120 +502,21 @@ static int64_t chart(FILE *f,
                      bool log_y,
                      bool by_epoch,
                      bool standalone) {
-    int64_t best_step = r->best_step;
-#define XOF(p)  (by_epoch ? epoch_of(r, (p).step) : (p).step)
-#define SKIP(p) ((log_y && !((p).value > 0)) || !isfinite((p).value) || !isfinite(XOF(p)))
-    double x0 = (double)INFINITY, x1 = -(double)INFINITY, y0 = (double)INFINITY,
-           y1 = -(double)INFINITY;
-    for (int k = 0; k < n; k++)
-        for (int64_t i = 0; i < s[k]->n; i++) {
-            if (SKIP(s[k]->pts[i])) continue;
-            double y = s[k]->pts[i].value, x = XOF(s[k]->pts[i]);
-            x0 = fmin(x0, x);
-            x1 = fmax(x1, x);
-            y0 = fmin(y0, log_y ? log10(y) : y);
-            y1 = fmax(y1, log_y ? log10(y) : y);
-        }
-    if (!isfinite(x0)) return 0;
-    axis ax = axis_make(x0, x1, 1, false, 0, 6, 6);
-    axis ay = axis_make(y0, y1, 0.5, true, 0.05, 5, 4);
-    if (log_y) ay.digits = 4;
-    double pw = W - ML - MR, ph = H - MT - MB;
-#define SX(x) (ML + axis_pos(&ax, (x)) * pw)
-#define SY(y) (MT + (1 - axis_pos(&ay, (y))) * ph)
-    (void)fprintf(f,
-                  "<svg %sviewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
-                  "font-family=\"sans-serif\" font-size=\"11\">\n",
-                  standalone ? "xmlns=\"http://www.w3.org/2000/svg\" " : "", W, H, W, H);
-    (void)fprintf(f, "<title>");
-    esc(f, title);
-    (void)fprintf(f, "</title>\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
-    (void)fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", ML);
-    esc(f, title);
-    (void)fprintf(f, "%s</text>\n", log_y ? " (log scale)" : "");
-    /* grid and ticks: multiples of the spacing counted, not summed, so none drifts off the end
-     * (an epoch axis 1, 1.2, ... reaches 3) */
-    for (int i = 0; i < ay.n_ticks; i++) {
-        double y = axis_tick(&ay, i), v = log_y ? pow(10, y) : y;
-        if (!isfinite(v) || (log_y && !(v > 0))) continue; /* 10^309, 10^-330: no label */
-        (void)fprintf(
-            f,
-            "<line class=\"ytick\" x1=\"%d\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" "
-            "stroke=\"#ddd\"/><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.*g</text>\n",
-            ML, ML + pw, SY(y), SY(y), ML - 4, SY(y) + 4, ay.digits, v);
-    }
-    for (int i = 0; i < ax.n_ticks; i++) {
-        double x = axis_tick(&ax, i);
-        (void)fprintf(f,
-                      "<line class=\"xtick\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
-                      "stroke=\"#eee\"/><text x=\"%.1f\" y=\"%.1f\" "
-                      "text-anchor=\"middle\">%.*g</text>\n",
-                      SX(x), SX(x), MT, MT + ph, SX(x), MT + ph + 14, ax.digits, x);
-    }
-    (void)fprintf(f,
-                  "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
-                  "stroke=\"#888\"/>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
-                  ML, MT, pw, ph, ML + pw / 2, H - 6,
-                  by_epoch ? "epoch (training records at the share of their epoch done)"
-                           : "step (e1, e2, ...: the ends of epochs)");
-    /* epoch ends: light lines, thinned to at most MAX_EPOCH_LINES, labelled with the epoch,
-     * thinned to at most 12 labels (the epoch axis has its own ticks) */
-    int64_t every = r->n_epochs > 12 ? (r->n_epochs + 11) / 12 : 1;
-    int64_t every_line =
-        r->n_epochs > MAX_EPOCH_LINES ? (r->n_epochs + MAX_EPOCH_LINES - 1) / MAX_EPOCH_LINES : 1;
-    for (int64_t k = 0; k < r->n_epochs && !by_epoch; k++) {
-        double x = r->epoch_at[k];
-        bool label = (k + 1) % every == 0;
-        if (x < ax.lo || x > ax.hi || (!label && (k + 1) % every_line != 0)) continue;
-        (void)fprintf(f,
-                      "<line class=\"epoch\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
-                      "stroke=\"#cce\" stroke-dasharray=\"1 2\"/>",
-                      SX(x), SX(x), MT, MT + ph);
-        if (label)
-            (void)fprintf(f,
-                          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#669\" "
-                          "text-anchor=\"middle\">e%lld</text>",
-                          SX(x), MT + ph + 26, (long long)(k + 1));
-        (void)fputc('\n', f);
-    }
-    double bs = by_epoch ? epoch_of(r, (double)best_step) : (double)best_step;
-    if (best_step >= 0 && bs >= ax.lo && bs <= ax.hi)
-        (void)fprintf(f,
-                      "<line class=\"best\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" "
-                      "stroke=\"#555\" stroke-dasharray=\"4 3\"/><text x=\"%.1f\" y=\"%d\" "
-                      "font-size=\"10\">best</text>\n",
-                      SX(bs), SX(bs), MT, MT + ph, SX(bs) + 3, MT + 10);
+    canvas c;
+    memset(&c, 0, sizeof c);
+    c.f = f;
+    c.r = r;
+    c.log_y = log_y;
+    c.by_epoch = by_epoch;
+    if (!make_axes(&c, s, n)) return 0;
+    draw_head(&c, title, standalone);
+    draw_axes(&c);
+    draw_epoch_ends(&c);
+    draw_best(&c);
     int64_t drawn = 0;
-    for (int k = 0; k < n; k++) {
-        const char *color = k_colors[k % 8];
-        (void)fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
-                      color);
-        int64_t in_line = 0;
-        for (int64_t i = 0; i < s[k]->n; i++) {
-            if (SKIP(s[k]->pts[i])) continue;
-            double y = s[k]->pts[i].value, x = XOF(s[k]->pts[i]);
-            (void)fprintf(f, "%s%.1f,%.1f", in_line++ ? " " : "", SX(x), SY(log_y ? log10(y) : y));
-            drawn++;
-        }
-        (void)fprintf(f, "\"/>\n");
-        if (s[k]->n == 1 && !SKIP(s[k]->pts[0])) { /* one point: a dot, or it would not show */
-            double y = s[k]->pts[0].value;
-            (void)fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n",
-                          SX(XOF(s[k]->pts[0])), SY(log_y ? log10(y) : y), color);
-        }
-        double ly = MT + 12 + 16 * k;
-        (void)fprintf(f,
-                      "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                      "stroke-width=\"2\"/><text x=\"%d\" y=\"%.1f\">",
-                      W - MR + 10, W - MR + 28, ly, ly, color, W - MR + 32, ly + 4);
-        esc(f, s[k]->name);
-        (void)fprintf(f, "</text>\n");
-    }
+    for (int k = 0; k < n; k++)
+        drawn += draw_series(&c, s[k], k);
     (void)fprintf(f, "</svg>\n");
-#undef SX
-#undef SY
-#undef SKIP
-#undef XOF
     return drawn;
 }
 
@@ -622,7 +685,8 @@ static void config_table(report *r, FILE *f, const char *path) {
     ct_config_destroy(cfg);
 }
 
-static ct_status write_page(report *r, const char *run_dir, const ct_report_params *p, FILE *f) {
+/* The page's head, its title and the best checkpoint's step. */
+static void write_head(const report *r, const char *run_dir, FILE *f) {
     (void)fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                      "<title>ctrain report: ");
     esc(f, run_dir);
@@ -636,7 +700,10 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
     if (r->best_step >= 0)
         (void)fprintf(f, "<p>Best checkpoint: step %lld (dashed line).</p>\n",
                       (long long)r->best_step);
-    /* final values */
+}
+
+/* Each series' last value, its step, its minimum and maximum. */
+static void write_final_values(const report *r, FILE *f) {
     (void)fprintf(f, "<h2>Final values</h2><table><tr><th>metric</th><th>last</th><th>at step"
                      "</th><th>min</th><th>max</th></tr>\n");
     for (int64_t i = 0; i < r->n_series; i++) {
@@ -651,20 +718,30 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
         (void)fprintf(f, "</td><td>%.6g</td><td>%.0f</td><td>%.6g</td><td>%.6g</td></tr>\n",
                       s->pts[s->n - 1].value, s->pts[s->n - 1].step, mn, mx);
     }
-    (void)fprintf(f, "</table>\n<h2>Curves</h2>\n");
-    /* one plot per metric name across splits (loss first), then lr, grad_norm, throughput */
+    (void)fprintf(f, "</table>\n");
+}
+
+/* The series plotted alone, after the metrics, and their plots' titles. */
+static const char *const k_singles[] = {"lr", "grad_norm", "samples_per_sec", NULL};
+static const char *const k_single_titles[] = {"learning rate", "gradient norm",
+                                              "throughput (samples/s)"};
+
+static bool is_single(const char *name) {
+    for (int k = 0; k_singles[k]; k++)
+        if (strcmp(name, k_singles[k]) == 0) return true;
+    return false;
+}
+
+/* One plot per metric name across splits, losses first (pass 0, on a log scale with log_y),
+ * then the others; each again against the epoch once one has ended (before, nothing tells its
+ * length). */
+static ct_status plot_metrics(report *r, const ct_report_params *p, FILE *f) {
     bool done[MAX_SERIES] = {false};
-    static const char *const singles[] = {"lr", "grad_norm", "samples_per_sec", NULL};
-    static const char *const titles[] = {"learning rate", "gradient norm",
-                                         "throughput (samples/s)"};
     for (int pass = 0; pass < 2; pass++)
         for (int64_t i = 0; i < r->n_series; i++) {
             if (done[i]) continue;
             const char *m = metric_of(r->s[i].name);
-            bool is_single = false;
-            for (int k = 0; singles[k]; k++)
-                is_single = is_single || strcmp(r->s[i].name, singles[k]) == 0;
-            if (is_single || (pass == 0) != (strcmp(m, "loss") == 0)) continue;
+            if (is_single(r->s[i].name) || (pass == 0) != (strcmp(m, "loss") == 0)) continue;
             series *group[16];
             int n = 0;
             for (int64_t j = i; j < r->n_series && n < 16; j++)
@@ -675,18 +752,27 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
                 }
             if (n == 0) continue;
             CT_TRY(plot(r, f, p, m, group, n, pass == 0 && p->log_y, false));
-            /* the same against the epoch, once one has ended (before, nothing tells its length) */
             char by_epoch[160];
             (void)snprintf(by_epoch, sizeof by_epoch, "%s by epoch", m);
             if (r->n_epochs > 0)
                 CT_TRY(plot(r, f, p, by_epoch, group, n, pass == 0 && p->log_y, true));
         }
-    for (int k = 0; singles[k]; k++)
+    return CT_OK;
+}
+
+/* The learning rate, the gradient norm and the throughput, one plot each. */
+static ct_status plot_singles(report *r, const ct_report_params *p, FILE *f) {
+    for (int k = 0; k_singles[k]; k++)
         for (int64_t i = 0; i < r->n_series; i++)
-            if (strcmp(r->s[i].name, singles[k]) == 0) {
+            if (strcmp(r->s[i].name, k_singles[k]) == 0) {
                 series *one = &r->s[i];
-                CT_TRY(plot(r, f, p, titles[k], &one, 1, false, false));
+                CT_TRY(plot(r, f, p, k_single_titles[k], &one, 1, false, false));
             }
+    return CT_OK;
+}
+
+/* Each split's confusion matrices: at the last evaluation and at the best checkpoint. */
+static ct_status write_confusions(report *r, FILE *f) {
     for (int64_t i = 0; i < r->n_cm; i++) {
         confusion *c = &r->cm[i];
         if (c->n_classes == 0) continue;
@@ -704,6 +790,16 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
             heatmap(f, title, c->best, c->n_classes);
         }
     }
+    return CT_OK;
+}
+
+static ct_status write_page(report *r, const char *run_dir, const ct_report_params *p, FILE *f) {
+    write_head(r, run_dir, f);
+    write_final_values(r, f);
+    (void)fprintf(f, "<h2>Curves</h2>\n");
+    CT_TRY(plot_metrics(r, p, f));
+    CT_TRY(plot_singles(r, p, f));
+    CT_TRY(write_confusions(r, f));
     (void)fprintf(f, "<h2>Configuration</h2>\n");
     char path[1100];
     (void)snprintf(path, sizeof path, "%s/config.yaml", run_dir);

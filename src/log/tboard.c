@@ -19,7 +19,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "ctrain/checkpoint.h"
+#include "ctrain/crc32c.h"
 
 /* ---- a growable byte buffer and the protobuf wire format ---- */
 

@@ -47,14 +47,6 @@ struct ct_metrics {
     size_t names_size;
 };
 
-const ct_metric_vtable *ct_metric_type(const char *name) {
-    int64_t n;
-    const ct_metric_vtable *const *t = ct_metric_types(&n);
-    for (int64_t i = 0; name && i < n; i++)
-        if (strcmp(t[i]->name, name) == 0) return t[i];
-    return NULL;
-}
-
 static ct_status unknown_type(ct_ctx *ctx, int64_t index, const char *type) {
     int64_t n;
     const ct_metric_vtable *const *t = ct_metric_types(&n);
@@ -96,7 +88,7 @@ void ct_metrics_destroy(ct_metrics *m) {
 /* Opens spec i into s; errors are prefixed with the metric's place in the list. */
 static ct_status
 open_slot(ct_ctx *ctx, const ct_metric_spec *spec, int64_t i, int64_t n_classes, slot *s) {
-    const ct_metric_vtable *vt = spec->vt ? spec->vt : ct_metric_type(spec->type);
+    const ct_metric_vtable *vt = spec->vt ? spec->vt : ct_metric_type_find(spec->type);
     if (!vt) return unknown_type(ctx, i, spec->type);
     if (!vt->open || !vt->value_name || !vt->compute)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,

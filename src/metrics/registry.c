@@ -3,6 +3,8 @@
  * src/metrics/ (declared in metrics_internal.h) and one line here; plugins pass their own
  * vtable in a ct_metric_spec instead.
  */
+#include <string.h>
+
 #include "metrics/metrics_internal.h"
 
 static const ct_metric_vtable *const types[] = {
@@ -28,4 +30,10 @@ const ct_metric_vtable *const *ct_metric_types(int64_t *count) {
         n++;
     *count = n;
     return types;
+}
+
+const ct_metric_vtable *ct_metric_type_find(const char *name) {
+    for (int64_t i = 0; name && types[i]; i++)
+        if (strcmp(types[i]->name, name) == 0) return types[i];
+    return NULL;
 }

@@ -215,4 +215,4 @@ static ct_status build_gpt(ct_ctx *ctx,
                          tied ? "transformer.wte.weight" : NULL, true, out);
 }
 
-const ct_model_builder ct_model_gpt = {"gpt", gpt_keys, check_gpt, build_gpt};
+const ct_model_type ct_model_gpt = {"gpt", gpt_keys, check_gpt, build_gpt};

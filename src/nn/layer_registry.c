@@ -1,7 +1,7 @@
 /*
- * layer_registry.c - the tables of built-in layer types and model builders. Adding a layer type
+ * layer_registry.c - the tables of built-in layer types and model types. Adding a layer type
  * is one file defining its ct_layer_type (declared in nn_internal.h) and one line here; the same
- * goes for a model builder.
+ * goes for a model type (a ct_model_type).
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,23 +30,27 @@ static const ct_layer_type *const layer_types[] = {
     NULL,
 };
 
-static const ct_model_builder *const model_types[] = {
+static const ct_model_type *const model_types[] = {
     &ct_model_mlp, /* model_builders.c */
     &ct_model_cnn, /* model_builders.c */
     &ct_model_gpt, /* gpt.c */
     NULL,
 };
 
-const char *ct_layer_type_name(int64_t i) {
-    for (int64_t k = 0; layer_types[k]; k++)
-        if (k == i) return layer_types[k]->name;
-    return NULL;
+const ct_layer_type *const *ct_layer_types(int64_t *count) {
+    int64_t n = 0;
+    while (layer_types[n])
+        n++;
+    *count = n;
+    return layer_types;
 }
 
-const char *ct_model_type_name(int64_t i) {
-    for (int64_t k = 0; model_types[k]; k++)
-        if (k == i) return model_types[k]->name;
-    return NULL;
+const ct_model_type *const *ct_model_types(int64_t *count) {
+    int64_t n = 0;
+    while (model_types[n])
+        n++;
+    *count = n;
+    return model_types;
 }
 
 const ct_layer_type *ct_layer_type_find(const char *name) {
@@ -55,20 +59,19 @@ const ct_layer_type *ct_layer_type_find(const char *name) {
     return NULL;
 }
 
-const ct_model_builder *ct_model_builder_find(const char *name) {
+const ct_model_type *ct_model_type_find(const char *name) {
     for (int64_t k = 0; name && model_types[k]; k++)
         if (strcmp(model_types[k]->name, name) == 0) return model_types[k];
     return NULL;
 }
 
-const char *const *ct_layer_type_keys(const char *type) {
-    const ct_layer_type *t = ct_layer_type_find(type);
-    return t ? t->keys : NULL;
+/* The i-th name of each table, NULL past the end (for list_names). */
+static const char *layer_name(int64_t i) {
+    return layer_types[i] ? layer_types[i]->name : NULL;
 }
 
-const char *const *ct_model_type_keys(const char *type) {
-    const ct_model_builder *b = ct_model_builder_find(type);
-    return b ? b->keys : NULL;
+static const char *model_name(int64_t i) {
+    return model_types[i] ? model_types[i]->name : NULL;
 }
 
 /* Writes "a, b, c" of the names f(0), f(1), ... into buf, and the one nearest to s's word
@@ -92,14 +95,14 @@ static void list_names(const char *(*f)(int64_t),
 
 ct_status ct_layer_unknown(ct_ctx *ctx, const char *where, const char *type) {
     char list[512], hint[96];
-    list_names(ct_layer_type_name, type, list, sizeof list, hint, sizeof hint);
+    list_names(layer_name, type, list, sizeof list, hint, sizeof hint);
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown layer type '%s'%s (known: %s)", where,
                    type ? type : "(none)", hint, list);
 }
 
 ct_status ct_model_unknown(ct_ctx *ctx, const char *where, const char *type) {
     char list[256], hint[96];
-    list_names(ct_model_type_name, type, list, sizeof list, hint, sizeof hint);
+    list_names(model_name, type, list, sizeof list, hint, sizeof hint);
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown model type '%s'%s (known: %s)", where,
                    type ? type : "(none)", hint, list);
 }

@@ -293,7 +293,7 @@ ct_status ct_model_build(ct_ctx *ctx,
                          const int64_t *in_shape,
                          ct_model **out) {
     *out = NULL;
-    const ct_model_builder *mb = ct_model_builder_find(type);
+    const ct_model_type *mb = ct_model_type_find(type);
     const char *where = opts && opts->where ? opts->where : "model";
     if (!mb) return ct_model_unknown(ctx, where, type);
     if (!params) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "model: the parameter store is NULL");
@@ -325,7 +325,7 @@ ct_status ct_layer_check(ct_ctx *ctx, const char *type, const ct_options *opts) 
 }
 
 ct_status ct_model_check(ct_ctx *ctx, const char *type, const ct_options *opts) {
-    const ct_model_builder *mb = ct_model_builder_find(type);
+    const ct_model_type *mb = ct_model_type_find(type);
     const char *where = opts && opts->where ? opts->where : "model";
     if (!mb) return ct_model_unknown(ctx, where, type);
     ct_options empty = {NULL, 0, where};
@@ -343,7 +343,7 @@ ct_status ct_model_build_alloc(ct_ctx *ctx,
                                ct_model **out) {
     CT_TRY(ct_model_build(ctx, type, opts, params, in_dtype, in_ndim, in_shape, out));
     ct_status s = ct_params_alloc(params);
-    if (s == CT_OK) s = ct_model_init(*out, seed);
+    if (s == CT_OK) s = ct_model_init_weights(*out, seed);
     if (s != CT_OK) {
         ct_model_destroy(*out);
         *out = NULL;
@@ -402,13 +402,13 @@ ct_status ct_model_create_with(ct_ctx *ctx,
     return CT_OK;
 }
 
-ct_status ct_model_init(ct_model *m, uint64_t seed) {
+ct_status ct_model_init_weights(ct_model *m, uint64_t seed) {
     int64_t n = ct_params_count(m->params);
     for (int64_t i = 0; i < n; i++)
         if (!ct_params_at(m->params, i)->data)
             return CT_FAIL(m->ctx, CT_ERR_INVALID_ARG,
                            "model init: parameter '%s' has no memory yet (call ct_params_alloc "
-                           "between ct_model_create and ct_model_init)",
+                           "between ct_model_create and ct_model_init_weights)",
                            ct_params_at(m->params, i)->name);
     ct_rng rng = ct_rng_init(seed, 0x6D6F64656Cull /* "model" */);
     if (m->vt) {

@@ -140,7 +140,7 @@ static ct_status build_mlp(ct_ctx *ctx,
     return s;
 }
 
-const ct_model_builder ct_model_mlp = {"mlp", mlp_keys, check_mlp, build_mlp};
+const ct_model_type ct_model_mlp = {"mlp", mlp_keys, check_mlp, build_mlp};
 
 /* ---- cnn ---- */
 
@@ -192,4 +192,4 @@ static ct_status build_cnn(ct_ctx *ctx,
     return s;
 }
 
-const ct_model_builder ct_model_cnn = {"cnn", cnn_keys, check_cnn, build_cnn};
+const ct_model_type ct_model_cnn = {"cnn", cnn_keys, check_cnn, build_cnn};

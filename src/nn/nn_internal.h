@@ -38,17 +38,6 @@ typedef struct ct_layer_build {
     bool check_only;
 } ct_layer_build;
 
-typedef struct ct_layer_type {
-    const char *name;
-    const char *const *keys; /* known option keys, NULL-terminated */
-    /* Reads options, checks the input sample shape, declares tensors, sets the output shape. */
-    ct_status (*create)(ct_layer_build *b, const ct_options *opts, ct_layer *l);
-    /* PyTorch's default initialisation of the layer's tensors (NULL: nothing to do). */
-    void (*init)(ct_layer *l, ct_rng *rng);
-    /* x [B, in sample...] -> [B, out sample...]; training mode from the graph. */
-    ct_tensor *(*forward)(ct_layer *l, ct_graph *g, ct_tensor *x);
-} ct_layer_type;
-
 struct ct_layer {
     const ct_layer_type *type;
     ct_tensor *t[CT_LAYER_MAX_TENSORS]; /* the type's tensors in the store, by slot */
@@ -60,8 +49,8 @@ struct ct_layer {
                             ct_model_param_is_norm reads it) */
 };
 
-/* The table (layer_registry.c) and lookup. */
-CT_INTERNAL const ct_layer_type *ct_layer_type_find(const char *name);
+/* The error for a layer type that is not one: the known ones and the nearest
+ * (layer_registry.c). */
 CT_INTERNAL ct_status ct_layer_unknown(ct_ctx *ctx, const char *where, const char *type);
 
 /* Declares "<prefix>.<name>" in the store (f32 trainable or a buffer) into l->t[slot]. */
@@ -108,26 +97,13 @@ extern const ct_layer_type ct_layer_global_avg_pool; /* layers_pool.c */
 extern const ct_layer_type ct_layer_flatten;         /* layers_pool.c */
 extern const ct_layer_type ct_layer_residual;        /* model.c */
 
-/* Model builders (model_builders.c, gpt.c): fill a model's root from options; `check` reads
- * the same options without an input shape (the data's size key may be absent). */
-typedef struct ct_model_builder {
-    const char *name;
-    const char *const *keys; /* known option keys, NULL-terminated */
-    ct_status (*check)(ct_ctx *ctx, const ct_options *opts);
-    ct_status (*build)(ct_ctx *ctx,
-                       const ct_options *opts,
-                       ct_params *params,
-                       ct_dtype in_dtype,
-                       int32_t in_ndim,
-                       const int64_t *in_shape,
-                       ct_model **out);
-} ct_model_builder;
+/* Built-in model types (model_builders.c, gpt.c): build fills a model's root from options;
+ * check reads the same options without an input shape (the data's size key may be absent). */
+extern const ct_model_type ct_model_mlp; /* model_builders.c */
+extern const ct_model_type ct_model_cnn; /* model_builders.c */
+extern const ct_model_type ct_model_gpt; /* gpt.c */
 
-extern const ct_model_builder ct_model_mlp; /* model_builders.c */
-extern const ct_model_builder ct_model_cnn; /* model_builders.c */
-extern const ct_model_builder ct_model_gpt; /* gpt.c */
-
-CT_INTERNAL const ct_model_builder *ct_model_builder_find(const char *name);
+/* The error for a model type that is not one (layer_registry.c). */
 CT_INTERNAL ct_status ct_model_unknown(ct_ctx *ctx, const char *where, const char *type);
 
 /* A model around a root node made by a builder (model.c). alias/target name one tied tensor

@@ -1,5 +1,5 @@
 /*
- * schedule.c - learning-rate schedules found by name in one table; each entry parses its options
+ * schedule.c - learning-rate schedules found by name in one table; each type parses its options
  * and, except "plateau", gives the rate at step t in closed form.
  *
  * Invariant: for closed-form types s->lr == lr_at(s, s->steps) at all times, so the step count
@@ -21,16 +21,9 @@
 
 #define PI 3.14159265358979323846 /* Python's math.pi */
 
-typedef struct sched_type {
-    const char *name;
-    const char *const *keys; /* NULL-terminated */
-    ct_status (*parse)(ct_ctx *ctx, const ct_options *opts, ct_schedule *s);
-    double (*lr_at)(const ct_schedule *s, int64_t t); /* NULL: driven by a metric */
-} sched_type;
-
 struct ct_schedule {
     ct_ctx *ctx;
-    const sched_type *type;
+    const ct_schedule_type *type;
     double base;
     int64_t *milestones; /* multistep, owned: cap_milestones allocated, n_milestones used */
     int64_t n_milestones, cap_milestones;
@@ -346,27 +339,31 @@ static void plateau_step(ct_schedule *s, double metric) {
     }
 }
 
-static const sched_type types[] = {
-    {"constant", constant_keys, constant_parse, constant_lr},
-    {"step", step_keys, step_parse, step_lr},
-    {"multistep", multistep_keys, multistep_parse, multistep_lr},
-    {"exponential", exponential_keys, exponential_parse, exponential_lr},
-    {"cosine", cosine_keys, cosine_parse, cosine_lr},
-    {"warmup_linear", warm_keys, warm_parse, warmup_linear_lr},
-    {"warmup_cosine", warm_keys, warm_parse, warmup_cosine_lr},
-    {"onecycle", onecycle_keys, onecycle_parse, onecycle_lr},
-    {"polynomial", poly_keys, poly_parse, poly_lr},
-    {"plateau", plateau_keys, plateau_parse, NULL},
+static const ct_schedule_type *const types[] = {
+    &(const ct_schedule_type){"constant", constant_keys, constant_parse, constant_lr},
+    &(const ct_schedule_type){"step", step_keys, step_parse, step_lr},
+    &(const ct_schedule_type){"multistep", multistep_keys, multistep_parse, multistep_lr},
+    &(const ct_schedule_type){"exponential", exponential_keys, exponential_parse, exponential_lr},
+    &(const ct_schedule_type){"cosine", cosine_keys, cosine_parse, cosine_lr},
+    &(const ct_schedule_type){"warmup_linear", warm_keys, warm_parse, warmup_linear_lr},
+    &(const ct_schedule_type){"warmup_cosine", warm_keys, warm_parse, warmup_cosine_lr},
+    &(const ct_schedule_type){"onecycle", onecycle_keys, onecycle_parse, onecycle_lr},
+    &(const ct_schedule_type){"polynomial", poly_keys, poly_parse, poly_lr},
+    &(const ct_schedule_type){"plateau", plateau_keys, plateau_parse, NULL},
+    NULL,
 };
-enum { N_TYPES = (int)(sizeof types / sizeof types[0]) };
 
-const char *ct_schedule_type_name(int64_t i) {
-    return i >= 0 && i < N_TYPES ? types[i].name : NULL;
+const ct_schedule_type *const *ct_schedule_types(int64_t *count) {
+    int64_t n = 0;
+    while (types[n])
+        n++;
+    *count = n;
+    return types;
 }
 
-const char *const *ct_schedule_type_keys(const char *type) {
-    for (int i = 0; i < N_TYPES && type; i++)
-        if (strcmp(types[i].name, type) == 0) return types[i].keys;
+const ct_schedule_type *ct_schedule_type_find(const char *name) {
+    for (int64_t i = 0; name && types[i]; i++)
+        if (strcmp(types[i]->name, name) == 0) return types[i];
     return NULL;
 }
 
@@ -393,20 +390,18 @@ static void destroy_parts(ct_schedule *s) {
 ct_status ct_schedule_create(
     ct_ctx *ctx, const char *type, const ct_options *opts, float base_lr, ct_schedule **out) {
     *out = NULL;
-    const sched_type *t = NULL;
-    for (int i = 0; i < N_TYPES && type && !t; i++)
-        if (strcmp(types[i].name, type) == 0) t = &types[i];
+    const ct_schedule_type *t = ct_schedule_type_find(type);
     if (!t) {
         char list[256], hint[96];
         size_t off = 0;
         list[0] = '\0';
         ct_suggest sg;
         ct_suggest_init(&sg, type);
-        for (int i = 0; i < N_TYPES; i++) {
-            ct_suggest_add(&sg, types[i].name);
+        for (int i = 0; types[i]; i++) {
+            ct_suggest_add(&sg, types[i]->name);
             if (off < sizeof list)
                 off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-                                        types[i].name);
+                                        types[i]->name);
         }
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown schedule type '%s'%s (known: %s)",
                        where(opts), type ? type : "(none)", ct_suggest_hint(&sg, hint, sizeof hint),

@@ -749,7 +749,7 @@ interrupt() { # NAME SIGNAL RC DIR
     fi
     sleep 0.3
     # SIGINT and SIGTERM may be taken by one thread only, never a computing one (oneDNN's JIT
-    # kernels point rsp into the heap: a signal frame there corrupts it; tools/ctrain/main.c)
+    # kernels point rsp into the heap: a signal frame there corrupts it; tools/ctrain/signals.c)
     local takers=0 threads=0 blk
     for st in /proc/"$bg_pid"/task/*/status; do
         blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$st" 2>/dev/null)

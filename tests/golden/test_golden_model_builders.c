@@ -44,7 +44,7 @@ static void run(const char *model,
     CT_CHECK_MSG(s == CT_OK, "%s: %s", model, ct_last_error(gd.ctx));
     if (s != CT_OK) goto done;
     CT_CHECK_INT(ct_params_alloc(params), CT_OK);
-    CT_CHECK_INT(ct_model_init(m, 1), CT_OK);
+    CT_CHECK_INT(ct_model_init_weights(m, 1), CT_OK);
 
     /* every state_dict entry is declared alike; together they cover the whole store */
     size_t plen = strlen(model);

@@ -45,7 +45,7 @@ static void arr_close(ct_ctx *c, void *self) {
     (void)c, (void)self;
 }
 
-static const ct_dataset_vtable arr_vt = {"arrays", arr_open, arr_get, arr_close, NULL};
+static const ct_dataset_vtable arr_vt = {"arrays", arr_open, arr_get, arr_close, NULL, NULL, NULL};
 
 typedef struct seen {
     int64_t n;
@@ -137,7 +137,7 @@ static void trainer_should_train_like_pytorch(void) {
     ct_model_destroy(m);
     ct_params_destroy(P);
     ct_loader_destroy(loader);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     gf_free(&f);
 }
 

@@ -1648,16 +1648,18 @@ static void component_keys_should_be_documented(void) {
         if (!doc) continue;
         int64_t n_types = 0;
         const ct_dataset_vtable *const *datasets = kind == 0 ? ct_dataset_types(&n_types) : NULL;
-        for (int64_t i = 0;; i++) {
-            const char *type = kind == 0   ? (i < n_types ? datasets[i]->name : NULL)
-                               : kind == 1 ? ct_layer_type_name(i)
-                               : kind == 2 ? ct_model_type_name(i)
-                                           : ct_schedule_type_name(i);
-            if (!type) break;
-            const char *const *keys = kind == 0   ? ct_dataset_type_keys(type)
-                                      : kind == 1 ? ct_layer_type_keys(type)
-                                      : kind == 2 ? ct_model_type_keys(type)
-                                                  : ct_schedule_type_keys(type);
+        const ct_layer_type *const *layers = kind == 1 ? ct_layer_types(&n_types) : NULL;
+        const ct_model_type *const *models = kind == 2 ? ct_model_types(&n_types) : NULL;
+        const ct_schedule_type *const *schedules = kind == 3 ? ct_schedule_types(&n_types) : NULL;
+        for (int64_t i = 0; i < n_types; i++) {
+            const char *type = kind == 0   ? datasets[i]->name
+                               : kind == 1 ? layers[i]->name
+                               : kind == 2 ? models[i]->name
+                                           : schedules[i]->name;
+            const char *const *keys = kind == 0   ? datasets[i]->keys
+                                      : kind == 1 ? layers[i]->keys
+                                      : kind == 2 ? models[i]->keys
+                                                  : schedules[i]->keys;
             CT_CHECK_MSG(strstr(doc, type) != NULL, "%s: type '%s' is not documented", pages[kind],
                          type);
             for (int64_t k = 0; keys && keys[k]; k++)

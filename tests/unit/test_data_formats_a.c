@@ -385,16 +385,16 @@ static void idx_should_load_plain_and_gzip_files(void) {
     ct_dataset *ds = NULL;
     CT_CHECK_INT(OPEN(ctx, "idx", &ds, {"images", pi}, {"labels", pl}), CT_OK);
     if (ds) check_idx_samples(ctx, ds, N_IMG);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     CT_CHECK_INT(OPEN(ctx, "idx", &ds, {"images", gi}, {"labels", gl}), CT_OK);
     if (ds) check_idx_samples(ctx, ds, N_IMG);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     CT_CHECK_INT(OPEN(ctx, "idx", &ds, {"images", gi}, {"labels", pl}, {"limit", "3"}), CT_OK);
     if (ds) check_idx_samples(ctx, ds, 3);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     CT_CHECK_INT(OPEN(ctx, "idx", &ds, {"images", pi}, {"labels", gl}, {"limit", "99"}), CT_OK);
     if (ds) check_idx_samples(ctx, ds, N_IMG);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     finish_ctx(ctx, &b);
 }
 
@@ -537,10 +537,10 @@ static void cifar10_should_load_records_across_files(void) {
             CT_CHECK_INT(bad, 0);
         }
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     CT_CHECK_INT(OPEN(ctx, "cifar10", &ds, {"files", list}, {"limit", "3"}), CT_OK);
     CT_CHECK(ds && ct_dataset_info_of(ds)->n == 3);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     finish_ctx(ctx, &b);
 }
 
@@ -607,7 +607,7 @@ static void npy_should_load_every_supported_variant(void) {
             CT_CHECK(memcmp(x, npy_x4 + 6 * i, 6 * sizeof(float)) == 0);
         }
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 
     /* v2, <f8 features (3, 5) converted to f32, <f4 regression targets; double quotes, no
      * trailing comma, keys in another order, a Python 2 long */
@@ -641,7 +641,7 @@ static void npy_should_load_every_supported_variant(void) {
         CT_CHECK_INT(ct_dataset_get(ds, 0, x, yf), CT_OK);
         CT_CHECK(isinf(x[2]) && x[2] > 0 && isinf(x[3]) && x[3] < 0); /* out of f32 range */
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 
     /* |u1 features stay u8; |u1 class labels; gzip-compressed features */
     const unsigned char xu[12] = {0, 1, 2, 3, 250, 251, 252, 253, 7, 8, 9, 255};
@@ -660,7 +660,7 @@ static void npy_should_load_every_supported_variant(void) {
         CT_CHECK_INT(ct_dataset_get(ds, 1, xb, &yi), CT_OK);
         CT_CHECK(memcmp(xb, xu + 4, 4) == 0 && yi == 1);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 
     /* <i8 features to f32, (N, k) <f8 targets to f32 [k] */
     const int64_t xi[6] = {-5, 1000000, 7, 0, -1, 16777217};
@@ -681,7 +681,7 @@ static void npy_should_load_every_supported_variant(void) {
         CT_CHECK_INT(ct_dataset_get(ds, 2, x, yf), CT_OK);
         CT_CHECK(x[1] == 16777216.0f && yf[0] == 3.0f && yf[1] == 4.0f);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 
     /* 1-D features (one value per sample) and <i4 labels; fortran_order True is harmless in 1-D */
     const float x1[3] = {1, 2, 3};
@@ -699,7 +699,7 @@ static void npy_should_load_every_supported_variant(void) {
         CT_CHECK_INT(ct_dataset_get(ds, 2, x, &yi), CT_OK);
         CT_CHECK(x[0] == 3.0f && yi == 1);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     finish_ctx(ctx, &b);
 }
 
@@ -712,7 +712,7 @@ open_bad_npy(ct_ctx *ctx, char *px, const char *dict, const void *data, size_t n
     ct_dataset *ds = NULL;
     ct_status s =
         OPEN(ctx, "npy", &ds, {"features", tpath(px, "bad.npy")}, {"labels", tpath(py, "y.npy")});
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     return s;
 }
 
@@ -837,10 +837,10 @@ static void npy_should_refuse_nonfinite_values_unless_allowed(void) {
         CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
         CT_CHECK(isnan(x[2]) && x[3] == 7.0f);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ds = NULL;
     CT_CHECK_INT(OPEN(ctx, "npy", &ds, {"features", p}, {"limit", "1"}), CT_OK);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ds = NULL;
     CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", p}, {"nonfinite", "no"}), CT_ERR_CONFIG,
                 "key 'nonfinite': expected error or allow, got 'no'");
@@ -865,7 +865,7 @@ static void npy_should_refuse_nonfinite_values_unless_allowed(void) {
     CHECK_FAILS(ctx, OPEN(ctx, "npy", &ds, {"features", px}, {"labels", tpath(py, "yf.npy")}),
                 CT_ERR_FORMAT, py, "offset 140: element 3 (row 3) is NaN");
     CT_CHECK_INT(OPEN(ctx, "npy", &ds, {"features", px}, {"labels", py}, {"limit", "3"}), CT_OK);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ds = NULL;
     const double yk[8] = {0, 1, 2, 3, 4, NAN, 6, 7};
     write_npy("yk.npy", 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 2), }", yk,
@@ -931,7 +931,7 @@ static void npy_should_reject_bad_labels(void) {
         CT_CHECK_INT(ct_dataset_get(ds, 3, x, &y), CT_OK);
         CT_CHECK_INT(y, 0);
         CT_CHECK(memcmp(x, npy_x4 + 18, sizeof x) == 0); /* sample 3's six floats */
-        ct_dataset_destroy(ds);
+        ct_dataset_close(ds);
     }
     ct_ctx_destroy(ctx);
 }
@@ -952,7 +952,7 @@ static void check_oom_sweep(const char *type, const ct_option *o, size_t count) 
         b.ta.fail_at = 0;
         if (s == CT_OK) {
             opened = true;
-            ct_dataset_destroy(ds);
+            ct_dataset_close(ds);
         } else {
             CT_CHECK_MSG(s == CT_ERR_OOM, "%s, k=%lld: %s: %s", type, k, ct_status_str(s),
                          ct_last_error(ctx));
@@ -985,7 +985,7 @@ static void datasets_should_not_leak_when_allocations_fail(void) {
 static void registry_should_list_the_format_types(void) {
     const char *names[] = {"idx", "cifar10", "npy"};
     for (int i = 0; i < 3; i++) {
-        const ct_dataset_vtable *vt = ct_dataset_type(names[i]);
+        const ct_dataset_vtable *vt = ct_dataset_type_find(names[i]);
         CT_CHECK_MSG(vt && strcmp(vt->name, names[i]) == 0, "%s", names[i]);
     }
 }
@@ -1029,7 +1029,7 @@ static void check_fashion_mnist(ct_ctx *ctx, const char *dir, const char *split,
     CT_CHECK(sum > 0);
     printf("     fashion-mnist %s: %lld images opened in %.1f ms\n", split, (long long)n,
            1e3 * (t1 - t0));
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 }
 
 static void idx_should_load_fashion_mnist_when_installed(void) {

@@ -97,7 +97,7 @@ static void csv_should_load_a_classification_table(void) {
         CT_CHECK_INT(y, want_y[i]);
     }
     CT_CHECK_INT(ct_dataset_get(ds, 3, x, &y), CT_ERR_INVALID_ARG);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 out:
     ct_ctx_destroy(ctx);
 }
@@ -122,7 +122,7 @@ static void csv_should_load_chosen_features_for_regression(void) {
     CT_CHECK(x[0] == 1.5f && x[1] == 0.5f && y == 2.25f);
     CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
     CT_CHECK(x[0] == 2.0f && x[1] == 1.0f && y == -3.0f);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     /* the target cannot be a feature too, nor a feature listed twice */
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"features", "x1,y"},
                       {"task", "regression"}),
@@ -157,7 +157,7 @@ static void csv_should_standardize_with_population_statistics(void) {
         CT_CHECK_CLOSE(x[0], ((double)i + 1 - 2) / sd, 1e-6, 1e-6);
         CT_CHECK(x[1] == 0.0f);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 out:
     ct_ctx_destroy(ctx);
 }
@@ -179,7 +179,7 @@ static void csv_should_use_statistics_from_another_file(void) {
         CT_CHECK_INT(ct_dataset_get(ds, i, &x, &y), CT_OK);
         CT_CHECK_CLOSE(x, want[i], 1e-6, 0.0);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", valid}, {"target", "t"}, {"stats_from", train}),
                  CT_ERR_CONFIG);
     CHECK_ERR(ctx, "standardize");
@@ -224,7 +224,7 @@ static void csv_should_handle_crlf_blank_lines_and_delimiters(void) {
         int64_t y;
         CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
         CT_CHECK(x[0] == 3.0f && x[1] == 4.0f && y == 1);
-        ct_dataset_destroy(ds);
+        ct_dataset_close(ds);
     }
     ct_dataset *ds = NULL;
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", a}, {"target", "y"}, {"delimiter", ";;"}),
@@ -232,7 +232,7 @@ static void csv_should_handle_crlf_blank_lines_and_delimiters(void) {
     CHECK_ERR(ctx, "key 'delimiter'");
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", a}, {"target", "y"}, {"limit", "1"}), CT_OK);
     if (ds) CT_CHECK_INT(ct_dataset_info_of(ds)->n, 1);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ct_ctx_destroy(ctx);
 }
 
@@ -259,7 +259,7 @@ static void csv_should_report_bad_cells_with_line_and_column(void) {
     CHECK_ERR(ctx, "nan.csv:3: column 1 ('age'): expected a decimal number, got 'abc'");
     /* limit stops before the bad row */
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"limit", "1"}), CT_OK);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     write_text("trail.csv", "age,y\n1x,0\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
     CHECK_ERR(ctx, "trail.csv:2: column 1 ('age'): expected a decimal number, got '1x'");
@@ -279,12 +279,12 @@ static void csv_should_report_bad_cells_with_line_and_column(void) {
     /* ...which is fine as a regression target */
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"task", "regression"}),
                  CT_OK);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     /* text in a column that is not used is fine */
     write_text("names.csv", "name,age,y\nann,1,0\nbob,2,1\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"features", "age"}),
                  CT_OK);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ct_ctx_destroy(ctx);
 }
 
@@ -318,7 +318,7 @@ static void csv_should_refuse_numbers_that_are_not_decimal(void) {
         CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
         CT_CHECK(x[0] == 0.5f && x[1] == 7.0f);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ct_ctx_destroy(ctx);
 }
 
@@ -356,7 +356,7 @@ static void csv_should_refuse_nonfinite_values_unless_allowed(void) {
             CT_CHECK_MSG(ok, "'%s' loaded as %g", cells[i], (double)x[1]);
             CT_CHECK(x[0] == 3.0f && y == 1);
         }
-        ct_dataset_destroy(ds);
+        ct_dataset_close(ds);
         ds = NULL;
     }
     /* a regression target, a target file and the statistics file follow the same policy */
@@ -381,7 +381,7 @@ static void csv_should_refuse_nonfinite_values_unless_allowed(void) {
     CT_CHECK_INT(
         OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"features", "a"}, {"limit", "1"}),
         CT_OK);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ds = NULL;
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}, {"nonfinite", "maybe"}),
                  CT_ERR_CONFIG);
@@ -407,7 +407,7 @@ static void csv_should_refuse_duplicate_column_names(void) {
     write_text("nohdr.csv", "1,1,0\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "2"}, {"header", "false"}),
                  CT_OK);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ct_ctx_destroy(ctx);
 }
 
@@ -479,7 +479,7 @@ static void csv_should_read_headerless_space_separated_files_with_separate_targe
         CT_CHECK_INT(ct_dataset_get(ds, 0, x, &y), CT_OK);
         CT_CHECK(x[3] == 101.0f && y == 151.0f);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     /* columns without a header are named by number: features and a target column by name */
     ds = NULL;
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target_path", y2p}, {"target", "1"},
@@ -491,14 +491,14 @@ static void csv_should_read_headerless_space_separated_files_with_separate_targe
         CT_CHECK_INT(ct_dataset_get(ds, 2, x, &y), CT_OK);
         CT_CHECK(x[0] == 93.0f && x[1] == 72.0f && y == 141.0f);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     /* a headerless table with its target inside, by number */
     ds = NULL;
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target", "3"}, {"header", "false"},
                       {"delimiter", "space"}, {"task", "regression"}),
                  CT_OK);
     if (ds) CT_CHECK_INT(ct_dataset_info_of(ds)->x_shape[0], 3);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     /* errors: a target file of several columns needs 'target'; rows must pair up; a row of
        another length names the first row */
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", xp}, {"target_path", y2p}, {"header", "false"},
@@ -575,13 +575,13 @@ static void text_should_make_windows_with_shifted_targets(void) {
             CT_CHECK_INT(y[t], 'a' + 3 * i + t + 1);
         }
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     CT_CHECK_INT(OPEN(ctx, "text", &ds, {"files", path}, {"context", "3"}, {"stride", "1"}), CT_OK);
     if (!ds) goto out;
     CT_CHECK_INT(ct_dataset_info_of(ds)->n, 7);
     CT_CHECK_INT(ct_dataset_get(ds, 6, x, y), CT_OK);
     CT_CHECK(x[0] == 'g' && x[2] == 'i' && y[0] == 'h' && y[2] == 'j');
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 out:
     ct_ctx_destroy(ctx);
 }
@@ -601,7 +601,7 @@ static void text_should_concatenate_files_in_order(void) {
     CT_CHECK(x[0] == 'c' && x[1] == 'd' && y[0] == 'd' && y[1] == 'e');
     CT_CHECK_INT(ct_dataset_get(ds, 2, x, y), CT_OK);
     CT_CHECK(x[0] == 'e' && x[1] == 'f' && y[0] == 'f' && y[1] == 'g');
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     snprintf(files, sizeof files, "%s,,%s", a, b);
     CT_CHECK_INT(OPEN(ctx, "text", &ds, {"files", files}, {"context", "2"}), CT_ERR_CONFIG);
     CHECK_ERR(ctx, "empty path at position 2");
@@ -620,7 +620,7 @@ static void text_should_reject_files_shorter_than_a_window(void) {
     CHECK_ERR(ctx, "holds 3 bytes, need at least context + 1 = 4");
     CT_CHECK_INT(OPEN(ctx, "text", &ds, {"files", a}, {"context", "2"}), CT_OK);
     if (ds) CT_CHECK_INT(ct_dataset_info_of(ds)->n, 1);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     snprintf(files, sizeof files, "%s,%s", b, b);
     CT_CHECK_INT(OPEN(ctx, "text", &ds, {"files", files}, {"context", "1"}), CT_ERR_FORMAT);
     CHECK_ERR(ctx, "hold 0 bytes");
@@ -656,7 +656,7 @@ static void tokens_should_decode_little_endian_ids(void) {
         CT_CHECK_INT(ct_dataset_get(ds, i, x, y), CT_OK);
         CT_CHECK(x[0] == ids[i] && x[1] == ids[i + 1] && y[0] == ids[i + 1] && y[1] == ids[i + 2]);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 out:
     ct_ctx_destroy(ctx);
 }
@@ -723,7 +723,7 @@ static void synthetic_should_be_a_pure_function_of_the_options(void) {
             CT_CHECK(na == nc && memcmp(da, dc, na) != 0);
             free(da), free(db), free(dc);
         }
-        ct_dataset_destroy(a), ct_dataset_destroy(b), ct_dataset_destroy(c);
+        ct_dataset_close(a), ct_dataset_close(b), ct_dataset_close(c);
     }
     ct_ctx_destroy(ctx);
 }
@@ -774,7 +774,7 @@ static void synthetic_blobs_should_have_separated_class_means(void) {
     }
     CT_CHECK_MSG(right > N * 9 / 10, "%lld of %d", (long long)right, N);
 done:
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 out:
     ct_ctx_destroy(ctx);
 }
@@ -838,7 +838,7 @@ static void synthetic_linear_should_follow_the_teacher(void) {
             else
                 CT_CHECK_MSG(r > 0.1, "noise 0.5: residual %g", r);
         }
-        ct_dataset_destroy(ds);
+        ct_dataset_close(ds);
     }
     /* one output: a scalar target */
     ct_dataset *ds = NULL;
@@ -847,7 +847,7 @@ static void synthetic_linear_should_follow_the_teacher(void) {
         CT_CHECK_INT(ct_dataset_info_of(ds)->y_ndim, 0);
         CT_CHECK_INT(ct_dataset_info_of(ds)->x_shape[0], 16);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ct_ctx_destroy(ctx);
 }
 
@@ -862,11 +862,14 @@ static void options_should_reject_unknown_keys_and_bad_values(void) {
     CT_CHECK(ds == NULL);
     CHECK_ERR(ctx, "unknown key 'targte' (did you mean 'target'?)");
     /* the same keys, for checking a configuration before any file is opened */
-    const char *const *keys = ct_dataset_type_keys("csv");
+    const ct_dataset_vtable *csv = ct_dataset_type_find("csv");
+    const char *const *keys = csv ? csv->keys : NULL;
     CT_CHECK(keys && !strcmp(keys[0], "path") && !strcmp(keys[9], "target_path") &&
              !strcmp(keys[10], "nonfinite") && !keys[11]);
-    CT_CHECK(ct_dataset_type_keys("tokens") && !strcmp(ct_dataset_type_keys("tokens")[3], "vocab"));
-    CT_CHECK(ct_dataset_type_keys("csvv") == NULL && ct_dataset_type_keys(NULL) == NULL);
+    CT_CHECK(csv && !strcmp(csv->path_keys[2], "target_path") && !csv->path_keys[3]);
+    const ct_dataset_vtable *tokens = ct_dataset_type_find("tokens");
+    CT_CHECK(tokens && !strcmp(tokens->keys[3], "vocab"));
+    CT_CHECK(ct_dataset_type_find("csvv") == NULL && ct_dataset_type_find(NULL) == NULL);
     CHECK_ERR(ctx, "known: path, features, target, task, delimiter, standardize, stats_from");
     CT_CHECK_INT(OPEN(ctx, "text", &ds, {"files", path}, {"contxt", "2"}), CT_ERR_CONFIG);
     CHECK_ERR(ctx,
@@ -917,9 +920,9 @@ static void dataset_should_list_known_types_for_an_unknown_name(void) {
     const char *names[4] = {"csv", "text", "tokens", "synthetic"};
     for (int i = 0; i < 4; i++) {
         CHECK_ERR(ctx, names[i]);
-        CT_CHECK(ct_dataset_type(names[i]) != NULL);
+        CT_CHECK(ct_dataset_type_find(names[i]) != NULL);
     }
-    CT_CHECK(ct_dataset_type("csvv") == NULL);
+    CT_CHECK(ct_dataset_type_find("csvv") == NULL);
     ct_ctx_destroy(ctx);
 }
 
@@ -948,7 +951,8 @@ static void ident_close(ct_ctx *ctx, void *self) {
     (void)ctx, (void)self;
 }
 
-static const ct_dataset_vtable ident_vt = {"ident", ident_open, ident_get, ident_close, NULL};
+static const ct_dataset_vtable ident_vt = {"ident", ident_open, ident_get, ident_close,
+                                           NULL,    NULL,       NULL};
 
 /* ---- checking options without opening anything (ct_dataset_check) ---- */
 
@@ -966,8 +970,8 @@ static ct_status ident_check(ct_ctx *ctx, const ct_options *opts) {
     return ident_open(ctx, opts, &(ct_dataset_info){0}, &none);
 }
 
-static const ct_dataset_vtable ident_checked_vt = {"ident", ident_open, ident_get, ident_close,
-                                                   ident_check};
+static const ct_dataset_vtable ident_checked_vt = {"ident",     ident_open, ident_get, ident_close,
+                                                   ident_check, NULL,       NULL};
 
 static void check_should_read_options_without_opening_files(void) {
     test_alloc ta = {0};
@@ -1084,9 +1088,9 @@ static void split_should_be_disjoint_complete_and_seeded(void) {
     CT_CHECK_INT(ct_dataset_split(parent, 1.0, 7, &bt, &bv), CT_ERR_CONFIG);
     CT_CHECK(bt == NULL && bv == NULL);
 done:
-    ct_dataset_destroy(tr), ct_dataset_destroy(va), ct_dataset_destroy(tr2);
-    ct_dataset_destroy(va2), ct_dataset_destroy(tr3), ct_dataset_destroy(va3);
-    ct_dataset_destroy(parent);
+    ct_dataset_close(tr), ct_dataset_close(va), ct_dataset_close(tr2);
+    ct_dataset_close(va2), ct_dataset_close(tr3), ct_dataset_close(va3);
+    ct_dataset_close(parent);
 out:
     ct_ctx_destroy(ctx);
 }
@@ -1124,7 +1128,7 @@ static void datasets_should_fail_cleanly_when_allocation_fails(void) {
             ta.fail_at = 0;
             if (s == CT_OK) {
                 succeeded = 1;
-                ct_dataset_destroy(ds);
+                ct_dataset_close(ds);
             } else {
                 CT_CHECK_MSG(s == CT_ERR_OOM, "kind %d, failing allocation %lld: %s", kind, k,
                              ct_last_error(ctx));

@@ -66,7 +66,7 @@ static void toy_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, self, sizeof(toy));
 }
 
-static const ct_dataset_vtable toy_vt = {"toy", toy_open, toy_get, toy_close, NULL};
+static const ct_dataset_vtable toy_vt = {"toy", toy_open, toy_get, toy_close, NULL, NULL, NULL};
 
 static ct_ctx *ctx;
 
@@ -130,7 +130,7 @@ static void loader_should_cover_an_epoch_and_reshuffle_per_epoch(void) {
         CT_CHECK_INT(f0[i], i);
     ct_loader_destroy(l2);
     ct_loader_destroy(l);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 }
 
 static void loader_should_shard_exactly(void) {
@@ -195,7 +195,7 @@ static void loader_should_shard_exactly(void) {
                 }
             }
         }
-        ct_dataset_destroy(ds);
+        ct_dataset_close(ds);
     }
 }
 
@@ -277,7 +277,7 @@ static void loader_should_resume_exactly_after_restore(void) {
         CT_CHECK_INT(ct_loader_set_state(l, &bad), CT_ERR_INVALID_ARG);
         ct_loader_destroy(l);
     }
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 }
 
 /* Resume on sharded loaders too: rank 1 of 2 with drop_last, and an empty eval shard. */
@@ -321,7 +321,7 @@ static void loader_should_resume_on_shards_and_empty_ranks(void) {
                     "case %d, cut %lld: item %lld differs", c, (long long)k, (long long)i);
             ct_loader_destroy(l);
         }
-        ct_dataset_destroy(ds);
+        ct_dataset_close(ds);
     }
 }
 
@@ -342,7 +342,7 @@ static void prefetch_should_not_change_batches(void) {
         ct_loader_destroy(l);
     }
     CT_CHECK(memcmp(a, b, sizeof a) == 0);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 }
 
 static void transforms_should_compute_documented_values(void) {
@@ -405,7 +405,7 @@ static void transforms_should_compute_documented_values(void) {
         zeros += x[k] == 0.0f;
     CT_CHECK(zeros < 160);
     ct_loader_destroy(l);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 }
 
 static void loader_should_map_labels_and_one_hot_encode(void) {
@@ -458,7 +458,7 @@ static void loader_should_map_labels_and_one_hot_encode(void) {
     p.label_map_len = 6;
     CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_ERR_CONFIG);
     CT_CHECK(strstr(ct_last_error(ctx), "label_map[1] = -2") != NULL);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
 }
 
 static void standardize_should_use_training_statistics_only(void) {
@@ -512,18 +512,18 @@ static void standardize_should_use_training_statistics_only(void) {
     ct_dataset *lin, *sv;
     CT_CHECK_INT(ct_dataset_open(ctx, "synthetic", &lo, &lin), CT_OK);
     CT_CHECK_INT(ct_dataset_standardize(all, lin, NULL, NULL, &sv), CT_OK);
-    ct_dataset_destroy(sv);
-    ct_dataset_destroy(lin);
+    ct_dataset_close(sv);
+    ct_dataset_close(lin);
     ct_dataset *img = toy_dataset(4, true), *bad = (ct_dataset *)1;
     CT_CHECK_INT(ct_dataset_standardize(img, img, NULL, NULL, &bad), CT_ERR_CONFIG);
     CT_CHECK(bad == NULL);
     CT_CHECK(strstr(ct_last_error(ctx), "features must be f32") != NULL);
-    ct_dataset_destroy(img);
-    ct_dataset_destroy(svalid);
-    ct_dataset_destroy(strain);
-    ct_dataset_destroy(valid);
-    ct_dataset_destroy(train);
-    ct_dataset_destroy(all);
+    ct_dataset_close(img);
+    ct_dataset_close(svalid);
+    ct_dataset_close(strain);
+    ct_dataset_close(valid);
+    ct_dataset_close(train);
+    ct_dataset_close(all);
 }
 
 static void loader_should_not_allocate_in_the_steady_state(void) {
@@ -546,7 +546,7 @@ static void loader_should_not_allocate_in_the_steady_state(void) {
         CT_CHECK_INT(ct_loader_next(l, &b), CT_OK);
     CT_CHECK_INT(ta.n_alloc, before);
     ct_loader_destroy(l);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     ct_ctx_destroy(c2);
     CT_CHECK_INT(ta.live, 0);
 }
@@ -571,7 +571,7 @@ static void loader_should_reject_bad_parameters(void) {
     CT_CHECK(strstr(ct_last_error(ctx), "crop and flip need image samples") != NULL);
     p.transforms[0].kind = CT_TRANSFORM_NORMALIZE; /* std 0 */
     CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_ERR_CONFIG);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     /* unknown option keys of a dataset type are named with the known ones */
     ct_option items[1] = {{"nn", "5"}};
     ct_options o = {items, 1, "exp.yaml: data.train"};

@@ -466,8 +466,8 @@ static void metrics_should_take_user_metrics_through_the_same_table(void) {
     const ct_metric_vtable *const *types = ct_metric_types(&n);
     CT_CHECK_INT(n, 12);
     for (int64_t i = 0; i < n; i++)
-        CT_CHECK(ct_metric_type(types[i]->name) == types[i]);
-    CT_CHECK(ct_metric_type("nope") == NULL);
+        CT_CHECK(ct_metric_type_find(types[i]->name) == types[i]);
+    CT_CHECK(ct_metric_type_find("nope") == NULL);
     ct_metric_spec specs[2] = {spec("accuracy"), spec(NULL)};
     specs[1].vt = &even_vt;
     ct_metrics *m = NULL;

@@ -41,7 +41,7 @@ create(fixture *f, int32_t ndim, const int64_t *shape, const ct_layer_spec *spec
     ct_status s = ct_model_create(f->ctx, f->params, CT_F32, ndim, shape, specs, n, &f->m);
     if (s == CT_OK) {
         s = ct_params_alloc(f->params);
-        if (s == CT_OK) s = ct_model_init(f->m, 7);
+        if (s == CT_OK) s = ct_model_init_weights(f->m, 7);
     }
     return s;
 }
@@ -53,17 +53,33 @@ static int has(const char *msg, const char *part) {
 }
 
 static void model_should_list_layer_and_model_types(void) {
-    int found_linear = 0, found_residual = 0, n = 0;
-    for (const char *s; (s = ct_layer_type_name(n)) != NULL; n++) {
-        found_linear |= !strcmp(s, "linear");
-        found_residual |= !strcmp(s, "residual");
+    int found_linear = 0, found_residual = 0;
+    int64_t n = 0;
+    const ct_layer_type *const *layers = ct_layer_types(&n);
+    for (int64_t i = 0; i < n; i++) {
+        found_linear |= !strcmp(layers[i]->name, "linear");
+        found_residual |= !strcmp(layers[i]->name, "residual");
+        CT_CHECK(ct_layer_type_find(layers[i]->name) == layers[i]);
     }
     CT_CHECK(found_linear && found_residual);
-    CT_CHECK(n >= 17);
-    CT_CHECK(ct_layer_type_name(-1) == NULL);
-    CT_CHECK(!strcmp(ct_model_type_name(0), "mlp"));
-    CT_CHECK(!strcmp(ct_model_type_name(2), "gpt"));
-    CT_CHECK(ct_model_type_name(3) == NULL);
+    CT_CHECK(n >= 17 && layers[n] == NULL);
+    CT_CHECK(ct_layer_type_find("lnear") == NULL && ct_layer_type_find(NULL) == NULL);
+    const ct_model_type *const *models = ct_model_types(&n);
+    CT_CHECK(n == 3 && models[3] == NULL);
+    CT_CHECK(!strcmp(models[0]->name, "mlp"));
+    CT_CHECK(!strcmp(models[2]->name, "gpt"));
+    CT_CHECK(ct_model_type_find("gpt") == models[2] && ct_model_type_find(NULL) == NULL);
+}
+
+/* The option keys of a layer or model type, or NULL for a name that is not one. */
+static const char *const *layer_keys(const char *type) {
+    const ct_layer_type *t = ct_layer_type_find(type);
+    return t ? t->keys : NULL;
+}
+
+static const char *const *model_keys(const char *type) {
+    const ct_model_type *t = ct_model_type_find(type);
+    return t ? t->keys : NULL;
 }
 
 static bool lists(const char *const *keys, const char *key) {
@@ -74,12 +90,12 @@ static bool lists(const char *const *keys, const char *key) {
 
 /* a configuration is checked before the data give the input shape */
 static void model_should_check_options_without_an_input(void) {
-    CT_CHECK(lists(ct_model_type_keys("mlp"), "hidden"));
-    CT_CHECK(lists(ct_model_type_keys("gpt"), "n_head"));
-    CT_CHECK(ct_model_type_keys("sequential") == NULL); /* not a builder */
-    CT_CHECK(lists(ct_layer_type_keys("linear"), "out"));
-    CT_CHECK(ct_layer_type_keys("residual") && !ct_layer_type_keys("residual")[0]);
-    CT_CHECK(ct_layer_type_keys("lnear") == NULL);
+    CT_CHECK(lists(model_keys("mlp"), "hidden"));
+    CT_CHECK(lists(model_keys("gpt"), "n_head"));
+    CT_CHECK(model_keys("sequential") == NULL); /* not a builder */
+    CT_CHECK(lists(layer_keys("linear"), "out"));
+    CT_CHECK(layer_keys("residual") && !layer_keys("residual")[0]);
+    CT_CHECK(layer_keys("lnear") == NULL);
     ct_ctx *ctx = NULL;
     CT_CHECK_INT(ct_ctx_create(NULL, &ctx), CT_OK);
     ct_options ok = OPTS({"hidden", "16,8"}, {"activation", "gelu"}); /* out: from the data */
@@ -304,10 +320,10 @@ static void model_should_init_like_pytorch(void) {
     CT_CHECK_INT(
         ct_model_create(f.ctx, f.params, CT_F32, 3, (const int64_t[]){3, 5, 5}, specs, 4, &f.m),
         CT_OK);
-    CT_CHECK_INT(ct_model_init(f.m, 1), CT_ERR_INVALID_ARG); /* before ct_params_alloc */
+    CT_CHECK_INT(ct_model_init_weights(f.m, 1), CT_ERR_INVALID_ARG); /* before ct_params_alloc */
     CT_CHECK(has(ct_last_error(f.ctx), "ct_params_alloc"));
     CT_CHECK_INT(ct_params_alloc(f.params), CT_OK);
-    CT_CHECK_INT(ct_model_init(f.m, 1), CT_OK);
+    CT_CHECK_INT(ct_model_init_weights(f.m, 1), CT_OK);
     double conv_bound = 1.0 / sqrt(27.0), lin_bound = 1.0 / sqrt(16.0 * 9.0);
     const char *names[] = {"0.weight", "0.bias", "3.weight", "3.bias"};
     double bounds[] = {conv_bound, conv_bound, lin_bound, lin_bound};
@@ -322,9 +338,9 @@ static void model_should_init_like_pytorch(void) {
     CT_CHECK(ct_tensor_get_f32(ct_model_param(f.m, "1.running_var"), 0) == 1.0f);
     /* same seed, same weights; another seed, others */
     float w0 = ct_tensor_get_f32(ct_model_param(f.m, "3.weight"), 5);
-    CT_CHECK_INT(ct_model_init(f.m, 1), CT_OK);
+    CT_CHECK_INT(ct_model_init_weights(f.m, 1), CT_OK);
     CT_CHECK(w0 == ct_tensor_get_f32(ct_model_param(f.m, "3.weight"), 5));
-    CT_CHECK_INT(ct_model_init(f.m, 2), CT_OK);
+    CT_CHECK_INT(ct_model_init_weights(f.m, 2), CT_OK);
     CT_CHECK(w0 != ct_tensor_get_f32(ct_model_param(f.m, "3.weight"), 5));
     fx_close(&f);
 
@@ -549,7 +565,7 @@ static void model_should_run_a_user_model_type(void) {
     CT_CHECK_INT(ct_model_output_shape(m, shape), 1);
     CT_CHECK_INT(shape[0], 3);
     CT_CHECK_INT(ct_params_alloc(f.params), CT_OK);
-    CT_CHECK_INT(ct_model_init(m, 7), CT_OK);
+    CT_CHECK_INT(ct_model_init_weights(m, 7), CT_OK);
     ct_tensor *w = ct_model_param(m, "proj.weight");
     CT_CHECK(w != NULL);
     ct_graph *g = NULL;

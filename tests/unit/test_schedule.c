@@ -43,12 +43,10 @@ static void schedule_should_reject_unknown_types_and_keys(void) {
     expect_fail(NULL, &none, CT_ERR_CONFIG, "known: constant");
     /* the table, for checking a configuration before building */
     int64_t n = 0;
-    while (ct_schedule_type_name(n))
-        n++;
-    CT_CHECK(n == 10 && !strcmp(ct_schedule_type_name(4), "cosine"));
-    CT_CHECK(ct_schedule_type_keys("cosine") &&
-             !strcmp(ct_schedule_type_keys("cosine")[0], "t_max"));
-    CT_CHECK(ct_schedule_type_keys("cosin") == NULL && ct_schedule_type_name(-1) == NULL);
+    const ct_schedule_type *const *types = ct_schedule_types(&n);
+    CT_CHECK(n == 10 && types[10] == NULL && !strcmp(types[4]->name, "cosine"));
+    CT_CHECK(ct_schedule_type_find("cosine") == types[4] && !strcmp(types[4]->keys[0], "t_max"));
+    CT_CHECK(ct_schedule_type_find("cosin") == NULL && ct_schedule_type_find(NULL) == NULL);
     ct_options o = OPTS({"stepsize", "3"});
     expect_fail("step", &o, CT_ERR_CONFIG,
                 "unknown key 'stepsize' (did you mean 'step_size'?) (known: step_size, gamma)");

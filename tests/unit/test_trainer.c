@@ -100,9 +100,9 @@ static void setup_close(setup *s) {
     ct_params_destroy(s->params);
     ct_loader_destroy(s->valid_loader);
     ct_loader_destroy(s->train_loader);
-    ct_dataset_destroy(s->valid);
-    ct_dataset_destroy(s->train);
-    ct_dataset_destroy(s->all);
+    ct_dataset_close(s->valid);
+    ct_dataset_close(s->train);
+    ct_dataset_close(s->all);
 }
 
 static const ct_metric_spec acc_spec = {"accuracy", NULL, NULL, {NULL, 0, NULL}};
@@ -1727,7 +1727,7 @@ static void trainer_should_train_a_language_model(void) {
     ct_model_destroy(m);
     ct_params_destroy(params);
     ct_loader_destroy(l);
-    ct_dataset_destroy(ds);
+    ct_dataset_close(ds);
     unlink(path);
 }
 

@@ -1,6 +1,6 @@
 /*
  * crc32c.c - CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of checkpoint
- * files, as iSCSI, ext4 and TensorFlow's tensor bundles use it.
+ * files and of TensorBoard's records, as iSCSI, ext4 and TensorFlow's tensor bundles use it.
  *
  * Two implementations of one function: a table-driven software reference (one byte per table
  * lookup) and, on x86-64, the SSE4.2 `crc32` instruction (8 bytes per instruction), chosen at
@@ -12,7 +12,8 @@
  */
 #include <string.h>
 
-#include "ckpt/ckpt_internal.h"
+#include "core/core_internal.h"
+#include "ctrain/crc32c.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <nmmintrin.h>

@@ -1,0 +1,260 @@
+/*
+ * args.c - the ctrain tool's usage texts (the tool's and each command's), the bundled examples
+ * it lists, and the options that fit, eval, predict and config share.
+ *
+ * Ownership: parsed arguments point into argv; nothing here allocates.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#ifndef CT_EXAMPLES_DIR
+#define CT_EXAMPLES_DIR "examples"
+#endif
+
+void cli_usage(FILE *f) {
+    (void)fprintf(
+        f, "usage: ctrain COMMAND [options]\n"
+           "\n"
+           "commands:\n"
+           "  fit CONFIG [--restart] [key=value ...]\n"
+           "                                  train (resumes the run directory's latest "
+           "checkpoint)\n"
+           "  eval CONFIG [--checkpoint best|latest|PATH] [--json] [key=value ...]\n"
+           "                                  evaluate a checkpoint on every evaluation "
+           "dataset\n"
+           "  predict CONFIG --input X.npy --output OUT.csv|.npy [--checkpoint ...]\n"
+           "                                  write the model's predictions for X\n"
+           "  config CONFIG [key=value ...]   check a configuration and print it resolved\n"
+           "  config --reference              print every key (docs/config.md)\n"
+           "  inspect PATH                    describe and verify a run directory or "
+           "checkpoint\n"
+           "  report RUN_DIR [--output F.html] [--svg DIR] [--log]\n"
+           "                                  a self-contained HTML report with plots\n"
+           "\n"
+           "overrides: key.path=value replaces, +key.path=value adds, ++key.path=value "
+           "sets,\n"
+           "           ~key.path deletes, ~key.path=value deletes that value only "
+           "(Hydra's grammar);\n"
+           "           values are YAML (lr=3e-4, hidden=[256,128])\n"
+           "\n"
+           "options: -V, --version   print the version;  -h, --help   this help "
+           "(ctrain COMMAND --help for a command's)\n"
+           "\n"
+           "exit codes: 0 success, 1 the run failed, 2 usage, configuration or input "
+           "error,\n"
+           "            129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM (a checkpoint saved)\n"
+           "\n"
+           "environment: CTRAIN_DEBUG=1 adds ctrain's source locations to error "
+           "messages\n");
+}
+
+/* The bundled example experiments: installed beside the binary (PREFIX/share/ctrain/examples),
+ * else in the source tree it was built from. */
+void cli_list_examples(FILE *f) {
+    char dir[1100] = "";
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        (void)snprintf(dir, sizeof dir, "%s/../share/ctrain/examples", exe);
+    }
+    DIR *d = dir[0] ? opendir(dir) : NULL;
+    if (!d) {
+        (void)snprintf(dir, sizeof dir, "%s", CT_EXAMPLES_DIR);
+        d = opendir(dir);
+    }
+    if (!d) return;
+    (void)fprintf(f, "\nbundled examples:\n");
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len > 5 && strcmp(de->d_name + len - 5, ".yaml") == 0)
+            (void)fprintf(f, "  ctrain fit %s/%s\n", dir, de->d_name);
+    }
+    (void)closedir(d);
+}
+
+/* A number option: a whole one >= 0 (--tokens, --top-k, --seed) or any one >= 0 (--temperature).
+ * 0, or the exit code once the error is said. */
+static int read_number(const char *cmd, int c, const char *text, cmd_args *a) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end || errno || !(v >= 0) || (c != 't' && v != floor(v))) {
+        (void)fprintf(stderr, "ctrain %s: --%s: expected a %s number, got '%s'\n", cmd,
+                      c == 'n'   ? "tokens"
+                      : c == 'k' ? "top-k"
+                      : c == 's' ? "seed"
+                                 : "temperature",
+                      c == 't' ? "positive" : "whole", text);
+        return EXIT_USAGE;
+    }
+    if (c == 'n') a->tokens = (long long)v;
+    if (c == 'k') a->top_k = (long long)v;
+    if (c == 's') a->seed = (long long)v;
+    if (c == 't') a->temperature = v;
+    return 0;
+}
+
+/* Takes one result of getopt_long: an operand (1: CONFIG, then overrides) or an option. 0, or
+ * the exit code once the error is said. */
+static int take_option(const char *cmd, int c, char **argv, cmd_args *a) {
+    switch (c) {
+    case 1:
+        if (!a->config)
+            a->config = optarg;
+        else
+            a->overrides[a->n_overrides++] = optarg;
+        return 0;
+    case 'c':
+        a->checkpoint = optarg;
+        return 0;
+    case 'j':
+        a->json = true;
+        return 0;
+    case 'i':
+        a->input = optarg;
+        return 0;
+    case 'o':
+        a->output = optarg;
+        return 0;
+    case 'p':
+        a->prompt = optarg;
+        return 0;
+    case 'n':
+    case 'k':
+    case 's':
+    case 't':
+        return read_number(cmd, c, optarg, a);
+    case 'R':
+        a->restart = true;
+        return 0;
+    case 'r':
+        a->reference = true;
+        return 0;
+    case 'h':
+        a->help = true;
+        return 0;
+    default:
+        (void)fprintf(stderr, "ctrain %s: unknown option '%s'\n", cmd, argv[optind - 1]);
+        return EXIT_USAGE;
+    }
+}
+
+/* Refuses an option of another command: 0, or the exit code once said. */
+static int check_command_options(const char *cmd, const cmd_args *a) {
+    bool loads = strcmp(cmd, "eval") == 0 || strcmp(cmd, "predict") == 0;
+    if ((!loads && strcmp(a->checkpoint, "best") != 0) || (a->json && strcmp(cmd, "eval") != 0)) {
+        (void)fprintf(stderr,
+                      "ctrain %s: --checkpoint is an option of eval and predict, --json "
+                      "of eval\n",
+                      cmd);
+        return EXIT_USAGE;
+    }
+    if (a->restart && strcmp(cmd, "fit") != 0) {
+        (void)fprintf(stderr, "ctrain %s: --restart is an option of fit\n", cmd);
+        return EXIT_USAGE;
+    }
+    if ((a->input || a->output || a->prompt) && strcmp(cmd, "predict") != 0) {
+        (void)fprintf(stderr, "ctrain %s: --input and --output are options of predict\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (a->reference && strcmp(cmd, "config") != 0) {
+        (void)fprintf(stderr, "ctrain %s: --reference is an option of config\n", cmd);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **ov) {
+    memset(a, 0, sizeof *a);
+    a->overrides = ov;
+    a->tokens = 200;
+    a->temperature = 0.8;
+    a->top_k = 40;
+    a->checkpoint = "best";
+    static const struct option opts[] = {
+        {"checkpoint", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},
+        {"reference", no_argument, NULL, 'r'},
+        {"restart", no_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'},
+        {"input", required_argument, NULL, 'i'},
+        {"output", required_argument, NULL, 'o'},
+        {"prompt", required_argument, NULL, 'p'},
+        {"tokens", required_argument, NULL, 'n'},
+        {"temperature", required_argument, NULL, 't'},
+        {"top-k", required_argument, NULL, 'k'},
+        {"seed", required_argument, NULL, 's'},
+        {NULL, 0, NULL, 0},
+    };
+    optind = 1;
+    opterr = 0;
+    int c;
+    /* '+' would stop at the first operand; permuting lets flags follow CONFIG, and a leading
+       '-' keeps operands ("~key" deletions) in order */
+    while ((c = getopt_long(argc, argv, "-h", opts, NULL)) != -1) {
+        int rc = take_option(cmd, c, argv, a);
+        if (rc) return rc;
+    }
+    return check_command_options(cmd, a);
+}
+
+void cli_cmd_usage(FILE *f, const char *cmd) {
+    if (strcmp(cmd, "fit") == 0)
+        (void)fprintf(f, "usage: ctrain fit CONFIG [--restart] [key=value ...]\n\n"
+                         "Trains the experiment CONFIG describes, in its output_dir (default "
+                         "runs/<name>):\nconfig.yaml, metrics.jsonl, log.txt and checkpoints/. A "
+                         "run directory that holds\ncheckpoints of the same configuration is "
+                         "resumed from its latest one; of another\nconfiguration, refused (exit "
+                         "2). SIGINT, SIGTERM or SIGHUP stop at the end of the step,\nsave a "
+                         "checkpoint and exit 130, 143 or 129. One fit at a time holds a run\n"
+                         "directory; a folder of other files is refused.\n--restart renames an "
+                         "existing run directory to NAME.old-DATE-TIME and starts over.\n");
+    else if (strcmp(cmd, "eval") == 0)
+        (void)fprintf(f, "usage: ctrain eval CONFIG [--checkpoint best|latest|PATH] [--json] "
+                         "[key=value ...]\n\nLoads a checkpoint of the run directory (default "
+                         "best, else latest) and runs every\nevaluation dataset once; prints the "
+                         "metrics (--json: one JSON object). Writes nothing.\n");
+    else if (strcmp(cmd, "predict") == 0)
+        (void)fprintf(f,
+                      "usage: ctrain predict CONFIG --input X.npy --output OUT.csv|OUT.npy "
+                      "[--checkpoint best|latest|PATH]\n                      [key=value ...]\n\n"
+                      "Runs the model of a checkpoint (default best, else latest) over the "
+                      "features in X.npy\n(N samples of the training data's shape) and writes "
+                      "the class and class probabilities\n(classification) or the values "
+                      "(regression) per sample. Writes nothing into the run.\n\n"
+                      "       ctrain predict CONFIG --prompt TEXT [--tokens N (200)] "
+                      "[--temperature T (0.8)]\n                      [--top-k K (40)] "
+                      "[--seed S (0)] [--checkpoint ...]\n\nWith --prompt (a byte-level "
+                      "language model): prints TEXT and N sampled bytes.\n");
+    else if (strcmp(cmd, "report") == 0)
+        (void)fprintf(f, "usage: ctrain report RUN_DIR [--output FILE.html] [--svg DIR] [--log]\n\n"
+                         "Writes one self-contained HTML page (inline SVG, no script) from the "
+                         "run's\nmetrics.jsonl: curves per metric and split, learning rate, "
+                         "gradient norm,\nthroughput, the best checkpoint marked, confusion "
+                         "matrices, the configuration.\nDefault output RUN_DIR/report.html; "
+                         "--svg also writes each plot as DIR/NAME.svg;\n--log draws losses on a "
+                         "log scale.\n");
+    else if (strcmp(cmd, "config") == 0)
+        (void)fprintf(f, "usage: ctrain config CONFIG [key=value ...]\n       ctrain config "
+                         "--reference\n\nChecks CONFIG with the overrides (the schema, then each "
+                         "component's keys,\nopening the data files) and prints the resolved "
+                         "configuration as YAML\n(exit 0 when valid, 2 otherwise); --reference "
+                         "prints every key as Markdown.\n");
+    else
+        (void)fprintf(f, "usage: ctrain inspect PATH\n\nDescribes a run directory (its "
+                         "checkpoints, which verify, latest and best, the last\nmetrics) or one "
+                         "checkpoint directory (step, epoch, files, tensors with shapes and\n"
+                         "dtypes), verifying checksums; exit 1 when something is damaged.\n");
+}

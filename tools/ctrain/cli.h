@@ -1,0 +1,144 @@
+/*
+ * cli.h - what the files of the ctrain command-line tool share: the exit codes of docs/cli.md,
+ * the session (the context's log, log.txt and the progress display), the parsed arguments and
+ * each file's entry points. The files: main.c (dispatch), args.c (usage texts and option
+ * parsing), signals.c (the stop signals), session.c (messages, log.txt, errors, loading a
+ * configuration), progress.c (the progress display and the trainer's callbacks), fit.c, eval.c
+ * (eval, predict, config), report.c and inspect.c (one command each).
+ *
+ * A session belongs to the command that opened it; its log file, communicator and context are
+ * closed by that command. The only process-wide state is signals.c's signal flag.
+ */
+#ifndef CT_CLI_H
+#define CT_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ctrain/config.h"
+#include "ctrain/dist.h"
+#include "ctrain/experiment.h"
+#include "ctrain/status.h"
+
+enum {
+    EXIT_RUN_FAILED = 1,
+    EXIT_USAGE = 2,
+    EXIT_SIGHUP = 129,
+    EXIT_SIGINT = 130,
+    EXIT_SIGTERM = 143
+};
+
+/* ---- the stop signals (signals.c) ---- */
+
+/* The stop signal that came (SIGINT, SIGTERM, SIGHUP), or 0. */
+int cli_signal(void);
+/* A report stops once a signal has come (ct_report_params.cancelled); user is unused. */
+bool cli_signalled(void *user);
+/* Installs the handler of the stop signals: the first one is noted, a second one (not SIGHUP)
+ * ends the process. SIGHUP is left ignored when it was (`nohup`). */
+void cli_catch_stop_signals(void);
+/* The exit code of a stop by the signal that came (0: none), and its name. */
+int cli_stop_code(void);
+const char *cli_stop_name(void);
+/* Leaves the stop signals to a thread of their own; call before any other thread starts. */
+void cli_route_signals(void);
+/* Makes writes to a pipe or socket on stdout and stderr non-blocking (an MPI launcher's). */
+void cli_never_block_on_the_launcher(void);
+
+/* ---- the session (session.c, progress.c) ---- */
+
+typedef enum progress_mode { PROGRESS_BAR, PROGRESS_PLAIN, PROGRESS_NONE } progress_mode;
+
+typedef struct session {
+    ct_ctx *ctx;
+    FILE *log_file;
+    int log_errno;       /* a write of log.txt failed with it: the run ends at the next event */
+    char log_path[1100]; /* opened at fit start: a refused run directory gets nothing */
+    char pending[4096];  /* lines said before that, written when it opens */
+    size_t n_pending;
+    bool quiet;  /* info messages only into log.txt */
+    bool silent; /* a rank other than 0 of a distributed run: errors only, no log.txt */
+    int64_t rank, world;
+    ct_comm *comm;       /* NULL: one process */
+    char rank_map[1024]; /* "0 pid 123 on node1, 1 pid 124 on node1": rank 0 prints it */
+    progress_mode progress;
+    double interval, interval_seconds;
+    /* the current bar */
+    char split[32];
+    double t0, t_last, frac_last;
+    bool bar_open;
+    double loss_sum;
+    int64_t loss_n;
+    double lr;
+    bool have_lr; /* lr is known from the first training record on */
+    int64_t batch_size, eval_batch_size;
+    int64_t max_epochs;
+    ct_experiment *exp;
+} session;
+
+/* Clears s and creates the context *ctx, logging through s: 0, or the exit code once said. */
+int cli_open_session(session *s, ct_ctx **ctx);
+/* Writes a line to log.txt, or keeps it until the file is open. */
+void cli_to_log(session *s, const char *prefix, const char *line);
+/* The run's status as far as log.txt is concerned. */
+ct_status cli_log_status(const session *s);
+/* Ends the progress bar's line, if one is open. */
+void cli_close_bar(session *s);
+/* Fills s->rank_map with every rank's pid and host (a collective: every rank calls it). */
+ct_status cli_gather_rank_map(session *s);
+/* A line for the terminal (stderr) and log.txt. */
+void cli_say(session *s, const char *fmt, ...) CT_PRINTF(2, 3);
+/* The context's last error as users see it: without ctrain's source locations, unless
+ * CTRAIN_DEBUG is set. */
+const char *cli_error_text(const ct_ctx *ctx, char *buf, size_t size);
+/* Says the context's last error on stderr and returns code. */
+int cli_fail(ct_ctx *ctx, int code);
+/* cli_fail for one rank of a distributed run, which then ends the whole job. */
+int cli_rank_fail(const session *s, ct_ctx *ctx, int code);
+/* Exit code for a failure while setting up (reading the configuration and the data). */
+int cli_setup_code(ct_status s);
+/* Loads CONFIG (an experiment file or a run directory), applies the overrides, resolves it. */
+ct_status cli_load_config(ct_ctx *ctx, const char *path, char **overrides, int n, ct_config **out);
+
+/* Reads the progress settings and batch sizes of a resolved configuration into s. */
+void cli_apply_logging(session *s, const ct_config *cfg);
+/* Points the trainer's callbacks at s: the progress display, log.txt, the stop signals. */
+void cli_session_callbacks(session *s, ct_trainer_callbacks *cb);
+
+/* ---- the arguments (args.c) ---- */
+
+/* The shared options of fit/eval/predict/config: CONFIG and overrides after the flags. */
+typedef struct cmd_args {
+    const char *config;
+    char **overrides;
+    int n_overrides;
+    const char *checkpoint;
+    const char *input, *output;
+    const char *prompt; /* predict on a language model: sample after this text */
+    long long tokens, top_k, seed;
+    double temperature;
+    bool json, reference, help, restart;
+} cmd_args;
+
+/* Parses a command's arguments into a; ov (argc + 1 slots) receives the overrides. 0, or the
+ * exit code once the error is said. */
+int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **ov);
+/* The tool's help, a command's help, and the bundled examples. */
+void cli_usage(FILE *f);
+void cli_cmd_usage(FILE *f, const char *cmd);
+void cli_list_examples(FILE *f);
+
+/* ---- the commands (fit.c, eval.c, report.c, inspect.c): each returns its exit code ---- */
+
+int cli_cmd_fit(int argc, char **argv);
+int cli_cmd_eval(int argc, char **argv);
+int cli_cmd_predict(int argc, char **argv);
+int cli_cmd_config(int argc, char **argv);
+int cli_cmd_report(int argc, char **argv);
+int cli_cmd_inspect(int argc, char **argv);
+
+/* Whether the run's pointer file checkpoints/NAME is there, readable or not (eval.c). */
+bool cli_pointer_exists(const char *run, const char *name);
+
+#endif /* CT_CLI_H */

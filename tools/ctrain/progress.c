@@ -1,0 +1,199 @@
+/*
+ * progress.c - what a fit shows while it runs: the progress bar or plain progress lines on
+ * stderr, each evaluation's line, and log.txt opened at the start of the fit; these are the
+ * trainer's callbacks, which also end the fit at the step where a stop signal came.
+ *
+ * Ownership: the callbacks write into the session they are given (callbacks.user).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static double now_s(void) {
+    struct timeval tv;
+    (void)gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
+static void fmt_duration(double sec, char *buf, size_t n) {
+    if (!isfinite(sec) || sec < 0) sec = 0;
+    long long t = (long long)(sec + 0.5);
+    if (t >= 3600)
+        (void)snprintf(buf, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+    else
+        (void)snprintf(buf, n, "%lld:%02lld", t / 60, t % 60);
+}
+
+static ct_status
+on_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss) {
+    session *s = user;
+    double now = now_s();
+    if (strcmp(s->split, split) != 0 || done == 1) {
+        cli_close_bar(s);
+        (void)snprintf(s->split, sizeof s->split, "%s", split);
+        s->t0 = now;
+        s->t_last = 0;
+        s->frac_last = 0;
+        s->loss_sum = 0;
+        s->loss_n = 0;
+    }
+    if (isfinite(loss)) {
+        s->loss_sum += loss;
+        s->loss_n++;
+    }
+    CT_TRY(cli_log_status(s));
+    if (s->progress == PROGRESS_NONE) return cli_signal() ? CT_STOP : CT_OK;
+    double frac = total > 0 ? (double)done / (double)total : 0;
+    bool is_train = strcmp(split, "train") == 0;
+    bool last = done >= total;
+    /* plain lines: training every `interval` of an epoch or interval_seconds; evaluation,
+       usually short, by time only */
+    if (s->t_last == 0 && s->progress == PROGRESS_PLAIN) s->t_last = now;
+    bool due = s->progress == PROGRESS_BAR
+                   ? (now - s->t_last >= 0.1 || last)
+                   : (now - s->t_last >= s->interval_seconds ||
+                      (is_train && (frac - s->frac_last >= s->interval - 1e-12 || last)));
+    if (!due) return cli_signal() ? CT_STOP : CT_OK;
+    double el = now - s->t0;
+    double rate =
+        el > 0 ? (double)done * (double)(is_train ? s->batch_size : s->eval_batch_size) / el : 0;
+    char eta[32];
+    fmt_duration(done > 0 ? el * (double)(total - done) / (double)done : 0, eta, sizeof eta);
+    char head[64];
+    if (is_train && s->max_epochs)
+        (void)snprintf(head, sizeof head, "train epoch %lld/%lld",
+                       (long long)ct_trainer_epoch(t) + 1, (long long)s->max_epochs);
+    else if (is_train)
+        (void)snprintf(head, sizeof head, "train epoch %lld", (long long)ct_trainer_epoch(t) + 1);
+    else
+        (void)snprintf(head, sizeof head, "%s", split);
+    char tail[96] = "";
+    if (is_train && s->loss_n > 0 && s->have_lr)
+        (void)snprintf(tail, sizeof tail, " loss %.4f lr %.3g", s->loss_sum / (double)s->loss_n,
+                       s->lr);
+    else if (is_train && s->loss_n > 0)
+        (void)snprintf(tail, sizeof tail, " loss %.4f", s->loss_sum / (double)s->loss_n);
+    if (s->progress == PROGRESS_BAR) {
+        char bar[26];
+        int filled = (int)(frac * 24);
+        for (int i = 0; i < 24; i++)
+            bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+        bar[24] = '\0';
+        (void)fprintf(stderr, "\r\033[K%s [%s] %lld/%lld %.0f samples/s ETA %s%s", head, bar,
+                      (long long)done, (long long)total, rate, eta, tail);
+        (void)fflush(stderr);
+        s->bar_open = true;
+        if (last) cli_close_bar(s);
+    } else {
+        (void)fprintf(stderr, "%s %lld/%lld (%.0f%%) %.0f samples/s ETA %s%s\n", head,
+                      (long long)done, (long long)total, frac * 100, rate, eta, tail);
+        s->frac_last = frac;
+    }
+    s->t_last = now;
+    return cli_signal() ? CT_STOP : CT_OK; /* the trainer ends after this step's evaluations */
+}
+
+static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
+    session *s = user;
+    (void)t;
+    for (int64_t i = 0; i < n; i++)
+        if (strcmp(v[i].name, "train/lr") == 0) {
+            s->lr = v[i].value;
+            s->have_lr = true;
+        }
+    return cli_log_status(s);
+}
+
+static ct_status
+on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
+    session *s = user;
+    char line[1024];
+    size_t at = 0;
+    at += (size_t)snprintf(line, sizeof line, "%s epoch %lld step %lld:", key,
+                           (long long)ct_trainer_epoch(t), (long long)ct_trainer_step(t));
+    for (int64_t i = 0; i < n && at < sizeof line; i++) {
+        if (strstr(v[i].name, "/confusion/")) continue; /* counts: metrics.jsonl and report */
+        const char *name = strchr(v[i].name, '/');
+        at += (size_t)snprintf(line + at, sizeof line - at, " %s %.4f", name ? name + 1 : v[i].name,
+                               v[i].value);
+    }
+    /* the monitor has not seen these values yet */
+    const ct_monitor *m = ct_trainer_monitor(t);
+    size_t kl = strlen(key);
+    for (int64_t i = 0; m && i < n && at < sizeof line; i++) {
+        if (strcmp(v[i].name, m->metric) != 0 || strncmp(m->metric, key, kl) != 0) continue;
+        if (ct_monitor_is_better(m, v[i].value))
+            (void)snprintf(line + at, sizeof line - at, " (new best %s)", m->metric);
+        else
+            (void)snprintf(line + at, sizeof line - at, " (best %s %.4f at step %lld)", m->metric,
+                           m->state.best, (long long)m->state.best_step);
+    }
+    cli_say(s, "%s", line);
+    return cli_log_status(s);
+}
+
+static ct_status on_fit_start(void *user, ct_trainer *t) {
+    session *s = user;
+    (void)t;
+    if (s->log_path[0] && !s->log_file) {
+        s->log_file = fopen(s->log_path, "a");
+        if (!s->log_file)
+            return CT_FAIL(s->ctx, CT_ERR_IO, "%s: cannot open: %s", s->log_path, strerror(errno));
+        if (fwrite(s->pending, 1, s->n_pending, s->log_file) != s->n_pending ||
+            fflush(s->log_file) != 0) {
+            s->log_errno = errno ? errno : EIO;
+            (void)fclose(s->log_file);
+            s->log_file = NULL;
+        }
+        s->n_pending = 0;
+    }
+    return cli_log_status(s);
+}
+
+static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
+    session *s = user;
+    int64_t n;
+    const ct_metric_value *v = ct_trainer_metrics(t, "train", &n);
+    double loss = (double)NAN;
+    for (int64_t i = 0; i < n; i++)
+        if (strcmp(v[i].name, "train/loss") == 0) loss = v[i].value;
+    if (s->log_file) {
+        char line[128];
+        (void)snprintf(line, sizeof line, "epoch %lld done: step %lld train/loss %.4f",
+                       (long long)epoch, (long long)ct_trainer_step(t), loss);
+        cli_to_log(s, "", line);
+    }
+    return cli_log_status(s);
+}
+
+void cli_apply_logging(session *s, const ct_config *cfg) {
+    const ct_cfg_node *root = ct_config_root(cfg);
+    const char *mode = ct_config_find(root, "logging.progress")->value;
+    bool tty = isatty(STDERR_FILENO);
+    s->progress = strcmp(mode, "none") == 0    ? PROGRESS_NONE
+                  : strcmp(mode, "bar") == 0   ? PROGRESS_BAR
+                  : strcmp(mode, "plain") == 0 ? PROGRESS_PLAIN
+                  : tty                        ? PROGRESS_BAR
+                                               : PROGRESS_PLAIN;
+    s->interval = atof(ct_config_find(root, "logging.interval")->value);
+    s->interval_seconds = atof(ct_config_find(root, "logging.interval_seconds")->value);
+    s->batch_size = atoll(ct_config_find(root, "data.batch_size")->value);
+    long long ebs = atoll(ct_config_find(root, "data.eval_batch_size")->value);
+    s->eval_batch_size = ebs > 0 ? ebs : s->batch_size;
+    s->max_epochs = atoll(ct_config_find(root, "trainer.max_epochs")->value);
+}
+
+void cli_session_callbacks(session *s, ct_trainer_callbacks *cb) {
+    cb->user = s;
+    cb->on_batch = on_batch;
+    cb->on_log = on_log;
+    cb->on_eval_end = on_eval_end;
+    cb->on_epoch_end = on_epoch_end;
+    cb->on_fit_start = on_fit_start;
+}
