@@ -1,0 +1,280 @@
+/*
+ * fit.c - the training loop: epochs of micro-batches in accumulation windows, the log window,
+ * the evaluations and checkpoints due after each step and epoch, and the stop rules (max_epochs,
+ * max_steps, early stopping, a callback's CT_STOP, an interrupt) agreed between ranks.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ctrain/ops.h"
+#include "train/train_internal.h"
+
+/* A new log window: nothing summed yet. */
+void ct_train_reset_window(ct_trainer *t) {
+    t->window_loss = 0.0;
+    t->window_count = 0;
+    for (int64_t k = 0; k < t->n_parts; k++) {
+        t->part_sum[k] = 0.0;
+        t->part_count[k] = 0;
+    }
+}
+
+/* The log window's sums over every rank (loss, count, then each part's sum and count) into
+ * sums, on every rank; the window itself is left as it is. */
+ct_status ct_train_window_sums(ct_trainer *t, double *sums) {
+    sums[0] = t->window_loss;
+    sums[1] = (double)t->window_count;
+    for (int64_t k = 0; k < t->n_parts; k++) {
+        sums[2 + 2 * k] = t->part_sum[k];
+        sums[3 + 2 * k] = (double)t->part_count[k];
+    }
+    if (ct_comm_world_size(t->comm) > 1)
+        CT_TRY(ct_comm_allreduce_sum_f64(t->comm, sums, 2 + 2 * t->n_parts));
+    return CT_OK;
+}
+
+/* ---- callbacks ---- */
+
+/* Runs a callback's result through the stop rule: CT_STOP ends the run cleanly. */
+ct_status ct_train_event(ct_trainer *t, ct_status s) {
+    if (s == CT_STOP) {
+        /* with several ranks a stop takes effect where they agree, so that every rank leaves
+           at the same point */
+        if (ct_comm_world_size(t->comm) > 1)
+            t->stop_asked = true;
+        else
+            t->stop = true;
+        return CT_OK;
+    }
+    return s;
+}
+
+static ct_status log_window(ct_trainer *t) {
+    if (ct_comm_world_size(t->comm) > 1) { /* the mean over every rank's finite losses */
+        double sums[2 + 2 * CT_LOSS_MAX_PARTS];
+        CT_TRY(ct_train_window_sums(t, sums));
+        t->window_loss = sums[0];
+        t->window_count = (int64_t)sums[1];
+        for (int64_t k = 0; k < t->n_parts; k++) {
+            t->part_sum[k] = sums[2 + 2 * k];
+            t->part_count[k] = (int64_t)sums[3 + 2 * k];
+        }
+    }
+    if (t->window_count == 0) { /* nothing finite to report; parts too start again */
+        ct_train_reset_window(t);
+        return CT_OK;
+    }
+    int64_t k = 0;
+    t->train_values[k].name = "train/loss";
+    t->train_values[k++].value = t->window_loss / (double)t->window_count;
+    t->train_values[k].name = "train/lr";
+    t->train_values[k++].value = (double)ct_optim_lr(t->opt);
+    if (t->p.grad_clip_norm > 0.0f) {
+        t->train_values[k].name = "train/grad_norm";
+        t->train_values[k++].value = (double)t->grad_norm;
+    }
+    for (int64_t p = 0; p < t->n_parts; p++)
+        if (t->part_count[p] > 0) {
+            t->train_values[k].name = t->part_log[p];
+            t->train_values[k++].value = t->part_sum[p] / (double)t->part_count[p];
+        }
+    t->n_train_values = k;
+    ct_train_reset_window(t);
+    if (t->p.callbacks.on_log)
+        return ct_train_event(t, t->p.callbacks.on_log(t->p.callbacks.user, t, t->train_values, k));
+    return CT_OK;
+}
+
+/* ---- the loop ---- */
+
+/*
+ * The rest of the current epoch of training data. Batches are placed in accumulation windows
+ * by their number within the epoch (ct_batch.number), so a loader restored mid-epoch resumes
+ * the same windows. *completed: the epoch (or its limit) was reached; a run stopped earlier
+ * (max_steps, dev_run, a callback) leaves the loader where it stopped.
+ */
+static ct_status train_epoch(ct_trainer *t, bool *completed) {
+    ct_ctx *ctx = t->ctx;
+    ct_graph *g = t->g;
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
+    int64_t total = ct_loader_batches_per_epoch(t->train), bpe = total;
+    if (t->p.limit_train_batches && t->p.limit_train_batches < bpe) bpe = t->p.limit_train_batches;
+    if (t->p.dev_run && bpe > 1) bpe = 1;
+    bool window_ok = true;
+    *completed = false;
+    ct_batch b;
+    ct_status s;
+    while ((s = ct_loader_next(t->train, &b)) == CT_OK) {
+        if (b.size == 0) { /* the epoch's end marker */
+            *completed = true;
+            break;
+        }
+        int64_t i = b.number;
+        /* for the collective timeout's message: the step being made, as failures name it */
+        ct_comm_set_step(t->comm, t->step + 1, "training");
+        if (i >= bpe) { /* past the limit: the rest of this epoch is not read */
+            ct_loader_state st = ct_loader_get_state(t->train);
+            st.epoch++;
+            st.next_batch = 0;
+            CT_TRY(ct_loader_set_state(t->train, &st));
+            *completed = true;
+            break;
+        }
+        ct_accum_pos pos;
+        CT_TRY(ct_accum_window(ctx, bpe, t->p.accum_steps, i, &pos));
+        if (i == 0 && cb->on_epoch_start)
+            CT_TRY(ct_train_event(t, cb->on_epoch_start(cb->user, t, t->epoch + 1)));
+        if (cb->on_iteration_start)
+            CT_TRY(ct_train_event(t, cb->on_iteration_start(cb->user, t, i)));
+        ct_graph_reset(g);
+        ct_tensor *out, *y;
+        int64_t items;
+        ct_tensor *loss = ct_train_forward_loss(t, &b, "train", &out, &y, &items);
+        if (!loss) return ct_train_failure(t, "training");
+        float lv = ((const float *)loss->data)[0];
+        bool finite = isfinite(lv);
+        window_ok = window_ok && finite;
+        if (finite) {
+            t->window_loss += (double)lv;
+            t->window_count++;
+        }
+        for (int64_t k = 0; k < t->n_parts; k++) {
+            float pv = t->parts[k] ? ((const float *)t->parts[k]->data)[0] : (float)NAN;
+            if (isfinite(pv)) {
+                t->part_sum[k] += (double)pv;
+                t->part_count[k]++;
+            }
+        }
+        /* each micro-batch weighs 1/length of the window: a short last window is not
+         * under-weighted, and the reported loss stays the unscaled mean */
+        ct_tensor *scaled = pos.length > 1 ? ct_op_scale(g, loss, 1.0f / (float)pos.length) : loss;
+        if (pos.last && t->n_buckets) ct_train_arm_buckets(t);
+        if (ct_graph_backward(g, scaled) != CT_OK) {
+            /* no waiting for reductions in flight: the other ranks may never join them; the
+               failed run ends the job (the command line aborts it) */
+            ct_graph_set_grad_ready(g, NULL, NULL);
+            return ct_train_failure(t, "training backward");
+        }
+        if (t->p.callbacks.on_batch) {
+            ct_status bs = t->p.callbacks.on_batch(t->p.callbacks.user, t, "train", i + 1, bpe,
+                                                   finite ? (double)lv : (double)NAN);
+            if (bs == CT_STOP) {
+                t->interrupt = true; /* at the end of this step, after its evaluations */
+            } else if (bs != CT_OK) {
+                ct_graph_set_grad_ready(g, NULL, NULL); /* as for a failed backward pass */
+                return bs;
+            }
+        }
+        double reported = finite ? (double)lv : (double)NAN;
+        if (!pos.last) {
+            if (cb->on_iteration_end)
+                CT_TRY(ct_train_event(t, cb->on_iteration_end(cb->user, t, i, reported)));
+            continue;
+        }
+        int64_t before = t->step;
+        CT_TRY(ct_train_finish_window(t, window_ok));
+        window_ok = true;
+        if (t->step > before) { /* a skipped or rolled-back step triggers nothing */
+            if (t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
+            CT_TRY(ct_train_evaluate_due(t, false, 0));
+            if (t->p.save_every_steps && t->step % t->p.save_every_steps == 0) t->save_due = true;
+            /* the epoch's last step (or the run's) owes its checkpoint until fit has run the
+             * evaluations that follow it */
+            bool last = i + 1 >= bpe || t->stop || t->interrupt ||
+                        (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run;
+            if (!last) CT_TRY(ct_train_flush_checkpoint(t));
+        }
+        if (cb->on_iteration_end)
+            CT_TRY(ct_train_event(t, cb->on_iteration_end(cb->user, t, i, reported)));
+        if (i + 1 >= bpe && bpe < total) { /* the limit is reached: skip to the next epoch */
+            ct_loader_state st = ct_loader_get_state(t->train);
+            st.epoch++;
+            st.next_batch = 0;
+            CT_TRY(ct_loader_set_state(t->train, &st));
+            *completed = true;
+            break;
+        }
+        if (t->stop || t->interrupt || (t->p.max_steps && t->step >= t->p.max_steps) ||
+            t->p.dev_run) {
+            *completed = i + 1 >= bpe;
+            if (*completed) { /* the marker comes next: take it now so the epoch is closed */
+                CT_TRY(ct_loader_next(t->train, &b));
+            }
+            break;
+        }
+    }
+    if (s != CT_OK) return ct_err_wrap(ctx, "reading training data");
+    ct_params_zero_grad(t->params); /* a window cut by max_steps leaves nothing behind */
+    return CT_OK;
+}
+
+static ct_status fit(ct_trainer *t);
+
+ct_status ct_trainer_fit(ct_trainer *t) {
+    ct_status s = ct_train_open_shard(t);
+    if (s == CT_OK) s = fit(t);
+    ct_train_close_shard(t, s == CT_OK);
+    if (s != CT_OK && t->p.callbacks.on_exception)
+        t->p.callbacks.on_exception(t->p.callbacks.user, t, s);
+    return s;
+}
+
+/* Whether any rank was interrupted (every rank then ends at the same point). */
+ct_status ct_train_agree_interrupt(ct_trainer *t) {
+    if (ct_comm_world_size(t->comm) < 2) return CT_OK;
+    float flags[2] = {t->interrupt ? 1.0f : 0.0f, t->stop_asked ? 1.0f : 0.0f};
+    CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 2));
+    t->interrupt = flags[0] != 0.0f;
+    if (flags[1] != 0.0f) t->stop = true;
+    t->stop_asked = false;
+    return CT_OK;
+}
+
+static ct_status fit(ct_trainer *t) {
+    ct_ctx *ctx = t->ctx;
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
+    t->stop = t->has_es && t->es.state.stopped; /* a resumed early-stopped run stays stopped */
+    t->interrupt = false;
+    ct_comm_set_step(t->comm, t->step, "start of fit");
+    CT_TRY(ct_train_sync_replicas(t, true));
+    if (cb->on_fit_start) CT_TRY(ct_train_event(t, cb->on_fit_start(cb->user, t)));
+    CT_TRY(ct_train_agree_interrupt(t));
+    if (t->snap) ct_train_snapshot(t, true);
+    ct_params_zero_grad(t->params);
+    while (!t->stop) {
+        if (t->p.max_epochs && t->epoch >= t->p.max_epochs) break;
+        if (t->p.max_steps && t->step >= t->p.max_steps) break;
+        bool completed = false;
+        CT_TRY(train_epoch(t, &completed));
+        if (!completed) {
+            /* cut mid-epoch (max_steps, early stopping, a callback): log what it did; after
+             * max_steps, evaluate as at the end of this (uncounted) epoch. An interrupted run
+             * leaves its window to the checkpoint, so the resumed run's next record is the
+             * uninterrupted run's */
+            if (!t->interrupt) CT_TRY(log_window(t));
+            /* an interrupt leaves the epoch's evaluations to the resumed run, at its real end */
+            if (!t->stop && !t->interrupt) CT_TRY(ct_train_evaluate_due(t, true, t->epoch + 1));
+            break;
+        }
+        t->epoch++;
+        if (t->sched && t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
+            CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
+        CT_TRY(log_window(t));
+        CT_TRY(ct_train_evaluate_due(t, true, t->epoch));
+        if (cb->on_epoch_end) CT_TRY(ct_train_event(t, cb->on_epoch_end(cb->user, t, t->epoch)));
+        CT_TRY(ct_train_agree_interrupt(t)); /* the epoch's stops, before its checkpoint */
+        if (t->snap)
+            ct_train_snapshot(t, true); /* the epoch ended finite: the new last good state */
+        if (t->p.save_every_epochs && t->epoch % t->p.save_every_epochs == 0) t->save_due = true;
+        CT_TRY(ct_train_flush_checkpoint(t));
+        if (t->p.dev_run || t->interrupt) break;
+    }
+    /* the final state, so `latest` is where this run ended (a failed run saves nothing) */
+    ct_comm_set_step(t->comm, t->step, "end of fit");
+    t->save_due = true;
+    CT_TRY(ct_train_flush_checkpoint(t));
+    CT_TRY(ct_train_share_moments(t)); /* the optimizer's state whole after fit, saved or not */
+    if (cb->on_fit_end) CT_TRY(ct_train_event(t, cb->on_fit_end(cb->user, t)));
+    (void)ctx;
+    return CT_OK;
+}

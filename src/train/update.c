@@ -1,0 +1,265 @@
+/*
+ * update.c - the optimizer step at the end of an accumulation window: the gradients averaged
+ * over ranks (all-reduced, or summed by parts in the sharded update), checked for non-finite
+ * values, clipped and applied, or the non-finite policy's skip, rollback or stop; the rollback
+ * snapshot; the sharded update's window for each fit.
+ *
+ * The trainer owns the snapshot; the shared window lives from the start of a fit to its end.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "train/train_internal.h"
+
+/* ---- rollback snapshot ---- */
+
+size_t ct_train_snapshot_bytes(const ct_params *params, const ct_optim *opt) {
+    size_t n = 0;
+    for (int64_t i = 0; i < ct_params_count(params); i++)
+        n += ct_tensor_nbytes(ct_params_at(params, i));
+    return n + (size_t)ct_optim_buffer_count(opt) * (size_t)ct_params_numel(params) * sizeof(float);
+}
+
+/* Copies every tensor of the store and every optimizer buffer into (or out of) snap. */
+void ct_train_snapshot(ct_trainer *t, bool save) {
+    unsigned char *at = t->snap;
+    for (int64_t i = 0; i < ct_params_count(t->params); i++) {
+        ct_tensor *x = ct_params_at(t->params, i);
+        size_t n = ct_tensor_nbytes(x);
+        if (save)
+            memcpy(at, x->data, n);
+        else
+            memcpy(x->data, at, n);
+        at += n;
+    }
+    size_t nb = (size_t)ct_params_numel(t->params) * sizeof(float);
+    for (int32_t k = 0; k < ct_optim_buffer_count(t->opt); k++) {
+        const char *name;
+        float *buf;
+        if (ct_optim_buffer(t->opt, k, &name, &buf) != CT_OK) continue;
+        if (save)
+            memcpy(at, buf, nb);
+        else
+            memcpy(buf, at, nb);
+        at += nb;
+    }
+    if (save) {
+        t->snap_step = t->step;
+        t->snap_opt_steps = ct_optim_steps(t->opt);
+        if (t->sched) ct_schedule_get_state(t->sched, &t->snap_sched);
+    } else {
+        (void)ct_optim_set_steps(t->opt, t->snap_opt_steps);
+        if (t->sched) {
+            (void)ct_schedule_set_state(t->sched, &t->snap_sched);
+            (void)ct_optim_set_lr(t->opt, ct_schedule_lr(t->sched));
+        }
+    }
+}
+
+/* ---- one optimizer step at the end of a window ---- */
+
+/* The sharded update's reduction (shard.c): this rank's part of the mean gradient, and the
+ * decisions every rank must share in one all-reduce: a non-finite loss or gradient on any rank,
+ * an interrupt, a callback's stop and, with norm clipping, the global norm (which then scales
+ * this rank's part, as clip_grad_norm would scale the whole). */
+static ct_status reduce_sharded(ct_trainer *t, bool *loss_ok, bool *grads_ok) {
+    bool clip_norm = t->p.grad_clip_norm > 0.0f, ok = true;
+    double sumsq = 0.0;
+    struct timespec a, b;
+    (void)clock_gettime(CLOCK_MONOTONIC, &a);
+    CT_TRY(ct_train_shard_reduce(t->shard, t->p.check_grads || clip_norm ? &ok : NULL,
+                                 clip_norm ? &sumsq : NULL));
+    double flags[5] = {*loss_ok ? 0.0 : 1.0, t->interrupt ? 1.0 : 0.0, t->stop_asked ? 1.0 : 0.0,
+                       ok ? 0.0 : 1.0, sumsq};
+    CT_TRY(ct_comm_allreduce_sum_f64(t->comm, flags, 5));
+    (void)clock_gettime(CLOCK_MONOTONIC, &b);
+    t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    *loss_ok = flags[0] == 0.0;
+    t->interrupt = flags[1] != 0.0;
+    if (flags[2] != 0.0) t->stop = true;
+    t->stop_asked = false;
+    *grads_ok = flags[3] == 0.0;
+    if (clip_norm) {
+        const double total = sqrt(flags[4]);
+        t->grad_norm = (float)total;
+        const double coef = (double)t->p.grad_clip_norm / (total + 1e-6);
+        if (*grads_ok && isfinite(t->grad_norm) && coef < 1.0)
+            ct_train_shard_scale(t->shard, (float)coef);
+    }
+    return CT_OK;
+}
+
+ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
+    ct_ctx *ctx = t->ctx;
+    float *grads = ct_params_grads(t->params);
+    int64_t n = ct_params_numel(t->params);
+    /* Gradients are checked before anything is applied: the clipping norm shows a non-finite
+     * gradient for free (clip_grad_norm leaves them untouched then); otherwise a scan, which
+     * with several ranks is the pass that divides the sum by the world size */
+    bool grads_ok = true, scanned = false;
+    bool clip_norm = t->p.grad_clip_norm > 0.0f;
+    /* one process, nothing to do between the check and the update (no clipping, no on_grads
+       handler) and a finite loss: the optimizer checks the gradients as part of the update,
+       and the policy decides after it. Under skip the update must leave no trace of a
+       non-finite gradient, so every gradient is tested before anything is written
+       (ct_optim_step_if_finite); under stop and rollback a non-finite update is never kept
+       (the run ends, or the last good state is put back), so the update tests each gradient
+       as it reads it (ct_optim_step_checked), a test that costs next to nothing where a scan
+       before it costs a pass over every gradient (bench/bench_trainer.c) */
+    bool fused = ct_comm_world_size(t->comm) == 1 && t->p.check_grads && !clip_norm &&
+                 !(t->p.grad_clip_value > 0.0f) && !t->p.callbacks.on_grads && loss_ok;
+    bool applied = false;
+    if (t->shard) {
+        CT_TRY(reduce_sharded(t, &loss_ok, &grads_ok));
+        scanned = true;
+    } else if (ct_comm_world_size(t->comm) > 1) {
+        struct timespec a, b;
+        (void)clock_gettime(CLOCK_MONOTONIC, &a);
+        if (t->n_buckets)
+            CT_TRY(ct_train_reduce_buckets(t));
+        else
+            CT_TRY(ct_comm_allreduce_sum_f32(t->comm, grads, n));
+        (void)clock_gettime(CLOCK_MONOTONIC, &b);
+        t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+        scanned = t->p.check_grads && !clip_norm;
+        ct_train_divide_check(ctx, grads, n, (float)ct_comm_world_size(t->comm),
+                              scanned ? &grads_ok : NULL);
+        /* every rank takes the same decisions: a non-finite loss on any rank is everyone's,
+           and so is an interrupt (a signal reaches the ranks at different batches) */
+        float flags[3] = {loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f,
+                          t->stop_asked ? 1.0f : 0.0f};
+        CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 3));
+        loss_ok = flags[0] == 0.0f;
+        t->interrupt = flags[1] != 0.0f;
+        if (flags[2] != 0.0f) t->stop = true; /* a callback's CT_STOP on any rank */
+        t->stop_asked = false;
+    }
+    if (clip_norm && t->shard) {
+        grads_ok = grads_ok && isfinite(t->grad_norm); /* the norm, from reduce_sharded */
+    } else if (clip_norm) {
+        float norm;
+        CT_TRY(ct_optim_clip_grad_norm(ctx, t->params, t->p.grad_clip_norm, &norm));
+        t->grad_norm = norm;
+        grads_ok = isfinite(norm);
+    } else if (fused && t->nf.mode == CT_NONFINITE_MODE_SKIP) {
+        applied = ct_optim_step_if_finite(t->opt);
+        grads_ok = applied;
+    } else if (fused) {
+        grads_ok = ct_optim_step_checked(t->opt); /* undone by the policy when false */
+        applied = true;
+    } else if (t->p.check_grads && !scanned) {
+        CT_TRY(ct_nonfinite_check(ctx, grads, n, &grads_ok));
+    }
+    ct_nonfinite_action action;
+    CT_TRY(ct_nonfinite_decide(ctx, &t->nf, loss_ok, grads_ok, &action));
+    switch (action) {
+    case CT_NONFINITE_ACTION_CONTINUE:
+        break;
+    case CT_NONFINITE_ACTION_SKIP_UPDATE:
+        if (t->shard)
+            CT_TRY(ct_train_shard_settle(t->shard)); /* before clearing what others read */
+        ct_params_zero_grad(t->params);
+        t->skipped++;
+        return CT_OK;
+    case CT_NONFINITE_ACTION_ROLLBACK: {
+        if (t->shard) CT_TRY(ct_train_shard_settle(t->shard));
+        ct_nonfinite_state keep;
+        ct_nonfinite_get_state(&t->nf, &keep); /* the count survives the rollback */
+        ct_train_snapshot(t, false);
+        t->step = t->snap_step;
+        if (t->last_saved_step > t->replace_upto) /* re-made steps replace their first saves */
+            t->replace_upto = t->last_saved_step;
+        ct_train_reset_window(t); /* the log window restarts with the restored state */
+        ct_params_zero_grad(t->params);
+        (void)ct_nonfinite_set_state(ctx, &t->nf, &keep);
+        ct_log(ctx, CT_LOG_WARN, "non-finite values: rolled back to step %lld (rollback %lld)",
+               (long long)t->step, (long long)keep.rollbacks);
+        return CT_OK;
+    }
+    case CT_NONFINITE_ACTION_STOP:
+    case CT_NONFINITE_ACTION_COUNT:
+        return ct_err_wrap(ctx, "step %lld, epoch %lld", (long long)t->step + 1,
+                           (long long)t->epoch + 1);
+    }
+    if (t->p.grad_clip_value > 0.0f && t->shard)
+        ct_train_shard_clamp(t->shard, t->p.grad_clip_value); /* the others' parts are theirs */
+    else if (t->p.grad_clip_value > 0.0f)
+        CT_TRY(ct_optim_clip_grad_value(ctx, t->params, t->p.grad_clip_value));
+    if (t->p.callbacks.on_grads)
+        CT_TRY(ct_train_event(t, t->p.callbacks.on_grads(t->p.callbacks.user, t)));
+    if (t->shard) {
+        int64_t lo, hi;
+        ct_train_shard_bounds(t->shard, ct_comm_rank(t->comm), &lo, &hi);
+        ct_optim_step_range(t->opt, lo, hi);
+        t->moments_whole = false;
+        struct timespec a, b;
+        (void)clock_gettime(CLOCK_MONOTONIC, &a);
+        CT_TRY(ct_train_shard_gather(t->shard, ct_params_values(t->params)));
+        (void)clock_gettime(CLOCK_MONOTONIC, &b);
+        t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    } else if (!applied) {
+        ct_optim_step(t->opt);
+    }
+    if (!ct_optim_zeroes_grads(t->opt)) ct_params_zero_grad(t->params);
+    t->step++;
+    if (t->sched && !t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
+        CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
+    if (t->ema) CT_TRY(ct_ema_update(t->ema, t->step, NULL));
+    return CT_OK;
+}
+
+/* The sharded update's window for one fit (collective). Under `auto` a window that cannot be
+ * made on some rank is not an error: the ranks agree on that and all-reduce instead. */
+ct_status ct_train_open_shard(ct_trainer *t) {
+    if (!t->want_shard) return CT_OK;
+    ct_status s = ct_train_shard_create(t->ctx, t->comm, ct_params_numel(t->params), &t->shard);
+    if (s == CT_OK) s = ct_params_bind_grads(t->params, ct_train_shard_grads(t->shard));
+    if (t->p.shard_optimizer == CT_UPDATE_SHARDING_ALWAYS) {
+        if (s != CT_OK) return s; /* the command line ends the job; a program decides */
+    } else {
+        double failed = s == CT_OK ? 0.0 : 1.0;
+        char why[512] = "";
+        if (s != CT_OK) {
+            (void)snprintf(why, sizeof why, "%s", ct_last_error(t->ctx));
+            ct_clear_error(t->ctx); /* not an error under auto: the warning below says it */
+        }
+        CT_TRY(ct_comm_allreduce_sum_f64(t->comm, &failed, 1));
+        if (failed != 0.0) {
+            if (t->shard) {
+                (void)ct_params_bind_grads(t->params, NULL);
+                /* others may hold no window to free it with: leave it to MPI_Finalize */
+                ct_train_shard_destroy(t->shard, false);
+                t->shard = NULL;
+            }
+            t->want_shard = false;
+            ct_log(t->ctx, CT_LOG_WARN,
+                   "trainer: no shared memory for the sharded update on %.0f of %lld ranks "
+                   "(%s); all-reducing the gradients instead",
+                   failed, (long long)ct_comm_world_size(t->comm),
+                   why[0] ? why : "another rank's failure");
+            return CT_OK;
+        }
+    }
+    t->moments_whole = false; /* bucket_bytes is 0 since create: nothing is all-reduced */
+    return CT_OK;
+}
+
+/* Ends the fit's window: collectively after a fit that every rank finished; after a failure
+ * (other ranks may never get here) only this rank's part, the window left to MPI_Finalize. */
+void ct_train_close_shard(ct_trainer *t, bool collective) {
+    if (!t->shard) return;
+    if (ct_params_grads(t->params) == ct_train_shard_grads(t->shard))
+        (void)ct_params_bind_grads(t->params, NULL);
+    ct_train_shard_destroy(t->shard, collective);
+    t->shard = NULL;
+}
+
+bool ct_trainer_sharded(const ct_trainer *t) {
+    return t->want_shard;
+}
+
+double ct_trainer_comm_seconds(const ct_trainer *t) {
+    return t->comm_seconds;
+}
