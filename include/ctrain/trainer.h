@@ -171,6 +171,19 @@ typedef enum ct_update_sharding {
 } ct_update_sharding;
 
 typedef struct ct_trainer_params {
+    /* What is trained, borrowed for the trainer's lifetime. Required: model, store (the model's
+       parameters), optim and train (the training loader). schedule: NULL = none; comm: NULL =
+       one process; task: by default (zeroed) a classification with the default hooks; engines:
+       n_engines of them, NULL for none (the array itself is read at create only). */
+    ct_model *model;
+    ct_params *store;
+    ct_optim *optim;
+    ct_schedule *schedule;
+    ct_comm *comm;
+    ct_task task;
+    ct_loader *train;
+    const ct_eval_engine *engines;
+    int64_t n_engines;
     int64_t max_epochs;               /* default 1; 0 = no limit (then max_steps must be set) */
     int64_t max_steps;                /* default 0 = no limit */
     int64_t accum_steps;              /* micro-batches per step, default 1 */
@@ -261,24 +274,13 @@ typedef struct ct_trainer_params {
 CT_API ct_trainer_params ct_trainer_default_params(void);
 
 /*
- * A trainer over a model whose parameters live in `params`, stepped by `opt` (and `schedule`,
- * stepped once per step; may be NULL), reading `train` and evaluating the engines. comm may be
- * NULL (single process). Two engines with the same key, a bad parameter or option, or a
- * monitor or early-stopping metric that no engine computes fail with CT_ERR_CONFIG naming it.
- * *out is NULL on failure.
+ * A trainer over p's model, store, optimizer, schedule, task, loaders and engines (p is read
+ * at create; what it points to is borrowed). A missing required part fails with
+ * CT_ERR_INVALID_ARG; two engines with the same key, a bad parameter or option, or a monitor
+ * or early-stopping metric that no engine computes with CT_ERR_CONFIG naming it. *out is NULL
+ * on failure.
  */
-CT_API ct_status ct_trainer_create(ct_ctx *ctx,
-                                   ct_model *model,
-                                   ct_params *params,
-                                   ct_optim *opt,
-                                   ct_schedule *schedule,
-                                   ct_comm *comm,
-                                   const ct_task *task,
-                                   ct_loader *train,
-                                   const ct_eval_engine *engines,
-                                   int64_t n_engines,
-                                   const ct_trainer_params *p,
-                                   ct_trainer **out);
+CT_API ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *p, ct_trainer **out);
 CT_API void ct_trainer_destroy(ct_trainer *t);
 
 /*

@@ -93,20 +93,18 @@ static const ct_metric_spec *task_default_metrics(ct_task_kind kind, int64_t *n)
     return default_classification;
 }
 
-ct_status ct_trainer_create(ct_ctx *ctx,
-                            ct_model *model,
-                            ct_params *params,
-                            ct_optim *opt,
-                            ct_schedule *schedule,
-                            ct_comm *comm,
-                            const ct_task *task,
-                            ct_loader *train,
-                            const ct_eval_engine *engines,
-                            int64_t n_engines,
-                            const ct_trainer_params *params_in,
-                            ct_trainer **out) {
+ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *params_in, ct_trainer **out) {
     *out = NULL;
     ct_trainer_params p = params_in ? *params_in : ct_trainer_default_params();
+    ct_model *model = p.model;
+    ct_params *params = p.store;
+    ct_optim *opt = p.optim;
+    ct_schedule *schedule = p.schedule;
+    ct_comm *comm = p.comm;
+    const ct_task *task = &p.task;
+    ct_loader *train = p.train;
+    const ct_eval_engine *engines = p.engines;
+    int64_t n_engines = p.n_engines;
     if (!model || !params || !opt || !train)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                        "trainer: model, params, optimizer and training "
