@@ -93,40 +93,31 @@ static const ct_metric_spec *task_default_metrics(ct_task_kind kind, int64_t *n)
     return default_classification;
 }
 
-ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *params_in, ct_trainer **out) {
-    *out = NULL;
-    ct_trainer_params p = params_in ? *params_in : ct_trainer_default_params();
-    ct_model *model = p.model;
-    ct_params *params = p.store;
-    ct_optim *opt = p.optim;
-    ct_schedule *schedule = p.schedule;
-    ct_comm *comm = p.comm;
-    const ct_task *task = &p.task;
-    ct_loader *train = p.train;
-    const ct_eval_engine *engines = p.engines;
-    int64_t n_engines = p.n_engines;
-    if (!model || !params || !opt || !train)
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
-                       "trainer: model, params, optimizer and training "
-                       "loader are required");
-    if (p.max_epochs < 0 || p.max_steps < 0 || (p.max_epochs == 0 && p.max_steps == 0))
+/* The limits, cadences and thresholds, and the task's kind. */
+static ct_status check_params(ct_ctx *ctx, const ct_trainer_params *p) {
+    if (p->max_epochs < 0 || p->max_steps < 0 || (p->max_epochs == 0 && p->max_steps == 0))
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "trainer: max_epochs (%lld) or max_steps (%lld) must limit the run",
-                       (long long)p.max_epochs, (long long)p.max_steps);
-    if (p.accum_steps < 1 || p.steps_per_loop < 1 || p.limit_train_batches < 0 ||
-        p.limit_eval_batches < 0)
+                       (long long)p->max_epochs, (long long)p->max_steps);
+    if (p->accum_steps < 1 || p->steps_per_loop < 1 || p->limit_train_batches < 0 ||
+        p->limit_eval_batches < 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "trainer: accum_steps and steps_per_loop must be >= 1, limits >= 0");
-    if (p.save_every_epochs < 0 || p.save_every_steps < 0 || p.keep < 0)
+    if (p->save_every_epochs < 0 || p->save_every_steps < 0 || p->keep < 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "trainer: save_every_epochs, save_every_steps and keep must be >= 0");
-    if (!(p.grad_clip_norm >= 0.0f) || !(p.grad_clip_value >= 0.0f))
+    if (!(p->grad_clip_norm >= 0.0f) || !(p->grad_clip_value >= 0.0f))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: clipping thresholds must be >= 0");
-    if (p.precision != CT_F32 && p.precision != CT_BF16)
+    if (p->precision != CT_F32 && p->precision != CT_BF16)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: precision must be f32 or bf16, got %s",
-                       ct_dtype_name(p.precision));
-    if (task && ((int)task->kind < 0 || task->kind >= CT_TASK_KIND_COUNT))
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: task kind %d is unknown", (int)task->kind);
+                       ct_dtype_name(p->precision));
+    if ((int)p->task.kind < 0 || p->task.kind >= CT_TASK_KIND_COUNT)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: task kind %d is unknown", (int)p->task.kind);
+    return CT_OK;
+}
+
+/* Each engine's key (unique, not "train", no '/'), loader, metric specs and cadence. */
+static ct_status check_engines(ct_ctx *ctx, const ct_eval_engine *engines, int64_t n_engines) {
     if (n_engines < 0 || (n_engines > 0 && !engines))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: %lld engines at %p", (long long)n_engines,
                        (const void *)engines);
@@ -147,97 +138,108 @@ ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *params_in, ct_
                 return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: two evaluation engines named '%s'",
                                e->key);
     }
-    ct_trainer *t = ct_alloc(ctx, sizeof *t);
-    if (!t) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a trainer");
-    memset(t, 0, sizeof *t);
-    t->ctx = ctx;
-    t->last_saved_step = -1;
-    t->replace_upto = -1;
-    t->resumed_step = -1;
-    t->model = model;
-    t->params = params;
-    t->opt = opt;
-    t->sched = schedule;
-    t->train = train;
-    t->p = p;
-    if (task) t->task = *task;
+    return CT_OK;
+}
+
+/* The classes the metrics count: the model output's last dimension; 0 for regression. */
+static int64_t class_count(const ct_model *model, ct_task_kind kind) {
     int64_t oshape[CT_MAX_DIMS];
     int32_t ond = ct_model_output_shape(model, oshape);
-    t->n_classes = t->task.kind != CT_TASK_REGRESSION && ond > 0 ? oshape[ond - 1] : 0;
-    ct_status s = CT_OK;
-    ct_graph_params gp = ct_graph_default_params();
-    gp.seed = p.seed;
-    if (comm) {
-        t->comm = comm;
+    return kind != CT_TASK_REGRESSION && ond > 0 ? oshape[ond - 1] : 0;
+}
+
+/* The communicator (a single-process one of its own when given none) and the graph, with
+ * its autocast and this rank's dropout stream. */
+static ct_status make_graph(ct_trainer *t) {
+    if (t->p.comm) {
+        t->comm = t->p.comm;
     } else {
-        s = ct_comm_create_single(ctx, &t->comm);
-        t->own_comm = s == CT_OK;
+        CT_TRY(ct_comm_create_single(t->ctx, &t->comm));
+        t->own_comm = true;
     }
-    if (s == CT_OK) s = ct_graph_create(ctx, &gp, &t->g);
-    if (s == CT_OK) s = ct_graph_set_autocast(t->g, p.precision);
-    if (s == CT_OK)
-        *ct_graph_rng(t->g) = ct_train_rank_stream(*ct_graph_rng(t->g), ct_comm_rank(t->comm));
-    if (s == CT_OK && p.monitor) {
-        s = ct_monitor_init(ctx, &t->monitor, p.monitor);
-        t->has_monitor = s == CT_OK;
+    ct_graph_params gp = ct_graph_default_params();
+    gp.seed = t->p.seed;
+    CT_TRY(ct_graph_create(t->ctx, &gp, &t->g));
+    CT_TRY(ct_graph_set_autocast(t->g, t->p.precision));
+    *ct_graph_rng(t->g) = ct_train_rank_stream(*ct_graph_rng(t->g), ct_comm_rank(t->comm));
+    return CT_OK;
+}
+
+/* The monitor, early stopping, the EMA (and the store its checkpoints are written from) and
+ * the non-finite policy, with the snapshot a rollback restores. */
+static ct_status make_policies(ct_trainer *t) {
+    ct_ctx *ctx = t->ctx;
+    const ct_trainer_params *p = &t->p;
+    if (p->monitor) {
+        CT_TRY(ct_monitor_init(ctx, &t->monitor, p->monitor));
+        t->has_monitor = true;
     }
-    if (s == CT_OK && p.early_stopping) {
-        s = ct_early_stop_init(ctx, &t->es, p.early_stopping);
-        t->has_es = s == CT_OK;
+    if (p->early_stopping) {
+        CT_TRY(ct_early_stop_init(ctx, &t->es, p->early_stopping));
+        t->has_es = true;
     }
-    if (s == CT_OK && p.ema) s = ct_ema_create(ctx, params, p.ema, &t->ema);
-    if (s == CT_OK && p.ema && p.checkpoint_dir)
-        s = ct_train_mirror_store(ctx, params, &t->ema_store);
-    if (s == CT_OK) s = ct_nonfinite_init(ctx, &t->nf, p.nonfinite);
-    if (s == CT_OK && t->nf.mode == CT_NONFINITE_MODE_ROLLBACK) {
-        t->snap_bytes = ct_train_snapshot_bytes(params, opt);
+    if (p->ema) CT_TRY(ct_ema_create(ctx, t->params, p->ema, &t->ema));
+    if (p->ema && p->checkpoint_dir) CT_TRY(ct_train_mirror_store(ctx, t->params, &t->ema_store));
+    CT_TRY(ct_nonfinite_init(ctx, &t->nf, p->nonfinite));
+    if (t->nf.mode == CT_NONFINITE_MODE_ROLLBACK) {
+        t->snap_bytes = ct_train_snapshot_bytes(t->params, t->opt);
         t->snap = ct_alloc(ctx, t->snap_bytes ? t->snap_bytes : 1);
-        if (!t->snap) s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: allocating the rollback snapshot");
+        if (!t->snap) return CT_FAIL(ctx, CT_ERR_OOM, "trainer: allocating the rollback snapshot");
     }
-    if (s == CT_OK) s = parse_parts(t);
+    return CT_OK;
+}
+
+/* An engine's metric set: its metrics (the task's defaults when it names none) and its loss,
+ * reported in the task's parts when it has them. */
+static ct_status make_metrics(ct_trainer *t, ct_train_engine *en) {
+    ct_ctx *ctx = t->ctx;
+    int64_t nm = en->e.n_metrics;
+    const ct_metric_spec *given = en->e.metrics;
+    if (nm == 0) given = task_default_metrics(t->task.kind, &nm);
+    ct_metric_spec *specs = ct_alloc(ctx, (size_t)(nm + 1) * sizeof *specs);
+    if (!specs) return CT_FAIL(ctx, CT_ERR_OOM, "trainer: engine '%s': metric specs", en->e.key);
+    if (nm) memcpy(specs, given, (size_t)nm * sizeof *specs);
+    memset(&specs[nm], 0, sizeof *specs);
+    specs[nm].type = "loss";
     ct_option parts_option = {"components", t->part_text};
-    if (s == CT_OK && n_engines > 0) {
-        t->engines = ct_alloc(ctx, (size_t)n_engines * sizeof *t->engines);
-        if (!t->engines)
-            s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: allocating engines");
-        else
-            memset(t->engines, 0, (size_t)n_engines * sizeof *t->engines);
-        if (t->engines) t->engines_cap = n_engines;
+    if (t->n_parts) {
+        specs[nm].opts.items = &parts_option;
+        specs[nm].opts.count = 1;
+        specs[nm].opts.where = "trainer: the task's loss_components";
     }
-    for (int64_t i = 0; s == CT_OK && i < n_engines; i++) {
+    ct_status s = ct_metrics_create(ctx, en->e.key, t->n_classes, specs, nm + 1, &en->m);
+    ct_free(ctx, specs, (size_t)(nm + 1) * sizeof *specs);
+    if (s != CT_OK) return ct_err_wrap(ctx, "trainer: engine '%s'", en->e.key);
+    return CT_OK;
+}
+
+static ct_status make_engines(ct_trainer *t, const ct_eval_engine *engines, int64_t n_engines) {
+    if (n_engines == 0) return CT_OK;
+    t->engines = ct_alloc(t->ctx, (size_t)n_engines * sizeof *t->engines);
+    if (!t->engines) return CT_FAIL(t->ctx, CT_ERR_OOM, "trainer: allocating engines");
+    memset(t->engines, 0, (size_t)n_engines * sizeof *t->engines);
+    t->engines_cap = n_engines;
+    for (int64_t i = 0; i < n_engines; i++) {
         ct_train_engine *en = &t->engines[i];
         en->e = engines[i];
         en->last_step = -1;
         t->n_engines = i + 1;
-        /* the engine's metrics plus its loss */
-        int64_t nm = engines[i].n_metrics;
-        const ct_metric_spec *given = engines[i].metrics;
-        if (nm == 0) given = task_default_metrics(t->task.kind, &nm);
-        ct_metric_spec *specs = ct_alloc(ctx, (size_t)(nm + 1) * sizeof *specs);
-        if (!specs) {
-            s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: engine '%s': metric specs", engines[i].key);
-            break;
-        }
-        if (nm) memcpy(specs, given, (size_t)nm * sizeof *specs);
-        memset(&specs[nm], 0, sizeof *specs);
-        specs[nm].type = "loss";
-        if (t->n_parts) {
-            specs[nm].opts.items = &parts_option;
-            specs[nm].opts.count = 1;
-            specs[nm].opts.where = "trainer: the task's loss_components";
-        }
-        s = ct_metrics_create(ctx, engines[i].key, t->n_classes, specs, nm + 1, &en->m);
-        ct_free(ctx, specs, (size_t)(nm + 1) * sizeof *specs);
-        if (s != CT_OK) s = ct_err_wrap(ctx, "trainer: engine '%s'", engines[i].key);
+        CT_TRY(make_metrics(t, en));
     }
-    /* the monitored metrics must be values of an engine, or the policies would never act */
-    if (schedule && ct_schedule_needs_metric(schedule))
-        t->sched_metric = p.schedule_metric ? p.schedule_metric
-                          : t->has_monitor  ? t->monitor.metric
-                                            : "valid/loss";
+    return CT_OK;
+}
+
+/* The metrics the monitor, early stopping and a metric-driven schedule follow must be values
+ * of an engine, or the policies would never act: marks the engines that compute them. */
+static ct_status watch_metrics(ct_trainer *t) {
+    ct_ctx *ctx = t->ctx;
+    if (t->sched && ct_schedule_needs_metric(t->sched))
+        t->sched_metric = t->p.schedule_metric ? t->p.schedule_metric
+                          : t->has_monitor     ? t->monitor.metric
+                                               : "valid/loss";
     const char *watched[3] = {t->has_monitor ? t->monitor.metric : NULL,
                               t->has_es ? t->es.monitor.metric : NULL, t->sched_metric};
-    for (int w = 0; s == CT_OK && w < 3; w++) {
+    for (int w = 0; w < 3; w++) {
         if (!watched[w]) continue;
         bool found = false;
         for (int64_t i = 0; i < t->n_engines; i++) {
@@ -253,56 +255,101 @@ ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *params_in, ct_
         }
         ct_clear_error(ctx); /* the lookups above are probes */
         if (!found)
-            s = CT_FAIL(ctx, CT_ERR_CONFIG,
-                        "trainer: %s watches '%s', which no evaluation engine computes",
-                        w == 0   ? "the monitor"
-                        : w == 1 ? "early stopping"
-                                 : "the metric-driven schedule",
-                        watched[w]);
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "trainer: %s watches '%s', which no evaluation engine computes",
+                           w == 0   ? "the monitor"
+                           : w == 1 ? "early stopping"
+                                    : "the metric-driven schedule",
+                           watched[w]);
     }
-    if (s == CT_OK && p.bucket_bytes < 0 && p.bucket_bytes != CT_BUCKET_BYTES_AUTO)
-        s = CT_FAIL(ctx, CT_ERR_CONFIG,
-                    "trainer: bucket_bytes %lld is negative (and not CT_BUCKET_BYTES_AUTO)",
-                    (long long)p.bucket_bytes);
-    if (s == CT_OK && ((int)p.shard_optimizer < 0 || p.shard_optimizer >= CT_UPDATE_SHARDING_COUNT))
-        s = CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: shard_optimizer %d is not a ct_update_sharding",
-                    (int)p.shard_optimizer);
-    if (s == CT_OK && ct_comm_world_size(t->comm) > 1 &&
-        p.shard_optimizer != CT_UPDATE_SHARDING_NEVER) {
-        bool can =
-            ct_comm_can_share(t->comm) && !p.callbacks.on_grads && ct_params_numel(params) > 0;
-        if (p.shard_optimizer == CT_UPDATE_SHARDING_ALWAYS && !can)
-            s = CT_FAIL(ctx, CT_ERR_CONFIG,
-                        "trainer: shard_optimizer is 'always', but %s (docs/distributed.md)",
-                        p.callbacks.on_grads ? "an on_grads handler (gradient histograms: "
+    return CT_OK;
+}
+
+/* shard_optimizer against what the ranks allow: several ranks, not `never`. */
+static ct_status decide_sharding(ct_trainer *t) {
+    ct_trainer_params *p = &t->p;
+    bool can =
+        ct_comm_can_share(t->comm) && !p->callbacks.on_grads && ct_params_numel(t->params) > 0;
+    if (p->shard_optimizer == CT_UPDATE_SHARDING_ALWAYS && !can)
+        return CT_FAIL(t->ctx, CT_ERR_CONFIG,
+                       "trainer: shard_optimizer is 'always', but %s (docs/distributed.md)",
+                       p->callbacks.on_grads ? "an on_grads handler (gradient histograms: "
                                                "logging.histogram_every with tensorboard) reads "
                                                "the whole gradient, which a sharded update never "
                                                "assembles"
-                        : ct_params_numel(params) == 0 ? "the model has no trainable parameter"
-                        : ct_comm_local_size(t->comm) != ct_comm_world_size(t->comm)
-                            ? "the ranks are not all on one machine"
-                            : "the communicator has no shared memory");
-        else if (can && (p.shard_optimizer == CT_UPDATE_SHARDING_ALWAYS ||
-                         p.bucket_bytes == CT_BUCKET_BYTES_AUTO))
-            t->want_shard = true; /* the window is each fit's (open_shard) */
-        if (t->want_shard) t->p.bucket_bytes = p.bucket_bytes = 0; /* no buckets to arm */
+                       : ct_params_numel(t->params) == 0 ? "the model has no trainable parameter"
+                       : ct_comm_local_size(t->comm) != ct_comm_world_size(t->comm)
+                           ? "the ranks are not all on one machine"
+                           : "the communicator has no shared memory");
+    if (can && (p->shard_optimizer == CT_UPDATE_SHARDING_ALWAYS ||
+                p->bucket_bytes == CT_BUCKET_BYTES_AUTO))
+        t->want_shard = true;               /* the window is each fit's (ct_train_open_shard) */
+    if (t->want_shard) p->bucket_bytes = 0; /* no buckets to arm */
+    return CT_OK;
+}
+
+/* How the ranks exchange gradients (the sharded update, buckets of bucket_bytes, or one
+ * all-reduce), and the table of every rank's position that checkpoints record. */
+static ct_status plan_exchange(ct_trainer *t) {
+    ct_ctx *ctx = t->ctx;
+    ct_trainer_params *p = &t->p;
+    if (p->bucket_bytes < 0 && p->bucket_bytes != CT_BUCKET_BYTES_AUTO)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "trainer: bucket_bytes %lld is negative (and not CT_BUCKET_BYTES_AUTO)",
+                       (long long)p->bucket_bytes);
+    if ((int)p->shard_optimizer < 0 || p->shard_optimizer >= CT_UPDATE_SHARDING_COUNT)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "trainer: shard_optimizer %d is not a ct_update_sharding",
+                       (int)p->shard_optimizer);
+    int64_t world = ct_comm_world_size(t->comm);
+    if (world > 1 && p->shard_optimizer != CT_UPDATE_SHARDING_NEVER) CT_TRY(decide_sharding(t));
+    if (p->bucket_bytes == CT_BUCKET_BYTES_AUTO) {
+        bool one_machine = ct_comm_local_size(t->comm) == world;
+        p->bucket_bytes = one_machine ? 0 : (int64_t)1 << 20;
     }
-    if (s == CT_OK && p.bucket_bytes == CT_BUCKET_BYTES_AUTO) {
-        bool one_machine = ct_comm_local_size(t->comm) == ct_comm_world_size(t->comm);
-        t->p.bucket_bytes = p.bucket_bytes = one_machine ? 0 : (int64_t)1 << 20;
-    }
-    if (s == CT_OK && p.bucket_bytes > 0 && ct_comm_world_size(t->comm) > 1)
-        s = ct_train_build_buckets(t);
-    if (s == CT_OK && ct_comm_world_size(t->comm) > 1) {
-        t->n_rank_pos = ct_comm_world_size(t->comm);
+    if (p->bucket_bytes > 0 && world > 1) CT_TRY(ct_train_build_buckets(t));
+    if (world > 1) {
+        t->n_rank_pos = world;
         t->rank_pos = ct_alloc(ctx, (size_t)t->n_rank_pos * 4 * sizeof(uint64_t));
-        if (!t->rank_pos) s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: rank positions");
+        if (!t->rank_pos) return CT_FAIL(ctx, CT_ERR_OOM, "trainer: rank positions");
     }
+    return CT_OK;
+}
+
+ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *p, ct_trainer **out) {
+    *out = NULL;
+    if (!p || !p->model || !p->store || !p->optim || !p->train)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "trainer: model, params, optimizer and training "
+                       "loader are required");
+    CT_TRY(check_params(ctx, p));
+    CT_TRY(check_engines(ctx, p->engines, p->n_engines));
+    ct_trainer *t = ct_alloc(ctx, sizeof *t);
+    if (!t) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a trainer");
+    memset(t, 0, sizeof *t);
+    t->ctx = ctx;
+    t->last_saved_step = -1;
+    t->replace_upto = -1;
+    t->resumed_step = -1;
+    t->model = p->model;
+    t->params = p->store;
+    t->opt = p->optim;
+    t->sched = p->schedule;
+    t->train = p->train;
+    t->p = *p;
+    t->task = p->task;
+    t->n_classes = class_count(p->model, p->task.kind);
+    ct_status s = make_graph(t);
+    if (s == CT_OK) s = make_policies(t);
+    if (s == CT_OK) s = parse_parts(t);
+    if (s == CT_OK) s = make_engines(t, p->engines, p->n_engines);
+    if (s == CT_OK) s = watch_metrics(t);
+    if (s == CT_OK) s = plan_exchange(t);
     if (s != CT_OK) {
         ct_trainer_destroy(t);
         return s;
     }
-    if (schedule) (void)ct_optim_set_lr(opt, ct_schedule_lr(schedule));
+    if (t->sched) (void)ct_optim_set_lr(t->opt, ct_schedule_lr(t->sched));
     *out = t;
     return CT_OK;
 }
