@@ -60,6 +60,14 @@ void ct_train_snapshot(ct_trainer *t, bool save) {
 
 /* ---- one optimizer step at the end of a window ---- */
 
+/* Adds the time since `since` to what this rank has spent exchanging gradients. */
+static void add_comm_time(ct_trainer *t, const struct timespec *since) {
+    struct timespec now;
+    (void)clock_gettime(CLOCK_MONOTONIC, &now);
+    t->comm_seconds +=
+        (double)(now.tv_sec - since->tv_sec) + (double)(now.tv_nsec - since->tv_nsec) * 1e-9;
+}
+
 /* The sharded update's reduction (shard.c): this rank's part of the mean gradient, and the
  * decisions every rank must share in one all-reduce: a non-finite loss or gradient on any rank,
  * an interrupt, a callback's stop and, with norm clipping, the global norm (which then scales
@@ -67,15 +75,14 @@ void ct_train_snapshot(ct_trainer *t, bool save) {
 static ct_status reduce_sharded(ct_trainer *t, bool *loss_ok, bool *grads_ok) {
     bool clip_norm = t->p.grad_clip_norm > 0.0f, ok = true;
     double sumsq = 0.0;
-    struct timespec a, b;
-    (void)clock_gettime(CLOCK_MONOTONIC, &a);
+    struct timespec start;
+    (void)clock_gettime(CLOCK_MONOTONIC, &start);
     CT_TRY(ct_train_shard_reduce(t->shard, t->p.check_grads || clip_norm ? &ok : NULL,
                                  clip_norm ? &sumsq : NULL));
     double flags[5] = {*loss_ok ? 0.0 : 1.0, t->interrupt ? 1.0 : 0.0, t->stop_asked ? 1.0 : 0.0,
                        ok ? 0.0 : 1.0, sumsq};
     CT_TRY(ct_comm_allreduce_sum_f64(t->comm, flags, 5));
-    (void)clock_gettime(CLOCK_MONOTONIC, &b);
-    t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    add_comm_time(t, &start);
     *loss_ok = flags[0] == 0.0;
     t->interrupt = flags[1] != 0.0;
     if (flags[2] != 0.0) t->stop = true;
@@ -91,123 +98,162 @@ static ct_status reduce_sharded(ct_trainer *t, bool *loss_ok, bool *grads_ok) {
     return CT_OK;
 }
 
-ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
-    ct_ctx *ctx = t->ctx;
+/* The all-reduce (by buckets, or of the whole buffer) and the division by the world size: the
+ * mean gradient on every rank, checked on the way when the check is not the clipping norm's.
+ * Every rank takes the same decisions: a non-finite loss on any rank is everyone's, and so is
+ * an interrupt (a signal reaches the ranks at different batches) or a callback's CT_STOP. */
+static ct_status allreduce_grads(ct_trainer *t, bool *loss_ok, bool *grads_ok) {
     float *grads = ct_params_grads(t->params);
     int64_t n = ct_params_numel(t->params);
-    /* Gradients are checked before anything is applied: the clipping norm shows a non-finite
-     * gradient for free (clip_grad_norm leaves them untouched then); otherwise a scan, which
-     * with several ranks is the pass that divides the sum by the world size */
-    bool grads_ok = true, scanned = false;
+    struct timespec start;
+    (void)clock_gettime(CLOCK_MONOTONIC, &start);
+    if (t->n_buckets)
+        CT_TRY(ct_train_reduce_buckets(t));
+    else
+        CT_TRY(ct_comm_allreduce_sum_f32(t->comm, grads, n));
+    add_comm_time(t, &start);
+    bool scan = t->p.check_grads && !(t->p.grad_clip_norm > 0.0f);
+    ct_train_divide_check(t->ctx, grads, n, (float)ct_comm_world_size(t->comm),
+                          scan ? grads_ok : NULL);
+    float flags[3] = {*loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f,
+                      t->stop_asked ? 1.0f : 0.0f};
+    CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 3));
+    *loss_ok = flags[0] == 0.0f;
+    t->interrupt = flags[1] != 0.0f;
+    if (flags[2] != 0.0f) t->stop = true; /* a callback's CT_STOP on any rank */
+    t->stop_asked = false;
+    return CT_OK;
+}
+
+/* Whether the update itself checks the gradients: one process, nothing to do between the check
+ * and the update (no clipping, no on_grads handler) and a finite loss. The policy then decides
+ * after the update. Under skip the update must leave no trace of a non-finite gradient, so
+ * every gradient is tested before anything is written (ct_optim_step_if_finite); under stop
+ * and rollback a non-finite update is never kept (the run ends, or the last good state is put
+ * back), so the update tests each gradient as it reads it (ct_optim_step_checked), a test that
+ * costs next to nothing where a scan before it costs a pass over every gradient
+ * (bench/bench_trainer.c). */
+static bool update_checks(const ct_trainer *t, bool loss_ok) {
+    return ct_comm_world_size(t->comm) == 1 && t->p.check_grads && !(t->p.grad_clip_norm > 0.0f) &&
+           !(t->p.grad_clip_value > 0.0f) && !t->p.callbacks.on_grads && loss_ok;
+}
+
+/* Whether the gradients hold an inf or a NaN (*grads_ok false), before anything is applied,
+ * the cheapest way: the clipping norm shows it for free (clip_grad_norm leaves them untouched
+ * then), or the update checks them (*applied: the update is made), or a scan. With several
+ * ranks the reduction has checked them already. */
+static ct_status check_gradients(ct_trainer *t, bool loss_ok, bool *grads_ok, bool *applied) {
     bool clip_norm = t->p.grad_clip_norm > 0.0f;
-    /* one process, nothing to do between the check and the update (no clipping, no on_grads
-       handler) and a finite loss: the optimizer checks the gradients as part of the update,
-       and the policy decides after it. Under skip the update must leave no trace of a
-       non-finite gradient, so every gradient is tested before anything is written
-       (ct_optim_step_if_finite); under stop and rollback a non-finite update is never kept
-       (the run ends, or the last good state is put back), so the update tests each gradient
-       as it reads it (ct_optim_step_checked), a test that costs next to nothing where a scan
-       before it costs a pass over every gradient (bench/bench_trainer.c) */
-    bool fused = ct_comm_world_size(t->comm) == 1 && t->p.check_grads && !clip_norm &&
-                 !(t->p.grad_clip_value > 0.0f) && !t->p.callbacks.on_grads && loss_ok;
-    bool applied = false;
-    if (t->shard) {
-        CT_TRY(reduce_sharded(t, &loss_ok, &grads_ok));
-        scanned = true;
-    } else if (ct_comm_world_size(t->comm) > 1) {
-        struct timespec a, b;
-        (void)clock_gettime(CLOCK_MONOTONIC, &a);
-        if (t->n_buckets)
-            CT_TRY(ct_train_reduce_buckets(t));
-        else
-            CT_TRY(ct_comm_allreduce_sum_f32(t->comm, grads, n));
-        (void)clock_gettime(CLOCK_MONOTONIC, &b);
-        t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
-        scanned = t->p.check_grads && !clip_norm;
-        ct_train_divide_check(ctx, grads, n, (float)ct_comm_world_size(t->comm),
-                              scanned ? &grads_ok : NULL);
-        /* every rank takes the same decisions: a non-finite loss on any rank is everyone's,
-           and so is an interrupt (a signal reaches the ranks at different batches) */
-        float flags[3] = {loss_ok ? 0.0f : 1.0f, t->interrupt ? 1.0f : 0.0f,
-                          t->stop_asked ? 1.0f : 0.0f};
-        CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 3));
-        loss_ok = flags[0] == 0.0f;
-        t->interrupt = flags[1] != 0.0f;
-        if (flags[2] != 0.0f) t->stop = true; /* a callback's CT_STOP on any rank */
-        t->stop_asked = false;
-    }
+    bool update_checked = update_checks(t, loss_ok);
     if (clip_norm && t->shard) {
-        grads_ok = grads_ok && isfinite(t->grad_norm); /* the norm, from reduce_sharded */
+        *grads_ok = *grads_ok && isfinite(t->grad_norm); /* the norm, from reduce_sharded */
     } else if (clip_norm) {
         float norm;
-        CT_TRY(ct_optim_clip_grad_norm(ctx, t->params, t->p.grad_clip_norm, &norm));
+        CT_TRY(ct_optim_clip_grad_norm(t->ctx, t->params, t->p.grad_clip_norm, &norm));
         t->grad_norm = norm;
-        grads_ok = isfinite(norm);
-    } else if (fused && t->nf.mode == CT_NONFINITE_MODE_SKIP) {
-        applied = ct_optim_step_if_finite(t->opt);
-        grads_ok = applied;
-    } else if (fused) {
-        grads_ok = ct_optim_step_checked(t->opt); /* undone by the policy when false */
-        applied = true;
-    } else if (t->p.check_grads && !scanned) {
-        CT_TRY(ct_nonfinite_check(ctx, grads, n, &grads_ok));
+        *grads_ok = isfinite(norm);
+    } else if (update_checked && t->nf.mode == CT_NONFINITE_MODE_SKIP) {
+        *applied = ct_optim_step_if_finite(t->opt);
+        *grads_ok = *applied;
+    } else if (update_checked) {
+        *grads_ok = ct_optim_step_checked(t->opt); /* undone by the policy when false */
+        *applied = true;
+    } else if (t->p.check_grads && ct_comm_world_size(t->comm) == 1) {
+        CT_TRY(ct_nonfinite_check(t->ctx, ct_params_grads(t->params), ct_params_numel(t->params),
+                                  grads_ok));
     }
-    ct_nonfinite_action action;
-    CT_TRY(ct_nonfinite_decide(ctx, &t->nf, loss_ok, grads_ok, &action));
-    switch (action) {
-    case CT_NONFINITE_ACTION_CONTINUE:
-        break;
-    case CT_NONFINITE_ACTION_SKIP_UPDATE:
-        if (t->shard)
-            CT_TRY(ct_train_shard_settle(t->shard)); /* before clearing what others read */
-        ct_params_zero_grad(t->params);
-        t->skipped++;
-        return CT_OK;
-    case CT_NONFINITE_ACTION_ROLLBACK: {
-        if (t->shard) CT_TRY(ct_train_shard_settle(t->shard));
-        ct_nonfinite_state keep;
-        ct_nonfinite_get_state(&t->nf, &keep); /* the count survives the rollback */
-        ct_train_snapshot(t, false);
-        t->step = t->snap_step;
-        if (t->last_saved_step > t->replace_upto) /* re-made steps replace their first saves */
-            t->replace_upto = t->last_saved_step;
-        ct_train_reset_window(t); /* the log window restarts with the restored state */
-        ct_params_zero_grad(t->params);
-        (void)ct_nonfinite_set_state(ctx, &t->nf, &keep);
-        ct_log(ctx, CT_LOG_WARN, "non-finite values: rolled back to step %lld (rollback %lld)",
-               (long long)t->step, (long long)keep.rollbacks);
-        return CT_OK;
-    }
-    case CT_NONFINITE_ACTION_STOP:
-    case CT_NONFINITE_ACTION_COUNT:
-        return ct_err_wrap(ctx, "step %lld, epoch %lld", (long long)t->step + 1,
-                           (long long)t->epoch + 1);
-    }
-    if (t->p.grad_clip_value > 0.0f && t->shard)
+    return CT_OK;
+}
+
+/* The policy's skip: the window's gradients are dropped. */
+static ct_status skip_update(ct_trainer *t) {
+    if (t->shard) CT_TRY(ct_train_shard_settle(t->shard)); /* before clearing what others read */
+    ct_params_zero_grad(t->params);
+    t->skipped++;
+    return CT_OK;
+}
+
+/* The policy's rollback: the last good state (ct_train_snapshot) comes back. */
+static ct_status roll_back(ct_trainer *t) {
+    if (t->shard) CT_TRY(ct_train_shard_settle(t->shard));
+    ct_nonfinite_state keep;
+    ct_nonfinite_get_state(&t->nf, &keep); /* the count survives the rollback */
+    ct_train_snapshot(t, false);
+    t->step = t->snap_step;
+    if (t->last_saved_step > t->replace_upto) /* re-made steps replace their first saves */
+        t->replace_upto = t->last_saved_step;
+    ct_train_reset_window(t); /* the log window restarts with the restored state */
+    ct_params_zero_grad(t->params);
+    (void)ct_nonfinite_set_state(t->ctx, &t->nf, &keep);
+    ct_log(t->ctx, CT_LOG_WARN, "non-finite values: rolled back to step %lld (rollback %lld)",
+           (long long)t->step, (long long)keep.rollbacks);
+    return CT_OK;
+}
+
+static ct_status clip_values(ct_trainer *t) {
+    if (!(t->p.grad_clip_value > 0.0f)) return CT_OK;
+    if (t->shard)
         ct_train_shard_clamp(t->shard, t->p.grad_clip_value); /* the others' parts are theirs */
-    else if (t->p.grad_clip_value > 0.0f)
-        CT_TRY(ct_optim_clip_grad_value(ctx, t->params, t->p.grad_clip_value));
-    if (t->p.callbacks.on_grads)
-        CT_TRY(ct_train_event(t, t->p.callbacks.on_grads(t->p.callbacks.user, t)));
-    if (t->shard) {
-        int64_t lo, hi;
-        ct_train_shard_bounds(t->shard, ct_comm_rank(t->comm), &lo, &hi);
-        ct_optim_step_range(t->opt, lo, hi);
-        t->moments_whole = false;
-        struct timespec a, b;
-        (void)clock_gettime(CLOCK_MONOTONIC, &a);
-        CT_TRY(ct_train_shard_gather(t->shard, ct_params_values(t->params)));
-        (void)clock_gettime(CLOCK_MONOTONIC, &b);
-        t->comm_seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
-    } else if (!applied) {
+    else
+        CT_TRY(ct_optim_clip_grad_value(t->ctx, t->params, t->p.grad_clip_value));
+    return CT_OK;
+}
+
+/* The optimizer's update: of the whole, or in the sharded update of this rank's part, whose
+ * weights then go to every rank. */
+static ct_status apply_update(ct_trainer *t) {
+    if (!t->shard) {
         ct_optim_step(t->opt);
+        return CT_OK;
     }
+    int64_t lo, hi;
+    ct_train_shard_bounds(t->shard, ct_comm_rank(t->comm), &lo, &hi);
+    ct_optim_step_range(t->opt, lo, hi);
+    t->moments_whole = false;
+    struct timespec start;
+    (void)clock_gettime(CLOCK_MONOTONIC, &start);
+    CT_TRY(ct_train_shard_gather(t->shard, ct_params_values(t->params)));
+    add_comm_time(t, &start);
+    return CT_OK;
+}
+
+/* The step is made: the gradients cleared, the count, the schedule and the EMA advanced. */
+static ct_status end_step(ct_trainer *t) {
     if (!ct_optim_zeroes_grads(t->opt)) ct_params_zero_grad(t->params);
     t->step++;
     if (t->sched && !t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
         CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
     if (t->ema) CT_TRY(ct_ema_update(t->ema, t->step, NULL));
     return CT_OK;
+}
+
+ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
+    bool grads_ok = true;
+    if (t->shard)
+        CT_TRY(reduce_sharded(t, &loss_ok, &grads_ok));
+    else if (ct_comm_world_size(t->comm) > 1)
+        CT_TRY(allreduce_grads(t, &loss_ok, &grads_ok));
+    bool applied = false;
+    CT_TRY(check_gradients(t, loss_ok, &grads_ok, &applied));
+    ct_nonfinite_action action;
+    CT_TRY(ct_nonfinite_decide(t->ctx, &t->nf, loss_ok, grads_ok, &action));
+    switch (action) {
+    case CT_NONFINITE_ACTION_CONTINUE:
+        break;
+    case CT_NONFINITE_ACTION_SKIP_UPDATE:
+        return skip_update(t);
+    case CT_NONFINITE_ACTION_ROLLBACK:
+        return roll_back(t);
+    case CT_NONFINITE_ACTION_STOP:
+    case CT_NONFINITE_ACTION_COUNT:
+        return ct_err_wrap(t->ctx, "step %lld, epoch %lld", (long long)t->step + 1,
+                           (long long)t->epoch + 1);
+    }
+    CT_TRY(clip_values(t));
+    if (t->p.callbacks.on_grads)
+        CT_TRY(ct_train_event(t, t->p.callbacks.on_grads(t->p.callbacks.user, t)));
+    if (!applied) CT_TRY(apply_update(t));
+    return end_step(t);
 }
 
 /* The sharded update's window for one fit (collective). Under `auto` a window that cannot be
