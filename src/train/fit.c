@@ -9,7 +9,6 @@
 #include "ctrain/ops.h"
 #include "train/train_internal.h"
 
-/* A new log window: nothing summed yet. */
 void ct_train_reset_window(ct_trainer *t) {
     t->window_loss = 0.0;
     t->window_count = 0;
@@ -19,8 +18,6 @@ void ct_train_reset_window(ct_trainer *t) {
     }
 }
 
-/* The log window's sums over every rank (loss, count, then each part's sum and count) into
- * sums, on every rank; the window itself is left as it is. */
 ct_status ct_train_window_sums(ct_trainer *t, double *sums) {
     sums[0] = t->window_loss;
     sums[1] = (double)t->window_count;
@@ -31,6 +28,16 @@ ct_status ct_train_window_sums(ct_trainer *t, double *sums) {
     if (ct_comm_world_size(t->comm) > 1)
         CT_TRY(ct_comm_allreduce_sum_f64(t->comm, sums, 2 + 2 * t->n_parts));
     return CT_OK;
+}
+
+/* The log window from sums laid out as ct_train_window_sums's. */
+void ct_train_set_window(ct_trainer *t, const double *sums) {
+    t->window_loss = sums[0];
+    t->window_count = (int64_t)sums[1];
+    for (int64_t k = 0; k < t->n_parts; k++) {
+        t->part_sum[k] = sums[2 + 2 * k];
+        t->part_count[k] = (int64_t)sums[3 + 2 * k];
+    }
 }
 
 /* ---- callbacks ---- */
@@ -53,12 +60,7 @@ static ct_status log_window(ct_trainer *t) {
     if (ct_comm_world_size(t->comm) > 1) { /* the mean over every rank's finite losses */
         double sums[2 + 2 * CT_LOSS_MAX_PARTS];
         CT_TRY(ct_train_window_sums(t, sums));
-        t->window_loss = sums[0];
-        t->window_count = (int64_t)sums[1];
-        for (int64_t k = 0; k < t->n_parts; k++) {
-            t->part_sum[k] = sums[2 + 2 * k];
-            t->part_count[k] = (int64_t)sums[3 + 2 * k];
-        }
+        ct_train_set_window(t, sums);
     }
     if (t->window_count == 0) { /* nothing finite to report; parts too start again */
         ct_train_reset_window(t);

@@ -59,6 +59,81 @@ static json_t *monitor_json(const ct_monitor_state *m) {
                      (json_int_t)m->best_step, "has_best", (int)m->has_best);
 }
 
+/* Every rank's own position, as rank 0 gathered them (gather_positions). */
+static json_t *ranks_json(const ct_trainer *t) {
+    json_t *ranks = json_array();
+    int bad = !ranks;
+    for (int64_t k = 0; ranks && k < t->n_rank_pos; k++) {
+        const uint64_t *q = t->rank_pos + 4 * k;
+        bad |= json_array_append_new(ranks, json_pack("{s:{s:I, s:I}, s:{s:o, s:o}}", "loader",
+                                                      "epoch", (json_int_t)q[0], "next_batch",
+                                                      (json_int_t)q[1], "dropout_rng", "stream",
+                                                      u64_json(q[2]), "counter", u64_json(q[3])));
+    }
+    if (bad) json_decref(ranks);
+    return bad ? NULL : ranks;
+}
+
+static json_t *schedule_json(const ct_schedule *sched) {
+    ct_schedule_state ss;
+    ct_schedule_get_state(sched, &ss);
+    return json_pack("{s:I, s:o, s:I, s:I, s:o}", "steps", (json_int_t)ss.steps, "best",
+                     f64_json(ss.best), "bad_epochs", (json_int_t)ss.bad_epochs, "cooldown_left",
+                     (json_int_t)ss.cooldown_left, "lr", f64_json(ss.lr));
+}
+
+/* Evaluation loaders advance an epoch per evaluation: their shuffles and transforms depend on
+ * it. */
+static json_t *engines_json(const ct_trainer *t) {
+    json_t *eng = json_object();
+    int bad = !eng;
+    for (int64_t i = 0; eng && i < t->n_engines; i++) {
+        ct_loader_state es = ct_loader_get_state(t->engines[i].e.loader);
+        bad |= json_object_set_new(eng, t->engines[i].e.key,
+                                   json_pack("{s:I, s:I, s:o}", "epoch", (json_int_t)es.epoch,
+                                             "next_batch", (json_int_t)es.next_batch, "seed",
+                                             u64_json(es.seed)));
+    }
+    if (bad) json_decref(eng);
+    return bad ? NULL : eng;
+}
+
+static json_t *early_stop_json(const ct_early_stop_state *es) {
+    return json_pack("{s:o, s:I, s:I, s:b}", "monitor", monitor_json(&es->monitor), "evals",
+                     (json_int_t)es->evals, "bad_evals", (json_int_t)es->bad_evals, "stopped",
+                     (int)es->stopped);
+}
+
+static json_t *ema_json(const ct_ema *ema) {
+    ct_ema_state em;
+    ct_ema_get_state(ema, &em);
+    return json_pack("{s:I, s:o}", "updates", (json_int_t)em.updates, "decay", f64_json(em.decay));
+}
+
+/* The log window's sums over every rank at the checkpoint (saved_window): a checkpoint between
+ * two records, so the resumed run's first record averages the same steps as the uninterrupted
+ * run's. */
+static json_t *log_window_json(const ct_trainer *t) {
+    json_t *parts = json_array();
+    int bad = !parts;
+    for (int64_t k = 0; parts && k < t->n_parts; k++)
+        bad |= json_array_append_new(parts, json_pack("{s:o, s:I}", "sum",
+                                                      f64_json(t->saved_window[2 + 2 * k]), "count",
+                                                      (json_int_t)t->saved_window[3 + 2 * k]));
+    if (bad) {
+        json_decref(parts);
+        return NULL;
+    }
+    return json_pack("{s:o, s:I, s:o}", "loss", f64_json(t->saved_window[0]), "count",
+                     (json_int_t)t->saved_window[1], "parts", parts);
+}
+
+static json_t *nonfinite_json(const ct_nonfinite_state *nf) {
+    return json_pack("{s:I, s:I, s:I}", "skipped", (json_int_t)nf->skipped, "consecutive_skipped",
+                     (json_int_t)nf->consecutive_skipped, "rollbacks", (json_int_t)nf->rollbacks);
+}
+
+/* The whole trainer state, NULL when out of memory. */
 static json_t *trainer_state(const ct_trainer *t) {
     ct_loader_state ls = ct_loader_get_state(t->train);
     const ct_rng *r = ct_graph_rng(t->g);
@@ -69,76 +144,20 @@ static json_t *trainer_state(const ct_trainer *t) {
                            "dropout_rng", "seed", u64_json(r->seed), "stream", u64_json(r->stream),
                            "counter", u64_json(r->counter));
     if (!st) return NULL;
+    json_t *tr = json_object_get(st, "trainer");
     int bad = 0;
     if (t->p.fingerprint && t->p.fingerprint[0])
-        bad |= json_object_set_new(json_object_get(st, "trainer"), "fingerprint",
-                                   json_string(t->p.fingerprint));
-    bad |= json_object_set_new(json_object_get(st, "trainer"), "world_size",
+        bad |= json_object_set_new(tr, "fingerprint", json_string(t->p.fingerprint));
+    bad |= json_object_set_new(tr, "world_size",
                                json_integer((json_int_t)ct_comm_world_size(t->comm)));
-    if (t->rank_pos) { /* every rank's own position, as rank 0 gathered them */
-        json_t *ranks = json_array();
-        bad |= !ranks;
-        for (int64_t k = 0; ranks && k < t->n_rank_pos; k++) {
-            const uint64_t *q = t->rank_pos + 4 * k;
-            bad |= json_array_append_new(
-                ranks, json_pack("{s:{s:I, s:I}, s:{s:o, s:o}}", "loader", "epoch",
-                                 (json_int_t)q[0], "next_batch", (json_int_t)q[1], "dropout_rng",
-                                 "stream", u64_json(q[2]), "counter", u64_json(q[3])));
-        }
-        if (ranks) bad |= json_object_set_new(st, "ranks", ranks);
-    }
-    if (t->sched) {
-        ct_schedule_state ss;
-        ct_schedule_get_state(t->sched, &ss);
-        bad |= json_object_set_new(
-            st, "schedule",
-            json_pack("{s:I, s:o, s:I, s:I, s:o}", "steps", (json_int_t)ss.steps, "best",
-                      f64_json(ss.best), "bad_epochs", (json_int_t)ss.bad_epochs, "cooldown_left",
-                      (json_int_t)ss.cooldown_left, "lr", f64_json(ss.lr)));
-    }
+    if (t->rank_pos) bad |= json_object_set_new(st, "ranks", ranks_json(t));
+    if (t->sched) bad |= json_object_set_new(st, "schedule", schedule_json(t->sched));
     if (t->has_monitor) bad |= json_object_set_new(st, "monitor", monitor_json(&t->monitor.state));
-    /* evaluation loaders advance an epoch per evaluation: their shuffles and transforms
-     * depend on it */
-    json_t *eng = json_object();
-    bad |= json_object_set_new(st, "engines", eng);
-    for (int64_t i = 0; eng && i < t->n_engines; i++) {
-        ct_loader_state es = ct_loader_get_state(t->engines[i].e.loader);
-        bad |= json_object_set_new(eng, t->engines[i].e.key,
-                                   json_pack("{s:I, s:I, s:o}", "epoch", (json_int_t)es.epoch,
-                                             "next_batch", (json_int_t)es.next_batch, "seed",
-                                             u64_json(es.seed)));
-    }
-    if (t->has_es)
-        bad |= json_object_set_new(
-            st, "early_stopping",
-            json_pack("{s:o, s:I, s:I, s:b}", "monitor", monitor_json(&t->es.state.monitor),
-                      "evals", (json_int_t)t->es.state.evals, "bad_evals",
-                      (json_int_t)t->es.state.bad_evals, "stopped", (int)t->es.state.stopped));
-    if (t->ema) {
-        ct_ema_state em;
-        ct_ema_get_state(t->ema, &em);
-        bad |= json_object_set_new(st, "ema",
-                                   json_pack("{s:I, s:o}", "updates", (json_int_t)em.updates,
-                                             "decay", f64_json(em.decay)));
-    }
-    /* a checkpoint between two records: the resumed run's first record averages the same
-       steps as the uninterrupted run's */
-    json_t *parts = json_array();
-    bad |= !parts;
-    for (int64_t k = 0; parts && k < t->n_parts; k++)
-        bad |= json_array_append_new(parts, json_pack("{s:o, s:I}", "sum",
-                                                      f64_json(t->saved_window[2 + 2 * k]), "count",
-                                                      (json_int_t)t->saved_window[3 + 2 * k]));
-    if (parts)
-        bad |=
-            json_object_set_new(st, "log_window",
-                                json_pack("{s:o, s:I, s:o}", "loss", f64_json(t->saved_window[0]),
-                                          "count", (json_int_t)t->saved_window[1], "parts", parts));
-    bad |= json_object_set_new(st, "nonfinite",
-                               json_pack("{s:I, s:I, s:I}", "skipped",
-                                         (json_int_t)t->nf.state.skipped, "consecutive_skipped",
-                                         (json_int_t)t->nf.state.consecutive_skipped, "rollbacks",
-                                         (json_int_t)t->nf.state.rollbacks));
+    bad |= json_object_set_new(st, "engines", engines_json(t));
+    if (t->has_es) bad |= json_object_set_new(st, "early_stopping", early_stop_json(&t->es.state));
+    if (t->ema) bad |= json_object_set_new(st, "ema", ema_json(t->ema));
+    bad |= json_object_set_new(st, "log_window", log_window_json(t));
+    bad |= json_object_set_new(st, "nonfinite", nonfinite_json(&t->nf.state));
     if (bad) {
         json_decref(st);
         return NULL;
@@ -303,175 +322,236 @@ ct_rng ct_train_rank_stream(ct_rng base, int64_t rank) {
     return r;
 }
 
-/* Applies a checkpoint's trainer state. Everything is parsed before anything is applied. */
-static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path) {
-    const json_t *tr = json_object_get(st, "trainer"), *lo = json_object_get(st, "loader"),
-                 *rn = json_object_get(st, "dropout_rng"), *sc = json_object_get(st, "schedule"),
-                 *es = json_object_get(st, "early_stopping"),
-                 *nf = json_object_get(st, "nonfinite");
-    int64_t step = 0, epoch = 0, skipped = 0;
-    ct_loader_state ls;
-    ct_rng rng;
-    ct_nonfinite_state nfs;
-    const char *bad = NULL;
+/* A checkpoint's trainer state, parsed: what restore_state applies. */
+typedef struct saved_state {
+    int64_t world; /* the processes that wrote it; 0: a malformed count */
+    int64_t step, epoch, skipped;
+    ct_loader_state loader;
+    ct_rng rng;     /* rank 0's dropout stream */
+    ct_rng own_rng; /* this rank's */
+    ct_nonfinite_state nf;
+    ct_schedule_state sched;
+    ct_monitor_state monitor;
+    ct_early_stop_state es;
+    ct_ema_state ema;
+    double window[2 + 2 * CT_LOSS_MAX_PARTS]; /* the log window's sums, as ct_train_window_sums */
+    const json_t *extra;                      /* the task's state */
+} saved_state;
+
+/* Whether the checkpoint was written by a run of this configuration (its fingerprint) and,
+ * unless allow_world_size_change, of this number of processes; sv->world: that number. */
+static ct_status
+check_origin(const ct_trainer *t, const json_t *tr, const char *path, saved_state *sv) {
     const char *fp = json_string_value(json_object_get(tr, "fingerprint"));
     if (t->p.fingerprint && t->p.fingerprint[0] && fp && strcmp(fp, t->p.fingerprint) != 0)
         return CT_FAIL(t->ctx, CT_ERR_CONFIG,
                        "%s: written by a run of another configuration (fingerprint %s, this run's "
                        "%s): resume it with the configuration it was made with",
                        path, fp, t->p.fingerprint);
-    int64_t world = ct_comm_world_size(t->comm), saved_world = 1; /* absent: one process */
-    if (json_object_get(tr, "world_size") && !get_i64(tr, "world_size", &saved_world))
-        saved_world = 0;
-    if (saved_world != world && saved_world > 0 && !t->p.allow_world_size_change)
+    int64_t world = ct_comm_world_size(t->comm);
+    sv->world = 1; /* absent: one process */
+    if (json_object_get(tr, "world_size") && !get_i64(tr, "world_size", &sv->world)) sv->world = 0;
+    if (sv->world != world && sv->world > 0 && !t->p.allow_world_size_change)
         return CT_FAIL(t->ctx, CT_ERR_CONFIG,
                        "%s: written by a run of %lld process%s, and this run has %lld: resume it "
                        "with the same number of processes, or set "
                        "trainer.allow_world_size_change to keep the weights and optimizer state "
                        "and restart the epoch's data (docs/distributed.md)",
-                       path, (long long)saved_world, saved_world == 1 ? "" : "es",
-                       (long long)world);
-    if (!get_i64(tr, "step", &step) || !get_i64(tr, "epoch", &epoch) ||
-        !get_i64(tr, "skipped", &skipped) || saved_world < 1)
-        bad = "trainer";
-    else if (!get_i64(lo, "epoch", &ls.epoch) || !get_i64(lo, "next_batch", &ls.next_batch) ||
-             !get_u64(lo, "seed", 10, &ls.seed))
-        bad = "loader";
-    else if (!get_u64(rn, "seed", 10, &rng.seed) || !get_u64(rn, "stream", 10, &rng.stream) ||
-             !get_u64(rn, "counter", 10, &rng.counter))
-        bad = "dropout_rng";
-    else if (!get_i64(nf, "skipped", &nfs.skipped) ||
-             !get_i64(nf, "consecutive_skipped", &nfs.consecutive_skipped) ||
-             !get_i64(nf, "rollbacks", &nfs.rollbacks))
-        bad = "nonfinite";
-    ct_schedule_state ss;
-    if (!bad && t->sched &&
-        (!get_i64(sc, "steps", &ss.steps) || !get_f64(sc, "best", &ss.best) ||
-         !get_i64(sc, "bad_epochs", &ss.bad_epochs) ||
-         !get_i64(sc, "cooldown_left", &ss.cooldown_left) || !get_f64(sc, "lr", &ss.lr)))
-        bad = "schedule";
-    ct_monitor_state ms;
-    if (!bad && t->has_monitor && !get_monitor(st, "monitor", &ms)) bad = "monitor";
-    ct_early_stop_state ess;
-    if (!bad && t->has_es &&
-        (!get_monitor(es, "monitor", &ess.monitor) || !get_i64(es, "evals", &ess.evals) ||
-         !get_i64(es, "bad_evals", &ess.bad_evals) || !get_bool(es, "stopped", &ess.stopped)))
-        bad = "early_stopping";
-    ct_ema_state ems;
-    const json_t *emj = json_object_get(st, "ema");
-    if (!bad && t->ema &&
-        (!get_i64(emj, "updates", &ems.updates) || !get_f64(emj, "decay", &ems.decay)))
-        bad = "ema";
+                       path, (long long)sv->world, sv->world == 1 ? "" : "es", (long long)world);
+    return CT_OK;
+}
+
+/* The counters, the training loader's position, the dropout stream and the non-finite
+ * policy's counts; NULL, or the name of the part that is missing or malformed. */
+static const char *parse_progress(const json_t *st, saved_state *sv) {
+    const json_t *tr = json_object_get(st, "trainer"), *lo = json_object_get(st, "loader"),
+                 *rn = json_object_get(st, "dropout_rng"), *nf = json_object_get(st, "nonfinite");
+    if (!get_i64(tr, "step", &sv->step) || !get_i64(tr, "epoch", &sv->epoch) ||
+        !get_i64(tr, "skipped", &sv->skipped) || sv->world < 1)
+        return "trainer";
+    if (!get_i64(lo, "epoch", &sv->loader.epoch) ||
+        !get_i64(lo, "next_batch", &sv->loader.next_batch) ||
+        !get_u64(lo, "seed", 10, &sv->loader.seed))
+        return "loader";
+    if (!get_u64(rn, "seed", 10, &sv->rng.seed) || !get_u64(rn, "stream", 10, &sv->rng.stream) ||
+        !get_u64(rn, "counter", 10, &sv->rng.counter))
+        return "dropout_rng";
+    if (!get_i64(nf, "skipped", &sv->nf.skipped) ||
+        !get_i64(nf, "consecutive_skipped", &sv->nf.consecutive_skipped) ||
+        !get_i64(nf, "rollbacks", &sv->nf.rollbacks))
+        return "nonfinite";
+    return NULL;
+}
+
+/* The schedule's, monitor's, early stopping's and EMA's states, those the trainer has. */
+static const char *parse_policies(const ct_trainer *t, const json_t *st, saved_state *sv) {
+    const json_t *sc = json_object_get(st, "schedule"), *es = json_object_get(st, "early_stopping"),
+                 *em = json_object_get(st, "ema");
+    if (t->sched &&
+        (!get_i64(sc, "steps", &sv->sched.steps) || !get_f64(sc, "best", &sv->sched.best) ||
+         !get_i64(sc, "bad_epochs", &sv->sched.bad_epochs) ||
+         !get_i64(sc, "cooldown_left", &sv->sched.cooldown_left) ||
+         !get_f64(sc, "lr", &sv->sched.lr)))
+        return "schedule";
+    if (t->has_monitor && !get_monitor(st, "monitor", &sv->monitor)) return "monitor";
+    if (t->has_es &&
+        (!get_monitor(es, "monitor", &sv->es.monitor) || !get_i64(es, "evals", &sv->es.evals) ||
+         !get_i64(es, "bad_evals", &sv->es.bad_evals) || !get_bool(es, "stopped", &sv->es.stopped)))
+        return "early_stopping";
+    if (t->ema &&
+        (!get_i64(em, "updates", &sv->ema.updates) || !get_f64(em, "decay", &sv->ema.decay)))
+        return "ema";
+    return NULL;
+}
+
+/* Each evaluation loader's position, into its engine's resume_state; NULL or the key of the
+ * engine whose part is missing or malformed. */
+static const char *parse_engines(ct_trainer *t, const json_t *st) {
     const json_t *eng = json_object_get(st, "engines");
-    for (int64_t i = 0; !bad && i < t->n_engines; i++) {
+    for (int64_t i = 0; i < t->n_engines; i++) {
         const json_t *e = json_object_get(eng, t->engines[i].e.key);
         ct_loader_state els;
         if (!get_i64(e, "epoch", &els.epoch) || !get_i64(e, "next_batch", &els.next_batch) ||
             !get_u64(e, "seed", 10, &els.seed))
-            bad = t->engines[i].e.key;
-        else
-            t->engines[i].resume_state = els;
+            return t->engines[i].e.key;
+        t->engines[i].resume_state = els;
     }
-    /* the log window's sums (absent in checkpoints saved at a record, before they were kept) */
-    double window[2 + 2 * CT_LOSS_MAX_PARTS] = {0};
-    const json_t *lw = json_object_get(st, "log_window");
-    if (!bad && lw) {
-        const json_t *lp = json_object_get(lw, "parts");
-        int64_t count = 0;
-        if (!get_f64(lw, "loss", &window[0]) || !get_i64(lw, "count", &count) || count < 0 ||
-            !json_is_array(lp) || json_array_size(lp) != (size_t)t->n_parts)
-            bad = "log_window";
-        window[1] = (double)count;
-        for (int64_t k = 0; !bad && k < t->n_parts; k++) {
-            const json_t *pk = json_array_get(lp, (size_t)k);
-            if (!get_f64(pk, "sum", &window[2 + 2 * k]) || !get_i64(pk, "count", &count) ||
-                count < 0)
-                bad = "log_window";
-            window[3 + 2 * k] = (double)count;
-        }
+    return NULL;
+}
+
+/* The log window's sums (absent in checkpoints saved at a record, before they were kept: then
+ * zeros). */
+static const char *parse_window(const ct_trainer *t, const json_t *lw, double *window) {
+    if (!lw) return NULL;
+    const json_t *lp = json_object_get(lw, "parts");
+    int64_t count = 0;
+    if (!get_f64(lw, "loss", &window[0]) || !get_i64(lw, "count", &count) || count < 0 ||
+        !json_is_array(lp) || json_array_size(lp) != (size_t)t->n_parts)
+        return "log_window";
+    window[1] = (double)count;
+    for (int64_t k = 0; k < t->n_parts; k++) {
+        const json_t *pk = json_array_get(lp, (size_t)k);
+        if (!get_f64(pk, "sum", &window[2 + 2 * k]) || !get_i64(pk, "count", &count) || count < 0)
+            return "log_window";
+        window[3 + 2 * k] = (double)count;
     }
-    const json_t *extra = json_object_get(st, "extra");
-    if (!bad && t->task.load_state && !json_is_object(extra)) bad = "extra";
-    /* this rank's dropout stream: its own saved one when the checkpoint has them (several
-       ranks, the same number), else split from rank 0's */
-    ct_rng own_rng = bad ? rng : ct_train_rank_stream(rng, ct_comm_rank(t->comm));
+    return NULL;
+}
+
+static ct_status malformed(const ct_trainer *t, const char *path, const char *part) {
+    return CT_FAIL(t->ctx, CT_ERR_FORMAT,
+                   "%s/state.json: the trainer state's '%s' part is missing or malformed "
+                   "(a checkpoint made by another trainer configuration?)",
+                   path, part);
+}
+
+/* This rank's dropout stream: its own saved one when the checkpoint has them (several ranks,
+ * the same number), else split from rank 0's. Its saved position must be the loader's. */
+static ct_status
+parse_own_stream(const ct_trainer *t, const json_t *st, const char *path, saved_state *sv) {
+    int64_t rank = ct_comm_rank(t->comm), world = ct_comm_world_size(t->comm);
+    sv->own_rng = ct_train_rank_stream(sv->rng, rank);
     const json_t *ranks = json_object_get(st, "ranks");
-    if (!bad && ranks && saved_world == world) {
-        const json_t *mine = json_array_get(ranks, (size_t)ct_comm_rank(t->comm));
-        const json_t *ml = json_object_get(mine, "loader");
-        const json_t *mr = json_object_get(mine, "dropout_rng");
-        int64_t e0, b0;
-        if (!json_is_array(ranks) || json_array_size(ranks) != (size_t)world ||
-            !get_i64(ml, "epoch", &e0) || !get_i64(ml, "next_batch", &b0) ||
-            !get_u64(mr, "stream", 10, &own_rng.stream) ||
-            !get_u64(mr, "counter", 10, &own_rng.counter))
-            bad = "ranks";
-        else if (e0 != ls.epoch || b0 != ls.next_batch)
-            return CT_FAIL(t->ctx, CT_ERR_FORMAT,
-                           "%s/state.json: rank %lld's saved position (epoch %lld, batch %lld) "
-                           "differs from the loader's (epoch %lld, batch %lld)",
-                           path, (long long)ct_comm_rank(t->comm), (long long)e0, (long long)b0,
-                           (long long)ls.epoch, (long long)ls.next_batch);
-    }
-    if (bad)
+    if (!ranks || sv->world != world) return CT_OK;
+    const json_t *mine = json_array_get(ranks, (size_t)rank);
+    const json_t *ml = json_object_get(mine, "loader");
+    const json_t *mr = json_object_get(mine, "dropout_rng");
+    int64_t e0, b0;
+    if (!json_is_array(ranks) || json_array_size(ranks) != (size_t)world ||
+        !get_i64(ml, "epoch", &e0) || !get_i64(ml, "next_batch", &b0) ||
+        !get_u64(mr, "stream", 10, &sv->own_rng.stream) ||
+        !get_u64(mr, "counter", 10, &sv->own_rng.counter))
+        return malformed(t, path, "ranks");
+    if (e0 != sv->loader.epoch || b0 != sv->loader.next_batch)
         return CT_FAIL(t->ctx, CT_ERR_FORMAT,
-                       "%s/state.json: the trainer state's '%s' part is missing or malformed "
-                       "(a checkpoint made by another trainer configuration?)",
-                       path, bad);
-    if (t->task.load_state && t->task.load_state(t->task.user, extra) != CT_OK)
-        return ct_err_wrap(t->ctx, "%s: the task's load_state", path);
-    /* each setter validates (a failure names the part); the trainer is then partly restored
-     * and is to be destroyed, as trainer.h says */
+                       "%s/state.json: rank %lld's saved position (epoch %lld, batch %lld) "
+                       "differs from the loader's (epoch %lld, batch %lld)",
+                       path, (long long)rank, (long long)e0, (long long)b0,
+                       (long long)sv->loader.epoch, (long long)sv->loader.next_batch);
+    return CT_OK;
+}
+
+/* Every part of the state, or the failure naming the first one missing or malformed. */
+static ct_status parse_state(ct_trainer *t, const json_t *st, const char *path, saved_state *sv) {
+    CT_TRY(check_origin(t, json_object_get(st, "trainer"), path, sv));
+    const char *bad = parse_progress(st, sv);
+    if (!bad) bad = parse_policies(t, st, sv);
+    if (!bad) bad = parse_engines(t, st);
+    if (!bad) bad = parse_window(t, json_object_get(st, "log_window"), sv->window);
+    sv->extra = json_object_get(st, "extra");
+    if (!bad && t->task.load_state && !json_is_object(sv->extra)) bad = "extra";
+    if (bad) return malformed(t, path, bad);
+    return parse_own_stream(t, st, path, sv);
+}
+
+/* The training and evaluation loaders' positions; with another number of processes (allowed:
+ * the shards changed) the epoch starts over. */
+static ct_status restore_positions(ct_trainer *t, saved_state *sv, const char *path) {
     ct_ctx *ctx = t->ctx;
-    if (saved_world != world) { /* allowed: the shards changed, so the epoch starts over */
+    int64_t world = ct_comm_world_size(t->comm);
+    if (sv->world != world) {
         ct_log(ctx, CT_LOG_WARN,
                "%s: written by %lld processes, resumed by %lld: the weights and optimizer state "
                "are kept; epoch %lld's data starts again from its first batch",
-               path, (long long)saved_world, (long long)world, (long long)ls.epoch + 1);
-        ls.next_batch = 0;
+               path, (long long)sv->world, (long long)world, (long long)sv->loader.epoch + 1);
+        sv->loader.next_batch = 0;
         for (int64_t i = 0; i < t->n_engines; i++)
             t->engines[i].resume_state.next_batch = 0;
     }
-    if (ct_loader_set_state(t->train, &ls) != CT_OK)
+    if (ct_loader_set_state(t->train, &sv->loader) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the training loader", path);
     for (int64_t i = 0; i < t->n_engines; i++)
         if (ct_loader_set_state(t->engines[i].e.loader, &t->engines[i].resume_state) != CT_OK)
             return ct_err_wrap(ctx, "%s: restoring the loader of engine '%s'", path,
                                t->engines[i].e.key);
+    return CT_OK;
+}
+
+/* The schedule (and the rate it sets), the monitor, early stopping, the non-finite policy and
+ * the EMA. */
+static ct_status restore_policies(ct_trainer *t, const saved_state *sv, const char *path) {
+    ct_ctx *ctx = t->ctx;
     if (t->sched) {
-        if (ct_schedule_set_state(t->sched, &ss) != CT_OK)
+        if (ct_schedule_set_state(t->sched, &sv->sched) != CT_OK)
             return ct_err_wrap(ctx, "%s: restoring the schedule", path);
         CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_lr(t->sched)));
     }
-    if ((t->has_monitor && ct_monitor_set_state(ctx, &t->monitor, &ms) != CT_OK) ||
-        (t->has_es && ct_early_stop_set_state(ctx, &t->es, &ess) != CT_OK) ||
-        ct_nonfinite_set_state(ctx, &t->nf, &nfs) != CT_OK)
+    if ((t->has_monitor && ct_monitor_set_state(ctx, &t->monitor, &sv->monitor) != CT_OK) ||
+        (t->has_es && ct_early_stop_set_state(ctx, &t->es, &sv->es) != CT_OK) ||
+        ct_nonfinite_set_state(ctx, &t->nf, &sv->nf) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the monitor and policies", path);
     if (t->ema_store) { /* the loaded EMA weights into the shadow, by the same exact swap */
         CT_TRY(ct_ema_swap_in(t->ema));
         copy_store(t->params, t->ema_store);
         CT_TRY(ct_ema_swap_out(t->ema));
     }
-    if (t->ema && ct_ema_set_state(t->ema, &ems) != CT_OK)
+    if (t->ema && ct_ema_set_state(t->ema, &sv->ema) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the EMA", path);
-    *ct_graph_rng(t->g) = own_rng;
+    return CT_OK;
+}
+
+/* Applies a checkpoint's trainer state. Everything is parsed before anything is applied; each
+ * setter validates (a failure names the part), and the trainer is then partly restored and is
+ * to be destroyed, as trainer.h says. */
+static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path) {
+    saved_state sv;
+    memset(&sv, 0, sizeof sv);
+    CT_TRY(parse_state(t, st, path, &sv));
+    if (t->task.load_state && t->task.load_state(t->task.user, sv.extra) != CT_OK)
+        return ct_err_wrap(t->ctx, "%s: the task's load_state", path);
+    CT_TRY(restore_positions(t, &sv, path));
+    CT_TRY(restore_policies(t, &sv, path));
+    *ct_graph_rng(t->g) = sv.own_rng;
     /* the window's sums are every rank's: one rank carries them on */
     ct_train_reset_window(t);
-    if (ct_comm_rank(t->comm) == 0) {
-        t->window_loss = window[0];
-        t->window_count = (int64_t)window[1];
-        for (int64_t k = 0; k < t->n_parts; k++) {
-            t->part_sum[k] = window[2 + 2 * k];
-            t->part_count[k] = (int64_t)window[3 + 2 * k];
-        }
-    }
-    t->step = step;
-    t->epoch = epoch;
-    t->skipped = skipped;
-    t->last_saved_step = step;
+    if (ct_comm_rank(t->comm) == 0) ct_train_set_window(t, sv.window);
+    t->step = sv.step;
+    t->epoch = sv.epoch;
+    t->skipped = sv.skipped;
+    t->last_saved_step = sv.step;
     t->save_due = t->save_best = false;
     t->replace_upto = INT64_MAX;
-    t->resumed_step = step;
+    t->resumed_step = sv.step;
     return CT_OK;
 }
 

@@ -176,6 +176,8 @@ CT_INTERNAL void ct_train_reset_window(ct_trainer *t);
 /* fit.c: the log window's sums over every rank (loss, count, then each part's sum and count)
  * into sums[2 + 2 * CT_LOSS_MAX_PARTS], on every rank; the window itself is left as it is. */
 CT_INTERNAL ct_status ct_train_window_sums(ct_trainer *t, double *sums);
+/* fit.c: the log window from sums laid out as ct_train_window_sums's. */
+CT_INTERNAL void ct_train_set_window(ct_trainer *t, const double *sums);
 
 /* task.c: forward and loss of one batch; *items is the number of loss terms (samples or
  * tokens). NULL on failure (ct_train_failure gives the status). */
