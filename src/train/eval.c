@@ -34,76 +34,58 @@ ct_status ct_train_sync_replicas(ct_trainer *t, bool values) {
     return CT_OK;
 }
 
-static ct_status run_engine(ct_trainer *t, ct_train_engine *en, bool policies) {
-    ct_ctx *ctx = t->ctx;
-    ct_graph *g = t->g;
-    ct_status s = CT_OK;
-    ct_comm_set_step(t->comm, t->step, "evaluation");
-    CT_TRY(ct_train_sync_replicas(t, false));
-    if (t->p.callbacks.on_eval_start)
-        CT_TRY(ct_train_event(t, t->p.callbacks.on_eval_start(t->p.callbacks.user, t, en->e.key)));
-    if (t->ema) CT_TRY(ct_ema_begin_eval(t->ema));
-    ct_graph_set_grad_enabled(g, false);
-    ct_graph_set_training(g, false);
-    ct_metrics_reset(en->m);
+/* One batch: its loss (and the task's loss parts) and the metrics' update. */
+static ct_status eval_batch(ct_trainer *t, ct_train_engine *en, const ct_batch *b) {
+    ct_graph_reset(t->g);
+    ct_tensor *out = NULL, *y = NULL;
+    int64_t items = 0;
+    ct_tensor *loss = ct_train_forward_loss(t, b, en->e.key, &out, &y, &items);
+    if (!loss) return ct_train_failure(t, en->e.key);
+    CT_TRY(ct_metrics_update(en->m, out, y));
+    CT_TRY(ct_metrics_update_loss(en->m, NULL, (double)((const float *)loss->data)[0], items));
+    for (int64_t k = 0; k < t->n_parts; k++)
+        if (t->parts[k])
+            CT_TRY(ct_metrics_update_loss(en->m, t->part_name[k],
+                                          (double)((const float *)t->parts[k]->data)[0], items));
+    return CT_OK;
+}
+
+/* The engine's batches, up to limit_eval_batches, into its metrics. A pass stopped by the
+ * limit leaves the loader at the next epoch's beginning, where the next pass starts. */
+static ct_status eval_batches(ct_trainer *t, ct_train_engine *en) {
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
     int64_t limit = t->p.dev_run ? 1 : t->p.limit_eval_batches;
     int64_t nb = 0;
     ct_batch b;
+    ct_status s;
     while ((s = ct_loader_next(en->e.loader, &b)) == CT_OK && b.size > 0) {
-        if (limit && nb >= limit) break;
-        ct_graph_reset(g);
-        ct_tensor *out = NULL, *y = NULL;
-        int64_t items = 0;
-        ct_tensor *loss = ct_train_forward_loss(t, &b, en->e.key, &out, &y, &items);
-        if (!loss) {
-            s = ct_train_failure(t, en->e.key);
-            break;
-        }
-        s = ct_metrics_update(en->m, out, y);
-        if (s == CT_OK)
-            s = ct_metrics_update_loss(en->m, NULL, (double)((const float *)loss->data)[0], items);
-        for (int64_t k = 0; s == CT_OK && k < t->n_parts; k++)
-            if (t->parts[k])
-                s = ct_metrics_update_loss(en->m, t->part_name[k],
-                                           (double)((const float *)t->parts[k]->data)[0], items);
-        if (s != CT_OK) break;
+        if (limit && nb >= limit) return ct_train_skip_epoch(en->e.loader);
+        CT_TRY(eval_batch(t, en, &b));
         nb++;
-        if (t->p.callbacks.on_batch) {
+        if (cb->on_batch) {
             int64_t total = ct_loader_batches_per_epoch(en->e.loader);
             if (limit && limit < total) total = limit;
-            s = t->p.callbacks.on_batch(t->p.callbacks.user, t, en->e.key, nb, total, (double)NAN);
+            s = cb->on_batch(cb->user, t, en->e.key, nb, total, (double)NAN);
             if (s == CT_STOP) t->interrupt = true; /* this evaluation still finishes */
-            if (s == CT_STOP) s = CT_OK;
-            if (s != CT_OK) break;
+            if (s != CT_OK && s != CT_STOP) return s;
         }
     }
-    if (s == CT_OK && b.size > 0) {
-        /* stopped early (limit): the next pass starts at the next epoch's beginning */
-        ct_loader_state st = ct_loader_get_state(en->e.loader);
-        st.epoch++;
-        st.next_batch = 0;
-        s = ct_loader_set_state(en->e.loader, &st);
-    }
-    ct_graph_reset(g);
-    ct_graph_set_grad_enabled(g, true);
-    ct_graph_set_training(g, true);
-    if (t->ema) ct_ema_end_eval(t->ema); /* the raw weights are back on every path */
-    if (s != CT_OK) {
-        ct_err_wrap(ctx, "evaluating '%s'", en->e.key);
-        return s;
-    }
+    return s;
+}
+
+/* The metrics' sums over every rank, then their values. */
+static ct_status reduce_metrics(ct_trainer *t, ct_train_engine *en) {
     double *acc;
     int64_t n_acc;
     ct_metrics_accumulators(en->m, &acc, &n_acc);
     CT_TRY(ct_comm_allreduce_sum_f64(t->comm, acc, n_acc));
     ct_metrics_compute(en->m);
     en->ran = true;
-    int64_t n;
-    const ct_metric_value *v = ct_metrics_values(en->m, &n);
-    if (t->p.callbacks.on_eval_end)
-        CT_TRY(
-            ct_train_event(t, t->p.callbacks.on_eval_end(t->p.callbacks.user, t, en->e.key, v, n)));
-    if (!policies) return CT_OK;
+    return CT_OK;
+}
+
+/* The monitor, a metric-driven schedule and early stopping, from the engine's new values. */
+static ct_status feed_policies(ct_trainer *t, ct_train_engine *en) {
     double value;
     bool best = false;
     if (en->feeds_monitor && ct_metrics_get(en->m, t->monitor.metric, &value) == CT_OK) {
@@ -125,6 +107,34 @@ static ct_status run_engine(ct_trainer *t, ct_train_engine *en, bool policies) {
     }
     if (best) t->save_best = true; /* saved once the step's evaluations are all done */
     return CT_OK;
+}
+
+/* One evaluation pass of an engine, with gradients off, in evaluation mode and on the EMA
+ * weights; with policies, its values then feed the monitor, schedule and early stopping. */
+static ct_status run_engine(ct_trainer *t, ct_train_engine *en, bool policies) {
+    ct_graph *g = t->g;
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
+    ct_comm_set_step(t->comm, t->step, "evaluation");
+    CT_TRY(ct_train_sync_replicas(t, false));
+    if (cb->on_eval_start) CT_TRY(ct_train_event(t, cb->on_eval_start(cb->user, t, en->e.key)));
+    if (t->ema) CT_TRY(ct_ema_begin_eval(t->ema));
+    ct_graph_set_grad_enabled(g, false);
+    ct_graph_set_training(g, false);
+    ct_metrics_reset(en->m);
+    ct_status s = eval_batches(t, en);
+    ct_graph_reset(g);
+    ct_graph_set_grad_enabled(g, true);
+    ct_graph_set_training(g, true);
+    if (t->ema) ct_ema_end_eval(t->ema); /* the raw weights are back on every path */
+    if (s != CT_OK) {
+        ct_err_wrap(t->ctx, "evaluating '%s'", en->e.key);
+        return s;
+    }
+    CT_TRY(reduce_metrics(t, en));
+    int64_t n;
+    const ct_metric_value *v = ct_metrics_values(en->m, &n);
+    if (cb->on_eval_end) CT_TRY(ct_train_event(t, cb->on_eval_end(cb->user, t, en->e.key, v, n)));
+    return policies ? feed_policies(t, en) : CT_OK;
 }
 
 ct_status ct_trainer_evaluate(ct_trainer *t, const char *key) {

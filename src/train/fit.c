@@ -18,6 +18,13 @@ void ct_train_reset_window(ct_trainer *t) {
     }
 }
 
+ct_status ct_train_skip_epoch(ct_loader *l) {
+    ct_loader_state st = ct_loader_get_state(l);
+    st.epoch++;
+    st.next_batch = 0;
+    return ct_loader_set_state(l, &st);
+}
+
 ct_status ct_train_window_sums(ct_trainer *t, double *sums) {
     sums[0] = t->window_loss;
     sums[1] = (double)t->window_count;
@@ -89,6 +96,86 @@ static ct_status log_window(ct_trainer *t) {
 
 /* ---- the loop ---- */
 
+/* The batches an epoch trains on: all, limit_train_batches, or one in a dev run. */
+static int64_t epoch_batches(const ct_trainer *t, int64_t total) {
+    int64_t bpe = total;
+    if (t->p.limit_train_batches && t->p.limit_train_batches < bpe) bpe = t->p.limit_train_batches;
+    if (t->p.dev_run && bpe > 1) bpe = 1;
+    return bpe;
+}
+
+/* Whether the run ends after this step: early stopping or a callback's stop, an interrupt,
+ * max_steps, or a dev run's one step. */
+static bool run_ends(const ct_trainer *t) {
+    return t->stop || t->interrupt || (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run;
+}
+
+/* A micro-batch's finite loss and loss parts into the log window. */
+static void add_to_window(ct_trainer *t, float lv) {
+    if (isfinite(lv)) {
+        t->window_loss += (double)lv;
+        t->window_count++;
+    }
+    for (int64_t k = 0; k < t->n_parts; k++) {
+        float pv = t->parts[k] ? ((const float *)t->parts[k]->data)[0] : (float)NAN;
+        if (isfinite(pv)) {
+            t->part_sum[k] += (double)pv;
+            t->part_count[k]++;
+        }
+    }
+}
+
+/* One micro-batch (number i of the epoch's bpe) of the window at pos: forward, its loss into
+ * the log window, the backward pass of its share of the window's loss, and on_batch. *loss:
+ * its loss, NaN when not finite. */
+static ct_status
+train_batch(ct_trainer *t, const ct_batch *b, const ct_accum_pos *pos, int64_t bpe, double *loss) {
+    ct_graph *g = t->g;
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
+    ct_graph_reset(g);
+    ct_tensor *out, *y;
+    int64_t items;
+    ct_tensor *l = ct_train_forward_loss(t, b, "train", &out, &y, &items);
+    if (!l) return ct_train_failure(t, "training");
+    float lv = ((const float *)l->data)[0];
+    *loss = isfinite(lv) ? (double)lv : (double)NAN;
+    add_to_window(t, lv);
+    /* each micro-batch weighs 1/length of the window: a short last window is not
+     * under-weighted, and the reported loss stays the unscaled mean */
+    ct_tensor *scaled = pos->length > 1 ? ct_op_scale(g, l, 1.0f / (float)pos->length) : l;
+    if (pos->last && t->n_buckets) ct_train_arm_buckets(t);
+    if (ct_graph_backward(g, scaled) != CT_OK) {
+        /* no waiting for reductions in flight: the other ranks may never join them; the
+           failed run ends the job (the command line aborts it) */
+        ct_graph_set_grad_ready(g, NULL, NULL);
+        return ct_train_failure(t, "training backward");
+    }
+    if (cb->on_batch) {
+        ct_status bs = cb->on_batch(cb->user, t, "train", b->number + 1, bpe, *loss);
+        if (bs == CT_STOP) {
+            t->interrupt = true; /* at the end of this step, after its evaluations */
+        } else if (bs != CT_OK) {
+            ct_graph_set_grad_ready(g, NULL, NULL); /* as for a failed backward pass */
+            return bs;
+        }
+    }
+    return CT_OK;
+}
+
+/* After a window's last micro-batch: the update, then what the step triggers: its log
+ * record, the evaluations due at it, and its checkpoint, which the epoch's last step (or the
+ * run's) owes until fit has run the evaluations that follow it. */
+static ct_status end_window(ct_trainer *t, bool window_ok, bool epoch_last) {
+    int64_t before = t->step;
+    CT_TRY(ct_train_finish_window(t, window_ok));
+    if (t->step <= before) return CT_OK; /* a skipped or rolled-back step triggers nothing */
+    if (t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
+    CT_TRY(ct_train_evaluate_due(t, false, 0));
+    if (t->p.save_every_steps && t->step % t->p.save_every_steps == 0) t->save_due = true;
+    if (!epoch_last && !run_ends(t)) CT_TRY(ct_train_flush_checkpoint(t));
+    return CT_OK;
+}
+
 /*
  * The rest of the current epoch of training data. Batches are placed in accumulation windows
  * by their number within the epoch (ct_batch.number), so a loader restored mid-epoch resumes
@@ -96,12 +183,8 @@ static ct_status log_window(ct_trainer *t) {
  * (max_steps, dev_run, a callback) leaves the loader where it stopped.
  */
 static ct_status train_epoch(ct_trainer *t, bool *completed) {
-    ct_ctx *ctx = t->ctx;
-    ct_graph *g = t->g;
     const ct_trainer_callbacks *cb = &t->p.callbacks;
-    int64_t total = ct_loader_batches_per_epoch(t->train), bpe = total;
-    if (t->p.limit_train_batches && t->p.limit_train_batches < bpe) bpe = t->p.limit_train_batches;
-    if (t->p.dev_run && bpe > 1) bpe = 1;
+    int64_t total = ct_loader_batches_per_epoch(t->train), bpe = epoch_batches(t, total);
     bool window_ok = true;
     *completed = false;
     ct_batch b;
@@ -115,89 +198,32 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         /* for the collective timeout's message: the step being made, as failures name it */
         ct_comm_set_step(t->comm, t->step + 1, "training");
         if (i >= bpe) { /* past the limit: the rest of this epoch is not read */
-            ct_loader_state st = ct_loader_get_state(t->train);
-            st.epoch++;
-            st.next_batch = 0;
-            CT_TRY(ct_loader_set_state(t->train, &st));
+            CT_TRY(ct_train_skip_epoch(t->train));
             *completed = true;
             break;
         }
         ct_accum_pos pos;
-        CT_TRY(ct_accum_window(ctx, bpe, t->p.accum_steps, i, &pos));
+        CT_TRY(ct_accum_window(t->ctx, bpe, t->p.accum_steps, i, &pos));
         if (i == 0 && cb->on_epoch_start)
             CT_TRY(ct_train_event(t, cb->on_epoch_start(cb->user, t, t->epoch + 1)));
         if (cb->on_iteration_start)
             CT_TRY(ct_train_event(t, cb->on_iteration_start(cb->user, t, i)));
-        ct_graph_reset(g);
-        ct_tensor *out, *y;
-        int64_t items;
-        ct_tensor *loss = ct_train_forward_loss(t, &b, "train", &out, &y, &items);
-        if (!loss) return ct_train_failure(t, "training");
-        float lv = ((const float *)loss->data)[0];
-        bool finite = isfinite(lv);
-        window_ok = window_ok && finite;
-        if (finite) {
-            t->window_loss += (double)lv;
-            t->window_count++;
-        }
-        for (int64_t k = 0; k < t->n_parts; k++) {
-            float pv = t->parts[k] ? ((const float *)t->parts[k]->data)[0] : (float)NAN;
-            if (isfinite(pv)) {
-                t->part_sum[k] += (double)pv;
-                t->part_count[k]++;
-            }
-        }
-        /* each micro-batch weighs 1/length of the window: a short last window is not
-         * under-weighted, and the reported loss stays the unscaled mean */
-        ct_tensor *scaled = pos.length > 1 ? ct_op_scale(g, loss, 1.0f / (float)pos.length) : loss;
-        if (pos.last && t->n_buckets) ct_train_arm_buckets(t);
-        if (ct_graph_backward(g, scaled) != CT_OK) {
-            /* no waiting for reductions in flight: the other ranks may never join them; the
-               failed run ends the job (the command line aborts it) */
-            ct_graph_set_grad_ready(g, NULL, NULL);
-            return ct_train_failure(t, "training backward");
-        }
-        if (t->p.callbacks.on_batch) {
-            ct_status bs = t->p.callbacks.on_batch(t->p.callbacks.user, t, "train", i + 1, bpe,
-                                                   finite ? (double)lv : (double)NAN);
-            if (bs == CT_STOP) {
-                t->interrupt = true; /* at the end of this step, after its evaluations */
-            } else if (bs != CT_OK) {
-                ct_graph_set_grad_ready(g, NULL, NULL); /* as for a failed backward pass */
-                return bs;
-            }
-        }
-        double reported = finite ? (double)lv : (double)NAN;
-        if (!pos.last) {
-            if (cb->on_iteration_end)
-                CT_TRY(ct_train_event(t, cb->on_iteration_end(cb->user, t, i, reported)));
-            continue;
-        }
-        int64_t before = t->step;
-        CT_TRY(ct_train_finish_window(t, window_ok));
-        window_ok = true;
-        if (t->step > before) { /* a skipped or rolled-back step triggers nothing */
-            if (t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
-            CT_TRY(ct_train_evaluate_due(t, false, 0));
-            if (t->p.save_every_steps && t->step % t->p.save_every_steps == 0) t->save_due = true;
-            /* the epoch's last step (or the run's) owes its checkpoint until fit has run the
-             * evaluations that follow it */
-            bool last = i + 1 >= bpe || t->stop || t->interrupt ||
-                        (t->p.max_steps && t->step >= t->p.max_steps) || t->p.dev_run;
-            if (!last) CT_TRY(ct_train_flush_checkpoint(t));
+        double loss = 0.0;
+        CT_TRY(train_batch(t, &b, &pos, bpe, &loss));
+        window_ok = window_ok && isfinite(loss);
+        if (pos.last) {
+            CT_TRY(end_window(t, window_ok, i + 1 >= bpe));
+            window_ok = true;
         }
         if (cb->on_iteration_end)
-            CT_TRY(ct_train_event(t, cb->on_iteration_end(cb->user, t, i, reported)));
+            CT_TRY(ct_train_event(t, cb->on_iteration_end(cb->user, t, i, loss)));
+        if (!pos.last) continue;           /* a stop waits for the window's end */
         if (i + 1 >= bpe && bpe < total) { /* the limit is reached: skip to the next epoch */
-            ct_loader_state st = ct_loader_get_state(t->train);
-            st.epoch++;
-            st.next_batch = 0;
-            CT_TRY(ct_loader_set_state(t->train, &st));
+            CT_TRY(ct_train_skip_epoch(t->train));
             *completed = true;
             break;
         }
-        if (t->stop || t->interrupt || (t->p.max_steps && t->step >= t->p.max_steps) ||
-            t->p.dev_run) {
+        if (run_ends(t)) {
             *completed = i + 1 >= bpe;
             if (*completed) { /* the marker comes next: take it now so the epoch is closed */
                 CT_TRY(ct_loader_next(t->train, &b));
@@ -205,7 +231,7 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             break;
         }
     }
-    if (s != CT_OK) return ct_err_wrap(ctx, "reading training data");
+    if (s != CT_OK) return ct_err_wrap(t->ctx, "reading training data");
     ct_params_zero_grad(t->params); /* a window cut by max_steps leaves nothing behind */
     return CT_OK;
 }

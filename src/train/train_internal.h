@@ -171,6 +171,8 @@ CT_INTERNAL ct_status ct_train_event(ct_trainer *t, ct_status s);
 /* fit.c: whether any rank was interrupted or asked to stop (every rank then ends at the same
  * point). */
 CT_INTERNAL ct_status ct_train_agree_interrupt(ct_trainer *t);
+/* fit.c: moves a loader to the start of its next epoch; the rest of this one is not read. */
+CT_INTERNAL ct_status ct_train_skip_epoch(ct_loader *l);
 /* fit.c: a new log window: nothing summed yet. */
 CT_INTERNAL void ct_train_reset_window(ct_trainer *t);
 /* fit.c: the log window's sums over every rank (loss, count, then each part's sum and count)
