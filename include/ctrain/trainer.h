@@ -92,6 +92,17 @@ typedef struct ct_task {
 
 #define CT_LOSS_MAX_PARTS 8
 
+/* The model's output and the targets as the losses and metrics take them, for a task of `kind`:
+ * a language model's [B, T, V] output becomes [B*T, V] and its [B, T] targets [B*T]; a
+ * regression output with as many elements as the targets but another shape takes theirs;
+ * anything else is left as it is. The new tensors are step tensors of g. Returns CT_OK, or the
+ * graph's status when a reshape failed (what it would have set is then NULL); with *output or
+ * *target NULL, nothing is done and the graph's status is returned. */
+CT_API ct_status ct_task_flatten(ct_graph *g,
+                                 ct_task_kind kind,
+                                 ct_tensor **output,
+                                 ct_tensor **target);
+
 /* An evaluation engine, declared as data. Metric values are named "<key>/<metric>". */
 typedef struct ct_eval_engine {
     const char *key;               /* "valid", "test"; unique, no '/' */

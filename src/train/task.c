@@ -25,19 +25,20 @@ static ct_status default_prep(void *user,
     return ct_graph_status(g);
 }
 
-/* The model output and targets as the loss and the metrics take them: classes [N, C] with
- * [N], or values of equal shape. Language models flatten [B, T, V] and [B, T]. */
-static void flatten_pair(ct_trainer *t, ct_graph *g, ct_tensor **out, ct_tensor **target) {
-    ct_tensor *o = *out, *y = *target;
-    if (!o || !y) return;
-    if (t->task.kind == CT_TASK_LANGUAGE_MODEL && o->ndim >= 2) {
+ct_status ct_task_flatten(ct_graph *g, ct_task_kind kind, ct_tensor **output, ct_tensor **target) {
+    ct_tensor *o = *output, *y = *target;
+    if (!o || !y) return ct_graph_status(g);
+    if (kind == CT_TASK_LANGUAGE_MODEL && o->ndim >= 2) {
         int64_t v = o->shape[o->ndim - 1], rows = ct_tensor_numel(o) / (v ? v : 1);
-        *out = ct_op_reshape(g, o, 2, (int64_t[]){rows, v});
+        *output = ct_op_reshape(g, o, 2, (int64_t[]){rows, v});
         *target = ct_graph_wrap(g, y->data, y->dtype, 1, (int64_t[]){ct_tensor_numel(y)});
-    } else if (t->task.kind == CT_TASK_REGRESSION && ct_tensor_numel(o) == ct_tensor_numel(y) &&
+    } else if (kind == CT_TASK_REGRESSION && ct_tensor_numel(o) == ct_tensor_numel(y) &&
                !ct_tensor_same_shape(o, y)) {
-        *out = ct_op_reshape(g, o, y->ndim, y->shape);
+        *output = ct_op_reshape(g, o, y->ndim, y->shape);
+    } else {
+        return CT_OK;
     }
+    return *output && *target ? CT_OK : ct_graph_status(g);
 }
 
 static ct_tensor *default_loss(ct_trainer *t, ct_graph *g, ct_tensor *out, ct_tensor *y) {
@@ -69,7 +70,7 @@ ct_tensor *ct_train_forward_loss(ct_trainer *t,
                           split, training ? "train_step" : "eval_step");
             return NULL;
         }
-        flatten_pair(t, g, &o, &y);
+        (void)ct_task_flatten(g, t->task.kind, &o, &y);
         *out = o;
         *target = y;
         *items = t->task.kind == CT_TASK_REGRESSION ? b->size : ct_tensor_numel(y);
@@ -89,7 +90,7 @@ ct_tensor *ct_train_forward_loss(ct_trainer *t,
     ct_tensor *loss;
     if (t->task.loss_parts) {
         loss = t->task.loss_parts(t->task.user, g, o, y, t->parts);
-        flatten_pair(t, g, &o, &y);
+        (void)ct_task_flatten(g, t->task.kind, &o, &y);
         for (int64_t k = 0; loss && k < t->n_parts; k++)
             if (t->parts[k] &&
                 (t->parts[k]->dtype != CT_F32 || ct_tensor_numel(t->parts[k]) != 1)) {
@@ -99,9 +100,9 @@ ct_tensor *ct_train_forward_loss(ct_trainer *t,
             }
     } else if (t->task.loss) {
         loss = t->task.loss(t->task.user, g, o, y);
-        flatten_pair(t, g, &o, &y);
+        (void)ct_task_flatten(g, t->task.kind, &o, &y);
     } else {
-        flatten_pair(t, g, &o, &y);
+        (void)ct_task_flatten(g, t->task.kind, &o, &y);
         loss = default_loss(t, g, o, y);
     }
     if (!loss) return NULL;

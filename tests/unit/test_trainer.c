@@ -1684,6 +1684,28 @@ static void trainer_should_reject_bad_configurations(void) {
     }
 }
 
+/* ct_task_flatten: a language model's [B, T, V] logits and [B, T] tokens become rows, a
+ * regression output takes the targets' shape, and a classifier's pair is left as it is. */
+static void trainer_should_flatten_outputs_as_the_losses_take_them(void) {
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_graph_create(ctx, NULL, &g), CT_OK);
+    if (!g) return;
+    ct_tensor *o = ct_graph_zeros(g, CT_F32, 3, (const int64_t[]){2, 3, 5});
+    ct_tensor *y = ct_graph_zeros(g, CT_I64, 2, (const int64_t[]){2, 3});
+    CT_CHECK_INT(ct_task_flatten(g, CT_TASK_LANGUAGE_MODEL, &o, &y), CT_OK);
+    CT_CHECK(o && o->ndim == 2 && o->shape[0] == 6 && o->shape[1] == 5);
+    CT_CHECK(y && y->ndim == 1 && y->shape[0] == 6);
+    ct_tensor *r = ct_graph_zeros(g, CT_F32, 2, (const int64_t[]){4, 1});
+    ct_tensor *ry = ct_graph_zeros(g, CT_F32, 1, (const int64_t[]){4});
+    CT_CHECK_INT(ct_task_flatten(g, CT_TASK_REGRESSION, &r, &ry), CT_OK);
+    CT_CHECK(r && r->ndim == 1 && r->shape[0] == 4);
+    ct_tensor *c = ct_graph_zeros(g, CT_F32, 2, (const int64_t[]){4, 3}), *c0 = c;
+    ct_tensor *cy = ct_graph_zeros(g, CT_I64, 1, (const int64_t[]){4}), *cy0 = cy;
+    CT_CHECK_INT(ct_task_flatten(g, CT_TASK_CLASSIFICATION, &c, &cy), CT_OK);
+    CT_CHECK(c == c0 && cy == cy0);
+    ct_graph_destroy(g);
+}
+
 static ct_status lm_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
     (void)t;
     rec *r = user;
@@ -2201,6 +2223,7 @@ int main(void) {
     CT_RUN(trainer_should_fail_when_a_task_hook_fails);
     CT_RUN(trainer_should_use_the_tasks_default_metrics);
     CT_RUN(trainer_should_reject_bad_configurations);
+    CT_RUN(trainer_should_flatten_outputs_as_the_losses_take_them);
     CT_RUN(trainer_should_train_a_language_model);
     CT_RUN(trainer_should_resume_exactly_from_its_checkpoints);
     CT_RUN(trainer_should_record_the_same_windows_across_an_interrupt);
