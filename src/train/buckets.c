@@ -9,8 +9,6 @@
 
 #include "train/train_internal.h"
 
-/* ---- gradient buckets (data-parallel) ---- */
-
 /* Buckets of about bucket_bytes over the trainable tensors, from the last declared (whose
  * gradients the backward pass finishes first) to the first. */
 ct_status ct_train_build_buckets(ct_trainer *t) {

@@ -9,8 +9,6 @@
 
 #include "train/train_internal.h"
 
-/* ---- evaluation ---- */
-
 static ct_train_engine *find_engine(ct_trainer *t, const char *key) {
     for (int64_t i = 0; i < t->n_engines; i++)
         if (strcmp(t->engines[i].e.key, key) == 0) return &t->engines[i];

@@ -9,6 +9,8 @@
 #include "ctrain/ops.h"
 #include "train/train_internal.h"
 
+/* ---- the log window ---- */
+
 void ct_train_reset_window(ct_trainer *t) {
     t->window_loss = 0.0;
     t->window_count = 0;
@@ -16,13 +18,6 @@ void ct_train_reset_window(ct_trainer *t) {
         t->part_sum[k] = 0.0;
         t->part_count[k] = 0;
     }
-}
-
-ct_status ct_train_skip_epoch(ct_loader *l) {
-    ct_loader_state st = ct_loader_get_state(l);
-    st.epoch++;
-    st.next_batch = 0;
-    return ct_loader_set_state(l, &st);
 }
 
 ct_status ct_train_window_sums(ct_trainer *t, double *sums) {
@@ -47,22 +42,8 @@ void ct_train_set_window(ct_trainer *t, const double *sums) {
     }
 }
 
-/* ---- callbacks ---- */
-
-/* Runs a callback's result through the stop rule: CT_STOP ends the run cleanly. */
-ct_status ct_train_event(ct_trainer *t, ct_status s) {
-    if (s == CT_STOP) {
-        /* with several ranks a stop takes effect where they agree, so that every rank leaves
-           at the same point */
-        if (ct_comm_world_size(t->comm) > 1)
-            t->stop_asked = true;
-        else
-            t->stop = true;
-        return CT_OK;
-    }
-    return s;
-}
-
+/* The window's record for on_log (train/loss: the mean of every rank's finite losses; the rate;
+ * the norm; the parts), then a new window. */
 static ct_status log_window(ct_trainer *t) {
     if (ct_comm_world_size(t->comm) > 1) { /* the mean over every rank's finite losses */
         double sums[2 + 2 * CT_LOSS_MAX_PARTS];
@@ -94,7 +75,30 @@ static ct_status log_window(ct_trainer *t) {
     return CT_OK;
 }
 
+/* ---- callbacks ---- */
+
+/* Runs a callback's result through the stop rule: CT_STOP ends the run cleanly. */
+ct_status ct_train_event(ct_trainer *t, ct_status s) {
+    if (s == CT_STOP) {
+        /* with several ranks a stop takes effect where they agree, so that every rank leaves
+           at the same point */
+        if (ct_comm_world_size(t->comm) > 1)
+            t->stop_asked = true;
+        else
+            t->stop = true;
+        return CT_OK;
+    }
+    return s;
+}
+
 /* ---- the loop ---- */
+
+ct_status ct_train_skip_epoch(ct_loader *l) {
+    ct_loader_state st = ct_loader_get_state(l);
+    st.epoch++;
+    st.next_batch = 0;
+    return ct_loader_set_state(l, &st);
+}
 
 /* The batches an epoch trains on: all, limit_train_batches, or one in a dev run. */
 static int64_t epoch_batches(const ct_trainer *t, int64_t total) {
@@ -236,17 +240,6 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
     return CT_OK;
 }
 
-static ct_status fit(ct_trainer *t);
-
-ct_status ct_trainer_fit(ct_trainer *t) {
-    ct_status s = ct_train_open_shard(t);
-    if (s == CT_OK) s = fit(t);
-    ct_train_close_shard(t, s == CT_OK);
-    if (s != CT_OK && t->p.callbacks.on_exception)
-        t->p.callbacks.on_exception(t->p.callbacks.user, t, s);
-    return s;
-}
-
 /* Whether any rank was interrupted (every rank then ends at the same point). */
 ct_status ct_train_agree_interrupt(ct_trainer *t) {
     if (ct_comm_world_size(t->comm) < 2) return CT_OK;
@@ -258,8 +251,23 @@ ct_status ct_train_agree_interrupt(ct_trainer *t) {
     return CT_OK;
 }
 
+/* A completed epoch: the count, an epoch-driven schedule, the log record, the evaluations due,
+ * on_epoch_end, the stops agreed, the new last good state and the epoch's checkpoint. */
+static ct_status end_epoch(ct_trainer *t) {
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
+    t->epoch++;
+    if (t->sched && t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
+        CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
+    CT_TRY(log_window(t));
+    CT_TRY(ct_train_evaluate_due(t, true, t->epoch));
+    if (cb->on_epoch_end) CT_TRY(ct_train_event(t, cb->on_epoch_end(cb->user, t, t->epoch)));
+    CT_TRY(ct_train_agree_interrupt(t));     /* the epoch's stops, before its checkpoint */
+    if (t->snap) ct_train_snapshot(t, true); /* the epoch ended finite: the new last good state */
+    if (t->p.save_every_epochs && t->epoch % t->p.save_every_epochs == 0) t->save_due = true;
+    return ct_train_flush_checkpoint(t);
+}
+
 static ct_status fit(ct_trainer *t) {
-    ct_ctx *ctx = t->ctx;
     const ct_trainer_callbacks *cb = &t->p.callbacks;
     t->stop = t->has_es && t->es.state.stopped; /* a resumed early-stopped run stays stopped */
     t->interrupt = false;
@@ -284,17 +292,7 @@ static ct_status fit(ct_trainer *t) {
             if (!t->stop && !t->interrupt) CT_TRY(ct_train_evaluate_due(t, true, t->epoch + 1));
             break;
         }
-        t->epoch++;
-        if (t->sched && t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
-            CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
-        CT_TRY(log_window(t));
-        CT_TRY(ct_train_evaluate_due(t, true, t->epoch));
-        if (cb->on_epoch_end) CT_TRY(ct_train_event(t, cb->on_epoch_end(cb->user, t, t->epoch)));
-        CT_TRY(ct_train_agree_interrupt(t)); /* the epoch's stops, before its checkpoint */
-        if (t->snap)
-            ct_train_snapshot(t, true); /* the epoch ended finite: the new last good state */
-        if (t->p.save_every_epochs && t->epoch % t->p.save_every_epochs == 0) t->save_due = true;
-        CT_TRY(ct_train_flush_checkpoint(t));
+        CT_TRY(end_epoch(t));
         if (t->p.dev_run || t->interrupt) break;
     }
     /* the final state, so `latest` is where this run ended (a failed run saves nothing) */
@@ -303,6 +301,14 @@ static ct_status fit(ct_trainer *t) {
     CT_TRY(ct_train_flush_checkpoint(t));
     CT_TRY(ct_train_share_moments(t)); /* the optimizer's state whole after fit, saved or not */
     if (cb->on_fit_end) CT_TRY(ct_train_event(t, cb->on_fit_end(cb->user, t)));
-    (void)ctx;
     return CT_OK;
+}
+
+ct_status ct_trainer_fit(ct_trainer *t) {
+    ct_status s = ct_train_open_shard(t);
+    if (s == CT_OK) s = fit(t);
+    ct_train_close_shard(t, s == CT_OK);
+    if (s != CT_OK && t->p.callbacks.on_exception)
+        t->p.callbacks.on_exception(t->p.callbacks.user, t, s);
+    return s;
 }

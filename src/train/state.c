@@ -419,8 +419,7 @@ static const char *parse_engines(ct_trainer *t, const json_t *st) {
     return NULL;
 }
 
-/* The log window's sums (absent in checkpoints saved at a record, before they were kept: then
- * zeros). */
+/* The log window's sums; a checkpoint without them resumes with an empty window. */
 static const char *parse_window(const ct_trainer *t, const json_t *lw, double *window) {
     if (!lw) return NULL;
     const json_t *lp = json_object_get(lw, "parts");

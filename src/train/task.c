@@ -11,8 +11,6 @@
 #include "ctrain/ops.h"
 #include "train/train_internal.h"
 
-/* ---- task defaults ---- */
-
 static ct_status default_prep(void *user,
                               ct_graph *g,
                               const ct_batch *b,

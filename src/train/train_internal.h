@@ -67,6 +67,7 @@ CT_INTERNAL ct_status ct_train_shard_share_buffer(ct_train_shard *sh, float *buf
 
 /* ---- the trainer ---- */
 
+/* An evaluation engine as the trainer runs it: the engine given, its metric set and state. */
 typedef struct ct_train_engine {
     ct_eval_engine e;
     ct_metrics *m;
@@ -80,6 +81,7 @@ typedef struct ct_train_engine {
 /* The training values on_log reports: train/loss, train/lr, train/grad_norm, one per loss part. */
 #define CT_TRAIN_VALUES (3 + CT_LOSS_MAX_PARTS)
 
+/* A gradient bucket (buckets.c). */
 typedef struct ct_train_bucket {
     int64_t start, n; /* a range of the flat gradient buffer */
     int64_t n_params; /* tensors in it */
@@ -88,6 +90,9 @@ typedef struct ct_train_bucket {
     ct_comm_request req;
 } ct_train_bucket;
 
+/* The trainer. model, params, opt, sched, train and task are ct_trainer_params' parts as given,
+ * and p holds the rest (bucket_bytes resolved at create); comm is p.comm or, without one, the
+ * trainer's own single-process communicator. */
 struct ct_trainer {
     ct_ctx *ctx;
     ct_model *model;
@@ -120,7 +125,7 @@ struct ct_trainer {
                                  (the last step saved before it); -1: none */
     bool stop;                /* early stopping or a callback's CT_STOP */
     bool stop_asked;          /* several ranks: a callback's CT_STOP on this rank, which becomes
-                                 stop where the ranks agree (agree_interrupt, a step's end) */
+                                 stop where the ranks agree (ct_train_agree_interrupt) */
     bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
     double comm_seconds;      /* spent in the gradient all-reduce (several ranks only) */
     bool want_shard;          /* shard_optimizer decided for sharding (at create) */
