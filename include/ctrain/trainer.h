@@ -276,6 +276,7 @@ typedef struct ct_trainer_params {
     ct_update_sharding shard_optimizer;
 } ct_trainer_params;
 
+/* The defaults documented above; model, store, optim and train are NULL and must be set. */
 CT_API ct_trainer_params ct_trainer_default_params(void);
 
 /*
