@@ -194,7 +194,7 @@ ct_status ct_train_share_moments(ct_trainer *t) {
     return CT_OK;
 }
 
-/* Copies every tensor of src into dst, a store of the same layout (mirror_store). */
+/* Copies every tensor of src into dst, a store of the same layout (ct_train_mirror_store). */
 static void copy_store(ct_params *dst, const ct_params *src) {
     for (int64_t i = 0; i < ct_params_count(src); i++) {
         const ct_tensor *a = ct_params_at(src, i);

@@ -75,7 +75,7 @@ typedef struct ct_train_engine {
     bool feeds_monitor, feeds_early_stop; /* the monitored metrics are among its values */
     bool feeds_schedule;                  /* and the metric a plateau schedule follows */
     int64_t last_step;                    /* the step of its last cadence run; -1 none */
-    ct_loader_state resume_state;         /* parsed by restore_state before any is applied */
+    ct_loader_state resume_state;         /* parsed by a resume (state.c) before any is applied */
 } ct_train_engine;
 
 /* The training values on_log reports: train/loss, train/lr, train/grad_norm, one per loss part. */
