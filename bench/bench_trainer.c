@@ -135,15 +135,17 @@ static double by_hand(setup *s, int64_t steps) {
 
 static double with_trainer(setup *s, int64_t steps, int64_t steps_per_loop, bool check_grads) {
     ct_trainer_params tp = ct_trainer_default_params();
+    tp.model = s->m;
+    tp.store = s->P;
+    tp.optim = s->opt;
+    tp.task.prep_batch = prep_flat;
+    tp.train = s->loader;
     tp.max_epochs = 0;
     tp.max_steps = steps;
     tp.steps_per_loop = steps_per_loop;
     tp.check_grads = check_grads;
-    ct_task task = {.kind = CT_TASK_CLASSIFICATION, .prep_batch = prep_flat};
     ct_trainer *t;
-    if (ct_trainer_create(s->ctx, s->m, s->P, s->opt, NULL, NULL, &task, s->loader, NULL, 0, &tp,
-                          &t) != CT_OK)
-        die(s->ctx);
+    if (ct_trainer_create(s->ctx, &tp, &t) != CT_OK) die(s->ctx);
     double t0 = now_s();
     if (ct_trainer_fit(t) != CT_OK) die(s->ctx);
     double dt = now_s() - t0;

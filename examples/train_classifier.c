@@ -79,7 +79,6 @@ int main(void) {
 
     /* the trainer: evaluate "valid" after every epoch, on the EMA weights; stop when the
      * validation loss has not improved for 3 evaluations */
-    ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_metric_spec acc = {"accuracy", NULL, NULL, {NULL, 0, NULL}};
     ct_eval_engine engine = {"valid", valid_loader, 1, 0, &acc, 1};
     ct_option ema[] = {{"decay", "0.99"}, {"warmup", "true"}};
@@ -87,15 +86,21 @@ int main(void) {
     ct_option es[] = {{"monitor", "valid/loss"}, {"patience", "3"}};
     ct_options es_opts = {es, 2, "train_classifier: early_stopping"};
     ct_trainer_params tp = ct_trainer_default_params();
+    tp.model = model;
+    tp.store = params;
+    tp.optim = opt;
+    tp.schedule = sched;
+    tp.task.kind = CT_TASK_CLASSIFICATION;
+    tp.train = train_loader;
+    tp.engines = &engine;
+    tp.n_engines = 1;
     tp.max_epochs = EPOCHS;
     tp.steps_per_loop = 25;
     tp.ema = &ema_opts;
     tp.early_stopping = &es_opts;
     tp.callbacks.on_log = print_log;
     tp.callbacks.on_eval_end = print_eval;
-    if (s == CT_OK)
-        s = ct_trainer_create(ctx, model, params, opt, sched, NULL, &task, train_loader, &engine, 1,
-                              &tp, &trainer);
+    if (s == CT_OK) s = ct_trainer_create(ctx, &tp, &trainer);
     if (s == CT_OK) s = ct_trainer_fit(trainer);
 
     double accuracy = 0.0;

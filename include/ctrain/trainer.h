@@ -8,9 +8,10 @@
  * metric sums) goes through the communicator, so data parallelism is the communicator's
  * business; with NULL the trainer uses the single-process one.
  *
- * Ownership: the trainer borrows everything it is given (model, store, optimizer, schedule,
- * loaders, communicator, metric specs and options) for its lifetime; it owns its graph, its
- * metric sets and its EMA. Values handed to callbacks are valid during the call only.
+ * Ownership: the trainer borrows everything ct_trainer_params points to (model, store,
+ * optimizer, schedule, loaders, communicator, metric specs and options) for its lifetime; it
+ * owns its graph, its metric sets and its EMA. Values handed to callbacks are valid during the
+ * call only.
  */
 #ifndef CTRAIN_TRAINER_H
 #define CTRAIN_TRAINER_H
@@ -92,6 +93,17 @@ typedef struct ct_task {
 
 #define CT_LOSS_MAX_PARTS 8
 
+/* The model's output and the targets as the losses and metrics take them, for a task of `kind`:
+ * a language model's [B, T, V] output becomes [B*T, V] and its [B, T] targets [B*T]; a
+ * regression output with as many elements as the targets but another shape takes theirs;
+ * anything else is left as it is. The new tensors are step tensors of g. Returns CT_OK, or the
+ * graph's status when a reshape failed (what it would have set is then NULL); with *output or
+ * *target NULL, nothing is done and the graph's status is returned. */
+CT_API ct_status ct_task_flatten(ct_graph *g,
+                                 ct_task_kind kind,
+                                 ct_tensor **output,
+                                 ct_tensor **target);
+
 /* An evaluation engine, declared as data. Metric values are named "<key>/<metric>". */
 typedef struct ct_eval_engine {
     const char *key;               /* "valid", "test"; unique, no '/' */
@@ -171,19 +183,30 @@ typedef enum ct_update_sharding {
 } ct_update_sharding;
 
 typedef struct ct_trainer_params {
+    /* What is trained, borrowed for the trainer's lifetime. Required: model, store (the model's
+       parameters), optim and train (the training loader). schedule: NULL = none; comm: NULL =
+       one process; task: by default (zeroed) a classification with the default hooks; engines:
+       n_engines of them, NULL for none (the array itself is read at create only). */
+    ct_model *model;
+    ct_params *store;
+    ct_optim *optim;
+    ct_schedule *schedule;
+    ct_comm *comm;
+    ct_task task;
+    ct_loader *train;
+    const ct_eval_engine *engines;
+    int64_t n_engines;
     int64_t max_epochs;               /* default 1; 0 = no limit (then max_steps must be set) */
     int64_t max_steps;                /* default 0 = no limit */
     int64_t accum_steps;              /* micro-batches per step, default 1 */
     float grad_clip_norm;             /* clip the global L2 norm to it; 0 = off */
     float grad_clip_value;            /* clamp each gradient to [-v, v]; 0 = off */
     bool check_grads;                 /* check every gradient for NaN/inf at each update
-                                         (default true). In one process without clipping or
-                                         on_grads it is part of the update: under on_nonfinite
-                                         stop and rollback ct_optim_step_checked (about 0.1% of
-                                         the batch-128 MLP's step), under skip
-                                         ct_optim_step_if_finite, which reads every gradient
-                                         before writing (about 1%); with grad_clip_norm the
-                                         norm shows it; false: check the loss only */
+                                         (default true); false: check the loss only. In one
+                                         process without clipping or on_grads the update does
+                                         it (ct_optim_step_checked; under on_nonfinite skip
+                                         ct_optim_step_if_finite); with grad_clip_norm, the
+                                         norm */
     int64_t steps_per_loop;           /* on_log cadence in steps, default 10 */
     int64_t limit_train_batches;      /* per epoch; 0 = all */
     int64_t limit_eval_batches;       /* per evaluation; 0 = all */
@@ -201,15 +224,13 @@ typedef struct ct_trainer_params {
        save_every_epochs epochs (default 1; 0 = not by epochs), every save_every_steps steps
        (0 = not by steps), whenever the monitor improves (then `best` points at it) and when
        fit ends without failure; keep the newest `keep` (0 = all) besides `latest`, `best` and
-       the checkpoint resumed from. A step's checkpoint is
-       written after all of its evaluations, epoch-end ones included, so it holds their
-       monitor and early-stopping states. A failed save ends the run with its error. A fresh
-       trainer never overwrites: a step already saved in the directory is an error; after a
-       resume or a rollback, the later checkpoints of the abandoned continuation are replaced
-       (with a warning).
-       With EMA, the shadow goes in ema.safetensors (this costs one more copy of the store,
-       kept for the saves). In a
-       distributed run rank 0 writes and broadcasts whether it worked. */
+       the checkpoint resumed from. A step's checkpoint is written after all of its
+       evaluations, epoch-end ones included, so it holds their monitor and early-stopping
+       states. A failed save ends the run with its error. A fresh trainer never overwrites: a
+       step already saved in the directory is an error; after a resume or a rollback, the
+       later checkpoints of the abandoned continuation are replaced (with a warning). With EMA
+       the shadow goes in ema.safetensors, written from one more copy of the store that the
+       trainer keeps. In a distributed run rank 0 writes and broadcasts whether it worked. */
     const char *checkpoint_dir;
     int64_t save_every_epochs;
     int64_t save_every_steps;
@@ -233,11 +254,9 @@ typedef struct ct_trainer_params {
     /* Distributed runs: gradients are averaged in buckets of about this many bytes, each
        all-reduce started (non-blocking) during the backward pass of the step's last
        micro-batch as soon as its parameters' gradients are final, and all waited for before
-       the update (Horovod/DDP style); 0 = one blocking all-reduce of the whole buffer after
-       the backward pass. Default CT_BUCKET_BYTES_AUTO: 0 when every rank shares one machine
-       (ct_comm_local_size == world size: MPI then moves the data on the ranks' own, busy
-       threads, so overlapping only adds progress polling and slower non-blocking
-       algorithms), else 1 MiB. */
+       the update; 0 = one blocking all-reduce of the whole buffer after the backward pass.
+       Default CT_BUCKET_BYTES_AUTO: 0 when every rank is on one machine (ct_comm_local_size
+       == world size), else 1 MiB (docs/distributed.md). */
     int64_t bucket_bytes;
     /* Mixed precision: CT_F32 (default) or CT_BF16, which runs every forward and backward pass
        (training and evaluation) under bf16 autocast (ct_graph_set_autocast: matmul, linear and
@@ -246,39 +265,28 @@ typedef struct ct_trainer_params {
     ct_dtype precision;
     /* Distributed runs on one machine: each rank sums every rank's gradients over its own
        part of the flat buffer through shared memory (ct_comm_shared), updates that part of
-       the weights and optimizer state, and copies the others' parts, instead of all-reducing
-       the gradients and updating every weight on every rank. Same results as the all-reduce
-       (the same rank-order sum: bitwise on 2 ranks without grad_clip_norm, whose norm is then
-       summed by parts); the optimizer's moments are made whole on every rank at each
-       checkpoint and at the end of fit. The shared memory is made at the start of each
-       ct_trainer_fit and freed at its end (collectively; after a failed fit it is left to
-       MPI_Finalize), so creating and destroying the trainer are not collective. Under AUTO a
-       fit whose shared memory cannot be made on some rank all-reduces instead, with a
-       warning. Default CT_UPDATE_SHARDING_AUTO. */
+       the weights and optimizer state and copies the others' parts, instead of all-reducing
+       the gradients and updating every weight on every rank (docs/distributed.md). The
+       results are the all-reduce's (bitwise on 2 ranks without grad_clip_norm); the
+       optimizer's moments are whole on every rank at each checkpoint and after fit. The
+       shared memory lives from the start of each ct_trainer_fit to its end (collectively;
+       after a failed fit it is left to MPI_Finalize), so creating and destroying the trainer
+       are not collective. Under AUTO a fit whose shared memory cannot be made on some rank
+       all-reduces instead, with a warning. Default CT_UPDATE_SHARDING_AUTO. */
     ct_update_sharding shard_optimizer;
 } ct_trainer_params;
 
+/* The defaults documented above; model, store, optim and train are NULL and must be set. */
 CT_API ct_trainer_params ct_trainer_default_params(void);
 
 /*
- * A trainer over a model whose parameters live in `params`, stepped by `opt` (and `schedule`,
- * stepped once per step; may be NULL), reading `train` and evaluating the engines. comm may be
- * NULL (single process). Two engines with the same key, a bad parameter or option, or a
- * monitor or early-stopping metric that no engine computes fail with CT_ERR_CONFIG naming it.
- * *out is NULL on failure.
+ * A trainer over p's model, store, optimizer, schedule, task, loaders and engines (p is read
+ * at create; what it points to is borrowed). A missing required part fails with
+ * CT_ERR_INVALID_ARG; two engines with the same key, a bad parameter or option, or a monitor
+ * or early-stopping metric that no engine computes with CT_ERR_CONFIG naming it. *out is NULL
+ * on failure.
  */
-CT_API ct_status ct_trainer_create(ct_ctx *ctx,
-                                   ct_model *model,
-                                   ct_params *params,
-                                   ct_optim *opt,
-                                   ct_schedule *schedule,
-                                   ct_comm *comm,
-                                   const ct_task *task,
-                                   ct_loader *train,
-                                   const ct_eval_engine *engines,
-                                   int64_t n_engines,
-                                   const ct_trainer_params *p,
-                                   ct_trainer **out);
+CT_API ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *p, ct_trainer **out);
 CT_API void ct_trainer_destroy(ct_trainer *t);
 
 /*

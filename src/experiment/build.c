@@ -546,16 +546,7 @@ ct_status ct_exp_build_model(ct_experiment *e) {
 
 ct_tensor *ct_exp_loss(void *user, ct_graph *g, ct_tensor *out, ct_tensor *y) {
     const ct_experiment *e = user;
-    if (e->task.kind == CT_TASK_LANGUAGE_MODEL && out->ndim >= 2) {
-        int64_t v = out->shape[out->ndim - 1], rows = ct_tensor_numel(out) / (v ? v : 1);
-        out = ct_op_reshape(g, out, 2, (int64_t[]){rows, v});
-        y = ct_graph_wrap(g, y->data, y->dtype, 1, (int64_t[]){ct_tensor_numel(y)});
-        if (!out || !y) return NULL;
-    } else if (e->task.kind == CT_TASK_REGRESSION && ct_tensor_numel(out) == ct_tensor_numel(y) &&
-               !ct_tensor_same_shape(out, y)) {
-        out = ct_op_reshape(g, out, y->ndim, y->shape);
-        if (!out) return NULL;
-    }
+    if (ct_task_flatten(g, e->task.kind, &out, &y) != CT_OK) return NULL;
     switch (e->loss) {
     case CT_EXP_LOSS_MSE:
         return ct_loss_mse(g, out, y, CT_REDUCTION_MEAN);

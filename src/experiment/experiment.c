@@ -164,8 +164,16 @@ static ct_status build_trainer(ct_experiment *e) {
     if (e->p.comm) /* the communicator's watchdog: from now on, the configured limit */
         CT_TRY(ct_comm_set_timeout(e->p.comm, ct_exp_float_at(e, "trainer.collective_timeout_s",
                                                               CT_COMM_DEFAULT_TIMEOUT_S)));
-    return ct_trainer_create(e->ctx, e->model, e->params, e->opt, e->sched, e->p.comm, &e->task,
-                             e->train_loader, e->engines, e->n_engines, &e->tp, &e->trainer);
+    e->tp.model = e->model;
+    e->tp.store = e->params;
+    e->tp.optim = e->opt;
+    e->tp.schedule = e->sched;
+    e->tp.comm = e->p.comm;
+    e->tp.task = e->task;
+    e->tp.train = e->train_loader;
+    e->tp.engines = e->engines;
+    e->tp.n_engines = e->n_engines;
+    return ct_trainer_create(e->ctx, &e->tp, &e->trainer);
 }
 
 /* ---- the run directory ---- */

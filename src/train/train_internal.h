@@ -1,6 +1,12 @@
 /*
- * train_internal.h - helpers shared by the trainer module's files (the option reader for
- * names). Not installed; not part of the API.
+ * train_internal.h - what the trainer module's files share: the trainer's struct, the steps of
+ * the loop that live in one file and are called from another, the option readers of the
+ * policies and the sharded update. Not installed; not part of the API.
+ *
+ * The trainer's files: trainer.c (create, destroy, queries), fit.c (the loop), task.c (a batch's
+ * forward pass and loss), eval.c (evaluation engines), update.c (the optimizer step at a window's
+ * end), buckets.c (gradient buckets), state.c (checkpoints and resume), and the policies'
+ * monitor.c, ema.c, nonfinite.c, accum.c, policy_common.c, shard.c.
  */
 #ifndef CT_TRAIN_INTERNAL_H
 #define CT_TRAIN_INTERNAL_H
@@ -8,6 +14,7 @@
 #include "core/core_internal.h"
 #include "ctrain/dist.h"
 #include "ctrain/options.h"
+#include "ctrain/trainer.h"
 
 /* Copies the string option key (fallback when absent) into out[cap]; a longer value or an
  * empty one is a CT_ERR_CONFIG. */
@@ -53,5 +60,171 @@ CT_INTERNAL ct_status ct_train_shard_gather(ct_train_shard *sh, float *weights);
 CT_INTERNAL ct_status ct_train_shard_settle(ct_train_shard *sh);
 /* Every rank's part of buf (n floats) to every rank: an optimizer moment made whole. */
 CT_INTERNAL ct_status ct_train_shard_share_buffer(ct_train_shard *sh, float *buf);
+
+/* ---- the trainer ---- */
+
+/* An evaluation engine as the trainer runs it: the engine given, its metric set and state. */
+typedef struct ct_train_engine {
+    ct_eval_engine e;
+    ct_metrics *m;
+    bool ran;
+    bool feeds_monitor, feeds_early_stop; /* the monitored metrics are among its values */
+    bool feeds_schedule;                  /* and the metric a plateau schedule follows */
+    int64_t last_step;                    /* the step of its last cadence run; -1 none */
+    ct_loader_state resume_state;         /* parsed by a resume (state.c) before any is applied */
+} ct_train_engine;
+
+/* The training values on_log reports: train/loss, train/lr, train/grad_norm, one per loss part. */
+#define CT_TRAIN_VALUES (3 + CT_LOSS_MAX_PARTS)
+
+/* A gradient bucket (buckets.c). */
+typedef struct ct_train_bucket {
+    int64_t start, n; /* a range of the flat gradient buffer */
+    int64_t n_params; /* tensors in it */
+    int64_t pending;  /* of those, the ones whose gradient is not final yet in this pass */
+    bool started;     /* its reduction is in flight */
+    ct_comm_request req;
+} ct_train_bucket;
+
+/* The trainer. model, params, opt, sched, train and task are ct_trainer_params' parts as given,
+ * and p holds the rest (bucket_bytes resolved at create); comm is p.comm or, without one, the
+ * trainer's own single-process communicator. */
+struct ct_trainer {
+    ct_ctx *ctx;
+    ct_model *model;
+    ct_params *params;
+    ct_optim *opt;
+    ct_schedule *sched;
+    const char *sched_metric; /* what a metric-driven schedule follows; NULL otherwise */
+    ct_comm *comm;
+    bool own_comm;
+    ct_task task;
+    ct_loader *train;
+    ct_train_engine *engines;
+    int64_t n_engines, engines_cap; /* engines made so far, engines allocated */
+    ct_trainer_params p;
+    ct_graph *g;
+    int64_t n_classes;
+    bool has_monitor, has_es;
+    ct_monitor monitor;
+    ct_early_stop es;
+    ct_ema *ema;
+    int64_t resumed_step; /* the checkpoint resumed from, which retention spares; -1 none */
+    ct_params *ema_store; /* with EMA and checkpoints: the EMA weights laid out as the model's
+                             store, for ema.safetensors */
+    ct_nonfinite_policy nf;
+    int64_t step, epoch, skipped;
+    int64_t last_saved_step;  /* -1: none saved by this trainer yet */
+    bool save_due, save_best; /* a checkpoint (a best one) is owed for the current step */
+    int64_t replace_upto;     /* saves of steps up to this one replace an existing checkpoint: the
+                                 abandoned continuation after a resume (INT64_MAX) or a rollback
+                                 (the last step saved before it); -1: none */
+    bool stop;                /* early stopping or a callback's CT_STOP */
+    bool stop_asked;          /* several ranks: a callback's CT_STOP on this rank, which becomes
+                                 stop where the ranks agree (ct_train_agree_interrupt) */
+    bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
+    double comm_seconds;      /* spent in the gradient all-reduce (several ranks only) */
+    bool want_shard;          /* shard_optimizer decided for sharding (at create) */
+    ct_train_shard *shard;    /* the sharded update's window during a fit, or NULL */
+    bool moments_whole;       /* the sharded moments were shared since the last update */
+    /* gradient buckets (several ranks, bucket_bytes > 0): ranges of the flat gradient buffer,
+       the last parameters first, as the backward pass finishes them */
+    ct_train_bucket *buckets;
+    int64_t n_buckets;
+    int64_t *param_start;  /* offset in the flat buffer of each trainable tensor, ascending */
+    int64_t *param_bucket; /* its bucket */
+    int64_t next_bucket;   /* the next bucket to start: they start in index order */
+    int64_t n_trainable;
+    /* several ranks: each rank's loader epoch and next batch and its dropout stream and
+       counter ([n_rank_pos][4]), gathered at every checkpoint and saved per rank */
+    uint64_t *rank_pos;
+    int64_t n_rank_pos;
+    ct_status bucket_status; /* the first failure to start a bucket's reduction */
+    /* the training log window */
+    double window_loss;
+    int64_t window_count;
+    /* the window's sums over every rank as a checkpoint saves them: loss, count, then each
+       loss part's sum and count (the resumed run starts its window from them) */
+    double saved_window[2 + 2 * CT_LOSS_MAX_PARTS];
+    /* the task's loss parts: names (in part_text), "train/loss/<name>", this batch's tensors
+       and the log window's sums and counts */
+    char *part_text;
+    size_t part_text_size;
+    const char *part_name[CT_LOSS_MAX_PARTS];
+    char part_log[CT_LOSS_MAX_PARTS][CT_METRIC_NAME_MAX];
+    int64_t n_parts;
+    ct_tensor *parts[CT_LOSS_MAX_PARTS];
+    double part_sum[CT_LOSS_MAX_PARTS];
+    int64_t part_count[CT_LOSS_MAX_PARTS];
+    float grad_norm;
+    ct_metric_value train_values[CT_TRAIN_VALUES];
+    int64_t n_train_values;
+    /* rollback: the last good state */
+    unsigned char *snap;
+    size_t snap_bytes;
+    int64_t snap_step, snap_opt_steps;
+    ct_schedule_state snap_sched;
+};
+
+/* fit.c: runs a callback's result through the stop rule: CT_STOP ends the run cleanly (with
+ * several ranks, where they agree); any other status is returned. */
+CT_INTERNAL ct_status ct_train_event(ct_trainer *t, ct_status s);
+/* fit.c: whether any rank was interrupted or asked to stop (every rank then ends at the same
+ * point). */
+CT_INTERNAL ct_status ct_train_agree_interrupt(ct_trainer *t);
+/* fit.c: moves a loader to the start of its next epoch; the rest of this one is not read. */
+CT_INTERNAL ct_status ct_train_skip_epoch(ct_loader *l);
+/* fit.c: a new log window: nothing summed yet. */
+CT_INTERNAL void ct_train_reset_window(ct_trainer *t);
+/* fit.c: the log window's sums over every rank (loss, count, then each part's sum and count)
+ * into sums[2 + 2 * CT_LOSS_MAX_PARTS], on every rank; the window itself is left as it is. */
+CT_INTERNAL ct_status ct_train_window_sums(ct_trainer *t, double *sums);
+/* fit.c: the log window from sums laid out as ct_train_window_sums's. */
+CT_INTERNAL void ct_train_set_window(ct_trainer *t, const double *sums);
+
+/* task.c: forward and loss of one batch; *items is the number of loss terms (samples or
+ * tokens). NULL on failure (ct_train_failure gives the status). */
+CT_INTERNAL ct_tensor *ct_train_forward_loss(ct_trainer *t,
+                                             const ct_batch *b,
+                                             const char *split,
+                                             ct_tensor **out,
+                                             ct_tensor **target,
+                                             int64_t *items);
+/* task.c: the status of a failed forward or loss, with `where` added to its message. */
+CT_INTERNAL ct_status ct_train_failure(ct_trainer *t, const char *where);
+
+/* eval.c: rank 0's buffers (and with values, its trainable weights) to every rank. */
+CT_INTERNAL ct_status ct_train_sync_replicas(ct_trainer *t, bool values);
+/* eval.c: runs the engines due at an epoch's end (epoch: the number just finished, from 1) or
+ * after a step. */
+CT_INTERNAL ct_status ct_train_evaluate_due(ct_trainer *t, bool epoch_end, int64_t epoch);
+
+/* update.c: the rollback snapshot's size for the trainer's store and optimizer. */
+CT_INTERNAL size_t ct_train_snapshot_bytes(const ct_params *params, const ct_optim *opt);
+/* update.c: copies the store, the optimizer's buffers, step count and the schedule into the
+ * rollback snapshot (save) or back out of it. */
+CT_INTERNAL void ct_train_snapshot(ct_trainer *t, bool save);
+/* update.c: the end of an accumulation window: reduce, check, clip and apply the gradients,
+ * or act on a non-finite loss (loss_ok false) or gradient as the policy says. */
+CT_INTERNAL ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok);
+/* update.c: the sharded update's window for one fit (collective), and its end. */
+CT_INTERNAL ct_status ct_train_open_shard(ct_trainer *t);
+CT_INTERNAL void ct_train_close_shard(ct_trainer *t, bool collective);
+
+/* buckets.c: the gradient buckets of bucket_bytes over the trainable tensors (at create); arming
+ * them for the backward pass of a window's last micro-batch; and the sum over ranks of every
+ * bucket, waited for. */
+CT_INTERNAL ct_status ct_train_build_buckets(ct_trainer *t);
+CT_INTERNAL void ct_train_arm_buckets(ct_trainer *t);
+CT_INTERNAL ct_status ct_train_reduce_buckets(ct_trainer *t);
+
+/* state.c: a new allocated store with the same tensors (names, shapes, kinds) as src. */
+CT_INTERNAL ct_status ct_train_mirror_store(ct_ctx *ctx, const ct_params *src, ct_params **out);
+/* state.c: the dropout stream of a rank, derived from the run's. */
+CT_INTERNAL ct_rng ct_train_rank_stream(ct_rng base, int64_t rank);
+/* state.c: writes the checkpoint owed for the current step (save_due or save_best), once. */
+CT_INTERNAL ct_status ct_train_flush_checkpoint(ct_trainer *t);
+/* state.c: a sharded update's optimizer moments made whole on every rank. */
+CT_INTERNAL ct_status ct_train_share_moments(ct_trainer *t);
 
 #endif /* CT_TRAIN_INTERNAL_H */

@@ -107,6 +107,11 @@ static void trainer_should_train_like_pytorch(void) {
     CT_CHECK_INT(ct_schedule_create(ctx, "cosine", &so, 0.01f, &sched), CT_OK);
     seen s = {0};
     ct_trainer_params tp = ct_trainer_default_params();
+    tp.model = m;
+    tp.store = P;
+    tp.optim = opt;
+    tp.schedule = sched;
+    tp.train = loader;
     tp.max_epochs = 3;
     tp.accum_steps = 2;
     tp.grad_clip_norm = 0.5f;
@@ -114,8 +119,7 @@ static void trainer_should_train_like_pytorch(void) {
     tp.callbacks.on_log = on_log;
     tp.callbacks.user = &s;
     ct_trainer *t;
-    CT_CHECK_INT(ct_trainer_create(ctx, m, P, opt, sched, NULL, NULL, loader, NULL, 0, &tp, &t),
-                 CT_OK);
+    CT_CHECK_INT(ct_trainer_create(ctx, &tp, &t), CT_OK);
     CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
     CT_CHECK_INT(ct_trainer_step(t), 9);
     CT_CHECK_INT(s.n, 9);

@@ -282,15 +282,34 @@ static ct_trainer_params rec_params(rec *r) {
     return p;
 }
 
-/* A trainer over a setup with the recording task; NULL (and a failed check) on failure. */
+/* p over the setup's model, store, optimizer and training loader, with the task (NULL: the
+ * default) and the engines. */
+static ct_trainer_params for_setup(const setup *s,
+                                   ct_trainer_params p,
+                                   const ct_task *task,
+                                   const ct_eval_engine *engines,
+                                   int64_t n_engines) {
+    p.model = s->model;
+    p.store = s->params;
+    p.optim = s->opt;
+    p.train = s->train_loader;
+    if (task) p.task = *task;
+    p.engines = engines;
+    p.n_engines = n_engines;
+    return p;
+}
+
+/* A trainer over a setup with the recording task (p NULL: the defaults); NULL (and a failed
+ * check) on failure. */
 static ct_trainer *make_trainer(setup *s,
                                 const ct_task *task,
                                 const ct_eval_engine *engines,
                                 int64_t n_engines,
                                 const ct_trainer_params *p) {
     ct_trainer *t = NULL;
-    ct_status st = ct_trainer_create(ctx, s->model, s->params, s->opt, NULL, NULL, task,
-                                     s->train_loader, engines, n_engines, p, &t);
+    ct_trainer_params q =
+        for_setup(s, p ? *p : ct_trainer_default_params(), task, engines, n_engines);
+    ct_status st = ct_trainer_create(ctx, &q, &t);
     CT_CHECK_MSG(st == CT_OK, "ct_trainer_create: %s: %s", ct_status_str(st), ct_last_error(ctx));
     return t;
 }
@@ -835,13 +854,12 @@ static void trainer_should_step_schedules_per_epoch_and_on_a_metric(void) {
     ct_options st_opts = {st_items, 2, "test: scheduler"};
     ct_schedule *sched = NULL;
     CT_CHECK_INT(ct_schedule_create(ctx, "step", &st_opts, 0.1f, &sched), CT_OK);
-    ct_trainer_params p = ct_trainer_default_params();
+    ct_trainer_params p = for_setup(&s, ct_trainer_default_params(), &task, &e, 1);
+    p.schedule = sched;
     p.max_epochs = 3;
     p.schedule_per_epoch = true;
     ct_trainer *t = NULL;
-    CT_CHECK_INT(ct_trainer_create(ctx, s.model, s.params, s.opt, sched, NULL, &task,
-                                   s.train_loader, &e, 1, &p, &t),
-                 CT_OK);
+    CT_CHECK_INT(ct_trainer_create(ctx, &p, &t), CT_OK);
     if (t) {
         CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
         CT_CHECK_INT(ct_schedule_steps(sched), 3);
@@ -857,11 +875,10 @@ static void trainer_should_step_schedules_per_epoch_and_on_a_metric(void) {
     sched = NULL;
     t = NULL;
     CT_CHECK_INT(ct_schedule_create(ctx, "plateau", &pl_opts, 0.1f, &sched), CT_OK);
-    p = ct_trainer_default_params();
+    p = for_setup(&s, ct_trainer_default_params(), &task, &e, 1);
+    p.schedule = sched;
     p.max_epochs = 3;
-    CT_CHECK_INT(ct_trainer_create(ctx, s.model, s.params, s.opt, sched, NULL, &task,
-                                   s.train_loader, &e, 1, &p, &t),
-                 CT_OK);
+    CT_CHECK_INT(ct_trainer_create(ctx, &p, &t), CT_OK);
     if (t) {
         CT_CHECK_CLOSE(ct_optim_lr(s.opt), 0.1, 1e-7, 0);
         CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
@@ -872,9 +889,7 @@ static void trainer_should_step_schedules_per_epoch_and_on_a_metric(void) {
     /* a metric no engine computes is refused when the trainer is made */
     p.schedule_metric = "valid/nope";
     t = NULL;
-    CT_CHECK_INT(ct_trainer_create(ctx, s.model, s.params, s.opt, sched, NULL, &task,
-                                   s.train_loader, &e, 1, &p, &t),
-                 CT_ERR_CONFIG);
+    CT_CHECK_INT(ct_trainer_create(ctx, &p, &t), CT_ERR_CONFIG);
     CT_CHECK(strstr(ct_last_error(ctx), "valid/nope") != NULL);
     ct_schedule_destroy(sched);
     setup_close(&s);
@@ -1281,9 +1296,8 @@ static void trainer_should_report_the_named_parts_of_a_loss(void) {
         ct_task b = task;
         b.loss_components = bad[i];
         ct_trainer *u = NULL;
-        CT_CHECK_INT(ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &b,
-                                       s.train_loader, &e, 1, &p, &u),
-                     CT_ERR_CONFIG);
+        ct_trainer_params bp = for_setup(&s, p, &b, &e, 1);
+        CT_CHECK_INT(ct_trainer_create(ctx, &bp, &u), CT_ERR_CONFIG);
         CT_CHECK(u == NULL);
     }
     setup_close(&s);
@@ -1574,10 +1588,24 @@ static void trainer_should_reject_bad_configurations(void) {
     if (!setup_open(&s, &sp)) return;
     ct_task task = {.kind = CT_TASK_CLASSIFICATION};
     ct_eval_engine two[2] = {valid_engine(&s), valid_engine(&s)};
+    /* the model, store, optimizer and training loader are required */
     ct_trainer_params p = ct_trainer_default_params();
     ct_trainer *t = (ct_trainer *)&s; /* must be reset to NULL */
-    ct_status st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task,
-                                     s.train_loader, two, 2, &p, &t);
+    ct_status st = ct_trainer_create(ctx, &p, &t);
+    CT_CHECK_INT(st, CT_ERR_INVALID_ARG);
+    CT_CHECK(t == NULL);
+    p = for_setup(&s, ct_trainer_default_params(), &task, NULL, 0);
+    p.train = NULL;
+    t = (ct_trainer *)&s;
+    CT_CHECK_INT(ct_trainer_create(ctx, &p, &t), CT_ERR_INVALID_ARG);
+    CT_CHECK(t == NULL);
+    t = (ct_trainer *)&s;
+    CT_CHECK_INT(ct_trainer_create(ctx, NULL, &t), CT_ERR_INVALID_ARG);
+    CT_CHECK(t == NULL);
+    /* two engines of one key */
+    p = for_setup(&s, ct_trainer_default_params(), &task, two, 2);
+    t = (ct_trainer *)&s;
+    st = ct_trainer_create(ctx, &p, &t);
     CT_CHECK_INT(st, CT_ERR_CONFIG);
     CT_CHECK(t == NULL);
     CT_CHECK_MSG(strstr(ct_last_error(ctx), "valid") != NULL, "%s", ct_last_error(ctx));
@@ -1596,13 +1624,12 @@ static void trainer_should_reject_bad_configurations(void) {
     for (int c = 0; c < 5; c++) {
         ct_eval_engine e = valid_engine(&s);
         e.key = cases[c].key;
-        p = ct_trainer_default_params();
+        p = for_setup(&s, ct_trainer_default_params(), &task, &e, 1);
         p.max_epochs = cases[c].max_epochs;
         p.max_steps = cases[c].max_steps;
         p.accum_steps = cases[c].accum_steps;
         t = (ct_trainer *)&s;
-        st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task, s.train_loader, &e,
-                               1, &p, &t);
+        st = ct_trainer_create(ctx, &p, &t);
         CT_CHECK_MSG(st == CT_ERR_CONFIG && t == NULL, "case %d: %s", c, ct_status_str(st));
         const char *msg = ct_last_error(ctx);
         CT_CHECK_MSG(strstr(msg, cases[c].named) || strstr(msg, cases[c].or_named), "case %d: %s",
@@ -1611,11 +1638,10 @@ static void trainer_should_reject_bad_configurations(void) {
     /* a bad policy option names its key */
     ct_option bad_items[] = {{"decay", "2"}};
     ct_options bad = {bad_items, 1, "test: ema"};
-    p = ct_trainer_default_params();
+    p = for_setup(&s, ct_trainer_default_params(), &task, NULL, 0);
     p.ema = &bad;
     t = (ct_trainer *)&s;
-    st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task, s.train_loader, NULL,
-                           0, &p, &t);
+    st = ct_trainer_create(ctx, &p, &t);
     CT_CHECK_INT(st, CT_ERR_CONFIG);
     CT_CHECK(t == NULL);
     CT_CHECK_MSG(strstr(ct_last_error(ctx), "decay") != NULL, "%s", ct_last_error(ctx));
@@ -1623,22 +1649,20 @@ static void trainer_should_reject_bad_configurations(void) {
     ct_option typo_items[] = {{"monitor", "valid/accuracy"}, {"mode", "max"}};
     ct_options typo = {typo_items, 2, "test: early_stopping"};
     ct_eval_engine e = valid_engine(&s);
-    p = ct_trainer_default_params();
+    p = for_setup(&s, ct_trainer_default_params(), &task, &e, 1);
     p.early_stopping = &typo;
     t = (ct_trainer *)&s;
-    st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task, s.train_loader, &e, 1,
-                           &p, &t);
+    st = ct_trainer_create(ctx, &p, &t);
     CT_CHECK_MSG(st == CT_ERR_CONFIG && t == NULL, "early stopping on valid/accuracy: %s",
                  ct_status_str(st));
     CT_CHECK_MSG(strstr(ct_last_error(ctx), "valid/accuracy") != NULL, "%s", ct_last_error(ctx));
     if (st == CT_OK) ct_trainer_destroy(t);
     ct_option mon_items[] = {{"metric", "test/loss"}};
     ct_options mon = {mon_items, 1, "test: monitor"};
-    p = ct_trainer_default_params();
+    p = for_setup(&s, ct_trainer_default_params(), &task, &e, 1);
     p.monitor = &mon;
     t = (ct_trainer *)&s;
-    st = ct_trainer_create(ctx, s.model, s.params, s.opt, NULL, NULL, &task, s.train_loader, &e, 1,
-                           &p, &t);
+    st = ct_trainer_create(ctx, &p, &t);
     CT_CHECK_MSG(st == CT_ERR_CONFIG && t == NULL, "monitor on test/loss: %s", ct_status_str(st));
     if (st == CT_OK) ct_trainer_destroy(t);
     ct_trainer_destroy(NULL);
@@ -1650,16 +1674,36 @@ static void trainer_should_reject_bad_configurations(void) {
         if (setup_open(&s2, &sp2)) {
             ct_eval_engine neg = valid_engine(&s2);
             neg.n_metrics = -1;
-            ct_trainer_params bp = ct_trainer_default_params();
+            ct_trainer_params bp = for_setup(&s2, ct_trainer_default_params(), NULL, &neg, 1);
             ct_trainer *bt = (ct_trainer *)1;
-            CT_CHECK_INT(ct_trainer_create(ctx, s2.model, s2.params, s2.opt, NULL, NULL, NULL,
-                                           s2.train_loader, &neg, 1, &bp, &bt),
-                         CT_ERR_CONFIG);
+            CT_CHECK_INT(ct_trainer_create(ctx, &bp, &bt), CT_ERR_CONFIG);
             CT_CHECK(bt == NULL);
             CT_CHECK(strstr(ct_last_error(ctx), "engine 'valid': -1 metric specs") != NULL);
             setup_close(&s2);
         }
     }
+}
+
+/* ct_task_flatten: a language model's [B, T, V] logits and [B, T] tokens become rows, a
+ * regression output takes the targets' shape, and a classifier's pair is left as it is. */
+static void trainer_should_flatten_outputs_as_the_losses_take_them(void) {
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_graph_create(ctx, NULL, &g), CT_OK);
+    if (!g) return;
+    ct_tensor *o = ct_graph_zeros(g, CT_F32, 3, (const int64_t[]){2, 3, 5});
+    ct_tensor *y = ct_graph_zeros(g, CT_I64, 2, (const int64_t[]){2, 3});
+    CT_CHECK_INT(ct_task_flatten(g, CT_TASK_LANGUAGE_MODEL, &o, &y), CT_OK);
+    CT_CHECK(o && o->ndim == 2 && o->shape[0] == 6 && o->shape[1] == 5);
+    CT_CHECK(y && y->ndim == 1 && y->shape[0] == 6);
+    ct_tensor *r = ct_graph_zeros(g, CT_F32, 2, (const int64_t[]){4, 1});
+    ct_tensor *ry = ct_graph_zeros(g, CT_F32, 1, (const int64_t[]){4});
+    CT_CHECK_INT(ct_task_flatten(g, CT_TASK_REGRESSION, &r, &ry), CT_OK);
+    CT_CHECK(r && r->ndim == 1 && r->shape[0] == 4);
+    ct_tensor *c = ct_graph_zeros(g, CT_F32, 2, (const int64_t[]){4, 3}), *c0 = c;
+    ct_tensor *cy = ct_graph_zeros(g, CT_I64, 1, (const int64_t[]){4}), *cy0 = cy;
+    CT_CHECK_INT(ct_task_flatten(g, CT_TASK_CLASSIFICATION, &c, &cy), CT_OK);
+    CT_CHECK(c == c0 && cy == cy0);
+    ct_graph_destroy(g);
 }
 
 static ct_status lm_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
@@ -1695,9 +1739,9 @@ static void trainer_should_train_a_language_model(void) {
     lp.to_f32 = false;
     ct_optim_params op = ct_optim_default_params(CT_OPTIM_ADAM);
     op.lr = 1e-2f;
-    ct_task task = {.kind = CT_TASK_LANGUAGE_MODEL};
     rec r = {0};
     ct_trainer_params p = ct_trainer_default_params();
+    p.task.kind = CT_TASK_LANGUAGE_MODEL;
     p.max_epochs = 0;
     p.max_steps = 40;
     p.steps_per_loop = 1;
@@ -1710,8 +1754,13 @@ static void trainer_should_train_a_language_model(void) {
         st = ct_model_build_alloc(ctx, "gpt", &mopts, params, CT_I64, 1, (const int64_t[]){8}, 1,
                                   &m);
     if (st == CT_OK) st = ct_optim_create(ctx, params, &op, &opt);
-    if (st == CT_OK)
-        st = ct_trainer_create(ctx, m, params, opt, NULL, NULL, &task, l, NULL, 0, &p, &t);
+    if (st == CT_OK) {
+        p.model = m;
+        p.store = params;
+        p.optim = opt;
+        p.train = l;
+        st = ct_trainer_create(ctx, &p, &t);
+    }
     if (st == CT_OK) st = ct_trainer_fit(t);
     CT_CHECK_MSG(st == CT_OK, "%s: %s", ct_status_str(st), ct_last_error(ctx));
     if (st == CT_OK) {
@@ -2174,6 +2223,7 @@ int main(void) {
     CT_RUN(trainer_should_fail_when_a_task_hook_fails);
     CT_RUN(trainer_should_use_the_tasks_default_metrics);
     CT_RUN(trainer_should_reject_bad_configurations);
+    CT_RUN(trainer_should_flatten_outputs_as_the_losses_take_them);
     CT_RUN(trainer_should_train_a_language_model);
     CT_RUN(trainer_should_resume_exactly_from_its_checkpoints);
     CT_RUN(trainer_should_record_the_same_windows_across_an_interrupt);
