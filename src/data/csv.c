@@ -63,10 +63,6 @@ typedef struct csv {
     bool classify;
 } csv;
 
-static const char *where(const ct_options *o) {
-    return o && o->where ? o->where : "data";
-}
-
 static int show_len(span s) {
     return (int)(s.n < CSV_SHOW ? s.n : CSV_SHOW);
 }
@@ -533,7 +529,7 @@ feature_names(ct_ctx *ctx, const ct_options *opts, const char *list, span **out,
             ct_free(ctx, names, (size_t)n * sizeof(span));
             return CT_FAIL(ctx, CT_ERR_CONFIG,
                            "%s: key 'features': empty column name at position %lld in '%s'",
-                           where(opts), (long long)i + 1, list);
+                           ct_options_where(opts, "data"), (long long)i + 1, list);
         }
         p = *e ? e + 1 : e;
     }
@@ -579,12 +575,12 @@ static ct_status resolve_columns(ct_ctx *ctx,
             s = CT_FAIL(ctx, CT_ERR_CONFIG,
                         "%s: key 'features': column '%s' is the target; it cannot also be a "
                         "feature",
-                        where(opts), target);
+                        ct_options_where(opts, "data"), target);
         /* no repeats: the table then never holds more columns than the file */
         for (int64_t k = 0; k < j && s == CT_OK; k++)
             if (src[k] == src[j])
                 s = CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'features': column '%.*s' is listed twice",
-                            where(opts), show_len(names[j]), names[j].p);
+                            ct_options_where(opts, "data"), show_len(names[j]), names[j].p);
     }
     src[n_feat] = t;
 done:
@@ -726,7 +722,7 @@ static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
     if (!classify && strcmp(task, "regression") != 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key 'task': expected classification or regression, got '%s'",
-                       where(opts), task);
+                       ct_options_where(opts, "data"), task);
     /* "tab" and "\t" spell a tab where the config cannot hold one; "space" is runs of blanks */
     bool tab = !strcmp(delim_s, "tab") || !strcmp(delim_s, "\\t");
     bool ws = !strcmp(delim_s, "space");
@@ -736,12 +732,12 @@ static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key 'delimiter': expected one character other than a quote, a space "
                        "or a line break, or tab, or space (runs of spaces and tabs), got '%s'",
-                       where(opts), delim_s);
+                       ct_options_where(opts, "data"), delim_s);
     if (stats_from && !standardize)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key 'stats_from' is set but standardize is false; set "
                        "standardize=true to use its statistics",
-                       where(opts));
+                       ct_options_where(opts, "data"));
     if (!info) return CT_OK; /* csv_check: the options only */
 
     csv *c = ct_alloc(ctx, sizeof *c);
@@ -762,7 +758,7 @@ static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
             s = CT_FAIL(ctx, CT_ERR_CONFIG,
                         "%s: target_path %s has %lld columns: name the target's with key "
                         "'target'",
-                        where(opts), target_path, (long long)tf.n_cols);
+                        ct_options_where(opts, "data"), target_path, (long long)tf.n_cols);
     }
     if (s == CT_OK)
         s = load(ctx, &f, src, n_feat, target_path ? &tf : NULL, target_col, limit, standardize,

@@ -14,10 +14,6 @@
 #include "data/data_internal.h"
 #include "kernels/vmath.h"
 
-static const char *where(const ct_options *o) {
-    return o && o->where ? o->where : "data";
-}
-
 /* ---- the non-finite policy of the float readers ---- */
 
 ct_status ct_data_nonfinite_option(ct_ctx *ctx, const ct_options *opts, bool *allow) {
@@ -25,7 +21,7 @@ ct_status ct_data_nonfinite_option(ct_ctx *ctx, const ct_options *opts, bool *al
     CT_TRY(ct_options_string(ctx, opts, "nonfinite", "error", &v));
     if (strcmp(v, "error") != 0 && strcmp(v, "allow") != 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'nonfinite': expected error or allow, got '%s'",
-                       where(opts), v);
+                       ct_options_where(opts, "data"), v);
     *allow = strcmp(v, "allow") == 0;
     return CT_OK;
 }
@@ -82,7 +78,8 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
         ct_free(ctx, ds, sizeof *ds);
         /* name the config location once, first: option errors already start with it */
         if (opts && opts->where && strstr(ct_last_error(ctx), opts->where)) return s;
-        return ct_err_wrap(ctx, "%s: opening a '%s' dataset", where(opts), vt->name);
+        return ct_err_wrap(ctx, "%s: opening a '%s' dataset", ct_options_where(opts, "data"),
+                           vt->name);
     }
     const ct_dataset_info *in = &ds->info;
     if (ct_shape_check(ctx, in->x_dtype, in->x_ndim, in->x_shape, NULL) != CT_OK ||
@@ -91,7 +88,7 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
         vt->close(ctx, ds->self);
         ct_free(ctx, ds, sizeof *ds);
         return ct_err_wrap(ctx, "%s: dataset type '%s' reported an invalid sample shape",
-                           where(opts), vt->name);
+                           ct_options_where(opts, "data"), vt->name);
     }
     ds->x_bytes = ct_data_sample_bytes(in->x_dtype, in->x_ndim, in->x_shape);
     ds->y_bytes = ct_data_sample_bytes(in->y_dtype, in->y_ndim, in->y_shape);
@@ -107,20 +104,11 @@ find_type(ct_ctx *ctx, const char *type, const ct_options *opts, const ct_datase
     if (!vt) {
         int64_t n;
         const ct_dataset_vtable *const *t = ct_dataset_types(&n);
-        char list[256], hint[96];
-        size_t off = 0;
-        list[0] = '\0';
-        ct_suggest sg;
-        ct_suggest_init(&sg, type);
-        for (int64_t i = 0; i < n; i++) {
-            ct_suggest_add(&sg, t[i]->name);
-            if (off < sizeof list)
-                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-                                        t[i]->name);
-        }
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown dataset type '%s'%s (known: %s)",
-                       where(opts), type ? type : "(none)", ct_suggest_hint(&sg, hint, sizeof hint),
-                       list);
+        ct_unknown u;
+        ct_unknown_init(&u, type);
+        for (int64_t i = 0; i < n; i++)
+            ct_unknown_add(&u, t[i]->name);
+        return CT_FAIL_UNKNOWN(ctx, &u, ct_options_where(opts, "data"), "dataset type");
     }
     return CT_OK;
 }
@@ -137,7 +125,8 @@ ct_status ct_dataset_check_with(ct_ctx *ctx, const ct_dataset_vtable *vt, const 
     if (!vt->check) return CT_OK;  /* its open checks the options */
     ct_status s = vt->check(ctx, opts);
     if (s == CT_OK || (opts && opts->where && strstr(ct_last_error(ctx), opts->where))) return s;
-    return ct_err_wrap(ctx, "%s: checking the options of a '%s' dataset", where(opts), vt->name);
+    return ct_err_wrap(ctx, "%s: checking the options of a '%s' dataset",
+                       ct_options_where(opts, "data"), vt->name);
 }
 
 ct_status ct_dataset_check(ct_ctx *ctx, const char *type, const ct_options *opts) {
