@@ -291,18 +291,16 @@ static void standard_close(ct_ctx *ctx, void *self) {
 static const ct_dataset_vtable standard_vt = {"standardize", standard_open, standard_get,
                                               standard_close, NULL};
 
-ct_status ct_dataset_standardize(ct_dataset *ds,
-                                 const ct_dataset *stats_from,
-                                 const float *mean,
-                                 const float *std,
-                                 ct_dataset **out) {
+/* The data's features can be standardised, with statistics from stats_from or given. */
+static ct_status check_standardize(const ct_dataset *ds,
+                                   const ct_dataset *stats_from,
+                                   const float *mean,
+                                   const float *std) {
     ct_ctx *ctx = ds->ctx;
-    *out = NULL;
     if (ds->info.x_dtype != CT_F32)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "standardize: features must be f32, the '%s' data has %s", ds->vt->name,
                        ct_dtype_name(ds->info.x_dtype));
-    int64_t numel = (int64_t)(ds->x_bytes / sizeof(float));
     if (stats_from && (stats_from->info.x_dtype != CT_F32 || stats_from->x_bytes != ds->x_bytes))
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "standardize: the statistics' source has other features than the data");
@@ -310,6 +308,62 @@ ct_status ct_dataset_standardize(ct_dataset *ds,
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "standardize: give stats_from or mean and std");
     if (stats_from && stats_from->info.n < 1)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "standardize: the statistics' source is empty");
+    return CT_OK;
+}
+
+/* st's mean and std [numel] from the samples of `from`, in two passes in sample order: the
+ * mean, then the population variance around it (a std of 0 becomes 1). acc [2 numel], xs and
+ * ys (one sample) are scratch. */
+static ct_status stats_of(const ct_dataset *from, double *acc, float *xs, void *ys, standard *st) {
+    int64_t n = from->info.n, numel = st->numel;
+    ct_status s = CT_OK;
+    memset(acc, 0, (size_t)numel * 2 * sizeof(double));
+    for (int pass = 0; pass < 2 && s == CT_OK; pass++) {
+        for (int64_t i = 0; i < n && s == CT_OK; i++) {
+            s = ct_dataset_get(from, i, xs, ys);
+            for (int64_t k = 0; s == CT_OK && k < numel; k++) {
+                double v = (double)xs[k];
+                if (pass == 0)
+                    acc[k] += v;
+                else
+                    acc[numel + k] += (v - acc[k]) * (v - acc[k]);
+            }
+        }
+        if (pass == 0)
+            for (int64_t k = 0; k < numel; k++)
+                acc[k] /= (double)n;
+    }
+    for (int64_t k = 0; s == CT_OK && k < numel; k++) {
+        double sd = sqrt(acc[numel + k] / (double)n);
+        st->mean[k] = (float)acc[k];
+        st->std[k] = sd > 0.0 ? (float)sd : 1.0f;
+    }
+    return s;
+}
+
+/* st's mean and std [numel] as given, checked (a std of 0 becomes 1). */
+static ct_status stats_given(ct_ctx *ctx, const float *mean, const float *std, standard *st) {
+    for (int64_t k = 0; k < st->numel; k++) {
+        if (!isfinite(mean[k]) || !isfinite(std[k]) || std[k] < 0.0f)
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "standardize: feature %lld: mean %g and std %g must be finite, std "
+                           ">= 0",
+                           (long long)k, (double)mean[k], (double)std[k]);
+        st->mean[k] = mean[k];
+        st->std[k] = std[k] > 0.0f ? std[k] : 1.0f;
+    }
+    return CT_OK;
+}
+
+ct_status ct_dataset_standardize(ct_dataset *ds,
+                                 const ct_dataset *stats_from,
+                                 const float *mean,
+                                 const float *std,
+                                 ct_dataset **out) {
+    ct_ctx *ctx = ds->ctx;
+    *out = NULL;
+    CT_TRY(check_standardize(ds, stats_from, mean, std));
+    int64_t numel = (int64_t)(ds->x_bytes / sizeof(float));
     standard *st = ct_alloc(ctx, sizeof *st);
     size_t sbytes = (size_t)(numel ? numel : 1) * 2 * sizeof(float);
     float *buf = ct_alloc(ctx, sbytes);
@@ -328,43 +382,7 @@ ct_status ct_dataset_standardize(ct_dataset *ds,
     st->numel = numel;
     st->mean = buf;
     st->std = buf + numel;
-    if (stats_from) {
-        /* two passes in sample order: mean, then the population variance around it */
-        int64_t n = stats_from->info.n;
-        memset(acc, 0, (size_t)numel * 2 * sizeof(double));
-        for (int pass = 0; pass < 2 && s == CT_OK; pass++) {
-            for (int64_t i = 0; i < n && s == CT_OK; i++) {
-                s = ct_dataset_get(stats_from, i, xs, ys);
-                for (int64_t k = 0; s == CT_OK && k < numel; k++) {
-                    double v = (double)xs[k];
-                    if (pass == 0)
-                        acc[k] += v;
-                    else
-                        acc[numel + k] += (v - acc[k]) * (v - acc[k]);
-                }
-            }
-            if (pass == 0)
-                for (int64_t k = 0; k < numel; k++)
-                    acc[k] /= (double)n;
-        }
-        for (int64_t k = 0; s == CT_OK && k < numel; k++) {
-            double sd = sqrt(acc[numel + k] / (double)n);
-            st->mean[k] = (float)acc[k];
-            st->std[k] = sd > 0.0 ? (float)sd : 1.0f;
-        }
-    } else {
-        for (int64_t k = 0; k < numel; k++) {
-            if (!isfinite(mean[k]) || !isfinite(std[k]) || std[k] < 0.0f) {
-                s = CT_FAIL(ctx, CT_ERR_CONFIG,
-                            "standardize: feature %lld: mean %g and std %g must be finite, std "
-                            ">= 0",
-                            (long long)k, (double)mean[k], (double)std[k]);
-                break;
-            }
-            st->mean[k] = mean[k];
-            st->std[k] = std[k] > 0.0f ? std[k] : 1.0f;
-        }
-    }
+    s = stats_from ? stats_of(stats_from, acc, xs, ys, st) : stats_given(ctx, mean, std, st);
     if (s == CT_OK) {
         ct_dataset *v = ct_alloc(ctx, sizeof *v);
         if (!v) {
