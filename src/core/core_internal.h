@@ -138,6 +138,36 @@ CT_INTERNAL const char *ct_suggest_hint(const ct_suggest *s, char *buf, size_t s
 CT_INTERNAL ct_status ct_options_choice(
     ct_ctx *ctx, const ct_options *opts, const char *key, const char *const *values, int64_t *out);
 
+/*
+ * The message about a name that is not among the known ones (an option's key, a type's name):
+ *     "WHERE: unknown WHAT 'NAME' (did you mean 'X'?) (known: a, b, c)"
+ * Start with the unknown name (NULL reads "(none)"), add every known name in the order to list
+ * them, then fail with CT_FAIL_UNKNOWN, which records the caller's location as CT_FAIL does.
+ * WHAT NULL leaves the word out ("WHERE: unknown 'NAME' ..."). The list is cut at
+ * CT_UNKNOWN_LIST_SIZE bytes.
+ */
+#define CT_UNKNOWN_LIST_SIZE 512
+typedef struct ct_unknown {
+    const char *name;
+    ct_suggest suggest;
+    char known[CT_UNKNOWN_LIST_SIZE]; /* "a, b, c" */
+    size_t len;
+    int64_t count;
+} ct_unknown;
+CT_INTERNAL void ct_unknown_init(ct_unknown *u, const char *name);
+CT_INTERNAL void ct_unknown_add(ct_unknown *u, const char *known);
+CT_INTERNAL ct_status ct_unknown_fail_at(ct_ctx *ctx,
+                                         const char *file,
+                                         int line,
+                                         const ct_unknown *u,
+                                         const char *where,
+                                         const char *what);
+#define CT_FAIL_UNKNOWN(ctx, u, where, what)                                                       \
+    ct_unknown_fail_at((ctx), __FILE__, __LINE__, (u), (where), (what))
+
+/* The location that prefixes an option's error message: opts->where, else `fallback`. */
+CT_INTERNAL const char *ct_options_where(const ct_options *opts, const char *fallback);
+
 /* Thread count to use for a loop over n independent items of roughly `work` flops each. */
 CT_INTERNAL int ct_threads_for(const ct_ctx *ctx, int64_t n, int64_t work);
 

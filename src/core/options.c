@@ -11,8 +11,8 @@
 #include "core/core_internal.h"
 #include "ctrain/options.h"
 
-static const char *where(const ct_options *o) {
-    return o && o->where ? o->where : "options";
+const char *ct_options_where(const ct_options *opts, const char *fallback) {
+    return opts && opts->where ? opts->where : fallback;
 }
 
 const char *ct_options_get(const ct_options *opts, const char *key) {
@@ -30,22 +30,14 @@ ct_status ct_options_check(ct_ctx *ctx, const ct_options *opts, const char *cons
         for (const char *const *kn = known; *kn && !found; kn++)
             found = strcmp(*kn, k) == 0;
         if (!found) {
-            char list[512], hint[96];
-            size_t off = 0;
-            list[0] = '\0';
-            ct_suggest sg;
-            ct_suggest_init(&sg, k);
-            for (const char *const *kn = known; *kn; kn++) {
-                ct_suggest_add(&sg, *kn);
-                if (off < sizeof list)
-                    off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
-                                            kn == known ? "" : ", ", *kn);
-            }
             if (!known[0])
                 return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s' (it takes no options)",
-                               where(opts), k);
-            return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s (known: %s)", where(opts), k,
-                           ct_suggest_hint(&sg, hint, sizeof hint), list);
+                               ct_options_where(opts, "options"), k);
+            ct_unknown u;
+            ct_unknown_init(&u, k);
+            for (const char *const *kn = known; *kn; kn++)
+                ct_unknown_add(&u, *kn);
+            return CT_FAIL_UNKNOWN(ctx, &u, ct_options_where(opts, "options"), "key");
         }
     }
     return CT_OK;
@@ -55,7 +47,8 @@ ct_status ct_options_string(
     ct_ctx *ctx, const ct_options *opts, const char *key, const char *fallback, const char **out) {
     const char *v = ct_options_get(opts, key);
     if (!v && !fallback)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s' is required", where(opts), key);
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s' is required",
+                       ct_options_where(opts, "options"), key);
     *out = v ? v : fallback;
     return CT_OK;
 }
@@ -77,10 +70,10 @@ ct_status ct_options_int(ct_ctx *ctx,
     long long x = strtoll(v, &end, 10);
     if (end == v || *end != '\0' || errno == ERANGE)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected an integer, got '%s'",
-                       where(opts), key, v);
+                       ct_options_where(opts, "options"), key, v);
     if (x < lo || x > hi)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %lld is out of range [%lld, %lld]",
-                       where(opts), key, x, (long long)lo, (long long)hi);
+                       ct_options_where(opts, "options"), key, x, (long long)lo, (long long)hi);
     *out = (int64_t)x;
     return CT_OK;
 }
@@ -101,11 +94,11 @@ ct_status ct_options_double(ct_ctx *ctx,
     errno = 0;
     double x = strtod(v, &end);
     if (end == v || *end != '\0' || errno == ERANGE || !isfinite(x))
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected a number, got '%s'", where(opts),
-                       key, v);
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected a number, got '%s'",
+                       ct_options_where(opts, "options"), key, v);
     if (x < lo || x > hi)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %g is out of range [%g, %g]", where(opts),
-                       key, x, lo, hi);
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': %g is out of range [%g, %g]",
+                       ct_options_where(opts, "options"), key, x, lo, hi);
     *out = x;
     return CT_OK;
 }
@@ -125,7 +118,7 @@ ct_status ct_options_choice(
     for (int64_t i = 0; values[i] && off < sizeof list; i++)
         off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", values[i]);
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': unknown value '%s' (expected one of: %s)",
-                   where(opts), key, v, list);
+                   ct_options_where(opts, "options"), key, v, list);
 }
 
 ct_status
@@ -141,7 +134,7 @@ ct_options_bool(ct_ctx *ctx, const ct_options *opts, const char *key, bool fallb
         *out = false;
     } else {
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected true or false, got '%s'",
-                       where(opts), key, v);
+                       ct_options_where(opts, "options"), key, v);
     }
     return CT_OK;
 }

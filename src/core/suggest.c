@@ -1,7 +1,8 @@
 /*
  * suggest.c - "did you mean": the name nearest to a misspelt one among those that were valid,
  * by edit distance, shared by every message about an unknown key or type name (the schema's,
- * the components' options, the type tables), so that they all suggest alike.
+ * the components' options, the type tables), so that they all suggest alike; and the message
+ * itself, with the list of known names, for the components' options and the type tables.
  */
 #include <stdio.h>
 #include <string.h>
@@ -60,4 +61,32 @@ const char *ct_suggest_hint(const ct_suggest *s, char *buf, size_t size) {
     buf[0] = '\0';
     if (best) (void)snprintf(buf, size, " (did you mean '%s'?)", best);
     return buf;
+}
+
+void ct_unknown_init(ct_unknown *u, const char *name) {
+    u->name = name;
+    ct_suggest_init(&u->suggest, name);
+    u->known[0] = '\0';
+    u->len = 0;
+    u->count = 0;
+}
+
+void ct_unknown_add(ct_unknown *u, const char *known) {
+    ct_suggest_add(&u->suggest, known);
+    if (u->len < sizeof u->known)
+        u->len += (size_t)snprintf(u->known + u->len, sizeof u->known - u->len, "%s%s",
+                                   u->count ? ", " : "", known);
+    u->count++;
+}
+
+ct_status ct_unknown_fail_at(ct_ctx *ctx,
+                             const char *file,
+                             int line,
+                             const ct_unknown *u,
+                             const char *where,
+                             const char *what) {
+    char hint[96];
+    return ct_fail_at(ctx, CT_ERR_CONFIG, file, line, "%s: unknown %s%s'%s'%s (known: %s)", where,
+                      what ? what : "", what ? " " : "", u->name ? u->name : "(none)",
+                      ct_suggest_hint(&u->suggest, hint, sizeof hint), u->known);
 }

@@ -86,7 +86,7 @@ static ct_status split_paths(ct_ctx *ctx,
             return CT_FAIL(ctx, CT_ERR_CONFIG,
                            "%s: key 'files': entry %lld of '%s' is empty (expected "
                            "comma-separated paths)",
-                           opts && opts->where ? opts->where : "data", (long long)n + 1, list);
+                           ct_options_where(opts, "data"), (long long)n + 1, list);
         }
         memcpy(b + o, a, (size_t)(z - a));
         o += (size_t)(z - a);

@@ -63,10 +63,6 @@ typedef struct csv {
     bool classify;
 } csv;
 
-static const char *where(const ct_options *o) {
-    return o && o->where ? o->where : "data";
-}
-
 static int show_len(span s) {
     return (int)(s.n < CSV_SHOW ? s.n : CSV_SHOW);
 }
@@ -533,7 +529,7 @@ feature_names(ct_ctx *ctx, const ct_options *opts, const char *list, span **out,
             ct_free(ctx, names, (size_t)n * sizeof(span));
             return CT_FAIL(ctx, CT_ERR_CONFIG,
                            "%s: key 'features': empty column name at position %lld in '%s'",
-                           where(opts), (long long)i + 1, list);
+                           ct_options_where(opts, "data"), (long long)i + 1, list);
         }
         p = *e ? e + 1 : e;
     }
@@ -579,12 +575,12 @@ static ct_status resolve_columns(ct_ctx *ctx,
             s = CT_FAIL(ctx, CT_ERR_CONFIG,
                         "%s: key 'features': column '%s' is the target; it cannot also be a "
                         "feature",
-                        where(opts), target);
+                        ct_options_where(opts, "data"), target);
         /* no repeats: the table then never holds more columns than the file */
         for (int64_t k = 0; k < j && s == CT_OK; k++)
             if (src[k] == src[j])
                 s = CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'features': column '%.*s' is listed twice",
-                            where(opts), show_len(names[j]), names[j].p);
+                            ct_options_where(opts, "data"), show_len(names[j]), names[j].p);
     }
     src[n_feat] = t;
 done:
@@ -704,29 +700,34 @@ static const char *const csv_keys[] = {"path",      "features",    "target",    
                                        "header",    "target_path", "nonfinite",  NULL};
 static const char *const csv_path_keys[] = {"path", "stats_from", "target_path", NULL};
 
-static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
-    *self = NULL;
-    const char *path, *target, *task, *delim_s;
-    bool standardize, header, allow;
+/* The options of a csv dataset, read and checked. */
+typedef struct csv_opts {
+    const char *path, *features, *stats_from, *target_path, *target;
+    char delim; /* or CSV_WHITESPACE */
+    bool classify, standardize, header, allow_nonfinite;
     int64_t limit;
+} csv_opts;
+
+static ct_status read_options(ct_ctx *ctx, const ct_options *opts, csv_opts *o) {
+    const char *task, *delim_s;
     CT_TRY(ct_options_check(ctx, opts, csv_keys));
-    const char *features = ct_options_get(opts, "features");
-    const char *stats_from = ct_options_get(opts, "stats_from");
-    const char *target_path = ct_options_get(opts, "target_path");
-    CT_TRY(ct_options_string(ctx, opts, "path", NULL, &path));
+    o->features = ct_options_get(opts, "features");
+    o->stats_from = ct_options_get(opts, "stats_from");
+    o->target_path = ct_options_get(opts, "target_path");
+    CT_TRY(ct_options_string(ctx, opts, "path", NULL, &o->path));
     /* a file of targets alone: its only column, unless target names one */
-    CT_TRY(ct_options_string(ctx, opts, "target", target_path ? "" : NULL, &target));
+    CT_TRY(ct_options_string(ctx, opts, "target", o->target_path ? "" : NULL, &o->target));
     CT_TRY(ct_options_string(ctx, opts, "task", "classification", &task));
     CT_TRY(ct_options_string(ctx, opts, "delimiter", ",", &delim_s));
-    CT_TRY(ct_options_bool(ctx, opts, "standardize", false, &standardize));
-    CT_TRY(ct_options_bool(ctx, opts, "header", true, &header));
-    CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &limit));
-    CT_TRY(ct_data_nonfinite_option(ctx, opts, &allow));
-    bool classify = strcmp(task, "classification") == 0;
-    if (!classify && strcmp(task, "regression") != 0)
+    CT_TRY(ct_options_bool(ctx, opts, "standardize", false, &o->standardize));
+    CT_TRY(ct_options_bool(ctx, opts, "header", true, &o->header));
+    CT_TRY(ct_options_int(ctx, opts, "limit", 0, 0, INT64_MAX, &o->limit));
+    CT_TRY(ct_data_nonfinite_option(ctx, opts, &o->allow_nonfinite));
+    o->classify = strcmp(task, "classification") == 0;
+    if (!o->classify && strcmp(task, "regression") != 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key 'task': expected classification or regression, got '%s'",
-                       where(opts), task);
+                       ct_options_where(opts, "data"), task);
     /* "tab" and "\t" spell a tab where the config cannot hold one; "space" is runs of blanks */
     bool tab = !strcmp(delim_s, "tab") || !strcmp(delim_s, "\\t");
     bool ws = !strcmp(delim_s, "space");
@@ -736,55 +737,72 @@ static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key 'delimiter': expected one character other than a quote, a space "
                        "or a line break, or tab, or space (runs of spaces and tabs), got '%s'",
-                       where(opts), delim_s);
-    if (stats_from && !standardize)
+                       ct_options_where(opts, "data"), delim_s);
+    o->delim = delim;
+    if (o->stats_from && !o->standardize)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key 'stats_from' is set but standardize is false; set "
                        "standardize=true to use its statistics",
-                       where(opts));
+                       ct_options_where(opts, "data"));
+    return CT_OK;
+}
+
+/* Opens the file (and the targets' file), resolves the columns and loads the table into c;
+ * *n_feat is the number of feature columns. */
+static ct_status
+read_table(ct_ctx *ctx, const ct_options *opts, const csv_opts *o, csv *c, int64_t *n_feat) {
+    csv_file f, tf;
+    memset(&tf, 0, sizeof tf);
+    int64_t *src = NULL, target_col = 0;
+    *n_feat = 0;
+    ct_status s = file_open(ctx, &f, o->path, o->delim, o->header, o->allow_nonfinite);
+    if (s == CT_OK)
+        s = resolve_columns(ctx, opts, &f, o->features, o->target, !o->target_path, &src, n_feat);
+    if (s == CT_OK && o->target_path) {
+        s = file_open(ctx, &tf, o->target_path, o->delim, o->header, o->allow_nonfinite);
+        if (s == CT_OK && o->target[0])
+            s = lookup(ctx, &tf, span_of(o->target), -1, &target_col);
+        else if (s == CT_OK && tf.n_cols != 1)
+            s = CT_FAIL(ctx, CT_ERR_CONFIG,
+                        "%s: target_path %s has %lld columns: name the target's with key "
+                        "'target'",
+                        ct_options_where(opts, "data"), o->target_path, (long long)tf.n_cols);
+    }
+    if (s == CT_OK)
+        s = load(ctx, &f, src, *n_feat, o->target_path ? &tf : NULL, target_col, o->limit,
+                 o->standardize, o->stats_from, c);
+    if (src) ct_free(ctx, src, (size_t)(*n_feat + 1) * sizeof(int64_t));
+    file_close(ctx, &f);
+    file_close(ctx, &tf);
+    return s;
+}
+
+static ct_status csv_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self) {
+    *self = NULL;
+    csv_opts o;
+    CT_TRY(read_options(ctx, opts, &o));
     if (!info) return CT_OK; /* csv_check: the options only */
 
     csv *c = ct_alloc(ctx, sizeof *c);
     if (!c) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a csv dataset");
     memset(c, 0, sizeof *c);
-    c->classify = classify;
-    csv_file f, tf;
-    memset(&tf, 0, sizeof tf);
-    int64_t *src = NULL, n_feat = 0, target_col = 0;
-    ct_status s = file_open(ctx, &f, path, delim, header, allow);
-    if (s == CT_OK)
-        s = resolve_columns(ctx, opts, &f, features, target, !target_path, &src, &n_feat);
-    if (s == CT_OK && target_path) {
-        s = file_open(ctx, &tf, target_path, delim, header, allow);
-        if (s == CT_OK && target[0])
-            s = lookup(ctx, &tf, span_of(target), -1, &target_col);
-        else if (s == CT_OK && tf.n_cols != 1)
-            s = CT_FAIL(ctx, CT_ERR_CONFIG,
-                        "%s: target_path %s has %lld columns: name the target's with key "
-                        "'target'",
-                        where(opts), target_path, (long long)tf.n_cols);
-    }
-    if (s == CT_OK)
-        s = load(ctx, &f, src, n_feat, target_path ? &tf : NULL, target_col, limit, standardize,
-                 stats_from, c);
-    if (src) ct_free(ctx, src, (size_t)(n_feat + 1) * sizeof(int64_t));
-    file_close(ctx, &f);
-    file_close(ctx, &tf);
+    c->classify = o.classify;
+    int64_t n_feat;
+    ct_status s = read_table(ctx, opts, &o, c, &n_feat);
     if (s != CT_OK) {
         csv_close(ctx, c);
         return s;
     }
-    int64_t rows = c->rows;
     float max_class = 0.0f;
-    for (int64_t r = 0; classify && r < rows; r++)
+    for (int64_t r = 0; c->classify && r < c->rows; r++)
         max_class = fmaxf(max_class, c->table[r * c->cols + n_feat]);
-    info->n = rows;
+    info->n = c->rows;
     info->x_dtype = CT_F32;
     info->x_ndim = 1;
     info->x_shape[0] = n_feat;
-    info->y_dtype = classify ? CT_I64 : CT_F32;
+    info->y_dtype = c->classify ? CT_I64 : CT_F32;
     info->y_ndim = 0;
-    info->n_classes = classify ? (int64_t)max_class + 1 : 0;
+    info->n_classes = c->classify ? (int64_t)max_class + 1 : 0;
     *self = c;
     return CT_OK;
 }

@@ -14,10 +14,6 @@
 #include "data/data_internal.h"
 #include "kernels/vmath.h"
 
-static const char *where(const ct_options *o) {
-    return o && o->where ? o->where : "data";
-}
-
 /* ---- the non-finite policy of the float readers ---- */
 
 ct_status ct_data_nonfinite_option(ct_ctx *ctx, const ct_options *opts, bool *allow) {
@@ -25,7 +21,7 @@ ct_status ct_data_nonfinite_option(ct_ctx *ctx, const ct_options *opts, bool *al
     CT_TRY(ct_options_string(ctx, opts, "nonfinite", "error", &v));
     if (strcmp(v, "error") != 0 && strcmp(v, "allow") != 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'nonfinite': expected error or allow, got '%s'",
-                       where(opts), v);
+                       ct_options_where(opts, "data"), v);
     *allow = strcmp(v, "allow") == 0;
     return CT_OK;
 }
@@ -74,7 +70,8 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
         ct_free(ctx, ds, sizeof *ds);
         /* name the config location once, first: option errors already start with it */
         if (opts && opts->where && strstr(ct_last_error(ctx), opts->where)) return s;
-        return ct_err_wrap(ctx, "%s: opening a '%s' dataset", where(opts), vt->name);
+        return ct_err_wrap(ctx, "%s: opening a '%s' dataset", ct_options_where(opts, "data"),
+                           vt->name);
     }
     const ct_dataset_info *in = &ds->info;
     if (ct_shape_check(ctx, in->x_dtype, in->x_ndim, in->x_shape, NULL) != CT_OK ||
@@ -83,7 +80,7 @@ ct_status ct_dataset_open_with(ct_ctx *ctx,
         vt->close(ctx, ds->self);
         ct_free(ctx, ds, sizeof *ds);
         return ct_err_wrap(ctx, "%s: dataset type '%s' reported an invalid sample shape",
-                           where(opts), vt->name);
+                           ct_options_where(opts, "data"), vt->name);
     }
     ds->x_bytes = ct_data_sample_bytes(in->x_dtype, in->x_ndim, in->x_shape);
     ds->y_bytes = ct_data_sample_bytes(in->y_dtype, in->y_ndim, in->y_shape);
@@ -99,20 +96,11 @@ find_type(ct_ctx *ctx, const char *type, const ct_options *opts, const ct_datase
     if (!vt) {
         int64_t n;
         const ct_dataset_vtable *const *t = ct_dataset_types(&n);
-        char list[256], hint[96];
-        size_t off = 0;
-        list[0] = '\0';
-        ct_suggest sg;
-        ct_suggest_init(&sg, type);
-        for (int64_t i = 0; i < n; i++) {
-            ct_suggest_add(&sg, t[i]->name);
-            if (off < sizeof list)
-                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-                                        t[i]->name);
-        }
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown dataset type '%s'%s (known: %s)",
-                       where(opts), type ? type : "(none)", ct_suggest_hint(&sg, hint, sizeof hint),
-                       list);
+        ct_unknown u;
+        ct_unknown_init(&u, type);
+        for (int64_t i = 0; i < n; i++)
+            ct_unknown_add(&u, t[i]->name);
+        return CT_FAIL_UNKNOWN(ctx, &u, ct_options_where(opts, "data"), "dataset type");
     }
     return CT_OK;
 }
@@ -129,7 +117,8 @@ ct_status ct_dataset_check_with(ct_ctx *ctx, const ct_dataset_vtable *vt, const 
     if (!vt->check) return CT_OK;  /* its open checks the options */
     ct_status s = vt->check(ctx, opts);
     if (s == CT_OK || (opts && opts->where && strstr(ct_last_error(ctx), opts->where))) return s;
-    return ct_err_wrap(ctx, "%s: checking the options of a '%s' dataset", where(opts), vt->name);
+    return ct_err_wrap(ctx, "%s: checking the options of a '%s' dataset",
+                       ct_options_where(opts, "data"), vt->name);
 }
 
 ct_status ct_dataset_check(ct_ctx *ctx, const char *type, const ct_options *opts) {
@@ -295,18 +284,16 @@ static void standard_close(ct_ctx *ctx, void *self) {
 static const ct_dataset_vtable standard_vt = {
     "standardize", standard_open, standard_get, standard_close, NULL, NULL, NULL};
 
-ct_status ct_dataset_standardize(ct_dataset *ds,
-                                 const ct_dataset *stats_from,
-                                 const float *mean,
-                                 const float *std,
-                                 ct_dataset **out) {
+/* The data's features can be standardised, with statistics from stats_from or given. */
+static ct_status check_standardize(const ct_dataset *ds,
+                                   const ct_dataset *stats_from,
+                                   const float *mean,
+                                   const float *std) {
     ct_ctx *ctx = ds->ctx;
-    *out = NULL;
     if (ds->info.x_dtype != CT_F32)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "standardize: features must be f32, the '%s' data has %s", ds->vt->name,
                        ct_dtype_name(ds->info.x_dtype));
-    int64_t numel = (int64_t)(ds->x_bytes / sizeof(float));
     if (stats_from && (stats_from->info.x_dtype != CT_F32 || stats_from->x_bytes != ds->x_bytes))
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "standardize: the statistics' source has other features than the data");
@@ -314,6 +301,62 @@ ct_status ct_dataset_standardize(ct_dataset *ds,
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "standardize: give stats_from or mean and std");
     if (stats_from && stats_from->info.n < 1)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "standardize: the statistics' source is empty");
+    return CT_OK;
+}
+
+/* st's mean and std [numel] from the samples of `from`, in two passes in sample order: the
+ * mean, then the population variance around it (a std of 0 becomes 1). acc [2 numel], xs and
+ * ys (one sample) are scratch. */
+static ct_status stats_of(const ct_dataset *from, double *acc, float *xs, void *ys, standard *st) {
+    int64_t n = from->info.n, numel = st->numel;
+    ct_status s = CT_OK;
+    memset(acc, 0, (size_t)numel * 2 * sizeof(double));
+    for (int pass = 0; pass < 2 && s == CT_OK; pass++) {
+        for (int64_t i = 0; i < n && s == CT_OK; i++) {
+            s = ct_dataset_get(from, i, xs, ys);
+            for (int64_t k = 0; s == CT_OK && k < numel; k++) {
+                double v = (double)xs[k];
+                if (pass == 0)
+                    acc[k] += v;
+                else
+                    acc[numel + k] += (v - acc[k]) * (v - acc[k]);
+            }
+        }
+        if (pass == 0)
+            for (int64_t k = 0; k < numel; k++)
+                acc[k] /= (double)n;
+    }
+    for (int64_t k = 0; s == CT_OK && k < numel; k++) {
+        double sd = sqrt(acc[numel + k] / (double)n);
+        st->mean[k] = (float)acc[k];
+        st->std[k] = sd > 0.0 ? (float)sd : 1.0f;
+    }
+    return s;
+}
+
+/* st's mean and std [numel] as given, checked (a std of 0 becomes 1). */
+static ct_status stats_given(ct_ctx *ctx, const float *mean, const float *std, standard *st) {
+    for (int64_t k = 0; k < st->numel; k++) {
+        if (!isfinite(mean[k]) || !isfinite(std[k]) || std[k] < 0.0f)
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "standardize: feature %lld: mean %g and std %g must be finite, std "
+                           ">= 0",
+                           (long long)k, (double)mean[k], (double)std[k]);
+        st->mean[k] = mean[k];
+        st->std[k] = std[k] > 0.0f ? std[k] : 1.0f;
+    }
+    return CT_OK;
+}
+
+ct_status ct_dataset_standardize(ct_dataset *ds,
+                                 const ct_dataset *stats_from,
+                                 const float *mean,
+                                 const float *std,
+                                 ct_dataset **out) {
+    ct_ctx *ctx = ds->ctx;
+    *out = NULL;
+    CT_TRY(check_standardize(ds, stats_from, mean, std));
+    int64_t numel = (int64_t)(ds->x_bytes / sizeof(float));
     standard *st = ct_alloc(ctx, sizeof *st);
     size_t sbytes = (size_t)(numel ? numel : 1) * 2 * sizeof(float);
     float *buf = ct_alloc(ctx, sbytes);
@@ -332,43 +375,7 @@ ct_status ct_dataset_standardize(ct_dataset *ds,
     st->numel = numel;
     st->mean = buf;
     st->std = buf + numel;
-    if (stats_from) {
-        /* two passes in sample order: mean, then the population variance around it */
-        int64_t n = stats_from->info.n;
-        memset(acc, 0, (size_t)numel * 2 * sizeof(double));
-        for (int pass = 0; pass < 2 && s == CT_OK; pass++) {
-            for (int64_t i = 0; i < n && s == CT_OK; i++) {
-                s = ct_dataset_get(stats_from, i, xs, ys);
-                for (int64_t k = 0; s == CT_OK && k < numel; k++) {
-                    double v = (double)xs[k];
-                    if (pass == 0)
-                        acc[k] += v;
-                    else
-                        acc[numel + k] += (v - acc[k]) * (v - acc[k]);
-                }
-            }
-            if (pass == 0)
-                for (int64_t k = 0; k < numel; k++)
-                    acc[k] /= (double)n;
-        }
-        for (int64_t k = 0; s == CT_OK && k < numel; k++) {
-            double sd = sqrt(acc[numel + k] / (double)n);
-            st->mean[k] = (float)acc[k];
-            st->std[k] = sd > 0.0 ? (float)sd : 1.0f;
-        }
-    } else {
-        for (int64_t k = 0; k < numel; k++) {
-            if (!isfinite(mean[k]) || !isfinite(std[k]) || std[k] < 0.0f) {
-                s = CT_FAIL(ctx, CT_ERR_CONFIG,
-                            "standardize: feature %lld: mean %g and std %g must be finite, std "
-                            ">= 0",
-                            (long long)k, (double)mean[k], (double)std[k]);
-                break;
-            }
-            st->mean[k] = mean[k];
-            st->std[k] = std[k] > 0.0f ? std[k] : 1.0f;
-        }
-    }
+    s = stats_from ? stats_of(stats_from, acc, xs, ys, st) : stats_given(ctx, mean, std, st);
     if (s == CT_OK) {
         ct_dataset *v = ct_alloc(ctx, sizeof *v);
         if (!v) {

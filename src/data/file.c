@@ -104,6 +104,169 @@ static size_t size_hint(int fd, size_t file_size, size_t max_bytes) {
     return guess;
 }
 
+/* One gzip file being inflated: the input chunk, the output buffer and where both stand. */
+typedef struct inflater {
+    ct_ctx *ctx;
+    const char *path;
+    int fd;
+    size_t max_bytes;
+    z_stream z;
+    unsigned char *in; /* [in_cap] compressed bytes */
+    size_t in_cap;
+    unsigned char *out; /* [cap] decompressed bytes, the first `used` of them filled */
+    size_t cap, used;
+    size_t consumed; /* compressed bytes handed to zlib before the current chunk */
+    bool at_eof;     /* no more input in the file */
+} inflater;
+
+/* The offset in the file of the next compressed byte, for messages. */
+static size_t offset(const inflater *g) {
+    return g->consumed + (size_t)(g->z.next_in - g->in);
+}
+
+static ct_status inflater_open(
+    inflater *g, ct_ctx *ctx, const char *path, int fd, size_t file_size, size_t max_bytes) {
+    memset(g, 0, sizeof *g);
+    g->ctx = ctx;
+    g->path = path;
+    g->fd = fd;
+    g->max_bytes = max_bytes;
+    g->cap = size_hint(fd, file_size, max_bytes); /* <= max_bytes; 0 only if that is 0 */
+    g->in_cap = file_size < CHUNK ? file_size : CHUNK;
+    g->in = ct_alloc(ctx, g->in_cap);
+    g->out = g->cap ? ct_alloc(ctx, g->cap) : NULL;
+    if (!g->in || (g->cap && !g->out)) {
+        ct_free(ctx, g->in, g->in_cap);
+        ct_free(ctx, g->out, g->cap);
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes to inflate into", path, g->cap);
+    }
+    g->z.zalloc = zalloc_ctx;
+    g->z.zfree = zfree_ctx;
+    g->z.opaque = ctx;
+    int zr = inflateInit2(&g->z, 16 + MAX_WBITS);
+    if (zr != Z_OK) {
+        ct_free(ctx, g->in, g->in_cap);
+        ct_free(ctx, g->out, g->cap);
+        return CT_FAIL(ctx, zr == Z_MEM_ERROR ? CT_ERR_OOM : CT_ERR_INTERNAL,
+                       "%s: inflateInit2: %s", path, zError(zr));
+    }
+    return CT_OK;
+}
+
+/* Reads the next chunk of the file into the input, after the `keep` bytes not yet inflated. */
+static ct_status refill(inflater *g, uInt keep) {
+    if (keep) memmove(g->in, g->z.next_in, keep);
+    ssize_t r = read_full(g->fd, g->in + keep, g->in_cap - keep);
+    if (r < 0) return CT_FAIL(g->ctx, CT_ERR_IO, "%s: read: %s", g->path, strerror(errno));
+    g->consumed += g->z.next_in ? (size_t)(g->z.next_in - g->in) : 0; /* NULL before the first */
+    g->at_eof = (size_t)r < g->in_cap - keep;
+    g->z.next_in = g->in;
+    g->z.avail_in = keep + (uInt)r;
+    return CT_OK;
+}
+
+/* At the end of a gzip member: *more when another member follows (concatenated members, as
+ * gunzip accepts them), none at the end of the file; anything else is junk. */
+static ct_status next_member(inflater *g, bool *more) {
+    z_stream *z = &g->z;
+    *more = false;
+    if (z->avail_in == 0 && g->at_eof) return CT_OK;
+    /* a member boundary split across chunks: keep the byte for the next read */
+    if (z->avail_in < 2 && !g->at_eof) CT_TRY(refill(g, z->avail_in));
+    if (z->avail_in < 2 || z->next_in[0] != 0x1f || z->next_in[1] != 0x8b)
+        return CT_FAIL(g->ctx, CT_ERR_FORMAT,
+                       "%s: offset %zu: expected the end of the file or another gzip "
+                       "member (1f 8b), found %s %02x%s%02x",
+                       g->path, offset(g), z->avail_in > 1 ? "bytes" : "the single byte",
+                       z->next_in[0], z->avail_in > 1 ? " " : "",
+                       z->avail_in > 1 ? z->next_in[1] : 0u);
+    inflateReset(z);
+    *more = true;
+    return CT_OK;
+}
+
+/* Makes room for more output than fits: grows geometrically, never beyond max_bytes. */
+static ct_status grow(inflater *g) {
+    if (g->cap >= g->max_bytes)
+        return CT_FAIL(g->ctx, CT_ERR_FORMAT, "%s: decompressed size exceeds %zu bytes", g->path,
+                       g->max_bytes);
+    size_t new_cap = g->cap > g->max_bytes / 2 ? g->max_bytes : g->cap ? g->cap * 2 : 1;
+    if (!resize(g->ctx, &g->out, &g->cap, g->used, new_cap))
+        return CT_FAIL(g->ctx, CT_ERR_OOM, "%s: allocating %zu bytes to inflate into", g->path,
+                       new_cap);
+    return CT_OK;
+}
+
+/* One call to inflate into the rest of the output; *zr is zlib's answer. When the output is
+ * full, inflates one byte aside to learn whether there is more, and grows the output if so. */
+static ct_status inflate_some(inflater *g, int *zr) {
+    z_stream *z = &g->z;
+    unsigned char probe; /* one byte of look-ahead when out is full */
+    bool probing = g->used == g->cap;
+    z->next_out = probing ? &probe : g->out + g->used;
+    z->avail_out = probing ? 1u : (uInt)(g->cap - g->used > UINT_MAX ? UINT_MAX : g->cap - g->used);
+    uInt before = z->avail_out;
+    *zr = inflate(z, Z_NO_FLUSH);
+    size_t produced = before - z->avail_out;
+    if (*zr == Z_NEED_DICT || *zr == Z_DATA_ERROR || *zr == Z_STREAM_ERROR)
+        return CT_FAIL(g->ctx, CT_ERR_FORMAT,
+                       "%s: corrupt gzip data near compressed offset %zu: %s (hint: the "
+                       "download may be damaged; compare its checksum)",
+                       g->path, offset(g), z->msg ? z->msg : zError(*zr));
+    if (*zr == Z_MEM_ERROR)
+        return CT_FAIL(g->ctx, CT_ERR_OOM, "%s: inflate: out of memory", g->path);
+    if (probing && produced) {
+        CT_TRY(grow(g));
+        g->out[g->used++] = probe;
+    } else {
+        g->used += produced;
+    }
+    return CT_OK;
+}
+
+/* Inflates the whole file into g->out. */
+static ct_status inflate_all(inflater *g) {
+    bool member_end = false;
+    for (;;) {
+        if (g->z.avail_in == 0 && !g->at_eof) CT_TRY(refill(g, 0));
+        if (member_end) {
+            bool more;
+            CT_TRY(next_member(g, &more));
+            if (!more) return CT_OK;
+            member_end = false;
+        }
+        int zr;
+        CT_TRY(inflate_some(g, &zr));
+        if (zr == Z_STREAM_END) {
+            member_end = true;
+            continue;
+        }
+        if (zr == Z_BUF_ERROR && g->z.avail_in == 0 && g->at_eof)
+            return CT_FAIL(g->ctx, CT_ERR_FORMAT,
+                           "%s: truncated gzip data: the stream ends after %zu compressed bytes "
+                           "(%zu decompressed) without its end marker: unexpected end of file",
+                           g->path, offset(g), g->used);
+    }
+}
+
+/* Frees what g holds but the output, which goes to *data (NULL when empty), trimmed to its
+ * exact size because the caller frees it with that size. On failure (st) the output is freed. */
+static ct_status inflater_close(inflater *g, ct_status st, unsigned char **data, size_t *out_size) {
+    inflateEnd(&g->z);
+    ct_free(g->ctx, g->in, g->in_cap);
+    if (st != CT_OK || g->used == 0) {
+        ct_free(g->ctx, g->out, g->cap);
+        return st;
+    }
+    if (g->used != g->cap && !resize(g->ctx, &g->out, &g->cap, g->used, g->used)) {
+        ct_free(g->ctx, g->out, g->cap);
+        return CT_FAIL(g->ctx, CT_ERR_OOM, "%s: allocating %zu bytes", g->path, g->used);
+    }
+    *data = g->out;
+    *out_size = g->used;
+    return CT_OK;
+}
+
 static ct_status read_gzip(ct_ctx *ctx,
                            const char *path,
                            int fd,
@@ -111,137 +274,9 @@ static ct_status read_gzip(ct_ctx *ctx,
                            size_t max_bytes,
                            unsigned char **data,
                            size_t *out_size) {
-    ct_status st = CT_OK;
-    size_t cap = size_hint(fd, file_size, max_bytes); /* <= max_bytes; 0 only if that is 0 */
-    size_t in_cap = file_size < CHUNK ? file_size : CHUNK;
-    unsigned char *in = ct_alloc(ctx, in_cap);
-    unsigned char *out = cap ? ct_alloc(ctx, cap) : NULL;
-    if (!in || (cap && !out)) {
-        ct_free(ctx, in, in_cap);
-        ct_free(ctx, out, cap);
-        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes to inflate into", path, cap);
-    }
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    z.zalloc = zalloc_ctx;
-    z.zfree = zfree_ctx;
-    z.opaque = ctx;
-    int zr = inflateInit2(&z, 16 + MAX_WBITS);
-    if (zr != Z_OK) {
-        ct_free(ctx, in, in_cap);
-        ct_free(ctx, out, cap);
-        return CT_FAIL(ctx, zr == Z_MEM_ERROR ? CT_ERR_OOM : CT_ERR_INTERNAL,
-                       "%s: inflateInit2: %s", path, zError(zr));
-    }
-    size_t used = 0;     /* decompressed bytes in out */
-    size_t consumed = 0; /* compressed bytes handed to zlib before the current chunk */
-    bool at_eof = false; /* no more input in the file */
-    bool member_end = false;
-    unsigned char probe; /* one byte of look-ahead when out is full */
-    for (;;) {
-        if (z.avail_in == 0 && !at_eof) {
-            consumed += (size_t)(z.next_in ? z.next_in - in : 0);
-            ssize_t r = read_full(fd, in, in_cap);
-            if (r < 0) {
-                st = CT_FAIL(ctx, CT_ERR_IO, "%s: read: %s", path, strerror(errno));
-                break;
-            }
-            at_eof = (size_t)r < in_cap;
-            z.next_in = in;
-            z.avail_in = (uInt)r;
-        }
-        if (member_end) {
-            /* concatenated gzip members (as gunzip accepts) continue; anything else is junk */
-            if (z.avail_in == 0 && at_eof) break;
-            if (z.avail_in < 2 && !at_eof) {
-                /* a member boundary split across chunks: keep the byte for the next read */
-                memmove(in, z.next_in, z.avail_in);
-                ssize_t r = read_full(fd, in + z.avail_in, in_cap - z.avail_in);
-                if (r < 0) {
-                    st = CT_FAIL(ctx, CT_ERR_IO, "%s: read: %s", path, strerror(errno));
-                    break;
-                }
-                consumed += (size_t)(z.next_in - in);
-                at_eof = (size_t)r < in_cap - z.avail_in;
-                z.next_in = in;
-                z.avail_in += (uInt)r;
-            }
-            if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
-                st = CT_FAIL(ctx, CT_ERR_FORMAT,
-                             "%s: offset %zu: expected the end of the file or another gzip "
-                             "member (1f 8b), found %s %02x%s%02x",
-                             path, consumed + (size_t)(z.next_in - in),
-                             z.avail_in > 1 ? "bytes" : "the single byte", z.next_in[0],
-                             z.avail_in > 1 ? " " : "", z.avail_in > 1 ? z.next_in[1] : 0u);
-                break;
-            }
-            inflateReset(&z);
-            member_end = false;
-        }
-        bool probing = used == cap;
-        z.next_out = probing ? &probe : out + used;
-        z.avail_out = probing ? 1u : (uInt)(cap - used > UINT_MAX ? UINT_MAX : cap - used);
-        uInt before = z.avail_out;
-        zr = inflate(&z, Z_NO_FLUSH);
-        size_t produced = before - z.avail_out;
-        if (zr == Z_NEED_DICT || zr == Z_DATA_ERROR || zr == Z_STREAM_ERROR) {
-            st = CT_FAIL(ctx, CT_ERR_FORMAT,
-                         "%s: corrupt gzip data near compressed offset %zu: %s (hint: the "
-                         "download may be damaged; compare its checksum)",
-                         path, consumed + (size_t)(z.next_in - in), z.msg ? z.msg : zError(zr));
-            break;
-        }
-        if (zr == Z_MEM_ERROR) {
-            st = CT_FAIL(ctx, CT_ERR_OOM, "%s: inflate: out of memory", path);
-            break;
-        }
-        if (probing && produced) {
-            /* there is more output than fits: grow geometrically, never beyond max_bytes */
-            if (cap >= max_bytes) {
-                st = CT_FAIL(ctx, CT_ERR_FORMAT, "%s: decompressed size exceeds %zu bytes", path,
-                             max_bytes);
-                break;
-            }
-            size_t new_cap = cap > max_bytes / 2 ? max_bytes : cap ? cap * 2 : 1;
-            if (!resize(ctx, &out, &cap, used, new_cap)) {
-                st = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes to inflate into", path,
-                             new_cap);
-                break;
-            }
-            out[used++] = probe;
-        } else {
-            used += produced;
-        }
-        if (zr == Z_STREAM_END) {
-            member_end = true;
-            continue;
-        }
-        if (zr == Z_BUF_ERROR && z.avail_in == 0 && at_eof) {
-            st = CT_FAIL(ctx, CT_ERR_FORMAT,
-                         "%s: truncated gzip data: the stream ends after %zu compressed bytes "
-                         "(%zu decompressed) without its end marker: unexpected end of file",
-                         path, consumed + (size_t)(z.next_in - in), used);
-            break;
-        }
-    }
-    inflateEnd(&z);
-    ct_free(ctx, in, in_cap);
-    if (st != CT_OK) {
-        ct_free(ctx, out, cap);
-        return st;
-    }
-    if (used == 0) {
-        ct_free(ctx, out, cap);
-        return CT_OK;
-    }
-    /* the caller frees with the exact size: trim when the guess was too large */
-    if (used != cap && !resize(ctx, &out, &cap, used, used)) {
-        ct_free(ctx, out, cap);
-        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes", path, used);
-    }
-    *data = out;
-    *out_size = used;
-    return CT_OK;
+    inflater g;
+    CT_TRY(inflater_open(&g, ctx, path, fd, file_size, max_bytes));
+    return inflater_close(&g, inflate_all(&g), data, out_size);
 }
 
 ct_status ct_data_read_file(

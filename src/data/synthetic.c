@@ -35,23 +35,20 @@ typedef struct synthetic {
     size_t y_bytes; /* one sample's target */
 } synthetic;
 
-static const char *where(const ct_options *o) {
-    return o && o->where ? o->where : "data";
-}
-
 /* Fails when one of `keys` is set: it belongs to the other kind. */
 static ct_status
 reject_keys(ct_ctx *ctx, const ct_options *opts, const char *kind, const char *const *keys) {
     for (; *keys; keys++)
         if (ct_options_get(opts, *keys))
             return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s' does not apply to kind=%s",
-                           where(opts), *keys, kind);
+                           ct_options_where(opts, "data"), *keys, kind);
     return CT_OK;
 }
 
 static ct_status too_large(ct_ctx *ctx, const ct_options *opts, const char *what, int64_t elems) {
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: %s = %lld values, more than the limit %lld",
-                   where(opts), what, (long long)elems, (long long)SYNTH_MAX_ELEMS);
+                   ct_options_where(opts, "data"), what, (long long)elems,
+                   (long long)SYNTH_MAX_ELEMS);
 }
 
 static ct_status scratch(ct_ctx *ctx, size_t bytes, float **out) {
@@ -133,10 +130,12 @@ synthetic_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void 
     bool blobs = strcmp(kind, "blobs") == 0;
     if (!blobs && strcmp(kind, "linear") != 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'kind': expected blobs or linear, got '%s'",
-                       where(opts), kind);
+                       ct_options_where(opts, "data"), kind);
     CT_TRY(reject_keys(ctx, opts, kind, blobs ? linear_only : blob_only));
     CT_TRY(ct_options_int(ctx, opts, "n", -1, 1, SYNTH_MAX_ELEMS, &n));
-    if (n < 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'n' is required", where(opts));
+    if (n < 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'n' is required",
+                       ct_options_where(opts, "data"));
     CT_TRY(ct_options_int(ctx, opts, "features", 16, 1, SYNTH_MAX_ELEMS, &F));
     CT_TRY(ct_options_int(ctx, opts, "classes", 4, 1, SYNTH_MAX_ELEMS, &classes));
     CT_TRY(ct_options_int(ctx, opts, "outputs", 1, 1, SYNTH_MAX_ELEMS, &outputs));

@@ -26,10 +26,6 @@ typedef struct windows {
     int64_t context, stride;
 } windows;
 
-static const char *where(const ct_options *o) {
-    return o && o->where ? o->where : "data";
-}
-
 static int64_t token_at(const windows *w, int64_t k) {
     const unsigned char *p = w->data + k * w->width;
     return w->width == 1 ? (int64_t)p[0] : (int64_t)((unsigned)p[0] | (unsigned)p[1] << 8);
@@ -58,7 +54,8 @@ static ct_status
 window_options(ct_ctx *ctx, const ct_options *opts, int64_t *context, int64_t *stride) {
     CT_TRY(ct_options_int(ctx, opts, "context", -1, 1, MAX_CONTEXT, context));
     if (*context < 0)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'context' is required", where(opts));
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'context' is required",
+                       ct_options_where(opts, "data"));
     return ct_options_int(ctx, opts, "stride", *context, 1, INT64_MAX, stride);
 }
 
@@ -151,7 +148,7 @@ text_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **sel
             *--e = '\0';
         if (!*p)
             s = CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'files': empty path at position %lld in '%s'",
-                        where(opts), (long long)i + 1, files);
+                        ct_options_where(opts, "data"), (long long)i + 1, files);
         else if (info) /* text_check (no info) reads the list only */
             s = ct_data_read_file(ctx, p, TEXT_MAX_BYTES - total, &parts[i].data, &parts[i].size);
         if (s != CT_OK) parts[i] = (part){NULL, 0};
@@ -204,7 +201,9 @@ tokens_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **s
     CT_TRY(ct_options_string(ctx, opts, "path", NULL, &path));
     CT_TRY(window_options(ctx, opts, &context, &stride));
     CT_TRY(ct_options_int(ctx, opts, "vocab", -1, 1, 65536, &vocab));
-    if (vocab < 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'vocab' is required", where(opts));
+    if (vocab < 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'vocab' is required",
+                       ct_options_where(opts, "data"));
     if (!info) return CT_OK; /* tokens_check: the options only */
 
     unsigned char *data = NULL;

@@ -50,20 +50,13 @@ struct ct_metrics {
 static ct_status unknown_type(ct_ctx *ctx, int64_t index, const char *type) {
     int64_t n;
     const ct_metric_vtable *const *t = ct_metric_types(&n);
-    char list[256], hint[96];
-    size_t off = 0;
-    list[0] = '\0';
-    ct_suggest sg;
-    ct_suggest_init(&sg, type);
-    for (int64_t i = 0; i < n; i++) {
-        ct_suggest_add(&sg, t[i]->name);
-        if (off < sizeof list)
-            off +=
-                (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", t[i]->name);
-    }
-    return CT_FAIL(ctx, CT_ERR_CONFIG, "metric %lld: unknown metric type '%s'%s (known: %s)",
-                   (long long)index, type ? type : "(none)",
-                   ct_suggest_hint(&sg, hint, sizeof hint), list);
+    ct_unknown u;
+    ct_unknown_init(&u, type);
+    for (int64_t i = 0; i < n; i++)
+        ct_unknown_add(&u, t[i]->name);
+    char where[32];
+    (void)snprintf(where, sizeof where, "metric %lld", (long long)index);
+    return CT_FAIL_UNKNOWN(ctx, &u, where, "metric type");
 }
 
 static size_t buffer_bytes(const ct_metrics *m) {

@@ -65,44 +65,18 @@ const ct_model_type *ct_model_type_find(const char *name) {
     return NULL;
 }
 
-/* The i-th name of each table, NULL past the end (for list_names). */
-static const char *layer_name(int64_t i) {
-    return layer_types[i] ? layer_types[i]->name : NULL;
-}
-
-static const char *model_name(int64_t i) {
-    return model_types[i] ? model_types[i]->name : NULL;
-}
-
-/* Writes "a, b, c" of the names f(0), f(1), ... into buf, and the one nearest to s's word
- * into hint (" (did you mean 'b'?)" or ""). */
-static void list_names(const char *(*f)(int64_t),
-                       const char *word,
-                       char *buf,
-                       size_t size,
-                       char *hint,
-                       size_t hint_size) {
-    size_t off = 0;
-    buf[0] = '\0';
-    ct_suggest sg;
-    ct_suggest_init(&sg, word);
-    for (int64_t i = 0; f(i); i++) {
-        ct_suggest_add(&sg, f(i));
-        if (off < size) off += (size_t)snprintf(buf + off, size - off, "%s%s", i ? ", " : "", f(i));
-    }
-    (void)ct_suggest_hint(&sg, hint, hint_size);
-}
-
 ct_status ct_layer_unknown(ct_ctx *ctx, const char *where, const char *type) {
-    char list[512], hint[96];
-    list_names(layer_name, type, list, sizeof list, hint, sizeof hint);
-    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown layer type '%s'%s (known: %s)", where,
-                   type ? type : "(none)", hint, list);
+    ct_unknown u;
+    ct_unknown_init(&u, type);
+    for (int64_t i = 0; layer_types[i]; i++)
+        ct_unknown_add(&u, layer_types[i]->name);
+    return CT_FAIL_UNKNOWN(ctx, &u, where, "layer type");
 }
 
 ct_status ct_model_unknown(ct_ctx *ctx, const char *where, const char *type) {
-    char list[256], hint[96];
-    list_names(model_name, type, list, sizeof list, hint, sizeof hint);
-    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown model type '%s'%s (known: %s)", where,
-                   type ? type : "(none)", hint, list);
+    ct_unknown u;
+    ct_unknown_init(&u, type);
+    for (int64_t i = 0; model_types[i]; i++)
+        ct_unknown_add(&u, model_types[i]->name);
+    return CT_FAIL_UNKNOWN(ctx, &u, where, "model type");
 }

@@ -97,17 +97,15 @@ static ct_status read_mlp(ct_ctx *ctx, const ct_options *opts, bool need_out, ml
     if (need_out && c->n_out < 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required", where_of(opts));
     CT_TRY(parse_sizes(ctx, opts, "hidden", hidden, c->sizes, &c->n_hidden));
-    ct_suggest sg;
-    ct_suggest_init(&sg, c->act);
+    ct_unknown u;
+    ct_unknown_init(&u, c->act);
     for (int i = 0; activations[i]; i++) {
         if (strcmp(activations[i], c->act) == 0) return CT_OK;
-        ct_suggest_add(&sg, activations[i]);
+        ct_unknown_add(&u, activations[i]);
     }
-    char hint[96];
-    return CT_FAIL(ctx, CT_ERR_CONFIG,
-                   "%s: key 'activation': unknown '%s'%s (known: relu, gelu, silu, tanh, "
-                   "sigmoid, leaky_relu)",
-                   where_of(opts), c->act, ct_suggest_hint(&sg, hint, sizeof hint));
+    char where[CT_ERRMSG_SIZE];
+    (void)snprintf(where, sizeof where, "%s: key 'activation'", where_of(opts));
+    return CT_FAIL_UNKNOWN(ctx, &u, where, NULL);
 }
 
 static ct_status check_mlp(ct_ctx *ctx, const ct_options *opts) {

@@ -175,6 +175,97 @@ static bool batch_norm_check(ct_graph *g,
     return true;
 }
 
+/* mean and invstd [C] of x [planes = N*C, hw] from the batch; returns the biased variance [C]
+ * (graph scratch), NULL when out of memory. */
+static const double *batch_stats(ct_graph *g,
+                                 const float *xv,
+                                 int64_t n,
+                                 int64_t c,
+                                 int64_t hw,
+                                 float eps,
+                                 double *mean,
+                                 double *invstd) {
+    int64_t planes = n * c, m = n * hw;
+    double *part = ct_graph_alloc(g, (size_t)planes * sizeof(double));
+    double *var = ct_graph_alloc(g, (size_t)c * sizeof(double));
+    if (!part || !var) return NULL;
+    plane_sums(g, xv, planes, c, hw, NULL, part);
+    channel_sums(part, n, c, mean);
+    for (int64_t j = 0; j < c; j++)
+        mean[j] /= (double)m;
+    plane_sums(g, xv, planes, c, hw, mean, part);
+    channel_sums(part, n, c, var);
+    for (int64_t j = 0; j < c; j++) {
+        var[j] /= (double)m; /* biased: normalises */
+        invstd[j] = 1.0 / sqrt(var[j] + (double)eps);
+    }
+    return var;
+}
+
+/* Moves the running statistics [C] towards the batch's mean and unbiased variance (m values
+ * per channel). */
+static void update_running(ct_tensor *running_mean,
+                           ct_tensor *running_var,
+                           float momentum,
+                           int64_t c,
+                           int64_t m,
+                           const double *mean,
+                           const double *var) {
+    float *rm = running_mean->data, *rv = running_var->data;
+    double mom = (double)momentum, unbias = (double)m / (double)(m - 1);
+    for (int64_t j = 0; j < c; j++) {
+        rm[j] = (float)((1.0 - mom) * (double)rm[j] + mom * mean[j]);
+        rv[j] = (float)((1.0 - mom) * (double)rv[j] + mom * var[j] * unbias);
+    }
+}
+
+/* y = x * alpha + beta per channel, with alpha = w * invstd, beta = b - mean * alpha (as
+ * PyTorch); x and y [planes = N*C, hw]. */
+static void normalise(const ct_graph *g,
+                      const float *xv,
+                      const float *wv,
+                      const float *bv,
+                      const double *mean,
+                      const double *invstd,
+                      int64_t planes,
+                      int64_t c,
+                      int64_t hw,
+                      float *yv) {
+    int nt = ct_ops_threads(g, planes, hw);
+    CT_OMP_FOR(nt)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        int64_t j = pl % c;
+        double a = (wv ? (double)wv[j] : 1.0) * invstd[j];
+        float alpha = (float)a, beta = (float)((bv ? (double)bv[j] : 0.0) - mean[j] * a);
+        const float *xp = xv + pl * hw;
+        float *yp = yv + pl * hw;
+        for (int64_t i = 0; i < hw; i++)
+            yp[i] = xp[i] * alpha + beta;
+    }
+}
+
+/* Records y's node when x, weight or bias needs a gradient, keeping stats [2C] for backward. */
+static bool record(ct_graph *g,
+                   ct_tensor *x,
+                   ct_tensor *weight,
+                   ct_tensor *bias,
+                   ct_tensor *y,
+                   bool batch,
+                   double *stats) {
+    ct_tensor *in[3] = {x, NULL, NULL};
+    int32_t n_in = 1;
+    if (weight) in[n_in++] = weight;
+    if (bias) in[n_in++] = bias;
+    if (!ct_graph_needs_grad(g, n_in, in)) return true;
+    ct_node *node = ct_graph_record(g, &batch_norm_def, y, n_in, in);
+    if (!node) return false;
+    node->iarg[0] = batch;
+    node->iarg[1] = weight != NULL;
+    node->iarg[2] = bias != NULL;
+    node->saved = stats;
+    return true;
+}
+
 ct_tensor *ct_op_batch_norm(ct_graph *g,
                             ct_tensor *x,
                             ct_tensor *weight,
@@ -206,29 +297,11 @@ ct_tensor *ct_op_batch_norm(ct_graph *g,
     double *stats = ct_graph_alloc(g, (size_t)(2 * c) * sizeof(double));
     if (!y || !stats) return NULL;
     double *mean = stats, *invstd = stats + c;
-    const float *xv = x->data;
     if (batch && !empty) {
-        double *part = ct_graph_alloc(g, (size_t)planes * sizeof(double));
-        double *var = ct_graph_alloc(g, (size_t)c * sizeof(double));
-        if (!part || !var) return NULL;
-        plane_sums(g, xv, planes, c, hw, NULL, part);
-        channel_sums(part, n, c, mean);
-        for (int64_t j = 0; j < c; j++)
-            mean[j] /= (double)m;
-        plane_sums(g, xv, planes, c, hw, mean, part);
-        channel_sums(part, n, c, var);
-        for (int64_t j = 0; j < c; j++) {
-            var[j] /= (double)m; /* biased: normalises */
-            invstd[j] = 1.0 / sqrt(var[j] + (double)eps);
-        }
-        if (training && running_mean) {
-            float *rm = running_mean->data, *rv = running_var->data;
-            double mom = (double)momentum, unbias = (double)m / (double)(m - 1);
-            for (int64_t j = 0; j < c; j++) {
-                rm[j] = (float)((1.0 - mom) * (double)rm[j] + mom * mean[j]);
-                rv[j] = (float)((1.0 - mom) * (double)rv[j] + mom * var[j] * unbias);
-            }
-        }
+        const double *var = batch_stats(g, x->data, n, c, hw, eps, mean, invstd);
+        if (!var) return NULL;
+        if (training && running_mean)
+            update_running(running_mean, running_var, momentum, c, m, mean, var);
     } else if (!batch) {
         const float *rm = running_mean->data, *rv = running_var->data;
         for (int64_t j = 0; j < c; j++) {
@@ -240,35 +313,8 @@ ct_tensor *ct_op_batch_norm(ct_graph *g,
             mean[j] = invstd[j] = 0.0; /* empty: never read */
     }
     if (training && num_batches_tracked) ((int64_t *)num_batches_tracked->data)[0] += 1;
-
-    if (!empty) {
-        /* y = x * alpha + beta with alpha = w * invstd, beta = b - mean * alpha (as PyTorch) */
-        const float *wv = weight ? weight->data : NULL, *bv = bias ? bias->data : NULL;
-        float *yv = y->data;
-        int nt = ct_ops_threads(g, planes, hw);
-        CT_OMP_FOR(nt)
-        for (int64_t pl = 0; pl < planes; pl++) {
-            int64_t j = pl % c;
-            double a = (wv ? (double)wv[j] : 1.0) * invstd[j];
-            float alpha = (float)a, beta = (float)((bv ? (double)bv[j] : 0.0) - mean[j] * a);
-            const float *xp = xv + pl * hw;
-            float *yp = yv + pl * hw;
-            for (int64_t i = 0; i < hw; i++)
-                yp[i] = xp[i] * alpha + beta;
-        }
-    }
-
-    ct_tensor *in[3] = {x, NULL, NULL};
-    int32_t n_in = 1;
-    if (weight) in[n_in++] = weight;
-    if (bias) in[n_in++] = bias;
-    if (ct_graph_needs_grad(g, n_in, in)) {
-        ct_node *node = ct_graph_record(g, &batch_norm_def, y, n_in, in);
-        if (!node) return NULL;
-        node->iarg[0] = batch;
-        node->iarg[1] = weight != NULL;
-        node->iarg[2] = bias != NULL;
-        node->saved = stats;
-    }
-    return y;
+    if (!empty)
+        normalise(g, x->data, weight ? weight->data : NULL, bias ? bias->data : NULL, mean, invstd,
+                  planes, c, hw, y->data);
+    return record(g, x, weight, bias, y, batch, stats) ? y : NULL;
 }

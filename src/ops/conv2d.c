@@ -328,30 +328,8 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def conv2d_def = {"conv2d", conv2d_backward};
 
-/* Checks every argument; fills the geometry. Messages name the shapes involved. */
-static bool conv2d_check(ct_graph *g,
-                         const ct_tensor *x,
-                         const ct_tensor *w,
-                         const ct_tensor *bias,
-                         const ct_conv2d_params *p,
-                         int64_t *args,
-                         ct_k_conv2d_geom *s) {
-    char sx[200], sw[200], sb[200];
-    if (!ct_ops_f32(g, "conv2d", "x", x) || !ct_ops_f32(g, "conv2d", "weight", w) ||
-        (bias && !ct_ops_f32(g, "conv2d", "bias", bias)))
-        return false;
-    if (x->ndim != 4) {
-        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "conv2d: x must be [N,C,H,W], got %s",
-                      ct_shape_str(x, sx, sizeof sx));
-        return false;
-    }
-    if (w->ndim != 4) {
-        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "conv2d: weight must be [O,C/groups,KH,KW], got %s",
-                      ct_shape_str(w, sw, sizeof sw));
-        return false;
-    }
-    ct_shape_str(x, sx, sizeof sx);
-    ct_shape_str(w, sw, sizeof sw);
+/* Stride, padding and dilation in range. */
+static bool check_params(ct_graph *g, const ct_conv2d_params *p) {
     for (int i = 0; i < 2; i++) {
         if (p->stride[i] < 1 || p->stride[i] > PARAM_MAX || p->padding[i] < 0 ||
             p->padding[i] > PARAM_MAX || p->dilation[i] < 1 || p->dilation[i] > PARAM_MAX) {
@@ -365,7 +343,19 @@ static bool conv2d_check(ct_graph *g,
             return false;
         }
     }
-    int64_t grp = p->groups, c = x->shape[1], o = w->shape[0];
+    return true;
+}
+
+/* The channels of x [N,C,H,W], weight [O,C/groups,KH,KW] and bias [O] agree with the groups;
+ * sx and sw are x's and the weight's shapes, for messages. */
+static bool check_channels(ct_graph *g,
+                           const ct_tensor *x,
+                           const ct_tensor *w,
+                           const ct_tensor *bias,
+                           int64_t grp,
+                           const char *sx,
+                           const char *sw) {
+    int64_t c = x->shape[1], o = w->shape[0];
     if (grp < 1) {
         CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "conv2d: groups must be positive, got %lld",
                       (long long)grp);
@@ -391,11 +381,22 @@ static bool conv2d_check(ct_graph *g,
         return false;
     }
     if (bias && (bias->ndim != 1 || bias->shape[0] != o)) {
+        char sb[200];
         CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "conv2d: bias must be [%lld] for weight %s, got %s",
                       (long long)o, sw, ct_shape_str(bias, sb, sizeof sb));
         return false;
     }
-    /* padded input against the dilated kernel, with overflow-checked arithmetic */
+    return true;
+}
+
+/* The padded input is at least as large as the dilated kernel, with overflow-checked
+ * arithmetic. */
+static bool check_extent(ct_graph *g,
+                         const ct_tensor *x,
+                         const ct_tensor *w,
+                         const ct_conv2d_params *p,
+                         const char *sx,
+                         const char *sw) {
     int64_t padded[2], ext[2];
     for (int i = 0; i < 2; i++) {
         bool ok = mul_ok(w->shape[2 + i] - 1, p->dilation[i], &ext[i]) &&
@@ -418,12 +419,42 @@ static bool conv2d_check(ct_graph *g,
                       (long long)p->dilation[0], (long long)p->dilation[1]);
         return false;
     }
+    return true;
+}
+
+/* Checks every argument; fills the geometry. Messages name the shapes involved. */
+static bool conv2d_check(ct_graph *g,
+                         const ct_tensor *x,
+                         const ct_tensor *w,
+                         const ct_tensor *bias,
+                         const ct_conv2d_params *p,
+                         int64_t *args,
+                         ct_k_conv2d_geom *s) {
+    char sx[200], sw[200];
+    if (!ct_ops_f32(g, "conv2d", "x", x) || !ct_ops_f32(g, "conv2d", "weight", w) ||
+        (bias && !ct_ops_f32(g, "conv2d", "bias", bias)))
+        return false;
+    if (x->ndim != 4) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "conv2d: x must be [N,C,H,W], got %s",
+                      ct_shape_str(x, sx, sizeof sx));
+        return false;
+    }
+    if (w->ndim != 4) {
+        CT_GRAPH_FAIL(g, CT_ERR_SHAPE, "conv2d: weight must be [O,C/groups,KH,KW], got %s",
+                      ct_shape_str(w, sw, sizeof sw));
+        return false;
+    }
+    ct_shape_str(x, sx, sizeof sx);
+    ct_shape_str(w, sw, sizeof sw);
+    if (!check_params(g, p) || !check_channels(g, x, w, bias, p->groups, sx, sw) ||
+        !check_extent(g, x, w, p, sx, sw))
+        return false;
     for (int i = 0; i < 2; i++) {
         args[i] = p->stride[i];
         args[2 + i] = p->padding[i];
         args[4 + i] = p->dilation[i];
     }
-    args[6] = grp;
+    args[6] = p->groups;
     geom_init(s, x, w, args);
     return true;
 }

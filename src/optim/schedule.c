@@ -71,13 +71,10 @@ struct ct_schedule {
 
 /* ---- option helpers ---- */
 
-static const char *where(const ct_options *o) {
-    return o && o->where ? o->where : "schedule";
-}
-
 static ct_status need(ct_ctx *ctx, const ct_options *opts, const char *type, const char *key) {
     if (ct_options_get(opts, key)) return CT_OK;
-    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: schedule '%s' needs key '%s'", where(opts), type, key);
+    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: schedule '%s' needs key '%s'",
+                   ct_options_where(opts, "schedule"), type, key);
 }
 
 /* A double in (0, hi]. */
@@ -85,15 +82,16 @@ static ct_status positive(
     ct_ctx *ctx, const ct_options *opts, const char *key, double fallback, double hi, double *out) {
     CT_TRY(ct_options_double(ctx, opts, key, fallback, 0.0, hi, out));
     if (*out > 0.0) return CT_OK;
-    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected a number > 0, got %g", where(opts),
-                   key, *out);
+    return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected a number > 0, got %g",
+                   ct_options_where(opts, "schedule"), key, *out);
 }
 
 /* One of the NULL-terminated `values`; *out is its index. An error names the schedule when
  * the options do not say where they come from. */
 static ct_status choice(
     ct_ctx *ctx, const ct_options *opts, const char *key, const char *const *values, int64_t *out) {
-    ct_options named = {opts ? opts->items : NULL, opts ? opts->count : 0, where(opts)};
+    ct_options named = {opts ? opts->items : NULL, opts ? opts->count : 0,
+                        ct_options_where(opts, "schedule")};
     return ct_options_choice(ctx, &named, key, values, out);
 }
 
@@ -119,12 +117,12 @@ static ct_status parse_milestones(ct_ctx *ctx, const ct_options *opts, ct_schedu
             return CT_FAIL(ctx, CT_ERR_CONFIG,
                            "%s: key 'milestones': expected comma-separated integers like '30,80', "
                            "got '%s'",
-                           where(opts), v);
+                           ct_options_where(opts, "schedule"), v);
         if (x < 0 || (s->n_milestones > 0 && x <= s->milestones[s->n_milestones - 1]))
             return CT_FAIL(ctx, CT_ERR_CONFIG,
                            "%s: key 'milestones': '%s' must be strictly increasing and >= 0 "
                            "(at %lld)",
-                           where(opts), v, x);
+                           ct_options_where(opts, "schedule"), v, x);
         s->milestones[s->n_milestones++] = (int64_t)x;
         if (*e == '\0') break;
         c = e + 1;
@@ -255,7 +253,8 @@ static ct_status onecycle_parse(ct_ctx *ctx, const ct_options *opts, ct_schedule
             return CT_FAIL(ctx, CT_ERR_CONFIG,
                            "%s: schedule 'onecycle': phase %lld would have no steps (total %lld, "
                            "pct_start %g); HINT: use a larger total or a pct_start nearer 0.3",
-                           where(opts), (long long)i + 1, (long long)s->p.onecycle.total, pct);
+                           ct_options_where(opts, "schedule"), (long long)i + 1,
+                           (long long)s->p.onecycle.total, pct);
     }
     return CT_OK;
 }
@@ -303,7 +302,7 @@ static ct_status plateau_parse(ct_ctx *ctx, const ct_options *opts, ct_schedule 
     CT_TRY(ct_options_double(ctx, opts, "factor", 0.1, 0.0, 1.0, &s->p.plateau.factor));
     if (s->p.plateau.factor >= 1.0)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'factor': expected a number < 1, got %g",
-                       where(opts), s->p.plateau.factor);
+                       ct_options_where(opts, "schedule"), s->p.plateau.factor);
     CT_TRY(ct_options_int(ctx, opts, "patience", 10, 0, INT64_MAX - 1, &s->p.plateau.patience));
     CT_TRY(ct_options_double(ctx, opts, "threshold", 1e-4, 0.0, DBL_MAX, &s->p.plateau.threshold));
     CT_TRY(ct_options_int(ctx, opts, "cooldown", 0, 0, INT64_MAX, &s->p.plateau.cooldown));
@@ -392,20 +391,11 @@ ct_status ct_schedule_create(
     *out = NULL;
     const ct_schedule_type *t = ct_schedule_type_find(type);
     if (!t) {
-        char list[256], hint[96];
-        size_t off = 0;
-        list[0] = '\0';
-        ct_suggest sg;
-        ct_suggest_init(&sg, type);
-        for (int i = 0; types[i]; i++) {
-            ct_suggest_add(&sg, types[i]->name);
-            if (off < sizeof list)
-                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-                                        types[i]->name);
-        }
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown schedule type '%s'%s (known: %s)",
-                       where(opts), type ? type : "(none)", ct_suggest_hint(&sg, hint, sizeof hint),
-                       list);
+        ct_unknown u;
+        ct_unknown_init(&u, type);
+        for (int i = 0; types[i]; i++)
+            ct_unknown_add(&u, types[i]->name);
+        return CT_FAIL_UNKNOWN(ctx, &u, ct_options_where(opts, "schedule"), "schedule type");
     }
     if (!isfinite(base_lr) || base_lr < 0.0f)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,

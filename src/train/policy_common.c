@@ -7,10 +7,6 @@
 
 #include "train/train_internal.h"
 
-static const char *where(const ct_options *o) {
-    return o && o->where ? o->where : "options";
-}
-
 ct_status ct_train_name(ct_ctx *ctx,
                         const ct_options *opts,
                         const char *key,
@@ -22,11 +18,11 @@ ct_status ct_train_name(ct_ctx *ctx,
     size_t len = strlen(v);
     if (len == 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key '%s': expected a metric name, got ''",
-                       where(opts), key);
+                       ct_options_where(opts, "options"), key);
     if (len >= cap)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key '%s': the name is %zu bytes long, at most %zu are kept",
-                       where(opts), key, len, cap - 1);
+                       ct_options_where(opts, "options"), key, len, cap - 1);
     memcpy(out, v, len + 1);
     return CT_OK;
 }
