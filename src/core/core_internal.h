@@ -143,10 +143,10 @@ CT_INTERNAL ct_status ct_options_choice(
  *     "WHERE: unknown WHAT 'NAME' (did you mean 'X'?) (known: a, b, c)"
  * Start with the unknown name (NULL reads "(none)"), add every known name in the order to list
  * them, then fail with CT_FAIL_UNKNOWN, which records the caller's location as CT_FAIL does.
- * WHAT NULL leaves the word out ("WHERE: unknown 'NAME' ..."). The list is cut at
- * CT_UNKNOWN_LIST_SIZE bytes.
+ * WHAT NULL leaves the word out ("WHERE: unknown 'NAME' ..."). The list keeps the names that
+ * fit whole in CT_UNKNOWN_LIST_SIZE bytes.
  */
-#define CT_UNKNOWN_LIST_SIZE 512
+#define CT_UNKNOWN_LIST_SIZE 1024
 typedef struct ct_unknown {
     const char *name;
     ct_suggest suggest;

@@ -73,10 +73,14 @@ void ct_unknown_init(ct_unknown *u, const char *name) {
 
 void ct_unknown_add(ct_unknown *u, const char *known) {
     ct_suggest_add(&u->suggest, known);
-    if (u->len < sizeof u->known)
-        u->len += (size_t)snprintf(u->known + u->len, sizeof u->known - u->len, "%s%s",
-                                   u->count ? ", " : "", known);
-    u->count++;
+    size_t room = sizeof u->known - u->len;
+    int w = snprintf(u->known + u->len, room, "%s%s", u->count ? ", " : "", known);
+    if (w >= 0 && (size_t)w < room) {
+        u->len += (size_t)w;
+        u->count++;
+    } else {
+        u->known[u->len] = '\0'; /* a name that does not fit whole is left out */
+    }
 }
 
 ct_status ct_unknown_fail_at(ct_ctx *ctx,

@@ -45,28 +45,24 @@ static bool names_have(const char *const *names, const char *name) {
     return false;
 }
 
-/* Joins the names into buf ("a, b, c") and feeds them to sg. */
-static void names_join(const name_list *l, ct_suggest *sg, char *buf, size_t size) {
-    size_t at = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < l->n; i++) {
-        ct_suggest_add(sg, l->names[i]);
-        int k = snprintf(buf + at, size - at, "%s%s", i ? ", " : "", l->names[i]);
-        if (k > 0 && (size_t)k < size - at) at += (size_t)k;
-    }
+/* The names of l as the list and suggestions of a message about `name`. */
+static void names_unknown(const name_list *l, const char *name, ct_unknown *u) {
+    ct_unknown_init(u, name);
+    for (int i = 0; i < l->n; i++)
+        ct_unknown_add(u, l->names[i]);
 }
 
 /* "FILE:L:C: key 'PATH': unknown WHAT 'NAME' (did you mean 'X'?); known: a, b, ..." */
 static ct_status
 unknown_name(ct_experiment *e, const ct_cfg_node *n, const char *what, const name_list *known) {
-    char w[600], path[512], list[1024], hint[96];
+    char w[600], path[512], hint[96];
     ct_exp_where(n, w, sizeof w);
     ct_config_path(n, path, sizeof path);
-    ct_suggest sg;
-    ct_suggest_init(&sg, n->value);
-    names_join(known, &sg, list, sizeof list);
+    ct_unknown u;
+    names_unknown(known, n->value, &u);
     return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s': unknown %s '%s'%s; known: %s", w, path,
-                   what, n->value ? n->value : "", ct_suggest_hint(&sg, hint, sizeof hint), list);
+                   what, n->value ? n->value : "", ct_suggest_hint(&u.suggest, hint, sizeof hint),
+                   u.known);
 }
 
 /* Each key of map must be in `own` (read by the experiment: type, init_from, ...) or `keys` (the
@@ -81,17 +77,16 @@ static ct_status check_keys(ct_experiment *e,
         name_list all = {{NULL}, 0};
         names_add_all(&all, own);
         names_add_all(&all, keys);
-        char w[600], path[512], section[512], list[1024], hint[600] = "";
+        char w[600], path[512], section[512], hint[600] = "";
         ct_exp_where(c, w, sizeof w);
         ct_config_path(c, path, sizeof path);
         ct_config_path(map, section, sizeof section);
-        ct_suggest sg;
-        ct_suggest_init(&sg, c->key);
-        names_join(&all, &sg, list, sizeof list);
-        const char *best = ct_suggest_best(&sg);
+        ct_unknown u;
+        names_unknown(&all, c->key, &u);
+        const char *best = ct_suggest_best(&u.suggest);
         if (best) (void)snprintf(hint, sizeof hint, " (did you mean '%s.%s'?)", section, best);
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s; the keys of %s are: %s", w,
-                       path, hint, owner, list);
+                       path, hint, owner, u.known);
     }
     return CT_OK;
 }
@@ -104,14 +99,13 @@ static ct_status type_of(ct_experiment *e,
                          const ct_cfg_node **out) {
     const ct_cfg_node *t = ct_config_find(map, "type");
     if (!t || t->kind != CT_CFG_SCALAR) {
-        char w[600], path[512], list[1024];
+        char w[600], path[512];
         ct_exp_where(t ? t : map, w, sizeof w);
         ct_config_path(map, path, sizeof path);
-        ct_suggest sg;
-        ct_suggest_init(&sg, NULL);
-        names_join(known, &sg, list, sizeof list);
+        ct_unknown u;
+        names_unknown(known, NULL, &u);
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: key '%s.type': %s (one of: %s%s)", w, path,
-                       t ? "expected a type name, not a list or mapping" : "missing", list,
+                       t ? "expected a type name, not a list or mapping" : "missing", u.known,
                        plugins ? "; or plugin: and symbol:" : "");
     }
     *out = t;

@@ -275,30 +275,25 @@ ct_status ct_exp_key_error(ct_ctx *ctx, const ct_cfg_node *n, const char *path, 
 static ct_status
 unknown_key(ct_ctx *ctx, const ct_cfg_node *n, const char *section, const char *key) {
     size_t sl = strlen(section);
-    ct_suggest sg;
-    ct_suggest_init(&sg, key);
-    char list[1024];
-    size_t at = 0;
-    list[0] = '\0';
+    ct_unknown u;
+    ct_unknown_init(&u, key);
     for (size_t i = 0; i < sizeof k_schema / sizeof k_schema[0]; i++) {
         const char *p = k_schema[i].path;
         if (sl && (strncmp(p, section, sl) != 0 || p[sl] != '.')) continue;
         const char *leaf = sl ? p + sl + 1 : p;
-        if (strchr(leaf, '.')) continue;
-        ct_suggest_add(&sg, leaf);
-        int w = snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", leaf);
-        if (w > 0 && (size_t)w < sizeof list - at) at += (size_t)w;
+        if (!strchr(leaf, '.')) ct_unknown_add(&u, leaf);
     }
     char path[512], hint[300] = "";
     (void)snprintf(path, sizeof path, "%s%s%s", section, sl ? "." : "", key);
-    const char *best = ct_suggest_best(&sg);
+    const char *best = ct_suggest_best(&u.suggest);
     if (best)
         (void)snprintf(hint, sizeof hint, " (did you mean '%s%s%s'?)", section, sl ? "." : "",
                        best);
     char w[600];
     ct_exp_where(n, w, sizeof w);
     return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s; the keys of %s%s%s are: %s", w,
-                   path, hint, sl ? "'" : "", sl ? section : "the top level", sl ? "'" : "", list);
+                   path, hint, sl ? "'" : "", sl ? section : "the top level", sl ? "'" : "",
+                   u.known);
 }
 
 /* ---- scalar parsing ---- */

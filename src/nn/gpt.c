@@ -114,7 +114,7 @@ typedef struct gpt_cfg {
 
 /* Reads and checks the options; vocab is required when need_vocab (else -1 when absent). */
 static ct_status read_gpt(ct_ctx *ctx, const ct_options *opts, bool need_vocab, gpt_cfg *g) {
-    const char *where = opts->where ? opts->where : "model";
+    const char *where = ct_options_where(opts, "model");
     CT_TRY(ct_options_check(ctx, opts, gpt_keys));
     CT_TRY(ct_options_int(ctx, opts, "n_layer", 2, 1, 1 << 12, &g->n_layer));
     CT_TRY(ct_options_int(ctx, opts, "n_head", 2, 1, 1 << 12, &g->n_head));
@@ -143,7 +143,7 @@ static ct_status build_gpt(ct_ctx *ctx,
                            int32_t in_ndim,
                            const int64_t *in_shape,
                            ct_model **out) {
-    const char *where = opts->where ? opts->where : "model";
+    const char *where = ct_options_where(opts, "model");
     gpt_cfg g;
     CT_TRY(read_gpt(ctx, opts, true, &g));
     int64_t n_layer = g.n_layer, n_head = g.n_head, c = g.c, context = g.context, vocab = g.vocab;

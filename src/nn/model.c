@@ -294,7 +294,7 @@ ct_status ct_model_build(ct_ctx *ctx,
                          ct_model **out) {
     *out = NULL;
     const ct_model_type *mb = ct_model_type_find(type);
-    const char *where = opts && opts->where ? opts->where : "model";
+    const char *where = ct_options_where(opts, "model");
     if (!mb) return ct_model_unknown(ctx, where, type);
     if (!params) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "model: the parameter store is NULL");
     CT_TRY(check_input(ctx, in_dtype, in_ndim, in_shape));
@@ -306,7 +306,7 @@ ct_status ct_model_build(ct_ctx *ctx,
 
 ct_status ct_layer_check(ct_ctx *ctx, const char *type, const ct_options *opts) {
     const ct_layer_type *lt = ct_layer_type_find(type);
-    const char *where = opts && opts->where ? opts->where : "layer";
+    const char *where = ct_options_where(opts, "layer");
     if (!lt)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: unknown layer type '%s'", where,
                        type ? type : "(null)");
@@ -326,7 +326,7 @@ ct_status ct_layer_check(ct_ctx *ctx, const char *type, const ct_options *opts) 
 
 ct_status ct_model_check(ct_ctx *ctx, const char *type, const ct_options *opts) {
     const ct_model_type *mb = ct_model_type_find(type);
-    const char *where = opts && opts->where ? opts->where : "model";
+    const char *where = ct_options_where(opts, "model");
     if (!mb) return ct_model_unknown(ctx, where, type);
     ct_options empty = {NULL, 0, where};
     return mb->check(ctx, opts ? opts : &empty);

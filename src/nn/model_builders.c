@@ -12,10 +12,6 @@
 
 enum { MAX_STAGES = 32, MAX_SPECS = 4 * MAX_STAGES + 4 };
 
-static const char *where_of(const ct_options *o) {
-    return o->where ? o->where : "model";
-}
-
 /* Parses "512,256" into sizes[0..*n); an empty string gives none. */
 static ct_status parse_sizes(
     ct_ctx *ctx, const ct_options *opts, const char *key, const char *s, int64_t *sizes, int *n) {
@@ -29,7 +25,7 @@ static ct_status parse_sizes(
             return CT_FAIL(ctx, CT_ERR_CONFIG,
                            "%s: key '%s': expected up to %d comma-separated positive integers, "
                            "got '%s'",
-                           where_of(opts), key, MAX_STAGES, s);
+                           ct_options_where(opts, "model"), key, MAX_STAGES, s);
         sizes[(*n)++] = (int64_t)v;
         p = *end ? end + 1 : end;
     }
@@ -95,7 +91,8 @@ static ct_status read_mlp(ct_ctx *ctx, const ct_options *opts, bool need_out, ml
     CT_TRY(ct_options_double(ctx, opts, "dropout", 0.0, 0.0, 0.999999, &c->dropout));
     CT_TRY(ct_options_int(ctx, opts, "out", -1, 1, INT64_MAX, &c->n_out));
     if (need_out && c->n_out < 0)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required", where_of(opts));
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required",
+                       ct_options_where(opts, "model"));
     CT_TRY(parse_sizes(ctx, opts, "hidden", hidden, c->sizes, &c->n_hidden));
     ct_unknown u;
     ct_unknown_init(&u, c->act);
@@ -104,7 +101,7 @@ static ct_status read_mlp(ct_ctx *ctx, const ct_options *opts, bool need_out, ml
         ct_unknown_add(&u, activations[i]);
     }
     char where[CT_ERRMSG_SIZE];
-    (void)snprintf(where, sizeof where, "%s: key 'activation'", where_of(opts));
+    (void)snprintf(where, sizeof where, "%s: key 'activation'", ct_options_where(opts, "model"));
     return CT_FAIL_UNKNOWN(ctx, &u, where, NULL);
 }
 
@@ -155,7 +152,8 @@ static ct_status read_cnn(ct_ctx *ctx, const ct_options *opts, bool need_out, cn
     CT_TRY(ct_options_string(ctx, opts, "channels", "32,64", &channels));
     CT_TRY(ct_options_int(ctx, opts, "out", -1, 1, INT64_MAX, &c->n_out));
     if (need_out && c->n_out < 0)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required", where_of(opts));
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'out' is required",
+                       ct_options_where(opts, "model"));
     return parse_sizes(ctx, opts, "channels", channels, c->sizes, &c->n_stages);
 }
 
