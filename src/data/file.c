@@ -173,13 +173,17 @@ static ct_status next_member(inflater *g, bool *more) {
     if (z->avail_in == 0 && g->at_eof) return CT_OK;
     /* a member boundary split across chunks: keep the byte for the next read */
     if (z->avail_in < 2 && !g->at_eof) CT_TRY(refill(g, z->avail_in));
-    if (z->avail_in < 2 || z->next_in[0] != 0x1f || z->next_in[1] != 0x8b)
+    if (z->avail_in < 2 || z->next_in[0] != 0x1f || z->next_in[1] != 0x8b) {
+        char found[32];
+        if (z->avail_in > 1)
+            (void)snprintf(found, sizeof found, "bytes %02x %02x", z->next_in[0], z->next_in[1]);
+        else
+            (void)snprintf(found, sizeof found, "the single byte %02x", z->next_in[0]);
         return CT_FAIL(g->ctx, CT_ERR_FORMAT,
                        "%s: offset %zu: expected the end of the file or another gzip "
-                       "member (1f 8b), found %s %02x%s%02x",
-                       g->path, offset(g), z->avail_in > 1 ? "bytes" : "the single byte",
-                       z->next_in[0], z->avail_in > 1 ? " " : "",
-                       z->avail_in > 1 ? z->next_in[1] : 0u);
+                       "member (1f 8b), found %s",
+                       g->path, offset(g), found);
+    }
     inflateReset(z);
     *more = true;
     return CT_OK;

@@ -272,6 +272,11 @@ static void file_should_read_plain_and_gzip_files(void) {
     (void)snprintf(off, sizeof off, "offset %zu", n1);
     CHECK_FAILS(ctx, ct_data_read_file(ctx, tpath(p, "junk.gz"), N, &data, &size), CT_ERR_FORMAT, p,
                 off, "found bytes 6a 75");
+    /* one byte after the last member is named as one byte */
+    write_file("junk1.gz", cat, n1 + 1, false);
+    CT_CHECK_INT(ct_data_read_file(ctx, tpath(p, "junk1.gz"), N, &data, &size), CT_ERR_FORMAT);
+    const char *msg = ct_last_error(ctx), *tail = strstr(msg, "found the single byte 6a");
+    CT_CHECK_MSG(tail && strcmp(tail, "found the single byte 6a") == 0, "message: %s", msg);
     free(g1);
     free(g2);
     free(cat);
