@@ -666,6 +666,25 @@ verdict refit_records_nothing_twice \
 "$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=2 "${quiet[@]}" >/dev/null 2>&1
 expect resume_auto_schedule_refused 2 'scheduler\.t_max: 100 -> 150' -- \
     "$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=3 "${quiet[@]}"
+# a smoke run shorter than the schedule's warm-up runs with the warm-up cut to a tenth of the
+# run, said once; an explicit total shorter than the warm-up is refused, saying where it came from
+edit_line 9 'scheduler: {type: warmup_cosine, warmup: 100, total: auto}' warm.yaml
+warn='warning: scheduler: the run is 20 steps \(trainer\.max_steps=20\), not longer than warmup 100: the warm-up is shortened to 2 steps'
+if expect smoke_run_shorter_than_warmup 0 "$warn" 'done: 20 steps' -- \
+    "$ctrain" fit warm.yaml ++output_dir=smoke trainer.max_steps=20 "${quiet[@]}"; then
+    why=
+    [[ $(grep -c 'warning: scheduler' err) == 1 ]] || why+="the warning said $(grep -c 'warning: scheduler' err) times; "
+    grep -qE '^  warmup: 2$' smoke/config.yaml || why+="config.yaml lacks warmup: 2; "
+    grep -qE '^  total: 20$' smoke/config.yaml || why+="config.yaml lacks total: 20; "
+    verdict smoke_run_records_the_fitted_warmup "$why"
+fi
+expect schedule_total_shorter_than_warmup 2 \
+    "warm\.yaml:9:1: scheduler \(total set on the command line\): key 'total': 20 steps, expected more than warmup \(100\)" -- \
+    "$ctrain" fit warm.yaml ++output_dir=smoke_explicit scheduler.total=20 "${quiet[@]}"
+edit_line 9 'scheduler: {type: onecycle, total: auto}' onecycle.yaml
+expect schedule_auto_length_says_where 2 \
+    'scheduler\.total: auto is 2 steps \(trainer\.max_steps=2\): .*phase 1 would have no steps' -- \
+    "$ctrain" fit onecycle.yaml ++output_dir=smoke_onecycle trainer.max_steps=2 "${quiet[@]}"
 
 # ---- a non-finite loss stops the run: exit 1 ----
 
