@@ -744,6 +744,8 @@ ct_status ct_exp_build_schedule(ct_experiment *e) {
             }
             auto_key = o.items[i].key;
             CT_TRY(set_length(e, &o, i, total));
+            e->sched_auto = ct_exp_pool_printf(e, "%s=%lld", auto_key, (long long)total);
+            if (!e->sched_auto) return ct_exp_oom(e);
         }
     if (auto_key) CT_TRY(fit_warmup(e, &o, total, from));
     const ct_cfg_node *type = ct_config_find(m, "type");

@@ -661,9 +661,25 @@ expect refit_finished_run 0 'is complete at step 150' -- \
     "$ctrain" fit tiny.yaml ++output_dir=resumed trainer.max_epochs=3 "${fixed[@]}"
 verdict refit_records_nothing_twice \
     "$([[ $(grep -c '"test/acc"' resumed/metrics.jsonl) == "$n_test" ]] || echo "test records")"
+# an early-stopped run asked again, with a higher max_epochs too, says so and trains nothing;
+# a raised early_stopping.patience goes on
+es=(+early_stopping.patience=1 +early_stopping.min_delta=10 "${fixed[@]}")
+"$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" >/dev/null 2>&1
+expect refit_early_stopped_run 0 \
+    'stopped early-stopped at step 100: valid/loss did not improve for 1 evaluation \(early_stopping\.patience: 1\); to train on, raise early_stopping\.patience, or start over' \
+    '!is complete' 'done: 100 steps, 2 epochs' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" trainer.max_epochs=6
+expect early_stopped_run_goes_on_under_a_raised_patience 0 'done: 150 steps, 3 epochs' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" early_stopping.patience=2
+expect refit_finished_run_after_early_stopping 0 \
+    'stopped is complete at step 150 \(to go on, raise trainer\.max_epochs or max_steps\)' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" early_stopping.patience=5
 # t_max: auto is resolved into config.yaml: a longer run would stretch the schedule, so a
-# resume with another max_epochs is a changed configuration
+# resume with another max_epochs is a changed configuration, and a finished run says so
 "$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=2 "${quiet[@]}" >/dev/null 2>&1
+expect refit_finished_auto_schedule 0 \
+    'is complete at step 100 \(to go on, raise trainer\.max_epochs or max_steps, giving the schedule the length it has: scheduler\.t_max=100\)' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=2 "${quiet[@]}"
 expect resume_auto_schedule_refused 2 'scheduler\.t_max: 100 -> 150' -- \
     "$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=3 "${quiet[@]}"
 # a smoke run shorter than the schedule's warm-up runs with the warm-up cut to a tenth of the
