@@ -707,6 +707,48 @@ expect schedule_auto_length_says_where 2 \
 expect nonfinite_exit_1 1 'non-finite' -- \
     "$ctrain" fit tiny.yaml ++output_dir=nan optimizer.lr=1e10 "${quiet[@]}"
 
+# ---- a rollback (on_nonfinite: rollback) leaves the records of the one run that goes on ----
+
+# one NaN row in the training data (allowed): a non-finite loss once an epoch, each rolled back
+{
+    echo 'a,b,y'
+    for i in $(seq 199); do echo "$((i % 7)),0.$((i % 10)),$((i % 2))"; done
+    echo '8,NaN,0'
+} >rb.csv
+head -n 41 rb.csv >rb_valid.csv
+cat >rb.yaml <<YAML
+seed: 1
+data:
+  train: {type: csv, path: $work/rb.csv, target: y}
+  valid: {type: csv, path: $work/rb_valid.csv, target: y}
+  batch_size: 8
+  nonfinite: allow
+model: {type: mlp, hidden: [4]}
+optimizer: {type: sgd, lr: 0.05}
+trainer: {max_epochs: 3, steps_per_loop: 3, valid_every_steps: 4, on_nonfinite: rollback,
+          max_rollbacks: 10}
+logging: {progress: none, csv: true}
+YAML
+# the steps of a file's records that hold $2, on one line; the first step not above the one
+# before it
+steps_of() { grep -- "$2" "$1" | sed -E 's/^\{"step":([0-9]+),.*/\1/' | tr '\n' ' '; }
+not_increasing() { awk '{ for (i = 2; i <= NF; i++) if ($i <= $(i - 1)) { print $i " after " $(i - 1); exit } }'; }
+if expect rollback_fit 0 'rolled back to step [1-9]' -- "$ctrain" fit rb.yaml ++output_dir=rb; then
+    why=
+    for k in train/loss valid/loss; do
+        bad=$(steps_of rb/metrics.jsonl "\"$k\"" | not_increasing)
+        [[ -z $bad ]] || why+="metrics.jsonl: $k at step $bad; "
+    done
+    bad=$(awk -F, '$4 == "train/loss" { print $1 }' rb/metrics.csv | tr '\n' ' ' | not_increasing)
+    [[ -z $bad ]] || why+="metrics.csv: train/loss at step $bad; "
+    verdict rollback_records_read_as_one_run "$why"
+    # stopped at an epoch's end and resumed, it records what it did uninterrupted
+    "$ctrain" fit rb.yaml ++output_dir=rb_resumed trainer.max_epochs=1 >/dev/null 2>&1
+    "$ctrain" fit rb.yaml ++output_dir=rb_resumed >rb_resumed.out 2>&1
+    verdict rollback_resumed_records_equal "$(diff <(records rb_resumed/metrics.jsonl) \
+        <(records rb/metrics.jsonl) | head -n 4 | tr '\n' '|')"
+fi
+
 # ---- report: any metrics.jsonl ends at once with a small page; a signal stops it ----
 
 # a flat series at 1e17 leaves no double between its axis ends: the axis is widened around it
