@@ -717,6 +717,10 @@ static ct_status fit_warmup(ct_experiment *e, ct_options *o, int64_t total, cons
                "scheduler: the run is %lld %s (%s), not longer than warmup %lld: the warm-up "
                "is shortened to %lld %s, a tenth of the run",
                (long long)total, unit, from, w, (long long)fitted, unit);
+        /* going on past this run must give the warm-up it had too */
+        e->sched_auto =
+            ct_exp_pool_printf(e, "%s scheduler.warmup=%lld", e->sched_auto, (long long)fitted);
+        if (!e->sched_auto) return ct_exp_oom(e);
         return set_length(e, o, i, fitted);
     }
     return CT_OK;
@@ -744,7 +748,7 @@ ct_status ct_exp_build_schedule(ct_experiment *e) {
             }
             auto_key = o.items[i].key;
             CT_TRY(set_length(e, &o, i, total));
-            e->sched_auto = ct_exp_pool_printf(e, "%s=%lld", auto_key, (long long)total);
+            e->sched_auto = ct_exp_pool_printf(e, "scheduler.%s=%lld", auto_key, (long long)total);
             if (!e->sched_auto) return ct_exp_oom(e);
         }
     if (auto_key) CT_TRY(fit_warmup(e, &o, total, from));

@@ -372,7 +372,7 @@ static void say_nothing_to_train(ct_experiment *e, int64_t step) {
     char limits[256] = "";
     if (at_limit)
         (void)snprintf(limits, sizeof limits, "trainer.max_epochs or max_steps%s%s",
-                       e->sched_auto ? ", giving the schedule the length it has: scheduler." : "",
+                       e->sched_auto ? ", giving the schedule the length it has: " : "",
                        e->sched_auto ? e->sched_auto : "");
     const ct_early_stop *es = ct_trainer_early_stop(e->trainer);
     if (es && es->state.stopped)

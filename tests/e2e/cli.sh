@@ -669,8 +669,14 @@ expect refit_early_stopped_run 0 \
     'stopped early-stopped at step 100: valid/loss did not improve for 1 evaluation \(early_stopping\.patience: 1\); to train on, raise early_stopping\.patience, or start over' \
     '!is complete' 'done: 100 steps, 2 epochs' -- \
     "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" trainer.max_epochs=6
-expect early_stopped_run_goes_on_under_a_raised_patience 0 'done: 150 steps, 3 epochs' -- \
-    "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" early_stopping.patience=2
+if expect early_stopped_run_goes_on_under_a_raised_patience 0 'done: 150 steps, 3 epochs' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" early_stopping.patience=2; then
+    "$ctrain" fit tiny.yaml ++output_dir=stopped_straight "${es[@]}" early_stopping.patience=2 \
+        >/dev/null 2>&1
+    cmp -s "$(latest_dir stopped)/model.safetensors" \
+        "$(latest_dir stopped_straight)/model.safetensors"
+    verdict early_stopped_run_goes_on_as_one_run "$([[ $? -eq 0 ]] || echo 'the weights differ')"
+fi
 expect refit_finished_run_after_early_stopping 0 \
     'stopped is complete at step 150 \(to go on, raise trainer\.max_epochs or max_steps\)' -- \
     "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" early_stopping.patience=5
@@ -693,6 +699,9 @@ if expect smoke_run_shorter_than_warmup 0 "$warn" 'done: 20 steps' -- \
     grep -qE '^  warmup: 2$' smoke/config.yaml || why+="config.yaml lacks warmup: 2; "
     grep -qE '^  total: 20$' smoke/config.yaml || why+="config.yaml lacks total: 20; "
     verdict smoke_run_records_the_fitted_warmup "$why"
+    expect smoke_run_refit_names_the_schedule 0 \
+        'is complete at step 20 \(to go on, raise trainer\.max_epochs or max_steps, giving the schedule the length it has: scheduler\.total=20 scheduler\.warmup=2\)' -- \
+        "$ctrain" fit warm.yaml ++output_dir=smoke trainer.max_steps=20 "${quiet[@]}"
 fi
 expect schedule_total_shorter_than_warmup 2 \
     "warm\.yaml:9:1: scheduler \(total set on the command line\): key 'total': 20 steps, expected more than warmup \(100\)" -- \
