@@ -102,8 +102,11 @@ CT_API ct_status ct_early_stop_init(ct_ctx *ctx, ct_early_stop *es, const ct_opt
 /* Records one evaluation; *stop (required) tells whether training should stop now. */
 CT_API void ct_early_stop_update(ct_early_stop *es, double value, bool *stop);
 CT_API void ct_early_stop_get_state(const ct_early_stop *es, ct_early_stop_state *out);
-/* Fails with CT_ERR_INVALID_ARG, keeping the current state, for a bad monitor state or
- * negative counters. */
+/* Restores st, except that `stopped` is taken from the counts under es's patience: a state
+ * that stopped under a smaller patience goes on (the state is the same under any patience up
+ * to the stop), so raising the patience continues an early-stopped run. Fails with
+ * CT_ERR_INVALID_ARG, keeping the current state, for a bad monitor state or negative
+ * counters. */
 CT_API ct_status ct_early_stop_set_state(ct_ctx *ctx,
                                          ct_early_stop *es,
                                          const ct_early_stop_state *st);

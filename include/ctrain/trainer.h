@@ -163,6 +163,10 @@ typedef struct ct_trainer_callbacks {
        with it, leaving the earlier checkpoints as they were (CT_STOP saves, then stops).
        May be NULL. */
     ct_status (*on_save)(void *user, ct_trainer *t, bool best);
+    /* the non-finite policy's rollback has put back the last good state, that of `step` (now
+       ct_trainer_step): what was recorded after that step belongs to a continuation that is
+       abandoned, and the steps after it are made again. May be NULL. */
+    ct_status (*on_rollback)(void *user, ct_trainer *t, int64_t step);
 } ct_trainer_callbacks;
 
 /* ct_trainer_params.bucket_bytes: chosen from the communicator's layout. */

@@ -12,6 +12,7 @@
  * Ownership: everything built is the experiment's (its fields), destroyed by
  * ct_experiment_destroy; option lists and computed values live in its pool.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -651,8 +652,9 @@ ct_status ct_exp_build_optimizer(ct_experiment *e) {
     return CT_OK;
 }
 
-/* The steps the run will make: what `total: auto` and `t_max: auto` mean. */
-static int64_t total_steps(ct_experiment *e) {
+/* The steps the run will make: what `total: auto` and `t_max: auto` mean; *from says which
+ * limit gave the number, for the messages that show it. */
+static int64_t total_steps(ct_experiment *e, const char **from) {
     int64_t max_steps = ct_exp_int_at(e, "trainer.max_steps"),
             epochs = ct_exp_int_at(e, "trainer.max_epochs");
     int64_t accum = ct_exp_int_at(e, "trainer.accum_steps"),
@@ -662,7 +664,12 @@ static int64_t total_steps(ct_experiment *e) {
     int64_t per_epoch = accum > 0 ? (bpe + accum - 1) / accum : bpe;
     e->steps_per_epoch = per_epoch;
     int64_t by_epochs = epochs > 0 ? epochs * per_epoch : 0;
-    if (max_steps > 0 && (by_epochs == 0 || max_steps < by_epochs)) return max_steps;
+    if (max_steps > 0 && (by_epochs == 0 || max_steps < by_epochs)) {
+        *from = ct_exp_pool_printf(e, "trainer.max_steps=%lld", (long long)max_steps);
+        return max_steps;
+    }
+    *from = ct_exp_pool_printf(e, "trainer.max_epochs=%lld x %lld steps per epoch",
+                               (long long)epochs, (long long)per_epoch);
     return by_epochs;
 }
 
@@ -681,6 +688,44 @@ bool ct_exp_auto_length(const ct_option *o) {
            (strcmp(o->key, "total") == 0 || strcmp(o->key, "t_max") == 0);
 }
 
+/* Sets option i of o, and the configuration key it came from, to n. The number goes into
+ * config.yaml and the fingerprint: a resume that would stretch the schedule (a longer run) is
+ * then a changed configuration. */
+static ct_status set_length(ct_experiment *e, ct_options *o, int64_t i, int64_t n) {
+    const char *v = ct_exp_pool_printf(e, "%lld", (long long)n);
+    if (!v) return ct_exp_oom(e);
+    ((ct_option *)(uintptr_t)o->items)[i].value = v;
+    char path[64];
+    (void)snprintf(path, sizeof path, "scheduler.%s", o->items[i].key);
+    return ct_config_set(e->cfg, path, v, false);
+}
+
+/* A run no longer than the schedule's warm-up (a smoke run of an experiment made for a long
+ * one) would never leave it, and a schedule that ends at `total` cannot even be made: the
+ * warm-up becomes a tenth of the run, said once. A warm-up that is not a number is left to the
+ * schedule's own message. */
+static ct_status fit_warmup(ct_experiment *e, ct_options *o, int64_t total, const char *from) {
+    for (int64_t i = 0; i < o->count; i++) {
+        if (strcmp(o->items[i].key, "warmup") != 0) continue;
+        char *end = NULL;
+        errno = 0;
+        long long w = strtoll(o->items[i].value, &end, 10);
+        if (end == o->items[i].value || *end || errno == ERANGE || w < total) return CT_OK;
+        int64_t fitted = total / 10;
+        const char *unit = e->sched_per_epoch ? "epochs" : "steps";
+        ct_log(e->ctx, CT_LOG_WARN,
+               "scheduler: the run is %lld %s (%s), not longer than warmup %lld: the warm-up "
+               "is shortened to %lld %s, a tenth of the run",
+               (long long)total, unit, from, w, (long long)fitted, unit);
+        /* going on past this run must give the warm-up it had too */
+        e->sched_auto =
+            ct_exp_pool_printf(e, "%s scheduler.warmup=%lld", e->sched_auto, (long long)fitted);
+        if (!e->sched_auto) return ct_exp_oom(e);
+        return set_length(e, o, i, fitted);
+    }
+    return CT_OK;
+}
+
 ct_status ct_exp_build_schedule(ct_experiment *e) {
     const ct_cfg_node *m = ct_exp_node(e, "scheduler");
     if (!m) return CT_OK;
@@ -691,22 +736,22 @@ ct_status ct_exp_build_schedule(ct_experiment *e) {
     const ct_cfg_node *iv = ct_config_find(m, "interval"), *mon = ct_config_find(m, "monitor");
     e->sched_per_epoch = iv && strcmp(iv->value, "epoch") == 0;
     e->sched_metric = mon ? mon->value : NULL;
+    const char *auto_key = NULL, *from = NULL;
+    int64_t total = 0;
     for (int64_t i = 0; i < o.count; i++)
         if (ct_exp_auto_length(&o.items[i])) {
-            int64_t total = total_steps(e);
+            total = total_steps(e, &from);
+            if (!from) return ct_exp_oom(e);
             if (e->sched_per_epoch) { /* the schedule counts epochs then */
                 int64_t per = e->steps_per_epoch > 0 ? e->steps_per_epoch : 1;
                 total = (total + per - 1) / per; /* the epochs max_epochs or max_steps allow */
             }
-            const char *v = ct_exp_pool_printf(e, "%lld", (long long)total);
-            if (!v) return ct_exp_oom(e);
-            ((ct_option *)(uintptr_t)o.items)[i].value = v;
-            /* the number goes into config.yaml and the fingerprint: a resume that would
-               stretch the schedule (a longer run) is then a changed configuration */
-            char path[64];
-            (void)snprintf(path, sizeof path, "scheduler.%s", o.items[i].key);
-            CT_TRY(ct_config_set(e->cfg, path, v, false));
+            auto_key = o.items[i].key;
+            CT_TRY(set_length(e, &o, i, total));
+            e->sched_auto = ct_exp_pool_printf(e, "scheduler.%s=%lld", auto_key, (long long)total);
+            if (!e->sched_auto) return ct_exp_oom(e);
         }
+    if (auto_key) CT_TRY(fit_warmup(e, &o, total, from));
     const ct_cfg_node *type = ct_config_find(m, "type");
     if (strcmp(type->value, "plateau") == 0 && !ct_options_get(&o, "mode")) {
         /* the direction follows the metric, as checkpoint.mode: auto does */
@@ -715,7 +760,11 @@ ct_status ct_exp_build_schedule(ct_experiment *e) {
         ct_exp_add_option(&o, "mode",
                           ct_exp_auto_mode(metric && metric[0] ? metric : "valid/loss"));
     }
-    return ct_schedule_create(e->ctx, type->value, &o, ct_optim_lr(e->opt), &e->sched);
+    ct_status s = ct_schedule_create(e->ctx, type->value, &o, ct_optim_lr(e->opt), &e->sched);
+    if (s != CT_OK && auto_key)
+        return ct_err_wrap(e->ctx, "scheduler.%s: auto is %lld %s (%s)", auto_key, (long long)total,
+                           e->sched_per_epoch ? "epochs" : "steps", from);
+    return s;
 }
 
 /* ---- metrics ---- */

@@ -362,6 +362,32 @@ static ct_status prepare_run_dir(ct_experiment *e, bool *resume) {
     return write_config(e);
 }
 
+/* What a resumed run that trained nothing says: why it ended, and how to go on. With a
+ * schedule length from `auto`, a longer run would stretch the schedule (a changed
+ * configuration), so going on gives the length the run has. */
+static void say_nothing_to_train(ct_experiment *e, int64_t step) {
+    int64_t epoch = ct_trainer_epoch(e->trainer);
+    bool at_limit = (e->tp.max_epochs && epoch >= e->tp.max_epochs) ||
+                    (e->tp.max_steps && step >= e->tp.max_steps);
+    char limits[256] = "";
+    if (at_limit)
+        (void)snprintf(limits, sizeof limits, "trainer.max_epochs or max_steps%s%s",
+                       e->sched_auto ? ", giving the schedule the length it has: " : "",
+                       e->sched_auto ? e->sched_auto : "");
+    const ct_early_stop *es = ct_trainer_early_stop(e->trainer);
+    if (es && es->state.stopped)
+        ct_log(e->ctx, CT_LOG_INFO,
+               "%s early-stopped at step %lld: %s did not improve for %lld evaluation%s "
+               "(early_stopping.patience: %lld); to train on, raise early_stopping.patience%s%s, "
+               "or start over (ctrain fit --restart)",
+               e->out_dir, (long long)step, es->monitor.metric, (long long)es->state.bad_evals,
+               es->state.bad_evals == 1 ? "" : "s", (long long)es->patience,
+               at_limit ? " and " : "", limits);
+    else
+        ct_log(e->ctx, CT_LOG_INFO, "%s is complete at step %lld (to go on, raise %s)", e->out_dir,
+               (long long)step, limits[0] ? limits : "trainer.max_epochs or max_steps");
+}
+
 ct_status ct_experiment_fit(ct_experiment *e) {
     ct_ctx *ctx = e->ctx;
     if (!e->trainer) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "fit: the experiment has no trainer");
@@ -405,9 +431,7 @@ ct_status ct_experiment_fit(ct_experiment *e) {
     if (resume && ct_trainer_step(e->trainer) == before) {
         /* a finished run asked again: nothing to train; its final test is made only if the
            earlier fit did not get to record it (interrupted or failed in it) */
-        ct_log(ctx, CT_LOG_INFO,
-               "%s is complete at step %lld (raise trainer.max_epochs or max_steps to go on)",
-               e->out_dir, (long long)before);
+        say_nothing_to_train(e, before);
         int32_t recorded = final_test && root && ct_exp_has_record(e, "test/", before);
         if (e->p.comm && ct_comm_world_size(e->p.comm) > 1) /* rank 0's records decide */
             CT_TRY(ct_comm_broadcast(e->p.comm, &recorded, sizeof recorded, 0));

@@ -133,6 +133,7 @@ struct ct_experiment {
     ct_schedule *sched;
     bool sched_per_epoch;
     const char *sched_metric;
+    const char *sched_auto; /* "scheduler.t_max=150": what `auto` gave, or NULL */
     int64_t steps_per_epoch;
     ct_task task;
     ct_exp_loss_kind loss;

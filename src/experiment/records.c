@@ -322,6 +322,33 @@ static ct_status fwd_fit_end(void *user, ct_trainer *t) {
     return cb->on_fit_end ? cb->on_fit_end(cb->user, t) : CT_OK;
 }
 
+/* Cuts the record files back to the records of steps up to `step`, reopened for appending. */
+static ct_status cut_records(ct_experiment *e, int64_t step) {
+    bool csv = e->csv.fd >= 0;
+    CT_TRY(ct_exp_record_close(e->ctx, &e->jsonl));
+    CT_TRY(ct_exp_record_close(e->ctx, &e->csv));
+    char path[1100];
+    CT_TRY(ct_exp_truncate_records(e, "metrics.jsonl", step, false));
+    (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
+    CT_TRY(ct_exp_record_open(e->ctx, &e->jsonl, path, true));
+    if (!csv) return CT_OK;
+    CT_TRY(ct_exp_truncate_records(e, "metrics.csv", step, true));
+    (void)snprintf(path, sizeof path, "%s/metrics.csv", e->out_dir);
+    return ct_exp_record_open(e->ctx, &e->csv, path, true);
+}
+
+/* A rollback abandons the steps after `step`, which are made again: their records go, so that
+ * the record files read as the one run that goes on. */
+static ct_status fwd_rollback(void *user, ct_trainer *t, int64_t step) {
+    ct_experiment *e = user;
+    if (e->jsonl.fd >= 0) CT_TRY(cut_records(e, step));
+    e->t_last_log = now_seconds();
+    e->step_last_log = step;
+    e->comm_last_log = ct_trainer_comm_seconds(t);
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    return cb->on_rollback ? cb->on_rollback(cb->user, t, step) : CT_OK;
+}
+
 /* Before a checkpoint goes into the run directory: it must still be this run's. */
 static ct_status fwd_save(void *user, ct_trainer *t, bool best) {
     ct_experiment *e = user;
@@ -369,6 +396,7 @@ void ct_exp_wire_callbacks(ct_experiment *e, ct_trainer_callbacks *cb) {
     cb->on_exception = fwd_exception;
     cb->on_save = fwd_save;
     cb->on_batch = fwd_batch;
+    cb->on_rollback = fwd_rollback;
     /* only the ones the caller set: an unset event costs nothing per batch */
     const ct_trainer_callbacks *ucb = &e->p.callbacks;
     /* gradient histograms read the whole averaged gradient, which a sharded update never

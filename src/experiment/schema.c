@@ -213,8 +213,9 @@ static const ct_key_def k_schema[] = {
      "Stop when a metric stops improving. Absent: off."},
     {"early_stopping.monitor", STR, "valid/loss", 0, 0, NULL, 0, "The metric watched."},
     {"early_stopping.mode", E, "auto", 0, 0, "auto|min|max", 0, "As checkpoint.mode."},
-    {"early_stopping.patience", I, "5", 1, 1e9, NULL, 0,
-     "Evaluations without improvement before stopping."},
+    {"early_stopping.patience", I, "5", 1, 1e9, NULL, RES,
+     "Evaluations without improvement before stopping; raised on a run it stopped, the run "
+     "goes on."},
     {"early_stopping.min_delta", F, "0", 0, BIG, NULL, 0, "How much better counts as better."},
     {"early_stopping.warmup", I, "0", 0, 1e9, NULL, 0, "First evaluations ignored."},
 

@@ -198,8 +198,13 @@ static const char *const warm_keys[] = {"warmup", "total", "min_lr", NULL};
 static ct_status warm_parse(ct_ctx *ctx, const ct_options *opts, ct_schedule *s) {
     CT_TRY(need(ctx, opts, s->type->name, "total"));
     CT_TRY(ct_options_int(ctx, opts, "warmup", 0, 0, INT64_MAX - 1, &s->p.warm.warmup));
-    CT_TRY(
-        ct_options_int(ctx, opts, "total", 1, s->p.warm.warmup + 1, INT64_MAX, &s->p.warm.total));
+    CT_TRY(ct_options_int(ctx, opts, "total", 1, 1, INT64_MAX, &s->p.warm.total));
+    if (s->p.warm.total <= s->p.warm.warmup)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s: key 'total': %lld steps, expected more than warmup (%lld); HINT: "
+                       "a shorter warmup, or total: auto (the run's length)",
+                       ct_options_where(opts, "schedule"), (long long)s->p.warm.total,
+                       (long long)s->p.warm.warmup);
     return ct_options_double(ctx, opts, "min_lr", 0.0, 0.0, DBL_MAX, &s->p.warm.min_lr);
 }
 static double warmup_linear_lr(const ct_schedule *s, int64_t t) {

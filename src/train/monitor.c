@@ -111,6 +111,9 @@ ct_status ct_early_stop_set_state(ct_ctx *ctx, ct_early_stop *es, const ct_early
                        "with bad <= evaluations",
                        (long long)st->evals, (long long)st->bad_evals);
     es->state = *st;
+    /* stopped is what the counts say under this patience: a state that stopped under a smaller
+       one goes on, as a run given this patience from the start would have */
+    es->state.stopped = st->bad_evals >= es->patience;
     if (!st->monitor.has_best) {
         es->state.monitor.best = 0.0;
         es->state.monitor.best_step = -1;

@@ -187,7 +187,8 @@ static ct_status roll_back(ct_trainer *t) {
     (void)ct_nonfinite_set_state(t->ctx, &t->nf, &keep);
     ct_log(t->ctx, CT_LOG_WARN, "non-finite values: rolled back to step %lld (rollback %lld)",
            (long long)t->step, (long long)keep.rollbacks);
-    return CT_OK;
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
+    return cb->on_rollback ? ct_train_event(t, cb->on_rollback(cb->user, t, t->step)) : CT_OK;
 }
 
 static ct_status clip_values(ct_trainer *t) {

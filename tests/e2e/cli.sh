@@ -661,16 +661,102 @@ expect refit_finished_run 0 'is complete at step 150' -- \
     "$ctrain" fit tiny.yaml ++output_dir=resumed trainer.max_epochs=3 "${fixed[@]}"
 verdict refit_records_nothing_twice \
     "$([[ $(grep -c '"test/acc"' resumed/metrics.jsonl) == "$n_test" ]] || echo "test records")"
+# an early-stopped run asked again, with a higher max_epochs too, says so and trains nothing;
+# a raised early_stopping.patience goes on
+es=(+early_stopping.patience=1 +early_stopping.min_delta=10 "${fixed[@]}")
+"$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" >/dev/null 2>&1
+expect refit_early_stopped_run 0 \
+    'stopped early-stopped at step 100: valid/loss did not improve for 1 evaluation \(early_stopping\.patience: 1\); to train on, raise early_stopping\.patience, or start over' \
+    '!is complete' 'done: 100 steps, 2 epochs' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" trainer.max_epochs=6
+if expect early_stopped_run_goes_on_under_a_raised_patience 0 'done: 150 steps, 3 epochs' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" early_stopping.patience=2; then
+    "$ctrain" fit tiny.yaml ++output_dir=stopped_straight "${es[@]}" early_stopping.patience=2 \
+        >/dev/null 2>&1
+    cmp -s "$(latest_dir stopped)/model.safetensors" \
+        "$(latest_dir stopped_straight)/model.safetensors"
+    verdict early_stopped_run_goes_on_as_one_run "$([[ $? -eq 0 ]] || echo 'the weights differ')"
+fi
+expect refit_finished_run_after_early_stopping 0 \
+    'stopped is complete at step 150 \(to go on, raise trainer\.max_epochs or max_steps\)' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=stopped "${es[@]}" early_stopping.patience=5
 # t_max: auto is resolved into config.yaml: a longer run would stretch the schedule, so a
-# resume with another max_epochs is a changed configuration
+# resume with another max_epochs is a changed configuration, and a finished run says so
 "$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=2 "${quiet[@]}" >/dev/null 2>&1
+expect refit_finished_auto_schedule 0 \
+    'is complete at step 100 \(to go on, raise trainer\.max_epochs or max_steps, giving the schedule the length it has: scheduler\.t_max=100\)' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=2 "${quiet[@]}"
 expect resume_auto_schedule_refused 2 'scheduler\.t_max: 100 -> 150' -- \
     "$ctrain" fit tiny.yaml ++output_dir=auto_sched trainer.max_epochs=3 "${quiet[@]}"
+# a smoke run shorter than the schedule's warm-up runs with the warm-up cut to a tenth of the
+# run, said once; an explicit total shorter than the warm-up is refused, saying where it came from
+edit_line 9 'scheduler: {type: warmup_cosine, warmup: 100, total: auto}' warm.yaml
+warn='warning: scheduler: the run is 20 steps \(trainer\.max_steps=20\), not longer than warmup 100: the warm-up is shortened to 2 steps'
+if expect smoke_run_shorter_than_warmup 0 "$warn" 'done: 20 steps' -- \
+    "$ctrain" fit warm.yaml ++output_dir=smoke trainer.max_steps=20 "${quiet[@]}"; then
+    why=
+    [[ $(grep -c 'warning: scheduler' err) == 1 ]] || why+="the warning said $(grep -c 'warning: scheduler' err) times; "
+    grep -qE '^  warmup: 2$' smoke/config.yaml || why+="config.yaml lacks warmup: 2; "
+    grep -qE '^  total: 20$' smoke/config.yaml || why+="config.yaml lacks total: 20; "
+    verdict smoke_run_records_the_fitted_warmup "$why"
+    expect smoke_run_refit_names_the_schedule 0 \
+        'is complete at step 20 \(to go on, raise trainer\.max_epochs or max_steps, giving the schedule the length it has: scheduler\.total=20 scheduler\.warmup=2\)' -- \
+        "$ctrain" fit warm.yaml ++output_dir=smoke trainer.max_steps=20 "${quiet[@]}"
+fi
+expect schedule_total_shorter_than_warmup 2 \
+    "warm\.yaml:9:1: scheduler \(total set on the command line\): key 'total': 20 steps, expected more than warmup \(100\)" -- \
+    "$ctrain" fit warm.yaml ++output_dir=smoke_explicit scheduler.total=20 "${quiet[@]}"
+edit_line 9 'scheduler: {type: onecycle, total: auto}' onecycle.yaml
+expect schedule_auto_length_says_where 2 \
+    'scheduler\.total: auto is 2 steps \(trainer\.max_steps=2\): .*phase 1 would have no steps' -- \
+    "$ctrain" fit onecycle.yaml ++output_dir=smoke_onecycle trainer.max_steps=2 "${quiet[@]}"
 
 # ---- a non-finite loss stops the run: exit 1 ----
 
 expect nonfinite_exit_1 1 'non-finite' -- \
     "$ctrain" fit tiny.yaml ++output_dir=nan optimizer.lr=1e10 "${quiet[@]}"
+
+# ---- a rollback (on_nonfinite: rollback) leaves the records of the one run that goes on ----
+
+# one NaN row in the training data (allowed): a non-finite loss once an epoch, each rolled back
+{
+    echo 'a,b,y'
+    for i in $(seq 199); do echo "$((i % 7)),0.$((i % 10)),$((i % 2))"; done
+    echo '8,NaN,0'
+} >rb.csv
+head -n 41 rb.csv >rb_valid.csv
+cat >rb.yaml <<YAML
+seed: 1
+data:
+  train: {type: csv, path: $work/rb.csv, target: y}
+  valid: {type: csv, path: $work/rb_valid.csv, target: y}
+  batch_size: 8
+  nonfinite: allow
+model: {type: mlp, hidden: [4]}
+optimizer: {type: sgd, lr: 0.05}
+trainer: {max_epochs: 3, steps_per_loop: 3, valid_every_steps: 4, on_nonfinite: rollback,
+          max_rollbacks: 10}
+logging: {progress: none, csv: true}
+YAML
+# the steps of a file's records that hold $2, on one line; the first step not above the one
+# before it
+steps_of() { grep -- "$2" "$1" | sed -E 's/^\{"step":([0-9]+),.*/\1/' | tr '\n' ' '; }
+not_increasing() { awk '{ for (i = 2; i <= NF; i++) if ($i <= $(i - 1)) { print $i " after " $(i - 1); exit } }'; }
+if expect rollback_fit 0 'rolled back to step [1-9]' -- "$ctrain" fit rb.yaml ++output_dir=rb; then
+    why=
+    for k in train/loss valid/loss; do
+        bad=$(steps_of rb/metrics.jsonl "\"$k\"" | not_increasing)
+        [[ -z $bad ]] || why+="metrics.jsonl: $k at step $bad; "
+    done
+    bad=$(awk -F, '$4 == "train/loss" { print $1 }' rb/metrics.csv | tr '\n' ' ' | not_increasing)
+    [[ -z $bad ]] || why+="metrics.csv: train/loss at step $bad; "
+    verdict rollback_records_read_as_one_run "$why"
+    # stopped at an epoch's end and resumed, it records what it did uninterrupted
+    "$ctrain" fit rb.yaml ++output_dir=rb_resumed trainer.max_epochs=1 >/dev/null 2>&1
+    "$ctrain" fit rb.yaml ++output_dir=rb_resumed >rb_resumed.out 2>&1
+    verdict rollback_resumed_records_equal "$(diff <(records rb_resumed/metrics.jsonl) \
+        <(records rb/metrics.jsonl) | head -n 4 | tr '\n' '|')"
+fi
 
 # ---- report: any metrics.jsonl ends at once with a small page; a signal stops it ----
 

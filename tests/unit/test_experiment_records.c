@@ -229,7 +229,7 @@ static void experiment_records_should_wire_only_the_events_someone_listens_to(vo
         CT_CHECK(cb->user == e);
         CT_CHECK(cb->on_log && cb->on_eval_end && cb->on_fit_start && cb->on_fit_end &&
                  cb->on_save && cb->on_batch && cb->on_best && cb->on_epoch_end &&
-                 cb->on_exception);
+                 cb->on_exception && cb->on_rollback);
         CT_CHECK(!cb->on_grads && !cb->on_epoch_start && !cb->on_iteration_start &&
                  !cb->on_iteration_end && !cb->on_eval_start);
     }

@@ -232,6 +232,38 @@ static void early_stop_should_resume_from_state_with_identical_decisions(void) {
     ct_ctx_destroy(ctx);
 }
 
+/* A state that stopped under patience 4 restored under patience 6 goes on, with the decisions
+ * of a run that had patience 6 from the start; under patience 4 it stays stopped. */
+static void early_stop_should_go_on_under_a_raised_patience(void) {
+    ct_ctx *ctx = make_ctx(NULL, 1);
+    ct_option o4[] = {{"patience", "4"}, {"warmup", "2"}, {"min_delta", "0.01"}};
+    ct_option o6[] = {{"patience", "6"}, {"warmup", "2"}, {"min_delta", "0.01"}};
+    ct_options opts4 = OPTS(o4), opts6 = OPTS(o6);
+    ct_early_stop a, b, ref;
+    bool stop = false, want[SEQ_N];
+    CT_CHECK_INT(ct_early_stop_init(ctx, &ref, &opts6), CT_OK);
+    for (int64_t i = 0; i < SEQ_N; i++)
+        ct_early_stop_update(&ref, seq[i], &want[i]);
+    CT_CHECK(!want[13] && want[15]);
+    CT_CHECK_INT(ct_early_stop_init(ctx, &a, &opts4), CT_OK);
+    for (int64_t i = 0; i <= 13; i++)
+        ct_early_stop_update(&a, seq[i], &stop);
+    CT_CHECK(stop);
+    ct_early_stop_state st;
+    ct_early_stop_get_state(&a, &st);
+    CT_CHECK_INT(ct_early_stop_init(ctx, &b, &opts4), CT_OK);
+    CT_CHECK_INT(ct_early_stop_set_state(ctx, &b, &st), CT_OK);
+    CT_CHECK(b.state.stopped);
+    CT_CHECK_INT(ct_early_stop_init(ctx, &b, &opts6), CT_OK);
+    CT_CHECK_INT(ct_early_stop_set_state(ctx, &b, &st), CT_OK);
+    CT_CHECK(!b.state.stopped);
+    for (int64_t i = 14; i < SEQ_N; i++) {
+        ct_early_stop_update(&b, seq[i], &stop);
+        CT_CHECK(stop == want[i]);
+    }
+    ct_ctx_destroy(ctx);
+}
+
 /* ---- EMA ---- */
 
 /* A store with a 5-float weight, a 2-float running mean and an i64 counter. */
@@ -822,6 +854,7 @@ int main(void) {
     CT_RUN(early_stop_should_count_patience_after_warmup);
     CT_RUN(early_stop_should_reject_bad_options);
     CT_RUN(early_stop_should_resume_from_state_with_identical_decisions);
+    CT_RUN(early_stop_should_go_on_under_a_raised_patience);
     CT_RUN(ema_should_average_weights_by_hand);
     CT_RUN(ema_should_copy_buffers_not_average_them);
     CT_RUN(ema_should_swap_bitwise_and_restore_raw_weights_after_a_failed_eval);

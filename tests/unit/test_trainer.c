@@ -126,6 +126,7 @@ typedef struct rec {
     /* callbacks */
     char events[MAX_REC + 1];
     int64_t n_events;
+    int64_t rollbacks, rollback_step; /* on_rollback's calls and its last step */
     int64_t n_logs;
     double log_loss[MAX_REC], log_grad_norm[MAX_REC], log_lr[MAX_REC];
     int64_t log_step[MAX_REC];
@@ -273,11 +274,21 @@ static void rec_exception(void *user, ct_trainer *t, ct_status s) {
     push_event(user, 'X');
 }
 
+static ct_status rec_rollback(void *user, ct_trainer *t, int64_t step) {
+    rec *r = user;
+    r->rollbacks++;
+    r->rollback_step = step;
+    CT_CHECK_INT(ct_trainer_step(t), step);
+    return CT_OK;
+}
+
 static ct_trainer_params rec_params(rec *r) {
     ct_trainer_params p = ct_trainer_default_params();
     ct_trainer_callbacks cb = {rec_fit_start, rec_log, rec_eval_end,  rec_best, rec_epoch_end,
                                rec_fit_end,   r,       rec_exception, NULL,     NULL,
-                               NULL,          NULL,    NULL,          NULL,     NULL};
+                               NULL,          NULL,    NULL,          NULL,     NULL,
+                               NULL};
+    cb.on_rollback = rec_rollback;
     p.callbacks = cb;
     return p;
 }
@@ -793,6 +804,7 @@ static void trainer_should_apply_the_nonfinite_policies(void) {
     bad_step_ckdir = mkdtemp(tmpl);
     st = run_with_bad_step(&rb, NAN, 0, &w, &numel, &steps, &skipped, &r);
     CT_CHECK_MSG(st == CT_OK, "%s: %s", ct_status_str(st), ct_last_error(ctx));
+    CT_CHECK(r.rollbacks == 1 && r.rollback_step == 0); /* on_rollback names the step put back */
     int64_t saved[16], n_saved = 0;
     CT_CHECK_INT(ct_checkpoint_list(ctx, bad_step_ckdir, saved, 16, &n_saved), CT_OK);
     CT_CHECK_INT(n_saved, 12);
