@@ -122,8 +122,9 @@ typedef struct ct_eval_engine {
 typedef struct ct_trainer_callbacks {
     ct_status (*on_fit_start)(void *user, ct_trainer *t);
     /* every steps_per_loop steps, and for the partial window at each epoch's end (or when
-       max_steps ends the run): "train/loss" (mean over the window), "train/lr" and, with
-       clipping, "train/grad_norm" */
+       max_steps ends the run): "train/loss" (mean over the window), "train/lr", with
+       clipping "train/grad_norm", and under on_nonfinite skip "train/skipped" (the steps
+       skipped so far, as ct_trainer_skipped_steps) */
     ct_status (*on_log)(void *user, ct_trainer *t, const ct_metric_value *values, int64_t n);
     ct_status (*on_eval_end)(
         void *user, ct_trainer *t, const char *key, const ct_metric_value *values, int64_t n);

@@ -476,6 +476,27 @@ expect fit_nonfinite_csv 2 "nan\.csv:9: column 2 \('b'\): 'NaN' is NaN: expected
 # allowed, the NaN reaches the loss, and the trainer's own guard stops the run (exit 1)
 expect fit_nonfinite_csv_allowed 1 'non-finite loss' -- "$ctrain" fit nan.yaml \
     ++output_dir=nan_run2 ++data.train.nonfinite=allow "${quiet[@]}"
+# under on_nonfinite skip each skipped step is warned about and counted: in log.txt's epoch
+# summaries, metrics.jsonl (train/skipped) and the last line; a valid/loss that is NaN from
+# the start sets no best, and the evaluation lines say nothing of one
+cat >nan_skip.yaml <<YAML
+data:
+  train: {type: csv, path: $work/nan.csv, target: y, nonfinite: allow}
+  valid: {type: csv, path: $work/nan.csv, target: y, nonfinite: allow}
+  batch_size: 2
+model: {type: mlp, hidden: [4]}
+trainer: {max_epochs: 2, on_nonfinite: skip, steps_per_loop: 1}
+checkpoint: {monitor: valid/loss}
+YAML
+if expect fit_nonfinite_skip 0 'warning: non-finite loss at step [0-9]+, epoch 1: update skipped' \
+    'done: 6 steps \(2 skipped\), 2 epochs' '!best' -- \
+    "$ctrain" fit nan_skip.yaml ++output_dir=nan_skip "${quiet[@]}"; then
+    why=$( (($(grep -c 'update skipped' err) == 2)) || echo "not 2 warnings; "
+        grep -q '^epoch 2 done: .* train/skipped 2$' nan_skip/log.txt ||
+            echo "no skip count in log.txt's epoch summary; "
+        grep -q '"train/skipped":2' nan_skip/metrics.jsonl || echo "no train/skipped record")
+    verdict fit_nonfinite_skip_counted "$why"
+fi
 npy_f32 x9.npy 2 9
 expect error_model_shape_predict 2 "$shape_error" -- \
     "$ctrain" predict e_shape.yaml --input x9.npy --output p.csv ++output_dir=e_shape

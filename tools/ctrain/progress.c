@@ -130,7 +130,7 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
         if (strcmp(v[i].name, m->metric) != 0 || strncmp(m->metric, key, kl) != 0) continue;
         if (ct_monitor_is_better(m, v[i].value))
             (void)snprintf(line + at, sizeof line - at, " (new best %s)", m->metric);
-        else
+        else if (m->state.has_best) /* a first value that is not finite sets no best */
             (void)snprintf(line + at, sizeof line - at, " (best %s %.4f at step %lld)", m->metric,
                            m->state.best, (long long)m->state.best_step);
     }
@@ -164,9 +164,12 @@ static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
     for (int64_t i = 0; i < n; i++)
         if (strcmp(v[i].name, "train/loss") == 0) loss = v[i].value;
     if (s->log_file) {
-        char line[128];
-        (void)snprintf(line, sizeof line, "epoch %lld done: step %lld train/loss %.4f",
-                       (long long)epoch, (long long)ct_trainer_step(t), loss);
+        char line[160];
+        int at = snprintf(line, sizeof line, "epoch %lld done: step %lld train/loss %.4f",
+                          (long long)epoch, (long long)ct_trainer_step(t), loss);
+        if (ct_trainer_skipped_steps(t) > 0)
+            (void)snprintf(line + at, sizeof line - (size_t)at, " train/skipped %lld",
+                           (long long)ct_trainer_skipped_steps(t));
         cli_to_log(s, "", line);
     }
     return cli_log_status(s);
