@@ -144,7 +144,8 @@ typedef struct rec {
     int64_t n_evals;
     double eval_loss[MAX_REC], eval_acc[MAX_REC];
     int64_t eval_step[MAX_REC];
-    int64_t n_other_evals; /* of engines other than "valid" */
+    int64_t eval_epoch[MAX_REC], other_epoch[MAX_REC]; /* ct_trainer_current_epoch at them */
+    int64_t n_other_evals;                             /* of engines other than "valid" */
     int64_t n_best;
     char best_metric[MAX_REC][CT_METRIC_NAME_MAX];
     double best[MAX_REC];
@@ -244,10 +245,13 @@ rec_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *
     rec *r = user;
     push_event(r, 'E');
     if (strcmp(key, "valid") != 0) {
+        if (r->n_other_evals < MAX_REC)
+            r->other_epoch[r->n_other_evals] = ct_trainer_current_epoch(t);
         r->n_other_evals++;
         return CT_OK;
     }
     if (r->n_evals < MAX_REC) {
+        r->eval_epoch[r->n_evals] = ct_trainer_current_epoch(t);
         r->eval_step[r->n_evals] = ct_trainer_step(t);
         r->eval_loss[r->n_evals] = value_of(v, n, "valid/loss", NULL);
         r->eval_acc[r->n_evals] = value_of(v, n, "valid/acc", NULL);
@@ -1490,9 +1494,17 @@ static void trainer_should_evaluate_on_each_engines_cadence(void) {
     if (t) {
         CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
         CT_CHECK_INT(r.n_evals, 15); /* steps 4, 8, ..., 60 */
-        for (int64_t i = 0; i < r.n_evals && i < MAX_REC; i++)
+        /* each names the epoch (from 1) its step was made in: 15 steps an epoch, so step 60,
+           the last of epoch 4, is in epoch 4 for "valid" (by steps) and "test" (at its end) */
+        for (int64_t i = 0; i < r.n_evals && i < MAX_REC; i++) {
             CT_CHECK_INT(r.eval_step[i], 4 * (i + 1));
+            CT_CHECK_INT(r.eval_epoch[i], (r.eval_step[i] - 1) / 15 + 1);
+        }
         CT_CHECK_INT(r.n_other_evals, 2); /* after epochs 2 and 4 */
+        CT_CHECK_INT(r.other_epoch[0], 2);
+        CT_CHECK_INT(r.other_epoch[1], 4);
+        CT_CHECK_INT(ct_trainer_current_epoch(t), 4);
+        CT_CHECK_INT(ct_trainer_epoch(t), 4);
         int64_t n;
         CT_CHECK(ct_trainer_metrics(t, "test", &n) != NULL && n == 2);
     }
