@@ -24,7 +24,7 @@ static ct_status print_log(void *user, ct_trainer *t, const ct_metric_value *v, 
 static ct_status
 print_eval(void *user, ct_trainer *t, const char *key, const ct_metric_value *v, int64_t n) {
     (void)user;
-    printf("epoch %2lld  %s:", (long long)ct_trainer_epoch(t), key);
+    printf("epoch %2lld  %s:", (long long)ct_trainer_current_epoch(t), key);
     for (int64_t i = 0; i < n; i++)
         printf("  %s %.4f", v[i].name, v[i].value);
     printf("\n");

@@ -122,8 +122,9 @@ typedef struct ct_eval_engine {
 typedef struct ct_trainer_callbacks {
     ct_status (*on_fit_start)(void *user, ct_trainer *t);
     /* every steps_per_loop steps, and for the partial window at each epoch's end (or when
-       max_steps ends the run): "train/loss" (mean over the window), "train/lr" and, with
-       clipping, "train/grad_norm" */
+       max_steps ends the run): "train/loss" (mean over the window), "train/lr", with
+       clipping "train/grad_norm", and under on_nonfinite skip "train/skipped" (the steps
+       skipped so far, as ct_trainer_skipped_steps) */
     ct_status (*on_log)(void *user, ct_trainer *t, const ct_metric_value *values, int64_t n);
     ct_status (*on_eval_end)(
         void *user, ct_trainer *t, const char *key, const ct_metric_value *values, int64_t n);
@@ -324,6 +325,11 @@ CT_API ct_status ct_trainer_evaluate(ct_trainer *t, const char *key);
 /* Steps (optimizer updates) and epochs completed; skipped (non-finite) steps. */
 CT_API int64_t ct_trainer_step(const ct_trainer *t);
 CT_API int64_t ct_trainer_epoch(const ct_trainer *t);
+/* The epoch, counted from 1, that the current step belongs to: the one under way, or at an
+ * epoch's end (its last step's evaluations and those at the epoch's end) the one just
+ * completed; 0 before the first batch of a fresh run. The epoch that on_batch, on_log and
+ * on_eval_end are about, as the command line's messages and records name it. */
+CT_API int64_t ct_trainer_current_epoch(const ct_trainer *t);
 CT_API int64_t ct_trainer_skipped_steps(const ct_trainer *t);
 /* Whether the last fit ended because on_batch returned CT_STOP (an interrupted run, to be
  * resumed), not because it was done. */

@@ -123,7 +123,7 @@ static ct_status record(ct_experiment *e,
     if (e->jsonl.fd < 0) return CT_OK;
     CT_TRY(ct_exp_rundir_check(e->ctx, &e->run));
     double now = now_seconds();
-    long long step = (long long)ct_trainer_step(t), epoch = (long long)ct_trainer_epoch(t);
+    long long step = (long long)ct_trainer_step(t), epoch = (long long)ct_trainer_current_epoch(t);
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1 && e->csv.fd < 0) break;
         e->rec_len = 0;

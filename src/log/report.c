@@ -3,8 +3,10 @@
  * (axes with round-number ticks, one polyline per series, a legend, the best step marked), and
  * the HTML page around them. No script: the page reads the same in any browser or offline.
  * Losses and metrics are drawn twice, against the step and against the epoch: a record's epoch
- * is its step's place between the ends of epochs the records show (their `epoch` field), so an
- * evaluation at an epoch's end sits at that epoch and a training record at a fraction of one.
+ * is its step's place between the ends of epochs the records show (their `epoch` field, the
+ * epoch from 1 that the step belongs to: an epoch ended at its last record once a record of a
+ * later one follows), so an evaluation at an epoch's end sits at that epoch and a training
+ * record at a fraction of one.
  * Whatever metrics.jsonl holds (1e308, 5e-324, a flat series at 1e17, steps of -1e18), every
  * loop counts integers up to a fixed bound, never steps a double, and every number printed is
  * an axis label or a position clamped to the plot: the page is bounded by the input's size.
@@ -63,6 +65,8 @@ typedef struct report {
     double epoch_at[MAX_EPOCH_MARKS]; /* the step at which epoch k + 1 was complete (kept
                                          non-decreasing, so that epoch_of can bisect) */
     int64_t n_epochs;
+    int64_t last_epoch;     /* the latest epoch the records named, and the step of its last */
+    double last_epoch_step; /* record: where it ended if a record of a later epoch follows */
     char best_metric[128];
     int64_t points;
 } report;
@@ -152,10 +156,16 @@ static ct_status read_metrics(report *r, const char *run_dir) {
         int64_t istep = (int64_t)json_integer_value(json_object_get(o, "step"));
         double step = (double)istep;
         int64_t epoch = (int64_t)json_integer_value(json_object_get(o, "epoch"));
-        while (r->n_epochs < epoch && r->n_epochs < MAX_EPOCH_MARKS) { /* epochs completed */
-            double prev = r->n_epochs > 0 ? r->epoch_at[r->n_epochs - 1] : step;
-            r->epoch_at[r->n_epochs++] = fmax(step, prev);
+        if (epoch > r->last_epoch) { /* every epoch before this one has ended */
+            /* at the last record of the latest one (epochs without records with it) */
+            double end = r->last_epoch > 0 ? r->last_epoch_step : step;
+            while (r->n_epochs < epoch - 1 && r->n_epochs < MAX_EPOCH_MARKS) {
+                double prev = r->n_epochs > 0 ? r->epoch_at[r->n_epochs - 1] : end;
+                r->epoch_at[r->n_epochs++] = fmax(end, prev);
+            }
+            r->last_epoch = epoch;
         }
+        if (epoch == r->last_epoch) r->last_epoch_step = step;
         const char *key;
         json_t *v;
         json_object_foreach(o, key, v) {

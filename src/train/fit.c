@@ -43,7 +43,7 @@ void ct_train_set_window(ct_trainer *t, const double *sums) {
 }
 
 /* The window's record for on_log (train/loss: the mean of every rank's finite losses; the rate;
- * the norm; the parts), then a new window. */
+ * the norm; under on_nonfinite skip the steps skipped so far; the parts), then a new window. */
 static ct_status log_window(ct_trainer *t) {
     if (ct_comm_world_size(t->comm) > 1) { /* the mean over every rank's finite losses */
         double sums[2 + 2 * CT_LOSS_MAX_PARTS];
@@ -62,6 +62,10 @@ static ct_status log_window(ct_trainer *t) {
     if (t->p.grad_clip_norm > 0.0f) {
         t->train_values[k].name = "train/grad_norm";
         t->train_values[k++].value = (double)t->grad_norm;
+    }
+    if (t->nf.mode == CT_NONFINITE_MODE_SKIP) { /* the run's count, so resumes continue it */
+        t->train_values[k].name = "train/skipped";
+        t->train_values[k++].value = (double)t->skipped;
     }
     for (int64_t p = 0; p < t->n_parts; p++)
         if (t->part_count[p] > 0) {

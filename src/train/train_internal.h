@@ -74,8 +74,9 @@ typedef struct ct_train_engine {
     ct_loader_state resume_state;         /* parsed by a resume (state.c) before any is applied */
 } ct_train_engine;
 
-/* The training values on_log reports: train/loss, train/lr, train/grad_norm, one per loss part. */
-#define CT_TRAIN_VALUES (3 + CT_LOSS_MAX_PARTS)
+/* The training values on_log reports: train/loss, train/lr, train/grad_norm, train/skipped, one
+ * per loss part. */
+#define CT_TRAIN_VALUES (4 + CT_LOSS_MAX_PARTS)
 
 /* A gradient bucket (buckets.c). */
 typedef struct ct_train_bucket {

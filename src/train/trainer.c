@@ -381,6 +381,12 @@ int64_t ct_trainer_epoch(const ct_trainer *t) {
     return t->epoch;
 }
 
+int64_t ct_trainer_current_epoch(const ct_trainer *t) {
+    /* the training loader past an epoch's first batch: that epoch is under way (its last
+       step's evaluations included, until its end marker is read and the epoch counted) */
+    return t->epoch + (ct_loader_get_state(t->train).next_batch > 0 ? 1 : 0);
+}
+
 bool ct_trainer_interrupted(const ct_trainer *t) {
     return t->interrupt;
 }

@@ -165,11 +165,26 @@ static ct_status check_gradients(ct_trainer *t, bool loss_ok, bool *grads_ok, bo
     return CT_OK;
 }
 
-/* The policy's skip: the window's gradients are dropped. */
-static ct_status skip_update(ct_trainer *t) {
+/* Skips warned about one by one; after them, one warning in SKIP_WARN_EVERY, so that a run
+ * that skips often still says so without burying its other output. */
+enum { SKIP_WARN_FIRST = 10, SKIP_WARN_EVERY = 100 };
+
+/* The policy's skip: the window's gradients are dropped, with a warning. */
+static ct_status skip_update(ct_trainer *t, bool loss_ok) {
     if (t->shard) CT_TRY(ct_train_shard_settle(t->shard)); /* before clearing what others read */
     ct_params_zero_grad(t->params);
     t->skipped++;
+    if (t->skipped > SKIP_WARN_FIRST && t->skipped % SKIP_WARN_EVERY != 0) return CT_OK;
+    char more[64] = "";
+    if (t->skipped == SKIP_WARN_FIRST)
+        (void)snprintf(more, sizeof more, "; from here on one skip in %d is warned",
+                       SKIP_WARN_EVERY);
+    ct_log(t->ctx, CT_LOG_WARN,
+           "non-finite %s at step %lld, epoch %lld: update skipped (%lld skipped in all, %lld "
+           "in a row, max_skips %lld)%s",
+           loss_ok ? "gradients" : "loss", (long long)t->step + 1, (long long)t->epoch + 1,
+           (long long)t->skipped, (long long)t->nf.state.consecutive_skipped,
+           (long long)t->nf.max_skips, more);
     return CT_OK;
 }
 
@@ -242,7 +257,7 @@ ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
     case CT_NONFINITE_ACTION_CONTINUE:
         break;
     case CT_NONFINITE_ACTION_SKIP_UPDATE:
-        return skip_update(t);
+        return skip_update(t, loss_ok);
     case CT_NONFINITE_ACTION_ROLLBACK:
         return roll_back(t);
     case CT_NONFINITE_ACTION_STOP:

@@ -92,6 +92,53 @@ else
     fail fit_run_directory "fit failed"
 fi
 
+# ---- progress: one epoch numbering, rates without evaluations, max_steps ----
+
+# evaluations by steps (25 and 50 in epoch 1, 75 and 100 in epoch 2) and by epochs (test): the
+# lines, log.txt, metrics.jsonl and inspect name the epoch each step was made in, counted from 1
+if expect epoch_numbering 0 'valid epoch 1 step 25:' 'valid epoch 1 step 50:' \
+    'test epoch 1 step 50:' 'valid epoch 2 step 75:' 'test epoch 2 step 100:' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=epochs trainer.max_epochs=2 \
+    trainer.valid_every_steps=25 trainer.valid_every_epochs=0 trainer.test_every_epochs=1 \
+    checkpoint.save_every_steps=25 "${quiet[@]}"; then
+    why=$(grep -vE '^\{"step":([1-9]|[1-4][0-9]|50),"epoch":1,|^\{"step":(5[1-9]|[6-9][0-9]|100),"epoch":2,' \
+        epochs/metrics.jsonl | head -n 2)
+    grep -q '^test epoch 1 step 50:' epochs/log.txt || why+="log.txt: no test epoch 1 step 50; "
+    "$ctrain" inspect epochs >inspect.out 2>&1
+    grep -q 'step-00000075: ok, step 75, epoch 2,' inspect.out ||
+        why+="inspect: $(grep -o 'step 75, epoch [0-9]*' inspect.out)"
+    verdict epoch_numbering_records "$why"
+fi
+# a validation mid-epoch (step 25 of 50): training's rate counts on from the epoch's start
+# without the validation's time, so the line after it (30/50) shows at most 30/25 of the rate
+# before it (25/50), and no line shows a rate of 0
+if expect progress_rate_plain 0 '^train epoch 1/1 50/50 ' -- \
+    "$ctrain" fit tiny.yaml ++output_dir=rate trainer.max_epochs=1 trainer.valid_every_steps=25 \
+    trainer.valid_every_epochs=0 ++logging.progress=plain; then
+    verdict progress_rate_without_evaluations "$(awk '
+        /^train epoch/ { split($4, f, "/"); r[f[1]] = $6 }
+        / 0 samples\/s/ { print "a rate of 0: " $0 }
+        END {
+            if (!(25 in r) || !(30 in r)) print "no lines at 25/50 and 30/50"
+            else if (r[30] > 1.25 * r[25])
+                print "rate " r[25] " at 25/50, " r[30] " at 30/50 after the validation"
+        }' err)"
+fi
+# on a (fake) terminal: the bar counts to max_steps, never shows a rate of 0 (the first batch,
+# the first after an evaluation) and numbers the epoch as the evaluation lines do
+if expect progress_bar_tty 0 'valid epoch 1 step 10:' -- \
+    script -qc "'$ctrain' fit tiny.yaml ++output_dir=bar trainer.max_steps=20 \
+        trainer.valid_every_steps=10" /dev/null; then
+    frames=$(tr '\r' '\n' <out | sed 's/\x1b\[K//g')
+    why=
+    grep -qE '^train epoch 1/3 \[=+\] 20/20 [0-9]+ samples/s' <<<"$frames" ||
+        why+="no bar ending at max_steps (20/20); "
+    grep -qE '^train epoch 1/3 \[.*\] 11/20 ' <<<"$frames" ||
+        why+="no bar after the validation; "
+    grep -qE ' 0 samples/s' <<<"$frames" && why+="a rate of 0; "
+    verdict progress_bar_counts "$why"
+fi
+
 # ---- config and overrides ----
 
 fingerprint() { sed -nE '1s/.*fingerprint ([0-9a-f]{16}).*/\1/p' "$1"; }
@@ -476,6 +523,27 @@ expect fit_nonfinite_csv 2 "nan\.csv:9: column 2 \('b'\): 'NaN' is NaN: expected
 # allowed, the NaN reaches the loss, and the trainer's own guard stops the run (exit 1)
 expect fit_nonfinite_csv_allowed 1 'non-finite loss' -- "$ctrain" fit nan.yaml \
     ++output_dir=nan_run2 ++data.train.nonfinite=allow "${quiet[@]}"
+# under on_nonfinite skip each skipped step is warned about and counted: in log.txt's epoch
+# summaries, metrics.jsonl (train/skipped) and the last line; a valid/loss that is NaN from
+# the start sets no best, and the evaluation lines say nothing of one
+cat >nan_skip.yaml <<YAML
+data:
+  train: {type: csv, path: $work/nan.csv, target: y, nonfinite: allow}
+  valid: {type: csv, path: $work/nan.csv, target: y, nonfinite: allow}
+  batch_size: 2
+model: {type: mlp, hidden: [4]}
+trainer: {max_epochs: 2, on_nonfinite: skip, steps_per_loop: 1}
+checkpoint: {monitor: valid/loss}
+YAML
+if expect fit_nonfinite_skip 0 'warning: non-finite loss at step [0-9]+, epoch 1: update skipped' \
+    'done: 6 steps \(2 skipped\), 2 epochs' '!best' -- \
+    "$ctrain" fit nan_skip.yaml ++output_dir=nan_skip "${quiet[@]}"; then
+    why=$( (($(grep -c 'update skipped' err) == 2)) || echo "not 2 warnings; "
+        grep -q '^epoch 2 done: .* train/skipped 2$' nan_skip/log.txt ||
+            echo "no skip count in log.txt's epoch summary; "
+        grep -q '"train/skipped":2' nan_skip/metrics.jsonl || echo "no train/skipped record")
+    verdict fit_nonfinite_skip_counted "$why"
+fi
 npy_f32 x9.npy 2 9
 expect error_model_shape_predict 2 "$shape_error" -- \
     "$ctrain" predict e_shape.yaml --input x9.npy --output p.csv ++output_dir=e_shape

@@ -41,10 +41,10 @@ def check(name, cond, why=""):
         print(f"FAIL {name}: {why}")
 
 
-# The epoch placement the curve checks rely on, worked by hand: 2 epochs of 10 steps, so step 5
-# is epoch 0.5, step 15 epoch 1.5 and step 25 (past the last end) 2.5.
+# The epoch placement the curve checks rely on, worked by hand: epochs of 10 steps, the third
+# under way, so step 5 is epoch 0.5, step 15 epoch 1.5 and step 25 (past the last end) 2.5.
 with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as _f:
-    for _step, _epoch in ((5, 0), (10, 1), (15, 1), (20, 2), (25, 2)):
+    for _step, _epoch in ((5, 1), (10, 1), (15, 2), (20, 2), (25, 3)):
         _f.write(json.dumps({"step": _step, "epoch": _epoch, "train/loss": 1.0}) + "\n")
 _placed = [e for _, e, _ in report_curves.recorded(_f.name)["train/loss"]]
 os.unlink(_f.name)

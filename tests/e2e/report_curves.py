@@ -66,12 +66,20 @@ def read_chart(svg):
 
 def recorded(metrics_path):
     """{name: [(step, epoch, value)]} of metrics.jsonl, the epoch fractional: a record's step
-    placed between the steps at which the records' `epoch` field says epochs ended."""
+    placed between the steps at which epochs ended, as the records' `epoch` field (the epoch
+    from 1 of the record's step) shows them: an epoch ended at its last record once a record of
+    a later epoch follows."""
     recs = [json.loads(line) for line in open(metrics_path)]
     ends = []  # ends[k]: the step at which epoch k + 1 had ended
+    last_epoch, last_step = 0, 0
     for r in recs:
-        while len(ends) < r["epoch"]:
-            ends.append(r["step"])
+        if r["epoch"] > last_epoch:
+            end = last_step if last_epoch > 0 else r["step"]
+            while len(ends) < r["epoch"] - 1:
+                ends.append(max(end, ends[-1]) if ends else end)
+            last_epoch = r["epoch"]
+        if r["epoch"] == last_epoch:
+            last_step = r["step"]
 
     def epoch_of(step):
         start = 0

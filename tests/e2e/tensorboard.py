@@ -254,11 +254,12 @@ def main():
 
 def check_fashion_mnist(tmp):
     """The acceptance run: the reference experiment (Fashion-MNIST MLP), shortened to 150
-    steps; its events decode and say what metrics.jsonl says, and so do its report's curves."""
+    steps in two epochs (an epoch's length is known once the next one begins); its events
+    decode and say what metrics.jsonl says, and so do its report's curves."""
     example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
                            "fashion_mnist_mlp.yaml")
     p = subprocess.run([CTRAIN, "fit", example, f"++output_dir={tmp}/fm",
-                        "trainer.max_epochs=1", "trainer.limit_train_batches=150",
+                        "trainer.max_epochs=2", "trainer.limit_train_batches=75",
                         "scheduler.total=150", "logging.tensorboard=true",
                         "logging.progress=none"], capture_output=True, text=True)
     check("fashion-mnist reference run", p.returncode == 0, p.stderr[-300:])

@@ -215,7 +215,8 @@ static void report_should_end_with_bounded_pages_for_any_values(void) {
          "{\"step\":3,\"epoch\":0,\"train/loss\":-5e-324}\n",
          1},
         {"one point", "{\"step\":7,\"epoch\":0,\"train/loss\":0.5}\n", 1},
-        {"one point at 1e17", "{\"step\":7,\"epoch\":1,\"valid/loss\":1e17}\n", 2},
+        {"one point at 1e17",
+         "{\"step\":7,\"epoch\":1,\"valid/loss\":1e17}\n{\"step\":8,\"epoch\":2}\n", 2},
         {"no points", "{\"step\":1,\"epoch\":0}\n", 0},
         {"no records", "", 0},
         {"huge and tiny",
@@ -230,7 +231,7 @@ static void report_should_end_with_bounded_pages_for_any_values(void) {
          2},
         {"one step at 1e18",
          "{\"step\":1000000000000000000,\"epoch\":1,\"train/loss\":1}\n"
-         "{\"step\":1000000000000000000,\"epoch\":1,\"train/loss\":1}\n",
+         "{\"step\":1000000000000000000,\"epoch\":2,\"train/loss\":1}\n",
          2},
         {"steps near 2^63",
          "{\"step\":9223372036854775807,\"epoch\":1,\"valid/confusion/0/0\":3,"

@@ -26,6 +26,15 @@
 enum { N_FEAT = 8, N_CLASS = 3, MAX_REC = 64 };
 
 static ct_ctx *ctx;
+/* The warnings of skipped updates the context has logged (count_skip_warnings). */
+static int64_t skip_warnings;
+
+/* The context's log, to stderr, counting the warnings of skipped updates. */
+static void count_skip_warnings(void *user, ct_log_level level, const char *msg) {
+    (void)user;
+    if (level == CT_LOG_WARN && strstr(msg, "update skipped")) skip_warnings++;
+    (void)fprintf(stderr, "%s\n", msg);
+}
 
 /* ---- fixtures ---- */
 
@@ -118,6 +127,7 @@ typedef struct rec {
     bool in_train;
     int64_t train_batches, eval_batches, train_loss_calls;
     int64_t bad_call;  /* the training loss call (1-based) that is multiplied by bad_scale */
+    int64_t bad_until; /* when past bad_call: calls bad_call..bad_until all are */
     float bad_scale;   /* NaN, or 0 for a step without gradient */
     int64_t zero_upto; /* training loss calls up to this one are multiplied by 0 */
     bool bad_grad;     /* the bad call instead adds 1 / (1e-20 + 1e-30 mean(output)): a finite
@@ -129,12 +139,14 @@ typedef struct rec {
     int64_t rollbacks, rollback_step; /* on_rollback's calls and its last step */
     int64_t n_logs;
     double log_loss[MAX_REC], log_grad_norm[MAX_REC], log_lr[MAX_REC];
+    double log_skipped; /* the last train/skipped; -1 when no record had it */
     int64_t log_step[MAX_REC];
     int64_t n_grad_norm, n_lr;
     int64_t n_evals;
     double eval_loss[MAX_REC], eval_acc[MAX_REC];
     int64_t eval_step[MAX_REC];
-    int64_t n_other_evals; /* of engines other than "valid" */
+    int64_t eval_epoch[MAX_REC], other_epoch[MAX_REC]; /* ct_trainer_current_epoch at them */
+    int64_t n_other_evals;                             /* of engines other than "valid" */
     int64_t n_best;
     char best_metric[MAX_REC][CT_METRIC_NAME_MAX];
     double best[MAX_REC];
@@ -188,7 +200,8 @@ static ct_tensor *rec_loss(void *user, ct_graph *g, ct_tensor *output, ct_tensor
                 ct_op_add_scalar(g, ct_op_scale(g, ct_op_mean_all(g, output), 1e-30f), 1e-20f);
             ct_tensor *one = ct_op_add_scalar(g, ct_op_scale(g, b, 0.0f), 1.0f);
             loss = ct_op_add(g, loss, ct_op_div(g, one, b)); /* d/db = -1 / b^2 = -inf */
-        } else if (r->train_loss_calls == r->bad_call) {
+        } else if (r->train_loss_calls == r->bad_call ||
+                   (r->train_loss_calls > r->bad_call && r->train_loss_calls <= r->bad_until)) {
             loss = ct_op_scale(g, loss, r->bad_scale);
         }
         if (r->train_loss_calls <= r->zero_upto) loss = ct_op_scale(g, loss, 0.0f);
@@ -221,6 +234,8 @@ static ct_status rec_log(void *user, ct_trainer *t, const ct_metric_value *v, in
         r->n_lr += found;
         r->log_grad_norm[r->n_logs] = value_of(v, n, "train/grad_norm", &found);
         r->n_grad_norm += found;
+        double sk = value_of(v, n, "train/skipped", &found);
+        if (found) r->log_skipped = sk;
     }
     r->n_logs++;
     return r->log_status;
@@ -231,10 +246,13 @@ rec_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *
     rec *r = user;
     push_event(r, 'E');
     if (strcmp(key, "valid") != 0) {
+        if (r->n_other_evals < MAX_REC)
+            r->other_epoch[r->n_other_evals] = ct_trainer_current_epoch(t);
         r->n_other_evals++;
         return CT_OK;
     }
     if (r->n_evals < MAX_REC) {
+        r->eval_epoch[r->n_evals] = ct_trainer_current_epoch(t);
         r->eval_step[r->n_evals] = ct_trainer_step(t);
         r->eval_loss[r->n_evals] = value_of(v, n, "valid/loss", NULL);
         r->eval_acc[r->n_evals] = value_of(v, n, "valid/acc", NULL);
@@ -628,6 +646,8 @@ static bool bad_step_grad;
 static const char *bad_step_hidden;
 /* run_with_bad_step's optimizer (default SGD). */
 static ct_optim_kind bad_step_optim = CT_OPTIM_SGD;
+/* When set, run_with_bad_step's loss calls 3..bad_step_until all are bad. */
+static int64_t bad_step_until;
 
 static ct_status run_with_bad_step(const ct_options *nonfinite,
                                    float scale,
@@ -645,6 +665,8 @@ static ct_status run_with_bad_step(const ct_options *nonfinite,
     if (!setup_open(&s, &sp)) return CT_ERR_INTERNAL;
     memset(r, 0, sizeof *r);
     r->bad_call = 3;
+    r->bad_until = bad_step_until;
+    r->log_skipped = -1;
     r->bad_scale = scale;
     r->zero_upto = zero_upto;
     r->bad_grad = bad_step_grad;
@@ -758,6 +780,7 @@ static void trainer_should_apply_the_nonfinite_policies(void) {
     int64_t numel, steps, skipped;
     rec r;
     /* stop (the default): CT_ERR_NONFINITE, the message says so, the NaN update is not made */
+    skip_warnings = 0;
     ct_status st = run_with_bad_step(NULL, NAN, 0, &w, &numel, &steps, &skipped, &r);
     CT_CHECK_INT(st, CT_ERR_NONFINITE);
     CT_CHECK_MSG(strstr(ct_last_error(ctx), "non-finite") != NULL, "message: %s",
@@ -787,6 +810,18 @@ static void trainer_should_apply_the_nonfinite_policies(void) {
     CT_CHECK(all_finite(w, numel));
     CT_CHECK_ARRAYS("skip vs zero-gradient step", w, w_zero, numel, 0, 0);
     printf("  skip: ct_trainer_step = %lld after 15 batches with 1 skipped\n", (long long)steps);
+    free(w);
+    CT_CHECK_INT(skip_warnings, 1); /* each skip is warned about, and counted in the records */
+    CT_CHECK(r.log_skipped == 1.0);
+    /* 12 skips in a row: the first 10 warned about one by one, the next ones only in 100 */
+    skip_warnings = 0;
+    bad_step_until = 14;
+    st = run_with_bad_step(&skip, NAN, 0, &w, &numel, &steps, &skipped, &r);
+    bad_step_until = 0;
+    CT_CHECK_INT(st, CT_OK);
+    CT_CHECK_INT(skipped, 12);
+    CT_CHECK_INT(skip_warnings, 10);
+    CT_CHECK(r.log_skipped == 12.0);
     free(w);
 
     /* rollback: the last good state is the one at the start of the epoch (taken at fit start
@@ -1471,9 +1506,17 @@ static void trainer_should_evaluate_on_each_engines_cadence(void) {
     if (t) {
         CT_CHECK_INT(ct_trainer_fit(t), CT_OK);
         CT_CHECK_INT(r.n_evals, 15); /* steps 4, 8, ..., 60 */
-        for (int64_t i = 0; i < r.n_evals && i < MAX_REC; i++)
+        /* each names the epoch (from 1) its step was made in: 15 steps an epoch, so step 60,
+           the last of epoch 4, is in epoch 4 for "valid" (by steps) and "test" (at its end) */
+        for (int64_t i = 0; i < r.n_evals && i < MAX_REC; i++) {
             CT_CHECK_INT(r.eval_step[i], 4 * (i + 1));
+            CT_CHECK_INT(r.eval_epoch[i], (r.eval_step[i] - 1) / 15 + 1);
+        }
         CT_CHECK_INT(r.n_other_evals, 2); /* after epochs 2 and 4 */
+        CT_CHECK_INT(r.other_epoch[0], 2);
+        CT_CHECK_INT(r.other_epoch[1], 4);
+        CT_CHECK_INT(ct_trainer_current_epoch(t), 4);
+        CT_CHECK_INT(ct_trainer_epoch(t), 4);
         int64_t n;
         CT_CHECK(ct_trainer_metrics(t, "test", &n) != NULL && n == 2);
     }
@@ -2211,6 +2254,7 @@ static void trainer_should_train_in_bf16_close_to_f32(void) {
 int main(void) {
     ct_ctx_params cp = ct_ctx_default_params();
     cp.n_threads = 2;
+    cp.log = count_skip_warnings;
     if (ct_ctx_create(&cp, &ctx) != CT_OK) return 1;
     CT_RUN(trainer_should_fit_a_classifier_and_report_metrics);
     CT_RUN(trainer_should_accumulate_like_a_larger_batch);

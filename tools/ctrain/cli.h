@@ -66,14 +66,21 @@ typedef struct session {
     double interval, interval_seconds;
     /* the current bar */
     char split[32];
-    double t0, t_last, frac_last;
+    double t_last, frac_last;
     bool bar_open;
+    /* training's rate: batches done since train_done0 (-1: the next batch sets it) over the
+       seconds since train_t0 less those spent from an evaluation's or a checkpoint's start to
+       the next training batch (paused; pause_from > 0 while that lasts); an evaluation's own
+       rate counts from eval_t0 */
+    double train_t0, paused, pause_from, eval_t0;
+    int64_t train_done0;
+    double train_frac_last; /* the last plain line of training, apart from evaluations' */
     double loss_sum;
     int64_t loss_n;
     double lr;
     bool have_lr; /* lr is known from the first training record on */
     int64_t batch_size, eval_batch_size;
-    int64_t max_epochs;
+    int64_t max_epochs, max_steps, accum_steps;
     ct_experiment *exp;
 } session;
 

@@ -113,11 +113,17 @@ static int failed(session *s, ct_status st) {
     return rc;
 }
 
-/* The last line: steps, epochs, the best monitored value and the test metrics. */
+/* The last line: steps, epochs, the steps skipped, the best monitored value and the test
+ * metrics. */
 static void say_summary(session *s, ct_trainer *t) {
     char summary[1024];
-    size_t at = (size_t)snprintf(summary, sizeof summary, "done: %lld steps, %lld epochs",
-                                 (long long)ct_trainer_step(t), (long long)ct_trainer_epoch(t));
+    size_t at = (size_t)snprintf(summary, sizeof summary, "done: %lld steps",
+                                 (long long)ct_trainer_step(t));
+    if (ct_trainer_skipped_steps(t) > 0)
+        at += (size_t)snprintf(summary + at, sizeof summary - at, " (%lld skipped)",
+                               (long long)ct_trainer_skipped_steps(t));
+    at += (size_t)snprintf(summary + at, sizeof summary - at, ", %lld epochs",
+                           (long long)ct_trainer_epoch(t));
     const ct_monitor *m = ct_trainer_monitor(t);
     if (m && m->state.has_best)
         at += (size_t)snprintf(summary + at, sizeof summary - at, "; best %s %.4f at step %lld",

@@ -135,8 +135,12 @@ static int inspect_checkpoint(ct_ctx *ctx, const char *dir, bool tensors) {
     (void)snprintf(path, sizeof path, "%s/state.json", dir);
     json_t *st = json_load_file(path, 0, NULL);
     const json_t *tr = json_object_get(json_object_get(st, "state"), "trainer");
-    (void)printf("  %s: ok, step %lld, epoch %lld", dir, (long long)step,
-                 (long long)json_integer_value(json_object_get(st, "epoch")));
+    /* the epoch of the step, as metrics.jsonl and the progress name it: the epochs completed,
+       plus the one under way when the training data was saved mid-epoch */
+    const json_t *lo = json_object_get(json_object_get(st, "state"), "loader");
+    long long epoch = (long long)json_integer_value(json_object_get(st, "epoch")) +
+                      (json_integer_value(json_object_get(lo, "next_batch")) > 0 ? 1 : 0);
+    (void)printf("  %s: ok, step %lld, epoch %lld", dir, (long long)step, epoch);
     const char *fp = json_string_value(json_object_get(tr, "fingerprint"));
     if (fp) (void)printf(", fingerprint %s", fp);
     /* the monitor's best so far, as this checkpoint saved it */
