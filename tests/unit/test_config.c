@@ -1114,6 +1114,72 @@ static void schema_should_reject_unknown_keys_with_a_suggestion(void) {
     fx_fini(&f);
 }
 
+/* Lightning's, Keras' and the Hugging Face Trainer's names point at the ctrain key that does
+ * the same, not at the nearest spelling (gradient_clip_val is near grad_clip_value, but
+ * Lightning clips by norm); a name ctrain has in another section, at that key. */
+static void schema_should_point_other_frameworks_names_at_ctrain_keys(void) {
+    fixture f;
+    fx_init(&f);
+    const char *m = resolve_error(&f, "trainer: {gradient_clip_val: 1}\n");
+    CHECK_HAS(m, "exp.yaml:4:11: unknown key 'trainer.gradient_clip_val' (did you mean "
+                 "'trainer.grad_clip_norm'? 'gradient_clip_val' is Lightning's name for it); the "
+                 "keys of 'trainer' are: max_epochs, ");
+    m = resolve_error(&f, "trainer: {log_every_n_steps: 5}\n");
+    CHECK_HAS(m, "(did you mean 'trainer.steps_per_loop'? 'log_every_n_steps' is Lightning's "
+                 "name for it)");
+    m = resolve_error(&f, "learning_rate: 0.1\n");
+    CHECK_HAS(m, "exp.yaml:4:1: unknown key 'learning_rate' (did you mean 'optimizer.lr'? "
+                 "'learning_rate' is Keras' and the Hugging Face Trainer's name for it); the keys "
+                 "of the top level are: name, ");
+    m = resolve_error(&f, "trainer: {per_device_train_batch_size: 8}\n");
+    CHECK_HAS(m, "(did you mean 'data.batch_size'? 'per_device_train_batch_size' is the Hugging "
+                 "Face Trainer's name for it)");
+    m = resolve_error(&f, "max_epochs: 3\n");
+    CHECK_HAS(m, "unknown key 'max_epochs' (did you mean 'trainer.max_epochs'?); the keys");
+    m = resolve_error(&f, "trainer: {save_total_limit: 2}\n");
+    CHECK_HAS(m, "(did you mean 'checkpoint.keep'? 'save_total_limit' is the Hugging Face "
+                 "Trainer's name for it)");
+    ct_config *c = NULL;
+    if (resolve_text(&f, "", &c) == CT_OK) {
+        m = "";
+        if (ct_experiment_override(c, "trainer.accumulate_grad_batches=4") == CT_ERR_CONFIG)
+            m = ct_last_error(f.ctx);
+        CHECK_HAS(m, "command line: unknown key 'trainer.accumulate_grad_batches' (did you mean "
+                     "'trainer.accum_steps'? 'accumulate_grad_batches' is Lightning's name for "
+                     "it)");
+    }
+    ct_config_destroy(c);
+    fx_fini(&f);
+}
+
+/* Every key the reference's table of other frameworks' names points at is a key of the schema,
+ * or the type or warmup of a schedule. */
+static void schema_other_frameworks_names_should_point_at_real_keys(void) {
+    char *ref = NULL;
+    size_t ref_len = 0;
+    FILE *mem = open_memstream(&ref, &ref_len);
+    CT_CHECK(mem != NULL);
+    if (!mem) return;
+    ct_experiment_write_reference(mem);
+    (void)fclose(mem);
+    const char *table = strstr(ref, "| name | used by | ctrain key |");
+    CT_CHECK(table != NULL);
+    int64_t n, rows = 0;
+    const ct_key_def *defs = ct_experiment_schema(&n);
+    for (const char *p = table ? strstr(table, "\n| `") : NULL; p; p = strstr(p + 1, "\n| `")) {
+        char name[64], by[64], key[64];
+        if (sscanf(p, "\n| `%63[^`]` | %63[^|]| `%63[^`]` |", name, by, key) != 3) break;
+        rows++;
+        bool found = !strcmp(key, "scheduler.type") || !strcmp(key, "scheduler.warmup");
+        for (int64_t i = 0; i < n && !found; i++)
+            found = strcmp(defs[i].path, key) == 0;
+        CT_CHECK_MSG(found, "'%s' points at '%s', which is no key", name, key);
+    }
+    CT_CHECK(rows >= 30);
+    CT_CHECK(strstr(ref, "| `gradient_clip_val` | Lightning | `trainer.grad_clip_norm` |\n"));
+    free(ref);
+}
+
 static void schema_should_reject_values_of_the_wrong_type(void) {
     fixture f;
     fx_init(&f);
@@ -1721,6 +1787,8 @@ int main(void) {
     CT_RUN(config_should_not_drop_text_after_invalid_utf8);
     CT_RUN(config_should_survive_failed_allocations);
     CT_RUN(schema_should_reject_unknown_keys_with_a_suggestion);
+    CT_RUN(schema_should_point_other_frameworks_names_at_ctrain_keys);
+    CT_RUN(schema_other_frameworks_names_should_point_at_real_keys);
     CT_RUN(schema_should_reject_values_of_the_wrong_type);
     CT_RUN(schema_should_reject_quoted_numbers_and_flags);
     CT_RUN(schema_should_reject_values_out_of_range_and_bad_names);
