@@ -196,8 +196,8 @@ static const ct_key_def k_schema[] = {
     {"checkpoint", S, NULL, 0, 0, NULL, 0, "Checkpoints under output_dir/checkpoints."},
     {"checkpoint.enabled", B, "true", 0, 0, NULL, RES, "Write checkpoints at all."},
     {"checkpoint.monitor", STR, "", 0, 0, NULL, 0,
-     "The metric that picks `best` (valid/loss, valid/acc, ...); empty: valid/loss when there "
-     "is validation data, else none."},
+     "The metric that picks `best` (valid/loss, valid/acc, ...: Metric names, below); empty: "
+     "valid/loss when there is validation data, else none."},
     {"checkpoint.mode", E, "auto", 0, 0, "auto|min|max", 0,
      "Whether a lower or higher monitored value is better; auto: max for acc, top*, f1, "
      "precision, recall and r2, else min."},
@@ -641,10 +641,60 @@ static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
     return CT_OK;
 }
 
+/* Metrics whose value is recorded under another name than their type: accuracy's is `acc`
+ * (valid/acc). Either spelling is taken in both places, a metrics list (for the type) and a
+ * monitor (for the value), and the resolved configuration holds the one each place takes, so
+ * both spellings make one fingerprint. The reference lists them (docs/config.md). */
+static const char *const k_metric_spellings[][2] = {
+    /* type, value */
+    {"accuracy", "acc"},
+};
+static const char *const k_monitors[] = {"checkpoint.monitor", "early_stopping.monitor",
+                                         "scheduler.monitor"};
+
+/* The other spelling of `name` when it is one of a pair's `from` (0: type, 1: value), or NULL. */
+static const char *respell(const char *name, int from) {
+    for (size_t i = 0; i < sizeof k_metric_spellings / sizeof k_metric_spellings[0]; i++)
+        if (strcmp(k_metric_spellings[i][from], name) == 0) return k_metric_spellings[i][!from];
+    return NULL;
+}
+
+static ct_status set_spelling(ct_config *cfg, const ct_cfg_node *n, const char *value) {
+    char path[512];
+    ct_config_path(n, path, sizeof path);
+    return ct_config_set(cfg, path, value, n->quoted);
+}
+
+/* Each metric spelled as its list and its monitors take it: `acc` in metrics.valid is the type
+ * accuracy, `valid/accuracy` in a monitor is the value valid/acc. */
+static ct_status respell_metrics(ct_config *cfg) {
+    const ct_cfg_node *root = ct_config_root(cfg);
+    static const char *const lists[] = {"metrics.valid", "metrics.test"};
+    for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) {
+        const ct_cfg_node *list = ct_config_find(root, lists[l]);
+        for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
+            const ct_cfg_node *t = it->kind == CT_CFG_MAP ? ct_config_find(it, "type") : it;
+            const char *type = t && t->kind == CT_CFG_SCALAR ? respell(t->value, 1) : NULL;
+            if (type) CT_TRY(set_spelling(cfg, t, type));
+        }
+    }
+    for (size_t m = 0; m < sizeof k_monitors / sizeof k_monitors[0]; m++) {
+        const ct_cfg_node *n = ct_config_find(root, k_monitors[m]);
+        const char *slash = n && n->kind == CT_CFG_SCALAR ? strrchr(n->value, '/') : NULL;
+        const char *value = slash ? respell(slash + 1, 0) : NULL;
+        if (!value || slash - n->value > 256) continue;
+        char name[300];
+        (void)snprintf(name, sizeof name, "%.*s/%s", (int)(slash - n->value), n->value, value);
+        CT_TRY(set_spelling(cfg, n, name));
+    }
+    return CT_OK;
+}
+
 ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     ct_cfg_node *root = ct_config_root(cfg);
     drop_nulls(cfg, root);
     CT_TRY(check_map(ctx, root, ""));
+    CT_TRY(respell_metrics(cfg));
     CT_TRY(fill_defaults(ctx, cfg));
     if (!ct_config_find(root, "name")) {
         const char *file = ct_config_name(cfg);
@@ -830,6 +880,23 @@ int64_t ct_experiment_diff(const ct_config *a, const ct_config *b, char *buf, si
 
 /* ---- the reference ---- */
 
+static void write_metric_spellings(FILE *f) {
+    (void)fputs("\n## Metric names\n\n"
+                "A metric's value is recorded as `SPLIT/NAME` (`valid/loss`, `valid/f1`, "
+                "`test/top5`), the name its type gives it, which is what `checkpoint.monitor`, "
+                "`early_stopping.monitor` and a plateau schedule's `monitor` name. Where the "
+                "name differs from the type, both spellings are taken in both places: in a "
+                "metrics list the value's name means the type, and in a monitor the type's name "
+                "means the value. The resolved configuration (`ctrain config`, a run's "
+                "config.yaml) holds the spelling each place takes, so the two spellings are one "
+                "configuration.\n\n"
+                "| type (in metrics lists) | value (in monitors) |\n|---|---|\n",
+                f);
+    for (size_t i = 0; i < sizeof k_metric_spellings / sizeof k_metric_spellings[0]; i++)
+        (void)fprintf(f, "| `%s` | `SPLIT/%s` |\n", k_metric_spellings[i][0],
+                      k_metric_spellings[i][1]);
+}
+
 static void write_aliases(FILE *f) {
     (void)fputs("\n## Names from other frameworks\n\n"
                 "A key with the name that PyTorch Lightning's Trainer, Keras (`Model.fit`, its "
@@ -920,5 +987,6 @@ void ct_experiment_write_reference(FILE *f) {
         (void)fprintf(f, "| `%s` | %s | %s | %s%s |\n", d->path, type, def, d->doc,
                       (d->flags & CT_KEY_RESUMABLE) ? " *resumable*" : "");
     }
+    write_metric_spellings(f);
     write_aliases(f);
 }

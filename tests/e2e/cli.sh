@@ -162,6 +162,8 @@ expect error_unknown_key_lists_section 2 \
 expect error_other_frameworks_name 2 \
     "unknown key 'trainer\.gradient_clip_val' \(did you mean 'trainer\.grad_clip_norm'\? 'gradient_clip_val' is Lightning's name for it\)" \
     -- "$ctrain" config tiny.yaml trainer.gradient_clip_val=1
+expect metric_spellings 0 "new best valid/acc" -- "$ctrain" fit tiny.yaml \
+    checkpoint.monitor=valid/accuracy 'metrics.valid=[acc]' ++trainer.dev_run=true "${quiet[@]}"
 edit_line 8 'optimizer: {type: sgd, lr: abc, momentum: 0.9}' e_type.yaml
 expect error_wrong_type 2 "e_type\.yaml:8:[0-9]+: key 'optimizer\.lr': expected a number, got 'abc'" \
     -- "$ctrain" config e_type.yaml

@@ -1180,6 +1180,48 @@ static void schema_other_frameworks_names_should_point_at_real_keys(void) {
     free(ref);
 }
 
+/* accuracy's value is acc: either spelling is taken in a metrics list and in a monitor, and the
+ * resolved configuration holds the one each place takes (one fingerprint for both). */
+static void schema_should_take_both_spellings_of_a_metric(void) {
+    fixture f;
+    fx_init(&f);
+    ct_config *c = NULL, *canon = NULL;
+    CT_CHECK_INT(resolve_text(&f,
+                              "metrics: {valid: [acc, {type: acc, name: a2}], test: [accuracy]}\n"
+                              "checkpoint: {monitor: valid/accuracy}\n"
+                              "early_stopping: {monitor: test/accuracy}\n"
+                              "scheduler: {type: plateau, monitor: valid/accuracy}\n",
+                              &c),
+                 CT_OK);
+    CT_CHECK_INT(resolve_text(&f,
+                              "metrics: {valid: [accuracy, {type: accuracy, name: a2}], "
+                              "test: [accuracy]}\n"
+                              "checkpoint: {monitor: valid/acc}\n"
+                              "early_stopping: {monitor: test/acc}\n"
+                              "scheduler: {type: plateau, monitor: valid/acc}\n",
+                              &canon),
+                 CT_OK);
+    if (c && canon) {
+        CHECK_VAL(c, "metrics.valid.0", "accuracy");
+        CHECK_VAL(c, "metrics.valid.1.type", "accuracy");
+        CHECK_VAL(c, "metrics.test.0", "accuracy");
+        CHECK_VAL(c, "checkpoint.monitor", "valid/acc");
+        CHECK_VAL(c, "early_stopping.monitor", "test/acc");
+        CHECK_VAL(c, "scheduler.monitor", "valid/acc");
+        char a[17], b[17];
+        ct_experiment_fingerprint(c, a);
+        ct_experiment_fingerprint(canon, b);
+        CT_CHECK_MSG(strcmp(a, b) == 0, "fingerprints %s and %s", a, b);
+    }
+    ct_config_destroy(c);
+    ct_config_destroy(canon);
+    c = NULL; /* a value named like no metric stays as written */
+    CT_CHECK_INT(resolve_text(&f, "checkpoint: {monitor: valid/accuracy/x}\n", &c), CT_OK);
+    if (c) CHECK_VAL(c, "checkpoint.monitor", "valid/accuracy/x");
+    ct_config_destroy(c);
+    fx_fini(&f);
+}
+
 static void schema_should_reject_values_of_the_wrong_type(void) {
     fixture f;
     fx_init(&f);
@@ -1789,6 +1831,7 @@ int main(void) {
     CT_RUN(schema_should_reject_unknown_keys_with_a_suggestion);
     CT_RUN(schema_should_point_other_frameworks_names_at_ctrain_keys);
     CT_RUN(schema_other_frameworks_names_should_point_at_real_keys);
+    CT_RUN(schema_should_take_both_spellings_of_a_metric);
     CT_RUN(schema_should_reject_values_of_the_wrong_type);
     CT_RUN(schema_should_reject_quoted_numbers_and_flags);
     CT_RUN(schema_should_reject_values_out_of_range_and_bad_names);
