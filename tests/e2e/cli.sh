@@ -62,7 +62,10 @@ quiet=(++logging.progress=none)
 
 # ---- usage ----
 
-expect version 0 '^ctrain [0-9]+\.[0-9]+' -- "$ctrain" --version
+expect version 0 '^ctrain [0-9]+\.[0-9]+\.[0-9]+$' '^commit: [^ ]+$' '^compiler: (gcc|clang) [0-9]' \
+    '^build type: [A-Za-z]+$' '^cpu: AVX-512 (yes|no), AVX512_BF16 (yes|no), AMX (yes|no)$' \
+    '^oneDNN: [0-9]+\.[0-9]+\.[0-9]+ \(ISA [a-z0-9_]+\)' '^OpenBLAS: OpenBLAS [0-9]' '^MPI: .+' \
+    '^OpenMP: ' -- "$ctrain" --version
 expect help 0 'usage: ctrain COMMAND' 'exit codes' -- "$ctrain" --help
 expect fit_help 0 'usage: ctrain fit CONFIG' -- "$ctrain" fit --help
 expect eval_help 0 'usage: ctrain eval CONFIG' -- "$ctrain" eval --help
