@@ -20,6 +20,9 @@
 #include <cpuid.h>
 #endif
 
+#define TEXT_OF(x) #x
+#define TEXT(x)    TEXT_OF(x)
+
 const char *ct_version(void) {
     return CT_VERSION_STRING;
 }
@@ -55,8 +58,9 @@ void ct_build_get(ct_build *out) {
     memset(out, 0, sizeof *out);
     out->commit = CT_BUILD_COMMIT[0] ? CT_BUILD_COMMIT : "unknown";
     out->build_type = CT_BUILD_TYPE[0] ? CT_BUILD_TYPE : "unknown";
-#if defined(__clang__)
-    out->compiler = "clang " __clang_version__;
+#if defined(__clang__) /* __clang_version__ may carry a trailing space and a vendor's text */
+    out->compiler =
+        "clang " TEXT(__clang_major__) "." TEXT(__clang_minor__) "." TEXT(__clang_patchlevel__);
 #elif defined(__GNUC__)
     out->compiler = "gcc " __VERSION__;
 #else

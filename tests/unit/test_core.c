@@ -34,6 +34,7 @@ static void core_should_describe_the_build_and_the_cpu(void) {
     CT_CHECK(b.commit && b.commit[0] && !strchr(b.commit, '\n'));
     CT_CHECK(b.compiler &&
              (strncmp(b.compiler, "gcc ", 4) == 0 || strncmp(b.compiler, "clang ", 6) == 0));
+    CT_CHECK(b.compiler && b.compiler[strlen(b.compiler) - 1] != ' ');
     CT_CHECK(b.build_type && b.build_type[0] && strcmp(b.build_type, "unknown") != 0);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     CT_CHECK_INT(b.avx512, __builtin_cpu_supports("avx512f") != 0);
