@@ -665,13 +665,30 @@ static ct_status set_spelling(ct_config *cfg, const ct_cfg_node *n, const char *
     return ct_config_set(cfg, path, value, n->quoted);
 }
 
+static const char *const k_metric_lists[] = {"metrics.valid", "metrics.test"};
+
+/* Whether a metric of the lists may record a value called `name` itself: one shown as that
+ * (`name: accuracy`), or a plugin's, whose names are its own. */
+static bool may_record(const ct_cfg_node *root, const char *name) {
+    for (size_t l = 0; l < sizeof k_metric_lists / sizeof k_metric_lists[0]; l++) {
+        const ct_cfg_node *list = ct_config_find(root, k_metric_lists[l]);
+        for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
+            const ct_cfg_node *nm = it->kind == CT_CFG_MAP ? ct_config_find(it, "name") : NULL;
+            if ((nm && nm->kind == CT_CFG_SCALAR && strcmp(nm->value, name) == 0) ||
+                (it->kind == CT_CFG_MAP && ct_config_find(it, "plugin")))
+                return true;
+        }
+    }
+    return false;
+}
+
 /* Each metric spelled as its list and its monitors take it: `acc` in metrics.valid is the type
- * accuracy, `valid/accuracy` in a monitor is the value valid/acc. */
+ * accuracy, `valid/accuracy` in a monitor is the value valid/acc (unless a metric may record
+ * a value of that name itself). */
 static ct_status respell_metrics(ct_config *cfg) {
     const ct_cfg_node *root = ct_config_root(cfg);
-    static const char *const lists[] = {"metrics.valid", "metrics.test"};
-    for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) {
-        const ct_cfg_node *list = ct_config_find(root, lists[l]);
+    for (size_t l = 0; l < sizeof k_metric_lists / sizeof k_metric_lists[0]; l++) {
+        const ct_cfg_node *list = ct_config_find(root, k_metric_lists[l]);
         for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
             const ct_cfg_node *t = it->kind == CT_CFG_MAP ? ct_config_find(it, "type") : it;
             const char *type = t && t->kind == CT_CFG_SCALAR ? respell(t->value, 1) : NULL;
@@ -682,7 +699,7 @@ static ct_status respell_metrics(ct_config *cfg) {
         const ct_cfg_node *n = ct_config_find(root, k_monitors[m]);
         const char *slash = n && n->kind == CT_CFG_SCALAR ? strrchr(n->value, '/') : NULL;
         const char *value = slash ? respell(slash + 1, 0) : NULL;
-        if (!value || slash - n->value > 256) continue;
+        if (!value || slash - n->value > 256 || may_record(root, slash + 1)) continue;
         char name[300];
         (void)snprintf(name, sizeof name, "%.*s/%s", (int)(slash - n->value), n->value, value);
         CT_TRY(set_spelling(cfg, n, name));
@@ -889,7 +906,9 @@ static void write_metric_spellings(FILE *f) {
                 "metrics list the value's name means the type, and in a monitor the type's name "
                 "means the value. The resolved configuration (`ctrain config`, a run's "
                 "config.yaml) holds the spelling each place takes, so the two spellings are one "
-                "configuration.\n\n"
+                "configuration. A monitor is left as written where a metric of the lists may "
+                "record a value of that name itself: one shown as it (`name: accuracy`), or a "
+                "plugin's.\n\n"
                 "| type (in metrics lists) | value (in monitors) |\n|---|---|\n",
                 f);
     for (size_t i = 0; i < sizeof k_metric_spellings / sizeof k_metric_spellings[0]; i++)

@@ -1219,6 +1219,22 @@ static void schema_should_take_both_spellings_of_a_metric(void) {
     CT_CHECK_INT(resolve_text(&f, "checkpoint: {monitor: valid/accuracy/x}\n", &c), CT_OK);
     if (c) CHECK_VAL(c, "checkpoint.monitor", "valid/accuracy/x");
     ct_config_destroy(c);
+    c = NULL; /* and so does one a metric may record under that name */
+    CT_CHECK_INT(resolve_text(&f,
+                              "metrics: {valid: [{type: f1, name: accuracy}]}\n"
+                              "checkpoint: {monitor: valid/accuracy}\n",
+                              &c),
+                 CT_OK);
+    if (c) CHECK_VAL(c, "checkpoint.monitor", "valid/accuracy");
+    ct_config_destroy(c);
+    c = NULL;
+    CT_CHECK_INT(resolve_text(&f,
+                              "metrics: {test: [{plugin: libm.so, symbol: m}]}\n"
+                              "checkpoint: {monitor: valid/accuracy}\n",
+                              &c),
+                 CT_OK);
+    if (c) CHECK_VAL(c, "checkpoint.monitor", "valid/accuracy");
+    ct_config_destroy(c);
     fx_fini(&f);
 }
 
