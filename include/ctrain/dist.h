@@ -86,6 +86,10 @@ CT_API ct_status ct_comm_create_single(ct_ctx *ctx, ct_comm **out);
 CT_API ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out);
 /* Whether this build has the MPI communicator. */
 CT_API bool ct_comm_mpi_available(void);
+/* The first line of the MPI library's own description of itself (MPI_Get_library_version,
+ * which needs no MPI_Init: "Open MPI v4.1.4, package: ..."), or "none (built without MPI)",
+ * into buf (truncated to fit). */
+CT_API void ct_comm_mpi_library(char *buf, size_t size);
 /* Whether a launcher (mpirun, mpiexec, srun) started this process as one of several ranks:
  * OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_STEP_NUM_TASKS above 1, or CTRAIN_MPI=1. */
 CT_API bool ct_comm_launched(void);

@@ -93,6 +93,11 @@ CT_API int64_t ct_experiment_diff(const ct_config *a, const ct_config *b, char *
 
 /* Writes the schema as the Markdown reference of docs/config.md. */
 CT_API void ct_experiment_write_reference(FILE *f);
+/* Writes what `ctrain --version` prints: "ctrain VERSION", then one "name: value" line each for
+ * the commit it was built from ("unknown" when not built from a git checkout), the compiler, the
+ * build type, whether the CPU it runs on has AVX-512, AVX512_BF16 and AMX (found at run time),
+ * and the versions of oneDNN (with the ISA it uses here), OpenBLAS, MPI and OpenMP. */
+CT_API void ct_experiment_write_build_info(FILE *f);
 
 typedef struct ct_experiment ct_experiment;
 

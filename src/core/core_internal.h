@@ -200,4 +200,17 @@ CT_INTERNAL uint32_t ct_crc32c_sw(uint32_t crc, const void *data, size_t n);
 CT_INTERNAL uint32_t ct_crc32c_hw(uint32_t crc, const void *data, size_t n);
 CT_INTERNAL bool ct_crc32c_hw_available(void);
 
+/*
+ * The build as CMake configured it and the CPU it runs on, for `ctrain --version`: the commit
+ * (`git describe --always --dirty` at configure time; "unknown" outside a git checkout), the
+ * compiler and its version, the build type (Release, Debug, ...), and whether the CPU and the
+ * operating system support AVX-512 (F), AVX512_BF16 and AMX (tiles with bf16), found at run
+ * time. The strings are static.
+ */
+typedef struct ct_build {
+    const char *commit, *compiler, *build_type;
+    bool avx512, avx512_bf16, amx;
+} ct_build;
+CT_INTERNAL void ct_build_get(ct_build *out);
+
 #endif /* CT_CORE_INTERNAL_H */

@@ -47,6 +47,10 @@ bool ct_comm_mpi_available(void) {
     return false;
 }
 
+void ct_comm_mpi_library(char *buf, size_t size) {
+    if (size) (void)snprintf(buf, size, "none (built without MPI)");
+}
+
 ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
     *out = NULL;
     return CT_FAIL(ctx, CT_ERR_DIST,
@@ -58,6 +62,15 @@ ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
 
 #include <limits.h>
 #include <mpi.h>
+
+void ct_comm_mpi_library(char *buf, size_t size) {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING + 1] = "";
+    int len = 0;
+    if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) len = 0;
+    text[len > 0 && len < MPI_MAX_LIBRARY_VERSION_STRING ? len : 0] = '\0';
+    text[strcspn(text, "\n")] = '\0';
+    if (size) (void)snprintf(buf, size, "%s", text[0] ? text : "unknown");
+}
 
 typedef struct mpi_comm {
     MPI_Comm comm;

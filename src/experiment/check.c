@@ -84,7 +84,15 @@ static ct_status check_keys(ct_experiment *e,
         ct_unknown u;
         names_unknown(&all, c->key, &u);
         const char *best = ct_suggest_best(&u.suggest);
-        if (best) (void)snprintf(hint, sizeof hint, " (did you mean '%s.%s'?)", section, best);
+        const ct_exp_alias *alias = ct_exp_alias_find(c->key);
+        size_t sl = strlen(section);
+        /* another framework's name for one of this component's own keys (warmup_steps); one
+           for a key elsewhere may mean this component's own (a plateau schedule's patience) */
+        if (alias && strncmp(alias->key, section, sl) == 0 && alias->key[sl] == '.' &&
+            (names_have(own, alias->key + sl + 1) || names_have(keys, alias->key + sl + 1)))
+            (void)ct_exp_alias_hint(alias, hint, sizeof hint);
+        else if (best)
+            (void)snprintf(hint, sizeof hint, " (did you mean '%s.%s'?)", section, best);
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: unknown key '%s'%s; the keys of %s are: %s", w,
                        path, hint, owner, u.known);
     }

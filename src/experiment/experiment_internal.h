@@ -22,6 +22,17 @@
 
 /* The table's entry for a key path, or NULL. */
 CT_INTERNAL const ct_key_def *ct_exp_schema_find(const char *path);
+/* A name another framework gives to a setting ctrain has (schema.c's table): the name, the
+ * ctrain key (a schema key, or a component's option such as scheduler.warmup) and the
+ * frameworks that use the name (bits of schema.c's list). find gives NULL for a name that is
+ * none; hint writes " (did you mean 'KEY'? 'NAME' is Lightning's name for it)" into buf, or
+ * " (did you mean 'KEY'?)" where the name is ctrain's too, in another section, and returns it. */
+typedef struct ct_exp_alias {
+    const char *name, *key;
+    unsigned frameworks;
+} ct_exp_alias;
+CT_INTERNAL const ct_exp_alias *ct_exp_alias_find(const char *name);
+CT_INTERNAL const char *ct_exp_alias_hint(const ct_exp_alias *a, char *buf, size_t size);
 /* "FILE:L:C" of a node (or "command line" for an override's), into buf. */
 CT_INTERNAL void ct_exp_where(const ct_cfg_node *n, char *buf, size_t size);
 /* CT_ERR_CONFIG "FILE:L:C: key 'PATH': WHAT" at node n. */

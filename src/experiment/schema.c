@@ -196,8 +196,8 @@ static const ct_key_def k_schema[] = {
     {"checkpoint", S, NULL, 0, 0, NULL, 0, "Checkpoints under output_dir/checkpoints."},
     {"checkpoint.enabled", B, "true", 0, 0, NULL, RES, "Write checkpoints at all."},
     {"checkpoint.monitor", STR, "", 0, 0, NULL, 0,
-     "The metric that picks `best` (valid/loss, valid/acc, ...); empty: valid/loss when there "
-     "is validation data, else none."},
+     "The metric that picks `best` (valid/loss, valid/acc, ...: Metric names, below); empty: "
+     "valid/loss when there is validation data, else none."},
     {"checkpoint.mode", E, "auto", 0, 0, "auto|min|max", 0,
      "Whether a lower or higher monitored value is better; auto: max for acc, top*, f1, "
      "precision, recall and r2, else min."},
@@ -245,6 +245,90 @@ static const ct_key_def k_schema[] = {
      "a line by time only (every this many seconds), and a summary at their end."},
 };
 
+/* Names that PyTorch Lightning's Trainer, Keras (Model.fit, its optimizers and callbacks) and
+ * the Hugging Face Trainer (TrainingArguments) give to settings ctrain has: an unknown key
+ * named like one of these, in any section, is pointed at the ctrain key that does the same
+ * instead of at the nearest spelling (gradient_clip_val is near grad_clip_value, but Lightning
+ * clips by norm). The reference lists them (docs/config.md). */
+enum { LIGHTNING = 1, KERAS = 2, HF = 4 };
+static const char *const k_frameworks[][2] = {
+    /* by bit: as a message says whose a name is, and as the reference lists it */
+    {"Lightning's", "Lightning"},
+    {"Keras'", "Keras"},
+    {"the Hugging Face Trainer's", "Hugging Face"},
+};
+static const ct_exp_alias k_aliases[] = {
+    {"max_epochs", "trainer.max_epochs", LIGHTNING},
+    {"num_train_epochs", "trainer.max_epochs", HF},
+    {"epochs", "trainer.max_epochs", KERAS},
+    {"max_steps", "trainer.max_steps", LIGHTNING | HF},
+    {"gradient_clip_val", "trainer.grad_clip_norm", LIGHTNING},
+    {"max_grad_norm", "trainer.grad_clip_norm", HF},
+    {"global_clipnorm", "trainer.grad_clip_norm", KERAS},
+    {"clipvalue", "trainer.grad_clip_value", KERAS},
+    {"accumulate_grad_batches", "trainer.accum_steps", LIGHTNING},
+    {"gradient_accumulation_steps", "trainer.accum_steps", HF},
+    {"precision", "trainer.precision", LIGHTNING},
+    {"bf16", "trainer.precision", HF},
+    {"log_every_n_steps", "trainer.steps_per_loop", LIGHTNING},
+    {"logging_steps", "trainer.steps_per_loop", HF},
+    {"check_val_every_n_epoch", "trainer.valid_every_epochs", LIGHTNING},
+    {"validation_freq", "trainer.valid_every_epochs", KERAS},
+    {"val_check_interval", "trainer.valid_every_steps", LIGHTNING},
+    {"eval_steps", "trainer.valid_every_steps", HF},
+    {"limit_train_batches", "trainer.limit_train_batches", LIGHTNING},
+    {"steps_per_epoch", "trainer.limit_train_batches", KERAS},
+    {"limit_val_batches", "trainer.limit_eval_batches", LIGHTNING},
+    {"limit_test_batches", "trainer.limit_eval_batches", LIGHTNING},
+    {"fast_dev_run", "trainer.dev_run", LIGHTNING},
+    {"default_root_dir", "output_dir", LIGHTNING},
+    {"batch_size", "data.batch_size", KERAS},
+    {"per_device_train_batch_size", "data.batch_size", HF},
+    {"per_device_eval_batch_size", "data.eval_batch_size", HF},
+    {"learning_rate", "optimizer.lr", KERAS | HF},
+    {"weight_decay", "optimizer.weight_decay", HF},
+    {"adam_beta1", "optimizer.beta1", HF},
+    {"adam_beta2", "optimizer.beta2", HF},
+    {"adam_epsilon", "optimizer.eps", HF},
+    {"lr_scheduler_type", "scheduler.type", HF},
+    {"warmup_steps", "scheduler.warmup", HF},
+    {"label_smoothing_factor", "loss.label_smoothing", HF},
+    {"save_total_limit", "checkpoint.keep", HF},
+    {"save_steps", "checkpoint.save_every_steps", HF},
+    {"metric_for_best_model", "checkpoint.monitor", HF},
+    {"greater_is_better", "checkpoint.mode", HF},
+    {"patience", "early_stopping.patience", KERAS},
+};
+const ct_exp_alias *ct_exp_alias_find(const char *name) {
+    for (size_t i = 0; name && i < sizeof k_aliases / sizeof k_aliases[0]; i++)
+        if (strcmp(k_aliases[i].name, name) == 0) return &k_aliases[i];
+    return NULL;
+}
+
+/* The frameworks of a bit set, as "A's and B's" (which = 0) or "A, B" (which = 1). */
+static void frameworks(unsigned set, int which, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (unsigned b = 0; b < sizeof k_frameworks / sizeof k_frameworks[0]; b++) {
+        if (!(set & (1u << b)) || at >= size) continue;
+        int w = snprintf(buf + at, size - at, "%s%s", at ? (which ? ", " : " and ") : "",
+                         k_frameworks[b][which]);
+        if (w > 0) at += (size_t)w;
+    }
+}
+
+const char *ct_exp_alias_hint(const ct_exp_alias *a, char *buf, size_t size) {
+    const char *dot = strrchr(a->key, '.');
+    char whose[128];
+    frameworks(a->frameworks, 0, whose, sizeof whose);
+    if (strcmp(dot ? dot + 1 : a->key, a->name) == 0) /* the same name, in another section */
+        (void)snprintf(buf, size, " (did you mean '%s'?)", a->key);
+    else
+        (void)snprintf(buf, size, " (did you mean '%s'? '%s' is %s name for it)", a->key, a->name,
+                       whose);
+    return buf;
+}
+
 const ct_key_def *ct_experiment_schema(int64_t *count) {
     *count = (int64_t)(sizeof k_schema / sizeof k_schema[0]);
     return k_schema;
@@ -287,7 +371,10 @@ unknown_key(ct_ctx *ctx, const ct_cfg_node *n, const char *section, const char *
     char path[512], hint[300] = "";
     (void)snprintf(path, sizeof path, "%s%s%s", section, sl ? "." : "", key);
     const char *best = ct_suggest_best(&u.suggest);
-    if (best)
+    const ct_exp_alias *alias = ct_exp_alias_find(key);
+    if (alias)
+        (void)ct_exp_alias_hint(alias, hint, sizeof hint);
+    else if (best)
         (void)snprintf(hint, sizeof hint, " (did you mean '%s%s%s'?)", section, sl ? "." : "",
                        best);
     char w[600];
@@ -555,10 +642,77 @@ static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
     return CT_OK;
 }
 
+/* Metrics whose value is recorded under another name than their type: accuracy's is `acc`
+ * (valid/acc). Either spelling is taken in both places, a metrics list (for the type) and a
+ * monitor (for the value), and the resolved configuration holds the one each place takes, so
+ * both spellings make one fingerprint. The reference lists them (docs/config.md). */
+static const char *const k_metric_spellings[][2] = {
+    /* type, value */
+    {"accuracy", "acc"},
+};
+static const char *const k_monitors[] = {"checkpoint.monitor", "early_stopping.monitor",
+                                         "scheduler.monitor"};
+
+/* The other spelling of `name` when it is one of a pair's `from` (0: type, 1: value), or NULL. */
+static const char *respell(const char *name, int from) {
+    for (size_t i = 0; i < sizeof k_metric_spellings / sizeof k_metric_spellings[0]; i++)
+        if (strcmp(k_metric_spellings[i][from], name) == 0) return k_metric_spellings[i][!from];
+    return NULL;
+}
+
+static ct_status set_spelling(ct_config *cfg, const ct_cfg_node *n, const char *value) {
+    char path[512];
+    ct_config_path(n, path, sizeof path);
+    return ct_config_set(cfg, path, value, n->quoted);
+}
+
+static const char *const k_metric_lists[] = {"metrics.valid", "metrics.test"};
+
+/* Whether a metric of the lists may record a value called `name` itself: one shown as that
+ * (`name: accuracy`), or a plugin's, whose names are its own. */
+static bool may_record(const ct_cfg_node *root, const char *name) {
+    for (size_t l = 0; l < sizeof k_metric_lists / sizeof k_metric_lists[0]; l++) {
+        const ct_cfg_node *list = ct_config_find(root, k_metric_lists[l]);
+        for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
+            const ct_cfg_node *nm = it->kind == CT_CFG_MAP ? ct_config_find(it, "name") : NULL;
+            if ((nm && nm->kind == CT_CFG_SCALAR && strcmp(nm->value, name) == 0) ||
+                (it->kind == CT_CFG_MAP && ct_config_find(it, "plugin")))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* Each metric spelled as its list and its monitors take it: `acc` in metrics.valid is the type
+ * accuracy, `valid/accuracy` in a monitor is the value valid/acc (unless a metric may record
+ * a value of that name itself). */
+static ct_status respell_metrics(ct_config *cfg) {
+    const ct_cfg_node *root = ct_config_root(cfg);
+    for (size_t l = 0; l < sizeof k_metric_lists / sizeof k_metric_lists[0]; l++) {
+        const ct_cfg_node *list = ct_config_find(root, k_metric_lists[l]);
+        for (const ct_cfg_node *it = list ? list->first : NULL; it; it = it->next) {
+            const ct_cfg_node *t = it->kind == CT_CFG_MAP ? ct_config_find(it, "type") : it;
+            const char *type = t && t->kind == CT_CFG_SCALAR ? respell(t->value, 1) : NULL;
+            if (type) CT_TRY(set_spelling(cfg, t, type));
+        }
+    }
+    for (size_t m = 0; m < sizeof k_monitors / sizeof k_monitors[0]; m++) {
+        const ct_cfg_node *n = ct_config_find(root, k_monitors[m]);
+        const char *slash = n && n->kind == CT_CFG_SCALAR ? strrchr(n->value, '/') : NULL;
+        const char *value = slash ? respell(slash + 1, 0) : NULL;
+        if (!value || slash - n->value > 256 || may_record(root, slash + 1)) continue;
+        char name[300];
+        (void)snprintf(name, sizeof name, "%.*s/%s", (int)(slash - n->value), n->value, value);
+        CT_TRY(set_spelling(cfg, n, name));
+    }
+    return CT_OK;
+}
+
 ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     ct_cfg_node *root = ct_config_root(cfg);
     drop_nulls(cfg, root);
     CT_TRY(check_map(ctx, root, ""));
+    CT_TRY(respell_metrics(cfg));
     CT_TRY(fill_defaults(ctx, cfg));
     if (!ct_config_find(root, "name")) {
         const char *file = ct_config_name(cfg);
@@ -744,6 +898,46 @@ int64_t ct_experiment_diff(const ct_config *a, const ct_config *b, char *buf, si
 
 /* ---- the reference ---- */
 
+static void write_metric_spellings(FILE *f) {
+    (void)fputs("\n## Metric names\n\n"
+                "A metric's value is recorded as `SPLIT/NAME` (`valid/loss`, `valid/f1`, "
+                "`test/top5`), the name its type gives it, which is what `checkpoint.monitor`, "
+                "`early_stopping.monitor` and a plateau schedule's `monitor` name. Where the "
+                "name differs from the type, both spellings are taken in both places: in a "
+                "metrics list the value's name means the type, and in a monitor the type's name "
+                "means the value. The resolved configuration (`ctrain config`, a run's "
+                "config.yaml) holds the spelling each place takes, so the two spellings are one "
+                "configuration. A monitor is left as written where a metric of the lists may "
+                "record a value of that name itself: one shown as it (`name: accuracy`), or a "
+                "plugin's.\n\n"
+                "| type (in metrics lists) | value (in monitors) |\n|---|---|\n",
+                f);
+    for (size_t i = 0; i < sizeof k_metric_spellings / sizeof k_metric_spellings[0]; i++)
+        (void)fprintf(f, "| `%s` | `SPLIT/%s` |\n", k_metric_spellings[i][0],
+                      k_metric_spellings[i][1]);
+}
+
+static void write_aliases(FILE *f) {
+    (void)fputs("\n## Names from other frameworks\n\n"
+                "A key with the name that PyTorch Lightning's Trainer, Keras (`Model.fit`, its "
+                "optimizers and callbacks) or the Hugging Face Trainer (`TrainingArguments`) "
+                "gives a setting is an unknown key like any other, but its \"did you mean\" "
+                "names the ctrain key that does the same (below), wherever it is written, "
+                "instead of the nearest spelling: "
+                "`trainer: {gradient_clip_val: 1}` is refused with \"unknown key "
+                "'trainer.gradient_clip_val' (did you mean 'trainer.grad_clip_norm'? "
+                "'gradient_clip_val' is Lightning's name for it)\". `scheduler.warmup` is the "
+                "`warmup` of the schedules that have one (cosine, warmup_linear, "
+                "warmup_cosine).\n\n"
+                "| name | used by | ctrain key |\n|---|---|---|\n",
+                f);
+    for (size_t i = 0; i < sizeof k_aliases / sizeof k_aliases[0]; i++) {
+        char by[128];
+        frameworks(k_aliases[i].frameworks, 1, by, sizeof by);
+        (void)fprintf(f, "| `%s` | %s | `%s` |\n", k_aliases[i].name, by, k_aliases[i].key);
+    }
+}
+
 void ct_experiment_write_reference(FILE *f) {
     static const char *const type_names[] = {"section", "integer", "number", "bool",  "string",
                                              "one of",  "mapping", "list",   "one of"};
@@ -813,4 +1007,6 @@ void ct_experiment_write_reference(FILE *f) {
         (void)fprintf(f, "| `%s` | %s | %s | %s%s |\n", d->path, type, def, d->doc,
                       (d->flags & CT_KEY_RESUMABLE) ? " *resumable*" : "");
     }
+    write_metric_spellings(f);
+    write_aliases(f);
 }

@@ -91,4 +91,10 @@ CT_INTERNAL bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                                       float *c,
                                       int64_t ldc);
 
+/* The versions of the libraries loaded at run time, into buf (versions.c): oneDNN's
+ * "MAJOR.MINOR.PATCH (ISA avx512_core_bf16)", the ISA being the one it chose for this CPU, and
+ * OpenBLAS's configuration ("OpenBLAS 0.3.21 DYNAMIC_ARCH ... SkylakeX MAX_THREADS=64"). */
+CT_INTERNAL void ct_k_onednn_version(char *buf, size_t size);
+CT_INTERNAL void ct_k_blas_version(char *buf, size_t size);
+
 #endif /* CT_KERNELS_H */

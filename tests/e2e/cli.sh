@@ -62,7 +62,10 @@ quiet=(++logging.progress=none)
 
 # ---- usage ----
 
-expect version 0 '^ctrain [0-9]+\.[0-9]+' -- "$ctrain" --version
+expect version 0 '^ctrain [0-9]+\.[0-9]+\.[0-9]+$' '^commit: [^ ]+$' '^compiler: (gcc|clang) [0-9]' \
+    '^build type: [A-Za-z]+$' '^cpu: AVX-512 (yes|no), AVX512_BF16 (yes|no), AMX (yes|no)$' \
+    '^oneDNN: [0-9]+\.[0-9]+\.[0-9]+ \(ISA [a-z0-9_]+\)' '^OpenBLAS: OpenBLAS [0-9]' '^MPI: .+' \
+    '^OpenMP: ' -- "$ctrain" --version
 expect help 0 'usage: ctrain COMMAND' 'exit codes' -- "$ctrain" --help
 expect fit_help 0 'usage: ctrain fit CONFIG' -- "$ctrain" fit --help
 expect eval_help 0 'usage: ctrain eval CONFIG' -- "$ctrain" eval --help
@@ -206,6 +209,11 @@ edit_line 8 'optimizer: {type: sgd, learning_rate: 0.1, momentum: 0.9}' e_lr.yam
 expect error_unknown_key_lists_section 2 \
     "e_lr\.yaml:8:[0-9]+: unknown key 'optimizer\.learning_rate'.*keys of 'optimizer' are: .*\blr\b" \
     -- "$ctrain" config e_lr.yaml
+expect error_other_frameworks_name 2 \
+    "unknown key 'trainer\.gradient_clip_val' \(did you mean 'trainer\.grad_clip_norm'\? 'gradient_clip_val' is Lightning's name for it\)" \
+    -- "$ctrain" config tiny.yaml trainer.gradient_clip_val=1
+expect metric_spellings 0 "new best valid/acc" -- "$ctrain" fit tiny.yaml \
+    checkpoint.monitor=valid/accuracy 'metrics.valid=[acc]' ++trainer.dev_run=true "${quiet[@]}"
 edit_line 8 'optimizer: {type: sgd, lr: abc, momentum: 0.9}' e_type.yaml
 expect error_wrong_type 2 "e_type\.yaml:8:[0-9]+: key 'optimizer\.lr': expected a number, got 'abc'" \
     -- "$ctrain" config e_type.yaml

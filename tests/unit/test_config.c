@@ -1114,6 +1114,130 @@ static void schema_should_reject_unknown_keys_with_a_suggestion(void) {
     fx_fini(&f);
 }
 
+/* Lightning's, Keras' and the Hugging Face Trainer's names point at the ctrain key that does
+ * the same, not at the nearest spelling (gradient_clip_val is near grad_clip_value, but
+ * Lightning clips by norm); a name ctrain has in another section, at that key. */
+static void schema_should_point_other_frameworks_names_at_ctrain_keys(void) {
+    fixture f;
+    fx_init(&f);
+    const char *m = resolve_error(&f, "trainer: {gradient_clip_val: 1}\n");
+    CHECK_HAS(m, "exp.yaml:4:11: unknown key 'trainer.gradient_clip_val' (did you mean "
+                 "'trainer.grad_clip_norm'? 'gradient_clip_val' is Lightning's name for it); the "
+                 "keys of 'trainer' are: max_epochs, ");
+    m = resolve_error(&f, "trainer: {log_every_n_steps: 5}\n");
+    CHECK_HAS(m, "(did you mean 'trainer.steps_per_loop'? 'log_every_n_steps' is Lightning's "
+                 "name for it)");
+    m = resolve_error(&f, "learning_rate: 0.1\n");
+    CHECK_HAS(m, "exp.yaml:4:1: unknown key 'learning_rate' (did you mean 'optimizer.lr'? "
+                 "'learning_rate' is Keras' and the Hugging Face Trainer's name for it); the keys "
+                 "of the top level are: name, ");
+    m = resolve_error(&f, "trainer: {per_device_train_batch_size: 8}\n");
+    CHECK_HAS(m, "(did you mean 'data.batch_size'? 'per_device_train_batch_size' is the Hugging "
+                 "Face Trainer's name for it)");
+    m = resolve_error(&f, "max_epochs: 3\n");
+    CHECK_HAS(m, "unknown key 'max_epochs' (did you mean 'trainer.max_epochs'?); the keys");
+    m = resolve_error(&f, "trainer: {save_total_limit: 2}\n");
+    CHECK_HAS(m, "(did you mean 'checkpoint.keep'? 'save_total_limit' is the Hugging Face "
+                 "Trainer's name for it)");
+    ct_config *c = NULL;
+    if (resolve_text(&f, "", &c) == CT_OK) {
+        m = "";
+        if (ct_experiment_override(c, "trainer.accumulate_grad_batches=4") == CT_ERR_CONFIG)
+            m = ct_last_error(f.ctx);
+        CHECK_HAS(m, "command line: unknown key 'trainer.accumulate_grad_batches' (did you mean "
+                     "'trainer.accum_steps'? 'accumulate_grad_batches' is Lightning's name for "
+                     "it)");
+    }
+    ct_config_destroy(c);
+    fx_fini(&f);
+}
+
+/* Every key the reference's table of other frameworks' names points at is a key of the schema,
+ * or the type or warmup of a schedule. */
+static void schema_other_frameworks_names_should_point_at_real_keys(void) {
+    char *ref = NULL;
+    size_t ref_len = 0;
+    FILE *mem = open_memstream(&ref, &ref_len);
+    CT_CHECK(mem != NULL);
+    if (!mem) return;
+    ct_experiment_write_reference(mem);
+    (void)fclose(mem);
+    const char *table = strstr(ref, "| name | used by | ctrain key |");
+    CT_CHECK(table != NULL);
+    int64_t n, rows = 0;
+    const ct_key_def *defs = ct_experiment_schema(&n);
+    for (const char *p = table ? strstr(table, "\n| `") : NULL; p; p = strstr(p + 1, "\n| `")) {
+        char name[64], by[64], key[64];
+        if (sscanf(p, "\n| `%63[^`]` | %63[^|]| `%63[^`]` |", name, by, key) != 3) break;
+        rows++;
+        bool found = !strcmp(key, "scheduler.type") || !strcmp(key, "scheduler.warmup");
+        for (int64_t i = 0; i < n && !found; i++)
+            found = strcmp(defs[i].path, key) == 0;
+        CT_CHECK_MSG(found, "'%s' points at '%s', which is no key", name, key);
+    }
+    CT_CHECK(rows >= 30);
+    CT_CHECK(strstr(ref, "| `gradient_clip_val` | Lightning | `trainer.grad_clip_norm` |\n"));
+    free(ref);
+}
+
+/* accuracy's value is acc: either spelling is taken in a metrics list and in a monitor, and the
+ * resolved configuration holds the one each place takes (one fingerprint for both). */
+static void schema_should_take_both_spellings_of_a_metric(void) {
+    fixture f;
+    fx_init(&f);
+    ct_config *c = NULL, *canon = NULL;
+    CT_CHECK_INT(resolve_text(&f,
+                              "metrics: {valid: [acc, {type: acc, name: a2}], test: [accuracy]}\n"
+                              "checkpoint: {monitor: valid/accuracy}\n"
+                              "early_stopping: {monitor: test/accuracy}\n"
+                              "scheduler: {type: plateau, monitor: valid/accuracy}\n",
+                              &c),
+                 CT_OK);
+    CT_CHECK_INT(resolve_text(&f,
+                              "metrics: {valid: [accuracy, {type: accuracy, name: a2}], "
+                              "test: [accuracy]}\n"
+                              "checkpoint: {monitor: valid/acc}\n"
+                              "early_stopping: {monitor: test/acc}\n"
+                              "scheduler: {type: plateau, monitor: valid/acc}\n",
+                              &canon),
+                 CT_OK);
+    if (c && canon) {
+        CHECK_VAL(c, "metrics.valid.0", "accuracy");
+        CHECK_VAL(c, "metrics.valid.1.type", "accuracy");
+        CHECK_VAL(c, "metrics.test.0", "accuracy");
+        CHECK_VAL(c, "checkpoint.monitor", "valid/acc");
+        CHECK_VAL(c, "early_stopping.monitor", "test/acc");
+        CHECK_VAL(c, "scheduler.monitor", "valid/acc");
+        char a[17], b[17];
+        ct_experiment_fingerprint(c, a);
+        ct_experiment_fingerprint(canon, b);
+        CT_CHECK_MSG(strcmp(a, b) == 0, "fingerprints %s and %s", a, b);
+    }
+    ct_config_destroy(c);
+    ct_config_destroy(canon);
+    c = NULL; /* a value named like no metric stays as written */
+    CT_CHECK_INT(resolve_text(&f, "checkpoint: {monitor: valid/accuracy/x}\n", &c), CT_OK);
+    if (c) CHECK_VAL(c, "checkpoint.monitor", "valid/accuracy/x");
+    ct_config_destroy(c);
+    c = NULL; /* and so does one a metric may record under that name */
+    CT_CHECK_INT(resolve_text(&f,
+                              "metrics: {valid: [{type: f1, name: accuracy}]}\n"
+                              "checkpoint: {monitor: valid/accuracy}\n",
+                              &c),
+                 CT_OK);
+    if (c) CHECK_VAL(c, "checkpoint.monitor", "valid/accuracy");
+    ct_config_destroy(c);
+    c = NULL;
+    CT_CHECK_INT(resolve_text(&f,
+                              "metrics: {test: [{plugin: libm.so, symbol: m}]}\n"
+                              "checkpoint: {monitor: valid/accuracy}\n",
+                              &c),
+                 CT_OK);
+    if (c) CHECK_VAL(c, "checkpoint.monitor", "valid/accuracy");
+    ct_config_destroy(c);
+    fx_fini(&f);
+}
+
 static void schema_should_reject_values_of_the_wrong_type(void) {
     fixture f;
     fx_init(&f);
@@ -1721,6 +1845,9 @@ int main(void) {
     CT_RUN(config_should_not_drop_text_after_invalid_utf8);
     CT_RUN(config_should_survive_failed_allocations);
     CT_RUN(schema_should_reject_unknown_keys_with_a_suggestion);
+    CT_RUN(schema_should_point_other_frameworks_names_at_ctrain_keys);
+    CT_RUN(schema_other_frameworks_names_should_point_at_real_keys);
+    CT_RUN(schema_should_take_both_spellings_of_a_metric);
     CT_RUN(schema_should_reject_values_of_the_wrong_type);
     CT_RUN(schema_should_reject_quoted_numbers_and_flags);
     CT_RUN(schema_should_reject_values_out_of_range_and_bad_names);

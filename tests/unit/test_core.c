@@ -26,6 +26,23 @@ static void core_should_name_every_status(void) {
     CT_CHECK(strcmp(ct_status_str(CT_STATUS_COUNT), "unknown status") == 0);
 }
 
+/* The build as --version shows it: a commit (or "unknown"), the compiler, the build type, and
+ * the CPU's AVX-512 and AVX512_BF16 as the compiler's own run-time check finds them. */
+static void core_should_describe_the_build_and_the_cpu(void) {
+    ct_build b;
+    ct_build_get(&b);
+    CT_CHECK(b.commit && b.commit[0] && !strchr(b.commit, '\n'));
+    CT_CHECK(b.compiler &&
+             (strncmp(b.compiler, "gcc ", 4) == 0 || strncmp(b.compiler, "clang ", 6) == 0));
+    CT_CHECK(b.compiler && b.compiler[strlen(b.compiler) - 1] != ' ');
+    CT_CHECK(b.build_type && b.build_type[0] && strcmp(b.build_type, "unknown") != 0);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    CT_CHECK_INT(b.avx512, __builtin_cpu_supports("avx512f") != 0);
+    CT_CHECK_INT(b.avx512_bf16, __builtin_cpu_supports("avx512bf16") != 0);
+#endif
+    CT_CHECK(!b.amx || b.avx512_bf16); /* every CPU with AMX has AVX512_BF16 */
+}
+
 static void core_should_record_error_with_location_and_context(void) {
     ct_ctx *ctx = make_ctx(NULL);
     CT_CHECK_INT(ct_last_status(ctx), CT_OK);
@@ -606,6 +623,7 @@ static void core_should_compute_crc32c_known_answers(void) {
 
 int main(void) {
     CT_RUN(core_should_name_every_status);
+    CT_RUN(core_should_describe_the_build_and_the_cpu);
     CT_RUN(core_should_record_error_with_location_and_context);
     CT_RUN(core_should_reject_bad_params);
     CT_RUN(core_should_suggest_near_names);

@@ -123,6 +123,24 @@ static void experiment_check_should_name_unknown_types_and_keys_where_they_were_
     CHECK_REFUSED(cases);
 }
 
+/* Another framework's name for a component's own option points at it, where the component has
+ * that option; one for a key elsewhere does not (a plateau schedule has patience too). */
+static void experiment_check_should_point_other_frameworks_names_at_options(void) {
+    static const refusal cases[] = {
+        {DATA MLP "scheduler: {type: warmup_cosine, total: 9, warmup_steps: 3}\n", NULL,
+         "exp.yaml:6:44: unknown key 'scheduler.warmup_steps' (did you mean 'scheduler.warmup'? "
+         "'warmup_steps' is the Hugging Face Trainer's name for it); the keys of schedule type "
+         "'warmup_cosine' are: type, interval, monitor, warmup, total, min_lr"},
+        {DATA MLP "scheduler: {type: step, step_size: 3, warmup_steps: 3}\n", NULL,
+         "exp.yaml:6:39: unknown key 'scheduler.warmup_steps'; the keys of schedule type 'step' "
+         "are: type, interval, monitor, step_size, gamma"},
+        {DATA MLP "scheduler: {type: step, step_size: 3, patience: 3}\n", NULL,
+         "exp.yaml:6:39: unknown key 'scheduler.patience'; the keys of schedule type 'step' "
+         "are: type, interval, monitor, step_size, gamma"},
+    };
+    CHECK_REFUSED(cases);
+}
+
 static void experiment_check_should_refuse_the_layers_of_a_sequential_model(void) {
     static const refusal cases[] = {
         {DATA "model: {type: sequential}\n", NULL,
@@ -265,6 +283,7 @@ static void experiment_check_should_refuse_an_output_the_loss_does_not_take(void
 int main(void) {
     if (!mkdtemp(root) || ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(experiment_check_should_name_unknown_types_and_keys_where_they_were_written);
+    CT_RUN(experiment_check_should_point_other_frameworks_names_at_options);
     CT_RUN(experiment_check_should_refuse_the_layers_of_a_sequential_model);
     CT_RUN(experiment_check_should_refuse_transforms_that_are_not_right);
     CT_RUN(experiment_check_should_refuse_groups_schedules_metrics_and_emas);
