@@ -79,6 +79,8 @@ expect config_reference 0 '^# Experiment files' 'optimizer\.lr' -- "$ctrain" con
 
 # ---- fit ----
 
+expect fit_cut_mid_epoch 0 'done: 75 steps, 1 epoch and part of epoch 2;' -- "$ctrain" fit \
+    tiny.yaml ++output_dir=cut trainer.max_steps=75 "${quiet[@]}"
 if expect fit 0 'done: 150 steps, 3 epochs' -- "$ctrain" fit tiny.yaml ++output_dir=run "${quiet[@]}"; then
     why=
     for f in config.yaml metrics.jsonl log.txt checkpoints/latest; do
@@ -416,7 +418,7 @@ model: {type: mlp, hidden: [4]}
 trainer: {max_epochs: 1}
 logging: {progress: none}
 YAML
-if expect paths_from_file_folder 0 'done: 1 steps' -- "$ctrain" fit proj/paths.yaml \
+if expect paths_from_file_folder 0 'done: 1 step,' -- "$ctrain" fit proj/paths.yaml \
     ++output_dir=paths_run; then
     expect paths_config_absolute 0 "path: \"?$here/proj/data/t\.csv\"?\$" \
         "^output_dir: \"?$here/paths_run\"?\$" -- cat paths_run/config.yaml
@@ -638,7 +640,7 @@ expect split_leaves_no_training 2 "key 'split'.*leaves 2000 for validation and 0
     "$ctrain" config tiny.yaml data.valid.split=0.9999
 
 # a dev run (one batch of each engine) is a smoke test: it writes nothing
-expect dev_run 0 'done: 1 steps' -- "$ctrain" fit tiny.yaml ++output_dir=dev trainer.dev_run=true \
+expect dev_run 0 'done: 1 step,' -- "$ctrain" fit tiny.yaml ++output_dir=dev trainer.dev_run=true \
     "${quiet[@]}"
 verdict dev_run_writes_nothing "$([[ -e dev ]] && echo "dev/ was created: $(ls dev)")"
 

@@ -88,7 +88,7 @@ if start_long killed; then
     kill -KILL "$bg_pid"
     wait "$bg_pid" 2>/dev/null
     bg_pid=
-    expect lock_released_by_sigkill 0 'done: 1 steps' -- "$ctrain" fit tiny.yaml \
+    expect lock_released_by_sigkill 0 'done: 1 step,' -- "$ctrain" fit tiny.yaml \
         ++output_dir=killed "${long[@]}" trainer.max_steps=1
 fi
 

@@ -117,13 +117,17 @@ static int failed(session *s, ct_status st) {
  * metrics. */
 static void say_summary(session *s, ct_trainer *t) {
     char summary[1024];
-    size_t at = (size_t)snprintf(summary, sizeof summary, "done: %lld steps",
-                                 (long long)ct_trainer_step(t));
+    long long steps = (long long)ct_trainer_step(t), epochs = (long long)ct_trainer_epoch(t);
+    size_t at = (size_t)snprintf(summary, sizeof summary, "done: %lld step%s", steps,
+                                 steps == 1 ? "" : "s");
     if (ct_trainer_skipped_steps(t) > 0)
         at += (size_t)snprintf(summary + at, sizeof summary - at, " (%lld skipped)",
                                (long long)ct_trainer_skipped_steps(t));
-    at += (size_t)snprintf(summary + at, sizeof summary - at, ", %lld epochs",
-                           (long long)ct_trainer_epoch(t));
+    at += (size_t)snprintf(summary + at, sizeof summary - at, ", %lld epoch%s", epochs,
+                           epochs == 1 ? "" : "s");
+    if (ct_trainer_current_epoch(t) > epochs) /* max_steps or a stop mid-epoch */
+        at += (size_t)snprintf(summary + at, sizeof summary - at, " and part of epoch %lld",
+                               (long long)ct_trainer_current_epoch(t));
     const ct_monitor *m = ct_trainer_monitor(t);
     if (m && m->state.has_best)
         at += (size_t)snprintf(summary + at, sizeof summary - at, "; best %s %.4f at step %lld",
