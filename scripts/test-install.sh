@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the build into a temporary prefix and builds a small program against it with
-# pkg-config, as an outside user would. Usage: test-install.sh BUILD_DIR SOURCE_DIR
+# Installs the build into a fresh temporary prefix and builds programs against it as an outside
+# user would, editing nothing that was installed: a small program and examples/mlp_demo.c with
+# `pkg-config --cflags --libs ctrain`, and mlp_demo.c again from a CMake project with
+# find_package(ctrain) and ctrain::ctrain. Usage: test-install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
 src=$2
@@ -9,8 +11,9 @@ trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
 pc=$(find "$prefix" -name ctrain.pc | head -n 1)
 [[ -n "$pc" ]] || { echo "ctrain.pc was not installed"; exit 1; }
-sed -i "s|^prefix=.*|prefix=$prefix|" "$pc"
 export PKG_CONFIG_PATH=$(dirname "$pc")
+libdir=$(pkg-config --variable=libdir ctrain)
+[[ -f "$libdir/libctrain.so" ]] || { echo "ctrain.pc's libdir $libdir holds no libctrain.so"; exit 1; }
 cat > "$prefix/hello.c" <<'C'
 #include <ctrain/ctrain.h>
 #include <stdio.h>
@@ -24,7 +27,26 @@ int main(void) {
 C
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Werror -o "$prefix/hello" "$prefix/hello.c" $(pkg-config --cflags --libs ctrain)
-out=$(LD_LIBRARY_PATH="$(dirname "$(find "$prefix" -name 'libctrain.so' | head -n 1)")" "$prefix/hello")
+out=$(LD_LIBRARY_PATH="$libdir" "$prefix/hello")
 echo "$out"
 [[ "$out" == "ctrain "* ]]
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Werror -o "$prefix/mlp_demo_pc" "$src/examples/mlp_demo.c" \
+    $(pkg-config --cflags --libs ctrain)
+echo "examples/mlp_demo.c builds with pkg-config"
+
+mkdir "$prefix/app"
+cp "$src/examples/mlp_demo.c" "$prefix/app/"
+cat > "$prefix/app/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(app LANGUAGES C)
+find_package(ctrain 0.1 REQUIRED)
+add_executable(mlp_demo mlp_demo.c)
+set_target_properties(mlp_demo PROPERTIES C_STANDARD 11)
+target_link_libraries(mlp_demo PRIVATE ctrain::ctrain)
+CM
+cmake -S "$prefix/app" -B "$prefix/app/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$prefix/app/build" >/dev/null
+[[ -x "$prefix/app/build/mlp_demo" ]] || { echo "find_package(ctrain) built no program"; exit 1; }
+echo "examples/mlp_demo.c builds with find_package(ctrain)"
 "$prefix/bin/ctrain" --version

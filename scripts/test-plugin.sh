@@ -11,10 +11,19 @@ trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
 pc=$(find "$prefix" -name ctrain.pc | head -n 1)
 [[ -n "$pc" ]] || { echo "ctrain.pc was not installed"; exit 1; }
-sed -i "s|^prefix=.*|prefix=$prefix|" "$pc"
 PKG_CONFIG_PATH=$(dirname "$pc")
 export PKG_CONFIG_PATH
 ctrain=$prefix/bin/ctrain
+
+# From a checkout, without pkg-config knowing ctrain: the Makefile takes the checkout's headers.
+mkdir -p "$prefix/checkout/examples"
+cp -r "$src/examples/plugin" "$prefix/checkout/examples/plugin"
+ln -s "$src/include" "$prefix/checkout/include"
+rm -f "$prefix/checkout/examples/plugin/libmytask.so"
+PKG_CONFIG_PATH= PKG_CONFIG_LIBDIR=/nonexistent make -s -C "$prefix/checkout/examples/plugin" \
+    CFLAGS="-O2 -Wall -Wextra -Werror" >/dev/null
+[[ -f "$prefix/checkout/examples/plugin/libmytask.so" ]] ||
+    { echo "make in a checkout's examples/plugin built no libmytask.so"; exit 1; }
 
 # A copy of the example without anything built in the source tree.
 cp -r "$src/examples/plugin" "$prefix/plugin"
