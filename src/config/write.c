@@ -1,7 +1,8 @@
 /*
  * write.c - the YAML writer of experiment-file trees (ct_config_write, ct_config_to_string):
- * block style, two-space indents, scalars plain where they read back as the same text and
- * otherwise double-quoted, so that what it writes parses to the same tree.
+ * block style, two-space indents, a mapping in a list starting on the line of its "-", scalars
+ * plain where they read back as the same text and otherwise double-quoted, so that what it
+ * writes parses to the same tree.
  *
  * Ownership: it writes to the caller's stream; ct_config_to_string's text is the caller's,
  * from the context's allocator.
@@ -89,9 +90,11 @@ static void write_key(FILE *f, const char *k) {
         write_quoted(f, k);
 }
 
-static void write_node(FILE *f, const ct_cfg_node *n, int indent);
+/* first_inline: the first entry goes on the current line, after a sequence's "- ", as in
+ * "- type: dense", rather than on a line of its own below a lone "-". */
+static void write_node(FILE *f, const ct_cfg_node *n, int indent, bool first_inline);
 
-/* The value after "key:" or "- ". */
+/* The value after "key:". */
 static void write_value(FILE *f, const ct_cfg_node *v, int indent) {
     if (v->kind == CT_CFG_SCALAR) {
         (void)fputc(' ', f);
@@ -101,17 +104,20 @@ static void write_value(FILE *f, const ct_cfg_node *v, int indent) {
         (void)fputs(v->kind == CT_CFG_MAP ? " {}\n" : " []\n", f);
     } else {
         (void)fputc('\n', f);
-        write_node(f, v, indent + 2);
+        write_node(f, v, indent + 2, false);
     }
 }
 
-static void write_node(FILE *f, const ct_cfg_node *n, int indent) {
+static void write_node(FILE *f, const ct_cfg_node *n, int indent, bool first_inline) {
     for (const ct_cfg_node *c = n->first; c; c = c->next) {
-        (void)fprintf(f, "%*s", indent, "");
+        if (!(first_inline && c == n->first)) (void)fprintf(f, "%*s", indent, "");
         if (n->kind == CT_CFG_MAP) {
             write_key(f, c->key);
             (void)fputc(':', f);
             write_value(f, c, indent);
+        } else if (c->kind != CT_CFG_SCALAR && c->n_children > 0) {
+            (void)fputs("- ", f);
+            write_node(f, c, indent + 2, true);
         } else {
             (void)fputc('-', f);
             write_value(f, c, indent);
@@ -124,7 +130,7 @@ ct_status ct_config_write(const ct_config *cfg, FILE *f) {
     if (root->n_children == 0)
         (void)fputs("{}\n", f);
     else
-        write_node(f, root, 0);
+        write_node(f, root, 0, false);
     if (ferror(f))
         return CT_FAIL(ct_config_ctx(cfg), CT_ERR_IO, "writing the configuration failed");
     return CT_OK;

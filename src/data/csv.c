@@ -3,7 +3,11 @@
  * without one (columns are then named by number from 0), cells separated by one character or
  * by runs of spaces, the target in the table or in a file of its own (target_path).
  *
- * The file is read whole (plain or gzip), checked line by line (cell counts, quotes) before the
+ * Cells may be quoted as in RFC 4180 (R's write.csv, pandas): a quoted cell holds delimiters,
+ * doubled quotes and newlines, so a row may span lines. A cell is a span of the file's text (a
+ * quoted one what is inside its quotes); only header names with doubled quotes are copied.
+ *
+ * The file is read whole (plain or gzip), checked row by row (cell counts, quotes) before the
  * table is allocated, then parsed into one f32 buffer [rows, features + 1] whose last column is
  * the target. Only the columns in use are parsed, so other columns may hold text. Optional
  * standardisation uses the mean and population std of each feature column, computed on the
@@ -51,9 +55,10 @@ typedef struct csv_file {
     size_t numbers_size;
     unsigned char *data; /* the file's bytes (owned) */
     size_t size;
-    size_t pos;   /* start of the next unread line */
-    int64_t line; /* 1-based number of the line last read */
-    span *cols;   /* [n_cols] header names, then [n_cols] scratch cells for a row */
+    size_t pos;    /* start of the next unread row */
+    int64_t line;  /* 1-based number of the line the row last read starts on */
+    int64_t spill; /* the newlines inside quoted cells of that row, counted at the next */
+    span *cols;    /* [n_cols] header names, then [n_cols] scratch cells for a row */
     int64_t n_cols;
 } csv_file;
 
@@ -92,61 +97,146 @@ static span span_of(const char *s) {
     return r;
 }
 
-/* The next non-blank line without its "\n" or "\r\n"; false at the end of the file. */
-static bool next_line(csv_file *f, span *out) {
-    const char *data = (const char *)f->data;
-    while (f->pos < f->size) {
-        const char *start = data + f->pos;
-        const char *nl = memchr(start, '\n', f->size - f->pos);
-        size_t len = nl ? (size_t)(nl - start) : f->size - f->pos;
-        f->pos += nl ? len + 1 : len;
-        f->line++;
-        if (len && start[len - 1] == '\r') len--;
-        size_t k = 0;
-        while (k < len && (start[k] == ' ' || start[k] == '\t'))
-            k++;
-        if (k == len) continue; /* blank lines (and a trailing newline) are skipped */
-        out->p = start;
-        out->n = len;
-        return true;
-    }
-    return false;
+/* Whether c separates cells: the delimiter, or with delimiter: space, a blank. */
+static bool is_delim(char c, char delim) {
+    return delim == CSV_WHITESPACE ? c == ' ' || c == '\t' : c == delim;
 }
 
-/* Splits a line into cells (trimmed), storing the first `cap` into cells (may be NULL) and the
- * count into *count. A cell starting with a quote fails. */
+/* The next non-blank row without its "\n" or "\r\n", into *out (*got false at the end of the
+ * file). A row ends at a newline outside quotes: a cell whose first non-blank character is a
+ * quote runs to the quote that closes it (RFC 4180, a doubled quote inside standing for one),
+ * newlines and delimiters included. A quote left open fails, naming where it opened. */
+static ct_status next_row(ct_ctx *ctx, csv_file *f, span *out, bool *got) {
+    const char *data = (const char *)f->data;
+    bool ws = f->delim == CSV_WHITESPACE;
+    f->line += f->spill;
+    f->spill = 0;
+    *got = false;
+    while (f->pos < f->size) {
+        const char *start = data + f->pos;
+        size_t n = f->size - f->pos, k = 0;
+        bool cell_start = true, blank = true, seen = false, gap = false;
+        int64_t newlines = 0, cell = 1;
+        f->line++;
+        const char *nl = memchr(start, '\n', n);
+        if (!memchr(start, '"', nl ? (size_t)(nl - start) : n)) { /* no quotes: the usual case */
+            k = nl ? (size_t)(nl - start) : n;
+            size_t b = 0;
+            while (b < k && (start[b] == ' ' || start[b] == '\t' || start[b] == '\r'))
+                b++;
+            blank = b == k;
+        }
+        for (; k < n && start[k] != '\n'; k++) {
+            char c = start[k];
+            if (c != ' ' && c != '\t' && c != '\r') blank = false;
+            if (is_delim(c, f->delim)) { /* with spaces, leading ones separate nothing */
+                if (ws)
+                    gap = seen;
+                else
+                    cell++;
+                cell_start = true;
+                continue;
+            }
+            if (c == ' ' || c == '\t') continue; /* blanks around a cell */
+            cell += gap;
+            seen = true;
+            gap = false;
+            if (c == '"' && cell_start) {
+                size_t open = k;
+                int64_t open_line = f->line + newlines;
+                for (k++; k < n; k++) {
+                    if (start[k] == '"' && !(k + 1 < n && start[k + 1] == '"')) break;
+                    if (start[k] == '"') k++;
+                    newlines += start[k] == '\n';
+                }
+                if (k == n) {
+                    size_t at = open;
+                    while (at && start[at - 1] != '\n')
+                        at--;
+                    char name[CSV_SHOW + 16] = "";
+                    if (cell <= f->n_cols)
+                        (void)snprintf(name, sizeof name, " (column '%.*s')",
+                                       show_len(f->cols[cell - 1]), f->cols[cell - 1].p);
+                    return CT_FAIL(ctx, CT_ERR_FORMAT,
+                                   "%s:%lld: the quote opening cell %lld%s at byte %zu of the "
+                                   "line is never closed: expected a closing '\"' before the end "
+                                   "of the file",
+                                   f->path, (long long)open_line, (long long)cell, name,
+                                   open - at + 1);
+                }
+            }
+            cell_start = false;
+        }
+        size_t len = k;
+        f->pos += k < n ? k + 1 : k;
+        if (len && start[len - 1] == '\r') len--;
+        if (blank) { /* blank lines (and a trailing newline) are skipped */
+            f->line += newlines;
+            continue;
+        }
+        f->spill = newlines;
+        out->p = start;
+        out->n = len;
+        *got = true;
+        return CT_OK;
+    }
+    return CT_OK;
+}
+
+/* Splits a row into cells (trimmed; a quoted one to what is inside its quotes, a doubled quote
+ * left doubled), storing the first `cap` into cells (may be NULL) and the count into *count.
+ * next_row has checked that every quote opened is closed. */
 static ct_status
 split(ct_ctx *ctx, const csv_file *f, span line, span *cells, int64_t cap, int64_t *count) {
+    const char *p = line.p;
+    size_t n = line.n, k = 0;
     int64_t c = 0;
-    size_t start = 0;
     bool ws = f->delim == CSV_WHITESPACE;
     if (ws) /* leading blanks separate nothing */
-        while (start < line.n && is_blank(line.p[start], CSV_WHITESPACE))
-            start++;
-    for (size_t k = start; k <= line.n; k++) {
-        if (k < line.n && (ws ? !is_blank(line.p[k], CSV_WHITESPACE) : line.p[k] != f->delim))
-            continue;
-        span cell = trim((span){line.p + start, k - start}, f->delim);
-        if (ws) { /* a run of blanks is one separator; trailing blanks end the row */
-            while (k + 1 < line.n && is_blank(line.p[k + 1], CSV_WHITESPACE))
+        while (k < n && is_blank(p[k], CSV_WHITESPACE))
+            k++;
+    for (;;) {
+        span cell;
+        while (k < n && is_blank(p[k], f->delim))
+            k++;
+        if (k < n && p[k] == '"') {
+            size_t open = ++k;
+            while (k < n && !(p[k] == '"' && !(k + 1 < n && p[k + 1] == '"')))
+                k += p[k] == '"' ? 2 : 1;
+            cell = (span){p + open, k - open};
+            k++; /* the closing quote */
+            size_t after = k;
+            while (k < n && is_blank(p[k], f->delim))
                 k++;
-            if (k + 1 == line.n) k++;
-        }
-        if (cell.n && cell.p[0] == '"') {
-            char name[CSV_SHOW + 16] = "";
-            if (c < f->n_cols)
-                (void)snprintf(name, sizeof name, " (column '%.*s')", show_len(f->cols[c]),
-                               f->cols[c].p);
-            return CT_FAIL(ctx, CT_ERR_FORMAT,
-                           "%s:%lld: cell %lld%s starts with a quote: quoted cells are not "
-                           "supported (found '%.*s%s'); remove the quotes and any delimiters "
-                           "inside them",
-                           f->path, (long long)f->line, (long long)c + 1, name, show_len(cell),
-                           cell.p, show_more(cell));
+            if (k < n && !is_delim(p[k], f->delim) && !(ws && k > after)) {
+                char name[CSV_SHOW + 16] = "";
+                if (c < f->n_cols)
+                    (void)snprintf(name, sizeof name, " (column '%.*s')", show_len(f->cols[c]),
+                                   f->cols[c].p);
+                span rest = {p + k, n - k};
+                return CT_FAIL(ctx, CT_ERR_FORMAT,
+                               "%s:%lld: cell %lld%s: '%.*s%s' follows the closing quote: "
+                               "expected a delimiter or the end of the row (a quote inside a "
+                               "quoted cell is written twice)",
+                               f->path, (long long)f->line, (long long)c + 1, name, show_len(rest),
+                               rest.p, show_more(rest));
+            }
+        } else {
+            size_t from = k;
+            while (k < n && !is_delim(p[k], f->delim))
+                k++;
+            cell = trim((span){p + from, k - from}, f->delim);
         }
         if (cells && c < cap) cells[c] = cell;
         c++;
-        start = k + 1;
+        if (ws) { /* a run of blanks is one separator; trailing blanks end the row */
+            while (k < n && is_blank(p[k], CSV_WHITESPACE))
+                k++;
+            if (k >= n) break;
+        } else {
+            if (k >= n) break;
+            k++; /* the delimiter: a row ending in one has an empty last cell */
+        }
     }
     *count = c;
     return CT_OK;
@@ -260,6 +350,31 @@ static ct_status check_duplicates(ct_ctx *ctx, const csv_file *f, int64_t header
                    show_len(name), name.p, show_more(name));
 }
 
+/* Header names holding a doubled quote ("a ""b""" names a "b"): copies them, each quote once,
+ * into f->numbers, which a file with a header does not otherwise use. */
+static ct_status unquote_names(ct_ctx *ctx, csv_file *f) {
+    size_t bytes = 0;
+    for (int64_t i = 0; i < f->n_cols; i++)
+        if (memchr(f->cols[i].p, '"', f->cols[i].n)) bytes += f->cols[i].n;
+    if (bytes == 0) return CT_OK;
+    f->numbers = ct_alloc(ctx, bytes);
+    if (!f->numbers)
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating %zu bytes of column names", f->path, bytes);
+    f->numbers_size = bytes;
+    char *out = f->numbers;
+    for (int64_t i = 0; i < f->n_cols; i++) {
+        span c = f->cols[i];
+        if (!memchr(c.p, '"', c.n)) continue;
+        f->cols[i].p = out;
+        for (size_t k = 0; k < c.n; k++) {
+            *out++ = c.p[k];
+            k += c.p[k] == '"' && k + 1 < c.n && c.p[k + 1] == '"';
+        }
+        f->cols[i].n = (size_t)(out - f->cols[i].p);
+    }
+    return CT_OK;
+}
+
 /* Reads the file and its header row (without a header, counts the first row's cells and
  * leaves it to be read as data). */
 static ct_status file_open(
@@ -275,7 +390,9 @@ static ct_status file_open(
     if (f->size >= 3 && !memcmp(f->data, "\xEF\xBB\xBF", 3)) f->pos = 3;
     size_t pos = f->pos;
     span header;
-    if (!next_line(f, &header))
+    bool got = false;
+    CT_TRY(next_row(ctx, f, &header, &got));
+    if (!got)
         return CT_FAIL(ctx, CT_ERR_FORMAT, "%s: empty file (%zu bytes): expected %s", path, f->size,
                        header_row ? "a header row of column names" : "rows of numbers");
     int64_t n = 0;
@@ -286,7 +403,7 @@ static ct_status file_open(
     f->n_cols = n;
     if (!header_row) {
         f->pos = pos;
-        f->line = 0;
+        f->line = f->spill = 0;
         return number_columns(ctx, f, n);
     }
     /* n_cols is 0 while split fills the names, so a bad header cell names no column */
@@ -294,6 +411,7 @@ static ct_status file_open(
     int64_t again = 0;
     ct_status s = split(ctx, f, header, f->cols, n, &again);
     f->n_cols = n; /* file_close frees the names by it */
+    if (s == CT_OK) s = unquote_names(ctx, f);
     return s == CT_OK ? check_duplicates(ctx, f, f->line) : s;
 }
 
@@ -334,9 +452,12 @@ static ct_status lookup(ct_ctx *ctx, const csv_file *f, span name, int64_t hint,
  * allocated for them. Leaves the read position where it was. */
 static ct_status count_rows(ct_ctx *ctx, csv_file *f, int64_t limit, int64_t *rows) {
     size_t pos = f->pos;
-    int64_t line = f->line, n = 0;
+    int64_t line = f->line, spill = f->spill, n = 0;
     span s;
-    while ((limit == 0 || n < limit) && next_line(f, &s)) {
+    bool got = true;
+    while (limit == 0 || n < limit) {
+        CT_TRY(next_row(ctx, f, &s, &got));
+        if (!got) break;
         int64_t cells = 0;
         CT_TRY(split(ctx, f, s, NULL, 0, &cells));
         if (cells != f->n_cols) {
@@ -355,6 +476,7 @@ static ct_status count_rows(ct_ctx *ctx, csv_file *f, int64_t limit, int64_t *ro
                        (long long)line);
     f->pos = pos;
     f->line = line;
+    f->spill = spill;
     *rows = n;
     return CT_OK;
 }
@@ -476,7 +598,9 @@ static ct_status parse_rows(ct_ctx *ctx,
     for (int64_t r = 0; r < rows; r++) {
         span line;
         int64_t count = 0;
-        if (!next_line(f, &line))
+        bool got = false;
+        CT_TRY(next_row(ctx, f, &line, &got));
+        if (!got)
             return CT_FAIL(ctx, CT_ERR_INTERNAL, "%s: row %lld vanished", f->path, (long long)r);
         CT_TRY(split(ctx, f, line, cells, f->n_cols, &count));
         for (int64_t j = 0; j < n_out; j++) {

@@ -1823,6 +1823,46 @@ static void schema_reference_should_equal_docs_config_md(void) {
     free(ref);
 }
 
+/* Every example, resolved, written and read back, is the same tree with the same fingerprint,
+ * and reads as a person writes YAML: a mapping in a list starts on the line of its "-". */
+static void config_written_examples_should_round_trip_readably(void) {
+    fixture f;
+    fx_init(&f);
+    static const char *const names[] = {"char_gpt", "fashion_mnist_cnn", "fashion_mnist_mlp",
+                                        "tabular_regression"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[512];
+        (void)snprintf(path, sizeof path, "%s/examples/%s.yaml", CT_SOURCE_DIR, names[i]);
+        ct_config *c = NULL;
+        ct_status s = ct_config_load_file(f.ctx, path, &c);
+        if (s == CT_OK) s = ct_experiment_resolve(f.ctx, c);
+        CT_CHECK_MSG(s == CT_OK, "%s: %s", path, ct_last_error(f.ctx));
+        char *text = NULL;
+        size_t len = 0;
+        if (s == CT_OK) CT_CHECK_INT(ct_config_to_string(c, &text, &len), CT_OK);
+        for (const char *l = text; l && *l;) {
+            const char *e = strchr(l, '\n');
+            size_t n = e ? (size_t)(e - l) : strlen(l);
+            size_t sp = strspn(l, " ");
+            CT_CHECK_MSG(!(n == sp + 1 && l[sp] == '-'), "%s: a lone \"-\" line in\n%s", names[i],
+                         text);
+            l = e ? e + 1 : l + n;
+        }
+        ct_config *back = s == CT_OK ? round_trip(&f, c) : NULL;
+        if (back) {
+            char fa[17], fb[17];
+            ct_experiment_fingerprint(c, fa);
+            CT_CHECK_INT(ct_experiment_resolve(f.ctx, back), CT_OK);
+            ct_experiment_fingerprint(back, fb);
+            CT_CHECK_MSG(strcmp(fa, fb) == 0, "%s: fingerprints %s and %s", names[i], fa, fb);
+        }
+        if (text) ct_free(f.ctx, text, len + 1);
+        ct_config_destroy(back);
+        ct_config_destroy(c);
+    }
+    fx_fini(&f);
+}
+
 int main(void) {
     CT_RUN(config_should_record_lines_and_columns);
     CT_RUN(config_should_place_nodes_at_their_first_character);
@@ -1864,5 +1904,6 @@ int main(void) {
     CT_RUN(schema_resolved_config_should_mean_the_same_from_another_folder);
     CT_RUN(schema_reference_should_equal_docs_config_md);
     CT_RUN(component_keys_should_be_documented);
+    CT_RUN(config_written_examples_should_round_trip_readably);
     return ct_test_finish();
 }

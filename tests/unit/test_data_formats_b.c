@@ -522,7 +522,7 @@ static void csv_should_read_headerless_space_separated_files_with_separate_targe
     ct_ctx_destroy(ctx);
 }
 
-static void csv_should_reject_empty_missing_and_quoted_files(void) {
+static void csv_should_reject_empty_and_missing_files(void) {
     ct_ctx *ctx = make_ctx(NULL);
     char path[256];
     ct_dataset *ds = NULL;
@@ -538,13 +538,77 @@ static void csv_should_reject_empty_missing_and_quoted_files(void) {
     snprintf(path, sizeof path, "%s/missing.csv", tmp_dir);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_IO);
     CHECK_ERR(ctx, "missing.csv");
-    write_text("quoted.csv", "a,y\n1,0\n\"1,5\",0\n", path, sizeof path);
+    CT_CHECK(ds == NULL);
+    ct_ctx_destroy(ctx);
+}
+
+/* RFC 4180 quoting, as R's write.csv (every name and text quoted, row names in a first column
+ * named "") and pandas (text with delimiters, quotes or newlines quoted) write it. */
+static void csv_should_read_quoted_cells_as_r_and_pandas_write_them(void) {
+    ct_ctx *ctx = make_ctx(NULL);
+    char path[256];
+    ct_dataset *ds = NULL;
+    float x[2], y = 0;
+    write_text("r.csv", "\"\",\"x\",\"y\"\n\"1\",1.5,0\n\"2\",-2,1\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"features", "x"}, {"target", "y"},
+                      {"task", "regression"}),
+                 CT_OK);
+    if (ds) {
+        CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
+        CT_CHECK(x[0] == -2.0f && y == 1.0f);
+    }
+    ct_dataset_close(ds);
+    ds = NULL;
+    /* a quoted cell holds delimiters, doubled quotes and newlines; a name may be quoted
+       (but not hold the comma that separates the names of key 'features') */
+    write_text(
+        "pd.csv",
+        "note,\"a \"\"b\"\"\",y\r\n\"one, \"\"two\"\"\r\nthree\",1.5,0\r\n\n\"\",\"2.5\",1\r\n",
+        path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"features", "a \"b\""}, {"target", "y"},
+                      {"task", "regression"}),
+                 CT_OK);
+    if (ds) {
+        CT_CHECK_INT(ct_dataset_info_of(ds)->n, 2);
+        CT_CHECK_INT(ct_dataset_get(ds, 0, x, &y), CT_OK);
+        CT_CHECK(x[0] == 1.5f && y == 0.0f);
+        CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
+        CT_CHECK(x[0] == 2.5f && y == 1.0f);
+    }
+    ct_dataset_close(ds);
+    ds = NULL;
+    /* runs of spaces separate cells outside quotes only */
+    write_text("sp.txt", "name x y\n\"p  q\" 1 2\n  \"r\"   3 4  \n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"features", "x"}, {"target", "y"},
+                      {"delimiter", "space"}, {"task", "regression"}),
+                 CT_OK);
+    if (ds) {
+        CT_CHECK_INT(ct_dataset_get(ds, 1, x, &y), CT_OK);
+        CT_CHECK(x[0] == 3.0f && y == 4.0f);
+    }
+    ct_dataset_close(ds);
+    ds = NULL;
+    /* lines after a cell with newlines keep their numbers in messages */
+    write_text("lines.csv", "note,a,y\n\"x\ny\",1,0\n\"z\",oops,1\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"features", "a"}, {"target", "y"}),
+                 CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "lines.csv:4: column 2 ('a'): expected a decimal number, got 'oops'");
+    /* a number in quotes with a comma in it is no number */
+    write_text("comma.csv", "a,y\n1,0\n\"1,5\",0\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
-    CHECK_ERR(ctx, "quoted.csv:3: cell 1 (column 'a') starts with a quote");
-    CHECK_ERR(ctx, "quoted cells are not supported");
-    write_text("qhead.csv", "\"a\",y\n1,0\n", path, sizeof path);
+    CHECK_ERR(ctx, "comma.csv:3: column 1 ('a'): expected a decimal number, got '1,5'");
+    /* a quote left open fails where it opened */
+    write_text("open.csv", "a,y\n1,0\n2, \"0\n3,0\n", path, sizeof path);
     CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
-    CHECK_ERR(ctx, "qhead.csv:1: cell 1 starts with a quote");
+    CHECK_ERR(ctx, "open.csv:3: the quote opening cell 2 (column 'y') at byte 4 of the line is "
+                   "never closed");
+    write_text("openhead.csv", "a,\"y\n1,0\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "openhead.csv:1: the quote opening cell 2 at byte 3");
+    /* text after the closing quote */
+    write_text("after.csv", "a,y\n\"1\"2,0\n", path, sizeof path);
+    CT_CHECK_INT(OPEN(ctx, "csv", &ds, {"path", path}, {"target", "y"}), CT_ERR_FORMAT);
+    CHECK_ERR(ctx, "after.csv:2: cell 1 (column 'a'): '2,0' follows the closing quote");
     CT_CHECK(ds == NULL);
     ct_ctx_destroy(ctx);
 }
@@ -1162,7 +1226,8 @@ int main(void) {
     CT_RUN(csv_should_refuse_duplicate_column_names);
     CT_RUN(csv_should_report_a_nul_byte);
     CT_RUN(csv_should_list_the_columns_for_an_unknown_name);
-    CT_RUN(csv_should_reject_empty_missing_and_quoted_files);
+    CT_RUN(csv_should_reject_empty_and_missing_files);
+    CT_RUN(csv_should_read_quoted_cells_as_r_and_pandas_write_them);
     CT_RUN(csv_should_read_headerless_space_separated_files_with_separate_targets);
     CT_RUN(text_should_make_windows_with_shifted_targets);
     CT_RUN(text_should_concatenate_files_in_order);
