@@ -187,12 +187,29 @@ CT_API ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t
  */
 CT_API ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char *output);
 
+/* How ct_experiment_predict_with writes its rows. */
+typedef struct ct_predict_params {
+    bool logits;  /* a classifier's raw scores (CSV columns logit_j) instead of probabilities */
+    FILE *stream; /* when set, the CSV rows go to this stream and `output` is not used */
+} ct_predict_params;
+
+CT_API ct_predict_params ct_predict_default_params(void);
+
+/* ct_experiment_predict with params (NULL: the defaults). Logits of a model that is not a
+ * classifier are refused (CT_ERR_CONFIG): its values are already its outputs. */
+CT_API ct_status ct_experiment_predict_with(ct_experiment *e,
+                                            const char *input,
+                                            const char *output,
+                                            const ct_predict_params *params);
+
 /*
  * Samples n_tokens bytes from a byte-level language model (vocab 256, the `text` dataset's)
  * after `prompt`, writing the prompt and the continuation to out: at each position the logits
  * of the last token of the window (the last `context` tokens) are divided by temperature
  * (> 0), cut to the top_k largest (0 = all), and a token is drawn from their softmax with a
- * counter-based stream of `seed`, so the same arguments give the same text. Errors:
+ * counter-based stream of `seed`, so the same arguments give the same text. Temperature 0 is
+ * greedy decoding: the token of the largest logit (the lowest such byte on a tie), whatever
+ * top_k and seed. Errors:
  * CT_ERR_CONFIG for a model that is not a byte-level language model or a bad argument.
  */
 CT_API ct_status ct_experiment_generate(ct_experiment *e,

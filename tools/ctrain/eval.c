@@ -128,13 +128,18 @@ int cli_cmd_predict(int argc, char **argv) {
                       c.a.tokens, which, (long long)step);
         return ro_end(&c, 0);
     }
-    st = ct_experiment_predict(c.e, c.a.input, c.a.output);
+    ct_predict_params pp = ct_predict_default_params();
+    pp.logits = c.a.logits;
+    bool to_stdout = strcmp(c.a.output, "-") == 0;
+    if (to_stdout) pp.stream = stdout;
+    st = ct_experiment_predict_with(c.e, c.a.input, c.a.output, &pp);
     if (st != CT_OK)
         return ro_end(&c,
                       cli_fail(c.ctx, st == CT_ERR_OOM || st == CT_ERR_INTERNAL ? EXIT_RUN_FAILED
                                                                                 : EXIT_USAGE));
-    (void)fprintf(stderr, "ctrain predict: %s -> %s (checkpoint %s, step %lld)\n", c.a.input,
-                  c.a.output, which, (long long)step);
+    (void)fprintf(stderr, "ctrain predict: %s -> %s%s (checkpoint %s, step %lld)\n", c.a.input,
+                  to_stdout ? "stdout" : c.a.output, pp.logits ? ", logits" : "", which,
+                  (long long)step);
     return ro_end(&c, 0);
 }
 
