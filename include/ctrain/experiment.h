@@ -173,8 +173,27 @@ CT_API ct_task_kind ct_experiment_task_kind(const ct_experiment *e);
 CT_API ct_status ct_experiment_fit(ct_experiment *e);
 
 /* Loads a checkpoint ("latest", "best" or a path) into the model for evaluation: the EMA
- * weights when the run keeps an EMA, as its evaluations did. *step receives its step. */
+ * weights when the run keeps an EMA, as its evaluations did. *step receives its step.
+ * ct_experiment_load_with(e, which, true, step, NULL). */
 CT_API ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step);
+
+/* The weights ct_experiment_load_with put into the model. */
+typedef enum ct_weights_kind {
+    CT_WEIGHTS_TRAINED, /* a checkpoint's model.safetensors */
+    CT_WEIGHTS_EMA,     /* a checkpoint's ema.safetensors */
+    CT_WEIGHTS_FILE,    /* a safetensors file of the model's tensors (from PyTorch, say) */
+} ct_weights_kind;
+
+/*
+ * ct_experiment_load, with a choice: `which` ending in ".safetensors" names a weights file
+ * holding every tensor of the model by name and of its shape, nothing else (*step -1); any
+ * other `which` is a checkpoint, whose EMA weights are loaded when the run keeps an EMA, the
+ * checkpoint has them and `ema` is true, else its trained weights. *kind (may be NULL)
+ * receives which. Errors: as ct_experiment_load's, and those of ct_safetensors_load naming
+ * the file and the tensor for a file that does not fit the model.
+ */
+CT_API ct_status ct_experiment_load_with(
+    ct_experiment *e, const char *which, bool ema, int64_t *step, ct_weights_kind *kind);
 
 /*
  * Runs the model over the features in `input` (a .npy array (N, sample...) of the training

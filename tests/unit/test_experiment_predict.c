@@ -3,7 +3,8 @@
  * .npy predictions of a classifier (softmax rows, the argmax as the class, the same numbers in
  * both forms) and of a regression; a classifier's logits, and rows written to a stream; what
  * predict refuses, writing nothing; and text sampled from a byte-level language model, the
- * same for the same seed, and greedy at temperature 0.
+ * same for the same seed, and greedy at temperature 0. Loading says which weights it took: a
+ * checkpoint's EMA weights unless asked not to, or a bare safetensors file's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctrain/checkpoint.h"
 #include "ctrain/config.h"
 #include "ctrain/ctrain.h"
 #include "ctrain/experiment.h"
@@ -177,6 +179,63 @@ static void experiment_predict_should_write_logits_and_rows_to_a_stream(void) {
     ct_config_destroy(cfg);
 }
 
+/* The predictions of e's current weights for x, as CSV text into buf. */
+static void predictions(ct_experiment *e, const char *x, char *buf, size_t size) {
+    buf[0] = 0;
+    FILE *f = fmemopen(buf, size, "w");
+    ct_predict_params pp = ct_predict_default_params();
+    pp.stream = f;
+    CT_CHECK_MSG(f && ct_experiment_predict_with(e, x, NULL, &pp) == CT_OK, "%s",
+                 ct_last_error(ctx));
+    if (f) (void)fclose(f);
+}
+
+static void experiment_load_should_take_ema_trained_or_file_weights_and_say_which(void) {
+    ct_config *cfg;
+    ct_experiment *e = trained("ema",
+                               "data:\n"
+                               "  train: {type: synthetic, kind: blobs, n: 90, features: 4, "
+                               "classes: 3}\n"
+                               "  batch_size: 30\n"
+                               "model: {type: mlp, hidden: [5]}\n"
+                               "trainer: {max_epochs: 2, ema: {decay: 0.5}}\n",
+                               &cfg);
+    if (!e) return;
+    char x[256], dir[1100], file[1200];
+    path_in(x, sizeof x, "xe.npy");
+    CT_CHECK(write_npy(x, 4, 4));
+    static char with_ema[4096], trained_w[4096], from_file[4096];
+    ct_weights_kind kind = CT_WEIGHTS_FILE;
+    int64_t step = 0;
+    CT_CHECK(ct_experiment_load_with(e, "latest", true, &step, &kind) == CT_OK);
+    CT_CHECK(kind == CT_WEIGHTS_EMA && step == 6);
+    predictions(e, x, with_ema, sizeof with_ema);
+    CT_CHECK(ct_experiment_load_with(e, "latest", false, &step, &kind) == CT_OK);
+    CT_CHECK(kind == CT_WEIGHTS_TRAINED && step == 6);
+    predictions(e, x, trained_w, sizeof trained_w);
+    CT_CHECK(strcmp(with_ema, trained_w) != 0);
+    /* the checkpoint's model.safetensors as a bare file: the trained weights */
+    CT_CHECK(ct_checkpoint_resolve(ctx, ct_experiment_output_dir(e), "latest", dir, sizeof dir,
+                                   NULL) == CT_OK);
+    (void)snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    CT_CHECK_MSG(ct_experiment_load_with(e, file, true, &step, &kind) == CT_OK, "%s",
+                 ct_last_error(ctx));
+    CT_CHECK(kind == CT_WEIGHTS_FILE && step == -1);
+    predictions(e, x, from_file, sizeof from_file);
+    CT_CHECK(strcmp(from_file, trained_w) == 0);
+    /* another model's tensors (hidden 6, not 5): refused, naming the file */
+    ct_config *cfg2;
+    ct_experiment *other = trained("other", CLASSIFIER, &cfg2);
+    CT_CHECK(other && ct_experiment_load_with(other, file, true, NULL, NULL) == CT_ERR_SHAPE);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "expected the model's tensors by name") != NULL &&
+                     strstr(ct_last_error(ctx), file) != NULL,
+                 "%s", ct_last_error(ctx));
+    ct_experiment_destroy(other);
+    ct_config_destroy(cfg2);
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+}
+
 static void experiment_predict_should_write_a_regressions_values(void) {
     ct_config *cfg;
     ct_experiment *e = trained("regression",
@@ -319,6 +378,7 @@ int main(void) {
     CT_RUN(experiment_predict_should_write_class_probabilities_as_csv_and_npy);
     CT_RUN(experiment_predict_should_write_logits_and_rows_to_a_stream);
     CT_RUN(experiment_predict_should_write_a_regressions_values);
+    CT_RUN(experiment_load_should_take_ema_trained_or_file_weights_and_say_which);
     CT_RUN(experiment_predict_should_refuse_inputs_and_outputs_it_cannot_take);
     CT_RUN(experiment_predict_should_sample_the_same_text_for_the_same_seed);
     ct_ctx_destroy(ctx);

@@ -27,7 +27,8 @@ void cli_usage(FILE *f) {
            "  fit CONFIG [--restart] [key=value ...]\n"
            "                                  train (resumes the run directory's latest "
            "checkpoint)\n"
-           "  eval CONFIG [--checkpoint best|latest|PATH] [--json] [key=value ...]\n"
+           "  eval CONFIG [--checkpoint best|latest|PATH|FILE.safetensors] [--no-ema] [--json]\n"
+           "       [key=value ...]\n"
            "                                  evaluate a checkpoint on every evaluation "
            "dataset\n"
            "  predict CONFIG --input X.npy --output OUT.csv|.npy|- [--logits] [--checkpoint ...]\n"
@@ -139,6 +140,9 @@ static int take_option(const char *cmd, int c, char **argv, cmd_args *a) {
     case 'L':
         a->logits = true;
         return 0;
+    case 'E':
+        a->no_ema = true;
+        return 0;
     case 'R':
         a->restart = true;
         return 0;
@@ -157,10 +161,11 @@ static int take_option(const char *cmd, int c, char **argv, cmd_args *a) {
 /* Refuses an option of another command: 0, or the exit code once said. */
 static int check_command_options(const char *cmd, const cmd_args *a) {
     bool loads = strcmp(cmd, "eval") == 0 || strcmp(cmd, "predict") == 0;
-    if ((!loads && strcmp(a->checkpoint, "best") != 0) || (a->json && strcmp(cmd, "eval") != 0)) {
+    if ((!loads && (strcmp(a->checkpoint, "best") != 0 || a->no_ema)) ||
+        (a->json && strcmp(cmd, "eval") != 0)) {
         (void)fprintf(stderr,
-                      "ctrain %s: --checkpoint is an option of eval and predict, --json "
-                      "of eval\n",
+                      "ctrain %s: --checkpoint and --no-ema are options of eval and predict, "
+                      "--json of eval\n",
                       cmd);
         return EXIT_USAGE;
     }
@@ -196,6 +201,7 @@ int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **o
         {"checkpoint", required_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},
         {"logits", no_argument, NULL, 'L'},
+        {"no-ema", no_argument, NULL, 'E'},
         {"reference", no_argument, NULL, 'r'},
         {"restart", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
@@ -232,13 +238,18 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                          "directory; a folder of other files is refused.\n--restart renames an "
                          "existing run directory to NAME.old-DATE-TIME and starts over.\n");
     else if (strcmp(cmd, "eval") == 0)
-        (void)fprintf(f, "usage: ctrain eval CONFIG [--checkpoint best|latest|PATH] [--json] "
-                         "[key=value ...]\n\nLoads a checkpoint of the run directory (default "
-                         "best, else latest) and runs every\nevaluation dataset once; prints the "
-                         "metrics (--json: one JSON object). Writes nothing.\n");
+        (void)fprintf(f,
+                      "usage: ctrain eval CONFIG [--checkpoint best|latest|PATH|FILE.safetensors] "
+                      "[--no-ema]\n                   [--json] [key=value ...]\n\n"
+                      "Loads a checkpoint of the run directory (default best, else latest), "
+                      "or the model's\ntensors from a safetensors file (PyTorch's, say), and "
+                      "runs every evaluation\ndataset once; prints the metrics (--json: one "
+                      "JSON object). A run with trainer.ema\nis scored on its EMA weights, as "
+                      "training was, unless --no-ema; stderr says which\nweights were scored. "
+                      "Writes nothing.\n");
     else if (strcmp(cmd, "predict") == 0)
         (void)fprintf(f, "usage: ctrain predict CONFIG --input X.npy --output OUT.csv|OUT.npy|- "
-                         "[--logits]\n                      [--checkpoint best|latest|PATH] "
+                         "[--logits]\n                      [--checkpoint ...] [--no-ema] "
                          "[key=value ...]\n\n"
                          "Runs the model of a checkpoint (default best, else latest) over the "
                          "features in X.npy\n(N samples of the training data's shape) and writes "

@@ -127,6 +127,7 @@ typedef struct cmd_args {
     double temperature;
     bool json, reference, help, restart;
     bool logits; /* predict: a classifier's raw scores instead of probabilities */
+    bool no_ema; /* eval, predict: a checkpoint's trained weights, not its EMA weights */
 } cmd_args;
 
 /* Parses a command's arguments into a; ov (argc + 1 slots) receives the overrides. 0, or the
