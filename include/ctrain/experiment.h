@@ -173,8 +173,27 @@ CT_API ct_task_kind ct_experiment_task_kind(const ct_experiment *e);
 CT_API ct_status ct_experiment_fit(ct_experiment *e);
 
 /* Loads a checkpoint ("latest", "best" or a path) into the model for evaluation: the EMA
- * weights when the run keeps an EMA, as its evaluations did. *step receives its step. */
+ * weights when the run keeps an EMA, as its evaluations did. *step receives its step.
+ * ct_experiment_load_with(e, which, true, step, NULL). */
 CT_API ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step);
+
+/* The weights ct_experiment_load_with put into the model. */
+typedef enum ct_weights_kind {
+    CT_WEIGHTS_TRAINED, /* a checkpoint's model.safetensors */
+    CT_WEIGHTS_EMA,     /* a checkpoint's ema.safetensors */
+    CT_WEIGHTS_FILE,    /* a safetensors file of the model's tensors (from PyTorch, say) */
+} ct_weights_kind;
+
+/*
+ * ct_experiment_load, with a choice: `which` ending in ".safetensors" names a weights file
+ * holding every tensor of the model by name and of its shape, nothing else (*step -1); any
+ * other `which` is a checkpoint, whose EMA weights are loaded when the run keeps an EMA, the
+ * checkpoint has them and `ema` is true, else its trained weights. *kind (may be NULL)
+ * receives which. Errors: as ct_experiment_load's, and those of ct_safetensors_load naming
+ * the file and the tensor for a file that does not fit the model.
+ */
+CT_API ct_status ct_experiment_load_with(
+    ct_experiment *e, const char *which, bool ema, int64_t *step, ct_weights_kind *kind);
 
 /*
  * Runs the model over the features in `input` (a .npy array (N, sample...) of the training
@@ -187,12 +206,29 @@ CT_API ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t
  */
 CT_API ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char *output);
 
+/* How ct_experiment_predict_with writes its rows. */
+typedef struct ct_predict_params {
+    bool logits;  /* a classifier's raw scores (CSV columns logit_j) instead of probabilities */
+    FILE *stream; /* when set, the CSV rows go to this stream and `output` is not used */
+} ct_predict_params;
+
+CT_API ct_predict_params ct_predict_default_params(void);
+
+/* ct_experiment_predict with params (NULL: the defaults). Logits of a model that is not a
+ * classifier are refused (CT_ERR_CONFIG): its values are already its outputs. */
+CT_API ct_status ct_experiment_predict_with(ct_experiment *e,
+                                            const char *input,
+                                            const char *output,
+                                            const ct_predict_params *params);
+
 /*
  * Samples n_tokens bytes from a byte-level language model (vocab 256, the `text` dataset's)
  * after `prompt`, writing the prompt and the continuation to out: at each position the logits
  * of the last token of the window (the last `context` tokens) are divided by temperature
  * (> 0), cut to the top_k largest (0 = all), and a token is drawn from their softmax with a
- * counter-based stream of `seed`, so the same arguments give the same text. Errors:
+ * counter-based stream of `seed`, so the same arguments give the same text. Temperature 0 is
+ * greedy decoding: the token of the largest logit (the lowest such byte on a tie), whatever
+ * top_k and seed. Errors:
  * CT_ERR_CONFIG for a model that is not a byte-level language model or a bad argument.
  */
 CT_API ct_status ct_experiment_generate(ct_experiment *e,

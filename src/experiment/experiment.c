@@ -448,19 +448,49 @@ ct_status ct_experiment_fit(ct_experiment *e) {
 }
 
 ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step) {
+    return ct_experiment_load_with(e, which, true, step, NULL);
+}
+
+/* A bare weights file: every tensor of the model by name, nothing else (strict). */
+static ct_status load_weights_file(ct_experiment *e, const char *path) {
+    ct_safetensors_load_params lp = ct_safetensors_load_default_params();
+    int64_t loaded = 0;
+    ct_status s = ct_safetensors_load(e->ctx, e->params, path, &lp, &loaded);
+    if (s == CT_ERR_IO) return s; /* its message names the file and why it cannot be read */
+    if (s != CT_OK)
+        return ct_err_wrap(e->ctx,
+                           "%s: expected the model's tensors by name, each of its shape "
+                           "(`ctrain inspect` on a checkpoint lists them)",
+                           path);
+    ct_log(e->ctx, CT_LOG_INFO, "weights: %lld tensors from %s", (long long)loaded, path);
+    return CT_OK;
+}
+
+ct_status ct_experiment_load_with(
+    ct_experiment *e, const char *which, bool ema, int64_t *step, ct_weights_kind *kind) {
+    size_t n = strlen(which), k = strlen(".safetensors");
+    if (n > k && strcmp(which + n - k, ".safetensors") == 0) {
+        CT_TRY(load_weights_file(e, which));
+        if (step) *step = -1;
+        if (kind) *kind = CT_WEIGHTS_FILE;
+        return CT_OK;
+    }
     char loaded[1100];
     int64_t st = 0, ep = 0;
     CT_TRY(ct_checkpoint_load(e->ctx, e->out_dir, which, e->params, NULL, NULL, NULL, &st, &ep,
                               loaded, sizeof loaded));
-    /* evaluation during training used the EMA weights: so does this one */
-    if (ct_exp_node(e, "trainer.ema")) {
+    ct_weights_kind got = CT_WEIGHTS_TRAINED;
+    /* evaluation during training used the EMA weights: so does this one, unless asked not to */
+    if (ema && ct_exp_node(e, "trainer.ema")) {
         char path[1200];
         (void)snprintf(path, sizeof path, "%s/ema.safetensors", loaded);
         if (access(path, F_OK) == 0) {
             ct_safetensors_load_params lp = ct_safetensors_load_default_params();
             CT_TRY(ct_safetensors_load(e->ctx, e->params, path, &lp, NULL));
+            got = CT_WEIGHTS_EMA;
         }
     }
     if (step) *step = st;
+    if (kind) *kind = got;
     return CT_OK;
 }

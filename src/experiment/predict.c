@@ -1,12 +1,13 @@
 /*
  * predict.c - a trained experiment's model used on new inputs: predictions for a .npy array of
- * samples (class probabilities or values, as CSV or .npy), and text sampled from a byte-level
- * language model. Both run in evaluation mode without gradients, in trainer.precision, and
- * change nothing in the run directory.
+ * samples (class probabilities, logits or values, as CSV or .npy, or CSV to a stream), and
+ * text sampled from a byte-level language model, drawn or greedy. Both run in evaluation mode
+ * without gradients, in trainer.precision, and change nothing in the run directory.
  *
  * Ownership: the caller loads the weights first (ct_experiment_load); what these functions
  * open (the input, a loader, a graph, buffers) they close before returning. Predictions are
- * written to OUTPUT.tmp and renamed over OUTPUT only when complete.
+ * written to OUTPUT.tmp and renamed over OUTPUT only when complete; a stream given in the
+ * params is the caller's, flushed but not closed.
  */
 #include <errno.h>
 #include <math.h>
@@ -67,15 +68,23 @@ static ct_status forward_failed(ct_ctx *ctx, ct_graph *g, const char *what) {
 
 /* ---- predictions ---- */
 
-/* What predict takes: a model that is not a language model, a .npy input and a .csv or .npy
- * output (*npy_out). */
-static ct_status
-check_paths(ct_experiment *e, const char *input, const char *output, bool *npy_out) {
+/* What predict takes: a model that is not a language model (logits only from a classifier), a
+ * .npy input and a .csv or .npy output (*npy_out) unless the rows go to a stream (CSV). */
+static ct_status check_paths(ct_experiment *e,
+                             const char *input,
+                             const char *output,
+                             const ct_predict_params *pp,
+                             bool *npy_out) {
     ct_ctx *ctx = e->ctx;
     if (e->task.kind == CT_TASK_LANGUAGE_MODEL)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: language models are not supported");
-    if (strlen(output) > 1000 || strlen(input) > 1000)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: a path longer than 1000 bytes");
+    if (pp->logits && e->task.kind != CT_TASK_CLASSIFICATION)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "predict: logits are a classifier's scores; this model's outputs are "
+                       "its values");
+    if (pp->stream) output = "stream.csv";
+    if (!output || strlen(output) > 1000 || strlen(input) > 1000)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: a path longer than 1000 bytes, or none");
     *npy_out = ends_with(output, ".npy");
     if (!*npy_out && !ends_with(output, ".csv"))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: output '%s': expected a .csv or .npy name",
@@ -104,31 +113,31 @@ static ct_status check_input(ct_experiment *e, const char *input, const ct_datas
 
 /* A CSV file's header line (index, the class, then a column per output), or the .npy header
  * for n rows of c floats. */
-static void write_header(FILE *f, bool npy_out, bool classify, int64_t n, int64_t c) {
+static void write_header(FILE *f, bool npy_out, bool classify, bool logits, int64_t n, int64_t c) {
     if (npy_out) {
         write_npy_header(f, n, c);
         return;
     }
     (void)fputs(classify ? "index,class" : "index", f);
     for (int64_t j = 0; j < c; j++)
-        (void)fprintf(f, classify ? ",p_%lld" : ",y_%lld", (long long)j);
+        (void)fprintf(f, logits ? ",logit_%lld" : classify ? ",p_%lld" : ",y_%lld", (long long)j);
     (void)fputc('\n', f);
 }
 
 /* One sample's c outputs r as a row: the class probabilities (a softmax in double, as the
- * metrics do) and *arg the likeliest class, or the values. */
-static void row_of(const float *r, int64_t c, bool classify, float *row, int64_t *arg) {
+ * metrics do) or the logits as they are, and *arg the likeliest class; or the values. */
+static void
+row_of(const float *r, int64_t c, bool classify, bool logits, float *row, int64_t *arg) {
     *arg = 0;
-    if (!classify) {
-        memcpy(row, r, sizeof(float) * (size_t)c);
-        return;
-    }
+    if (!classify || logits) memcpy(row, r, sizeof(float) * (size_t)c);
+    if (!classify) return;
     double mx = (double)r[0], sum = 0;
     for (int64_t j = 1; j < c; j++)
         if ((double)r[j] > mx) {
             mx = (double)r[j];
             *arg = j;
         }
+    if (logits) return;
     for (int64_t j = 0; j < c; j++)
         sum += exp((double)r[j] - mx);
     for (int64_t j = 0; j < c; j++)
@@ -149,8 +158,14 @@ static void write_row(
 }
 
 /* The model over every batch of l, a row per sample into f; row holds c floats. */
-static ct_status predict_batches(
-    ct_experiment *e, ct_loader *l, ct_graph *g, FILE *f, bool npy_out, float *row, int64_t c) {
+static ct_status predict_batches(ct_experiment *e,
+                                 ct_loader *l,
+                                 ct_graph *g,
+                                 FILE *f,
+                                 bool npy_out,
+                                 bool logits,
+                                 float *row,
+                                 int64_t c) {
     bool classify = e->task.kind == CT_TASK_CLASSIFICATION;
     ct_status s;
     ct_batch b;
@@ -162,7 +177,7 @@ static ct_status predict_batches(
         const float *outp = out->data;
         for (int64_t i = 0; i < b.size; i++) {
             int64_t arg;
-            row_of(outp + i * c, c, classify, row, &arg);
+            row_of(outp + i * c, c, classify, logits, row, &arg);
             write_row(f, npy_out, classify, b.index[i], arg, row, c);
         }
     }
@@ -182,10 +197,30 @@ finish_output(ct_ctx *ctx, FILE *f, const char *tmp, const char *output, ct_stat
     return s;
 }
 
+/* Flushes the caller's stream: the status, a failure said when everything before succeeded. */
+static ct_status finish_stream(ct_ctx *ctx, FILE *f, ct_status s) {
+    if ((fflush(f) != 0 || ferror(f)) && s == CT_OK)
+        s = CT_FAIL(ctx, CT_ERR_IO, "predict: writing the predictions failed: %s", strerror(errno));
+    return s;
+}
+
+ct_predict_params ct_predict_default_params(void) {
+    ct_predict_params p = {.logits = false, .stream = NULL};
+    return p;
+}
+
 ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char *output) {
+    return ct_experiment_predict_with(e, input, output, NULL);
+}
+
+ct_status ct_experiment_predict_with(ct_experiment *e,
+                                     const char *input,
+                                     const char *output,
+                                     const ct_predict_params *params) {
     ct_ctx *ctx = e->ctx;
+    ct_predict_params pp = params ? *params : ct_predict_default_params();
     bool npy_out = false;
-    CT_TRY(check_paths(e, input, output, &npy_out));
+    CT_TRY(check_paths(e, input, output, &pp, &npy_out));
     ct_option items[2] = {{"features", input}, {"nonfinite", ct_exp_str_at(e, "data.nonfinite")}};
     ct_options o = {items, 2, "predict: input"};
     ct_dataset *ds = NULL;
@@ -193,7 +228,7 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
     ct_graph *g = NULL;
     FILE *f = NULL;
     char tmp[1100];
-    (void)snprintf(tmp, sizeof tmp, "%s.tmp", output);
+    if (!pp.stream) (void)snprintf(tmp, sizeof tmp, "%s.tmp", output);
     CT_TRY(ct_dataset_open(ctx, "npy", &o, &ds));
     const ct_dataset_info *di = ct_dataset_info_of(ds);
     ct_status s = check_input(e, input, di);
@@ -201,19 +236,24 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
     lp.to_f32 = true;
     if (s == CT_OK) s = ct_loader_create(ctx, ds, &lp, &l);
     if (s == CT_OK) s = eval_graph(e, &g);
-    if (s == CT_OK && !(f = fopen(tmp, "wb")))
+    if (s == CT_OK && pp.stream) f = pp.stream;
+    if (s == CT_OK && !f && !(f = fopen(tmp, "wb")))
         s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     int64_t oshape[CT_MAX_DIMS];
     int32_t ond = ct_model_output_shape(e->model, oshape);
     int64_t c = 1;
     for (int32_t i = 0; i < ond; i++)
         c *= oshape[i];
-    if (s == CT_OK) write_header(f, npy_out, e->task.kind == CT_TASK_CLASSIFICATION, di->n, c);
+    if (s == CT_OK)
+        write_header(f, npy_out, e->task.kind == CT_TASK_CLASSIFICATION, pp.logits, di->n, c);
     float *row = s == CT_OK ? ct_alloc(ctx, sizeof(float) * (size_t)c) : NULL;
     if (s == CT_OK && !row) s = CT_FAIL(ctx, CT_ERR_OOM, "predict: out of memory");
-    if (s == CT_OK) s = predict_batches(e, l, g, f, npy_out, row, c);
+    if (s == CT_OK) s = predict_batches(e, l, g, f, npy_out, pp.logits, row, c);
     if (row) ct_free(ctx, row, sizeof(float) * (size_t)c);
-    if (f) s = finish_output(ctx, f, tmp, output, s);
+    if (f && pp.stream)
+        s = finish_stream(ctx, f, s);
+    else if (f)
+        s = finish_output(ctx, f, tmp, output, s);
     ct_graph_destroy(g);
     ct_loader_destroy(l);
     ct_dataset_close(ds);
@@ -222,11 +262,20 @@ ct_status ct_experiment_predict(ct_experiment *e, const char *input, const char 
 
 /* ---- sampling from a language model ---- */
 
+/* The token of the largest logit, the first on a tie: sampling at temperature 0. */
+static int64_t greedy_token(const float *logits, int64_t vocab) {
+    int64_t best = 0;
+    for (int64_t v = 1; v < vocab; v++)
+        if (logits[v] > logits[best]) best = v;
+    return best;
+}
+
 /* A token drawn from the distribution of logits[0..vocab) at `temperature`, among the top_k
  * largest (all when top_k is 0 or not below vocab; ties at the cut kept); p holds vocab
- * doubles of scratch. */
+ * doubles of scratch. Temperature 0 takes the largest, drawing nothing. */
 static int64_t sample_token(
     const float *logits, int64_t vocab, double temperature, int64_t top_k, double *p, ct_rng *rng) {
+    if (temperature == 0) return greedy_token(logits, vocab);
     /* the top_k-th largest logit is the cut (ties kept) */
     double cut = -(double)INFINITY;
     if (top_k > 0 && top_k < vocab) {
@@ -276,10 +325,10 @@ ct_status ct_experiment_generate(ct_experiment *e,
     if (e->task.kind != CT_TASK_LANGUAGE_MODEL || vocab != 256 || e->info.x_ndim != 1)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "generate: needs a byte-level language model (vocab 256, text data)");
-    if (!(temperature > 0) || !isfinite(temperature) || top_k < 0 || n_tokens < 0 ||
+    if (!(temperature >= 0) || !isfinite(temperature) || top_k < 0 || n_tokens < 0 ||
         n_tokens > 1000000)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "generate: expected temperature > 0, top_k >= 0 and 0..1000000 tokens");
+                       "generate: expected temperature >= 0, top_k >= 0 and 0..1000000 tokens");
     int64_t context = e->info.x_shape[0];
     size_t plen = strlen(prompt);
     if (plen == 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "generate: the prompt is empty");

@@ -405,6 +405,59 @@ why=
 [[ -e empty_run ]] && why="eval created empty_run/"
 verdict eval_no_checkpoint_writes_nothing "$why"
 
+# a safetensors file of the model's tensors (a checkpoint's model.safetensors here, PyTorch's
+# save_file output alike) is scored as it is: the same metrics as its checkpoint
+weights=$(latest_dir run)/model.safetensors
+if expect eval_weights_file 0 "scoring the weights of .*model\.safetensors" -- \
+    "$ctrain" eval tiny.yaml --json --checkpoint "$weights" ++output_dir=run; then
+    why=
+    [[ $("$jsonq" valid/acc out) == $("$jsonq" valid/acc eval_latest.json) ]] || why+="valid/acc; "
+    [[ $("$jsonq" test/loss out) == $("$jsonq" test/loss eval_latest.json) ]] || why+="test/loss; "
+    [[ $("$jsonq" weights out) == file ]] || why+="weights is not file; "
+    [[ $("$jsonq" step out) == null ]] || why+="step is not null; "
+    [[ -n $why ]] && why+="in: $(cat out)"
+    verdict eval_weights_file_matches_checkpoint "$why"
+fi
+expect eval_weights_file_text 0 '^valid \(.*model\.safetensors\): valid/acc [0-9.]+' -- \
+    "$ctrain" eval tiny.yaml --checkpoint "$weights" ++output_dir=run
+expect eval_weights_file_missing 2 'nothere\.safetensors' -- \
+    "$ctrain" eval tiny.yaml --checkpoint nothere.safetensors ++output_dir=run
+# another model's tensors: refused, naming the file and what was expected
+if "$ctrain" fit tiny.yaml ++output_dir=wide_run trainer.max_epochs=1 'model.hidden=[16]' \
+    >wide.out 2>&1; then
+    expect eval_weights_file_other_model 2 \
+        "wide_run/.*model\.safetensors.*expected the model's tensors by name, each of its shape" -- \
+        "$ctrain" eval tiny.yaml --checkpoint "$(latest_dir wide_run)/model.safetensors" \
+        ++output_dir=run
+else
+    fail eval_weights_file_other_model "fit: $(tail_of wide.out)"
+fi
+# a run with trainer.ema is scored on its EMA weights, as training scored it, and says so;
+# --no-ema scores the trained weights
+if expect ema_fit 0 -- "$ctrain" fit tiny.yaml ++output_dir=ema_run trainer.max_epochs=1 \
+    ++trainer.ema.decay=0.5; then
+    expect eval_ema 0 'scoring the EMA weights of checkpoint latest \(step [0-9]+\)' -- \
+        "$ctrain" eval tiny.yaml --json --checkpoint latest ++output_dir=ema_run \
+        trainer.max_epochs=1 ++trainer.ema.decay=0.5
+    why=
+    [[ $("$jsonq" valid/loss out) == $("$jsonq" valid/loss ema_run/metrics.jsonl) ]] ||
+        why+="valid/loss $("$jsonq" valid/loss out), the run recorded \
+$("$jsonq" valid/loss ema_run/metrics.jsonl); "
+    [[ $("$jsonq" weights out) == ema ]] || why+="weights is not ema"
+    verdict eval_ema_matches_fit "$why"
+    cp out eval_ema.json
+    expect eval_no_ema 0 'scoring the trained weights of checkpoint latest' -- \
+        "$ctrain" eval tiny.yaml --json --no-ema --checkpoint latest ++output_dir=ema_run \
+        trainer.max_epochs=1 ++trainer.ema.decay=0.5
+    why=
+    [[ $("$jsonq" valid/loss out) != $("$jsonq" valid/loss eval_ema.json) ]] ||
+        why+="the same valid/loss as the EMA weights; "
+    [[ $("$jsonq" weights out) == trained ]] || why+="weights is not trained"
+    verdict eval_no_ema_scores_trained_weights "$why"
+fi
+expect no_ema_not_for_fit 2 '--checkpoint and --no-ema are options of eval and predict' -- \
+    "$ctrain" fit tiny.yaml --no-ema ++output_dir=run
+
 # every relative path in an experiment file is taken from the file's folder, and the run's
 # config.yaml holds them absolute: a run made from one directory is evaluated from any other,
 # by its config.yaml or by the run directory itself
@@ -496,6 +549,28 @@ if expect predict_npy 0 -- "$ctrain" predict tiny.yaml --checkpoint latest --inp
         why+="the .npy's probabilities differ from the CSV's"
     verdict predict_npy_matches_csv "$why"
 fi
+# --output -: the same CSV on stdout (the summary on stderr), no file named '-'
+if expect predict_stdout 0 'x\.npy -> stdout with the trained weights of checkpoint latest \(step [0-9]+\)' -- "$ctrain" predict tiny.yaml \
+    --checkpoint latest --input x.npy --output - ++output_dir=run; then
+    why=$(diff out pred.csv | head -n 4 | tr '\n' '|')
+    [[ -e - ]] && why+="a file named '-' was written"
+    verdict predict_stdout_is_the_csv "$why"
+fi
+# --logits: the raw scores, whose softmax is the probabilities, with the same classes
+if expect predict_logits 0 'x\.npy -> stdout \(logits\) with' -- "$ctrain" predict tiny.yaml \
+    --checkpoint latest --input x.npy --output - --logits ++output_dir=run; then
+    why=$(paste -d, pred.csv out | awk -F, 'NR == 1 { if ($7 $9 $12 != "indexlogit_0logit_3")
+            print "header " $0; next }
+        { s = 0; for (i = 9; i <= 12; i++) s += exp($i)
+          if ($2 != $8) print "row " NR ": class " $2 " and " $8
+          for (i = 9; i <= 12; i++) { d = exp($i) / s - $(i - 6); if (d > 1e-6 || d < -1e-6)
+            print "row " NR ": softmax of the logits " exp($i) / s " != " $(i - 6) } }' | head -n 3)
+    verdict predict_logits_softmax_is_probabilities "$why"
+fi
+expect predict_logits_not_for_prompt 2 '--logits is for predictions of --input, not --prompt' -- \
+    "$ctrain" predict tiny.yaml --prompt x --logits ++output_dir=run
+expect eval_no_logits 2 'ctrain eval: --input, --output and --logits are options of predict' -- \
+    "$ctrain" eval tiny.yaml --logits ++output_dir=run
 snapshot run >after.txt
 verdict predict_writes_nothing "$(diff before.txt after.txt | head -n 6 | tr '\n' '|')"
 expect predict_wrong_shape 2 'x3\.npy: samples of shape \[3\], but the model takes .*\[8\]' -- \
@@ -583,6 +658,28 @@ if expect regression_fit 0 'valid epoch 2 step 24: .*mse [0-9.]+' -- \
     head -c 128 reg.npy | grep -q "'shape': (7, 2)" || why="not 7 x 2; "
     same_values "$(npy_values reg.npy)" "$(csv_values reg.csv 2)" || why+="the .npy differs from the CSV"
     verdict predict_regression_npy_matches_csv "$why"
+fi
+
+# ---- predict --prompt: text from a byte-level language model; --temperature 0 is greedy ----
+for _ in 1 2 3 4 5 6 7 8; do echo 'the cat sat on the mat and the dog sat on the log'; done >lm.txt
+cat >lm.yaml <<'YAML'
+data:
+  train: {type: text, files: lm.txt, context: 8}
+  batch_size: 8
+model: {type: gpt, n_layer: 1, n_head: 2, d_model: 16}
+trainer: {max_steps: 3, max_epochs: 0}
+logging: {progress: none}
+YAML
+if expect lm_fit 0 -- "$ctrain" fit lm.yaml ++output_dir=lm_run; then
+    # the likeliest byte each time: the same text whatever the seed and top-k
+    expect predict_greedy 0 '^the c' -- "$ctrain" predict lm.yaml --checkpoint latest \
+        --prompt 'the c' --tokens 20 --temperature 0 --seed 1 ++output_dir=lm_run
+    cp out greedy1.txt
+    expect predict_greedy_other_seed 0 -- "$ctrain" predict lm.yaml --checkpoint latest \
+        --prompt 'the c' --tokens 20 --temperature 0 --seed 2 --top-k 3 ++output_dir=lm_run
+    why=$(diff greedy1.txt out | head -n 4 | tr '\n' '|')
+    [[ $(head -c 25 greedy1.txt | wc -c) -eq 25 ]] || why+="not the prompt and 20 bytes"
+    verdict predict_greedy_ignores_seed "$why"
 fi
 
 # ---- logging.csv: metrics.csv holds metrics.jsonl's records in long form ----

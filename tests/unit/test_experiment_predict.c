@@ -1,8 +1,10 @@
 /*
  * test_experiment_predict.c - a trained experiment used on new inputs (predict.c): the CSV and
  * .npy predictions of a classifier (softmax rows, the argmax as the class, the same numbers in
- * both forms) and of a regression; what predict refuses, writing nothing; and text sampled
- * from a byte-level language model, the same for the same seed.
+ * both forms) and of a regression; a classifier's logits, and rows written to a stream; what
+ * predict refuses, writing nothing; and text sampled from a byte-level language model, the
+ * same for the same seed, and greedy at temperature 0. Loading says which weights it took: a
+ * checkpoint's EMA weights unless asked not to, or a bare safetensors file's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctrain/checkpoint.h"
 #include "ctrain/config.h"
 #include "ctrain/ctrain.h"
 #include "ctrain/experiment.h"
@@ -118,6 +121,121 @@ static void experiment_predict_should_write_class_probabilities_as_csv_and_npy(v
     ct_config_destroy(cfg);
 }
 
+/* The whole of a small file, or "" */
+static void slurp(const char *path, char *buf, size_t size) {
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(buf, 1, size - 1, f);
+    buf[n] = 0;
+    (void)fclose(f);
+}
+
+static void experiment_predict_should_write_logits_and_rows_to_a_stream(void) {
+    ct_config *cfg;
+    ct_experiment *e = trained("logits", CLASSIFIER, &cfg);
+    char x[256], probs[256], logits[256], streamed[256];
+    path_in(x, sizeof x, "xl.npy");
+    path_in(probs, sizeof probs, "pl.csv");
+    path_in(logits, sizeof logits, "l.csv");
+    path_in(streamed, sizeof streamed, "streamed.csv");
+    CT_CHECK(write_npy(x, 4, 4));
+    ct_predict_params pp = ct_predict_default_params();
+    pp.logits = true;
+    CT_CHECK_MSG(e && ct_experiment_predict(e, x, probs) == CT_OK, "%s", ct_last_error(ctx));
+    CT_CHECK_MSG(e && ct_experiment_predict_with(e, x, logits, &pp) == CT_OK, "%s",
+                 ct_last_error(ctx));
+    FILE *fp = fopen(probs, "r"), *fl = fopen(logits, "r");
+    char lp[512] = "", ll[512] = "";
+    CT_CHECK(fp && fgets(lp, sizeof lp, fp));
+    CT_CHECK(fl && fgets(ll, sizeof ll, fl) &&
+             strcmp(ll, "index,class,logit_0,logit_1,logit_2\n") == 0);
+    int rows = 0;
+    while (fp && fl && fgets(lp, sizeof lp, fp) && fgets(ll, sizeof ll, fl)) {
+        long long i1, c1, i2, c2;
+        double p[3], z[3];
+        CT_CHECK(sscanf(lp, "%lld,%lld,%lf,%lf,%lf", &i1, &c1, &p[0], &p[1], &p[2]) == 5);
+        CT_CHECK(sscanf(ll, "%lld,%lld,%lf,%lf,%lf", &i2, &c2, &z[0], &z[1], &z[2]) == 5);
+        CT_CHECK(i1 == i2 && c1 == c2);
+        double sum = exp(z[0]) + exp(z[1]) + exp(z[2]);
+        for (int j = 0; j < 3; j++)
+            CT_CHECK_CLOSE(exp(z[j]) / sum, p[j], 1e-6, 1e-6);
+        rows++;
+    }
+    CT_CHECK_INT(rows, 4);
+    if (fp) (void)fclose(fp);
+    if (fl) (void)fclose(fl);
+    /* to a stream: the same CSV, the output name unused */
+    FILE *f = fopen(streamed, "w");
+    pp.stream = f;
+    CT_CHECK_MSG(f && e && ct_experiment_predict_with(e, x, NULL, &pp) == CT_OK, "%s",
+                 ct_last_error(ctx));
+    if (f) (void)fclose(f);
+    static char a[4096], b[4096];
+    slurp(logits, a, sizeof a);
+    slurp(streamed, b, sizeof b);
+    CT_CHECK(a[0] && strcmp(a, b) == 0);
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+}
+
+/* The predictions of e's current weights for x, as CSV text into buf. */
+static void predictions(ct_experiment *e, const char *x, char *buf, size_t size) {
+    buf[0] = 0;
+    FILE *f = fmemopen(buf, size, "w");
+    ct_predict_params pp = ct_predict_default_params();
+    pp.stream = f;
+    CT_CHECK_MSG(f && ct_experiment_predict_with(e, x, NULL, &pp) == CT_OK, "%s",
+                 ct_last_error(ctx));
+    if (f) (void)fclose(f);
+}
+
+static void experiment_load_should_take_ema_trained_or_file_weights_and_say_which(void) {
+    ct_config *cfg;
+    ct_experiment *e = trained("ema",
+                               "data:\n"
+                               "  train: {type: synthetic, kind: blobs, n: 90, features: 4, "
+                               "classes: 3}\n"
+                               "  batch_size: 30\n"
+                               "model: {type: mlp, hidden: [5]}\n"
+                               "trainer: {max_epochs: 2, ema: {decay: 0.5}}\n",
+                               &cfg);
+    if (!e) return;
+    char x[256], dir[1100], file[1200];
+    path_in(x, sizeof x, "xe.npy");
+    CT_CHECK(write_npy(x, 4, 4));
+    static char with_ema[4096], trained_w[4096], from_file[4096];
+    ct_weights_kind kind = CT_WEIGHTS_FILE;
+    int64_t step = 0;
+    CT_CHECK(ct_experiment_load_with(e, "latest", true, &step, &kind) == CT_OK);
+    CT_CHECK(kind == CT_WEIGHTS_EMA && step == 6);
+    predictions(e, x, with_ema, sizeof with_ema);
+    CT_CHECK(ct_experiment_load_with(e, "latest", false, &step, &kind) == CT_OK);
+    CT_CHECK(kind == CT_WEIGHTS_TRAINED && step == 6);
+    predictions(e, x, trained_w, sizeof trained_w);
+    CT_CHECK(strcmp(with_ema, trained_w) != 0);
+    /* the checkpoint's model.safetensors as a bare file: the trained weights */
+    CT_CHECK(ct_checkpoint_resolve(ctx, ct_experiment_output_dir(e), "latest", dir, sizeof dir,
+                                   NULL) == CT_OK);
+    (void)snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    CT_CHECK_MSG(ct_experiment_load_with(e, file, true, &step, &kind) == CT_OK, "%s",
+                 ct_last_error(ctx));
+    CT_CHECK(kind == CT_WEIGHTS_FILE && step == -1);
+    predictions(e, x, from_file, sizeof from_file);
+    CT_CHECK(strcmp(from_file, trained_w) == 0);
+    /* another model's tensors (hidden 6, not 5): refused, naming the file */
+    ct_config *cfg2;
+    ct_experiment *other = trained("other", CLASSIFIER, &cfg2);
+    CT_CHECK(other && ct_experiment_load_with(other, file, true, NULL, NULL) == CT_ERR_SHAPE);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "expected the model's tensors by name") != NULL &&
+                     strstr(ct_last_error(ctx), file) != NULL,
+                 "%s", ct_last_error(ctx));
+    ct_experiment_destroy(other);
+    ct_config_destroy(cfg2);
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+}
+
 static void experiment_predict_should_write_a_regressions_values(void) {
     ct_config *cfg;
     ct_experiment *e = trained("regression",
@@ -143,6 +261,15 @@ static void experiment_predict_should_write_a_regressions_values(void) {
         rows += sscanf(line, "%lld,%lf,%lf", &index, &y0, &y1) == 3 && index == rows;
     CT_CHECK_INT(rows, 3);
     if (f) (void)fclose(f);
+    /* logits are a classifier's */
+    ct_predict_params pp = ct_predict_default_params();
+    pp.logits = true;
+    char lcsv[256];
+    path_in(lcsv, sizeof lcsv, "rl.csv");
+    CT_CHECK(e && ct_experiment_predict_with(e, x, lcsv, &pp) == CT_ERR_CONFIG);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "predict: logits are a classifier's scores") != NULL,
+                 "%s", ct_last_error(ctx));
+    CT_CHECK(access(lcsv, F_OK) != 0);
     ct_experiment_destroy(e);
     ct_config_destroy(cfg);
 }
@@ -190,6 +317,7 @@ static void experiment_predict_should_refuse_inputs_and_outputs_it_cannot_take(v
 static ct_status sample(ct_experiment *e,
                         const char *prompt,
                         int64_t n,
+                        double temperature,
                         uint64_t seed,
                         int64_t top_k,
                         char *buf,
@@ -197,7 +325,7 @@ static ct_status sample(ct_experiment *e,
     memset(buf, 0, size);
     FILE *f = fmemopen(buf, size, "w");
     if (!f) return CT_ERR_IO;
-    ct_status s = ct_experiment_generate(e, prompt, n, 0.8, top_k, seed, f);
+    ct_status s = ct_experiment_generate(e, prompt, n, temperature, top_k, seed, f);
     (void)fclose(f);
     return s;
 }
@@ -207,19 +335,28 @@ static void experiment_predict_should_sample_the_same_text_for_the_same_seed(voi
     ct_experiment *e = trained("lm", LANGUAGE_MODEL, &cfg);
     if (!e) return;
     char a[64], b[64], c[64];
-    CT_CHECK_MSG(sample(e, "The ", 40, 7, 5, a, sizeof a) == CT_OK, "%s", ct_last_error(ctx));
-    CT_CHECK(sample(e, "The ", 40, 7, 5, b, sizeof b) == CT_OK);
-    CT_CHECK(sample(e, "The ", 40, 8, 0, c, sizeof c) == CT_OK);
+    CT_CHECK_MSG(sample(e, "The ", 40, 0.8, 7, 5, a, sizeof a) == CT_OK, "%s", ct_last_error(ctx));
+    CT_CHECK(sample(e, "The ", 40, 0.8, 7, 5, b, sizeof b) == CT_OK);
+    CT_CHECK(sample(e, "The ", 40, 0.8, 8, 0, c, sizeof c) == CT_OK);
     CT_CHECK(memcmp(a, b, 44) == 0);
     CT_CHECK(memcmp(a, c, 44) != 0);
     CT_CHECK(memcmp(a, "The ", 4) == 0 && memcmp(c, "The ", 4) == 0);
-    CT_CHECK(sample(e, "", 4, 7, 5, a, sizeof a) == CT_ERR_CONFIG);
+    CT_CHECK(sample(e, "", 4, 0.8, 7, 5, a, sizeof a) == CT_ERR_CONFIG);
     CT_CHECK(strstr(ct_last_error(ctx), "generate: the prompt is empty") != NULL);
     FILE *devnull = fopen("/dev/null", "w");
-    CT_CHECK(devnull && ct_experiment_generate(e, "a", 4, 0.0, 5, 1, devnull) == CT_ERR_CONFIG);
-    CT_CHECK(strstr(ct_last_error(ctx), "generate: expected temperature > 0, top_k >= 0 and "
+    CT_CHECK(devnull && ct_experiment_generate(e, "a", 4, -1.0, 5, 1, devnull) == CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "generate: expected temperature >= 0, top_k >= 0 and "
                                         "0..1000000 tokens") != NULL);
     if (devnull) (void)fclose(devnull);
+    /* temperature 0: the likeliest byte each time, whatever the seed and top_k; a temperature
+       so small that only the largest logit keeps any weight draws the same */
+    char g1[64], g2[64], g3[64];
+    CT_CHECK_MSG(sample(e, "The ", 40, 0.0, 1, 5, g1, sizeof g1) == CT_OK, "%s",
+                 ct_last_error(ctx));
+    CT_CHECK(sample(e, "The ", 40, 0.0, 2, 0, g2, sizeof g2) == CT_OK);
+    CT_CHECK(sample(e, "The ", 40, 1e-12, 3, 0, g3, sizeof g3) == CT_OK);
+    CT_CHECK(memcmp(g1, g2, 44) == 0);
+    CT_CHECK(memcmp(g1, g3, 44) == 0);
     char x[256], out[256];
     path_in(x, sizeof x, "x16.npy");
     path_in(out, sizeof out, "lm.csv");
@@ -229,7 +366,7 @@ static void experiment_predict_should_sample_the_same_text_for_the_same_seed(voi
     ct_config_destroy(cfg);
     /* a classifier samples no text */
     e = trained("no_lm", CLASSIFIER, &cfg);
-    CT_CHECK(e && sample(e, "a", 4, 1, 0, a, sizeof a) == CT_ERR_CONFIG);
+    CT_CHECK(e && sample(e, "a", 4, 0.8, 1, 0, a, sizeof a) == CT_ERR_CONFIG);
     CT_CHECK(strstr(ct_last_error(ctx),
                     "generate: needs a byte-level language model (vocab 256, text data)") != NULL);
     ct_experiment_destroy(e);
@@ -239,7 +376,9 @@ static void experiment_predict_should_sample_the_same_text_for_the_same_seed(voi
 int main(void) {
     if (!mkdtemp(root) || ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(experiment_predict_should_write_class_probabilities_as_csv_and_npy);
+    CT_RUN(experiment_predict_should_write_logits_and_rows_to_a_stream);
     CT_RUN(experiment_predict_should_write_a_regressions_values);
+    CT_RUN(experiment_load_should_take_ema_trained_or_file_weights_and_say_which);
     CT_RUN(experiment_predict_should_refuse_inputs_and_outputs_it_cannot_take);
     CT_RUN(experiment_predict_should_sample_the_same_text_for_the_same_seed);
     ct_ctx_destroy(ctx);

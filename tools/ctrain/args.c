@@ -27,10 +27,11 @@ void cli_usage(FILE *f) {
            "  fit CONFIG [--restart] [key=value ...]\n"
            "                                  train (resumes the run directory's latest "
            "checkpoint)\n"
-           "  eval CONFIG [--checkpoint best|latest|PATH] [--json] [key=value ...]\n"
+           "  eval CONFIG [--checkpoint best|latest|PATH|FILE.safetensors] [--no-ema] [--json]\n"
+           "       [key=value ...]\n"
            "                                  evaluate a checkpoint on every evaluation "
            "dataset\n"
-           "  predict CONFIG --input X.npy --output OUT.csv|.npy [--checkpoint ...]\n"
+           "  predict CONFIG --input X.npy --output OUT.csv|.npy|- [--logits] [--checkpoint ...]\n"
            "                                  write the model's predictions for X\n"
            "  config CONFIG [key=value ...]   check a configuration and print it resolved\n"
            "  config --reference              print every key (docs/config.md)\n"
@@ -136,6 +137,12 @@ static int take_option(const char *cmd, int c, char **argv, cmd_args *a) {
     case 's':
     case 't':
         return read_number(cmd, c, optarg, a);
+    case 'L':
+        a->logits = true;
+        return 0;
+    case 'E':
+        a->no_ema = true;
+        return 0;
     case 'R':
         a->restart = true;
         return 0;
@@ -154,10 +161,11 @@ static int take_option(const char *cmd, int c, char **argv, cmd_args *a) {
 /* Refuses an option of another command: 0, or the exit code once said. */
 static int check_command_options(const char *cmd, const cmd_args *a) {
     bool loads = strcmp(cmd, "eval") == 0 || strcmp(cmd, "predict") == 0;
-    if ((!loads && strcmp(a->checkpoint, "best") != 0) || (a->json && strcmp(cmd, "eval") != 0)) {
+    if ((!loads && (strcmp(a->checkpoint, "best") != 0 || a->no_ema)) ||
+        (a->json && strcmp(cmd, "eval") != 0)) {
         (void)fprintf(stderr,
-                      "ctrain %s: --checkpoint is an option of eval and predict, --json "
-                      "of eval\n",
+                      "ctrain %s: --checkpoint and --no-ema are options of eval and predict, "
+                      "--json of eval\n",
                       cmd);
         return EXIT_USAGE;
     }
@@ -165,8 +173,14 @@ static int check_command_options(const char *cmd, const cmd_args *a) {
         (void)fprintf(stderr, "ctrain %s: --restart is an option of fit\n", cmd);
         return EXIT_USAGE;
     }
-    if ((a->input || a->output || a->prompt) && strcmp(cmd, "predict") != 0) {
-        (void)fprintf(stderr, "ctrain %s: --input and --output are options of predict\n", cmd);
+    if ((a->input || a->output || a->prompt || a->logits) && strcmp(cmd, "predict") != 0) {
+        (void)fprintf(stderr, "ctrain %s: --input, --output and --logits are options of predict\n",
+                      cmd);
+        return EXIT_USAGE;
+    }
+    if (a->logits && a->prompt) {
+        (void)fprintf(stderr, "ctrain %s: --logits is for predictions of --input, not --prompt\n",
+                      cmd);
         return EXIT_USAGE;
     }
     if (a->reference && strcmp(cmd, "config") != 0) {
@@ -186,6 +200,8 @@ int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **o
     static const struct option opts[] = {
         {"checkpoint", required_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},
+        {"logits", no_argument, NULL, 'L'},
+        {"no-ema", no_argument, NULL, 'E'},
         {"reference", no_argument, NULL, 'r'},
         {"restart", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
@@ -222,22 +238,29 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                          "directory; a folder of other files is refused.\n--restart renames an "
                          "existing run directory to NAME.old-DATE-TIME and starts over.\n");
     else if (strcmp(cmd, "eval") == 0)
-        (void)fprintf(f, "usage: ctrain eval CONFIG [--checkpoint best|latest|PATH] [--json] "
-                         "[key=value ...]\n\nLoads a checkpoint of the run directory (default "
-                         "best, else latest) and runs every\nevaluation dataset once; prints the "
-                         "metrics (--json: one JSON object). Writes nothing.\n");
-    else if (strcmp(cmd, "predict") == 0)
         (void)fprintf(f,
-                      "usage: ctrain predict CONFIG --input X.npy --output OUT.csv|OUT.npy "
-                      "[--checkpoint best|latest|PATH]\n                      [key=value ...]\n\n"
-                      "Runs the model of a checkpoint (default best, else latest) over the "
-                      "features in X.npy\n(N samples of the training data's shape) and writes "
-                      "the class and class probabilities\n(classification) or the values "
-                      "(regression) per sample. Writes nothing into the run.\n\n"
-                      "       ctrain predict CONFIG --prompt TEXT [--tokens N (200)] "
-                      "[--temperature T (0.8)]\n                      [--top-k K (40)] "
-                      "[--seed S (0)] [--checkpoint ...]\n\nWith --prompt (a byte-level "
-                      "language model): prints TEXT and N sampled bytes.\n");
+                      "usage: ctrain eval CONFIG [--checkpoint best|latest|PATH|FILE.safetensors] "
+                      "[--no-ema]\n                   [--json] [key=value ...]\n\n"
+                      "Loads a checkpoint of the run directory (default best, else latest), "
+                      "or the model's\ntensors from a safetensors file (PyTorch's, say), and "
+                      "runs every evaluation\ndataset once; prints the metrics (--json: one "
+                      "JSON object). A run with trainer.ema\nis scored on its EMA weights, as "
+                      "training was, unless --no-ema; stderr says which\nweights were scored. "
+                      "Writes nothing.\n");
+    else if (strcmp(cmd, "predict") == 0)
+        (void)fprintf(f, "usage: ctrain predict CONFIG --input X.npy --output OUT.csv|OUT.npy|- "
+                         "[--logits]\n                      [--checkpoint ...] [--no-ema] "
+                         "[key=value ...]\n\n"
+                         "Runs the model of a checkpoint (default best, else latest) over the "
+                         "features in X.npy\n(N samples of the training data's shape) and writes "
+                         "the class and class probabilities\n(classification; --logits: the raw "
+                         "scores instead) or the values (regression) per\nsample. --output - "
+                         "writes the CSV to stdout. Writes nothing into the run.\n\n"
+                         "       ctrain predict CONFIG --prompt TEXT [--tokens N (200)] "
+                         "[--temperature T (0.8)]\n                      [--top-k K (40)] "
+                         "[--seed S (0)] [--checkpoint ...]\n\nWith --prompt (a byte-level "
+                         "language model): prints TEXT and N sampled bytes;\n--temperature 0 "
+                         "takes the likeliest byte each time (greedy decoding).\n");
     else if (strcmp(cmd, "report") == 0)
         (void)fprintf(f, "usage: ctrain report RUN_DIR [--output FILE.html] [--svg DIR] [--log]\n\n"
                          "Writes one self-contained HTML page (inline SVG, no script) from the "

@@ -26,12 +26,35 @@ bool cli_pointer_exists(const char *run, const char *name) {
     return lstat(path, &st) == 0 || errno != ENOENT;
 }
 
+/* What the loaded weights are, for the messages: "the EMA weights of checkpoint latest (step
+ * 12)", "the weights of FILE". */
+static void
+describe_weights(char *buf, size_t size, const char *which, int64_t step, ct_weights_kind kind) {
+    if (kind == CT_WEIGHTS_FILE)
+        (void)snprintf(buf, size, "the weights of %s", which);
+    else
+        (void)snprintf(buf, size, "the %s weights of checkpoint %s (step %lld)",
+                       kind == CT_WEIGHTS_EMA ? "EMA" : "trained", which, (long long)step);
+}
+
 /* Loads `*which` into the experiment: 0, or the exit code once the reason is said. 1 is damage
  * (a checkpoint that fails its checks, a damaged `best` or one naming no checkpoint, a `latest`
  * with no intact checkpoint to fall back to), 2 a wrong request (no checkpoint there, or one
- * that does not fit the model). The default "best" means "latest" in a run that never saved a
- * best (no monitor), said on stderr; a damaged `best` is never a reason to score other weights. */
-static int load_checkpoint(ct_ctx *ctx, ct_experiment *e, const char **which, int64_t *step) {
+ * that does not fit the model, or a weights file that is not the model's). The default "best"
+ * means "latest" in a run that never saved a best (no monitor), said on stderr; a damaged
+ * `best` is never a reason to score other weights. A name ending in .safetensors is a weights
+ * file, read whatever the run directory holds. */
+static int load_checkpoint(ct_ctx *ctx,
+                           ct_experiment *e,
+                           const char **which,
+                           bool ema,
+                           int64_t *step,
+                           ct_weights_kind *kind) {
+    size_t n = strlen(*which), k = strlen(".safetensors");
+    if (n > k && strcmp(*which + n - k, ".safetensors") == 0) {
+        ct_status st = ct_experiment_load_with(e, *which, ema, step, kind);
+        return st == CT_OK ? 0 : cli_fail(ctx, st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE);
+    }
     const char *root = ct_experiment_output_dir(e);
     bool best = strcmp(*which, "best") == 0;
     if (best && !cli_pointer_exists(root, "best")) {
@@ -47,7 +70,7 @@ static int load_checkpoint(ct_ctx *ctx, ct_experiment *e, const char **which, in
         return cli_fail(ctx, EXIT_RUN_FAILED);
     }
     if (st != CT_OK) return cli_fail(ctx, st == CT_ERR_IO ? EXIT_USAGE : EXIT_RUN_FAILED);
-    st = ct_experiment_load(e, dir, step);
+    st = ct_experiment_load_with(e, dir, ema, step, kind);
     if (st != CT_OK) return cli_fail(ctx, st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE);
     return 0;
 }
@@ -115,8 +138,11 @@ int cli_cmd_predict(int argc, char **argv) {
     if (rc >= 0) return c.ctx ? ro_end(&c, rc) : rc;
     const char *which = c.a.checkpoint;
     int64_t step = 0;
-    int failed = load_checkpoint(c.ctx, c.e, &which, &step);
+    ct_weights_kind kind = CT_WEIGHTS_TRAINED;
+    int failed = load_checkpoint(c.ctx, c.e, &which, !c.a.no_ema, &step, &kind);
     if (failed) return ro_end(&c, failed);
+    char weights[4400];
+    describe_weights(weights, sizeof weights, which, step, kind);
     ct_status st;
     if (c.a.prompt) {
         st = ct_experiment_generate(c.e, c.a.prompt, c.a.tokens, c.a.temperature, c.a.top_k,
@@ -124,17 +150,20 @@ int cli_cmd_predict(int argc, char **argv) {
         (void)putchar('\n');
         if (st != CT_OK)
             return ro_end(&c, cli_fail(c.ctx, st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED));
-        (void)fprintf(stderr, "ctrain predict: %lld bytes sampled (checkpoint %s, step %lld)\n",
-                      c.a.tokens, which, (long long)step);
+        (void)fprintf(stderr, "ctrain predict: %lld bytes sampled with %s\n", c.a.tokens, weights);
         return ro_end(&c, 0);
     }
-    st = ct_experiment_predict(c.e, c.a.input, c.a.output);
+    ct_predict_params pp = ct_predict_default_params();
+    pp.logits = c.a.logits;
+    bool to_stdout = strcmp(c.a.output, "-") == 0;
+    if (to_stdout) pp.stream = stdout;
+    st = ct_experiment_predict_with(c.e, c.a.input, c.a.output, &pp);
     if (st != CT_OK)
         return ro_end(&c,
                       cli_fail(c.ctx, st == CT_ERR_OOM || st == CT_ERR_INTERNAL ? EXIT_RUN_FAILED
                                                                                 : EXIT_USAGE));
-    (void)fprintf(stderr, "ctrain predict: %s -> %s (checkpoint %s, step %lld)\n", c.a.input,
-                  c.a.output, which, (long long)step);
+    (void)fprintf(stderr, "ctrain predict: %s -> %s%s with %s\n", c.a.input,
+                  to_stdout ? "stdout" : c.a.output, pp.logits ? " (logits)" : "", weights);
     return ro_end(&c, 0);
 }
 
@@ -151,11 +180,20 @@ int cli_cmd_eval(int argc, char **argv) {
     }
     const char *which = c.a.checkpoint;
     int64_t step = 0;
-    int failed = load_checkpoint(c.ctx, c.e, &which, &step);
+    ct_weights_kind kind = CT_WEIGHTS_TRAINED;
+    int failed = load_checkpoint(c.ctx, c.e, &which, !c.a.no_ema, &step, &kind);
     if (failed) return ro_end(&c, failed);
+    char weights[4400];
+    describe_weights(weights, sizeof weights, which, step, kind);
+    (void)fprintf(stderr, "ctrain eval: scoring %s\n", weights);
     json_t *obj = json_object();
-    (void)json_object_set_new(obj, "step", json_integer((json_int_t)step));
+    (void)json_object_set_new(obj, "step",
+                              step >= 0 ? json_integer((json_int_t)step) : json_null());
     (void)json_object_set_new(obj, "checkpoint", json_string(which));
+    (void)json_object_set_new(obj, "weights",
+                              json_string(kind == CT_WEIGHTS_EMA    ? "ema"
+                                          : kind == CT_WEIGHTS_FILE ? "file"
+                                                                    : "trained"));
     ct_trainer *t = ct_experiment_trainer(c.e);
     for (int64_t k = 0; k < n_eng && rc < 0; k++) {
         if (ct_trainer_evaluate(t, keys[k]) != CT_OK) {
@@ -164,7 +202,10 @@ int cli_cmd_eval(int argc, char **argv) {
         }
         int64_t n;
         const ct_metric_value *v = ct_trainer_metrics(t, keys[k], &n);
-        if (!c.a.json) (void)printf("%s (step %lld):", keys[k], (long long)step);
+        if (!c.a.json && step >= 0)
+            (void)printf("%s (step %lld):", keys[k], (long long)step);
+        else if (!c.a.json)
+            (void)printf("%s (%s):", keys[k], which);
         for (int64_t i = 0; i < n; i++) {
             if (c.a.json)
                 (void)json_object_set_new(
