@@ -680,6 +680,9 @@ if expect lm_fit 0 -- "$ctrain" fit lm.yaml ++output_dir=lm_run; then
     why=$(diff greedy1.txt out | head -n 4 | tr '\n' '|')
     [[ $(head -c 25 greedy1.txt | wc -c) -eq 25 ]] || why+="not the prompt and 20 bytes"
     verdict predict_greedy_ignores_seed "$why"
+    expect predict_negative_temperature 2 "--temperature: expected a decimal number >= 0, got '-1'" \
+        -- "$ctrain" predict lm.yaml --checkpoint latest --prompt 'the c' --temperature -1 \
+        ++output_dir=lm_run
 fi
 
 # ---- logging.csv: metrics.csv holds metrics.jsonl's records in long form ----

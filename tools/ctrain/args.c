@@ -92,12 +92,12 @@ static int read_number(const char *cmd, int c, const char *text, cmd_args *a) {
     errno = 0;
     double v = strtod(text, &end);
     if (end == text || *end || errno || !(v >= 0) || (c != 't' && v != floor(v))) {
-        (void)fprintf(stderr, "ctrain %s: --%s: expected a %s number, got '%s'\n", cmd,
+        (void)fprintf(stderr, "ctrain %s: --%s: expected a %s number >= 0, got '%s'\n", cmd,
                       c == 'n'   ? "tokens"
                       : c == 'k' ? "top-k"
                       : c == 's' ? "seed"
                                  : "temperature",
-                      c == 't' ? "positive" : "whole", text);
+                      c == 't' ? "decimal" : "whole", text);
         return EXIT_USAGE;
     }
     if (c == 'n') a->tokens = (long long)v;
