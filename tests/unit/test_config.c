@@ -1152,16 +1152,23 @@ static void schema_should_point_other_frameworks_names_at_ctrain_keys(void) {
     fx_fini(&f);
 }
 
+/* The text of `ctrain config --reference` (free it), or NULL after a failed check. */
+static char *reference_text(size_t *len) {
+    char *ref = NULL;
+    FILE *mem = open_memstream(&ref, len);
+    CT_CHECK(mem != NULL);
+    if (!mem) return NULL;
+    ct_experiment_write_reference(mem);
+    (void)fclose(mem);
+    return ref;
+}
+
 /* Every key the reference's table of other frameworks' names points at is a key of the schema,
  * or the type or warmup of a schedule. */
 static void schema_other_frameworks_names_should_point_at_real_keys(void) {
-    char *ref = NULL;
     size_t ref_len = 0;
-    FILE *mem = open_memstream(&ref, &ref_len);
-    CT_CHECK(mem != NULL);
-    if (!mem) return;
-    ct_experiment_write_reference(mem);
-    (void)fclose(mem);
+    char *ref = reference_text(&ref_len);
+    if (!ref) return;
     const char *table = strstr(ref, "| name | used by | ctrain key |");
     CT_CHECK(table != NULL);
     int64_t n, rows = 0;
@@ -1796,13 +1803,9 @@ static void component_keys_should_be_documented(void) {
 }
 
 static void schema_reference_should_equal_docs_config_md(void) {
-    char *ref = NULL;
     size_t ref_len = 0;
-    FILE *mem = open_memstream(&ref, &ref_len);
-    CT_CHECK(mem != NULL);
-    if (!mem) return;
-    ct_experiment_write_reference(mem);
-    (void)fclose(mem);
+    char *ref = reference_text(&ref_len);
+    if (!ref) return;
     size_t doc_len = 0;
     char *doc = read_file(CT_SOURCE_DIR "/docs/config.md", &doc_len);
     CT_CHECK_MSG(doc != NULL, "cannot read " CT_SOURCE_DIR "/docs/config.md");

@@ -81,14 +81,14 @@ static void *signal_thread(void *arg) {
     return NULL;
 }
 
-/* oneDNN 2.6's JIT GEMM kernels point rsp into the heap while they run (oneDNN issue 4845,
- * fixed upstream in 2026): a signal handled on a thread inside one writes its frame there and
- * corrupts the heap (seen: about one SIGTERM in four right after an evaluation aborted in
- * free). So before fit starts any thread, the stop signals are blocked in this one (every
- * thread started later, OpenMP's, the loader's and MPI's, inherits the mask) and left to a
- * thread of their own. Until the handler is installed their default action still ends the
- * process. If that thread cannot start, signals are left as they were. OpenBLAS starts its
- * idle worker pool when it loads, before main (none with OPENBLAS_NUM_THREADS=1): those
+/* oneDNN 2.6's JIT GEMM kernels point rsp into the heap while they run (oneDNN's bug report
+ * github.com/oneapi-src/oneDNN/issues/4845, fixed upstream in 2026): a signal handled on a thread
+ * inside one writes its frame there and corrupts the heap (seen: about one SIGTERM in four right
+ * after an evaluation aborted in free). So before fit starts any thread, the stop signals are
+ * blocked in this one (every thread started later, OpenMP's, the loader's and MPI's, inherits the
+ * mask) and left to a thread of their own. Until the handler is installed their default action
+ * still ends the process. If that thread cannot start, signals are left as they were. OpenBLAS
+ * starts its idle worker pool when it loads, before main (none with OPENBLAS_NUM_THREADS=1): those
  * workers can take the signals too, which is harmless, as they never run oneDNN code. */
 void cli_route_signals(void) {
     sigset_t set, old;
