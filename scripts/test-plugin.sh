@@ -18,7 +18,7 @@ ctrain=$prefix/bin/ctrain
 # From a checkout, without pkg-config knowing ctrain: the Makefile takes the checkout's headers.
 mkdir -p "$prefix/checkout/examples"
 cp -r "$src/examples/plugin" "$prefix/checkout/examples/plugin"
-ln -s "$src/include" "$prefix/checkout/include"
+ln -s "$(realpath "$src/include")" "$prefix/checkout/include"
 rm -f "$prefix/checkout/examples/plugin/libmytask.so"
 PKG_CONFIG_PATH= PKG_CONFIG_LIBDIR=/nonexistent make -s -C "$prefix/checkout/examples/plugin" \
     CFLAGS="-O2 -Wall -Wextra -Werror" >/dev/null
@@ -114,4 +114,27 @@ cat bad.out
 [[ $rc -eq 2 ]] || { echo "a plugin model with too few outputs: exit $rc, expected 2"; exit 1; }
 grep -q "key 'model\.out' (1): a sample \[2\] of data\.train gives an output \[1\]" bad.out ||
     { echo "the error does not name model.out and both shapes"; exit 1; }
+# A symbol of the wrong kind is refused by its tag (exit 2, saying what it is), never called:
+# a dataset named as the model, a function named as the task, a struct of another plugin ABI.
+cat > abi.c <<'C'
+#include <ctrain/ctrain.h>
+int not_a_task(void);
+int not_a_task(void) { return 1; }
+const ct_metric_vtable old_metric = {.tag = CT_PLUGIN_TAG(3) - CT_PLUGIN_ABI, .name = "old"};
+C
+# shellcheck disable=SC2046
+cc -std=c11 -fPIC -shared $(pkg-config --cflags ctrain) -o libabi.so abi.c
+early fit '++model.symbol=my_data' \
+    "symbol 'my_data' of plugin '.*libmytask.so' is a ctrain dataset .ct_dataset_vtable., not a model"
+early fit 'metrics.valid.1={plugin: ./libabi.so, symbol: old_metric}' \
+    "built for plugin ABI 0, this ctrain takes 1: rebuild the plugin"
+set +e
+"$ctrain" fit experiment.yaml ++output_dir="$prefix/bad" '++task={plugin: ./libabi.so, symbol: not_a_task}' \
+    >bad.out 2>&1
+rc=$?
+set -e
+cat bad.out
+[[ $rc -eq 2 ]] || { echo "a function named as the task: exit $rc, expected 2"; exit 1; }
+grep -q "symbol 'not_a_task' of plugin .* is not a ctrain task: expected a ct_task whose first member is .tag = CT_PLUGIN_TASK" bad.out ||
+    { echo "the error does not say the symbol is no task"; exit 1; }
 echo "plugin: ok (test/acc $acc, valid/error $verr)"

@@ -108,6 +108,7 @@ static void xor_close(ct_ctx *ctx, void *self) {
 }
 
 const ct_dataset_vtable my_data = {
+    .tag = CT_PLUGIN_DATASET, /* what this struct is, for the plugin ABI these headers describe */
     .name = "xor",
     .open = xor_open,
     .get = xor_get,
@@ -126,6 +127,7 @@ static ct_tensor *smoothed_ce(void *user, ct_graph *g, ct_tensor *output, ct_ten
 }
 
 const ct_task my_task = {
+    .tag = CT_PLUGIN_TASK,
     .kind = CT_TASK_CLASSIFICATION,
     .prep_batch = NULL, /* the default: the batch's x and y */
     .loss = smoothed_ce,
@@ -199,6 +201,7 @@ static void net_destroy(ct_ctx *ctx, void *self) {
 }
 
 const ct_model_vtable my_model = {
+    .tag = CT_PLUGIN_MODEL,
     .name = "my_model",
     .create = net_create,
     .init = net_init,
@@ -261,6 +264,7 @@ static void err_compute(const void *self, const double *accum, double *values) {
 }
 
 const ct_metric_vtable my_metric = {
+    .tag = CT_PLUGIN_METRIC,
     .name = "error_rate",
     .open = err_open,
     .value_name = err_value_name,

@@ -47,7 +47,8 @@ typedef struct ct_dataset_info {
 
 /* The functions behind a dataset type; built-in types and plugins provide one each. */
 typedef struct ct_dataset_vtable {
-    const char *name; /* the type name in configs */
+    ct_plugin_tag tag; /* CT_PLUGIN_DATASET in a plugin, 0 in the library (status.h) */
+    const char *name;  /* the type name in configs */
     /* Opens a dataset from options. On failure: a status and message; *self is NULL. */
     ct_status (*open)(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void **self);
     /* Writes sample i's features (info x shape and dtype) and target into x and y. */

@@ -79,7 +79,8 @@ typedef struct ct_metric_layout {
  * sum (so summing buffers across ranks sums the metric's statistics). Slots start at 0.
  */
 typedef struct ct_metric_vtable {
-    const char *name; /* the type name in configs */
+    ct_plugin_tag tag; /* CT_PLUGIN_METRIC in a plugin, 0 in the library (status.h) */
+    const char *name;  /* the type name in configs */
     /*
      * Reads options (failing with CT_ERR_CONFIG on an unknown key or bad value), makes private
      * state in *self (may stay NULL) and fills *layout. n_classes is the set's class count

@@ -132,6 +132,7 @@ CT_API ct_status ct_model_build_alloc(ct_ctx *ctx,
  * The vtable must outlive the model.
  */
 typedef struct ct_model_vtable {
+    ct_plugin_tag tag; /* CT_PLUGIN_MODEL in a plugin, 0 in the library (status.h) */
     const char *name;
     ct_status (*create)(ct_ctx *ctx,
                         const ct_options *opts,

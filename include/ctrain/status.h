@@ -109,6 +109,24 @@ typedef struct ct_ctx_params {
 #define CT_MAX_THREADS 1024
 
 /*
+ * The first member of every struct a plugin gives ctrain (ct_dataset_vtable, ct_model_vtable,
+ * ct_metric_vtable, ct_task): which kind it is and the plugin ABI of the headers it was built
+ * with. A plugin sets it to its kind's constant (`.tag = CT_PLUGIN_DATASET`); ctrain refuses a
+ * plugin symbol whose tag is not the one its place takes (a struct of another kind, a function,
+ * a plugin built against other headers) with a configuration error, instead of calling into it.
+ * The library's own types leave it 0. CT_PLUGIN_ABI changes when these structs do.
+ */
+typedef uint64_t ct_plugin_tag;
+#define CT_PLUGIN_ABI   1u
+#define CT_PLUGIN_MAGIC 0x4354504cu /* "CTPL" */
+#define CT_PLUGIN_TAG(kind)                                                                        \
+    ((ct_plugin_tag)CT_PLUGIN_MAGIC << 32 | (ct_plugin_tag)(kind) << 16 | CT_PLUGIN_ABI)
+#define CT_PLUGIN_DATASET CT_PLUGIN_TAG(1)
+#define CT_PLUGIN_MODEL   CT_PLUGIN_TAG(2)
+#define CT_PLUGIN_METRIC  CT_PLUGIN_TAG(3)
+#define CT_PLUGIN_TASK    CT_PLUGIN_TAG(4)
+
+/*
  * A context and everything made from it (graphs, stores, optimizers, kernel caches) is used by
  * one thread at a time: use one context per thread that trains or evaluates concurrently.
  */

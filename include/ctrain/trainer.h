@@ -47,6 +47,7 @@ struct json_t; /* jansson's JSON value */
  * Both return NULL on failure (with the graph's sticky status or CT_FAIL in the context).
  */
 typedef struct ct_task {
+    ct_plugin_tag tag; /* CT_PLUGIN_TASK in a plugin, 0 in the library (status.h) */
     ct_task_kind kind;
     ct_status (*prep_batch)(void *user,
                             ct_graph *g,

@@ -181,4 +181,4 @@ static ct_status cifar_check(ct_ctx *ctx, const ct_options *opts) {
 }
 
 const ct_dataset_vtable ct_dataset_cifar10 = {
-    "cifar10", cifar_open, cifar_get, cifar_close, cifar_check, cifar10_keys, cifar10_path_keys};
+    0, "cifar10", cifar_open, cifar_get, cifar_close, cifar_check, cifar10_keys, cifar10_path_keys};

@@ -949,5 +949,5 @@ static ct_status csv_check(ct_ctx *ctx, const ct_options *opts) {
     return csv_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_csv = {"csv",     csv_open, csv_get,      csv_close,
-                                          csv_check, csv_keys, csv_path_keys};
+const ct_dataset_vtable ct_dataset_csv = {0,         "csv",     csv_open, csv_get,
+                                          csv_close, csv_check, csv_keys, csv_path_keys};

@@ -171,8 +171,8 @@ static void subset_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, s, sizeof *s);
 }
 
-static const ct_dataset_vtable subset_vt = {"split", subset_open, subset_get, subset_close,
-                                            NULL,    NULL,        NULL};
+static const ct_dataset_vtable subset_vt = {0,    "split", subset_open, subset_get, subset_close,
+                                            NULL, NULL,    NULL};
 
 static ct_status
 make_subset(ct_dataset *parent, const int64_t *index, int64_t n, ct_dataset **out) {
@@ -282,7 +282,7 @@ static void standard_close(ct_ctx *ctx, void *self) {
 }
 
 static const ct_dataset_vtable standard_vt = {
-    "standardize", standard_open, standard_get, standard_close, NULL, NULL, NULL};
+    0, "standardize", standard_open, standard_get, standard_close, NULL, NULL, NULL};
 
 /* The data's features can be standardised, with statistics from stats_from or given. */
 static ct_status check_standardize(const ct_dataset *ds,

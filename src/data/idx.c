@@ -189,5 +189,5 @@ static ct_status idx_check(ct_ctx *ctx, const ct_options *opts) {
     return idx_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_idx = {"idx",     idx_open, idx_get,      idx_close,
-                                          idx_check, idx_keys, idx_path_keys};
+const ct_dataset_vtable ct_dataset_idx = {0,         "idx",     idx_open, idx_get,
+                                          idx_close, idx_check, idx_keys, idx_path_keys};

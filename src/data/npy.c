@@ -677,5 +677,5 @@ static ct_status npy_check(ct_ctx *ctx, const ct_options *opts) {
     return npy_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_npy = {"npy",     npy_open, npy_get,      npy_close,
-                                          npy_check, npy_keys, npy_path_keys};
+const ct_dataset_vtable ct_dataset_npy = {0,         "npy",     npy_open, npy_get,
+                                          npy_close, npy_check, npy_keys, npy_path_keys};

@@ -199,6 +199,11 @@ static ct_status synthetic_check(ct_ctx *ctx, const ct_options *opts) {
     return synthetic_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_synthetic = {"synthetic",        synthetic_open,  synthetic_get,
-                                                synthetic_close,    synthetic_check, synthetic_keys,
+const ct_dataset_vtable ct_dataset_synthetic = {0,
+                                                "synthetic",
+                                                synthetic_open,
+                                                synthetic_get,
+                                                synthetic_close,
+                                                synthetic_check,
+                                                synthetic_keys,
                                                 synthetic_path_keys};

@@ -183,8 +183,8 @@ static ct_status text_check(ct_ctx *ctx, const ct_options *opts) {
     return text_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_text = {"text",     text_open, windows_get,   windows_close,
-                                           text_check, text_keys, text_path_keys};
+const ct_dataset_vtable ct_dataset_text = {
+    0, "text", text_open, windows_get, windows_close, text_check, text_keys, text_path_keys};
 
 /* ---- tokens: little-endian uint16 ids ---- */
 
@@ -235,5 +235,6 @@ static ct_status tokens_check(ct_ctx *ctx, const ct_options *opts) {
     return tokens_open(ctx, opts, NULL, &none);
 }
 
-const ct_dataset_vtable ct_dataset_tokens = {
-    "tokens", tokens_open, windows_get, windows_close, tokens_check, tokens_keys, tokens_path_keys};
+const ct_dataset_vtable ct_dataset_tokens = {0,           "tokens",        tokens_open,
+                                             windows_get, windows_close,   tokens_check,
+                                             tokens_keys, tokens_path_keys};

@@ -160,8 +160,49 @@ void ct_exp_add_option(ct_options *o, const char *key, const char *value) {
     o->count++;
 }
 
+/* The kinds of struct a plugin gives, by the kind field of their tag (status.h). */
+static const char *const k_plugin_kinds[][3] = {
+    {"", "", ""},
+    {"dataset", "ct_dataset_vtable", "CT_PLUGIN_DATASET"},
+    {"model", "ct_model_vtable", "CT_PLUGIN_MODEL"},
+    {"metric", "ct_metric_vtable", "CT_PLUGIN_METRIC"},
+    {"task", "ct_task", "CT_PLUGIN_TASK"},
+};
+#define N_PLUGIN_KINDS (sizeof k_plugin_kinds / sizeof k_plugin_kinds[0])
+
+/* The tag at the start of a plugin symbol against the one its place takes. A symbol of any
+ * kind is at least as large as a tag: a function's code, a struct, a variable of the plugin. */
+static ct_status check_tag(ct_experiment *e,
+                           const char *w,
+                           const char *path,
+                           const char *name,
+                           const void *sym,
+                           ct_plugin_tag want) {
+    ct_plugin_tag tag;
+    memcpy(&tag, sym, sizeof tag);
+    if (tag == want) return CT_OK;
+    uint64_t kind = (want >> 16) & 0xffffu, has = (tag >> 16) & 0xffffu;
+    const char *const *k = k_plugin_kinds[kind < N_PLUGIN_KINDS ? kind : 0];
+    if (tag >> 32 != CT_PLUGIN_MAGIC || has == 0 || has >= N_PLUGIN_KINDS)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s: symbol '%s' of plugin '%s' is not a ctrain %s: expected a %s whose "
+                       "first member is .tag = %s (ctrain/status.h)",
+                       w, name, path, k[0], k[1], k[2]);
+    if (has != kind)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s: symbol '%s' of plugin '%s' is a ctrain %s (%s), not a %s (%s)", w, name,
+                       path, k_plugin_kinds[has][0], k_plugin_kinds[has][1], k[0], k[1]);
+    return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                   "%s: symbol '%s' of plugin '%s' was built for plugin ABI %u, this ctrain takes "
+                   "%u: rebuild the plugin against this ctrain's headers",
+                   w, name, path, (unsigned)(tag & 0xffffu), CT_PLUGIN_ABI);
+}
+
 /* Opens a plugin (its path made absolute by ct_experiment_resolve) and finds its symbol. */
-ct_status ct_exp_plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const void **out) {
+ct_status ct_exp_plugin_symbol(ct_experiment *e,
+                               const ct_cfg_node *map,
+                               ct_plugin_tag want,
+                               const void **out) {
     const ct_cfg_node *pl = ct_config_find(map, "plugin"), *sy = ct_config_find(map, "symbol");
     char w[600];
     ct_exp_where(map, w, sizeof w);
@@ -192,6 +233,7 @@ ct_status ct_exp_plugin_symbol(ct_experiment *e, const ct_cfg_node *map, const v
     if (!sym)
         return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: plugin '%s' has no symbol '%s'", w, path,
                        sy->value);
+    CT_TRY(check_tag(e, w, path, sy->value, sym, want));
     *out = sym;
     return CT_OK;
 }

@@ -42,7 +42,7 @@ ct_status ct_exp_open_dataset(ct_experiment *e, const ct_cfg_node *map, ct_datas
     CT_TRY(ct_exp_to_options(e, map, skip, 1, &o));
     if (ct_config_find(map, "plugin")) {
         const void *vt;
-        CT_TRY(ct_exp_plugin_symbol(e, map, &vt));
+        CT_TRY(ct_exp_plugin_symbol(e, map, CT_PLUGIN_DATASET, &vt));
         return out ? ct_dataset_open_with(e->ctx, vt, &o, out)
                    : ct_dataset_check_with(e->ctx, vt, &o);
     }
@@ -497,7 +497,7 @@ ct_status ct_exp_build_model(ct_experiment *e) {
         ct_options o;
         const void *vt;
         CT_TRY(ct_exp_to_options(e, m, skip, 0, &o));
-        CT_TRY(ct_exp_plugin_symbol(e, m, &vt));
+        CT_TRY(ct_exp_plugin_symbol(e, m, CT_PLUGIN_MODEL, &vt));
         CT_TRY(ct_params_create(ctx, &e->params));
         CT_TRY(ct_model_create_with(ctx, vt, &o, e->params, in_dtype, in->x_ndim, in->x_shape,
                                     &e->model));
@@ -569,7 +569,7 @@ ct_status ct_exp_build_task(ct_experiment *e) {
     const ct_cfg_node *t = ct_exp_node(e, "task");
     if (t->kind == CT_CFG_MAP) {
         const void *sym;
-        CT_TRY(ct_exp_plugin_symbol(e, t, &sym));
+        CT_TRY(ct_exp_plugin_symbol(e, t, CT_PLUGIN_TASK, &sym));
         e->task = *(const ct_task *)sym;
         if ((unsigned)e->task.kind >= CT_TASK_KIND_COUNT) {
             char w[600];
@@ -793,7 +793,7 @@ ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine
         CT_TRY(ct_exp_metric_options(e, it, &specs[k].opts));
         if (ct_config_find(it, "plugin")) {
             const void *vt;
-            CT_TRY(ct_exp_plugin_symbol(e, it, &vt));
+            CT_TRY(ct_exp_plugin_symbol(e, it, CT_PLUGIN_METRIC, &vt));
             specs[k].vt = vt;
         } else if (!t || t->kind != CT_CFG_SCALAR) {
             return CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: a metric needs `type` (or plugin)",

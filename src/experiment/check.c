@@ -209,7 +209,7 @@ static ct_status check_model(ct_experiment *e) {
     if (ct_config_find(m, "plugin")) { /* its check, if it has one; else its create */
         static const char *const skip[] = {"plugin", "symbol", "init_from", NULL};
         const void *pvt;
-        CT_TRY(ct_exp_plugin_symbol(e, m, &pvt));
+        CT_TRY(ct_exp_plugin_symbol(e, m, CT_PLUGIN_MODEL, &pvt));
         const ct_model_vtable *vt = pvt;
         if (!vt->check) return CT_OK;
         ct_options o;
@@ -368,7 +368,7 @@ static ct_status check_metrics(ct_experiment *e, const char *path, const char *d
             /* a plugin metric's open reads its options as a built-in's does, and must take an
                unknown class count (0, metrics.h): probed the same way */
             const void *pvt;
-            CT_TRY(ct_exp_plugin_symbol(e, it, &pvt));
+            CT_TRY(ct_exp_plugin_symbol(e, it, CT_PLUGIN_METRIC, &pvt));
             CT_TRY(ct_exp_metric_options(e, it, &o));
             const ct_metric_vtable *pm = pvt;
             if (pm->open) CT_TRY(probe_metric(e, pm, &o)); /* else the set's create says so */

@@ -206,9 +206,11 @@ CT_INTERNAL ct_status ct_exp_to_options(ct_experiment *e,
 /* Appends to options made with room for it. */
 CT_INTERNAL void ct_exp_add_option(ct_options *o, const char *key, const char *value);
 /* Opens the plugin of a mapping's `plugin: PATH, symbol: NAME` (kept open until the experiment
- * is destroyed) and finds its symbol. */
+ * is destroyed) and finds its symbol, a struct whose first member must be the tag `want`
+ * (CT_PLUGIN_DATASET, ...): another is a CT_ERR_CONFIG saying what the symbol is. */
 CT_INTERNAL ct_status ct_exp_plugin_symbol(ct_experiment *e,
                                            const ct_cfg_node *map,
+                                           ct_plugin_tag want,
                                            const void **out);
 /* Closes the plugins, last opened first. */
 CT_INTERNAL void ct_exp_plugins_close(ct_experiment *e);

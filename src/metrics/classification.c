@@ -117,9 +117,9 @@ static void close_metric(ct_ctx *ctx, void *self) {
 }
 
 const ct_metric_vtable ct_metric_accuracy = {
-    "accuracy", acc_open, single_name, check, update, NULL, compute, close_metric,
+    0, "accuracy", acc_open, single_name, check, update, NULL, compute, close_metric,
 };
 
 const ct_metric_vtable ct_metric_topk = {
-    "topk", topk_open, single_name, check, update, NULL, compute, close_metric,
+    0, "topk", topk_open, single_name, check, update, NULL, compute, close_metric,
 };

@@ -67,5 +67,5 @@ static void close_metric(ct_ctx *ctx, void *self) {
 }
 
 const ct_metric_vtable ct_metric_confusion = {
-    "confusion", open_metric, value_name, check, update, NULL, compute, close_metric,
+    0, "confusion", open_metric, value_name, check, update, NULL, compute, close_metric,
 };

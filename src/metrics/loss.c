@@ -116,7 +116,7 @@ static void loss_close(ct_ctx *ctx, void *self) {
 }
 
 const ct_metric_vtable ct_metric_loss = {
-    "loss", loss_open, loss_value_name, NULL, NULL, loss_update_loss, loss_compute, loss_close,
+    0, "loss", loss_open, loss_value_name, NULL, NULL, loss_update_loss, loss_compute, loss_close,
 };
 
 /* ---- perplexity ---- */
@@ -230,6 +230,6 @@ static void ppl_close(ct_ctx *ctx, void *self) {
 }
 
 const ct_metric_vtable ct_metric_perplexity = {
-    "perplexity", ppl_open,        ppl_value_name, ppl_check,
-    ppl_update,   ppl_update_loss, ppl_compute,    ppl_close,
+    0,          "perplexity",    ppl_open,    ppl_value_name, ppl_check,
+    ppl_update, ppl_update_loss, ppl_compute, ppl_close,
 };

@@ -147,13 +147,13 @@ static void close_metric(ct_ctx *ctx, void *self) {
 }
 
 const ct_metric_vtable ct_metric_precision = {
-    "precision", p_open, value_name, check, update, NULL, compute, close_metric,
+    0, "precision", p_open, value_name, check, update, NULL, compute, close_metric,
 };
 
 const ct_metric_vtable ct_metric_recall = {
-    "recall", r_open, value_name, check, update, NULL, compute, close_metric,
+    0, "recall", r_open, value_name, check, update, NULL, compute, close_metric,
 };
 
 const ct_metric_vtable ct_metric_f1 = {
-    "f1", f_open, value_name, check, update, NULL, compute, close_metric,
+    0, "f1", f_open, value_name, check, update, NULL, compute, close_metric,
 };

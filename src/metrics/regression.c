@@ -120,17 +120,17 @@ static void close_metric(ct_ctx *ctx, void *self) {
 }
 
 const ct_metric_vtable ct_metric_mse = {
-    "mse", mse_open, value_name, check, update, NULL, compute, close_metric,
+    0, "mse", mse_open, value_name, check, update, NULL, compute, close_metric,
 };
 
 const ct_metric_vtable ct_metric_mae = {
-    "mae", mae_open, value_name, check, update, NULL, compute, close_metric,
+    0, "mae", mae_open, value_name, check, update, NULL, compute, close_metric,
 };
 
 const ct_metric_vtable ct_metric_rmse = {
-    "rmse", rmse_open, value_name, check, update, NULL, compute, close_metric,
+    0, "rmse", rmse_open, value_name, check, update, NULL, compute, close_metric,
 };
 
 const ct_metric_vtable ct_metric_r2 = {
-    "r2", r2_open, value_name, check, update, NULL, compute, close_metric,
+    0, "r2", r2_open, value_name, check, update, NULL, compute, close_metric,
 };

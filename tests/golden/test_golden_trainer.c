@@ -45,7 +45,8 @@ static void arr_close(ct_ctx *c, void *self) {
     (void)c, (void)self;
 }
 
-static const ct_dataset_vtable arr_vt = {"arrays", arr_open, arr_get, arr_close, NULL, NULL, NULL};
+static const ct_dataset_vtable arr_vt = {0,         "arrays", arr_open, arr_get,
+                                         arr_close, NULL,     NULL,     NULL};
 
 typedef struct seen {
     int64_t n;

@@ -1015,8 +1015,8 @@ static void ident_close(ct_ctx *ctx, void *self) {
     (void)ctx, (void)self;
 }
 
-static const ct_dataset_vtable ident_vt = {"ident", ident_open, ident_get, ident_close,
-                                           NULL,    NULL,       NULL};
+static const ct_dataset_vtable ident_vt = {0,           "ident", ident_open, ident_get,
+                                           ident_close, NULL,    NULL,       NULL};
 
 /* ---- checking options without opening anything (ct_dataset_check) ---- */
 
@@ -1034,8 +1034,8 @@ static ct_status ident_check(ct_ctx *ctx, const ct_options *opts) {
     return ident_open(ctx, opts, &(ct_dataset_info){0}, &none);
 }
 
-static const ct_dataset_vtable ident_checked_vt = {"ident",     ident_open, ident_get, ident_close,
-                                                   ident_check, NULL,       NULL};
+static const ct_dataset_vtable ident_checked_vt = {0,           "ident",     ident_open, ident_get,
+                                                   ident_close, ident_check, NULL,       NULL};
 
 static void check_should_read_options_without_opening_files(void) {
     test_alloc ta = {0};

@@ -66,7 +66,7 @@ static void toy_close(ct_ctx *ctx, void *self) {
     ct_free(ctx, self, sizeof(toy));
 }
 
-static const ct_dataset_vtable toy_vt = {"toy", toy_open, toy_get, toy_close, NULL, NULL, NULL};
+static const ct_dataset_vtable toy_vt = {0, "toy", toy_open, toy_get, toy_close, NULL, NULL, NULL};
 
 static ct_ctx *ctx;
 

@@ -457,7 +457,7 @@ static void even_compute(const void *self, const double *a, double *v) {
     v[0] = a[0] / a[1];
 }
 static const ct_metric_vtable even_vt = {
-    "even", even_open, even_name, NULL, even_update, NULL, even_compute, NULL,
+    0, "even", even_open, even_name, NULL, even_update, NULL, even_compute, NULL,
 };
 
 static void metrics_should_take_user_metrics_through_the_same_table(void) {

@@ -548,7 +548,7 @@ static void um_destroy(ct_ctx *ctx, void *self) {
     free(self);
 }
 
-static const ct_model_vtable k_user_model = {"user",     um_create,  um_init,
+static const ct_model_vtable k_user_model = {0,          "user",     um_create, um_init,
                                              um_forward, um_destroy, NULL};
 
 static void model_should_run_a_user_model_type(void) {
