@@ -27,8 +27,10 @@ static void key_where(const ct_cfg_node *n, const char *key, char *buf, size_t s
 static ct_status read_text(ct_ctx *ctx, const char *at, const char *path, ct_config_classes *out) {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s%s: cannot open: %s; expected a text file with one "
-                       "class name per line", at, path, strerror(errno));
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s%s: cannot open: %s; expected a text file with one "
+                       "class name per line",
+                       at, path, strerror(errno));
     out->text_size = MAX_FILE + 1;
     out->text = ct_alloc(ctx, out->text_size);
     if (!out->text) {
@@ -47,7 +49,8 @@ static ct_status read_text(ct_ctx *ctx, const char *at, const char *path, ct_con
 }
 
 /* Splits the text into lines (a last newline ends the last name; "\r\n" ends a line too). */
-static ct_status split_lines(ct_ctx *ctx, const char *at, const char *path, ct_config_classes *out) {
+static ct_status
+split_lines(ct_ctx *ctx, const char *at, const char *path, ct_config_classes *out) {
     int64_t lines = 0;
     for (const char *p = out->text; *p; p++)
         lines += *p == '\n' || !p[1];
@@ -67,13 +70,12 @@ static ct_status split_lines(ct_ctx *ctx, const char *at, const char *path, ct_c
         p = nl + 1;
     }
     if (out->n == 0)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s%s: no class names; expected one per line", at,
-                       path);
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "%s%s: no class names; expected one per line", at, path);
     return CT_OK;
 }
 
-static ct_status read_list(ct_ctx *ctx, const char *at, const ct_cfg_node *n,
-                           ct_config_classes *out) {
+static ct_status
+read_list(ct_ctx *ctx, const char *at, const ct_cfg_node *n, ct_config_classes *out) {
     if (n->n_children == 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%sno names; expected a list of class names", at);
     out->names_size = sizeof(char *) * (size_t)n->n_children;
@@ -82,17 +84,14 @@ static ct_status read_list(ct_ctx *ctx, const char *at, const ct_cfg_node *n,
     for (const ct_cfg_node *it = n->first; it; it = it->next) {
         if (it->kind != CT_CFG_SCALAR || it->null || !it->value[0])
             return CT_FAIL(ctx, CT_ERR_CONFIG, "%sclass %lld's name is %s; expected text", at,
-                           (long long)out->n,
-                           it->kind != CT_CFG_SCALAR ? "not text" : "empty");
+                           (long long)out->n, it->kind != CT_CFG_SCALAR ? "not text" : "empty");
         out->names[out->n++] = it->value;
     }
     return CT_OK;
 }
 
-ct_status ct_config_classes_read(ct_ctx *ctx,
-                                 const ct_cfg_node *n,
-                                 const char *key,
-                                 ct_config_classes *out) {
+ct_status
+ct_config_classes_read(ct_ctx *ctx, const ct_cfg_node *n, const char *key, ct_config_classes *out) {
     memset(out, 0, sizeof *out);
     char at[700];
     key_where(n, key, at, sizeof at);
