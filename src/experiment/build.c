@@ -282,6 +282,7 @@ ct_status ct_exp_build_data(ct_experiment *e) {
     }
     if (te) CT_TRY(ct_exp_open_dataset(e, te, &e->test));
     e->info = *ct_dataset_info_of(e->train);
+    CT_TRY(ct_exp_check_classes(e));
 
     ct_loader_params lp = ct_loader_default_params();
     lp.batch_size = ct_exp_int_at(e, "data.batch_size");

@@ -10,6 +10,9 @@
  * plugin dataset or model whose vtable has a check is checked here; otherwise a plugin checks
  * its options when it is built (a model's create needs the input shape).
  *
+ * data.classes' names are read with the datasets' checks (none empty, none twice) and counted
+ * against the training data's classes once it is open (ct_exp_check_classes).
+ *
  * Once the model is built (ct_exp_check_output): the model against the data, below.
  *
  * Ownership: the checks make nothing that outlives them but pool strings (the options'
@@ -156,6 +159,8 @@ static ct_status check_data(ct_experiment *e) {
         CT_TRY(check_dataset(e, va));
     }
     if (te) CT_TRY(check_dataset(e, te));
+    const ct_cfg_node *cl = ct_exp_node(e, "data.classes");
+    if (cl) CT_TRY(ct_config_classes_read(e->ctx, cl, "data.classes", &e->classes));
     ct_loader_params scratch = ct_loader_default_params();
     CT_TRY(ct_exp_add_transforms(e, "data.transforms", &scratch, false, false));
     return ct_exp_add_transforms(e, "data.augment", &scratch, true, false);
@@ -577,6 +582,23 @@ static const char *flatten_hint(const ct_experiment *e, const sample_output *o) 
                  "more than one axis use type: sequential with a flatten layer first"
                : "; linear layers act on the last axis of their input: a flatten layer "
                  "before the first one makes a sample one vector";
+}
+
+ct_status ct_exp_check_classes(ct_experiment *e) {
+    if (e->classes.n == 0) return CT_OK;
+    int64_t have = e->info.n_classes;
+    if (e->classes.n == have) return CT_OK;
+    char where[700];
+    ct_exp_key_where(ct_exp_node(e, "data.classes"), where, sizeof where);
+    if (have <= 0)
+        return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                       "%s: %lld class names, but data.train has no classes (its targets are "
+                       "values); expected no data.classes",
+                       where, (long long)e->classes.n);
+    return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                   "%s: %lld class names, but data.train has %lld classes; expected a name for "
+                   "each",
+                   where, (long long)e->classes.n, (long long)have);
 }
 
 ct_status ct_exp_check_output(ct_experiment *e) {

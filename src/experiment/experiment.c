@@ -277,6 +277,7 @@ ct_status ct_experiment_create(ct_ctx *ctx,
 void ct_experiment_destroy(ct_experiment *e) {
     if (!e) return;
     ct_exp_release_records(e);
+    ct_config_classes_fini(e->ctx, &e->classes);
     ct_exp_rundir_close(&e->run); /* the run directory is free again */
     ct_trainer_destroy(e->trainer);
     ct_schedule_destroy(e->sched);

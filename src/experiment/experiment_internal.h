@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <sys/types.h>
 
+#include "config/config_internal.h"
 #include "core/core_internal.h"
 #include "ctrain/checkpoint.h"
 #include "ctrain/experiment.h"
@@ -137,6 +138,7 @@ struct ct_experiment {
     ct_loader *train_loader, *eval_loaders[CT_EXP_MAX_ENGINES];
     ct_loader_params train_lp, eval_lp;
     ct_dataset_info info;
+    ct_config_classes classes; /* data.classes; n 0: not given */
 
     ct_params *params;
     ct_model *model;
@@ -219,6 +221,8 @@ CT_INTERNAL void ct_exp_plugins_close(ct_experiment *e);
 
 /* Every component's types, keys and the option values that do not depend on the data. */
 CT_INTERNAL ct_status ct_exp_check_components(ct_experiment *e);
+/* data.classes against the training data: as many names as it has classes. */
+CT_INTERNAL ct_status ct_exp_check_classes(ct_experiment *e);
 /* One sample of the training data through the built model, its output against what the loss
  * takes: a configuration error naming the layer (or the size key) and both shapes. */
 CT_INTERNAL ct_status ct_exp_check_output(ct_experiment *e);

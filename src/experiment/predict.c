@@ -1,6 +1,7 @@
 /*
  * predict.c - a trained experiment's model used on new inputs: predictions for a .npy array of
- * samples (class probabilities, logits or values, as CSV or .npy, or CSV to a stream), and
+ * samples (class probabilities, logits or values, as CSV or .npy, or CSV to a stream; CSV
+ * names each sample's class when data.classes gives names), and
  * text sampled from a byte-level language model, drawn or greedy. Both run in evaluation mode
  * without gradients, in trainer.precision, and change nothing in the run directory.
  *
@@ -111,14 +112,15 @@ static ct_status check_input(ct_experiment *e, const char *input, const ct_datas
                    a, b);
 }
 
-/* A CSV file's header line (index, the class, then a column per output), or the .npy header
- * for n rows of c floats. */
-static void write_header(FILE *f, bool npy_out, bool classify, bool logits, int64_t n, int64_t c) {
+/* A CSV file's header line (index, the class and its name when data.classes gives names, then
+ * a column per output), or the .npy header for n rows of c floats. */
+static void
+write_header(FILE *f, bool npy_out, bool classify, bool named, bool logits, int64_t n, int64_t c) {
     if (npy_out) {
         write_npy_header(f, n, c);
         return;
     }
-    (void)fputs(classify ? "index,class" : "index", f);
+    (void)fputs(!classify ? "index" : named ? "index,class,class_name" : "index,class", f);
     for (int64_t j = 0; j < c; j++)
         (void)fprintf(f, logits ? ",logit_%lld" : classify ? ",p_%lld" : ",y_%lld", (long long)j);
     (void)fputc('\n', f);
@@ -144,14 +146,41 @@ row_of(const float *r, int64_t c, bool classify, bool logits, float *row, int64_
         row[j] = (float)(exp((double)r[j] - mx) / sum);
 }
 
-static void write_row(
-    FILE *f, bool npy_out, bool classify, int64_t index, int64_t arg, const float *row, int64_t c) {
+/* A CSV field: as it is, or in double quotes (doubled inside) when it holds a comma, a quote or
+ * a line break (RFC 4180). */
+static void write_field(FILE *f, const char *v) {
+    if (!v[strcspn(v, ",\"\r\n")]) {
+        (void)fputs(v, f);
+        return;
+    }
+    (void)fputc('"', f);
+    for (; *v; v++) {
+        if (*v == '"') (void)fputc('"', f);
+        (void)fputc(*v, f);
+    }
+    (void)fputc('"', f);
+}
+
+/* names: data.classes' names, or NULL; a class past them (a model with more outputs than the
+ * data has classes) gets an empty name. */
+static void write_row(FILE *f,
+                      bool npy_out,
+                      bool classify,
+                      const ct_config_classes *names,
+                      int64_t index,
+                      int64_t arg,
+                      const float *row,
+                      int64_t c) {
     if (npy_out) {
         (void)fwrite(row, sizeof(float), (size_t)c, f);
         return;
     }
     (void)fprintf(f, "%lld", (long long)index);
     if (classify) (void)fprintf(f, ",%lld", (long long)arg);
+    if (classify && names) {
+        (void)fputc(',', f);
+        write_field(f, arg < names->n ? names->names[arg] : "");
+    }
     for (int64_t j = 0; j < c; j++)
         (void)fprintf(f, ",%.9g", (double)row[j]);
     (void)fputc('\n', f);
@@ -167,6 +196,7 @@ static ct_status predict_batches(ct_experiment *e,
                                  float *row,
                                  int64_t c) {
     bool classify = e->task.kind == CT_TASK_CLASSIFICATION;
+    const ct_config_classes *names = e->classes.n > 0 ? &e->classes : NULL;
     ct_status s;
     ct_batch b;
     while ((s = ct_loader_next(l, &b)) == CT_OK && b.size > 0) {
@@ -178,7 +208,7 @@ static ct_status predict_batches(ct_experiment *e,
         for (int64_t i = 0; i < b.size; i++) {
             int64_t arg;
             row_of(outp + i * c, c, classify, logits, row, &arg);
-            write_row(f, npy_out, classify, b.index[i], arg, row, c);
+            write_row(f, npy_out, classify, names, b.index[i], arg, row, c);
         }
     }
     return s;
@@ -245,7 +275,8 @@ ct_status ct_experiment_predict_with(ct_experiment *e,
     for (int32_t i = 0; i < ond; i++)
         c *= oshape[i];
     if (s == CT_OK)
-        write_header(f, npy_out, e->task.kind == CT_TASK_CLASSIFICATION, pp.logits, di->n, c);
+        write_header(f, npy_out, e->task.kind == CT_TASK_CLASSIFICATION, e->classes.n > 0,
+                     pp.logits, di->n, c);
     float *row = s == CT_OK ? ct_alloc(ctx, sizeof(float) * (size_t)c) : NULL;
     if (s == CT_OK && !row) s = CT_FAIL(ctx, CT_ERR_OOM, "predict: out of memory");
     if (s == CT_OK) s = predict_batches(e, l, g, f, npy_out, pp.logits, row, c);

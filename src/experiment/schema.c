@@ -53,6 +53,11 @@ static const ct_key_def k_schema[] = {
      "The validation dataset, as data.train; or `{split: FRACTION}` to hold out that share of "
      "the training data (`seed` picks which, default 0). Absent: no validation."},
     {"data.test", O, NULL, 0, 0, NULL, 0, "The test dataset, as data.train. Absent: no test."},
+    {"data.classes", L, NULL, 0, 0, NULL, RES,
+     "The classes' names, in class order: a list (`[cat, dog]`) or the path of a text file with "
+     "one name per line (see Paths above). As many names as data.train has classes, none empty, "
+     "none twice. They label the report's confusion matrices and predict's `class_name` column. "
+     "Absent: classes are known by their index."},
     {"data.batch_size", I, "32", 1, 1048576, NULL, 0, "Samples per training batch."},
     {"data.eval_batch_size", I, "0", 0, 1048576, NULL, RES,
      "Samples per evaluation batch; 0 = batch_size."},
@@ -561,6 +566,16 @@ static ct_status check_map(ct_ctx *ctx, const ct_cfg_node *map, const char *sect
             CT_TRY(check_options(ctx, c, path));
             break;
         case CT_KEY_LIST:
+            if (strcmp(path, "data.classes") == 0) {
+                /* names, or the path of a file of them, read when the experiment is created */
+                for (const ct_cfg_node *it = c->first; it; it = it->next)
+                    if (it->kind != CT_CFG_SCALAR)
+                        return ct_exp_key_error(ctx, it, path, "expected class names in the list");
+                if (c->kind == CT_CFG_MAP)
+                    return ct_exp_key_error(ctx, c, path,
+                                            "expected a list of class names or a file's path");
+                break;
+            }
             if (c->kind != CT_CFG_SEQ)
                 return ct_exp_key_error(ctx, c, path, "expected a list ([...])");
             for (const ct_cfg_node *it = c->first; it; it = it->next) {
@@ -955,7 +970,8 @@ void ct_experiment_write_reference(FILE *f) {
                 "folder of that file; one given on the command line (`data.train.images=x.gz`) "
                 "from the current directory, as any command-line argument. That holds for every "
                 "path: a dataset's files (each type's path keys, docs/data.md), "
-                "`model.init_from`, a `plugin` and `output_dir`. The resolved configuration "
+                "`model.init_from`, a `plugin`, `output_dir` and a `data.classes` file. The "
+                "resolved configuration "
                 "holds them absolute (`./` and leading `../` folded into the file's folder as "
                 "realpath(3) gives it), so a run's config.yaml means the same from any "
                 "directory: `ctrain eval RUN/config.yaml` (or `ctrain eval RUN`) works from "

@@ -7,6 +7,8 @@
  * epoch from 1 that the step belongs to: an epoch ended at its last record once a record of a
  * later one follows), so an evaluation at an epoch's end sits at that epoch and a training
  * record at a fraction of one.
+ * The confusion matrices label their classes with the names the run's config.yaml gives
+ * (data.classes) when there are as many as the matrix has classes; else with their indices.
  * Whatever metrics.jsonl holds (1e308, 5e-324, a flat series at 1e17, steps of -1e18), every
  * loop counts integers up to a fixed bound, never steps a double, and every number printed is
  * an axis label or a position clamped to the plot: the page is bounded by the input's size.
@@ -16,6 +18,7 @@
  */
 #include "ctrain/report.h"
 
+#include "config/config_internal.h"
 #include "ctrain/checkpoint.h"
 #include "ctrain/config.h"
 
@@ -530,11 +533,27 @@ static int64_t chart(FILE *f,
     return drawn;
 }
 
+/* Class k's label: its name (names[k], escaped), else its index. */
+static void class_label(FILE *f, const char *const *names, int64_t k) {
+    if (names)
+        esc(f, names[k]);
+    else
+        (void)fprintf(f, "%lld", (long long)k);
+}
+
 /* A confusion matrix as a heat map (rows normalised), with per-class precision and recall.
- * Counts are written with %.15g: an integer as itself, 1e308 in a few characters. */
-static void heatmap(FILE *f, const char *title, const double *m, int64_t n) {
+ * Counts are written with %.15g: an integer as itself, 1e308 in a few characters. names: the
+ * n classes' names, written along both axes (the margin widened to the longest, about 6 px a
+ * character at font-size 10, up to 40 characters' worth), or NULL for indices down the side. */
+static void
+heatmap(FILE *f, const char *title, const double *m, int64_t n, const char *const *names) {
     int cell = n <= 10 ? 32 : n <= 20 ? 20 : 10;
     int size = (int)n * cell, off = 60;
+    for (int64_t k = 0; names && k < n; k++) {
+        size_t len = strlen(names[k]);
+        int want = 24 + 6 * (int)(len < 40 ? len : 40);
+        off = want > off ? want : off;
+    }
     (void)fprintf(f,
                   "<figure><svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" "
                   "font-family=\"sans-serif\" font-size=\"10\"><title>",
@@ -558,8 +577,16 @@ static void heatmap(FILE *f, const char *title, const double *m, int64_t n) {
                               (long long)(off + p * cell + cell / 2),
                               (long long)(off + t * cell + cell / 2 + 4), c);
         }
-        (void)fprintf(f, "<text x=\"%d\" y=\"%lld\" text-anchor=\"end\">%lld</text>\n", off - 4,
-                      (long long)(off + t * cell + cell / 2 + 4), (long long)t);
+        (void)fprintf(f, "<text x=\"%d\" y=\"%lld\" text-anchor=\"end\">", off - 4,
+                      (long long)(off + t * cell + cell / 2 + 4));
+        class_label(f, names, t);
+        (void)fprintf(f, "</text>\n");
+    }
+    for (int64_t p = 0; names && p < n; p++) { /* read upwards from above their column */
+        (void)fprintf(f, "<text transform=\"translate(%lld,%d) rotate(-90)\">",
+                      (long long)(off + p * cell + cell / 2 + 4), off - 4);
+        class_label(f, names, p);
+        (void)fprintf(f, "</text>\n");
     }
     (void)fprintf(f,
                   "<text x=\"%d\" y=\"14\">predicted &#8594;</text><text x=\"4\" y=\"%d\">true "
@@ -577,9 +604,10 @@ static void heatmap(FILE *f, const char *title, const double *m, int64_t n) {
         /* a share of counts is in [0, 1]; one of made-up counts (negative, 1e308) is written
            nan, not in the 300 digits %.4f would give 1e300 */
         double pr = col > 0 ? tp / col : 0, rc = row > 0 ? tp / row : 0;
-        (void)fprintf(f, "<tr><td>%lld</td><td>%.4f</td><td>%.4f</td><td>%.15g</td></tr>\n",
-                      (long long)c, fabs(pr) <= 1 ? pr : (double)NAN,
-                      fabs(rc) <= 1 ? rc : (double)NAN, row);
+        (void)fprintf(f, "<tr><td>");
+        class_label(f, names, c);
+        (void)fprintf(f, "</td><td>%.4f</td><td>%.4f</td><td>%.15g</td></tr>\n",
+                      fabs(pr) <= 1 ? pr : (double)NAN, fabs(rc) <= 1 ? rc : (double)NAN, row);
     }
     (void)fprintf(f, "</table>\n");
 }
@@ -781,11 +809,46 @@ static ct_status plot_singles(report *r, const ct_report_params *p, FILE *f) {
     return CT_OK;
 }
 
+/* The class names of the run's config.yaml (data.classes) into *out; none (n 0) when it has
+ * none or they cannot be read: the matrices are then labelled with indices. */
+static void read_class_names(report *r, const char *run_dir, ct_config_classes *out) {
+    memset(out, 0, sizeof *out);
+    char path[1100];
+    (void)snprintf(path, sizeof path, "%s/config.yaml", run_dir);
+    if (access(path, R_OK) != 0) return;
+    ct_config *cfg = NULL;
+    const ct_cfg_node *n = NULL;
+    if (ct_config_load_file(r->ctx, path, &cfg) == CT_OK)
+        n = ct_config_find(ct_config_root(cfg), "data.classes");
+    if (n && ct_config_classes_read(r->ctx, n, "data.classes", out) == CT_OK && !out->text) {
+        /* a list's names point into the tree, which goes: copied into text of their own */
+        size_t bytes = 0;
+        for (int64_t k = 0; k < out->n; k++)
+            bytes += strlen(out->names[k]) + 1;
+        char *text = ct_alloc(r->ctx, bytes);
+        if (text) {
+            out->text = text;
+            out->text_size = bytes;
+            for (int64_t k = 0; k < out->n; k++) {
+                size_t len = strlen(out->names[k]) + 1;
+                memcpy(text, out->names[k], len);
+                out->names[k] = text;
+                text += len;
+            }
+        } else {
+            ct_config_classes_fini(r->ctx, out);
+        }
+    }
+    ct_clear_error(r->ctx);
+    ct_config_destroy(cfg);
+}
+
 /* Each split's confusion matrices: at the last evaluation and at the best checkpoint. */
-static ct_status write_confusions(report *r, FILE *f) {
+static ct_status write_confusions(report *r, FILE *f, const ct_config_classes *names) {
     for (int64_t i = 0; i < r->n_cm; i++) {
         confusion *c = &r->cm[i];
         if (c->n_classes == 0) continue;
+        const char *const *nm = names->n == c->n_classes ? names->names : NULL;
         if (stopped(r)) return CT_STOP;
         char title[160];
         (void)fprintf(f, "<h2>Confusion: ");
@@ -793,11 +856,11 @@ static ct_status write_confusions(report *r, FILE *f) {
         (void)fprintf(f, "</h2>\n");
         (void)snprintf(title, sizeof title, "%s, last evaluation (step %lld)", c->split,
                        (long long)c->last_step);
-        heatmap(f, title, c->last, c->n_classes);
+        heatmap(f, title, c->last, c->n_classes, nm);
         if (c->has_best) {
             (void)snprintf(title, sizeof title, "%s, best checkpoint (step %lld)", c->split,
                            (long long)r->best_step);
-            heatmap(f, title, c->best, c->n_classes);
+            heatmap(f, title, c->best, c->n_classes, nm);
         }
     }
     return CT_OK;
@@ -809,7 +872,11 @@ static ct_status write_page(report *r, const char *run_dir, const ct_report_para
     (void)fprintf(f, "<h2>Curves</h2>\n");
     CT_TRY(plot_metrics(r, p, f));
     CT_TRY(plot_singles(r, p, f));
-    CT_TRY(write_confusions(r, f));
+    ct_config_classes names;
+    read_class_names(r, run_dir, &names);
+    ct_status s = write_confusions(r, f, &names);
+    ct_config_classes_fini(r->ctx, &names);
+    CT_TRY(s);
     (void)fprintf(f, "<h2>Configuration</h2>\n");
     char path[1100];
     (void)snprintf(path, sizeof path, "%s/config.yaml", run_dir);

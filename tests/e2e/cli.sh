@@ -685,6 +685,42 @@ if expect lm_fit 0 -- "$ctrain" fit lm.yaml ++output_dir=lm_run; then
         ++output_dir=lm_run
 fi
 
+# ---- data.classes: names in predict's CSV and the report; names that do not fit are exit 2 ----
+mkdir -p named
+printf 'north\nsouth\neast, or not\nwest\r\n' >named/classes.txt
+awk '{ print } /^data:$/ { print "  classes: classes.txt" }' tiny.yaml >named/exp.yaml
+if expect classes_fit 0 -- "$ctrain" fit named/exp.yaml ++output_dir=named_run \
+    trainer.max_epochs=1 'metrics.valid=[accuracy, confusion]' "${quiet[@]}"; then
+    # the file's path is made absolute from the experiment file's folder
+    why=
+    grep -qE "^  classes: \"?$work/named/classes.txt\"?$" named_run/config.yaml ||
+        why="config.yaml: $(grep classes named_run/config.yaml)"
+    verdict classes_path_absolute "$why"
+    if expect classes_predict 0 -- "$ctrain" predict named/exp.yaml --input x.npy --output - \
+        ++output_dir=named_run; then
+        # the name after the class; a name with a comma is quoted
+        why=$(awk 'NR == 1 { if ($0 !~ /^index,class,class_name,p_0,p_1,p_2,p_3$/) print "header " $0; next }
+            { c = substr($0, index($0, ",") + 1); k = substr(c, 1, 1); rest = substr(c, 3)
+              want = k == 0 ? "north," : k == 1 ? "south," : k == 2 ? "\"east, or not\"," : "west,"
+              if (index(rest, want) != 1) print "row " NR ": " $0 }
+            END { if (NR != 8) print NR - 1 " rows, expected 7" }' out | head -n 3)
+        verdict classes_predict_names "$why"
+    fi
+    if expect classes_report 0 -- "$ctrain" report named_run; then
+        why=
+        for name in north south 'east, or not' west; do
+            grep -q "text-anchor=\"end\">$name</text>" named_run/report.html || why+="no $name; "
+        done
+        verdict classes_report_labels "$why"
+    fi
+fi
+expect classes_count 2 "command line: key 'data\.classes': 3 class names, but data\.train has 4 classes" \
+    -- "$ctrain" fit named/exp.yaml '++data.classes=[a, b, c]' ++output_dir=named_bad
+expect classes_twice 2 "key 'data\.classes': classes 1 and 3 are both named 'b'" \
+    -- "$ctrain" fit named/exp.yaml '++data.classes=[a, b, c, b]' ++output_dir=named_bad
+expect classes_empty_line 2 "classes\.txt:2: an empty line; expected one class name per line" \
+    -- bash -c "printf 'a\n\nb\nc\n' >named/classes.txt; \"$ctrain\" fit named/exp.yaml ++output_dir=named_bad"
+
 # ---- logging.csv: metrics.csv holds metrics.jsonl's records in long form ----
 
 # long_form FILE: step,epoch,time,metric,value rows of a metrics.jsonl (null as the CSV's nan)

@@ -280,6 +280,46 @@ static void experiment_check_should_refuse_an_output_the_loss_does_not_take(void
     check_accepted(TEXT "model: {type: gpt, n_layer: 1, n_head: 2, d_model: 16}\n");
 }
 
+static void experiment_check_should_refuse_class_names_that_do_not_fit_the_data(void) {
+    char file[256], body[1024];
+    (void)snprintf(file, sizeof file, "%s/classes.txt", root);
+    FILE *f = fopen(file, "w");
+    CT_CHECK(f != NULL);
+    (void)fputs("cat\ndog\n\nbird\n", f);
+    (void)fclose(f);
+    (void)snprintf(body, sizeof body, DATA "  classes: %s\n" MLP, file);
+    char want_empty[600];
+    (void)snprintf(want_empty, sizeof want_empty,
+                   "exp.yaml:5:3: key 'data.classes': %s:3: an empty line; expected one class "
+                   "name per line",
+                   file);
+    const refusal cases[] = {
+        {DATA "  classes: [a, b]\n" MLP, NULL,
+         "exp.yaml:5:3: key 'data.classes': 2 class names, but data.train has 3 classes; "
+         "expected a name for each"},
+        {DATA "  classes: [a, b, a]\n" MLP, NULL,
+         "exp.yaml:5:3: key 'data.classes': classes 0 and 2 are both named 'a'; each class "
+         "needs a name of its own"},
+        {DATA "  classes: [a, \"\", c]\n" MLP, NULL,
+         "exp.yaml:5:3: key 'data.classes': class 1's name is empty; expected text"},
+        {DATA "  classes: [a, [b], c]\n" MLP, NULL,
+         "exp.yaml:5:16: key 'data.classes': expected class names in the list"},
+        {DATA "  classes: {a: 1}\n" MLP, NULL,
+         "exp.yaml:5:3: key 'data.classes': expected a list of class names or a file's path"},
+        {REGRESSION "  classes: [a, b]\n" MLP, NULL,
+         "exp.yaml:4:3: key 'data.classes': 2 class names, but data.train has no classes (its "
+         "targets are values); expected no data.classes"},
+        {body, NULL, want_empty},
+    };
+    CHECK_REFUSED(cases);
+    check_accepted(DATA "  classes: [a, b, c]\n" MLP);
+    f = fopen(file, "w");
+    CT_CHECK(f != NULL);
+    (void)fputs("cat\r\ndog\nbird", f);
+    (void)fclose(f);
+    check_accepted(body);
+}
+
 int main(void) {
     if (!mkdtemp(root) || ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(experiment_check_should_name_unknown_types_and_keys_where_they_were_written);
@@ -290,6 +330,7 @@ int main(void) {
     CT_RUN(experiment_check_should_say_which_keys_came_from_the_command_line);
     CT_RUN(experiment_check_should_come_before_any_data_is_read);
     CT_RUN(experiment_check_should_refuse_an_output_the_loss_does_not_take);
+    CT_RUN(experiment_check_should_refuse_class_names_that_do_not_fit_the_data);
     ct_ctx_destroy(ctx);
     char cmd[128];
     (void)snprintf(cmd, sizeof cmd, "rm -rf %s", root);

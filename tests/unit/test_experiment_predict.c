@@ -179,6 +179,56 @@ static void experiment_predict_should_write_logits_and_rows_to_a_stream(void) {
     ct_config_destroy(cfg);
 }
 
+/* data.classes changes nothing in training: the named run's CSV is the unnamed one's with a
+ * class_name column after the class (quoted where the name holds a comma or a quote). */
+static void experiment_predict_should_name_the_class_when_the_data_names_them(void) {
+    static const char *const fields[] = {"\"first, a\"", "b", "\"\"\"c\"\"\""};
+    ct_config *cfg, *cfg_named;
+    ct_experiment *e = trained("unnamed", CLASSIFIER, &cfg);
+    ct_experiment *en = trained("named",
+                                "seed: 3\n"
+                                "data:\n"
+                                "  train: {type: synthetic, kind: blobs, n: 90, features: 4, "
+                                "classes: 3}\n"
+                                "  batch_size: 30\n"
+                                "  classes: ['first, a', b, '\"c\"']\n"
+                                "model: {type: mlp, hidden: [6]}\n"
+                                "trainer: {max_epochs: 2}\n",
+                                &cfg_named);
+    char x[256], plain[256], named[256];
+    path_in(x, sizeof x, "xn.npy");
+    path_in(plain, sizeof plain, "plain.csv");
+    path_in(named, sizeof named, "named.csv");
+    CT_CHECK(write_npy(x, 6, 4));
+    CT_CHECK_MSG(e && ct_experiment_predict(e, x, plain) == CT_OK, "%s", ct_last_error(ctx));
+    CT_CHECK_MSG(en && ct_experiment_predict(en, x, named) == CT_OK, "%s", ct_last_error(ctx));
+    static char a[4096], b[4096], want[8192];
+    slurp(plain, a, sizeof a);
+    slurp(named, b, sizeof b);
+    /* the plain file's lines with the name of their class put in after it */
+    size_t w = 0;
+    int line = 0;
+    for (char *p = a; *p && w + 64 < sizeof want; line++) {
+        char *nl = strchr(p, '\n');
+        if (!nl) break;
+        const char *comma = strchr(p, ',');
+        comma = comma ? strchr(comma + 1, ',') : NULL;
+        if (!comma) break;
+        long long cls = line == 0 ? -1 : strtoll(strchr(p, ',') + 1, NULL, 10);
+        const char *field = line == 0 ? "class_name" : cls >= 0 && cls < 3 ? fields[cls] : "?";
+        w += (size_t)snprintf(want + w, sizeof want - w, "%.*s,%s%.*s", (int)(comma - p), p, field,
+                              (int)(nl + 1 - comma), comma);
+        p = nl + 1;
+    }
+    CT_CHECK_INT(line, 7);
+    CT_CHECK_MSG(strcmp(b, want) == 0, "\n got: %s\nwant: %s", b, want);
+    CT_CHECK(strncmp(b, "index,class,class_name,p_0,p_1,p_2\n", 35) == 0);
+    ct_experiment_destroy(e);
+    ct_experiment_destroy(en);
+    ct_config_destroy(cfg);
+    ct_config_destroy(cfg_named);
+}
+
 /* The predictions of e's current weights for x, as CSV text into buf. */
 static void predictions(ct_experiment *e, const char *x, char *buf, size_t size) {
     buf[0] = 0;
@@ -377,6 +427,7 @@ int main(void) {
     if (!mkdtemp(root) || ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(experiment_predict_should_write_class_probabilities_as_csv_and_npy);
     CT_RUN(experiment_predict_should_write_logits_and_rows_to_a_stream);
+    CT_RUN(experiment_predict_should_name_the_class_when_the_data_names_them);
     CT_RUN(experiment_predict_should_write_a_regressions_values);
     CT_RUN(experiment_load_should_take_ema_trained_or_file_weights_and_say_which);
     CT_RUN(experiment_predict_should_refuse_inputs_and_outputs_it_cannot_take);

@@ -436,6 +436,53 @@ static void experiment_should_let_its_caller_cancel_reports(void) {
     CT_CHECK(fit_report("fit_interrupted", "end", &h));
 }
 
+/* The report of a run with a 2-class confusion matrix and config.yaml = config, as a string
+ * (the caller frees it), or NULL. */
+static char *confusion_page(const char *name, const char *config) {
+    char dir[300], path[400];
+    make_run(dir, sizeof dir, name,
+             "{\"step\":10,\"epoch\":1,\"valid/confusion/0/0\":3,\"valid/confusion/0/1\":1,"
+             "\"valid/confusion/1/0\":2,\"valid/confusion/1/1\":4,\"valid/acc\":0.7}\n");
+    (void)snprintf(path, sizeof path, "%s/config.yaml", dir);
+    if (config) write_text(path, config);
+    ct_status s = ct_report_write(ctx, dir, NULL, NULL);
+    CT_CHECK_MSG(s == CT_OK, "%s: %s", name, ct_last_error(ctx));
+    (void)snprintf(path, sizeof path, "%s/report.html", dir);
+    size_t size = 0;
+    return read_all(path, &size);
+}
+
+static void report_should_label_confusion_matrices_with_the_class_names(void) {
+    char *page = confusion_page("named", "data:\n  classes: [cat, <dog>]\n");
+    CT_CHECK(page != NULL);
+    if (page) {
+        /* down the side, along the top and in the precision/recall table, escaped */
+        CT_CHECK(strstr(page, "text-anchor=\"end\">cat</text>") != NULL);
+        CT_CHECK(strstr(page, "text-anchor=\"end\">&lt;dog&gt;</text>") != NULL);
+        CT_CHECK(strstr(page, "rotate(-90)\">cat</text>") != NULL);
+        CT_CHECK(strstr(page, "rotate(-90)\">&lt;dog&gt;</text>") != NULL);
+        CT_CHECK(strstr(page, "<tr><td>cat</td>") != NULL);
+        CT_CHECK(strstr(page, "<tr><td>&lt;dog&gt;</td>") != NULL);
+    }
+    free(page);
+    /* a file of names, as a resolved config.yaml names it */
+    char file[300], config[400];
+    (void)snprintf(file, sizeof file, "%s/names.txt", root);
+    write_text(file, "first\nsecond\n");
+    (void)snprintf(config, sizeof config, "data:\n  classes: %s\n", file);
+    page = confusion_page("named_file", config);
+    CT_CHECK(page && strstr(page, "<tr><td>second</td>") != NULL);
+    free(page);
+    /* names that do not fit the matrix, or none: the classes' indices */
+    const char *const others[] = {"data:\n  classes: [a, b, c]\n", "data: {}\n", NULL};
+    for (int k = 0; k < 3; k++) {
+        page = confusion_page("unnamed", others[k]);
+        CT_CHECK(page && strstr(page, "text-anchor=\"end\">1</text>") != NULL &&
+                 strstr(page, "<tr><td>1</td>") != NULL && !strstr(page, "rotate(-90)"));
+        free(page);
+    }
+}
+
 int main(void) {
     ct_ctx_params cp = ct_ctx_default_params();
     cp.log_level = CT_LOG_ERROR;
@@ -454,6 +501,7 @@ int main(void) {
     CT_RUN(report_should_bound_plots_of_many_series_and_epochs);
     CT_RUN(report_should_stop_when_cancelled_and_leave_no_file);
     CT_RUN(experiment_should_let_its_caller_cancel_reports);
+    CT_RUN(report_should_label_confusion_matrices_with_the_class_names);
     char cmd[128];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
