@@ -2,7 +2,8 @@
 # Installs the build into a fresh temporary prefix and builds programs against it as an outside
 # user would, editing nothing that was installed: a small program and examples/mlp_demo.c with
 # `pkg-config --cflags --libs ctrain`, and mlp_demo.c again from a CMake project with
-# find_package(ctrain) and ctrain::ctrain. Usage: test-install.sh BUILD_DIR SOURCE_DIR
+# find_package(ctrain) and ctrain::ctrain; the bash and zsh completion scripts and the man page
+# are where the shells and man look for them. Usage: test-install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
 src=$2
@@ -50,3 +51,10 @@ cmake --build "$prefix/app/build" >/dev/null
 [[ -x "$prefix/app/build/mlp_demo" ]] || { echo "find_package(ctrain) built no program"; exit 1; }
 echo "examples/mlp_demo.c builds with find_package(ctrain)"
 "$prefix/bin/ctrain" --version
+for f in share/bash-completion/completions/ctrain share/zsh/vendor-completions/_ctrain \
+    share/man/man1/ctrain.1; do
+    [[ -s "$prefix/$f" ]] || { echo "$f was not installed"; exit 1; }
+done
+cmp -s "$prefix/share/man/man1/ctrain.1" <("$prefix/bin/ctrain" man) ||
+    { echo "the installed ctrain.1 is not what the installed ctrain prints"; exit 1; }
+echo "completion scripts and ctrain.1 installed"

@@ -77,6 +77,64 @@ expect fit_without_config 2 'missing CONFIG' 'bundled examples' \
 expect missing_config_file 2 'nothere\.yaml: cannot open' -- "$ctrain" fit nothere.yaml
 expect config_reference 0 '^# Experiment files' 'optimizer\.lr' -- "$ctrain" config --reference
 
+# ---- shell completion and the man page, made from the tool's own tables and help texts ----
+
+# complete SCRIPT WORD...: what the completion function offers for the last word, one a line
+complete_words() {
+    local script=$1
+    shift
+    bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _ctrain_words;
+             printf "%s\n" "${COMPREPLY[@]}"' sh "$script" "$@" 2>&1
+}
+"$ctrain" completion bash >completion.bash 2>completion.err
+rc=$?
+if [[ $rc -ne 0 ]]; then
+    fail completion_bash "exit $rc: $(tail_of completion.err)"
+elif ! bash -n completion.bash 2>completion.err; then
+    fail completion_bash "bash -n: $(tail_of completion.err)"
+else
+    ok completion_bash
+    out=$(complete_words completion.bash ctrain f)
+    [[ $out == fit ]] && ok completion_command || fail completion_command "ctrain f: '$out'"
+    out=$(complete_words completion.bash ctrain fit x.yaml optimizer.l)
+    if grep -qx 'optimizer\.lr=' <<<"$out"; then ok completion_key; else
+        fail completion_key "ctrain fit x.yaml optimizer.l: '$out'"
+    fi
+    out=$(complete_words completion.bash ctrain fit x.yaml ++optimizer.type=ad | sort | tr '\n' ' ')
+    [[ $out == '++optimizer.type=adagrad ++optimizer.type=adam ++optimizer.type=adamw ' ]] &&
+        ok completion_enum_values || fail completion_enum_values "optimizer.type=ad: '$out'"
+    # '=' splits the word with bash's default COMP_WORDBREAKS: the value alone
+    out=$(complete_words completion.bash ctrain fit x.yaml optimizer.type = sg)
+    [[ $out == sgd ]] && ok completion_enum_split || fail completion_enum_split "= sg: '$out'"
+    out=$(complete_words completion.bash ctrain eval x.yaml --n)
+    [[ $out == --no-ema ]] && ok completion_option || fail completion_option "eval --n: '$out'"
+fi
+if command -v zsh >/dev/null; then
+    if "$ctrain" completion zsh >_ctrain 2>completion.err && zsh -n _ctrain 2>>completion.err; then
+        ok completion_zsh
+    else
+        fail completion_zsh "$(tail_of completion.err)"
+    fi
+else
+    echo "skip completion_zsh: zsh is not installed"
+fi
+expect completion_bad_shell 2 'expected bash or zsh' -- "$ctrain" completion fish
+"$ctrain" man >ctrain.1 2>man.err
+rc=$?
+if [[ $rc -ne 0 ]]; then
+    fail man_page "exit $rc: $(tail_of man.err)"
+elif ! command -v groff >/dev/null; then
+    echo "skip man_page: groff is not installed"
+elif ! groff -man -ww -z ctrain.1 >man.err 2>&1 || [[ -s man.err ]]; then
+    fail man_page "groff -man -ww: $(tail_of man.err)"
+else
+    missing=
+    for c in fit eval predict config inspect report completion man; do
+        grep -qx "\.SS $c" ctrain.1 && grep -q "usage: ctrain $c" ctrain.1 || missing+=" $c"
+    done
+    [[ -z $missing ]] && ok man_page || fail man_page "commands missing:$missing"
+fi
+
 # ---- fit ----
 
 expect fit_cut_mid_epoch 0 'done: 75 steps, 1 epoch and part of epoch 2;' -- "$ctrain" fit \

@@ -39,6 +39,8 @@ void cli_usage(FILE *f) {
            "checkpoint\n"
            "  report RUN_DIR [--output F.html] [--svg DIR] [--log]\n"
            "                                  a self-contained HTML report with plots\n"
+           "  completion bash|zsh             print the shell completion script\n"
+           "  man                             print the ctrain(1) man page (roff)\n"
            "\n"
            "overrides: key.path=value replaces, +key.path=value adds, ++key.path=value "
            "sets,\n"
@@ -275,6 +277,14 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                          "component's keys,\nopening the data files) and prints the resolved "
                          "configuration as YAML\n(exit 0 when valid, 2 otherwise); --reference "
                          "prints every key as Markdown.\n");
+    else if (strcmp(cmd, "completion") == 0)
+        (void)fprintf(f, "usage: ctrain completion bash|zsh\n\nPrints the completion script "
+                         "of the shell: commands, options, the configuration's\nkeys as "
+                         "key= and their valid values. bash: source <(ctrain completion bash);\n"
+                         "an installed ctrain has it in share/bash-completion/completions.\n");
+    else if (strcmp(cmd, "man") == 0)
+        (void)fprintf(f, "usage: ctrain man\n\nPrints the ctrain(1) man page (roff), made "
+                         "of these help texts: man <(ctrain man).\n");
     else
         (void)fprintf(f, "usage: ctrain inspect PATH\n\nDescribes a run directory (its "
                          "checkpoints, which verify, latest and best, the last\nmetrics) or one "

@@ -37,6 +37,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "predict") == 0) return cli_cmd_predict(argc - 1, argv + 1);
     if (strcmp(cmd, "report") == 0) return cli_cmd_report(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cli_cmd_inspect(argc - 1, argv + 1);
+    if (strcmp(cmd, "completion") == 0) return cli_cmd_completion(argc - 1, argv + 1);
+    if (strcmp(cmd, "man") == 0) return cli_cmd_man(argc - 1, argv + 1);
     (void)fprintf(stderr, "ctrain: unknown %s '%s'\n", cmd[0] == '-' ? "option" : "command", cmd);
     cli_usage(stderr);
     return EXIT_USAGE;
