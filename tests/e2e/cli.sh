@@ -108,6 +108,16 @@ else
     [[ $out == sgd ]] && ok completion_enum_split || fail completion_enum_split "= sg: '$out'"
     out=$(complete_words completion.bash ctrain eval x.yaml --n)
     [[ $out == --no-ema ]] && ok completion_option || fail completion_option "eval --n: '$out'"
+    # the completion's options are those each command's usage names (two tables in the tool)
+    why=
+    for cmd in fit eval predict report config inspect; do
+        want=$({ echo --help; "$ctrain" "$cmd" --help 2>&1; } | grep -oE -- '--[a-z][a-z-]*' |
+            sort -u | tr '\n' ' ')
+        got=$(complete_words completion.bash ctrain "$cmd" x --  | grep -E '^--[a-z]' | sort -u |
+            tr '\n' ' ')
+        [[ $want == "$got" ]] || why+="$cmd: usage names '$want', completion offers '$got'; "
+    done
+    verdict completion_options_match_usage "$why"
 fi
 if command -v zsh >/dev/null; then
     if "$ctrain" completion zsh >_ctrain 2>completion.err && zsh -n _ctrain 2>>completion.err; then
