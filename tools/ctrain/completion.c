@@ -38,7 +38,8 @@ static void put_words(FILE *f, const char *list, bool with_value) {
             first = false;
         }
         p += n;
-        while (*p == ' ') p++;
+        while (*p == ' ')
+            p++;
     }
 }
 
@@ -47,8 +48,7 @@ static void put_keys(FILE *f) {
     int64_t n = 0;
     const ct_key_def *keys = ct_experiment_schema(&n);
     for (int64_t i = 0; i < n; i++)
-        if (keys[i].type != CT_KEY_SECTION)
-            (void)fprintf(f, "%s%s=", i ? " " : "", keys[i].path);
+        if (keys[i].type != CT_KEY_SECTION) (void)fprintf(f, "%s%s=", i ? " " : "", keys[i].path);
 }
 
 /* A shell `case` arm per key that has a fixed set of values: `key) vals='a b c' ;;`. */
@@ -60,7 +60,8 @@ static void put_values(FILE *f, const char *indent) {
         const char *choices = k->type == CT_KEY_BOOL ? "true|false" : k->choices;
         if (!choices || !*choices) continue;
         (void)fprintf(f, "%s%s) vals='", indent, k->path);
-        for (const char *c = choices; *c; c++) (void)fputc(*c == '|' ? ' ' : *c, f);
+        for (const char *c = choices; *c; c++)
+            (void)fputc(*c == '|' ? ' ' : *c, f);
         (void)fprintf(f, "' ;;\n");
     }
 }
@@ -68,15 +69,17 @@ static void put_values(FILE *f, const char *indent) {
 /* The function both scripts share: it fills COMPREPLY from COMP_WORDS and COMP_CWORD. Words
  * are matched by its own loop, not compgen -W, which zsh's bashcompinit leaves unfiltered. */
 static void put_function(FILE *f, bool zsh) {
-    (void)fprintf(f, "_ctrain_words() {\n%s"
-                     "    local cur=${COMP_WORDS[COMP_CWORD]} prev= cmd=${COMP_WORDS[1]}\n"
-                     "    local opts= valued= vals= key= pre= i w operands=0 files=0\n"
-                     "    (( COMP_CWORD > 0 )) && prev=${COMP_WORDS[COMP_CWORD-1]}\n"
-                     "    COMPREPLY=()\n"
-                     "    if (( COMP_CWORD == 1 )); then\n"
-                     "        vals='",
+    (void)fprintf(f,
+                  "_ctrain_words() {\n%s"
+                  "    local cur=${COMP_WORDS[COMP_CWORD]} prev= cmd=${COMP_WORDS[1]}\n"
+                  "    local opts= valued= vals= key= pre= i w operands=0 files=0\n"
+                  "    (( COMP_CWORD > 0 )) && prev=${COMP_WORDS[COMP_CWORD-1]}\n"
+                  "    COMPREPLY=()\n"
+                  "    if (( COMP_CWORD == 1 )); then\n"
+                  "        vals='",
                   zsh ? "    emulate -L ksh\n" : "");
-    for (int i = 0; i < N_COMMANDS; i++) (void)fprintf(f, "%s ", k_commands[i].name);
+    for (int i = 0; i < N_COMMANDS; i++)
+        (void)fprintf(f, "%s ", k_commands[i].name);
     (void)fprintf(f, "help --help --version'\n"
                      "    else\n"
                      "        case $cmd in\n");
