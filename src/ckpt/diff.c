@@ -422,6 +422,21 @@ static ct_status load_state(ct_ctx *ctx, side *s) {
     return CT_OK;
 }
 
+/* The checkpoint a run's `latest` names, damaged or not (finding what changed is the point);
+ * when the pointer itself is missing or damaged, the newest checkpoint that verifies, as a
+ * resume would pick (with its warning). */
+static ct_status latest_of(ct_ctx *ctx, const char *run, char *dir) {
+    int64_t step;
+    char name[64];
+    if (ct_checkpoint_pointer(ctx, run, "latest", &step) == CT_OK) {
+        ct_ckpt_step_name(step, name, sizeof name);
+        char ckdir[CT_CKPT_PATH_SIZE];
+        CT_TRY(ct_ckpt_join(ctx, ckdir, run, "checkpoints"));
+        return ct_ckpt_join(ctx, dir, ckdir, name);
+    }
+    return ct_checkpoint_resolve(ctx, run, "latest", dir, CT_CKPT_PATH_SIZE, NULL);
+}
+
 /* What the argument names: a checkpoint directory (state.json), a run directory (checkpoints/:
  * its latest checkpoint) or a safetensors file (checked by opening it). */
 static ct_status open_side(ct_ctx *ctx, const char *arg, side *s) {
@@ -440,7 +455,7 @@ static ct_status open_side(ct_ctx *ctx, const char *arg, side *s) {
                                "%s: expected a run directory (with "
                                "checkpoints/) or a checkpoint directory (with state.json)",
                                arg);
-            CT_TRY(ct_checkpoint_resolve(ctx, arg, "latest", s->path, sizeof s->path, NULL));
+            CT_TRY(latest_of(ctx, arg, s->path));
         }
         return load_state(ctx, s);
     }
