@@ -246,9 +246,9 @@ typedef struct ct_checkpoint_diff {
 } ct_checkpoint_diff;
 
 typedef struct ct_checkpoint_diff_params {
-    double tolerance; /* >= 0: elements with |a - b| <= tolerance count as equal. 0 (default):
-                         elements must be equal bit for bit (-0.0 and 0.0, or two NaN
-                         payloads, differ) */
+    double tolerance; /* finite, >= 0: elements with |a - b| <= tolerance count as equal (a NaN
+                         only with a NaN). 0 (default): elements must be equal bit for bit
+                         (-0.0 and 0.0, or two NaN payloads, differ) */
 } ct_checkpoint_diff_params;
 
 CT_API ct_checkpoint_diff_params ct_checkpoint_diff_default_params(void);
@@ -264,7 +264,8 @@ CT_API ct_checkpoint_diff_params ct_checkpoint_diff_default_params(void);
  * file is compared as it reads. *out (NULL on failure) is freed with
  * ct_checkpoint_diff_destroy; its strings live as long. Errors: CT_ERR_IO for a path that cannot
  * be read, CT_ERR_FORMAT for one that is not a run, a checkpoint or a safetensors file (the
- * message names it and what was expected), CT_ERR_INVALID_ARG for a negative tolerance.
+ * message names it and what was expected), CT_ERR_INVALID_ARG for a tolerance that is negative
+ * or not finite.
  */
 CT_API ct_status ct_checkpoint_diff_create(ct_ctx *ctx,
                                            const char *a,

@@ -501,8 +501,8 @@ ct_status ct_checkpoint_diff_create(ct_ctx *ctx,
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                        "ct_checkpoint_diff_create: a, b and out are "
                        "required");
-    if (!(dp.tolerance >= 0))
-        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "tolerance %g: expected a number >= 0",
+    if (!(dp.tolerance >= 0) || isinf(dp.tolerance))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "tolerance %g: expected a finite number >= 0",
                        dp.tolerance);
     side sa, sb;
     memset(&sa, 0, sizeof sa);

@@ -272,6 +272,8 @@ static void diff_should_refuse_what_is_not_a_checkpoint(void) {
     ct_checkpoint_diff_params dp = ct_checkpoint_diff_default_params();
     dp.tolerance = -1;
     CT_CHECK_INT(ct_checkpoint_diff_create(ctx, q, q, &dp, &d), CT_ERR_INVALID_ARG);
+    dp.tolerance = (double)INFINITY;
+    CT_CHECK_INT(ct_checkpoint_diff_create(ctx, q, q, &dp, &d), CT_ERR_INVALID_ARG);
     ct_params_destroy(P);
 }
 
