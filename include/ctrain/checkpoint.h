@@ -196,6 +196,87 @@ CT_API ct_status ct_checkpoint_set_pointer(ct_ctx *ctx,
                                            const char *name,
                                            int64_t step);
 
+/* ---- comparing two checkpoints ---- */
+
+/* How a tensor of one side compares with the tensor of that name on the other. */
+typedef enum ct_diff_kind {
+    CT_DIFF_SAME,   /* same dtype and shape, every element equal (within the tolerance) */
+    CT_DIFF_VALUES, /* same dtype and shape, some elements differ */
+    CT_DIFF_DTYPE,  /* same shape, another dtype: the values are compared as numbers */
+    CT_DIFF_SHAPE,  /* another shape: the values are not compared */
+    CT_DIFF_ONLY_A, /* in A only */
+    CT_DIFF_ONLY_B, /* in B only */
+    CT_DIFF_KIND_COUNT
+} ct_diff_kind;
+
+typedef struct ct_tensor_diff {
+    const char *file; /* the checkpoint's file: "model.safetensors", "optimizer.safetensors", ... */
+    const char *name; /* the tensor's name in that file */
+    ct_diff_kind kind;
+    char dtype_a[8], dtype_b[8]; /* safetensors dtype names ("F32"); "" on a side without it */
+    int64_t shape_a[CT_MAX_DIMS], shape_b[CT_MAX_DIMS];
+    int32_t ndim_a, ndim_b;
+    int64_t numel;  /* elements compared: 0 for CT_DIFF_SHAPE and the ONLY kinds */
+    int64_t n_diff; /* elements that differ */
+    int64_t first;  /* flat (row-major) index of the first differing element; -1 when none */
+    int64_t first_index[CT_MAX_DIMS]; /* the same per dimension (ndim_a of them) */
+    double first_a, first_b;          /* the values there */
+    double max_abs; /* the largest |a - b|; +inf where one side is NaN or they are unlike infs */
+    double max_rel; /* the largest |a - b| / max(|a|, |b|) */
+    double cosine;  /* of the two as vectors, over the elements finite on both sides; 1 when
+                       both are zero, 0 when one is */
+} ct_tensor_diff;
+
+typedef struct ct_state_diff {
+    const char *key;   /* the path into state.json: "step", "state.trainer.seed", "state.x[2]" */
+    const char *a, *b; /* the value on each side as compact JSON; NULL on a side without it */
+} ct_state_diff;
+
+typedef struct ct_checkpoint_diff {
+    const char *path_a, *path_b; /* what was read for each side: the checkpoint directory (a
+                                    run's latest) or the safetensors file */
+    ct_tensor_diff *tensors;     /* every tensor of either side, A's files and order first */
+    int64_t n_tensors;
+    int64_t n_same; /* those of kind CT_DIFF_SAME */
+    ct_state_diff *state;
+    int64_t n_state;
+    bool state_compared; /* both sides are checkpoints, so their state.json were compared */
+    bool identical;      /* no tensor and no state key differs */
+    ct_ctx *ctx;
+} ct_checkpoint_diff;
+
+typedef struct ct_checkpoint_diff_params {
+    double tolerance; /* finite, >= 0: elements with |a - b| <= tolerance count as equal (a NaN
+                         only with a NaN). 0 (default): elements must be equal bit for bit
+                         (-0.0 and 0.0, or two NaN payloads, differ) */
+} ct_checkpoint_diff_params;
+
+CT_API ct_checkpoint_diff_params ct_checkpoint_diff_default_params(void);
+
+/*
+ * Compares a and b, each a run directory (the checkpoint its `latest` names; with that pointer
+ * missing or damaged, the newest checkpoint that verifies, as ct_checkpoint_resolve picks), a
+ * checkpoint directory or a safetensors file (weights only, compared as a checkpoint's
+ * model.safetensors). Two checkpoints compare every safetensors file
+ * that state.json lists on either side, tensor by tensor by name, and state.json key by key
+ * (all but its own "crc32c" and its "files" checksums, which the tensors stand for); a file on
+ * one side only gives tensors on one side only. Checksums are not required to match: a damaged
+ * file is compared as it reads. *out (NULL on failure) is freed with
+ * ct_checkpoint_diff_destroy; its strings live as long. Errors: CT_ERR_IO for a path that cannot
+ * be read, CT_ERR_FORMAT for one that is not a run, a checkpoint or a safetensors file (the
+ * message names it and what was expected), CT_ERR_INVALID_ARG for a tolerance that is negative
+ * or not finite.
+ */
+CT_API ct_status ct_checkpoint_diff_create(ct_ctx *ctx,
+                                           const char *a,
+                                           const char *b,
+                                           const ct_checkpoint_diff_params *p,
+                                           ct_checkpoint_diff **out);
+/* Frees a comparison; NULL is a no-op. */
+CT_API void ct_checkpoint_diff_destroy(ct_checkpoint_diff *d);
+/* "same", "values", "dtype", "shape", "only_a", "only_b". */
+CT_API const char *ct_diff_kind_name(ct_diff_kind k);
+
 #ifdef __cplusplus
 }
 #endif

@@ -49,6 +49,29 @@ CT_INTERNAL ct_status ct_st_read(ct_ctx *ctx,
                                  const char *what,
                                  int64_t *loaded);
 
+/* A safetensors file opened as it is, for reading tensors whatever their dtype (ct_st_open):
+ * the header's tensors in the order of their data, each checked as ct_st_read checks them. */
+typedef struct ct_st_tensor {
+    const char *name;  /* borrowed from the reader */
+    const char *dtype; /* the header's dtype name: "F32", "BF16", "I64", ... */
+    size_t elem_size;  /* bytes per element */
+    int64_t shape[CT_MAX_DIMS];
+    int32_t ndim;
+    int64_t numel;
+    uint64_t nbytes;
+} ct_st_tensor;
+
+typedef struct ct_st_reader ct_st_reader;
+
+/* Opens path and checks its header; *tensors (n of them) stay valid until ct_st_close. path is
+ * borrowed for as long. On failure *out is NULL and the message names the file. */
+CT_INTERNAL ct_status ct_st_open(
+    ct_ctx *ctx, const char *path, ct_st_reader **out, const ct_st_tensor **tensors, int64_t *n);
+/* Reads the raw little-endian bytes of tensors[i] (nbytes) into dst. */
+CT_INTERNAL ct_status ct_st_read_raw(ct_st_reader *r, int64_t i, void *dst);
+/* Closes the file and frees the reader; NULL is a no-op. */
+CT_INTERNAL void ct_st_close(ct_st_reader *r);
+
 /* ---- checkpoint directories (checkpoint.c) ---- */
 
 #define CT_CKPT_PATH_SIZE      4096

@@ -421,6 +421,14 @@ typedef struct st_file {
     uint64_t base, data_size; /* the data's offset in the file and their length */
 } st_file;
 
+/* Frees what reading sf holds and closes its file (when open). */
+static void close_file(st_file *sf) {
+    json_decref(sf->root);
+    ct_free(sf->ctx, sf->entries, (sf->count ? sf->count : 1) * sizeof *sf->entries);
+    ct_free(sf->ctx, sf->header, (size_t)sf->hlen);
+    if (sf->f) (void)fclose(sf->f);
+}
+
 /* Reads the header's length and the JSON header, checked against the file's size. */
 static ct_status read_header(st_file *sf) {
     ct_ctx *ctx = sf->ctx;
@@ -591,9 +599,73 @@ ct_status ct_st_read(ct_ctx *ctx,
     if (s == CT_OK) s = load_matching(&sf, &tg, &n_loaded);
     if (s == CT_OK && tg.strict && n_loaded != target_count(&tg)) s = check_complete(&sf, &tg);
     if (s == CT_OK && loaded) *loaded = n_loaded;
-    json_decref(sf.root);
-    ct_free(ctx, sf.entries, (sf.count ? sf.count : 1) * sizeof *sf.entries);
-    ct_free(ctx, sf.header, (size_t)sf.hlen);
-    fclose(sf.f);
+    close_file(&sf);
     return s;
+}
+
+/* ---- reading a file as it is ---- */
+
+struct ct_st_reader {
+    st_file sf;
+    ct_st_tensor *tensors; /* sf.n_entries, in the order of their data */
+};
+
+void ct_st_close(ct_st_reader *r) {
+    if (!r) return;
+    ct_ctx *ctx = r->sf.ctx;
+    ct_free(ctx, r->tensors, (r->sf.n_entries ? r->sf.n_entries : 1) * sizeof *r->tensors);
+    close_file(&r->sf);
+    ct_free(ctx, r, sizeof *r);
+}
+
+/* The reader's tensor list from the checked entries. */
+static ct_status list_tensors(ct_st_reader *r) {
+    size_t n = r->sf.n_entries;
+    r->tensors = ct_alloc(r->sf.ctx, (n ? n : 1) * sizeof *r->tensors);
+    if (!r->tensors)
+        return CT_FAIL(r->sf.ctx, CT_ERR_OOM, "%s: listing %zu tensors", r->sf.path, n);
+    for (size_t i = 0; i < n; i++) {
+        const entry *e = &r->sf.entries[i];
+        ct_st_tensor *t = &r->tensors[i];
+        memset(t, 0, sizeof *t);
+        t->name = e->name;
+        t->dtype = e->dt->name;
+        t->elem_size = e->dt->size;
+        t->ndim = e->ndim;
+        memcpy(t->shape, e->shape, sizeof t->shape);
+        t->nbytes = e->end - e->begin;
+        t->numel = (int64_t)(t->nbytes / e->dt->size);
+    }
+    return CT_OK;
+}
+
+ct_status ct_st_open(
+    ct_ctx *ctx, const char *path, ct_st_reader **out, const ct_st_tensor **tensors, int64_t *n) {
+    *out = NULL;
+    *tensors = NULL;
+    *n = 0;
+    ct_st_reader *r = ct_alloc(ctx, sizeof *r);
+    if (!r) return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a reader", path);
+    memset(r, 0, sizeof *r);
+    r->sf.ctx = ctx;
+    r->sf.path = path;
+    r->sf.f = fopen(path, "rb");
+    ct_status s = r->sf.f ? read_header(&r->sf) : ct_ckpt_io_fail(ctx, path, "opening");
+    if (s == CT_OK) s = read_entries(&r->sf);
+    if (s == CT_OK) s = check_tiling(&r->sf);
+    if (s == CT_OK) s = list_tensors(r);
+    if (s != CT_OK) {
+        ct_st_close(r);
+        return s;
+    }
+    *out = r;
+    *tensors = r->tensors;
+    *n = (int64_t)r->sf.n_entries;
+    return CT_OK;
+}
+
+ct_status ct_st_read_raw(ct_st_reader *r, int64_t i, void *dst) {
+    const entry *e = &r->sf.entries[i];
+    size_t n = (size_t)(e->end - e->begin);
+    return n ? read_at(r->sf.ctx, r->sf.f, r->sf.path, r->sf.base + e->begin, dst, n) : CT_OK;
 }

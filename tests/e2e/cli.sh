@@ -110,7 +110,7 @@ else
     [[ $out == --no-ema ]] && ok completion_option || fail completion_option "eval --n: '$out'"
     # the completion's options are those each command's usage names (two tables in the tool)
     why=
-    for cmd in fit eval predict report config inspect; do
+    for cmd in fit eval predict report config inspect diff; do
         want=$({ echo --help; "$ctrain" "$cmd" --help 2>&1; } | grep -oE -- '--[a-z][a-z-]*' |
             sort -u | tr '\n' ' ')
         got=$(complete_words completion.bash ctrain "$cmd" x --  | grep -E '^--[a-z]' | sort -u |
@@ -139,7 +139,7 @@ elif ! groff -man -ww -z ctrain.1 >man.err 2>&1 || [[ -s man.err ]]; then
     fail man_page "groff -man -ww: $(tail_of man.err)"
 else
     missing=
-    for c in fit eval predict config inspect report completion man; do
+    for c in fit eval predict config inspect diff report completion man; do
         grep -qx "\.SS $c" ctrain.1 && grep -q "usage: ctrain $c" ctrain.1 || missing+=" $c"
     done
     [[ -z $missing ]] && ok man_page || fail man_page "commands missing:$missing"
@@ -835,6 +835,44 @@ expect inspect_damaged_checkpoint 1 'DAMAGED' -- "$ctrain" inspect "$(latest_dir
 expect inspect_not_a_run 2 'neither a run directory' -- "$ctrain" inspect "$work"
 expect inspect_missing 2 'not a directory' -- "$ctrain" inspect "$work/nothere"
 
+# ---- diff ----
+
+# two fits of one configuration are identical, bit for bit, tensors and state.json
+"$ctrain" fit tiny.yaml ++output_dir=run_twin "${quiet[@]}" >/dev/null 2>&1
+expect diff_identical_fits 0 '^6 of 6 tensors identical$' '^state\.json: identical$' '^identical$' \
+    '!FILE +TENSOR' -- "$ctrain" diff run run_twin
+expect diff_all_lists_identical_tensors 0 'model\.safetensors +0\.weight +F32 +\[32, 8\] +0 of 256' \
+    -- "$ctrain" diff run "$(latest_dir run_twin)" --all
+"$ctrain" fit tiny.yaml ++output_dir=run_seed2 seed=2 "${quiet[@]}" >/dev/null 2>&1
+expect diff_other_seed 1 'model\.safetensors +0\.weight +F32 +\[32, 8\] +[0-9]+ of 256' \
+    'optimizer\.safetensors +momentum_buffer' 'state\.json: [0-9]+ keys differ' \
+    'state\.loader\.seed +"1" +"2"' '^different$' -- "$ctrain" diff run run_seed2
+# one bit of a weights file flipped (element 5 of 0.weight, the file's first tensor): found
+cp "$(latest_dir run)/model.safetensors" flip.safetensors
+at=$(($(od -An -tu8 -N8 flip.safetensors | tr -d ' ') + 8 + 4 * 5))
+byte=$(od -An -tu1 -j "$at" -N1 flip.safetensors | tr -d ' ')
+# shellcheck disable=SC2059 # the format is the one octal escape of the new byte
+printf "\\$(printf '%03o' $((byte ^ 1)))" | dd of=flip.safetensors bs=1 seek="$at" conv=notrunc status=none
+expect diff_flipped_bit 1 '0\.weight +F32 +\[32, 8\] +1 of 256 .* 5 \[0, 5\]: ' \
+    '^3 of 4 tensors identical$' 'not compared' -- "$ctrain" diff run flip.safetensors
+expect diff_flipped_bit_json 1 '"name":"0\.weight","status":"values"' '"differing":1' \
+    '"first":\{"flat":5,"index":\[0,5\]' '"identical":false' \
+    -- "$ctrain" diff --json "$(latest_dir run)/model.safetensors" flip.safetensors
+"$jsonq" identical out >/dev/null 2>jq.err
+verdict diff_json_parses "$([[ -s jq.err ]] && cat jq.err)"
+expect diff_within_tolerance 0 'identical within 1e-06' '^identical$' \
+    -- "$ctrain" diff run flip.safetensors --tolerance 1e-6
+# the checkpoint inspect finds damaged: diff names the tensor and element the byte is in
+expect diff_damaged 1 'model\.safetensors +2\.bias +F32 +\[4\] +1 of 4 .* 2 \[2\]: ' \
+    -- "$ctrain" diff run damaged
+expect diff_not_a_checkpoint 2 'tiny\.yaml: expected a run directory, a checkpoint directory or a safetensors file' \
+    -- "$ctrain" diff tiny.yaml run
+expect diff_directory_of_other_files 2 'expected a run directory \(with checkpoints/\)' \
+    -- "$ctrain" diff run "$work"
+expect diff_missing 2 'nothere: ' -- "$ctrain" diff run "$work/nothere"
+expect diff_one_path 2 'expected two paths A and B' -- "$ctrain" diff run
+expect diff_bad_tolerance 2 'tolerance: expected a number >= 0' -- "$ctrain" diff run run --tolerance -1
+
 # valid means fit would start: `config` checks the components' keys and opens the data too
 expect config_checks_components 2 "unknown key 'data\.train\.colour'" -- \
     "$ctrain" config e_option.yaml
@@ -884,6 +922,8 @@ else
     cmp -s "$(latest_dir resumed)/model.safetensors" "$(latest_dir straight)/model.safetensors" ||
         why="the final model.safetensors differ"
     verdict resume_weights_equal "$why"
+    expect diff_resumed_twin 0 '^6 of 6 tensors identical$' '^state\.json: identical$' \
+        '^identical$' -- "$ctrain" diff resumed straight
 fi
 # the same with accumulation windows, augmentation (random crops and flips drawn per epoch),
 # EMA and dropout, on 600 Fashion-MNIST images: all of their state comes back from the checkpoint

@@ -37,6 +37,9 @@ void cli_usage(FILE *f) {
            "  config --reference              print every key (docs/config.md)\n"
            "  inspect PATH                    describe and verify a run directory or "
            "checkpoint\n"
+           "  diff A B [--tolerance T] [--all] [--json]\n"
+           "                                  compare two checkpoints, runs or safetensors "
+           "files\n"
            "  report RUN_DIR [--output F.html] [--svg DIR] [--log]\n"
            "                                  a self-contained HTML report with plots\n"
            "  completion bash|zsh             print the shell completion script\n"
@@ -285,6 +288,19 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
     else if (strcmp(cmd, "man") == 0)
         (void)fprintf(f, "usage: ctrain man\n\nPrints the ctrain(1) man page (roff), made "
                          "of these help texts: man <(ctrain man).\n");
+    else if (strcmp(cmd, "diff") == 0)
+        (void)fprintf(f, "usage: ctrain diff A B [--tolerance T] [--all] [--json]\n\n"
+                         "Compares two checkpoints: A and B are each a run directory (its latest "
+                         "checkpoint),\na checkpoint directory or a safetensors file (compared "
+                         "as model.safetensors).\nLists each tensor that differs (by name: "
+                         "dtype, shape, how many elements differ,\nthe largest absolute and "
+                         "relative difference, the cosine similarity, the first\ndiffering "
+                         "index and both values there), the optimizer's too, and each key of\n"
+                         "state.json that differs with both values. Elements must be equal bit "
+                         "for bit;\n--tolerance T counts |a - b| <= T as equal. --all lists "
+                         "identical tensors too;\n--json prints one JSON document. Exit 0 "
+                         "identical, 1 different, 2 a usage error or\na path that is not a run, "
+                         "checkpoint or safetensors file.\n");
     else
         (void)fprintf(f, "usage: ctrain inspect PATH\n\nDescribes a run directory (its "
                          "checkpoints, which verify, latest and best, the last\nmetrics) or one "

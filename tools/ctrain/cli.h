@@ -4,8 +4,8 @@
  * each file's entry points. The files: main.c (dispatch), args.c (usage texts and option
  * parsing), signals.c (the stop signals), session.c (messages, log.txt, errors, loading a
  * configuration), progress.c (the progress display and the trainer's callbacks), fit.c, eval.c
- * (eval, predict, config), report.c and inspect.c (one command each), completion.c (completion
- * scripts, man page).
+ * (eval, predict, config), report.c, inspect.c and diff.c (one command each), completion.c
+ * (completion scripts, man page).
  *
  * A session belongs to the command that opened it; its log file, communicator and context are
  * closed by that command. The only process-wide state is signals.c's signal flag.
@@ -147,6 +147,8 @@ int cli_cmd_predict(int argc, char **argv);
 int cli_cmd_config(int argc, char **argv);
 int cli_cmd_report(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
+/* diff.c: two checkpoints compared tensor by tensor and key by key */
+int cli_cmd_diff(int argc, char **argv);
 /* completion.c: the shell completion scripts and the man page, from the same tables as --help */
 int cli_cmd_completion(int argc, char **argv);
 int cli_cmd_man(int argc, char **argv);

@@ -21,6 +21,7 @@ static const struct {
                 "--temperature= --top-k= --seed= --help"},
     {"config", "--reference --help"},
     {"inspect", "--help"},
+    {"diff", "--json --tolerance= --all --help"},
     {"report", "--output= --svg= --log --help"},
     {"completion", ""},
     {"man", ""},

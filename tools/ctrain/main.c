@@ -1,5 +1,5 @@
 /*
- * main.c - the ctrain command-line tool: fit, eval, predict, config, report and inspect over
+ * main.c - the ctrain command-line tool: fit, eval, predict, config, report, inspect and diff over
  * experiment files (include/ctrain/experiment.h), with progress on stderr, a log.txt in the run
  * directory, and the exit codes of docs/cli.md:
  *     0 success; 1 the run failed (a non-finite stop included); 2 a usage, configuration or
@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "predict") == 0) return cli_cmd_predict(argc - 1, argv + 1);
     if (strcmp(cmd, "report") == 0) return cli_cmd_report(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cli_cmd_inspect(argc - 1, argv + 1);
+    if (strcmp(cmd, "diff") == 0) return cli_cmd_diff(argc - 1, argv + 1);
     if (strcmp(cmd, "completion") == 0) return cli_cmd_completion(argc - 1, argv + 1);
     if (strcmp(cmd, "man") == 0) return cli_cmd_man(argc - 1, argv + 1);
     (void)fprintf(stderr, "ctrain: unknown %s '%s'\n", cmd[0] == '-' ? "option" : "command", cmd);
