@@ -389,7 +389,7 @@ static void say_nothing_to_train(ct_experiment *e, int64_t step) {
                (long long)step, limits[0] ? limits : "trainer.max_epochs or max_steps");
 }
 
-ct_status ct_experiment_fit(ct_experiment *e) {
+static ct_status fit(ct_experiment *e) {
     ct_ctx *ctx = e->ctx;
     if (!e->trainer) return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "fit: the experiment has no trainer");
     bool resume = false;
@@ -446,6 +446,12 @@ ct_status ct_experiment_fit(ct_experiment *e) {
     }
     ct_exp_final_report(e);
     return ct_exp_close_records(e);
+}
+
+ct_status ct_experiment_fit(ct_experiment *e) {
+    ct_status s = fit(e);
+    ct_exp_end_tensorboard(e, s); /* the run's status in TensorBoard's HParams view */
+    return s;
 }
 
 ct_status ct_experiment_load(ct_experiment *e, const char *which, int64_t *step) {

@@ -167,6 +167,7 @@ struct ct_experiment {
     size_t rec_len, rec_cap;
     ct_tb_writer *tb;
     int64_t hist_every;   /* epochs between histograms; 0 = none */
+    unsigned tb_classes;  /* bit i: engine_keys[i]'s confusion class names went to TensorBoard */
     bool final_testing;   /* fit's last test evaluation runs: it never makes a best */
     bool hist_grads_due;  /* the epoch's last window is running: its gradients go out */
     double t_last_log;    /* for samples_per_sec between records */
@@ -297,6 +298,9 @@ CT_INTERNAL ct_status ct_exp_open_records(ct_experiment *e, bool append);
 CT_INTERNAL ct_status ct_exp_close_records(ct_experiment *e);
 /* Closes what ct_exp_open_records opened and frees the record buffer. */
 CT_INTERNAL void ct_exp_release_records(ct_experiment *e);
+/* The end of the run's HParams session in TensorBoard: success, failure (s not CT_OK) or, for
+ * a run stopped by a signal, unknown. Nothing without TensorBoard. */
+CT_INTERNAL void ct_exp_end_tensorboard(ct_experiment *e, ct_status s);
 /* The report at the end of a fit, finished or interrupted. */
 CT_INTERNAL void ct_exp_final_report(ct_experiment *e);
 /* Whether metrics.jsonl has a record of `step` with a value whose name starts with prefix. */

@@ -211,6 +211,34 @@ void ct_exp_final_report(ct_experiment *e) {
         write_report(e, best_step(e, e->trainer, NULL, 0), !ct_trainer_interrupted(e->trainer));
 }
 
+/* The image has no font: data.classes' names go beside it as text ("<key>/confusion/classes"),
+ * once per evaluation key and process, when they name as many classes as the matrix has. */
+static void confusion_classes(ct_experiment *e, ct_trainer *t, const char *key, int64_t c) {
+    int64_t i = 0;
+    while (i < e->n_engines && i < 32 && strcmp(e->engine_keys[i], key) != 0)
+        i++;
+    if (i >= e->n_engines || i >= 32 || (e->tb_classes >> i & 1u) || e->classes.n != c) return;
+    e->tb_classes |= 1u << i;
+    /* indented four spaces, the text plugin's Markdown shows it as code: names as they are */
+    static const char head[] = "Rows (true class, top to bottom) and columns (predicted, left "
+                               "to right) of the confusion image:\n\n";
+    size_t cap = sizeof head + 32;
+    for (int64_t k = 0; k < c; k++)
+        cap += strlen(e->classes.names[k]) + 32;
+    char *md = ct_alloc(e->ctx, cap);
+    if (!md) return;
+    size_t at = (size_t)snprintf(md, cap, "%s", head);
+    for (int64_t k = 0; k < c && at < cap; k++) {
+        int w = snprintf(md + at, cap - at, "    %3lld  %s\n", (long long)k, e->classes.names[k]);
+        at += w > 0 ? (size_t)w : 0;
+    }
+    char tag[128];
+    (void)snprintf(tag, sizeof tag, "%s/confusion/classes", key);
+    if (ct_tb_text(e->tb, tag, ct_trainer_step(t), 0, md) != CT_OK || ct_tb_flush(e->tb) != CT_OK)
+        tb_failed(e);
+    ct_free(e->ctx, md, cap);
+}
+
 /* An evaluation's confusion matrix (values "<key>/confusion/<true>/<pred>") as a TensorBoard
  * image: rows are true classes, columns predictions, white to blue by the share of the row. */
 static void confusion_image(
@@ -257,6 +285,7 @@ static void confusion_image(
         if (ct_tb_image(e->tb, tag, ct_trainer_step(t), 0, img, side, side) != CT_OK ||
             ct_tb_flush(e->tb) != CT_OK)
             tb_failed(e);
+        if (e->tb) confusion_classes(e, t, key, c);
     }
     ct_free(e->ctx, img, bytes);
     ct_free(e->ctx, m, sizeof(double) * (size_t)(c * c));
@@ -465,9 +494,126 @@ ct_status ct_exp_truncate_records(ct_experiment *e, const char *name, int64_t st
     return s;
 }
 
+/* ---- the configuration as TensorBoard's HParams ---- */
+
+/* A sequence's or a map's text in YAML's flow style ("[256, 128]", "{type: hflip, p: 0.5}"),
+ * appended at *at, cut with "..." where buf ends. */
+static void flow_text(const ct_cfg_node *n, char *buf, size_t size, size_t *at) {
+    if (*at + 1 >= size) return;
+    int w;
+    if (n->kind == CT_CFG_SCALAR)
+        w = snprintf(buf + *at, size - *at, n->quoted ? "\"%s\"" : "%s",
+                     n->null ? "null" : n->value);
+    else
+        w = snprintf(buf + *at, size - *at, "%s", n->kind == CT_CFG_SEQ ? "[" : "{");
+    *at = w < 0 ? *at : *at + (size_t)w < size ? *at + (size_t)w : size - 1;
+    if (n->kind == CT_CFG_SCALAR) goto cut;
+    for (const ct_cfg_node *c = n->first; c; c = c->next) {
+        if (c != n->first || n->kind == CT_CFG_MAP) {
+            w = snprintf(buf + *at, size - *at, "%s%s%s", c != n->first ? ", " : "",
+                         n->kind == CT_CFG_MAP ? c->key : "", n->kind == CT_CFG_MAP ? ": " : "");
+            *at = w < 0 ? *at : *at + (size_t)w < size ? *at + (size_t)w : size - 1;
+        }
+        flow_text(c, buf, size, at);
+    }
+    w = snprintf(buf + *at, size - *at, "%s", n->kind == CT_CFG_SEQ ? "]" : "}");
+    *at = w < 0 ? *at : *at + (size_t)w < size ? *at + (size_t)w : size - 1;
+cut:
+    if (*at + 1 >= size && size > 4) memcpy(buf + size - 4, "...", 4);
+}
+
+typedef struct hparam_text {
+    char name[256];
+    char flow[512];
+} hparam_text;
+
+/* The hparams of a config's leaves under n: a dotted key each (a sequence is one value, its
+ * flow text; null leaves are left out). A schema key is typed by the schema (a string key
+ * that reads as a number stays a string); a component's option by its text: quoted is a
+ * string, then a bool, a number, or a string. With hp NULL, only counts. */
+static int64_t
+collect_hparams(const ct_cfg_node *n, ct_tb_hparam *hp, hparam_text *txt, int64_t k) {
+    for (const ct_cfg_node *c = n->first; c; c = c->next) {
+        if (c->kind == CT_CFG_MAP && c->n_children > 0) {
+            k = collect_hparams(c, hp, txt, k);
+            continue;
+        }
+        if (c->kind == CT_CFG_SCALAR && c->null) continue;
+        if (!hp) {
+            k++;
+            continue;
+        }
+        ct_tb_hparam *h = &hp[k];
+        ct_config_path(c, txt[k].name, sizeof txt[k].name);
+        h->name = txt[k].name;
+        h->type = CT_TB_HPARAM_STRING;
+        h->string = c->value;
+        if (c->kind != CT_CFG_SCALAR) {
+            size_t at = 0;
+            txt[k].flow[0] = '\0';
+            flow_text(c, txt[k].flow, sizeof txt[k].flow, &at);
+            h->string = txt[k].flow;
+            k++;
+            continue;
+        }
+        const ct_key_def *d = ct_exp_schema_find(h->name);
+        bool text = c->quoted || (d && (d->type == CT_KEY_STRING || d->type == CT_KEY_ENUM ||
+                                        d->type == CT_KEY_PLUGGABLE));
+        int b = text ? -1 : ct_exp_parse_bool(c->value);
+        if (b >= 0 && (!d || d->type == CT_KEY_BOOL)) {
+            h->type = CT_TB_HPARAM_BOOL;
+            h->flag = b == 1;
+        } else if (!text && (!d || d->type != CT_KEY_BOOL) &&
+                   ct_exp_parse_float(c->value, &h->number)) {
+            h->type = CT_TB_HPARAM_NUMBER;
+        }
+        k++;
+    }
+    return k;
+}
+
+/* The session start of this run: every leaf of the resolved configuration (config.yaml). */
+static ct_status write_session_start(ct_experiment *e) {
+    const ct_cfg_node *root = ct_config_root(e->cfg);
+    int64_t n = collect_hparams(root, NULL, NULL, 0);
+    size_t bytes = (size_t)(n ? n : 1) * (sizeof(ct_tb_hparam) + sizeof(hparam_text));
+    ct_tb_hparam *hp = ct_alloc(e->ctx, bytes);
+    if (!hp) return CT_FAIL(e->ctx, CT_ERR_OOM, "tensorboard: out of memory for the hparams");
+    memset(hp, 0, bytes);
+    hparam_text *txt = (hparam_text *)(void *)(hp + (n ? n : 1));
+    n = collect_hparams(root, hp, txt, 0);
+    ct_status s = ct_tb_session_start(e->tb, hp, n, 0);
+    ct_free(e->ctx, hp, bytes);
+    return s;
+}
+
+void ct_exp_end_tensorboard(ct_experiment *e, ct_status s) {
+    if (!e->tb) return;
+    /* api.proto's Status has no "stopped": a run stopped by a signal, which a later fit
+       resumes, ends as unknown */
+    ct_tb_session_status st = s != CT_OK && s != CT_STOP ? CT_TB_SESSION_FAILURE
+                              : e->trainer && ct_trainer_interrupted(e->trainer)
+                                  ? CT_TB_SESSION_UNKNOWN
+                                  : CT_TB_SESSION_SUCCESS;
+    /* the caller reports the run's own failure: a failed write here only warns, and leaves
+       the context's message as the run left it */
+    char msg[CT_ERRMSG_SIZE];
+    memcpy(msg, e->ctx->errmsg, sizeof msg);
+    ct_status last = e->ctx->last_status;
+    if (ct_tb_session_end(e->tb, st, 0) != CT_OK || ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
+    memcpy(e->ctx->errmsg, msg, sizeof msg);
+    e->ctx->last_status = last;
+}
+
 /* A new events file per process (TensorBoard reads every one in the directory), starting with
- * the resolved configuration as text. */
-static ct_status open_tensorboard(ct_experiment *e) {
+ * the resolved configuration as text and as the session start of the HParams view. A resumed
+ * run (append) first takes the hparams records out of the earlier files: TensorBoard keeps a
+ * run's first session start and end, and the resumed run's are the ones that hold. */
+static ct_status open_tensorboard(ct_experiment *e, bool append) {
+    if (append && ct_tb_remove_hparams(e->ctx, e->out_dir) != CT_OK)
+        ct_log(e->ctx, CT_LOG_WARN,
+               "tensorboard: %s; the HParams view may show the run's earlier start or end",
+               ct_last_error(e->ctx));
     CT_TRY(ct_tb_open(e->ctx, e->out_dir, NULL, 0, &e->tb));
     e->hist_every = ct_exp_int_at(e, "logging.histogram_every");
     char *yaml = NULL;
@@ -493,6 +639,7 @@ static ct_status open_tensorboard(ct_experiment *e) {
         }
         md[at] = '\0';
         s = ct_tb_text(e->tb, "config", ct_trainer_step(e->trainer), 0, md);
+        if (s == CT_OK) s = write_session_start(e);
         if (s == CT_OK) s = ct_tb_flush(e->tb);
         ct_free(e->ctx, md, cap);
     }
@@ -517,7 +664,7 @@ ct_status ct_exp_open_records(ct_experiment *e, bool append) {
         if (fresh) CT_TRY(ct_exp_record_put(e->ctx, &e->csv, header, sizeof header - 1));
     }
     /* TensorBoard is a view: a failure to start it is a warning, as a failure to write it */
-    if (ct_exp_bool_at(e, "logging.tensorboard") && open_tensorboard(e) != CT_OK) {
+    if (ct_exp_bool_at(e, "logging.tensorboard") && open_tensorboard(e, append) != CT_OK) {
         if (e->tb)
             tb_failed(e);
         else

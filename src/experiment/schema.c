@@ -231,7 +231,8 @@ static const ct_key_def k_schema[] = {
      "every evaluation (live), or not at all. `ctrain report RUN_DIR` writes one at any time."},
     {"logging.tensorboard", B, "false", 0, 0, NULL, RES,
      "Also write TensorBoard event files (events.out.tfevents.*) into the run directory: every "
-     "metrics.jsonl value as a scalar, the resolved configuration as text."},
+     "metrics.jsonl value as a scalar, the resolved configuration as text and as the run's "
+     "HParams (docs/logging.md)."},
     {"logging.histogram_every", I, "0", 0, 1e12, NULL, RES,
      "With tensorboard: histograms of every parameter (weights/NAME) and of its gradient at the "
      "epoch's last step (grads/NAME) every N epochs; 0 = none."},

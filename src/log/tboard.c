@@ -1,14 +1,18 @@
 /*
- * tboard.c - TensorBoard event files: a write-only protobuf encoder for the six messages
- * involved (Event, Summary, Summary.Value, HistogramProto, TensorProto with its shape,
- * SummaryMetadata) and the TFRecord framing. Field numbers are those of TensorBoard's
- * event.proto, summary.proto, histogram.proto and tensor.proto (docs/logging.md lists them).
+ * tboard.c - TensorBoard event files: a write-only protobuf encoder for the messages involved
+ * (Event, Summary, Summary.Value, HistogramProto, TensorProto with its shape, SummaryMetadata,
+ * and the hparams plugin's HParamsPluginData with what it holds) and the TFRecord framing.
+ * Field numbers are those of TensorBoard's event.proto, summary.proto, histogram.proto,
+ * tensor.proto, and plugins/hparams' plugin_data.proto and api.proto (docs/logging.md lists
+ * them). The one reader here skims Events for their tags, to take hparams records out of the
+ * files of a run that resumes.
  *
  * Ownership: the writer owns its FILE, its encoding buffers and the histogram's bucket limits,
  * all from the context's allocator except the FILE.
  */
 #include "ctrain/tboard.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -16,6 +20,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -424,4 +429,343 @@ ct_status ct_tb_image(ct_tb_writer *w,
     pb_string(&w->value, 1, tag);
     pb_child(&w->value, 4, &w->inner);
     return finish_value(w);
+}
+
+/* ---- hparams (TensorBoard's plugins/hparams: plugin_data.proto, api.proto) ---- */
+
+static const char HPARAMS_PREFIX[] = "_hparams_/";
+
+static void pb_init(pb *b, ct_ctx *ctx) {
+    memset(b, 0, sizeof *b);
+    b->ctx = ctx;
+}
+
+/* An HParamsPluginData holding `data` as its oneof field `field` (experiment = 2,
+ * session_start_info = 3, session_end_info = 4) in a Value of `tag`, as TensorBoard's own
+ * summary does it: the content in metadata (9) {plugin_data (1) {plugin_name (1) "hparams",
+ * content (2)}, data_class (4) DATA_CLASS_TENSOR (2)}, and an empty tensor as the value.
+ * HParamsPluginData.version (1) is 0, which proto3 leaves out. */
+static ct_status
+write_hparams(ct_tb_writer *w, const char *tag, unsigned field, const pb *data, double wall_time) {
+    pb content, plugin, meta, tensor, shape, dim;
+    pb_init(&content, w->ctx);
+    pb_init(&plugin, w->ctx);
+    pb_init(&meta, w->ctx);
+    pb_init(&tensor, w->ctx);
+    pb_init(&shape, w->ctx);
+    pb_init(&dim, w->ctx);
+    pb_child(&content, field, data);
+    pb_string(&plugin, 1, "hparams");
+    pb_child(&plugin, 2, &content);
+    pb_child(&meta, 1, &plugin);
+    pb_key(&meta, 4, WIRE_VARINT);
+    pb_varint(&meta, 2);
+    /* TensorProto {dtype (1) DT_FLOAT (1), tensor_shape (2) {dim (2) {size (1) 0, left out}}}:
+     * the 6-byte float vector of length 0 that the plugin's own writer uses */
+    pb_key(&tensor, 1, WIRE_VARINT);
+    pb_varint(&tensor, 1);
+    pb_child(&shape, 2, &dim);
+    pb_child(&tensor, 2, &shape);
+    begin_event(w, 0, wall_time);
+    reset(&w->value);
+    pb_string(&w->value, 1, tag);
+    pb_child(&w->value, 8, &tensor);
+    pb_child(&w->value, 9, &meta);
+    ct_status s = finish_value(w);
+    pb_free(&content);
+    pb_free(&plugin);
+    pb_free(&meta);
+    pb_free(&tensor);
+    pb_free(&shape);
+    pb_free(&dim);
+    return s;
+}
+
+static ct_status check_hparams(ct_tb_writer *w, const ct_tb_hparam *hp, int64_t n) {
+    if (n < 0 || (n > 0 && !hp))
+        return CT_FAIL(w->ctx, CT_ERR_INVALID_ARG, "tensorboard hparams: %lld of them at %p",
+                       (long long)n, (const void *)hp);
+    for (int64_t i = 0; i < n; i++) {
+        if (!hp[i].name || !hp[i].name[0])
+            return CT_FAIL(w->ctx, CT_ERR_INVALID_ARG, "tensorboard hparam %lld: no name",
+                           (long long)i);
+        if ((unsigned)hp[i].type >= CT_TB_HPARAM_TYPE_COUNT)
+            return CT_FAIL(w->ctx, CT_ERR_INVALID_ARG, "tensorboard hparam '%s': type %d",
+                           hp[i].name, (int)hp[i].type);
+    }
+    return CT_OK;
+}
+
+ct_status
+ct_tb_session_start(ct_tb_writer *w, const ct_tb_hparam *hp, int64_t n, double start_time) {
+    CT_TRY(check_hparams(w, hp, n));
+    pb info, entry, value;
+    pb_init(&info, w->ctx);
+    pb_init(&entry, w->ctx);
+    pb_init(&value, w->ctx);
+    /* SessionStartInfo.hparams (1): map<string, google.protobuf.Value>, on the wire one entry
+     * message {key (1), value (2)} per hparam; Value's oneof: number_value (2, double),
+     * string_value (3), bool_value (4). A oneof member is written even when it is 0 or false. */
+    for (int64_t i = 0; i < n; i++) {
+        reset(&value);
+        if (hp[i].type == CT_TB_HPARAM_NUMBER) {
+            pb_double(&value, 2, hp[i].number);
+        } else if (hp[i].type == CT_TB_HPARAM_STRING) {
+            pb_string(&value, 3, hp[i].string ? hp[i].string : "");
+        } else {
+            pb_key(&value, 4, WIRE_VARINT);
+            pb_varint(&value, hp[i].flag ? 1 : 0);
+        }
+        reset(&entry);
+        pb_string(&entry, 1, hp[i].name);
+        pb_child(&entry, 2, &value);
+        pb_child(&info, 1, &entry);
+    }
+    double t = now_or(start_time);
+    pb_double(&info, 5, t); /* start_time_secs */
+    ct_status s = write_hparams(w, "_hparams_/session_start_info", 3, &info, t);
+    pb_free(&info);
+    pb_free(&entry);
+    pb_free(&value);
+    return s;
+}
+
+ct_status ct_tb_session_end(ct_tb_writer *w, ct_tb_session_status status, double end_time) {
+    if ((unsigned)status >= CT_TB_SESSION_STATUS_COUNT)
+        return CT_FAIL(w->ctx, CT_ERR_INVALID_ARG, "tensorboard session end: status %d",
+                       (int)status);
+    pb info;
+    pb_init(&info, w->ctx);
+    /* SessionEndInfo {status (1), end_time_secs (2)}; STATUS_UNKNOWN (0) is proto3's default */
+    if (status != CT_TB_SESSION_UNKNOWN) {
+        pb_key(&info, 1, WIRE_VARINT);
+        pb_varint(&info, (uint64_t)status);
+    }
+    double t = now_or(end_time);
+    pb_double(&info, 2, t);
+    ct_status s = write_hparams(w, "_hparams_/session_end_info", 4, &info, t);
+    pb_free(&info);
+    return s;
+}
+
+ct_status ct_tb_experiment(ct_tb_writer *w,
+                           const ct_tb_hparam *hp,
+                           int64_t n,
+                           const char *const *metric_tags,
+                           int64_t n_metrics,
+                           double time_created) {
+    CT_TRY(check_hparams(w, hp, n));
+    if (n_metrics < 0 || (n_metrics > 0 && !metric_tags))
+        return CT_FAIL(w->ctx, CT_ERR_INVALID_ARG, "tensorboard experiment: %lld metrics at %p",
+                       (long long)n_metrics, (const void *)metric_tags);
+    pb exp, info, name;
+    pb_init(&exp, w->ctx);
+    pb_init(&info, w->ctx);
+    pb_init(&name, w->ctx);
+    double t = now_or(time_created);
+    pb_double(&exp, 3, t); /* Experiment.time_created_secs */
+    /* hparam_infos (4): HParamInfo {name (1), type (4): DataType DATA_TYPE_STRING 1,
+     * DATA_TYPE_BOOL 2, DATA_TYPE_FLOAT64 3}; no domain, so that it holds every run's values */
+    for (int64_t i = 0; i < n; i++) {
+        static const uint64_t data_type[CT_TB_HPARAM_TYPE_COUNT] = {3, 1, 2};
+        reset(&info);
+        pb_string(&info, 1, hp[i].name);
+        pb_key(&info, 4, WIRE_VARINT);
+        pb_varint(&info, data_type[hp[i].type]);
+        pb_child(&exp, 4, &info);
+    }
+    /* metric_infos (5): MetricInfo {name (1): MetricName {group (1) "", left out; tag (2)}} */
+    for (int64_t i = 0; i < n_metrics; i++) {
+        reset(&name);
+        pb_string(&name, 2, metric_tags[i] ? metric_tags[i] : "");
+        reset(&info);
+        pb_child(&info, 1, &name);
+        pb_child(&exp, 5, &info);
+    }
+    ct_status s = write_hparams(w, "_hparams_/experiment", 2, &exp, t);
+    pb_free(&exp);
+    pb_free(&info);
+    pb_free(&name);
+    return s;
+}
+
+/* ---- an events file without its hparams records ---- */
+
+static bool rd_varint(const unsigned char **at, const unsigned char *end, uint64_t *v) {
+    *v = 0;
+    for (int shift = 0; *at < end && shift < 64; shift += 7) {
+        unsigned char c = *(*at)++;
+        *v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) return true;
+    }
+    return false;
+}
+
+/* The next field of a message: its number, and its bytes when it is length-delimited (*p
+ * NULL otherwise). False at the end or where the bytes are no protobuf. */
+static bool rd_field(const unsigned char **at,
+                     const unsigned char *end,
+                     unsigned *num,
+                     const unsigned char **p,
+                     size_t *n) {
+    uint64_t key, v;
+    if (*at >= end || !rd_varint(at, end, &key)) return false;
+    *num = (unsigned)(key >> 3);
+    *p = NULL;
+    *n = 0;
+    size_t left = (size_t)(end - *at);
+    switch (key & 7) {
+    case WIRE_VARINT:
+        return rd_varint(at, end, &v);
+    case WIRE_I64:
+        if (left < 8) return false;
+        *at += 8;
+        return true;
+    case WIRE_I32:
+        if (left < 4) return false;
+        *at += 4;
+        return true;
+    case WIRE_LEN:
+        if (!rd_varint(at, end, &v) || v > (uint64_t)(end - *at)) return false;
+        *p = *at;
+        *n = (size_t)v;
+        *at += v;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Whether an Event holds a Summary.Value whose tag is an hparams plugin's: Event.summary (5),
+ * Summary.value (1), Value.tag (1). */
+static bool is_hparams_event(const unsigned char *ev, size_t len) {
+    const unsigned char *at = ev, *p;
+    unsigned num;
+    size_t n;
+    while (rd_field(&at, ev + len, &num, &p, &n)) {
+        if (num != 5 || !p) continue;
+        const unsigned char *sat = p, *vp;
+        size_t vn;
+        while (rd_field(&sat, p + n, &num, &vp, &vn)) {
+            if (num != 1 || !vp) continue;
+            const unsigned char *vat = vp, *tp;
+            size_t tn;
+            while (rd_field(&vat, vp + vn, &num, &tp, &tn))
+                if (num == 1 && tp && tn >= sizeof HPARAMS_PREFIX - 1 &&
+                    memcmp(tp, HPARAMS_PREFIX, sizeof HPARAMS_PREFIX - 1) == 0)
+                    return true;
+        }
+    }
+    return false;
+}
+
+/* Reads the records of `in` from its start; with `out`, copies every one that is no hparams
+ * record, and a tail whose framing breaks off as it is. *found counts the hparams records. */
+static ct_status filter_records(ct_ctx *ctx,
+                                const char *path,
+                                FILE *in,
+                                FILE *out,
+                                const char *out_path,
+                                pb *body,
+                                int64_t *found) {
+    *found = 0;
+    struct stat st;
+    if (fstat(fileno(in), &st) != 0)
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    uint64_t size = (uint64_t)st.st_size, at = 0;
+    for (;;) {
+        unsigned char head[12], tail[4];
+        size_t got = fread(head, 1, 12, in);
+        if (got == 0) break;
+        uint64_t len = 0;
+        uint32_t hc = 0, dc = 0;
+        for (int i = 0; got == 12 && i < 8; i++)
+            len |= (uint64_t)head[i] << (8 * i);
+        for (int i = 0; got == 12 && i < 4; i++)
+            hc |= (uint32_t)head[8 + i] << (8 * i);
+        bool framed = got == 12 && hc == ct_tb_masked_crc(head, 8) && len <= size - at - 12 &&
+                      size - at - 12 - len >= 4;
+        if (framed) {
+            body->n = 0;
+            pb_reserve(body, (size_t)len);
+            if (body->oom) return CT_FAIL(ctx, CT_ERR_OOM, "%s: out of memory", path);
+            framed = fread(body->p, 1, (size_t)len, in) == len && fread(tail, 1, 4, in) == 4;
+            for (int i = 0; framed && i < 4; i++)
+                dc |= (uint32_t)tail[i] << (8 * i);
+            framed = framed && dc == ct_tb_masked_crc(body->p, (size_t)len);
+        }
+        if (!framed) {
+            /* the rest as it is: what a killed writer left, which TensorBoard skips too */
+            if (!out) break;
+            if (fseek(in, (long)at, SEEK_SET) != 0)
+                return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+            unsigned char buf[4096];
+            size_t k;
+            while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+                if (fwrite(buf, 1, k, out) != k)
+                    return CT_FAIL(ctx, CT_ERR_IO, "%s: write failed: %s", out_path,
+                                   strerror(errno));
+            break;
+        }
+        at += 12 + len + 4;
+        if (is_hparams_event(body->p, (size_t)len)) {
+            (*found)++;
+        } else if (out &&
+                   (fwrite(head, 1, 12, out) != 12 || fwrite(body->p, 1, (size_t)len, out) != len ||
+                    fwrite(tail, 1, 4, out) != 4)) {
+            return CT_FAIL(ctx, CT_ERR_IO, "%s: write failed: %s", out_path, strerror(errno));
+        }
+    }
+    if (ferror(in)) return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    return CT_OK;
+}
+
+static ct_status remove_from_file(ct_ctx *ctx, const char *path, pb *body) {
+    FILE *in = fopen(path, "rb");
+    if (!in) return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int64_t found = 0;
+    ct_status s = filter_records(ctx, path, in, NULL, NULL, body, &found);
+    if (s != CT_OK || found == 0) {
+        (void)fclose(in);
+        return s;
+    }
+    char tmp[1200];
+    (void)snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "wb");
+    if (!out) {
+        (void)fclose(in);
+        return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    rewind(in);
+    s = filter_records(ctx, path, in, out, tmp, body, &found);
+    if (s == CT_OK && (fflush(out) != 0 || fsync(fileno(out)) != 0))
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    (void)fclose(in);
+    (void)fclose(out);
+    if (s == CT_OK && rename(tmp, path) != 0)
+        s = CT_FAIL(ctx, CT_ERR_IO, "%s: rename to %s failed: %s", tmp, path, strerror(errno));
+    if (s != CT_OK) (void)unlink(tmp);
+    return s;
+}
+
+ct_status ct_tb_remove_hparams(ct_ctx *ctx, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return CT_FAIL(ctx, CT_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    pb body;
+    pb_init(&body, ctx);
+    ct_status s = CT_OK;
+    static const char prefix[] = "events.out.tfevents.";
+    struct dirent *ent;
+    while (s == CT_OK && (ent = readdir(d)) != NULL) {
+        size_t len = strlen(ent->d_name);
+        if (strncmp(ent->d_name, prefix, sizeof prefix - 1) != 0 ||
+            (len > 4 && strcmp(ent->d_name + len - 4, ".tmp") == 0))
+            continue;
+        char path[1100];
+        (void)snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        s = remove_from_file(ctx, path, &body);
+    }
+    (void)closedir(d);
+    pb_free(&body);
+    return s;
 }

@@ -4,8 +4,12 @@
 every record's framing is checked with a CRC-32C written here in Python from its definition,
 every Event is decoded by protoc --decode_raw (protobuf-compiler) and by a small reader here,
 and the events must say what metrics.jsonl says: the same scalar tags and values (as float32)
-at the same steps, the configuration as text, and weight and gradient histograms of every
-parameter at every epoch whose counts add up to the parameter's size. A model with a batchnorm
+at the same steps, the configuration as text, data.classes' names beside the confusion
+image as text, and weight and gradient histograms of every
+parameter at every epoch whose counts add up to the parameter's size. The HParams: the
+session start holds the configuration's dotted keys as numbers, strings and bools, and the
+session end the run's status (success, failure for a non-finite loss, unknown for SIGINT); a
+resumed run, stopped or finished before, has one session start and one end across its files. A model with a batchnorm
 layer (named "1" by position) has no histograms of that layer's tensors with
 logging.histogram_exclude_norm, and has them without.
 The acceptance run, the Fashion-MNIST MLP of examples/ (shortened to 150 steps): its events
@@ -18,10 +22,12 @@ import glob
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 import report_curves
 
@@ -119,6 +125,53 @@ def histogram_tags(records):
     return tags
 
 
+def hparams_records(records):
+    """The hparams plugin's records of an events file, as (tag, version, oneof members): each
+    a Summary.Value whose metadata (9) has plugin_data (1) {plugin_name (1) "hparams", content
+    (2)}, the content an HParamsPluginData {version (1), experiment (2) | session_start_info
+    (3) | session_end_info (4)} (tensorboard/plugins/hparams/plugin_data.proto); the members
+    as [(field number, bytes)]."""
+    out = []
+    for r in records[1:]:
+        value = fields(first(fields(first(fields(r), 5)), 1))
+        md = first(value, 9)
+        pd = fields(first(fields(md), 1) or b"") if md is not None else []
+        if first(pd, 1) != b"hparams":
+            continue
+        content = fields(first(pd, 2) or b"")
+        members = [(n, v) for n, _, v in content if n in (2, 3, 4)]
+        out.append((first(value, 1).decode(), first(content, 1) or 0, members))
+    return out
+
+
+def session_hparams(data):
+    """A SessionStartInfo's hparams (1), map<string, google.protobuf.Value>: {name: value},
+    number_value (2) as a float, string_value (3) as a str, bool_value (4) as a bool."""
+    out = {}
+    for n, _, entry in fields(data):
+        if n != 1:
+            continue
+        e = fields(entry)
+        (num, _, raw), = fields(first(e, 2))
+        out[first(e, 1).decode()] = (struct.unpack("<d", raw)[0] if num == 2 else
+                                     raw.decode() if num == 3 else bool(raw) if num == 4 else None)
+    return out
+
+
+def end_status(data):
+    """A SessionEndInfo's status (1): api.proto's Status, 0 (STATUS_UNKNOWN) when absent."""
+    return first(fields(data), 1) or 0
+
+
+def run_hparams(run_dir):
+    """The hparams records of every events file of a run directory, in the order TensorBoard
+    reads them (by name)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
+        out += hparams_records(read_records(path)[0])
+    return out
+
+
 def decode(records):
     """The scalars as sorted (step, tag, float32 value), the texts, the histograms as
     {tag: [(step, total count)]} and the images (tag, height, width, colorspace, PNG's width,
@@ -129,10 +182,12 @@ def decode(records):
         step = first(ev, 2) or 0
         value = fields(first(fields(first(ev, 5)), 1))
         tag = first(value, 1).decode()
+        if tag.startswith("_hparams_/"):
+            continue
         if first(value, 2) is not None:
             scalars.append((step, tag, struct.unpack("<f", first(value, 2))[0]))
         elif first(value, 8) is not None:
-            texts.append(first(fields(first(value, 8)), 8).decode())
+            texts.append((tag, first(fields(first(value, 8)), 8).decode()))
         elif first(value, 4) is not None:
             img = fields(first(value, 4))
             png = first(img, 4)
@@ -206,12 +261,123 @@ data:
   train: {type: synthetic, kind: blobs, n: 600, features: 8, classes: 4, seed: 3}
   valid: {split: 0.2}
   batch_size: 32
+  classes: [ant, bee, cat, dog]
 model: {type: mlp, hidden: [16]}
 optimizer: {type: sgd, lr: 0.1}
 trainer: {max_epochs: 2, steps_per_loop: 5}
 metrics: {valid: [accuracy, confusion]}
 logging: {progress: none, tensorboard: true, histogram_every: 1, histogram_exclude: "*.bias"}
 """
+
+
+def check_hparams(records):
+    """The HParams of a finished run: its session start holds every leaf of the resolved
+    configuration, typed, and its session end says success (STATUS_SUCCESS = 1). No experiment
+    record: TensorBoard derives one from every run's session start and scalars."""
+    hp = hparams_records(records)
+    check("hparams: one session start and one session end, no experiment",
+          [(t, m[0][0] if len(m) == 1 else m) for t, _, m in hp] ==
+          [("_hparams_/session_start_info", 3), ("_hparams_/session_end_info", 4)], str(hp)[:300])
+    check("hparams: plugin data version 0", all(v == 0 for _, v, _ in hp), str(hp)[:300])
+    if len(hp) != 2 or len(hp[0][2]) != 1 or len(hp[1][2]) != 1:
+        return
+    got = session_hparams(hp[0][2][0][1])
+    want = {"seed": 1.0, "optimizer.type": "sgd", "optimizer.lr": 0.1, "model.type": "mlp",
+            "model.hidden": "[16]", "data.batch_size": 32.0, "data.valid.split": 0.2,
+            "data.train.kind": "blobs", "data.shuffle": True, "trainer.max_epochs": 2.0,
+            "metrics.valid": "[accuracy, confusion]", "logging.tensorboard": True,
+            "logging.histogram_exclude": "*.bias", "name": "exp",
+            "data.classes": "[ant, bee, cat, dog]"}
+    wrong = {k: (got.get(k, "(absent)"), v) for k, v in want.items()
+             if got.get(k, "(absent)") != v or type(got.get(k)) is not type(v)}
+    check("hparams: the session start holds the configuration's dotted keys, typed", not wrong,
+          f"got, expected: {wrong}")
+    sections = [k for k in got if any(o.startswith(k + ".") for o in got)]
+    check("hparams: every hparam a leaf of the configuration, a number, a string or a bool",
+          len(got) > 30 and all(type(v) in (float, str, bool) for v in got.values()) and
+          not sections, f"sections {sections}; {str(got)[:400]}")
+    start = struct.unpack("<d", first(fields(hp[0][2][0][1]), 5))[0]
+    end_info = fields(hp[1][2][0][1])
+    end = struct.unpack("<d", first(end_info, 2))[0]
+    check("hparams: the session ends in success, after it started",
+          end_status(hp[1][2][0][1]) == 1 and 1e9 < start <= end, f"{end_info}")
+
+
+def fit(tmp, out, *args):
+    with open(os.path.join(tmp, "exp.yaml"), "w") as f:
+        f.write(CONFIG)
+    return subprocess.run([CTRAIN, "fit", "exp.yaml", f"++output_dir={out}", *args], cwd=tmp,
+                          capture_output=True, text=True)
+
+
+def starts_and_ends(run_dir):
+    hp = run_hparams(run_dir)
+    starts = [m[0][1] for t, _, m in hp if t == "_hparams_/session_start_info"]
+    ends = [end_status(m[0][1]) for t, _, m in hp if t == "_hparams_/session_end_info"]
+    return starts, ends, len(hp)
+
+
+def check_hparams_resumed(tmp):
+    """A run resumed (a longer run asked of a finished one) has one session start, its
+    own, and one end: TensorBoard keeps the first of each that it reads."""
+    out = os.path.join(tmp, "resumed")
+    p1 = fit(tmp, out, "trainer.max_epochs=1")
+    p2 = fit(tmp, out, "trainer.max_epochs=2")
+    files = glob.glob(os.path.join(out, "events.out.tfevents.*"))
+    starts, ends, n = starts_and_ends(out)
+    epochs = [session_hparams(s).get("trainer.max_epochs") for s in starts]
+    check("hparams of a resumed run: one session start (the resumed run's) and one end, "
+          "success, in two events files",
+          p1.returncode == 0 and p2.returncode == 0 and len(files) == 2 and epochs == [2.0] and
+          ends == [1] and n == 2,
+          f"{len(files)} files, max_epochs {epochs}, ends {ends}; {p2.stderr[-300:]}")
+
+
+def check_hparams_failed(tmp):
+    """A run that fails (a non-finite loss) ends in failure (STATUS_FAILURE = 2)."""
+    out = os.path.join(tmp, "failed")
+    p = fit(tmp, out, "optimizer.lr=1e17")
+    starts, ends, _ = starts_and_ends(out)
+    check("hparams of a failed run: its session ends in failure",
+          p.returncode == 1 and len(starts) == 1 and ends == [2], f"exit {p.returncode}, "
+          f"{len(starts)} starts, ends {ends}: {p.stderr[-300:]}")
+
+
+def check_hparams_stopped(tmp):
+    """A run stopped by SIGINT ends as unknown (api.proto's Status has no "stopped"); resumed
+    to its end, it has one session start and one end, success."""
+    out = os.path.join(tmp, "stopped")
+    with open(os.path.join(tmp, "exp.yaml"), "w") as f:
+        f.write(CONFIG)
+    log = open(os.path.join(tmp, "stopped.out"), "w+")
+    long = ["data.train.n=200000", "trainer.max_epochs=50", "++logging.progress=plain",
+            "++logging.interval=0.05", "logging.histogram_every=0"]
+    proc = subprocess.Popen([CTRAIN, "fit", "exp.yaml", f"++output_dir={out}", *long], cwd=tmp,
+                            stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    for _ in range(600):
+        log.seek(0)
+        if any(line.startswith("train epoch") for line in log) or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=120)
+    starts, ends, _ = starts_and_ends(out)
+    log.seek(0)
+    check("hparams of a run stopped by SIGINT: its session ends as unknown (no status)",
+          rc == 130 and len(starts) == 1 and ends == [0], f"exit {rc}, {len(starts)} starts, "
+          f"ends {ends}: {log.read()[-300:]}")
+    latest = os.path.join(out, "checkpoints", "latest")
+    step_dir = open(latest).readline().strip() if os.path.exists(latest) else ""
+    state = os.path.join(out, "checkpoints", step_dir, "state.json")
+    epoch = json.load(open(state)).get("epoch", 0) if step_dir and os.path.exists(state) else 0
+    p = fit(tmp, out, *long[:2], f"trainer.max_epochs={epoch + 1}", "++logging.progress=none",
+            "logging.histogram_every=0")
+    starts, ends, _ = starts_and_ends(out)
+    check("hparams of the stopped run resumed to its end: one session start, one end, success",
+          p.returncode == 0 and len(starts) == 1 and ends == [1],
+          f"exit {p.returncode}, {len(starts)} starts, ends {ends}: {p.stderr[-300:]}")
 
 
 def main():
@@ -236,7 +402,13 @@ def main():
         scalars, texts, hists, images = decode(records)
         same_scalars("scalars: every metrics.jsonl value, same tag, step and float32 value",
                      scalars, logged(os.path.join(tmp, "runs", "exp", "metrics.jsonl")))
-        check("the configuration as text", len(texts) == 1 and "optimizer:" in texts[0])
+        check("the configuration as text",
+              [t for t, _ in texts][:1] == ["config"] and "optimizer:" in texts[0][1])
+        classes = [x for t, x in texts if t == "valid/confusion/classes"]
+        check("data.classes' names as text beside the confusion image, once, in class order",
+              len(texts) == 2 and len(classes) == 1 and
+              [ln.split()[-1] for ln in classes[0].splitlines() if ln.startswith("    ")] ==
+              ["ant", "bee", "cat", "dog"], str(texts)[-300:])
         check("the confusion matrix as a PNG image per evaluation",
               len(images) == 2 and all(t == "valid/confusion" and hh == 64 and ww == 64 and
                                        cs == 3 and w == 64 and h == 64
@@ -247,7 +419,11 @@ def main():
             len(v) == 2 and all(t == sizes[k] for _, t in v) for k, v in hists.items())
         check("histograms of weights and gradients each epoch, biases excluded", ok,
               str({k: v for k, v in hists.items()}))
+        check_hparams(records)
         check_norm_exclusion(tmp)
+        check_hparams_resumed(tmp)
+        check_hparams_failed(tmp)
+        check_hparams_stopped(tmp)
         check_fashion_mnist(tmp)
     print(f"tensorboard: {PASSED} passed, {FAILED} failed")
 

@@ -2,7 +2,9 @@
  * test_tboard.c - TensorBoard event files read back: the TFRecord framing and its masked
  * CRC-32C, and each Event decoded by a small protobuf reader written here from the wire format
  * (tests/e2e/tensorboard.py also has protoc --decode_raw read a run's file), and the histogram
- * buckets against TensorFlow's layout and encoding (tensorflow/core/lib/histogram/histogram.cc).
+ * buckets against TensorFlow's layout and encoding (tensorflow/core/lib/histogram/histogram.cc);
+ * the hparams plugin's records field by field against TensorBoard's plugin_data.proto and
+ * api.proto, and their removal from a resumed run's files.
  */
 #include <dirent.h>
 #include <float.h>
@@ -371,11 +373,221 @@ static void tboard_should_bucket_like_tensorflow(void) {
     free(cnt);
 }
 
+/* ---- hparams: field numbers from tensorboard/plugins/hparams/plugin_data.proto and api.proto,
+ * google/protobuf/struct.proto, and summary.proto / tensor.proto for the Value around them ---- */
+
+/* The k-th (0-based) field `num` of a message, or false. */
+static bool find_nth(const unsigned char *p, size_t n, unsigned num, int k, field *out) {
+    const unsigned char *at = p, *end = p + n;
+    field f;
+    while (next_field(&at, end, &f))
+        if (f.num == num && k-- == 0) {
+            *out = f;
+            return true;
+        }
+    return false;
+}
+
+static int count_fields(const unsigned char *p, size_t n, unsigned num) {
+    const unsigned char *at = p, *end = p + n;
+    field f;
+    int k = 0;
+    while (next_field(&at, end, &f))
+        k += f.num == num;
+    return k;
+}
+
+static bool is_str(const field *f, const char *s) {
+    return f->wire == 2 && f->n == strlen(s) && memcmp(f->p, s, f->n) == 0;
+}
+
+/* An hparams record: Value.tag (1), Value.tensor (8) the empty float vector TensorBoard's
+ * writer uses (TensorProto.dtype (1) DT_FLOAT = 1, tensor_shape (2) {dim (2) {size 0}}),
+ * Value.metadata (9) {plugin_data (1) {plugin_name (1) "hparams", content (2)}, data_class (4)
+ * DATA_CLASS_TENSOR = 2}; the content is an HParamsPluginData whose version (1) is 0 and whose
+ * oneof data is `which` (experiment 2, session_start_info 3, session_end_info 4). */
+static bool hparams_record(const record *r, const char *tag, unsigned which, field *data) {
+    int64_t step;
+    field val, f, t, shape, dim, md, pd, content;
+    if (!event_value(r, &step, &val) || step != 0) return false;
+    bool ok = find(val.p, val.n, 1, &f) && is_str(&f, tag);
+    ok = ok && find(val.p, val.n, 8, &t) && find(t.p, t.n, 1, &f) && f.wire == 0 && f.v == 1;
+    ok = ok && find(t.p, t.n, 2, &shape) && count_fields(shape.p, shape.n, 2) == 1 &&
+         find(shape.p, shape.n, 2, &dim) && (!find(dim.p, dim.n, 1, &f) || f.v == 0);
+    ok = ok && find(val.p, val.n, 9, &md) && find(md.p, md.n, 4, &f) && f.wire == 0 && f.v == 2;
+    ok = ok && find(md.p, md.n, 1, &pd) && find(pd.p, pd.n, 1, &f) && is_str(&f, "hparams");
+    ok = ok && find(pd.p, pd.n, 2, &content) && (!find(content.p, content.n, 1, &f) || f.v == 0);
+    /* exactly one member of the oneof */
+    ok = ok && count_fields(content.p, content.n, 2) + count_fields(content.p, content.n, 3) +
+                       count_fields(content.p, content.n, 4) ==
+                   1;
+    return ok && find(content.p, content.n, which, data) && data->wire == 2;
+}
+
+static void tboard_should_write_hparams_records(void) {
+    char tmpl[] = "/tmp/ct_tboard_XXXXXX";
+    const char *dir = mkdtemp(tmpl);
+    CT_CHECK(dir != NULL);
+    if (!dir) return;
+    ct_tb_writer *w = NULL;
+    char path[1100];
+    CT_CHECK_INT(ct_tb_open(ctx, dir, path, sizeof path, &w), CT_OK);
+    if (!w) return;
+    /* a zero and a false too: a oneof member is on the wire whatever its value */
+    ct_tb_hparam hp[4] = {{"optimizer.lr", CT_TB_HPARAM_NUMBER, 0.1, NULL, false},
+                          {"model.hidden", CT_TB_HPARAM_STRING, 0, "[256, 128]", false},
+                          {"data.shuffle", CT_TB_HPARAM_BOOL, 0, NULL, false},
+                          {"seed", CT_TB_HPARAM_NUMBER, 0.0, NULL, false}};
+    const char *metrics[2] = {"train/loss", "valid/acc"};
+    CT_CHECK_INT(ct_tb_session_start(w, hp, 4, 1700000000.25), CT_OK);
+    CT_CHECK_INT(ct_tb_session_end(w, CT_TB_SESSION_SUCCESS, 1700000100.5), CT_OK);
+    CT_CHECK_INT(ct_tb_session_end(w, CT_TB_SESSION_UNKNOWN, 1700000200.5), CT_OK);
+    CT_CHECK_INT(ct_tb_experiment(w, hp, 4, metrics, 2, 1690000000.0), CT_OK);
+    ct_tb_hparam bad = {"x", CT_TB_HPARAM_TYPE_COUNT, 0, NULL, false};
+    CT_CHECK_INT(ct_tb_session_start(w, &bad, 1, 0), CT_ERR_INVALID_ARG);
+    ct_tb_hparam unnamed = {"", CT_TB_HPARAM_NUMBER, 0, NULL, false};
+    CT_CHECK_INT(ct_tb_experiment(w, &unnamed, 1, NULL, 0, 0), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_tb_session_end(w, CT_TB_SESSION_STATUS_COUNT, 0), CT_ERR_INVALID_ARG);
+    ct_tb_close(w);
+
+    record r[8];
+    int n = read_records(path, r, 8);
+    CT_CHECK_INT(n, 5);
+    field f, d, e, v;
+    if (n >= 2) {
+        /* SessionStartInfo: hparams (1), a map<string, google.protobuf.Value>: one entry
+         * {key (1), value (2)} each; Value: number_value (2, double), string_value (3),
+         * bool_value (4); start_time_secs (5); the event's wall_time (1) is the start time */
+        CT_CHECK(find(r[1].data, r[1].n, 1, &f) && as_double(f.v) == 1700000000.25);
+        CT_CHECK(hparams_record(&r[1], "_hparams_/session_start_info", 3, &d));
+        CT_CHECK_INT(count_fields(d.p, d.n, 1), 4);
+        CT_CHECK(find(d.p, d.n, 5, &f) && f.wire == 1 && as_double(f.v) == 1700000000.25);
+        CT_CHECK(find_nth(d.p, d.n, 1, 0, &e) && find(e.p, e.n, 1, &f) &&
+                 is_str(&f, "optimizer.lr") && find(e.p, e.n, 2, &v) && find(v.p, v.n, 2, &f) &&
+                 f.wire == 1 && as_double(f.v) == 0.1 && count_fields(v.p, v.n, 3) == 0);
+        CT_CHECK(find_nth(d.p, d.n, 1, 1, &e) && find(e.p, e.n, 1, &f) &&
+                 is_str(&f, "model.hidden") && find(e.p, e.n, 2, &v) && find(v.p, v.n, 3, &f) &&
+                 is_str(&f, "[256, 128]"));
+        CT_CHECK(find_nth(d.p, d.n, 1, 2, &e) && find(e.p, e.n, 1, &f) &&
+                 is_str(&f, "data.shuffle") && find(e.p, e.n, 2, &v) && find(v.p, v.n, 4, &f) &&
+                 f.wire == 0 && f.v == 0);
+        CT_CHECK(find_nth(d.p, d.n, 1, 3, &e) && find(e.p, e.n, 1, &f) && is_str(&f, "seed") &&
+                 find(e.p, e.n, 2, &v) && find(v.p, v.n, 2, &f) && f.wire == 1 &&
+                 as_double(f.v) == 0.0);
+    }
+    if (n >= 4) {
+        /* SessionEndInfo: status (1, api.proto's Status: STATUS_SUCCESS = 1; STATUS_UNKNOWN = 0
+         * left out), end_time_secs (2) */
+        CT_CHECK(hparams_record(&r[2], "_hparams_/session_end_info", 4, &d));
+        CT_CHECK(find(d.p, d.n, 1, &f) && f.wire == 0 && f.v == 1);
+        CT_CHECK(find(d.p, d.n, 2, &f) && f.wire == 1 && as_double(f.v) == 1700000100.5);
+        CT_CHECK(hparams_record(&r[3], "_hparams_/session_end_info", 4, &d));
+        CT_CHECK(!find(d.p, d.n, 1, &f));
+        CT_CHECK(find(d.p, d.n, 2, &f) && as_double(f.v) == 1700000200.5);
+    }
+    if (n >= 5) {
+        /* Experiment: time_created_secs (3), hparam_infos (4): HParamInfo {name (1), type (4):
+         * DATA_TYPE_STRING 1, DATA_TYPE_BOOL 2, DATA_TYPE_FLOAT64 3}, metric_infos (5):
+         * MetricInfo {name (1): MetricName {group (1), tag (2)}} */
+        CT_CHECK(hparams_record(&r[4], "_hparams_/experiment", 2, &d));
+        CT_CHECK(find(d.p, d.n, 3, &f) && f.wire == 1 && as_double(f.v) == 1690000000.0);
+        CT_CHECK_INT(count_fields(d.p, d.n, 4), 4);
+        const uint64_t types[4] = {3, 1, 2, 3};
+        for (int i = 0; i < 4; i++)
+            CT_CHECK(find_nth(d.p, d.n, 4, i, &e) && find(e.p, e.n, 1, &f) &&
+                     is_str(&f, hp[i].name) && find(e.p, e.n, 4, &f) && f.v == types[i]);
+        CT_CHECK_INT(count_fields(d.p, d.n, 5), 2);
+        for (int i = 0; i < 2; i++)
+            CT_CHECK(find_nth(d.p, d.n, 5, i, &e) && find(e.p, e.n, 1, &v) &&
+                     find(v.p, v.n, 2, &f) && is_str(&f, metrics[i]) && !find(v.p, v.n, 1, &f));
+    }
+    for (int i = 0; i < n; i++)
+        free(r[i].data);
+    (void)unlink(path);
+    (void)rmdir(dir);
+}
+
+static long file_bytes(const char *path, unsigned char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t k = fread(buf, 1, cap, f);
+    (void)fclose(f);
+    return (long)k;
+}
+
+static void tboard_should_remove_hparams_records_of_a_directory(void) {
+    char tmpl[] = "/tmp/ct_tboard_XXXXXX";
+    const char *dir = mkdtemp(tmpl);
+    CT_CHECK(dir != NULL);
+    if (!dir) return;
+    char p1[1100], p2[1100];
+    ct_tb_writer *w1 = NULL, *w2 = NULL;
+    CT_CHECK_INT(ct_tb_open(ctx, dir, p1, sizeof p1, &w1), CT_OK);
+    CT_CHECK_INT(ct_tb_open(ctx, dir, p2, sizeof p2, &w2), CT_OK);
+    if (!w1 || !w2) return;
+    ct_tb_hparam hp = {"optimizer.lr", CT_TB_HPARAM_NUMBER, 0.1, NULL, false};
+    CT_CHECK_INT(ct_tb_scalar(w1, "a", 1, 0, 1.0f), CT_OK);
+    CT_CHECK_INT(ct_tb_session_start(w1, &hp, 1, 0), CT_OK);
+    CT_CHECK_INT(ct_tb_scalar(w1, "b", 2, 0, 2.0f), CT_OK);
+    CT_CHECK_INT(ct_tb_session_end(w1, CT_TB_SESSION_FAILURE, 0), CT_OK);
+    CT_CHECK_INT(ct_tb_experiment(w1, &hp, 1, NULL, 0, 0), CT_OK);
+    CT_CHECK_INT(ct_tb_scalar(w2, "c", 3, 0, 3.0f), CT_OK);
+    ct_tb_close(w1);
+    ct_tb_close(w2);
+    /* what a writer killed in the middle of a record leaves: kept as it is */
+    FILE *f = fopen(p1, "ab");
+    CT_CHECK(f != NULL);
+    if (f) {
+        CT_CHECK(fwrite("\x20\0\0\0\0\0\0", 1, 7, f) == 7);
+        (void)fclose(f);
+    }
+    static unsigned char before[65536], after[65536];
+    long n2 = file_bytes(p2, before, sizeof before);
+    CT_CHECK_INT(ct_tb_remove_hparams(ctx, dir), CT_OK);
+
+    record r[8];
+    int n = read_records(p1, r, 8);
+    CT_CHECK_INT(n, 3);
+    int64_t step;
+    field val, tag;
+    const char *const want[3] = {NULL, "a", "b"};
+    for (int i = 1; i < n && i < 3; i++)
+        CT_CHECK(event_value(&r[i], &step, &val) && find(val.p, val.n, 1, &tag) &&
+                 is_str(&tag, want[i]));
+    size_t framed = 0;
+    for (int i = 0; i < n; i++)
+        framed += 16 + r[i].n;
+    static unsigned char kept[65536];
+    long n1 = file_bytes(p1, kept, sizeof kept);
+    CT_CHECK(n1 == (long)framed + 7 && memcmp(kept + framed, "\x20\0\0\0\0\0\0", 7) == 0);
+    for (int i = 0; i < n; i++)
+        free(r[i].data);
+    /* a file without hparams records is not rewritten */
+    CT_CHECK(n2 > 0 && file_bytes(p2, after, sizeof after) == n2 &&
+             memcmp(before, after, (size_t)n2) == 0);
+    /* and a second pass finds nothing more to take out */
+    CT_CHECK_INT(ct_tb_remove_hparams(ctx, dir), CT_OK);
+    CT_CHECK(file_bytes(p1, before, sizeof before) == n1 && memcmp(before, kept, (size_t)n1) == 0);
+    DIR *d = opendir(dir);
+    int entries = 0;
+    for (struct dirent *ent; d && (ent = readdir(d)) != NULL;)
+        entries += ent->d_name[0] != '.';
+    if (d) (void)closedir(d);
+    CT_CHECK_INT(entries, 2); /* no temporary file left */
+    (void)unlink(p1);
+    (void)unlink(p2);
+    (void)rmdir(dir);
+    CT_CHECK_INT(ct_tb_remove_hparams(ctx, "/nonexistent/dir"), CT_ERR_IO);
+    CT_CHECK(strstr(ct_last_error(ctx), "/nonexistent/dir") != NULL);
+}
+
 int main(void) {
     if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(tboard_should_mask_crcs_like_tensorflow);
     CT_RUN(tboard_should_write_records_that_decode);
     CT_RUN(tboard_should_bucket_like_tensorflow);
+    CT_RUN(tboard_should_write_hparams_records);
+    CT_RUN(tboard_should_remove_hparams_records_of_a_directory);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
 }
