@@ -317,17 +317,43 @@ static void draw_best(const canvas *c) {
                       sx(c, bs), sx(c, bs), MT, MT + c->ph, sx(c, bs) + 3, MT + 10);
 }
 
-/* A legend entry at row k: a short line of the colour and dash, and the label. The label is
- * what report_curves.py reads a curve's name from: the first <text> after its polyline. */
-static void
-draw_key(const canvas *c, int k, const char *label, const char *color, const char *dash) {
+/* Writes label, one longer than 24 bytes as its first 10 and its last 12 around an ellipsis
+ * (cut between UTF-8 characters), which fits the legend's width: a run's directory can be
+ * long, and the page's tables give it whole. */
+static void short_label(FILE *f, const char *label) {
+    size_t n = strlen(label);
+    if (n <= 24) {
+        ct_rep_esc(f, label);
+        return;
+    }
+    size_t head = 10, tail = n - 12;
+    while (head > 0 && (label[head] & 0xC0) == 0x80)
+        head--;
+    while (tail < n && (label[tail] & 0xC0) == 0x80)
+        tail++;
+    char buf[16];
+    memcpy(buf, label, head);
+    buf[head] = '\0';
+    ct_rep_esc(f, buf);
+    (void)fputs("&#8230;", f);
+    ct_rep_esc(f, label + tail);
+}
+
+/* A legend entry at row k: a short line of the colour and dash, and the label (shortened: a
+ * key's; a curve's is what report_curves.py reads the curve's name from, the first <text>
+ * after its polyline, and is written whole). */
+static void draw_key(
+    const canvas *c, int k, const char *label, const char *color, const char *dash, bool shorten) {
     double ly = MT + 12 + 17 * k;
     (void)fprintf(c->f,
                   "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                   "stroke-width=\"2.5\"%s%s%s/><text class=\"legend\" x=\"%d\" y=\"%.1f\">",
                   W - MR + 10, W - MR + 34, ly, ly, color, dash ? " stroke-dasharray=\"" : "",
                   dash ? dash : "", dash ? "\"" : "", W - MR + 38, ly + 4);
-    ct_rep_esc(c->f, label);
+    if (shorten)
+        short_label(c->f, label);
+    else
+        ct_rep_esc(c->f, label);
     (void)fprintf(c->f, "</text>\n");
 }
 
@@ -335,13 +361,13 @@ draw_key(const canvas *c, int k, const char *label, const char *color, const cha
  * labelled with its value, on the side of it with room. */
 static void draw_single(const canvas *c, const ct_rep_curve *cu, ct_rep_point p) {
     double x = sx(c, x_of(c, cu->run, p)), y = sy(c, y_of(c, p.value));
-    bool left = x > ML + 0.75 * c->pw;
+    bool left = x > ML + 0.75 * c->pw, below = y < MT + 24; /* clear of the frame's top */
     (void)fprintf(c->f,
                   "<circle class=\"single\" cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"%s\" "
                   "stroke=\"white\"/><text class=\"value\" x=\"%.1f\" y=\"%.1f\" "
                   "text-anchor=\"%s\" fill=\"%s\" font-weight=\"bold\">%.4g</text>\n",
-                  x, y, cu->color, left ? x - 7 : x + 7, y - 7, left ? "end" : "start", cu->color,
-                  p.value);
+                  x, y, cu->color, left ? x - 7 : x + 7, below ? y + 17 : y - 7,
+                  left ? "end" : "start", cu->color, p.value);
 }
 
 /* Curve k's line, its legend entry (row k) and, for one point, its marker; returns the points
@@ -360,7 +386,7 @@ static int64_t draw_curve(const canvas *c, const ct_rep_curve *cu, int k) {
         last = i;
     }
     (void)fprintf(f, "\"/>\n");
-    if (cu->label) draw_key(c, k, cu->label, cu->color, cu->dash);
+    if (cu->label) draw_key(c, k, cu->label, cu->color, cu->dash, false);
     if (drawn == 1) draw_single(c, cu, cu->s->pts[last]);
     return drawn;
 }
@@ -384,7 +410,7 @@ int64_t ct_rep_chart_draw(FILE *f, const ct_rep_chart *chart, bool standalone) {
         row += chart->curves[k].label != NULL;
     }
     for (int k = 0; k < chart->n_keys; k++)
-        draw_key(&c, row++, chart->keys[k].label, chart->keys[k].color, chart->keys[k].dash);
+        draw_key(&c, row++, chart->keys[k].label, chart->keys[k].color, chart->keys[k].dash, true);
     (void)fprintf(f, "</svg>\n");
     return drawn;
 }

@@ -220,6 +220,23 @@ static void report_should_refuse_what_is_not_a_run(void) {
     free(page);
 }
 
+static void report_should_shorten_long_run_names_in_the_legend(void) {
+    /* 29 bytes, a two-byte character where the head is cut: the legend keeps whole characters */
+    char a[300], b[300], html[400];
+    make_run(a, sizeof a, "runs_of_x\xc3\xa9_with_long_names_1", k_metrics_a, NULL);
+    make_run(b, sizeof b, "short", k_metrics_b, NULL);
+    const char *dirs[] = {a, b};
+    ct_report_params p = ct_report_default_params();
+    (void)snprintf(html, sizeof html, "%s/long.html", root);
+    p.html = html;
+    CT_CHECK(ct_report_compare(ctx, dirs, 2, &p, NULL) == CT_OK);
+    char *page = read_all(html);
+    CT_CHECK(page && strstr(page, ">runs_of_x&#8230;long_names_1</text>"));
+    CT_CHECK(page && strstr(page, ">runs_of_x\xc3\xa9_with_long_names_1</th>")); /* whole */
+    CT_CHECK(page && strstr(page, "class=\"legend\" x=\"648\" y=\"63.0\">short</text>"));
+    free(page);
+}
+
 int main(void) {
     ct_ctx_params cp = ct_ctx_default_params();
     cp.log_level = CT_LOG_ERROR;
@@ -233,6 +250,7 @@ int main(void) {
     CT_RUN(report_should_label_runs_by_their_directories);
     CT_RUN(report_should_compare_runs);
     CT_RUN(report_should_refuse_what_is_not_a_run);
+    CT_RUN(report_should_shorten_long_run_names_in_the_legend);
     char cmd[128];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
