@@ -3,9 +3,11 @@
  * drawn from the run directory's metrics.jsonl, config.yaml and checkpoint pointers: loss and
  * metric curves per split against the step and (once an epoch has ended) against the epoch, the
  * learning rate, gradient norm and throughput,
- * the best checkpoint marked, confusion matrices (when a `confusion` metric was recorded) as
- * heat maps with per-class precision and recall, and tables of the final metrics and the
- * configuration. Optionally each plot as its own SVG file.
+ * the best checkpoint marked, each split in one colour in every plot, a metric evaluated once
+ * (the test split's) as a dot labelled with its value, confusion matrices (when a `confusion`
+ * metric was recorded) as heat maps with per-class precision and recall, and tables of the
+ * last values per split, the final metrics and the configuration. Optionally each plot as its
+ * own SVG file. Or one page comparing several runs (ct_report_compare).
  *
  * Ownership: nothing is kept; the files are written whole under a temporary name and renamed,
  * so a reader (a browser refreshing a live report) never sees half a file.
@@ -48,6 +50,22 @@ CT_API ct_status ct_report_write(ct_ctx *ctx,
                                  const char *run_dir,
                                  const ct_report_params *p,
                                  int64_t *n_points);
+
+/* Writes one page comparing the runs of run_dirs[0..n_runs) (1 to 12 run directories):
+ * each metric's curves of every run on one plot (a colour per run, a dash per split; the
+ * legend names each run by its directory's name, with as many parent directories as tell two
+ * apart), each run's last values and its values at its best evaluation by its own
+ * checkpoint.monitor and checkpoint.mode (config.yaml), and the configuration keys (dotted,
+ * from each config.yaml) on which the runs differ, with each run's value; the keys equal in
+ * all runs are folded. p->html: NULL = report.html in the current directory; p->svg_dir,
+ * log_y and cancelled as for ct_report_write; p->best_step is not used. Errors: as
+ * ct_report_write, and CT_ERR_IO naming a path that is not a directory, CT_ERR_INVALID_ARG
+ * for a number of runs out of range. *n_points (may be NULL) receives the values read. */
+CT_API ct_status ct_report_compare(ct_ctx *ctx,
+                                   const char *const *run_dirs,
+                                   int64_t n_runs,
+                                   const ct_report_params *p,
+                                   int64_t *n_points);
 
 #ifdef __cplusplus
 }

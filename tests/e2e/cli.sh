@@ -1098,6 +1098,26 @@ if expect report_flat_1e17 0 'report\.html' -- \
     verdict report_flat_1e17_ticks "$why"
 fi
 
+# several runs: one page comparing them, report.html in the current directory by default
+if expect report_compare 0 'wrote report\.html \(comparison of runs' -- "$ctrain" report run cut; then
+    why=
+    [[ -f run/report.html ]] || why+="run/report.html missing; "
+    grep -q 'ctrain comparison of 2 runs' report.html || why+="no comparison heading; "
+    # the key that differs, each run's value; the runs named by their directories
+    grep -q '<td style="text-align:left">trainer.max_steps</td><td style="text-align:left">0</td><td style="text-align:left">75</td>' \
+        report.html || why+="no trainer.max_steps row with 0 and 75; "
+    grep -q 'class="legend" [^>]*>run</text>' report.html || why+="legend does not name run; "
+    grep -q 'class="legend" [^>]*>cut</text>' report.html || why+="legend does not name cut; "
+    grep -q '>best by valid/' report.html || why+="no best values; "
+    verdict report_compare_page "$why"
+fi
+expect report_compare_output 0 'wrote cmp\.html' -- "$ctrain" report run cut --output cmp.html &&
+    { [[ -s cmp.html ]] && ok report_compare_output_file || fail report_compare_output_file "no cmp.html"; }
+expect report_compare_not_a_run 2 'nothere: not a run directory' -- "$ctrain" report run nothere
+mkdir -p not_a_run
+expect report_compare_no_metrics 2 'not_a_run: not a run directory: no not_a_run/metrics\.jsonl' -- \
+    "$ctrain" report run not_a_run
+
 # SIGINT / SIGTERM while the report reads (metrics.jsonl a pipe this shell keeps open, so the
 # report waits for more): it stops, writes nothing and exits as fit does
 report_signal() { # NAME SIGNAL RC

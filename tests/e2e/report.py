@@ -2,10 +2,12 @@
 writes report.html; every inline SVG parses as XML and each curve, read back through its axes'
 tick labels (report_curves.py), holds the values of metrics.jsonl, against the step and, for
 losses and metrics, against the epoch; `ctrain report --svg` writes standalone SVG files that
-parse (and --log ones that read back too); a live report (logging.report: live) written by
+parse (and --log ones that read back too); `ctrain report RUN RUN2` compares two runs on one
+page whose curves read back as each run's values (the run by the curve's colour, the split by
+its dash); a live report (logging.report: live) written by
 the first evaluation already marks that evaluation's step as the best checkpoint's, although the
 trainer saves that checkpoint after the report is written; and a headless Chromium screenshot
-of the page, decoded here (zlib, no imaging library), has enough non-white pixels not to be
+of the page and of the comparison, decoded here (zlib, no imaging library), has enough non-white pixels not to be
 blank. Without Debian's chromium (scripts/install-deps.sh installs it) every other check runs
 and the script exits 77, ctest's skip, with a message: never a silent pass.
 Usage: /usr/bin/python3 report.py PATH/TO/ctrain
@@ -119,6 +121,87 @@ def check_live(tmp):
           f"best {best and best.group(1)}, valid/acc at step {row and row.group(1)}")
 
 
+def read_comparison(html, runs):
+    """Each comparison chart's curves read back as {(title, run, series): ([(x, y)], value of
+    a pixel on x, on y)}: the run
+    from the curve's colour and the split from its dash, as the legend's keys give them (a run
+    in its colour, solid; a split in grey, in its dash); and the problems found."""
+    out, problems = {}, []
+    for svg in report_curves.inline_svgs(html):
+        kids = list(svg)
+        if svg.find(SVG + "polyline") is None:
+            continue
+        title = svg.find(SVG + "title").text
+        run_of, split_of = {}, {}
+        for i, el in enumerate(kids):
+            if el.tag == SVG + "text" and el.get("class") == "legend":
+                line = kids[i - 1]
+                if line.get("stroke") == "#555555":
+                    split_of[line.get("stroke-dasharray")] = el.text
+                else:
+                    run_of[line.get("stroke")] = el.text
+        fx, xres = report_curves._axis(kids, "xtick", "x1", False)
+        fy, yres = report_curves._axis(kids, "ytick", "y1", False)
+        base = title[:-len(" by epoch")] if title.endswith(" by epoch") else title
+        for el in kids:
+            if el.tag != SVG + "polyline":
+                continue
+            run = run_of.get(el.get("stroke"))
+            if run not in runs:
+                problems.append(f"{title}: a curve in {el.get('stroke')}, no run's colour")
+                continue
+            single = report_curves.SINGLES.get(base)
+            name = single or f"{split_of.get(el.get('stroke-dasharray'))}/{base}"
+            pts = [tuple(float(c) for c in xy.split(",")) for xy in el.get("points").split()]
+            out[(title, run, name)] = ([(fx(px), fy(py)) for px, py in pts], xres, yres)
+    return out, problems
+
+
+def check_compare(tmp, run):
+    """`ctrain report RUN RUN2`: one page, report.html in the current directory, whose curves
+    read back as each run's metrics.jsonl (by step and by epoch), with the runs named and the
+    configuration key that differs; a screenshot of it that is not blank."""
+    p = subprocess.run([CTRAIN, "fit", "exp.yaml", "++output_dir=runs/exp2", "optimizer.lr=0.05",
+                        "trainer.max_epochs=4"], cwd=tmp, capture_output=True, text=True)
+    check("compare: a second run", p.returncode == 0, p.stderr[-400:])
+    p = subprocess.run([CTRAIN, "report", run, os.path.join(tmp, "runs", "exp2")], cwd=tmp,
+                       capture_output=True, text=True)
+    html_path = os.path.join(tmp, "report.html")
+    check("compare: ctrain report RUN RUN2 writes report.html in the current directory",
+          p.returncode == 0 and os.path.exists(html_path) and "wrote report.html" in p.stderr,
+          p.stderr)
+    if not os.path.exists(html_path):
+        return None
+    html = open(html_path).read()
+    runs = {"exp": os.path.join(run, "metrics.jsonl"),
+            "exp2": os.path.join(tmp, "runs", "exp2", "metrics.jsonl")}
+    curves, problems = read_comparison(html, runs)
+    n = 0
+    for (title, label, name), (pts, xres, yres) in curves.items():
+        rec = report_curves.recorded(runs[label]).get(name)
+        if rec is None or len(rec) != len(pts):
+            problems.append(f"{title}: {label} {name}: {len(pts)} points, "
+                            f"{rec and len(rec)} recorded")
+            continue
+        for (x, y), (step, epoch, v) in zip(pts, rec):
+            wx = epoch if title.endswith(" by epoch") else step
+            tol = report_curves.TOL_PX
+            if abs(x - wx) > tol * xres or abs(y - v) > tol * yres:
+                problems.append(f"{title}: {label} {name} ({x:.4g}, {y:.4g}), recorded "
+                                f"({wx:.4g}, {v:.4g})")
+                break
+            n += 1
+    seen = {(label, name) for _, label, name in curves}
+    check("compare: every curve of both runs holds its metrics.jsonl's values",
+          not problems and ("exp", "valid/acc") in seen and ("exp2", "test/loss") in seen and
+          ("exp2", "lr") in seen, "; ".join(problems[:4]) + f" ({n} points)")
+    check("compare: the key that differs, with each run's value",
+          '<td style="text-align:left">optimizer.lr</td><td style="text-align:left">0.1</td>'
+          '<td style="text-align:left">0.05</td>' in html and
+          "keys equal in all runs</summary>" in html, "")
+    return html_path
+
+
 def png_rows(path):
     """(width, height, bytes per pixel, rows) of an 8-bit non-interlaced PNG (what Chromium
     writes): the IDAT chunks inflated and each row's filter (none, sub, up, average, Paeth)
@@ -174,6 +257,20 @@ def non_white(path):
     return n / (w * h)
 
 
+def screenshot(chromium, html_path, shot):
+    """The share of non-white pixels of headless Chromium's screenshot of a page, and what went
+    wrong (Chromium's last words) when there is none."""
+    p = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                        f"--screenshot={shot}", "--window-size=1000,1400", "file://" + html_path],
+                       capture_output=True, text=True, timeout=120)
+    share, why = 0.0, p.stderr[-300:]
+    try:
+        share = non_white(shot)
+    except (OSError, ValueError, TypeError, zlib.error) as e:
+        why = f"{e}; {why}"
+    return share, why
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "exp.yaml"), "w") as f:
@@ -211,9 +308,18 @@ def main():
         check("the resolved configuration as a table of keys and values",
               '<td style="text-align:left">optimizer.lr</td><td style="text-align:left">0.1</td>'
               in html and '>data.batch_size</td>' in html)
-        check("confusion heat maps with precision and recall",
-              "Confusion: valid" in html and "best checkpoint (step" in html and
-              html.count("<th>precision</th>") == 2)
+        # the last evaluation's and the best checkpoint's matrices: one table when they are
+        # the same evaluation
+        last = re.search(r"valid, last evaluation( = best checkpoint)? \(step (\d+)\)", html)
+        best = re.search(r"Best checkpoint: step (\d+)", html)
+        same = best is not None and last is not None and last.group(2) == best.group(1)
+        check("confusion heat maps with precision and recall, one table when last = best",
+              "Confusion: valid" in html and last is not None and
+              (last.group(1) is not None) == same and
+              html.count("<th>precision</th>") == (1 if same else 2) and
+              ("valid, best checkpoint (step" in html) != same,
+              f"last {last and last.group(0)}, best {best and best.group(1)}, "
+              f"{html.count('<th>precision</th>')} tables")
         # ctrain report --svg: standalone files
         out = os.path.join(tmp, "r.html")
         svgdir = os.path.join(tmp, "svg")
@@ -238,25 +344,21 @@ def main():
         check("a directory without metrics.jsonl: exit 2 naming it",
               p.returncode == 2 and "metrics.jsonl" in p.stderr, p.stderr)
         check_live(tmp)
+        compared = check_compare(tmp, run)
         chromium = shutil.which("chromium")
         if not chromium:
             global SKIPPED
             SKIPPED = True
             print("SKIP screenshot: Debian's chromium is not installed (scripts/install-deps.sh)")
         else:
-            shot = os.path.join(tmp, "shot.png")
-            p = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                                f"--screenshot={shot}", "--window-size=1000,1400",
-                                "file://" + html_path], capture_output=True, text=True,
-                               timeout=120)
-            share, why = 0.0, p.stderr[-300:]
-            try:
-                share = non_white(shot)
-            except (OSError, ValueError, TypeError, zlib.error) as e:
-                why = f"{e}; {why}"
+            share, why = screenshot(chromium, html_path, os.path.join(tmp, "shot.png"))
             # a blank page has none; this one's tables and plots cover several percent
             check("headless chromium renders a page that is not blank (>= 2% non-white pixels)",
                   share >= 0.02, f"{share:.2%} non-white; {why}")
+            if compared:
+                share, why = screenshot(chromium, compared, os.path.join(tmp, "cmp.png"))
+                check("headless chromium renders the comparison page, not blank (>= 2%)",
+                      share >= 0.02, f"{share:.2%} non-white; {why}")
     print(f"report: {PASSED} passed, {FAILED} failed")
 
 

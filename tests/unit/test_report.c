@@ -483,6 +483,144 @@ static void report_should_label_confusion_matrices_with_the_class_names(void) {
     }
 }
 
+/* The report of metrics.jsonl = text (best_step: the best step to mark, or -1), as a string
+ * (the caller frees it), or NULL. */
+static char *page_of(const char *name, const char *text, int64_t best_step) {
+    char dir[300], path[400];
+    make_run(dir, sizeof dir, name, text);
+    ct_report_params p = ct_report_default_params();
+    p.best_step = best_step;
+    ct_status s = ct_report_write(ctx, dir, &p, NULL);
+    CT_CHECK_MSG(s == CT_OK, "%s: %s", name, ct_last_error(ctx));
+    (void)snprintf(path, sizeof path, "%s/report.html", dir);
+    size_t size = 0;
+    return read_all(path, &size);
+}
+
+/* The stroke colour of each curve of the page, by its split (the legend's text after the
+ * polyline up to '/'), checked the same in every chart; colours[k] for splits[k]. */
+static int split_colours(const char *page, char (*splits)[16], char (*colours)[16], int max) {
+    int n = 0;
+    for (const char *p = strstr(page, "<polyline"); p; p = strstr(p + 1, "<polyline")) {
+        char colour[16] = "", split[16] = "";
+        const char *st = strstr(p, "stroke=\"");
+        const char *lg = strstr(p, "class=\"legend\"");
+        if (!st || !lg) continue;
+        (void)sscanf(st, "stroke=\"%15[^\"]", colour);
+        (void)sscanf(strchr(lg, '>') + 1, "%15[^/<]", split);
+        int k = 0;
+        while (k < n && strcmp(splits[k], split) != 0)
+            k++;
+        if (k == n && n < max) {
+            (void)snprintf(splits[n], 16, "%s", split);
+            (void)snprintf(colours[n++], 16, "%s", colour);
+        } else if (k < n) {
+            CT_CHECK_MSG(strcmp(colours[k], colour) == 0, "%s drawn in %s and in %s", split,
+                         colours[k], colour);
+        }
+    }
+    return n;
+}
+
+static const char *colour_of(char (*splits)[16], char (*colours)[16], int n, const char *split) {
+    for (int k = 0; k < n; k++)
+        if (strcmp(splits[k], split) == 0) return colours[k];
+    return "";
+}
+
+static void report_should_draw_each_split_in_one_colour_in_every_plot(void) {
+    /* valid is the second curve of the loss plot and the first of acc's */
+    const char *text = "{\"step\":5,\"epoch\":1,\"train/loss\":1.2,\"lr\":0.1}\n"
+                       "{\"step\":10,\"epoch\":1,\"train/loss\":0.9}\n"
+                       "{\"step\":10,\"epoch\":1,\"valid/loss\":1.0,\"valid/acc\":0.5,"
+                       "\"holdout/acc\":0.4}\n"
+                       "{\"step\":20,\"epoch\":2,\"train/loss\":0.5}\n"
+                       "{\"step\":20,\"epoch\":2,\"valid/loss\":0.7,\"valid/acc\":0.7,"
+                       "\"holdout/acc\":0.6}\n"
+                       "{\"step\":20,\"epoch\":2,\"test/loss\":0.6,\"test/acc\":0.75}\n";
+    char *page = page_of("colours", text, -1);
+    CT_CHECK(page != NULL);
+    if (!page) return;
+    char splits[8][16], colours[8][16];
+    int n = split_colours(page, splits, colours, 8);
+    CT_CHECK_MSG(n == 5, "%d splits with curves", n); /* train valid holdout test lr */
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            CT_CHECK_MSG(strcmp(colours[i], colours[j]) != 0, "%s and %s both %s", splits[i],
+                         splits[j], colours[i]);
+    /* the fixed order: train, valid, test, whatever else a run has */
+    const char *want_valid = colour_of(splits, colours, n, "valid");
+    const char *want_test = colour_of(splits, colours, n, "test");
+    free(page);
+    page = page_of("colours_no_train",
+                   "{\"step\":1,\"epoch\":1,\"test/acc\":0.5}\n"
+                   "{\"step\":1,\"epoch\":1,\"valid/acc\":0.5}\n",
+                   -1);
+    CT_CHECK(page != NULL);
+    if (!page) return;
+    char s2[8][16], c2[8][16];
+    int n2 = split_colours(page, s2, c2, 8);
+    CT_CHECK_MSG(strcmp(colour_of(s2, c2, n2, "valid"), want_valid) == 0 &&
+                     strcmp(colour_of(s2, c2, n2, "test"), want_test) == 0,
+                 "valid %s and test %s in one run, %s and %s in another", want_valid, want_test,
+                 colour_of(s2, c2, n2, "valid"), colour_of(s2, c2, n2, "test"));
+    /* a chart is 800 px wide (scaled down by the page where the window is narrower) */
+    CT_CHECK(strstr(page, "viewBox=\"0 0 800 360\"") != NULL);
+    free(page);
+}
+
+static void report_should_show_a_single_test_value(void) {
+    char *page = page_of("single test",
+                         "{\"step\":10,\"epoch\":1,\"valid/acc\":0.5}\n"
+                         "{\"step\":20,\"epoch\":2,\"valid/acc\":0.7}\n"
+                         "{\"step\":20,\"epoch\":2,\"test/acc\":0.8125}\n",
+                         -1);
+    CT_CHECK(page != NULL);
+    if (!page) return;
+    /* a marker labelled with its value, in each plot of acc (by step and by epoch) */
+    int markers = 0, labels = 0;
+    for (const char *p = strstr(page, "class=\"single\""); p; p = strstr(p + 1, "class=\"single\""))
+        markers++;
+    for (const char *p = strstr(page, "class=\"value\""); p; p = strstr(p + 1, "class=\"value\""))
+        labels += strstr(p, ">0.8125</text>") == strchr(p, '>');
+    CT_CHECK_MSG(markers == 2 && labels == 2, "%d markers, %d labelled 0.8125", markers, labels);
+    /* and the summary: a test column beside valid's, its value in the acc row */
+    const char *summary = strstr(page, "<table class=\"summary\">");
+    CT_CHECK(summary && strstr(summary, ">test</th>") &&
+             strstr(summary, "<td style=\"text-align:left\">acc</td><td title=\"step 20\">0.7</td>"
+                             "<td title=\"step 20\">0.8125</td>"));
+    free(page);
+}
+
+/* The number of precision/recall tables of the page and whether it says last = best. */
+static int confusion_tables(const char *page, bool *same) {
+    int n = 0;
+    for (const char *p = strstr(page, "<th>precision</th>"); p;
+         p = strstr(p + 1, "<th>precision</th>"))
+        n++;
+    *same = strstr(page, "last evaluation = best checkpoint") != NULL;
+    return n;
+}
+
+static void report_should_show_one_confusion_table_when_last_is_best(void) {
+    const char *text = "{\"step\":5,\"epoch\":1,\"valid/confusion/0/0\":2,"
+                       "\"valid/confusion/1/1\":1}\n"
+                       "{\"step\":10,\"epoch\":2,\"valid/confusion/0/0\":3,"
+                       "\"valid/confusion/1/1\":3}\n";
+    bool same = false;
+    char *page = page_of("last is best", text, 10);
+    CT_CHECK(page && confusion_tables(page, &same) == 1 && same);
+    CT_CHECK(page && strstr(page, "valid, last evaluation = best checkpoint (step 10)"));
+    free(page);
+    page = page_of("best before last", text, 5);
+    CT_CHECK(page && confusion_tables(page, &same) == 2 && !same);
+    CT_CHECK(page && strstr(page, "valid, best checkpoint (step 5)"));
+    free(page);
+    page = page_of("no best", text, -1);
+    CT_CHECK(page && confusion_tables(page, &same) == 1 && !same);
+    free(page);
+}
+
 int main(void) {
     ct_ctx_params cp = ct_ctx_default_params();
     cp.log_level = CT_LOG_ERROR;
@@ -502,6 +640,9 @@ int main(void) {
     CT_RUN(report_should_stop_when_cancelled_and_leave_no_file);
     CT_RUN(experiment_should_let_its_caller_cancel_reports);
     CT_RUN(report_should_label_confusion_matrices_with_the_class_names);
+    CT_RUN(report_should_draw_each_split_in_one_colour_in_every_plot);
+    CT_RUN(report_should_show_a_single_test_value);
+    CT_RUN(report_should_show_one_confusion_table_when_last_is_best);
     char cmd[128];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

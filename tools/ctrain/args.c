@@ -40,8 +40,9 @@ void cli_usage(FILE *f) {
            "  diff A B [--tolerance T] [--all] [--json]\n"
            "                                  compare two checkpoints, runs or safetensors "
            "files\n"
-           "  report RUN_DIR [--output F.html] [--svg DIR] [--log]\n"
-           "                                  a self-contained HTML report with plots\n"
+           "  report RUN_DIR... [--output F.html] [--svg DIR] [--log]\n"
+           "                                  a self-contained HTML report with plots;\n"
+           "                                  several runs: one page comparing them\n"
            "  completion bash|zsh             print the shell completion script\n"
            "  man                             print the ctrain(1) man page (roff)\n"
            "\n"
@@ -267,13 +268,20 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                          "language model): prints TEXT and N sampled bytes;\n--temperature 0 "
                          "takes the likeliest byte each time (greedy decoding).\n");
     else if (strcmp(cmd, "report") == 0)
-        (void)fprintf(f, "usage: ctrain report RUN_DIR [--output FILE.html] [--svg DIR] [--log]\n\n"
+        (void)fprintf(f, "usage: ctrain report RUN_DIR [RUN_DIR ...] [--output FILE.html] "
+                         "[--svg DIR] [--log]\n\n"
                          "Writes one self-contained HTML page (inline SVG, no script) from the "
-                         "run's\nmetrics.jsonl: curves per metric and split, learning rate, "
-                         "gradient norm,\nthroughput, the best checkpoint marked, confusion "
+                         "run's\nmetrics.jsonl: the last value of each metric per split (test "
+                         "included), curves\nper metric with a fixed colour per split, learning "
+                         "rate, gradient norm,\nthroughput, the best checkpoint marked, confusion "
                          "matrices, the configuration.\nDefault output RUN_DIR/report.html; "
                          "--svg also writes each plot as DIR/NAME.svg;\n--log draws losses on a "
-                         "log scale.\n");
+                         "log scale.\n\nWith several RUN_DIRs (up to 12): one page comparing "
+                         "them: each metric's curves\noverlaid (a colour per run, a dash per "
+                         "split), each run's last values and its\nvalues at its best evaluation "
+                         "(by its checkpoint.monitor), and the configuration\nkeys that differ "
+                         "between the runs. Default output report.html in the current\n"
+                         "directory.\n");
     else if (strcmp(cmd, "config") == 0)
         (void)fprintf(f, "usage: ctrain config CONFIG [key=value ...]\n       ctrain config "
                          "--reference\n\nChecks CONFIG with the overrides (the schema, then each "

@@ -1,13 +1,15 @@
 /*
  * report.c - the report command: one self-contained HTML page (and optionally SVG files) from a
- * run's metrics.jsonl (ct_report_write), which a stop signal ends between plots, writing
- * nothing.
+ * run's metrics.jsonl (ct_report_write), or one comparing several runs (ct_report_compare),
+ * which a stop signal ends between plots, writing nothing.
  */
 #include <getopt.h>
 #include <stdio.h>
 
 #include "cli.h"
 #include "ctrain/report.h"
+
+#define CLI_MAX_RUNS 12 /* as ct_report_compare takes */
 
 int cli_cmd_report(int argc, char **argv) {
     static const struct option opts[] = {
@@ -18,18 +20,20 @@ int cli_cmd_report(int argc, char **argv) {
         {NULL, 0, NULL, 0},
     };
     ct_report_params rp = ct_report_default_params();
-    const char *dir = NULL;
+    const char *dirs[CLI_MAX_RUNS];
+    int n_dirs = 0;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "-h", opts, NULL)) != -1) {
         switch (c) {
         case 1:
-            if (dir) {
-                (void)fprintf(stderr, "ctrain report: expected one RUN_DIR\n");
+            if (n_dirs == CLI_MAX_RUNS) {
+                (void)fprintf(stderr, "ctrain report: at most %d RUN_DIRs can be compared\n",
+                              CLI_MAX_RUNS);
                 return EXIT_USAGE;
             }
-            dir = optarg;
+            dirs[n_dirs++] = optarg;
             break;
         case 'o':
             rp.html = optarg;
@@ -48,7 +52,7 @@ int cli_cmd_report(int argc, char **argv) {
             return EXIT_USAGE;
         }
     }
-    if (!dir) {
+    if (n_dirs == 0) {
         (void)fprintf(stderr, "ctrain report: missing RUN_DIR\n");
         return EXIT_USAGE;
     }
@@ -60,16 +64,21 @@ int cli_cmd_report(int argc, char **argv) {
     cli_catch_stop_signals();
     rp.cancelled = cli_signalled;
     int64_t points = 0;
-    ct_status st = ct_report_write(ctx, dir, &rp, &points);
+    ct_status st = n_dirs == 1 ? ct_report_write(ctx, dirs[0], &rp, &points)
+                               : ct_report_compare(ctx, dirs, n_dirs, &rp, &points);
     int rc = 0;
     if (st == CT_STOP) {
         rc = cli_stop_code();
         (void)fprintf(stderr, "ctrain report: stopped by %s; nothing written\n", cli_stop_name());
     } else if (st != CT_OK)
         rc = cli_fail(ctx, st == CT_ERR_OOM ? EXIT_RUN_FAILED : EXIT_USAGE);
+    else if (n_dirs == 1 && !rp.html)
+        (void)fprintf(stderr, "ctrain report: wrote %s/report.html (%lld values)\n", dirs[0],
+                      (long long)points);
     else
-        (void)fprintf(stderr, "ctrain report: %s (%lld values)\n",
-                      rp.html ? rp.html : "report.html in the run directory", (long long)points);
+        (void)fprintf(stderr, "ctrain report: wrote %s (%s%lld values)\n",
+                      rp.html ? rp.html : "report.html", n_dirs > 1 ? "comparison of runs, " : "",
+                      (long long)points);
     ct_ctx_destroy(ctx);
     return rc;
 }
