@@ -72,8 +72,8 @@ CT_INTERNAL void ct_arena_rewind(ct_arena *a, void *chunk, size_t used);
  * (the elementwise ops, the optimizer's update, the softmax rows). In the portable build
  * (CT_NATIVE off, the default) the compiler makes three copies of it, for x86-64-v4 (AVX-512),
  * x86-64-v3 (AVX2 and FMA) and the baseline, and the dynamic loader binds the one this CPU
- * runs best, once, at load time. gcc also gives the copies' OpenMP-outlined bodies the same
- * instruction set; clang leaves those at the baseline. The copies compute the same bits: no
+ * runs best, once, at load time, OpenMP-outlined bodies included. gcc only (CMakeLists.txt):
+ * a clang build has the one baseline copy. The copies compute the same bits: no
  * -ffast-math, no contraction, and the only fused multiply-adds are explicit fmaf calls. A
  * native build (-march=native) has one copy. Nothing for other architectures, where the
  * macro is empty.

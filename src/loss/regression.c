@@ -83,7 +83,7 @@ static float huber_dp(float p, float t, float delta) {
     return d < -delta ? -delta : (d > delta ? delta : d);
 }
 
-static void elem_backward(ct_graph *g, ct_node *n);
+CT_HOT static void elem_backward(ct_graph *g, ct_node *n);
 
 /* The target derivative of the difference-based losses is minus the prediction's. */
 #define DIFF_LOSS(f)                                                                               \
