@@ -1,8 +1,8 @@
 # The two commands of the README, plus a few conveniences. Everything goes through CMake/Ninja.
 #   make demo   installs what is missing, builds, and runs the default job
 #   make test   installs what is missing, then: Release build (gcc, -Werror) + every test,
-#               ASan+UBSan build (clang, -Werror) + every test, a build without OpenMP + every
-#               test, the MPI tests again against MPICH, the loader under ThreadSanitizer,
+#               ASan+UBSan build (clang, -Werror) + every test, a build without OpenMP (and
+#               with -march=native) + every test, the MPI tests again against MPICH, the loader under ThreadSanitizer,
 #               clang-format check, 20 s fuzzing of the
 #               config parser, of the checkpoint reader and of the report
 #   make fuzz-config, make fuzz-checkpoint, make fuzz-report   libFuzzer for FUZZ_SECONDS (60)
@@ -39,7 +39,7 @@ test-asan:
 
 test-noomp:
 	cmake -S . -B build-noomp -G Ninja -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON -DCT_OPENMP=OFF \
-		-DCT_MPI=OFF
+		-DCT_MPI=OFF -DCT_NATIVE=ON
 	cmake --build build-noomp -j $(JOBS)
 	ctest --test-dir build-noomp --output-on-failure -j $(JOBS)
 

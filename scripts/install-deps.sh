@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clang-format libomp-dev
       libopenblas-dev libdnnl-dev zlib1g-dev libjansson-dev libfyaml-dev libpng-dev
       dataset-fashion-mnist fortunes protobuf-compiler libopenmpi-dev openmpi-bin python3-sklearn
-      chromium mpich libmpich-dev)
+      chromium mpich libmpich-dev qemu-user)
 if [[ "${1:-}" == "--bench" ]]; then
     pkgs+=(python3-torch python3-numpy)
 fi

@@ -68,6 +68,23 @@ CT_INTERNAL void ct_arena_mark(const ct_arena *a, void **chunk, size_t *used);
 CT_INTERNAL void ct_arena_rewind(ct_arena *a, void *chunk, size_t used);
 
 /*
+ * CT_HOT goes before the definition of a function whose loops carry the arithmetic of a step
+ * (the elementwise ops, the optimizer's update, the softmax rows). In the portable build
+ * (CT_NATIVE off, the default) the compiler makes three copies of it, for x86-64-v4 (AVX-512),
+ * x86-64-v3 (AVX2 and FMA) and the baseline, and the dynamic loader binds the one this CPU
+ * runs best, once, at load time, OpenMP-outlined bodies included. gcc only (CMakeLists.txt):
+ * a clang build has the one baseline copy. The copies compute the same bits: no
+ * -ffast-math, no contraction, and the only fused multiply-adds are explicit fmaf calls. A
+ * native build (-march=native) has one copy. Nothing for other architectures, where the
+ * macro is empty.
+ */
+#if defined(CT_ISA_CLONES) && defined(__x86_64__)
+#define CT_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CT_HOT
+#endif
+
+/*
  * CT_OMP_FOR(nt) goes right before a `for` loop whose iterations are independent: with OpenMP
  * it runs them over nt threads in static blocks; without OpenMP the loop runs serially and the
  * macro only marks nt as used. Static scheduling plus per-iteration ownership of outputs is

@@ -260,7 +260,7 @@ static ct_status map_target(const ct_loader *l, slot *s, int64_t c, unsigned cha
 
 /* ---- producing one batch (producer side; touches no context state) ---- */
 
-static void produce(ct_loader *l, slot *s, int64_t epoch, int64_t number) {
+CT_HOT static void produce(ct_loader *l, slot *s, int64_t epoch, int64_t number) {
     if (l->order_epoch != epoch) {
         epoch_order(l, epoch, l->order);
         l->order_epoch = epoch;

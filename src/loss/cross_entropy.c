@@ -88,7 +88,7 @@ static float row_weight(const ct_node *n, const float *gout, int64_t i) {
 
 /* ---- cross-entropy ---- */
 
-static void ce_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void ce_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0], *target = n->in[1];
     float *gx = ct_graph_grad(g, x);
     if (!gx) return;
@@ -111,10 +111,10 @@ static void ce_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def ce_def = {"cross_entropy", ce_backward};
 
-ct_tensor *ct_loss_cross_entropy(ct_graph *g,
-                                 ct_tensor *logits,
-                                 ct_tensor *target,
-                                 const ct_cross_entropy_params *params) {
+CT_HOT ct_tensor *ct_loss_cross_entropy(ct_graph *g,
+                                        ct_tensor *logits,
+                                        ct_tensor *target,
+                                        const ct_cross_entropy_params *params) {
     const char *op = "cross_entropy";
     if (!ct_ops_begin(g, op, 2, (ct_tensor *[]){logits, target})) return NULL;
     ct_cross_entropy_params p = params ? *params : ct_cross_entropy_default_params();

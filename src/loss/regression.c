@@ -83,7 +83,7 @@ static float huber_dp(float p, float t, float delta) {
     return d < -delta ? -delta : (d > delta ? delta : d);
 }
 
-static void elem_backward(ct_graph *g, ct_node *n);
+CT_HOT static void elem_backward(ct_graph *g, ct_node *n);
 
 /* The target derivative of the difference-based losses is minus the prediction's. */
 #define DIFF_LOSS(f)                                                                               \
@@ -110,7 +110,7 @@ _Static_assert(sizeof losses / sizeof losses[0] == K_COUNT, "one table row per e
 
 enum { ARG_KIND, ARG_REDUCTION };
 
-static void elem_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void elem_backward(ct_graph *g, ct_node *n) {
     const elem_loss *L = &losses[n->iarg[ARG_KIND]];
     ct_tensor *pred = n->in[0], *target = n->in[1];
     float *gp = ct_graph_grad(g, pred), *gt = ct_graph_grad(g, target);
@@ -130,12 +130,12 @@ static void elem_backward(ct_graph *g, ct_node *n) {
     }
 }
 
-static ct_tensor *elem_loss_forward(ct_graph *g,
-                                    elem_kind kind,
-                                    ct_tensor *pred,
-                                    ct_tensor *target,
-                                    float a,
-                                    ct_reduction reduction) {
+CT_HOT static ct_tensor *elem_loss_forward(ct_graph *g,
+                                           elem_kind kind,
+                                           ct_tensor *pred,
+                                           ct_tensor *target,
+                                           float a,
+                                           ct_reduction reduction) {
     const elem_loss *L = &losses[kind];
     const char *op = L->def.name;
     char ps[96], ts[96];

@@ -98,7 +98,8 @@ static inline float gelu_grad_fast(float x) {
     return 0.5f * (1.0f + ct_verff(x * INV_SQRT_2)) + x * INV_SQRT_2PI * ct_vexpf(-0.5f * x * x);
 }
 
-void ct_ops_gelu_fwd(ct_graph *g, ct_gelu_approx approx, const float *x, float *y, int64_t n) {
+CT_HOT void
+ct_ops_gelu_fwd(ct_graph *g, ct_gelu_approx approx, const float *x, float *y, int64_t n) {
     int nt = ct_ops_threads(g, n, 16);
     if (approx == CT_GELU_ERF && !ct_ops_reference(g)) {
         CT_OMP_FOR(nt)
@@ -112,7 +113,7 @@ void ct_ops_gelu_fwd(ct_graph *g, ct_gelu_approx approx, const float *x, float *
         y[i] = act_fwd(k, x[i], 0.0f);
 }
 
-void ct_ops_gelu_bwd(
+CT_HOT void ct_ops_gelu_bwd(
     ct_graph *g, ct_gelu_approx approx, const float *x, const float *dy, float *dx, int64_t n) {
     int nt = ct_ops_threads(g, n, 16);
     if (approx == CT_GELU_ERF && !ct_ops_reference(g)) {
@@ -127,7 +128,7 @@ void ct_ops_gelu_bwd(
         dx[i] += dy[i] * act_grad(k, x[i], 0.0f, 0.0f); /* GELU's derivative reads x only */
 }
 
-static void act_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void act_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
     act_kind k = (act_kind)n->iarg[0];
@@ -156,7 +157,7 @@ static const ct_op_def act_defs[] = {
 _Static_assert(sizeof(act_defs) / sizeof(act_defs[0]) == ACT_KIND_COUNT,
                "act_defs must cover every activation");
 
-static ct_tensor *activation(ct_graph *g, act_kind k, ct_tensor *x, float slope) {
+CT_HOT static ct_tensor *activation(ct_graph *g, act_kind k, ct_tensor *x, float slope) {
     const char *name = act_defs[k].name;
     if (!ct_ops_begin(g, name, 1, &x) || !ct_ops_f32(g, name, "x", x)) return NULL;
     ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, x->shape);

@@ -64,7 +64,7 @@ static void causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t
  * they spread over the threads. Either way the same calls produce the same bits. */
 /* One head's probabilities P = softmax(q k^T * scale) into att [T, T]: the forward's, and
  * again the backward's, by the same calls (so the same bits). */
-static void probs_head(
+CT_HOT static void probs_head(
     ct_ctx *ctx, float *att, const float *qkv, int64_t T, int64_t C, int64_t hd, float scale) {
     const float *q = qkv, *k = q + C;
     ct_k_gemm(ctx, false, true, T, T, hd, scale, q, 3 * C, k, 3 * C, 0.0f, att, T);
@@ -86,16 +86,16 @@ static void forward_head(ct_ctx *ctx,
     ct_k_gemm(ctx, false, false, T, hd, T, 1.0f, att, T, qkv + 2 * C, 3 * C, 0.0f, out, C);
 }
 
-static void backward_head(ct_ctx *ctx,
-                          float *dqkv,
-                          float *ds,
-                          const float *dout,
-                          const float *qkv,
-                          const float *p,
-                          int64_t T,
-                          int64_t C,
-                          int64_t hd,
-                          float scale) {
+CT_HOT static void backward_head(ct_ctx *ctx,
+                                 float *dqkv,
+                                 float *ds,
+                                 const float *dout,
+                                 const float *qkv,
+                                 const float *p,
+                                 int64_t T,
+                                 int64_t C,
+                                 int64_t hd,
+                                 float scale) {
     const float *q = qkv, *k = q + C, *v = q + 2 * C;
     /* dP = dout v^T; dv += P^T dout */
     ct_k_gemm(ctx, false, true, T, T, hd, 1.0f, dout, C, v, 3 * C, 0.0f, ds, T);
@@ -109,14 +109,14 @@ static void backward_head(ct_ctx *ctx,
     ct_k_gemm(ctx, true, false, T, hd, T, 1.0f, ds, T, q, 3 * C, 1.0f, dqkv + C, 3 * C);
 }
 
-void ct_k_attention_fwd(ct_ctx *ctx,
-                        float *out,
-                        float *att,
-                        const float *qkv,
-                        int64_t B,
-                        int64_t T,
-                        int64_t C,
-                        int64_t H) {
+CT_HOT void ct_k_attention_fwd(ct_ctx *ctx,
+                               float *out,
+                               float *att,
+                               const float *qkv,
+                               int64_t B,
+                               int64_t T,
+                               int64_t C,
+                               int64_t H) {
     int64_t hd = C / H;
     float scale = (float)(1.0 / sqrt((double)hd));
     int nt = ct_threads_for(ctx, B * H, 4 * T * T * hd);
@@ -128,16 +128,16 @@ void ct_k_attention_fwd(ct_ctx *ctx,
     }
 }
 
-void ct_k_attention_bwd(ct_ctx *ctx,
-                        float *dqkv,
-                        float *scratch,
-                        const float *dout,
-                        const float *qkv,
-                        float *att,
-                        int64_t B,
-                        int64_t T,
-                        int64_t C,
-                        int64_t H) {
+CT_HOT void ct_k_attention_bwd(ct_ctx *ctx,
+                               float *dqkv,
+                               float *scratch,
+                               const float *dout,
+                               const float *qkv,
+                               float *att,
+                               int64_t B,
+                               int64_t T,
+                               int64_t C,
+                               int64_t H) {
     int64_t hd = C / H;
     float scale = (float)(1.0 / sqrt((double)hd));
     int nt = ct_threads_for(ctx, B * H, 8 * T * T * hd);

@@ -22,13 +22,13 @@
 
 /* part [N*C] = per-plane sums of x (centre == NULL) or of (x - centre[c])^2, each plane
  * x [hw] summed in double in order. */
-static void plane_sums(const ct_graph *g,
-                       const float *x,
-                       int64_t planes,
-                       int64_t c,
-                       int64_t hw,
-                       const double *centre,
-                       double *part) {
+CT_HOT static void plane_sums(const ct_graph *g,
+                              const float *x,
+                              int64_t planes,
+                              int64_t c,
+                              int64_t hw,
+                              const double *centre,
+                              double *part) {
     int nt = ct_ops_threads(g, planes, hw);
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
@@ -56,7 +56,7 @@ static void channel_sums(const double *part, int64_t n, int64_t c, double *out) 
     }
 }
 
-static void batch_norm_backward(ct_graph *g, ct_node *node) {
+CT_HOT static void batch_norm_backward(ct_graph *g, ct_node *node) {
     ct_tensor *x = node->in[0];
     bool batch = node->iarg[0] != 0, has_w = node->iarg[1] != 0, has_b = node->iarg[2] != 0;
     ct_tensor *weight = has_w ? node->in[1] : NULL;
@@ -221,16 +221,16 @@ static void update_running(ct_tensor *running_mean,
 
 /* y = x * alpha + beta per channel, with alpha = w * invstd, beta = b - mean * alpha (as
  * PyTorch); x and y [planes = N*C, hw]. */
-static void normalise(const ct_graph *g,
-                      const float *xv,
-                      const float *wv,
-                      const float *bv,
-                      const double *mean,
-                      const double *invstd,
-                      int64_t planes,
-                      int64_t c,
-                      int64_t hw,
-                      float *yv) {
+CT_HOT static void normalise(const ct_graph *g,
+                             const float *xv,
+                             const float *wv,
+                             const float *bv,
+                             const double *mean,
+                             const double *invstd,
+                             int64_t planes,
+                             int64_t c,
+                             int64_t hw,
+                             float *yv) {
     int nt = ct_ops_threads(g, planes, hw);
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {

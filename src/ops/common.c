@@ -70,7 +70,7 @@ bool ct_ops_reference(const ct_graph *g) {
     return ct_graph_ctx(g)->kernels == CT_KERNELS_REFERENCE;
 }
 
-void ct_ops_round_bf16(ct_graph *g, const float *x, float *dst, int64_t n) {
+CT_HOT void ct_ops_round_bf16(ct_graph *g, const float *x, float *dst, int64_t n) {
     if (ct_ops_reference(g)) {
         for (int64_t i = 0; i < n; i++)
             dst[i] = ct_f32_from_bf16(ct_bf16_from_f32(x[i]));

@@ -62,7 +62,7 @@ static bool add_ok(int64_t a, int64_t b, int64_t *r) {
 
 /* col [C*KH*KW, nb*L] (row (c*KH + kh)*KW + kw, column b*L + oh*OW + ow) from samples
  * [n0, n0+nb) of x [N, C, H, W]; zero where the tap falls into the padding. */
-static void
+CT_HOT static void
 im2col(const ct_k_conv2d_geom *s, const float *x, int64_t n0, int64_t nb, float *col, int nt) {
     int64_t l = s->oh * s->ow, bl = nb * l;
     CT_OMP_FOR(nt)
@@ -92,7 +92,7 @@ im2col(const ct_k_conv2d_geom *s, const float *x, int64_t n0, int64_t nb, float 
 
 /* dx [N, C, H, W] += col2im(dcol [C*KH*KW, nb*L]) for samples [n0, n0+nb). Each (sample,
  * channel) plane is owned by one thread and summed over the taps in a fixed order. */
-static void col2im_add(
+CT_HOT static void col2im_add(
     const ct_k_conv2d_geom *s, const float *dcol, int64_t n0, int64_t nb, float *dx, int nt) {
     int64_t l = s->oh * s->ow, bl = nb * l;
     CT_OMP_FOR(nt)
@@ -125,12 +125,12 @@ static int64_t chunk_samples(const ct_k_conv2d_geom *s) {
     return b < s->n ? b : s->n;
 }
 
-static bool fast_forward(ct_graph *g,
-                         const ct_k_conv2d_geom *s,
-                         const float *x,
-                         const float *w,
-                         const float *bias,
-                         float *y) {
+CT_HOT static bool fast_forward(ct_graph *g,
+                                const ct_k_conv2d_geom *s,
+                                const float *x,
+                                const float *w,
+                                const float *bias,
+                                float *y) {
     ct_ctx *ctx = ct_graph_ctx(g);
     int64_t grp = s->groups, og = s->o / grp, kg = (s->c / grp) * s->kh * s->kw;
     int64_t rows = s->c * s->kh * s->kw, l = s->oh * s->ow;
@@ -169,13 +169,13 @@ static bool fast_forward(ct_graph *g,
     return true;
 }
 
-static void fast_backward(ct_graph *g,
-                          const ct_k_conv2d_geom *s,
-                          const float *x,
-                          const float *w,
-                          const float *dy,
-                          float *dx,
-                          float *dw) {
+CT_HOT static void fast_backward(ct_graph *g,
+                                 const ct_k_conv2d_geom *s,
+                                 const float *x,
+                                 const float *w,
+                                 const float *dy,
+                                 float *dx,
+                                 float *dw) {
     ct_ctx *ctx = ct_graph_ctx(g);
     int64_t grp = s->groups, og = s->o / grp, kg = (s->c / grp) * s->kh * s->kw;
     int64_t rows = s->c * s->kh * s->kw, l = s->oh * s->ow;
@@ -262,7 +262,8 @@ static int onednn_backward(ct_graph *g,
 }
 
 /* db [O] += sum over n and the plane of dy [N, O, L], in double, in a fixed order. */
-static void bias_backward(ct_graph *g, const ct_k_conv2d_geom *s, const float *dy, float *db) {
+CT_HOT static void
+bias_backward(ct_graph *g, const ct_k_conv2d_geom *s, const float *dy, float *db) {
     int64_t l = s->oh * s->ow;
     int nt = ct_ops_threads(g, s->o, s->n * l);
     CT_OMP_FOR(nt)

@@ -18,7 +18,7 @@
 /* Elements per parallel work item; a multiple of 4 so that items start on a Philox block. */
 #define DROP_CHUNK 1024
 
-static void dropout_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void dropout_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
     const uint8_t *mask = n->saved;
@@ -33,7 +33,7 @@ static void dropout_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def dropout_def = {"dropout", dropout_backward};
 
-static ct_tensor *dropout(ct_graph *g, ct_tensor *x, float p, bool over) {
+CT_HOT static ct_tensor *dropout(ct_graph *g, ct_tensor *x, float p, bool over) {
     if (!ct_ops_begin(g, "dropout", 1, &x) || !ct_ops_f32(g, "dropout", "x", x)) return NULL;
     if (!(p >= 0.0f && p < 1.0f)) {
         CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,

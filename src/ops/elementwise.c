@@ -85,7 +85,7 @@ static float apply(binop op, float x, float y) {
     return 0.0f;
 }
 
-static void binary_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void binary_backward(ct_graph *g, ct_node *n) {
     binop op = (binop)n->iarg[0];
     ct_tensor *a = n->in[0], *b = n->in[1];
     const bcast *bc = n->saved;
@@ -145,7 +145,7 @@ static const ct_op_def binary_defs[] = {
     {"div", binary_backward},
 };
 
-static ct_tensor *binary(ct_graph *g, binop op, ct_tensor *a, ct_tensor *b) {
+CT_HOT static ct_tensor *binary(ct_graph *g, binop op, ct_tensor *a, ct_tensor *b) {
     const char *name = binary_defs[op].name;
     ct_tensor *in[2] = {a, b};
     if (!ct_ops_begin(g, name, 2, in)) return NULL;
@@ -203,7 +203,7 @@ ct_tensor *ct_op_div(ct_graph *g, ct_tensor *a, ct_tensor *b) {
 }
 
 /* y = x * farg[0] + farg[1] */
-static void affine_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void affine_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
     const float *dy = n->out->grad;
@@ -217,7 +217,7 @@ static void affine_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def affine_def = {"scale", affine_backward};
 
-static ct_tensor *affine(ct_graph *g, const char *name, ct_tensor *x, float s, float t) {
+CT_HOT static ct_tensor *affine(ct_graph *g, const char *name, ct_tensor *x, float s, float t) {
     if (!ct_ops_begin(g, name, 1, &x) || !ct_ops_f32(g, name, "x", x)) return NULL;
     ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, x->shape);
     if (!y) return NULL;

@@ -38,7 +38,7 @@ static bool check_range(ct_graph *g,
 
 /* ---- index_select and embedding: out [idx..., D] = x[idx, :] with x viewed as [R, D] ---- */
 
-static void rows_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void rows_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
     const ct_tensor *idx = n->in[1];
@@ -62,12 +62,12 @@ static void rows_backward(ct_graph *g, ct_node *n) {
 static const ct_op_def index_select_def = {"index_select", rows_backward};
 static const ct_op_def embedding_def = {"embedding", rows_backward};
 
-static ct_tensor *rows_impl(ct_graph *g,
-                            const char *op,
-                            const ct_op_def *def,
-                            const char *xname,
-                            ct_tensor *x,
-                            ct_tensor *idx) {
+CT_HOT static ct_tensor *rows_impl(ct_graph *g,
+                                   const char *op,
+                                   const ct_op_def *def,
+                                   const char *xname,
+                                   ct_tensor *x,
+                                   ct_tensor *idx) {
     ct_tensor *in[2] = {x, idx};
     if (!ct_ops_begin(g, op, 2, in) || !ct_ops_f32(g, op, xname, x) ||
         !ct_ops_index(g, op, "idx", idx))
@@ -138,7 +138,7 @@ static int64_t gather_xrow(const ct_tensor *x, const ct_tensor *idx, int64_t r) 
     return xr;
 }
 
-static void gather_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void gather_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0], *idx = n->in[1];
     float *dx = ct_graph_grad(g, x);
     if (!dx) return;
@@ -155,7 +155,7 @@ static void gather_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def gather_def = {"gather", gather_backward};
 
-ct_tensor *ct_op_gather(ct_graph *g, ct_tensor *x, ct_tensor *idx) {
+CT_HOT ct_tensor *ct_op_gather(ct_graph *g, ct_tensor *x, ct_tensor *idx) {
     ct_tensor *in[2] = {x, idx};
     if (!ct_ops_begin(g, "gather", 2, in) || !ct_ops_f32(g, "gather", "x", x) ||
         !ct_ops_index(g, "gather", "idx", idx))

@@ -21,7 +21,7 @@ typedef struct ln_saved {
     float *rstd; /* [N] */
 } ln_saved;
 
-static void layer_norm_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void layer_norm_backward(ct_graph *g, ct_node *n) {
     const ln_saved *s = n->saved;
     int64_t N = n->iarg[0], D = n->iarg[1];
     ct_tensor *x = n->in[0];
@@ -94,7 +94,7 @@ check_affine(ct_graph *g, const char *what, const ct_tensor *p, const ct_tensor 
     return false;
 }
 
-ct_tensor *
+CT_HOT ct_tensor *
 ct_op_layer_norm(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, float eps) {
     if (!ct_ops_begin(g, "layer_norm", 1, &x) || !ct_ops_f32(g, "layer_norm", "x", x)) return NULL;
     if (x->ndim < 1) {

@@ -114,7 +114,7 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
 }
 
 /* iarg: [0] rows R, [1] in, [2] out, [3] 0, or 1 + ct_gelu_approx for gelu_linear */
-static void linear_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     int64_t rows = n->iarg[0], in = n->iarg[1], out = n->iarg[2];

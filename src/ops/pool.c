@@ -170,7 +170,7 @@ static void max_plane(const pool_geom *s, const float *xp, float *yp, int64_t *i
     }
 }
 
-static void max_pool2d_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void max_pool2d_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0];
     float *dx = ct_graph_grad(g, x);
     if (!dx) return;
@@ -190,7 +190,7 @@ static void max_pool2d_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def max_pool2d_def = {"max_pool2d", max_pool2d_backward};
 
-ct_tensor *ct_op_max_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_params *p) {
+CT_HOT ct_tensor *ct_op_max_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_params *p) {
     if (!ct_ops_begin(g, "max_pool2d", 1, &x)) return NULL;
     int64_t args[6];
     pool_geom s;
@@ -242,7 +242,7 @@ static int64_t avg_window(const pool_geom *s,
     return divisor;
 }
 
-static void avg_pool2d_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void avg_pool2d_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0];
     float *dx = ct_graph_grad(g, x);
     if (!dx) return;
@@ -270,7 +270,7 @@ static void avg_pool2d_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def avg_pool2d_def = {"avg_pool2d", avg_pool2d_backward};
 
-ct_tensor *ct_op_avg_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_params *p) {
+CT_HOT ct_tensor *ct_op_avg_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_params *p) {
     if (!ct_ops_begin(g, "avg_pool2d", 1, &x)) return NULL;
     int64_t args[6];
     pool_geom s;
@@ -307,7 +307,7 @@ ct_tensor *ct_op_avg_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_params *p
 
 /* ---- global average pooling ---- */
 
-static void global_avg_pool_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void global_avg_pool_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0];
     float *dx = ct_graph_grad(g, x);
     if (!dx) return;
@@ -327,7 +327,7 @@ static void global_avg_pool_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def global_avg_pool_def = {"global_avg_pool", global_avg_pool_backward};
 
-ct_tensor *ct_op_global_avg_pool(ct_graph *g, ct_tensor *x) {
+CT_HOT ct_tensor *ct_op_global_avg_pool(ct_graph *g, ct_tensor *x) {
     if (!ct_ops_begin(g, "global_avg_pool", 1, &x)) return NULL;
     if (!ct_ops_f32(g, "global_avg_pool", "x", x)) return NULL;
     char sx[200];

@@ -10,7 +10,7 @@
 
 #define SUM_BLOCK 4096
 
-static void reduce_axis_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void reduce_axis_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
     int64_t outer = n->iarg[0], dim = n->iarg[1], inner = n->iarg[2];
@@ -27,7 +27,8 @@ static void reduce_axis_backward(ct_graph *g, ct_node *n) {
 static const ct_op_def sum_def = {"sum", reduce_axis_backward};
 static const ct_op_def mean_def = {"mean", reduce_axis_backward};
 
-static ct_tensor *reduce_axis(ct_graph *g, ct_tensor *x, int32_t axis, bool keepdim, bool mean) {
+CT_HOT static ct_tensor *
+reduce_axis(ct_graph *g, ct_tensor *x, int32_t axis, bool keepdim, bool mean) {
     const char *name = mean ? "mean" : "sum";
     if (!ct_ops_begin(g, name, 1, &x) || !ct_ops_f32(g, name, "x", x)) return NULL;
     if (!ct_ops_axis(g, name, x->ndim, &axis)) return NULL;
@@ -72,7 +73,7 @@ ct_tensor *ct_op_mean(ct_graph *g, ct_tensor *x, int32_t axis, bool keepdim) {
     return reduce_axis(g, x, axis, keepdim, true);
 }
 
-static void reduce_all_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void reduce_all_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
     float d = n->out->grad[0] * n->farg[0];
@@ -86,7 +87,7 @@ static void reduce_all_backward(ct_graph *g, ct_node *n) {
 static const ct_op_def sum_all_def = {"sum_all", reduce_all_backward};
 static const ct_op_def mean_all_def = {"mean_all", reduce_all_backward};
 
-static ct_tensor *reduce_all(ct_graph *g, ct_tensor *x, bool mean) {
+CT_HOT static ct_tensor *reduce_all(ct_graph *g, ct_tensor *x, bool mean) {
     const char *name = mean ? "mean_all" : "sum_all";
     if (!ct_ops_begin(g, name, 1, &x) || !ct_ops_f32(g, name, "x", x)) return NULL;
     ct_tensor *y = ct_graph_new(g, CT_F32, 0, NULL);

@@ -10,7 +10,7 @@
 
 #include "ops/ops_internal.h"
 
-static void identity_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void identity_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
     const float *dy = n->out->grad;
@@ -92,7 +92,7 @@ static int64_t perm_src(const perm_info *p, int64_t i) {
     return off;
 }
 
-static void permute_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void permute_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
     const perm_info *p = n->saved;
@@ -106,7 +106,7 @@ static void permute_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def permute_def = {"permute", permute_backward};
 
-ct_tensor *ct_op_permute(ct_graph *g, ct_tensor *x, const int32_t *perm) {
+CT_HOT ct_tensor *ct_op_permute(ct_graph *g, ct_tensor *x, const int32_t *perm) {
     if (!ct_ops_begin(g, "permute", 1, &x) || !ct_ops_f32(g, "permute", "x", x)) return NULL;
     perm_info *p = ct_graph_alloc(g, sizeof *p);
     if (!p) return NULL;

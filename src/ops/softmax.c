@@ -27,7 +27,7 @@ static void softmax_line(const float *x, float *y, int64_t dim, int64_t stride, 
     }
 }
 
-static void softmax_backward(ct_graph *g, ct_node *n) {
+CT_HOT static void softmax_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;
     bool log_form = n->iarg[0] != 0;
@@ -62,7 +62,7 @@ static void softmax_backward(ct_graph *g, ct_node *n) {
 static const ct_op_def softmax_def = {"softmax", softmax_backward};
 static const ct_op_def log_softmax_def = {"log_softmax", softmax_backward};
 
-static ct_tensor *softmax_impl(ct_graph *g, ct_tensor *x, int32_t axis, bool log_form) {
+CT_HOT static ct_tensor *softmax_impl(ct_graph *g, ct_tensor *x, int32_t axis, bool log_form) {
     const char *name = log_form ? "log_softmax" : "softmax";
     if (!ct_ops_begin(g, name, 1, &x) || !ct_ops_f32(g, name, "x", x)) return NULL;
     if (!ct_ops_axis(g, name, x->ndim, &axis)) return NULL;

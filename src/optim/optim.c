@@ -324,16 +324,13 @@ ct_status ct_optim_add_group(ct_optim *o, const char *pattern, float lr_scale, f
 /* ---- the update rules, one call per span ---- */
 
 /* a * b + c. PyTorch's CPU kernels (AVX2 builds) evaluate add(x, y, alpha) as
- * fma(alpha, y, x) and addcmul(x, y, z, value) as fma(value * y, z, x); where the hardware has
- * FMA we do the same, so the updates are bitwise those of torch.optim. Elsewhere a * b + c
- * rounds twice (a 1-ulp difference), rather than calling a slow software fmaf. addcdiv is
- * x + value * y / z, unfused, in both. */
+ * fma(alpha, y, x) and addcmul(x, y, z, value) as fma(value * y, z, x); we do the same, so the
+ * updates are bitwise those of torch.optim, in every build: a native build for a CPU with FMA
+ * and the AVX2 and AVX-512 copies of the portable one (CT_HOT) fuse in hardware; the baseline
+ * copy and the sanitizer builds call libm's exact fmaf, slower but the same bits. addcdiv is
+ * x + value * y / z, unfused, everywhere. */
 static inline float madd(float a, float b, float c) {
-#ifdef FP_FAST_FMAF
     return fmaf(a, b, c);
-#else
-    return a * b + c;
-#endif
 }
 
 /* A float's exponent bits: all ones (EXP_MASK) for an inf or a NaN, less for any finite value;
@@ -487,7 +484,7 @@ adagrad_loop(const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool chec
  * CT_PAR_FOR runs no region at all for one thread (one per span and step inside
  * ct_optim_step_if_finite's team otherwise). */
 #define DEFINE_SPAN(name, work)                                                                    \
-    static uint32_t name##_span(const ct_optim *o, const span *s) {                                \
+    CT_HOT static uint32_t name##_span(const ct_optim *o, const span *s) {                         \
         if (s->check) return name##_loop(o, s, 0, s->n, true);                                     \
         int nt = span_threads(o, s, s->n, work);                                                   \
         CT_PAR_FOR(nt, b, nt, {                                                                    \
@@ -610,7 +607,7 @@ bool ct_optim_step_checked(ct_optim *o) {
     return top != EXP_MASK;
 }
 
-bool ct_optim_step_if_finite(ct_optim *o) {
+CT_HOT bool ct_optim_step_if_finite(ct_optim *o) {
     /* one team: each thread scans the shares it will update, and updates them once every
        thread has found its shares finite, so the scan brings each gradient into the cache of
        the core that uses it next (two separate passes, scan then step, read each from
@@ -701,8 +698,10 @@ static ct_status check_store(ct_ctx *ctx, const ct_params *params, const char *w
     return CT_OK;
 }
 
-ct_status
-ct_optim_clip_grad_norm(ct_ctx *ctx, ct_params *params, float max_norm, float *total_norm_out) {
+CT_HOT ct_status ct_optim_clip_grad_norm(ct_ctx *ctx,
+                                         ct_params *params,
+                                         float max_norm,
+                                         float *total_norm_out) {
     if (total_norm_out) *total_norm_out = 0.0f;
     if (isnan(max_norm))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
@@ -737,7 +736,7 @@ ct_optim_clip_grad_norm(ct_ctx *ctx, ct_params *params, float max_norm, float *t
     return CT_OK;
 }
 
-ct_status ct_optim_clip_grad_value(ct_ctx *ctx, ct_params *params, float clip) {
+CT_HOT ct_status ct_optim_clip_grad_value(ct_ctx *ctx, ct_params *params, float clip) {
     if (!finite_nonneg(clip))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                        "clip_grad_value clip: expected a finite value >= 0, got %g", (double)clip);

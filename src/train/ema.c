@@ -118,7 +118,7 @@ static double decay_at(const ct_ema *e, int64_t t) {
     return w < e->decay ? w : e->decay;
 }
 
-ct_status ct_ema_update(ct_ema *ema, int64_t step, bool *updated) {
+CT_HOT ct_status ct_ema_update(ct_ema *ema, int64_t step, bool *updated) {
     if (updated) *updated = false;
     if (ema->swapped)
         return CT_FAIL(ema->ctx, CT_ERR_INVALID_ARG,
@@ -145,7 +145,7 @@ ct_status ct_ema_update(ct_ema *ema, int64_t step, bool *updated) {
 }
 
 /* Exchanges model and shadow, weights and buffers. */
-static void exchange(ct_ema *e) {
+CT_HOT static void exchange(ct_ema *e) {
     float *a = ct_params_values(e->params), *b = e->shadow;
     int nt = ct_threads_for(e->ctx, e->n, 2);
     CT_OMP_FOR(nt)

@@ -15,7 +15,7 @@
 #define EXP_MASK 0x7f800000u
 
 /* 1 when buf[lo, hi) holds an inf or a NaN. */
-static unsigned scan(const float *buf, int64_t lo, int64_t hi) {
+CT_HOT static unsigned scan(const float *buf, int64_t lo, int64_t hi) {
     return hi > lo ? ct_vnonfinite(buf + lo, hi - lo) : 0; /* buf may be NULL when empty */
 }
 

@@ -110,7 +110,7 @@ enum { SUM_CHUNKS = 64 };
  * out is one of the segments (the rank's own), so the sums build up in a block on the stack
  * before they replace it; each loop vectorises. */
 enum { SUM_BLOCK = 512 };
-static unsigned sum_chunk(
+CT_HOT static unsigned sum_chunk(
     const float *const *seg, int64_t world, float *out, int64_t a, int64_t b, float d, double *sq) {
     uint32_t bad = 0;
     float block[SUM_BLOCK];
@@ -174,7 +174,7 @@ ct_status ct_train_shard_reduce(ct_train_shard *sh, bool *ok, double *sumsq) {
     return CT_OK;
 }
 
-void ct_train_shard_scale(const ct_train_shard *sh, float scale) {
+CT_HOT void ct_train_shard_scale(const ct_train_shard *sh, float scale) {
     float *grads = sh->seg[sh->rank];
     const int64_t lo = sh->bounds[sh->rank], hi = sh->bounds[sh->rank + 1];
     int nt = ct_threads_for(sh->ctx, hi - lo, 2);
@@ -183,7 +183,7 @@ void ct_train_shard_scale(const ct_train_shard *sh, float scale) {
         grads[i] = grads[i] * scale;
 }
 
-void ct_train_shard_clamp(const ct_train_shard *sh, float clip) {
+CT_HOT void ct_train_shard_clamp(const ct_train_shard *sh, float clip) {
     float *grads = sh->seg[sh->rank];
     const int64_t lo = sh->bounds[sh->rank], hi = sh->bounds[sh->rank + 1];
     const float neg = -clip;

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# portable.sh - what the portable build (the default, CT_NATIVE off) costs against a
+# -march=native build of the same tree on this machine: the micro-benchmarks of bench_ops, the
+# optimizer updates of bench_optim and the loader of bench_loader, each run alternately in the
+# two builds ROUNDS times; prints the best median of each and the ratio portable / native
+# (above 1: the portable build is slower).
+#
+#   bench/portable.sh [ROUNDS]        (default 5; builds build-bench-portable and
+#                                      build-bench-native when missing)
+set -euo pipefail
+rounds=${1:-5}
+cd "$(dirname "$0")/.."
+for kind in portable native; do
+    dir=build-bench-$kind
+    native=OFF
+    [[ $kind == native ]] && native=ON
+    if [[ ! -x $dir/bench/bench_ops ]]; then
+        cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCT_NATIVE=$native \
+            -DCT_BUILD_TESTS=OFF >/dev/null
+        cmake --build "$dir" -j 2 --target bench_ops bench_optim bench_loader >/dev/null
+    fi
+done
+model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')
+echo "cpu: $model ($(nproc) cores; $flags)"
+echo "compiler: $(cc --version | head -1); $rounds rounds, best median of each (ms)"
+printf '%-28s %10s %10s %8s\n' case portable native ratio
+
+# best NAME CMD...: runs CMD in each build alternately, prints the line of the table. CMD's
+# output: the median in field $field of its last line.
+best() {
+    local name=$1 field=$2
+    shift 2
+    local p n r v
+    p=inf
+    n=inf
+    for ((r = 0; r < rounds; r++)); do
+        v=$("build-bench-portable/bench/$@" | tail -1 | awk -v f="$field" '{print $f}')
+        p=$(awk -v a="$p" -v b="$v" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+        v=$("build-bench-native/bench/$@" | tail -1 | awk -v f="$field" '{print $f}')
+        n=$(awk -v a="$n" -v b="$v" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+    done
+    awk -v name="$name" -v p="$p" -v n="$n" 'BEGIN { printf "%-28s %10.4f %10.4f %8.3f\n", name, p, n, p / n }'
+}
+
+for c in linear conv2d attention mlp_step mlp32_step; do
+    best "$c" 2 bench_ops "$c" --threads 2
+done
+best loader_plain 2 bench_loader loader_plain --threads 2
+best loader_aug 2 bench_loader loader_aug --threads 2
+# bench_optim prints a table: the step column of Adam with weight decay and of AdamW, on the
+# larger of its two parameter counts (its last row of each)
+for v in "adam weight_decay" "adamw"; do
+    pc=$(awk -v v="$v" 'BEGIN { n = split(v, w, " "); print n + 2 }')
+    p=inf
+    n=inf
+    for ((r = 0; r < rounds; r++)); do
+        x=$(build-bench-portable/bench/bench_optim | grep -E "^$v +[0-9]" | tail -1 | awk -v c="$pc" '{print $(c)}')
+        p=$(awk -v a="$p" -v b="$x" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+        x=$(build-bench-native/bench/bench_optim | grep -E "^$v +[0-9]" | tail -1 | awk -v c="$pc" '{print $(c)}')
+        n=$(awk -v a="$n" -v b="$x" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+    done
+    awk -v name="optim $v (us)" -v p="$p" -v n="$n" 'BEGIN { printf "%-28s %10.4f %10.4f %8.3f\n", name, p, n, p / n }'
+done
