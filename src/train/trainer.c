@@ -229,6 +229,25 @@ static ct_status make_engines(ct_trainer *t, const ct_eval_engine *engines, int6
     return CT_OK;
 }
 
+/* A watched metric that no engine computes: the message names the nearest one and those
+ * computed. */
+static ct_status unwatched(ct_trainer *t, const char *who, const char *metric) {
+    ct_unknown u;
+    ct_unknown_init(&u, metric);
+    for (int64_t i = 0; i < t->n_engines; i++) {
+        int64_t n = 0;
+        const ct_metric_value *v = ct_metrics_values(t->engines[i].m, &n);
+        for (int64_t k = 0; k < n; k++)
+            ct_unknown_add(&u, v[k].name);
+    }
+    char hint[160];
+    return CT_FAIL(t->ctx, CT_ERR_CONFIG,
+                   "trainer: %s watches '%s', which no evaluation engine computes%s (computed: "
+                   "%s)",
+                   who, metric, ct_suggest_hint(&u.suggest, hint, sizeof hint),
+                   u.count ? u.known : "none");
+}
+
 /* The metrics the monitor, early stopping and a metric-driven schedule follow must be values
  * of an engine, or the policies would never act: marks the engines that compute them. */
 static ct_status watch_metrics(ct_trainer *t) {
@@ -255,12 +274,11 @@ static ct_status watch_metrics(ct_trainer *t) {
         }
         ct_clear_error(ctx); /* the lookups above are probes */
         if (!found)
-            return CT_FAIL(ctx, CT_ERR_CONFIG,
-                           "trainer: %s watches '%s', which no evaluation engine computes",
-                           w == 0   ? "the monitor"
-                           : w == 1 ? "early stopping"
-                                    : "the metric-driven schedule",
-                           watched[w]);
+            return unwatched(t,
+                             w == 0   ? "the monitor"
+                             : w == 1 ? "early stopping"
+                                      : "the metric-driven schedule",
+                             watched[w]);
     }
     return CT_OK;
 }

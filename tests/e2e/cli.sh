@@ -284,6 +284,9 @@ expect error_other_frameworks_name 2 \
     -- "$ctrain" config tiny.yaml trainer.gradient_clip_val=1
 expect metric_spellings 0 "new best valid/acc" -- "$ctrain" fit tiny.yaml \
     checkpoint.monitor=valid/accuracy 'metrics.valid=[acc]' ++trainer.dev_run=true "${quiet[@]}"
+expect error_misspelt_monitor 2 \
+    "the monitor watches 'valid/acuracy', which no evaluation engine computes \(did you mean 'valid/acc'\?\) \(computed: valid/acc, valid/f1_macro, valid/loss, test/acc, test/loss\)" \
+    -- "$ctrain" fit tiny.yaml checkpoint.monitor=valid/acuracy ++output_dir=misspelt "${quiet[@]}"
 edit_line 8 'optimizer: {type: sgd, lr: abc, momentum: 0.9}' e_type.yaml
 expect error_wrong_type 2 "e_type\.yaml:8:[0-9]+: key 'optimizer\.lr': expected a number, got 'abc'" \
     -- "$ctrain" config e_type.yaml
