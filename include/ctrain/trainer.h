@@ -218,6 +218,7 @@ CT_API const char *ct_profile_phase_name(ct_profile_phase p);
 /* One layer's times (CT_PROFILE_MODE_LAYERS): totals over the fit's training batches. */
 typedef struct ct_profile_layer {
     const char *name; /* the layer's name (its parameters' prefix), valid while the model lives */
+    const char *type; /* its type ("linear"), likewise */
     double forward_seconds, backward_seconds;
 } ct_profile_layer;
 

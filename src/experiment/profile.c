@@ -33,10 +33,12 @@ static void log_table(ct_experiment *e, const ct_trainer_profile_info *p) {
     ct_log(e->ctx, CT_LOG_INFO, "  %-12s %12.4f %6.1f%% %14.4f", "step", p->wall_seconds, 100.0,
            p->median_wall * 1e3);
     if (p->n_layers == 0) return;
-    ct_log(e->ctx, CT_LOG_INFO, "  %-24s %12s %12s", "layer", "forward s", "backward s");
+    ct_log(e->ctx, CT_LOG_INFO, "  %-20s %-12s %12s %12s", "layer", "type", "forward ms",
+           "backward ms");
     for (int64_t i = 0; i < p->n_layers; i++)
-        ct_log(e->ctx, CT_LOG_INFO, "  %-24s %12.4f %12.4f", p->layers[i].name,
-               p->layers[i].forward_seconds, p->layers[i].backward_seconds);
+        ct_log(e->ctx, CT_LOG_INFO, "  %-20s %-12s %12.3f %12.3f", p->layers[i].name,
+               p->layers[i].type, p->layers[i].forward_seconds * 1e3,
+               p->layers[i].backward_seconds * 1e3);
 }
 
 /* s as a JSON string's contents (names are the configuration's: quotes and backslashes, and
@@ -67,6 +69,7 @@ static void put_json(FILE *f, const ct_trainer_profile_info *p, int64_t world) {
         for (int64_t i = 0; i < p->n_layers; i++) {
             (void)fprintf(f, "%s\n    {\"name\": \"", i ? "," : "");
             put_json_text(f, p->layers[i].name);
+            (void)fprintf(f, "\", \"type\": \"%s", p->layers[i].type);
             (void)fprintf(f, "\", \"forward_seconds\": %.9g, \"backward_seconds\": %.9g}",
                           p->layers[i].forward_seconds, p->layers[i].backward_seconds);
         }

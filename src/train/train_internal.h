@@ -99,6 +99,11 @@ typedef struct ct_train_profile {
     int64_t steps;
     double ring[CT_PROFILE_MEDIAN_STEPS][CT_PROFILE_PHASE_COUNT + 1]; /* phases, then wall */
     bool ran;                                                         /* a fit has started */
+    /* CT_PROFILE_MODE_LAYERS: the model's layers (ct_model_layer_name) and the seconds the
+       graph adds up for each (ct_graph_set_layer_times) during a fit */
+    ct_profile_layer *layers;
+    double *layer_fwd, *layer_bwd;
+    int64_t n_layers;
 } ct_train_profile;
 
 /* The trainer. model, params, opt, sched, train and task are ct_trainer_params' parts as given,
@@ -182,6 +187,10 @@ struct ct_trainer {
     ct_train_profile *prof; /* NULL: profiling off */
 };
 
+/* profile.c: the profile's buffers when profiling is on (at create: none in the loop), and
+ * their release. */
+CT_INTERNAL ct_status ct_train_profile_create(ct_trainer *t);
+CT_INTERNAL void ct_train_profile_destroy(ct_trainer *t);
 /* profile.c: CLOCK_MONOTONIC in seconds. */
 CT_INTERNAL double ct_train_clock(void);
 /* profile.c: a fit starts (the profile starts over) and ends (the time since the last step

@@ -348,13 +348,7 @@ ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *p, ct_trainer 
     if (s == CT_OK) s = make_engines(t, p->engines, p->n_engines);
     if (s == CT_OK) s = watch_metrics(t);
     if (s == CT_OK) s = plan_exchange(t);
-    if (s == CT_OK && p->profile != CT_PROFILE_MODE_OFF) { /* before fit: none in its loop */
-        t->prof = ct_alloc(ctx, sizeof *t->prof);
-        if (t->prof)
-            memset(t->prof, 0, sizeof *t->prof);
-        else
-            s = CT_FAIL(ctx, CT_ERR_OOM, "trainer: the step profile");
-    }
+    if (s == CT_OK) s = ct_train_profile_create(t);
     if (s != CT_OK) {
         ct_trainer_destroy(t);
         return s;
@@ -380,7 +374,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_free(ctx, t->param_bucket, (size_t)t->n_trainable * sizeof(int64_t));
     ct_free(ctx, t->buckets, (size_t)t->n_trainable * sizeof(ct_train_bucket));
     ct_free(ctx, t->snap, t->snap_bytes ? t->snap_bytes : 1);
-    ct_free(ctx, t->prof, sizeof *t->prof);
+    ct_train_profile_destroy(t);
     ct_free(ctx, t, sizeof *t);
 }
 
