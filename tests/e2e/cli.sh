@@ -189,6 +189,12 @@ if expect profile_table 0 'profile: 150 steps in' 'phase +total s +share +median
 else
     fail profile_json "fit --profile failed"
 fi
+expect profile_layers 0 'layer +type +forward ms +backward ms' '  0 +linear +[0-9.]+ +[0-9.]+' \
+    '  1 +relu ' '  2 +linear ' -- "$ctrain" fit tiny.yaml --profile=layers ++output_dir=prof_layers \
+    "${quiet[@]}" &&
+    verdict profile_layers_json "$(tr -d '\n' <prof_layers/profile.json |
+        grep -qE '"layers": \[ *\{"name": "0", "type": "linear", "forward_seconds": [0-9.e+-]+, "backward_seconds": [0-9.e+-]+\}' ||
+        echo "profile.json lacks the layers: $(tail_of prof_layers/profile.json)")"
 expect profile_bad_value 2 "--profile: expected no value or =layers, got 'foo'" -- \
     "$ctrain" fit tiny.yaml --profile=foo ++output_dir=prof_bad
 expect profile_of_fit_only 2 '--profile are options of fit' -- "$ctrain" config tiny.yaml --profile

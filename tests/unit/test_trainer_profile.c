@@ -157,7 +157,7 @@ static void trainer_profile_should_add_up_to_the_wall_time(void) {
     CT_CHECK(p.total[CT_PROFILE_OPTIMIZER] > 0.0 && p.total[CT_PROFILE_EVAL] > 0.0);
     CT_CHECK(p.total[CT_PROFILE_COMM] == 0.0); /* one process exchanges nothing */
     CT_CHECK(p.median_wall > 0.0 && p.median_wall <= p.wall_seconds);
-    CT_CHECK(p.layers == NULL && p.n_layers == 0);
+    CT_CHECK(p.layers == NULL && p.n_layers == 0); /* steps only */
     CT_CHECK(ct_profile_phase_name(CT_PROFILE_PHASE_COUNT) == NULL);
     CT_CHECK(strcmp(ct_profile_phase_name(CT_PROFILE_DATA), "data") == 0);
     fx_close(&f);
@@ -199,6 +199,38 @@ static void trainer_profile_should_show_a_slow_dataset_as_data_wait(void) {
     fx_close(&f);
 }
 
+/* The MLP's layers (linear, relu, linear) by name and type in forward order, each timed in
+ * both passes, within the forward and backward phases that contain them. */
+static void trainer_profile_should_time_each_layer(void) {
+    fixture f;
+    if (!fx_open(&f, "0", 2, CT_PROFILE_MODE_LAYERS)) return;
+    CT_CHECK_INT(ct_model_layer_count(f.model), 3);
+    CT_CHECK(ct_model_layer_name(f.model, 3) == NULL && ct_model_layer_type(f.model, -1) == NULL);
+    CT_CHECK_INT(ct_trainer_fit(f.t), CT_OK);
+    ct_trainer_profile_info p;
+    CT_CHECK_INT(ct_trainer_profile(f.t, &p), CT_OK);
+    CT_CHECK_INT(p.mode, CT_PROFILE_MODE_LAYERS);
+    CT_CHECK_INT(p.n_layers, 3);
+    static const char *const names[] = {"0", "1", "2"}, *const types[] = {"linear", "relu",
+                                                                          "linear"};
+    double fwd = 0.0, bwd = 0.0;
+    for (int64_t i = 0; i < p.n_layers && i < 3; i++) {
+        const ct_profile_layer *l = &p.layers[i];
+        CT_CHECK_MSG(strcmp(l->name, names[i]) == 0 && strcmp(l->type, types[i]) == 0,
+                     "layer %lld: %s (%s)", (long long)i, l->name, l->type);
+        CT_CHECK_MSG(l->forward_seconds > 0.0 && l->backward_seconds > 0.0,
+                     "layer %s: forward %g s, backward %g s", l->name, l->forward_seconds,
+                     l->backward_seconds);
+        fwd += l->forward_seconds;
+        bwd += l->backward_seconds;
+    }
+    CT_CHECK_MSG(fwd <= p.total[CT_PROFILE_FORWARD] && bwd <= p.total[CT_PROFILE_BACKWARD],
+                 "layers: forward %g s of %g, backward %g s of %g", fwd,
+                 p.total[CT_PROFILE_FORWARD], bwd, p.total[CT_PROFILE_BACKWARD]);
+    CT_CHECK_CLOSE(phase_sum(&p), p.wall_seconds, 1e-9, 1e-9);
+    fx_close(&f);
+}
+
 static void trainer_profile_should_refuse_an_unknown_mode(void) {
     fixture f;
     if (!fx_open(&f, "0", 1, CT_PROFILE_MODE_OFF)) return;
@@ -220,6 +252,7 @@ int main(void) {
     CT_RUN(trainer_profile_should_add_up_to_the_wall_time);
     CT_RUN(trainer_profile_should_report_nothing_when_off);
     CT_RUN(trainer_profile_should_show_a_slow_dataset_as_data_wait);
+    CT_RUN(trainer_profile_should_time_each_layer);
     CT_RUN(trainer_profile_should_refuse_an_unknown_mode);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
