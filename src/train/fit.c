@@ -140,8 +140,7 @@ static ct_status
 train_batch(ct_trainer *t, const ct_batch *b, const ct_accum_pos *pos, int64_t bpe, double *loss) {
     ct_graph *g = t->g;
     const ct_trainer_callbacks *cb = &t->p.callbacks;
-    ct_train_mark(t);
-    ct_graph_reset(g);
+    ct_graph_reset(g); /* timed from the data's reading (or a callback's, below) */
     ct_tensor *out, *y;
     int64_t items;
     ct_tensor *l = ct_train_forward_loss(t, b, "train", &out, &y, &items);
@@ -180,21 +179,26 @@ train_batch(ct_trainer *t, const ct_batch *b, const ct_accum_pos *pos, int64_t b
 static ct_status end_window(ct_trainer *t, bool window_ok, bool epoch_last) {
     int64_t before = t->step;
     double comm = t->comm_seconds;
-    ct_train_mark(t);
-    CT_TRY(ct_train_finish_window(t, window_ok));
+    CT_TRY(ct_train_finish_window(t, window_ok)); /* timed from train_batch's last reading */
     if (t->prof) { /* the exchange's time (update.c measures it) is not the update's */
         ct_train_lap(t, CT_PROFILE_OPTIMIZER);
         t->prof->cur[CT_PROFILE_OPTIMIZER] -= t->comm_seconds - comm;
         t->prof->cur[CT_PROFILE_COMM] += t->comm_seconds - comm;
     }
     if (t->step <= before) return CT_OK; /* a skipped or rolled-back step triggers nothing */
-    if (t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
-    ct_train_lap(t, CT_PROFILE_LOGGING);
+    /* the clock is read after what ran only: a step without a record or a checkpoint pays
+       two readings fewer */
+    if (t->step % t->p.steps_per_loop == 0) {
+        CT_TRY(log_window(t));
+        ct_train_lap(t, CT_PROFILE_LOGGING);
+    }
     CT_TRY(ct_train_evaluate_due(t, false, 0));
     ct_train_lap(t, CT_PROFILE_EVAL);
     if (t->p.save_every_steps && t->step % t->p.save_every_steps == 0) t->save_due = true;
-    if (!epoch_last && !run_ends(t)) CT_TRY(ct_train_flush_checkpoint(t));
-    ct_train_lap(t, CT_PROFILE_CHECKPOINT);
+    if (!epoch_last && !run_ends(t) && (t->save_due || t->save_best)) {
+        CT_TRY(ct_train_flush_checkpoint(t));
+        ct_train_lap(t, CT_PROFILE_CHECKPOINT);
+    }
     return CT_OK;
 }
 
@@ -228,10 +232,14 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         }
         ct_accum_pos pos;
         CT_TRY(ct_accum_window(t->ctx, bpe, t->p.accum_steps, i, &pos));
-        if (i == 0 && cb->on_epoch_start)
+        if (i == 0 && cb->on_epoch_start) {
             CT_TRY(ct_train_event(t, cb->on_epoch_start(cb->user, t, t->epoch + 1)));
-        if (cb->on_iteration_start)
+            ct_train_mark(t);
+        }
+        if (cb->on_iteration_start) {
             CT_TRY(ct_train_event(t, cb->on_iteration_start(cb->user, t, i)));
+            ct_train_mark(t); /* the callback's time is overhead, not the forward pass's */
+        }
         double loss = 0.0;
         CT_TRY(train_batch(t, &b, &pos, bpe, &loss));
         window_ok = window_ok && isfinite(loss);
@@ -239,12 +247,11 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             CT_TRY(end_window(t, window_ok, i + 1 >= bpe));
             window_ok = true;
         }
-        if (cb->on_iteration_end)
+        if (pos.last) ct_train_profile_step(t); /* ends at the last reading: no new one */
+        if (cb->on_iteration_end) {
             CT_TRY(ct_train_event(t, cb->on_iteration_end(cb->user, t, i, loss)));
-        if (pos.last)
-            ct_train_profile_step(t); /* which marks the next step's start */
-        else
-            ct_train_mark(t);
+            ct_train_mark(t); /* overhead of the next step */
+        }
         if (!pos.last) continue;           /* a stop waits for the window's end */
         if (i + 1 >= bpe && bpe < total) { /* the limit is reached: skip to the next epoch */
             CT_TRY(ct_train_skip_epoch(t->train));

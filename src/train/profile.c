@@ -102,13 +102,14 @@ static void close_step(ct_train_profile *p, double wall, bool ring) {
     if (slot) slot[CT_PROFILE_PHASE_COUNT] = wall;
 }
 
+/* The step ends at the last reading (the loop's last lap), so that a step costs no reading of
+ * its own: what runs between that reading and the next one is the next step's. */
 void ct_train_profile_step(ct_trainer *t) {
     ct_train_profile *p = t->prof;
     if (!p) return;
-    double now = ct_train_clock();
-    close_step(p, now - p->step_start, true);
+    close_step(p, p->mark - p->step_start, true);
     p->steps++;
-    p->step_start = p->mark = now;
+    p->step_start = p->mark;
 }
 
 void ct_train_profile_end(ct_trainer *t) {

@@ -197,7 +197,8 @@ CT_INTERNAL double ct_train_clock(void);
  * goes into the totals). */
 CT_INTERNAL void ct_train_profile_begin(ct_trainer *t);
 CT_INTERNAL void ct_train_profile_end(ct_trainer *t);
-/* profile.c: a step (window) has ended: its times into the totals and the ring. */
+/* profile.c: a step (window) has ended at the profile's mark (the last reading): its times into
+ * the totals and the ring. */
 CT_INTERNAL void ct_train_profile_step(ct_trainer *t);
 
 /* The profile's mark set to now, so that the next ct_train_lap measures from here. */
