@@ -298,9 +298,18 @@ profile_cost(const char *name, setup *s, int64_t steps, int pairs, ct_profile_mo
     free(diff);
 }
 
-/* The profile's cost in each case (--profile). */
+/* The profile's cost in each case (--profile), and what it is made of: a plain step (no
+ * record, checkpoint or callback) reads the clock five times (src/train/fit.c), whose cost is
+ * measured here on its own, free of the run-to-run noise of the pairs. */
 static void profile_costs(int64_t steps, ct_profile_mode mode) {
-    printf("step profile cost, medians of back-to-back pairs of trainer runs (off, on)\n");
+    enum { READS = 1000000 };
+    double t0 = now_s(), sink = 0.0;
+    for (int i = 0; i < READS; i++)
+        sink += now_s();
+    double read = (now_s() - t0) / READS;
+    printf("step profile cost: a clock reading %.1f ns, 5 a plain step = %.3f us%s\n", read * 1e9,
+           5 * read * 1e6, sink > 0.0 ? "" : " ");
+    printf("medians of back-to-back pairs of trainer runs (off, on)\n");
     setup s;
     make(&s, 32);
     profile_cost("mlp 32-32-10 batch 1", &s, steps, 21, mode);
