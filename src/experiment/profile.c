@@ -100,5 +100,8 @@ ct_status ct_exp_show_profile(ct_experiment *e, bool writes) {
     CT_TRY(ct_trainer_profile(e->trainer, &p));
     if (p.mode == CT_PROFILE_MODE_OFF) return CT_OK;
     log_table(e, &p);
-    return writes ? write_json(e, &p) : CT_OK;
+    /* a view of the run, as report.html is: a failure to write it is a warning */
+    if (writes && write_json(e, &p) != CT_OK)
+        ct_log(e->ctx, CT_LOG_WARN, "profile: %s", ct_last_error(e->ctx));
+    return CT_OK;
 }
