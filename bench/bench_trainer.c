@@ -3,10 +3,12 @@
  * ct_trainer_fit minus the time of the same forward, backward and update written by hand
  * (same loader, model, loss and optimizer).
  *
- *   bench_trainer [--steps N]
+ *   bench_trainer [--steps N] [--profile steps|layers]
  *
  * Each overhead is the median of back-to-back pairs of runs; at batch 128 also decomposed into
- * its fixed part and the gradient check (decompose).
+ * its fixed part and the gradient check (decompose). With --profile, instead: the cost of the
+ * step profile (ct_trainer_params.profile), as the median of back-to-back pairs of trainer
+ * runs with profiling off and on.
  *
  * Cases: a width-32 MLP (32-32-10) and a 784-128-10 MLP at batch 1 on synthetic data
  * (framework overhead dominates), and a 784-256-10 MLP at batch 128 on Fashion-MNIST (Debian's
@@ -133,7 +135,8 @@ static double by_hand(setup *s, int64_t steps) {
     return t / (double)steps;
 }
 
-static double with_trainer(setup *s, int64_t steps, int64_t steps_per_loop, bool check_grads) {
+static double with_trainer_profiled(
+    setup *s, int64_t steps, int64_t steps_per_loop, bool check_grads, ct_profile_mode profile) {
     ct_trainer_params tp = ct_trainer_default_params();
     tp.model = s->m;
     tp.store = s->P;
@@ -144,6 +147,7 @@ static double with_trainer(setup *s, int64_t steps, int64_t steps_per_loop, bool
     tp.max_steps = steps;
     tp.steps_per_loop = steps_per_loop;
     tp.check_grads = check_grads;
+    tp.profile = profile;
     ct_trainer *t;
     if (ct_trainer_create(s->ctx, &tp, &t) != CT_OK) die(s->ctx);
     double t0 = now_s();
@@ -151,6 +155,10 @@ static double with_trainer(setup *s, int64_t steps, int64_t steps_per_loop, bool
     double dt = now_s() - t0;
     ct_trainer_destroy(t);
     return dt / (double)steps;
+}
+
+static double with_trainer(setup *s, int64_t steps, int64_t steps_per_loop, bool check_grads) {
+    return with_trainer_profiled(s, steps, steps_per_loop, check_grads, CT_PROFILE_MODE_OFF);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -264,11 +272,70 @@ static void decompose(setup *s, double fixed, int64_t steps) {
     free(whole);
 }
 
+/* The profile's cost: the median over `pairs` back-to-back pairs of trainer runs, profiling off
+ * then on, of (on - off) / off per step. */
+static void
+profile_cost(const char *name, setup *s, int64_t steps, int pairs, ct_profile_mode mode) {
+    double *rel = malloc((size_t)pairs * sizeof *rel), *diff = malloc((size_t)pairs * sizeof *rel);
+    if (!rel || !diff) exit(1);
+    with_trainer(s, steps, 10, true); /* warm up */
+    double off_sum = 0.0;
+    for (int k = 0; k < pairs; k++) {
+        double a = with_trainer(s, steps, 10, true);
+        double b = with_trainer_profiled(s, steps, 10, true, mode);
+        rel[k] = (b - a) / a;
+        diff[k] = b - a;
+        off_sum += a;
+    }
+    qsort(rel, (size_t)pairs, sizeof *rel, cmp_double);
+    qsort(diff, (size_t)pairs, sizeof *diff, cmp_double);
+    printf("%-22s %d pairs x %lld steps: step %8.2f us | profile %s costs %6.3f us (%5.2f%%, "
+           "quartiles %5.2f%% to %5.2f%%)\n",
+           name, pairs, (long long)steps, off_sum / pairs * 1e6,
+           mode == CT_PROFILE_MODE_LAYERS ? "layers" : "steps", diff[pairs / 2] * 1e6,
+           100 * rel[pairs / 2], 100 * rel[pairs / 4], 100 * rel[3 * pairs / 4]);
+    free(rel);
+    free(diff);
+}
+
+/* The profile's cost in each case (--profile), and what it is made of: a plain step (no
+ * record, checkpoint or callback) reads the clock five times (src/train/fit.c), whose cost is
+ * measured here on its own, free of the run-to-run noise of the pairs. */
+static void profile_costs(int64_t steps, ct_profile_mode mode) {
+    enum { READS = 1000000 };
+    double t0 = now_s(), sink = 0.0;
+    for (int i = 0; i < READS; i++)
+        sink += now_s();
+    double read = (now_s() - t0) / READS;
+    printf("step profile cost: a clock reading %.1f ns, 5 a plain step = %.3f us%s\n", read * 1e9,
+           5 * read * 1e6, sink > 0.0 ? "" : " ");
+    printf("medians of back-to-back pairs of trainer runs (off, on)\n");
+    setup s;
+    make(&s, 32);
+    profile_cost("mlp 32-32-10 batch 1", &s, steps, 21, mode);
+    unmake(&s);
+    make(&s, 784);
+    profile_cost("mlp 784-128-10 batch 1", &s, steps, 21, mode);
+    unmake(&s);
+    make(&s, 0);
+    profile_cost("fmnist mlp batch 128", &s, steps / 40, 21, mode);
+    unmake(&s);
+}
+
 int main(int argc, char **argv) {
     int64_t steps = 2000;
-    for (int i = 1; i + 1 < argc; i += 2)
+    ct_profile_mode profile = CT_PROFILE_MODE_OFF;
+    for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--steps") == 0) steps = strtol(argv[i + 1], NULL, 10);
+        if (strcmp(argv[i], "--profile") == 0)
+            profile =
+                strcmp(argv[i + 1], "layers") == 0 ? CT_PROFILE_MODE_LAYERS : CT_PROFILE_MODE_STEPS;
+    }
     if (steps < 10) steps = 10;
+    if (profile != CT_PROFILE_MODE_OFF) {
+        profile_costs(steps, profile);
+        return 0;
+    }
     printf("trainer overhead, steps_per_loop 10, medians of back-to-back pairs of runs\n");
     setup s;
     make(&s, 32);

@@ -47,6 +47,7 @@ struct ct_node {
     int64_t iarg[8]; /* op-specific integer arguments */
     float farg[4];   /* op-specific float arguments */
     ct_node *prev;   /* the node recorded before this one */
+    int32_t layer;   /* the layer whose forward recorded it (ct_graph_begin_layer); -1 none */
 };
 
 typedef struct ct_graph_params {
@@ -125,6 +126,24 @@ CT_API ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss);
  * pass over the tape when set. */
 typedef void (*ct_grad_ready_fn)(void *user, ct_tensor *param);
 CT_API void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user);
+/*
+ * Per-layer timing (the trainer's profile, CT_PROFILE_MODE_LAYERS): with tables fwd and bwd of
+ * n seconds each (borrowed; NULL: off, the default), the forward pass of layer i between
+ * ct_graph_begin_layer and ct_graph_end_layer adds its time to fwd[i], and the backward pass
+ * adds each node's time to bwd[i] of the layer that recorded it. It costs one clock reading per
+ * node in the backward pass and two per layer forward. Nothing is timed with gradients off.
+ */
+CT_API void ct_graph_set_layer_times(ct_graph *g, double *fwd, double *bwd, int64_t n);
+/* Whether layers are timed now (tables set, gradients on). */
+CT_API bool ct_graph_layer_timing(const ct_graph *g);
+/* The forward pass of layer i (< n) begins; ct_graph_end_layer with what this returns ends it
+ * (layers nest: the outer one is current again after). */
+typedef struct ct_graph_layer_mark {
+    int32_t prev;
+    double start;
+} ct_graph_layer_mark;
+CT_API ct_graph_layer_mark ct_graph_begin_layer(ct_graph *g, int32_t i);
+CT_API void ct_graph_end_layer(ct_graph *g, ct_graph_layer_mark mark);
 /* Backpropagates from any f32 tensor t that requires grad, with its gradient seeded from
  * seed[0..numel(t)) (added to what t already has). For vector-Jacobian products and tests. */
 CT_API ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed);

@@ -174,6 +174,15 @@ CT_API ct_status ct_model_init_weights(ct_model *m, uint64_t seed);
  * whose dtype or sample shape differs from the model's fails with CT_ERR_SHAPE. */
 CT_API ct_tensor *ct_model_forward(ct_model *m, ct_graph *g, ct_tensor *x);
 
+/* The layers per-layer timing measures (ct_graph_set_layer_times): the layers of the model's
+ * specs that have no children of their own (a residual block's layers, not the block), in
+ * forward order; a model type's own parts (gpt's blocks) are not among them. Their count, and
+ * layer i's name (its parameters' prefix: "0", "2.1", a spec's name; NULL out of range). */
+CT_API int64_t ct_model_layer_count(const ct_model *m);
+CT_API const char *ct_model_layer_name(const ct_model *m, int64_t i);
+/* Layer i's type ("linear", "relu"); NULL out of range. */
+CT_API const char *ct_model_layer_type(const ct_model *m, int64_t i);
+
 /* The output sample shape for the declared input: writes shape[0..ndim) (CT_MAX_DIMS room)
  * and returns ndim. */
 CT_API int32_t ct_model_output_shape(const ct_model *m, int64_t *shape);

@@ -188,6 +188,61 @@ typedef enum ct_update_sharding {
     CT_UPDATE_SHARDING_COUNT
 } ct_update_sharding;
 
+/* ct_trainer_params.profile: whether fit measures where a step's time goes (ct_trainer_profile;
+ * docs/trainer.md). */
+typedef enum ct_profile_mode {
+    CT_PROFILE_MODE_OFF = 0, /* nothing is measured: one branch per phase */
+    CT_PROFILE_MODE_STEPS,   /* the phases of every step: a few clock readings per step */
+    CT_PROFILE_MODE_LAYERS,  /* and each layer's forward and backward time (more readings) */
+    CT_PROFILE_MODE_COUNT
+} ct_profile_mode;
+
+/* The phases of a step, as ct_trainer_profile_info reports them. */
+typedef enum ct_profile_phase {
+    CT_PROFILE_DATA = 0,   /* waiting for the training loader's next batch */
+    CT_PROFILE_FORWARD,    /* the batch's forward pass and loss (task hooks included) */
+    CT_PROFILE_BACKWARD,   /* the backward pass (bucketed all-reduces start inside it) */
+    CT_PROFILE_COMM,       /* exchanging gradients: ct_trainer_comm_seconds's time */
+    CT_PROFILE_OPTIMIZER,  /* the update: checks, clipping, on_grads, the step, schedule, EMA */
+    CT_PROFILE_EVAL,       /* evaluation passes (their on_eval_end records included) */
+    CT_PROFILE_CHECKPOINT, /* writing checkpoints */
+    CT_PROFILE_LOGGING,    /* on_log (records) and on_batch (progress) */
+    CT_PROFILE_OVERHEAD,   /* the rest of the step's wall time: the trainer's own */
+    CT_PROFILE_PHASE_COUNT
+} ct_profile_phase;
+
+/* A phase's name: "data", "forward", "backward", "comm", "optimizer", "eval", "checkpoint",
+ * "logging", "overhead"; NULL out of range. */
+CT_API const char *ct_profile_phase_name(ct_profile_phase p);
+
+/* One layer's times (CT_PROFILE_MODE_LAYERS): totals over the fit's training batches. */
+typedef struct ct_profile_layer {
+    const char *name; /* the layer's name (its parameters' prefix), valid while the model lives */
+    const char *type; /* its type ("linear"), likewise */
+    double forward_seconds, backward_seconds;
+} ct_profile_layer;
+
+/* What ct_trainer_profile reports about the last fit. A step is an accumulation window: the
+ * time from the end of the previous one (or the start of fit) to the end of this one, with the
+ * evaluations, checkpoint and records it triggers; skipped and rolled-back windows count.
+ * What follows the last step (the epoch's end, the final checkpoint) is in the totals only. */
+typedef struct ct_trainer_profile_info {
+    ct_profile_mode mode;
+    int64_t steps;                         /* windows ended */
+    int64_t median_steps;                  /* the last steps the medians are over (at most
+                                              CT_PROFILE_MEDIAN_STEPS) */
+    double wall_seconds;                   /* the fit's wall time: the totals add up to it */
+    double total[CT_PROFILE_PHASE_COUNT];  /* seconds per phase */
+    double median[CT_PROFILE_PHASE_COUNT]; /* per step, over the last median_steps steps */
+    double median_wall;                    /* the step's wall time, likewise */
+    const ct_profile_layer *layers;        /* in forward order; borrowed from the trainer until
+                                              its next fit or destroy; NULL unless LAYERS */
+    int64_t n_layers;
+} ct_trainer_profile_info;
+
+/* The steps whose times the medians are taken over: the last ones, in a ring. */
+#define CT_PROFILE_MEDIAN_STEPS 4096
+
 typedef struct ct_trainer_params {
     /* What is trained, borrowed for the trainer's lifetime. Required: model, store (the model's
        parameters), optim and train (the training loader). schedule: NULL = none; comm: NULL =
@@ -280,6 +335,8 @@ typedef struct ct_trainer_params {
        are not collective. Under AUTO a fit whose shared memory cannot be made on some rank
        all-reduces instead, with a warning. Default CT_UPDATE_SHARDING_AUTO. */
     ct_update_sharding shard_optimizer;
+    /* Measure where each step's time goes (ct_trainer_profile). Default CT_PROFILE_MODE_OFF. */
+    ct_profile_mode profile;
 } ct_trainer_params;
 
 /* The defaults documented above; model, store, optim and train are NULL and must be set. */
@@ -338,6 +395,10 @@ CT_API bool ct_trainer_interrupted(const ct_trainer *t);
 /* Seconds this rank has spent exchanging gradients: the all-reduce, or the sharded update's
  * sums, copies and waits (waiting for the slowest rank included); 0 for one process. */
 CT_API double ct_trainer_comm_seconds(const ct_trainer *t);
+/* The profile of the last fit (trainer params' profile; docs/trainer.md) into *out: zeroed with
+ * mode CT_PROFILE_MODE_OFF when profiling is off or before a fit. Each rank measures its own
+ * steps. CT_ERR_OOM (the medians sort a copy) leaves *out zeroed. */
+CT_API ct_status ct_trainer_profile(const ct_trainer *t, ct_trainer_profile_info *out);
 /* The number of gradient buckets (bucket_bytes): 0 in one process or with bucket_bytes 0. */
 CT_API int64_t ct_trainer_buckets(const ct_trainer *t);
 /* Whether the ranks split the optimizer update (shard_optimizer, decided at create): false in

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core_internal.h"
 #include "ctrain/autograd.h"
@@ -44,6 +45,10 @@ struct ct_graph {
     ct_status status;
     ct_grad_ready_fn grad_ready;
     void *grad_ready_user;
+    /* per-layer timing: the tables (NULL: off) and the layer recording now (-1: none) */
+    double *layer_fwd, *layer_bwd;
+    int64_t n_layer_times;
+    int32_t layer;
 };
 
 ct_graph_params ct_graph_default_params(void) {
@@ -64,6 +69,7 @@ ct_status ct_graph_create(ct_ctx *ctx, const ct_graph_params *params, ct_graph *
     g->grad_enabled = true;
     g->training = true;
     g->autocast = CT_F32;
+    g->layer = -1;
     g->rng = ct_rng_init(p.seed, 0x64726F70ull /* "drop" */);
     *out = g;
     return CT_OK;
@@ -241,6 +247,7 @@ ct_node *ct_graph_record(
     for (int32_t i = 0; i < n_in; i++)
         n->in[i] = in[i];
     n->prev = g->tape;
+    n->layer = g->layer;
     g->tape = n;
     out->node = n;
     out->flags |= CT_TENSOR_REQUIRES_GRAD;
@@ -309,6 +316,38 @@ ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss) {
     }
     const float one = 1.0f;
     return ct_graph_backward_seed(g, loss, &one);
+}
+
+static double clock_seconds(void) {
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ct_graph_set_layer_times(ct_graph *g, double *fwd, double *bwd, int64_t n) {
+    bool on = fwd && bwd && n > 0;
+    g->layer_fwd = on ? fwd : NULL;
+    g->layer_bwd = on ? bwd : NULL;
+    g->n_layer_times = on ? n : 0;
+    g->layer = -1;
+}
+
+bool ct_graph_layer_timing(const ct_graph *g) {
+    return g->layer_fwd && g->grad_enabled;
+}
+
+ct_graph_layer_mark ct_graph_begin_layer(ct_graph *g, int32_t i) {
+    ct_graph_layer_mark m = {g->layer, 0.0};
+    if (!ct_graph_layer_timing(g) || i < 0 || i >= g->n_layer_times) return m;
+    g->layer = i;
+    m.start = clock_seconds();
+    return m;
+}
+
+void ct_graph_end_layer(ct_graph *g, ct_graph_layer_mark mark) {
+    if (g->layer_fwd && g->layer >= 0 && mark.start > 0.0)
+        g->layer_fwd[g->layer] += clock_seconds() - mark.start;
+    g->layer = mark.prev;
 }
 
 void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user) {
@@ -397,11 +436,17 @@ ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
     last_reader *tab = g->grad_ready ? last_readers(g, &mask, &hidden) : NULL;
     if (g->grad_ready && !tab) return g->status;
     if (hidden) tab = NULL; /* nothing reported early; the caller reduces after the pass */
+    double *bwd = g->layer_bwd, last = bwd ? clock_seconds() : 0.0;
     for (ct_node *node = g->tape; node && g->status == CT_OK; node = node->prev) {
         /* nothing flowed into this node: its parameters' gradients are final all the same */
         if (node->out->grad) node->op->backward(g, node);
         spare_output_grad(g, node);
         if (tab && g->status == CT_OK) report_ready(g, node, tab, mask);
+        if (bwd) { /* one reading per node: the time since the last one is this node's */
+            double now = clock_seconds();
+            if (node->layer >= 0 && node->layer < g->n_layer_times) bwd[node->layer] += now - last;
+            last = now;
+        }
     }
     return g->status;
 }

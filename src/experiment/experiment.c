@@ -55,6 +55,10 @@ static void loop_params(ct_experiment *e, ct_trainer_params *tp) {
     tp->limit_train_batches = ct_exp_int_at(e, "trainer.limit_train_batches");
     tp->limit_eval_batches = ct_exp_int_at(e, "trainer.limit_eval_batches");
     tp->dev_run = ct_exp_bool_at(e, "trainer.dev_run");
+    const char *prof = ct_exp_str_at(e, "trainer.profile");
+    tp->profile = strcmp(prof, "layers") == 0 ? CT_PROFILE_MODE_LAYERS
+                  : strcmp(prof, "true") == 0 ? CT_PROFILE_MODE_STEPS
+                                              : CT_PROFILE_MODE_OFF;
     tp->seed = (uint64_t)ct_exp_int_at(e, "seed");
     e->test_every = ct_exp_int_at(e, "trainer.test_every_epochs");
     tp->schedule_per_epoch = e->sched_per_epoch;
@@ -421,6 +425,7 @@ static ct_status fit(ct_experiment *e) {
     if (writes) CT_TRY(ct_exp_open_records(e, resume));
     int64_t before = ct_trainer_step(e->trainer);
     CT_TRY(ct_trainer_fit(e->trainer));
+    CT_TRY(ct_exp_show_profile(e, writes));
     /* an interrupted run is tested when it is finished, not now: a record at this step would
        stay in the middle of the resumed run's log; its report is written all the same, the
        picture of what ran (a resume rewrites it) */

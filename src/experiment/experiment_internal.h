@@ -303,6 +303,10 @@ CT_INTERNAL void ct_exp_release_records(ct_experiment *e);
 CT_INTERNAL void ct_exp_end_tensorboard(ct_experiment *e, ct_status s);
 /* The report at the end of a fit, finished or interrupted. */
 CT_INTERNAL void ct_exp_final_report(ct_experiment *e);
+/* profile.c: the last fit's step profile (trainer.profile), when on: its table in the log and,
+ * with writes, RUN/profile.json (a failure to write it is a warning). Fails only when the
+ * profile cannot be read (CT_ERR_OOM). */
+CT_INTERNAL ct_status ct_exp_show_profile(ct_experiment *e, bool writes);
 /* Whether metrics.jsonl has a record of `step` with a value whose name starts with prefix. */
 CT_INTERNAL bool ct_exp_has_record(const ct_experiment *e, const char *prefix, int64_t step);
 /* Keeps the records of steps up to `step` in the record file `name` (a resumed run redoes

@@ -180,6 +180,11 @@ static const ct_key_def k_schema[] = {
     {"trainer.dev_run", B, "false", 0, 0, NULL, RES,
      "One batch of training and of each evaluation, then stop (a smoke test that writes "
      "nothing into the run directory: no checkpoints, records or report)."},
+    {"trainer.profile", E, "false", 0, 0, "false|true|layers", RES,
+     "Measure where each step's time goes (data, forward, backward, comm, optimizer, eval, "
+     "checkpoint, logging, overhead): a table at the end of fit and RUN/profile.json; layers "
+     "adds each layer's forward and backward time (docs/trainer.md). `ctrain fit --profile` "
+     "sets it."},
     {"trainer.valid_every_epochs", I, "1", 0, 1e12, NULL, 0,
      "Evaluate on data.valid after every N epochs; 0 = not by epochs."},
     {"trainer.valid_every_steps", I, "0", 0, 1e15, NULL, 0,

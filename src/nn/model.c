@@ -23,6 +23,8 @@ struct ct_model {
     bool var_len;
     const ct_model_vtable *vt; /* a user's model type instead of a root node */
     void *self;
+    ct_layer **leaves; /* the named layers without children, in forward order (timed ones) */
+    int64_t n_leaves;
 };
 
 /* ---- nodes ---- */
@@ -32,6 +34,7 @@ ct_layer *ct_layer_new(ct_ctx *ctx, const ct_layer_type *type, int64_t n_childre
     if (!l) return NULL;
     memset(l, 0, sizeof *l);
     l->type = type;
+    l->leaf = -1;
     if (n_children > 0) {
         l->children = ct_alloc(ctx, (size_t)n_children * sizeof *l->children);
         if (!l->children) {
@@ -49,6 +52,7 @@ void ct_layer_free(ct_ctx *ctx, ct_layer *l) {
     for (int64_t i = 0; i < l->n_children; i++)
         ct_layer_free(ctx, l->children[i]);
     ct_free(ctx, l->children, (size_t)l->n_children * sizeof *l->children);
+    if (l->name) ct_free(ctx, l->name, strlen(l->name) + 1);
     ct_free(ctx, l, sizeof *l);
 }
 
@@ -58,9 +62,20 @@ void ct_layer_init_tree(ct_layer *l, ct_rng *rng) {
         ct_layer_init_tree(l->children[i], rng);
 }
 
+/* A child's forward, timed as its layer when layers are timed (the trainer's profile). */
+static ct_tensor *timed_forward(ct_layer *c, ct_graph *g, ct_tensor *x) {
+    ct_graph_layer_mark mark = ct_graph_begin_layer(g, c->leaf);
+    x = c->type->forward(c, g, x);
+    ct_graph_end_layer(g, mark);
+    return x;
+}
+
 ct_tensor *ct_layer_forward_children(ct_layer *l, ct_graph *g, ct_tensor *x) {
-    for (int64_t i = 0; i < l->n_children && x; i++)
-        x = l->children[i]->type->forward(l->children[i], g, x);
+    bool timed = ct_graph_layer_timing(g);
+    for (int64_t i = 0; i < l->n_children && x; i++) {
+        ct_layer *c = l->children[i];
+        x = timed && c->leaf >= 0 ? timed_forward(c, g, x) : c->type->forward(c, g, x);
+    }
     return x;
 }
 
@@ -135,6 +150,9 @@ static ct_status create_one(ct_layer_build *parent,
     if (!l) return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a layer", where);
     ct_status s = type->create(b, &opts, l);
     b->prefix = b->where = NULL; /* they pointed at this frame */
+    if (s == CT_OK && !(l->name = ct_alloc(ctx, (size_t)n + 1)))
+        s = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a layer", where);
+    if (l->name) memcpy(l->name, prefix, (size_t)n + 1);
     if (s != CT_OK) {
         ct_layer_free(ctx, l);
         return s;
@@ -231,6 +249,32 @@ static void build_init(ct_layer_build *b,
         b->in_shape[d] = d < in_ndim ? in_shape[d] : 1;
 }
 
+/* The named layers without children under l, in forward order, into out (when not NULL) from
+ * *n on; *n counts them. */
+static void collect_leaves(ct_layer *l, ct_layer **out, int64_t *n) {
+    if (l->n_children == 0 && l->name) {
+        if (out) {
+            l->leaf = (int32_t)*n;
+            out[*n] = l;
+        }
+        (*n)++;
+    }
+    for (int64_t i = 0; i < l->n_children; i++)
+        collect_leaves(l->children[i], out, n);
+}
+
+int64_t ct_model_layer_count(const ct_model *m) {
+    return m->n_leaves;
+}
+
+const char *ct_model_layer_name(const ct_model *m, int64_t i) {
+    return i >= 0 && i < m->n_leaves ? m->leaves[i]->name : NULL;
+}
+
+const char *ct_model_layer_type(const ct_model *m, int64_t i) {
+    return i >= 0 && i < m->n_leaves ? m->leaves[i]->type->name : NULL;
+}
+
 ct_status ct_model_wrap(ct_ctx *ctx,
                         ct_params *params,
                         ct_layer *root,
@@ -257,6 +301,17 @@ ct_status ct_model_wrap(ct_ctx *ctx,
     m->alias = alias;
     m->target = target;
     m->var_len = var_len;
+    collect_leaves(root, NULL, &m->n_leaves);
+    if (m->n_leaves > 0) {
+        m->leaves = ct_alloc(ctx, (size_t)m->n_leaves * sizeof *m->leaves);
+        if (!m->leaves) {
+            m->n_leaves = 0;
+            ct_model_destroy(m);
+            return CT_FAIL(ctx, CT_ERR_OOM, "allocating a model");
+        }
+        int64_t n = 0;
+        collect_leaves(root, m->leaves, &n);
+    }
     *out = m;
     return CT_OK;
 }
@@ -356,6 +411,7 @@ void ct_model_destroy(ct_model *m) {
     ct_ctx *ctx = m->ctx;
     ct_layer_free(ctx, m->root);
     if (m->vt && m->vt->destroy) m->vt->destroy(ctx, m->self);
+    ct_free(ctx, m->leaves, (size_t)m->n_leaves * sizeof *m->leaves);
     ct_free(ctx, m, sizeof *m);
 }
 

@@ -47,6 +47,9 @@ struct ct_layer {
     int64_t n_children;
     uint32_t norm_slots; /* bit k: t[k] belongs to a batch or layer norm (set by the creator;
                             ct_model_param_is_norm reads it) */
+    char *name;          /* a spec's layer: its state_dict prefix ("3", "2.0"); else NULL */
+    int32_t leaf;        /* a named layer without children: its index among the model's, in
+                            forward order (ct_model_layer_name); else -1 */
 };
 
 /* The error for a layer type that is not one: the known ones and the nearest

@@ -140,10 +140,11 @@ static ct_status
 train_batch(ct_trainer *t, const ct_batch *b, const ct_accum_pos *pos, int64_t bpe, double *loss) {
     ct_graph *g = t->g;
     const ct_trainer_callbacks *cb = &t->p.callbacks;
-    ct_graph_reset(g);
+    ct_graph_reset(g); /* timed from the data's reading (or a callback's, below) */
     ct_tensor *out, *y;
     int64_t items;
     ct_tensor *l = ct_train_forward_loss(t, b, "train", &out, &y, &items);
+    ct_train_lap(t, CT_PROFILE_FORWARD);
     if (!l) return ct_train_failure(t, "training");
     float lv = ((const float *)l->data)[0];
     *loss = isfinite(lv) ? (double)lv : (double)NAN;
@@ -158,8 +159,10 @@ train_batch(ct_trainer *t, const ct_batch *b, const ct_accum_pos *pos, int64_t b
         ct_graph_set_grad_ready(g, NULL, NULL);
         return ct_train_failure(t, "training backward");
     }
+    ct_train_lap(t, CT_PROFILE_BACKWARD);
     if (cb->on_batch) {
         ct_status bs = cb->on_batch(cb->user, t, "train", b->number + 1, bpe, *loss);
+        ct_train_lap(t, CT_PROFILE_LOGGING);
         if (bs == CT_STOP) {
             t->interrupt = true; /* at the end of this step, after its evaluations */
         } else if (bs != CT_OK) {
@@ -175,12 +178,27 @@ train_batch(ct_trainer *t, const ct_batch *b, const ct_accum_pos *pos, int64_t b
  * run's) owes until fit has run the evaluations that follow it. */
 static ct_status end_window(ct_trainer *t, bool window_ok, bool epoch_last) {
     int64_t before = t->step;
-    CT_TRY(ct_train_finish_window(t, window_ok));
+    double comm = t->comm_seconds;
+    CT_TRY(ct_train_finish_window(t, window_ok)); /* timed from train_batch's last reading */
+    if (t->prof) { /* the exchange's time (update.c measures it) is not the update's */
+        ct_train_lap(t, CT_PROFILE_OPTIMIZER);
+        t->prof->cur[CT_PROFILE_OPTIMIZER] -= t->comm_seconds - comm;
+        t->prof->cur[CT_PROFILE_COMM] += t->comm_seconds - comm;
+    }
     if (t->step <= before) return CT_OK; /* a skipped or rolled-back step triggers nothing */
-    if (t->step % t->p.steps_per_loop == 0) CT_TRY(log_window(t));
+    /* the clock is read after what ran only: a step without a record or a checkpoint pays
+       two readings fewer */
+    if (t->step % t->p.steps_per_loop == 0) {
+        CT_TRY(log_window(t));
+        ct_train_lap(t, CT_PROFILE_LOGGING);
+    }
     CT_TRY(ct_train_evaluate_due(t, false, 0));
+    ct_train_lap(t, CT_PROFILE_EVAL);
     if (t->p.save_every_steps && t->step % t->p.save_every_steps == 0) t->save_due = true;
-    if (!epoch_last && !run_ends(t)) CT_TRY(ct_train_flush_checkpoint(t));
+    if (!epoch_last && !run_ends(t) && (t->save_due || t->save_best)) {
+        CT_TRY(ct_train_flush_checkpoint(t));
+        ct_train_lap(t, CT_PROFILE_CHECKPOINT);
+    }
     return CT_OK;
 }
 
@@ -197,7 +215,9 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
     *completed = false;
     ct_batch b;
     ct_status s;
+    ct_train_mark(t);
     while ((s = ct_loader_next(t->train, &b)) == CT_OK) {
+        ct_train_lap(t, CT_PROFILE_DATA);
         if (b.size == 0) { /* the epoch's end marker */
             *completed = true;
             break;
@@ -212,10 +232,14 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         }
         ct_accum_pos pos;
         CT_TRY(ct_accum_window(t->ctx, bpe, t->p.accum_steps, i, &pos));
-        if (i == 0 && cb->on_epoch_start)
+        if (i == 0 && cb->on_epoch_start) {
             CT_TRY(ct_train_event(t, cb->on_epoch_start(cb->user, t, t->epoch + 1)));
-        if (cb->on_iteration_start)
+            ct_train_mark(t);
+        }
+        if (cb->on_iteration_start) {
             CT_TRY(ct_train_event(t, cb->on_iteration_start(cb->user, t, i)));
+            ct_train_mark(t); /* the callback's time is overhead, not the forward pass's */
+        }
         double loss = 0.0;
         CT_TRY(train_batch(t, &b, &pos, bpe, &loss));
         window_ok = window_ok && isfinite(loss);
@@ -223,8 +247,11 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             CT_TRY(end_window(t, window_ok, i + 1 >= bpe));
             window_ok = true;
         }
-        if (cb->on_iteration_end)
+        if (pos.last) ct_train_profile_step(t); /* ends at the last reading: no new one */
+        if (cb->on_iteration_end) {
             CT_TRY(ct_train_event(t, cb->on_iteration_end(cb->user, t, i, loss)));
+            ct_train_mark(t); /* overhead of the next step */
+        }
         if (!pos.last) continue;           /* a stop waits for the window's end */
         if (i + 1 >= bpe && bpe < total) { /* the limit is reached: skip to the next epoch */
             CT_TRY(ct_train_skip_epoch(t->train));
@@ -262,13 +289,19 @@ static ct_status end_epoch(ct_trainer *t) {
     t->epoch++;
     if (t->sched && t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
         CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
+    ct_train_mark(t);
     CT_TRY(log_window(t));
+    ct_train_lap(t, CT_PROFILE_LOGGING);
     CT_TRY(ct_train_evaluate_due(t, true, t->epoch));
+    ct_train_lap(t, CT_PROFILE_EVAL);
     if (cb->on_epoch_end) CT_TRY(ct_train_event(t, cb->on_epoch_end(cb->user, t, t->epoch)));
     CT_TRY(ct_train_agree_interrupt(t));     /* the epoch's stops, before its checkpoint */
     if (t->snap) ct_train_snapshot(t, true); /* the epoch ended finite: the new last good state */
     if (t->p.save_every_epochs && t->epoch % t->p.save_every_epochs == 0) t->save_due = true;
-    return ct_train_flush_checkpoint(t);
+    ct_train_mark(t);
+    CT_TRY(ct_train_flush_checkpoint(t));
+    ct_train_lap(t, CT_PROFILE_CHECKPOINT);
+    return CT_OK;
 }
 
 static ct_status fit(ct_trainer *t) {
@@ -291,9 +324,12 @@ static ct_status fit(ct_trainer *t) {
              * max_steps, evaluate as at the end of this (uncounted) epoch. An interrupted run
              * leaves its window to the checkpoint, so the resumed run's next record is the
              * uninterrupted run's */
+            ct_train_mark(t);
             if (!t->interrupt) CT_TRY(log_window(t));
+            ct_train_lap(t, CT_PROFILE_LOGGING);
             /* an interrupt leaves the epoch's evaluations to the resumed run, at its real end */
             if (!t->stop && !t->interrupt) CT_TRY(ct_train_evaluate_due(t, true, t->epoch + 1));
+            ct_train_lap(t, CT_PROFILE_EVAL);
             break;
         }
         CT_TRY(end_epoch(t));
@@ -302,16 +338,20 @@ static ct_status fit(ct_trainer *t) {
     /* the final state, so `latest` is where this run ended (a failed run saves nothing) */
     ct_comm_set_step(t->comm, t->step, "end of fit");
     t->save_due = true;
+    ct_train_mark(t);
     CT_TRY(ct_train_flush_checkpoint(t));
+    ct_train_lap(t, CT_PROFILE_CHECKPOINT);
     CT_TRY(ct_train_share_moments(t)); /* the optimizer's state whole after fit, saved or not */
     if (cb->on_fit_end) CT_TRY(ct_train_event(t, cb->on_fit_end(cb->user, t)));
     return CT_OK;
 }
 
 ct_status ct_trainer_fit(ct_trainer *t) {
+    ct_train_profile_begin(t);
     ct_status s = ct_train_open_shard(t);
     if (s == CT_OK) s = fit(t);
     ct_train_close_shard(t, s == CT_OK);
+    ct_train_profile_end(t);
     if (s != CT_OK && t->p.callbacks.on_exception)
         t->p.callbacks.on_exception(t->p.callbacks.user, t, s);
     return s;

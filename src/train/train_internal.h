@@ -6,7 +6,8 @@
  * The trainer's files: trainer.c (create, destroy, queries), fit.c (the loop), task.c (a batch's
  * forward pass and loss), eval.c (evaluation engines), update.c (the optimizer step at a window's
  * end), buckets.c (gradient buckets), state.c (checkpoints and resume), and the policies'
- * monitor.c, ema.c, nonfinite.c, accum.c, policy_common.c, shard.c.
+ * monitor.c, ema.c, nonfinite.c, accum.c, policy_common.c, shard.c, and profile.c (the step
+ * profile).
  */
 #ifndef CT_TRAIN_INTERNAL_H
 #define CT_TRAIN_INTERNAL_H
@@ -87,6 +88,24 @@ typedef struct ct_train_bucket {
     ct_comm_request req;
 } ct_train_bucket;
 
+/* The step profile (profile.c): this step's phase times so far, the totals, and the last
+ * CT_PROFILE_MEDIAN_STEPS steps' phase times and wall time in a ring for the medians. Allocated
+ * at create when profiling is on; the loop then only reads the clock and adds. */
+typedef struct ct_train_profile {
+    double fit_start, step_start, mark; /* CLOCK_MONOTONIC seconds; mark: the last reading */
+    double wall;                        /* the last fit's wall time, once it ended */
+    double cur[CT_PROFILE_PHASE_COUNT];
+    double total[CT_PROFILE_PHASE_COUNT];
+    int64_t steps;
+    double ring[CT_PROFILE_MEDIAN_STEPS][CT_PROFILE_PHASE_COUNT + 1]; /* phases, then wall */
+    bool ran;                                                         /* a fit has started */
+    /* CT_PROFILE_MODE_LAYERS: the model's layers (ct_model_layer_name) and the seconds the
+       graph adds up for each (ct_graph_set_layer_times) during a fit */
+    ct_profile_layer *layers;
+    double *layer_fwd, *layer_bwd;
+    int64_t n_layers;
+} ct_train_profile;
+
 /* The trainer. model, params, opt, sched, train and task are ct_trainer_params' parts as given,
  * and p holds the rest (bucket_bytes resolved at create); comm is p.comm or, without one, the
  * trainer's own single-process communicator. */
@@ -165,7 +184,34 @@ struct ct_trainer {
     size_t snap_bytes;
     int64_t snap_step, snap_opt_steps;
     ct_schedule_state snap_sched;
+    ct_train_profile *prof; /* NULL: profiling off */
 };
+
+/* profile.c: the profile's buffers when profiling is on (at create: none in the loop), and
+ * their release. */
+CT_INTERNAL ct_status ct_train_profile_create(ct_trainer *t);
+CT_INTERNAL void ct_train_profile_destroy(ct_trainer *t);
+/* profile.c: CLOCK_MONOTONIC in seconds. */
+CT_INTERNAL double ct_train_clock(void);
+/* profile.c: a fit starts (the profile starts over) and ends (the time since the last step
+ * goes into the totals). */
+CT_INTERNAL void ct_train_profile_begin(ct_trainer *t);
+CT_INTERNAL void ct_train_profile_end(ct_trainer *t);
+/* profile.c: a step (window) has ended at the profile's mark (the last reading): its times into
+ * the totals and the ring. */
+CT_INTERNAL void ct_train_profile_step(ct_trainer *t);
+
+/* The profile's mark set to now, so that the next ct_train_lap measures from here. */
+static inline void ct_train_mark(ct_trainer *t) {
+    if (t->prof) t->prof->mark = ct_train_clock();
+}
+/* The time since the mark added to phase ph; the mark moves to now. */
+static inline void ct_train_lap(ct_trainer *t, ct_profile_phase ph) {
+    if (!t->prof) return;
+    double now = ct_train_clock();
+    t->prof->cur[ph] += now - t->prof->mark;
+    t->prof->mark = now;
+}
 
 /* fit.c: runs a callback's result through the stop rule: CT_STOP ends the run cleanly (with
  * several ranks, where they agree); any other status is returned. */

@@ -113,6 +113,9 @@ static ct_status check_params(ct_ctx *ctx, const ct_trainer_params *p) {
                        ct_dtype_name(p->precision));
     if ((int)p->task.kind < 0 || p->task.kind >= CT_TASK_KIND_COUNT)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: task kind %d is unknown", (int)p->task.kind);
+    if ((int)p->profile < 0 || p->profile >= CT_PROFILE_MODE_COUNT)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: profile %d is not a ct_profile_mode",
+                       (int)p->profile);
     return CT_OK;
 }
 
@@ -363,6 +366,7 @@ ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *p, ct_trainer 
     if (s == CT_OK) s = make_engines(t, p->engines, p->n_engines);
     if (s == CT_OK) s = watch_metrics(t);
     if (s == CT_OK) s = plan_exchange(t);
+    if (s == CT_OK) s = ct_train_profile_create(t);
     if (s != CT_OK) {
         ct_trainer_destroy(t);
         return s;
@@ -388,6 +392,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_free(ctx, t->param_bucket, (size_t)t->n_trainable * sizeof(int64_t));
     ct_free(ctx, t->buckets, (size_t)t->n_trainable * sizeof(ct_train_bucket));
     ct_free(ctx, t->snap, t->snap_bytes ? t->snap_bytes : 1);
+    ct_train_profile_destroy(t);
     ct_free(ctx, t, sizeof *t);
 }
 

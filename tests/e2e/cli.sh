@@ -165,6 +165,40 @@ else
     fail fit_run_directory "fit failed"
 fi
 
+# ---- the step profile: a table at the end and profile.json, only when asked for ----
+
+[[ ! -e run/profile.json ]] && ok profile_off_writes_nothing ||
+    fail profile_off_writes_nothing "run/profile.json written without --profile"
+if expect profile_table 0 'profile: 150 steps in' 'phase +total s +share +median ms/step' \
+    'data +[0-9.]+ +[0-9.]+%' 'overhead +[0-9.]+' 'step +[0-9.]+ +100\.0%' -- \
+    "$ctrain" fit tiny.yaml --profile ++output_dir=prof "${quiet[@]}"; then
+    why=
+    tr -d '\n' <prof/profile.json >profile.line
+    for k in mode steps median_steps wall_seconds median_step_seconds phases; do
+        "$jsonq" "$k" profile.line >/dev/null 2>jq.err || why+="$k: $(tail_of jq.err); "
+    done
+    [[ $("$jsonq" steps profile.line 2>/dev/null) == 150 ]] || why+="steps is not 150; "
+    [[ $("$jsonq" mode profile.line 2>/dev/null) == steps ]] || why+="mode is not steps; "
+    phases=$("$jsonq" phases profile.line 2>/dev/null)
+    for k in data forward backward comm optimizer eval checkpoint logging overhead; do
+        grep -qE "\"$k\":\{\"total_seconds\":[0-9.e+-]+,\"share\":[0-9.e+-]+,\"median_seconds\"" \
+            <<<"$phases" || why+="phases lacks $k; "
+    done
+    grep -q 'profile: 150 steps' prof/log.txt || why+="log.txt lacks the table; "
+    verdict profile_json "$why"
+else
+    fail profile_json "fit --profile failed"
+fi
+expect profile_layers 0 'layer +type +forward ms +backward ms' '  0 +linear +[0-9.]+ +[0-9.]+' \
+    '  1 +relu ' '  2 +linear ' -- "$ctrain" fit tiny.yaml --profile=layers ++output_dir=prof_layers \
+    "${quiet[@]}" &&
+    verdict profile_layers_json "$(tr -d '\n' <prof_layers/profile.json |
+        grep -qE '"layers": \[ *\{"name": "0", "type": "linear", "forward_seconds": [0-9.e+-]+, "backward_seconds": [0-9.e+-]+\}' ||
+        echo "profile.json lacks the layers: $(tail_of prof_layers/profile.json)")"
+expect profile_bad_value 2 "--profile: expected no value or =layers, got 'foo'" -- \
+    "$ctrain" fit tiny.yaml --profile=foo ++output_dir=prof_bad
+expect profile_of_fit_only 2 '--profile are options of fit' -- "$ctrain" config tiny.yaml --profile
+
 # ---- progress: one epoch numbering, rates without evaluations, max_steps ----
 
 # evaluations by steps (25 and 50 in epoch 1, 75 and 100 in epoch 2) and by epochs (test): the

@@ -24,7 +24,7 @@ void cli_usage(FILE *f) {
         f, "usage: ctrain COMMAND [options]\n"
            "\n"
            "commands:\n"
-           "  fit CONFIG [--restart] [key=value ...]\n"
+           "  fit CONFIG [--restart] [--profile[=layers]] [key=value ...]\n"
            "                                  train (resumes the run directory's latest "
            "checkpoint)\n"
            "  eval CONFIG [--checkpoint best|latest|PATH|FILE.safetensors] [--no-ema] [--json]\n"
@@ -152,6 +152,16 @@ static int take_option(const char *cmd, int c, char **argv, cmd_args *a) {
     case 'R':
         a->restart = true;
         return 0;
+    case 'P': /* trainer.profile, as an override after CONFIG's file */
+        if (optarg && strcmp(optarg, "layers") != 0) {
+            (void)fprintf(stderr, "ctrain %s: --profile: expected no value or =layers, got '%s'\n",
+                          cmd, optarg);
+            return EXIT_USAGE;
+        }
+        (void)snprintf(a->profile, sizeof a->profile, "trainer.profile=%s",
+                       optarg ? "layers" : "true");
+        a->overrides[a->n_overrides++] = a->profile;
+        return 0;
     case 'r':
         a->reference = true;
         return 0;
@@ -175,8 +185,8 @@ static int check_command_options(const char *cmd, const cmd_args *a) {
                       cmd);
         return EXIT_USAGE;
     }
-    if (a->restart && strcmp(cmd, "fit") != 0) {
-        (void)fprintf(stderr, "ctrain %s: --restart is an option of fit\n", cmd);
+    if ((a->restart || a->profile[0]) && strcmp(cmd, "fit") != 0) {
+        (void)fprintf(stderr, "ctrain %s: --restart and --profile are options of fit\n", cmd);
         return EXIT_USAGE;
     }
     if ((a->input || a->output || a->prompt || a->logits) && strcmp(cmd, "predict") != 0) {
@@ -210,6 +220,7 @@ int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **o
         {"no-ema", no_argument, NULL, 'E'},
         {"reference", no_argument, NULL, 'r'},
         {"restart", no_argument, NULL, 'R'},
+        {"profile", optional_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {"input", required_argument, NULL, 'i'},
         {"output", required_argument, NULL, 'o'},
@@ -234,15 +245,20 @@ int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **o
 
 void cli_cmd_usage(FILE *f, const char *cmd) {
     if (strcmp(cmd, "fit") == 0)
-        (void)fprintf(f, "usage: ctrain fit CONFIG [--restart] [key=value ...]\n\n"
-                         "Trains the experiment CONFIG describes, in its output_dir (default "
-                         "runs/<name>):\nconfig.yaml, metrics.jsonl, log.txt and checkpoints/. A "
-                         "run directory that holds\ncheckpoints of the same configuration is "
-                         "resumed from its latest one; of another\nconfiguration, refused (exit "
-                         "2). SIGINT, SIGTERM or SIGHUP stop at the end of the step,\nsave a "
-                         "checkpoint and exit 130, 143 or 129. One fit at a time holds a run\n"
-                         "directory; a folder of other files is refused.\n--restart renames an "
-                         "existing run directory to NAME.old-DATE-TIME and starts over.\n");
+        (void)fprintf(
+            f, "usage: ctrain fit CONFIG [--restart] [--profile[=layers]] [key=value ...]\n\n"
+               "Trains the experiment CONFIG describes, in its output_dir (default "
+               "runs/<name>):\nconfig.yaml, metrics.jsonl, log.txt and checkpoints/. A "
+               "run directory that holds\ncheckpoints of the same configuration is "
+               "resumed from its latest one; of another\nconfiguration, refused (exit "
+               "2). SIGINT, SIGTERM or SIGHUP stop at the end of the step,\nsave a "
+               "checkpoint and exit 130, 143 or 129. One fit at a time holds a run\n"
+               "directory; a folder of other files is refused.\n--restart renames an "
+               "existing run directory to NAME.old-DATE-TIME and starts over.\n"
+               "--profile measures where each step's time goes (data, forward, "
+               "backward, comm,\noptimizer, eval, checkpoint, logging, overhead): a "
+               "table at the end and\nRUN/profile.json; =layers adds each layer's "
+               "forward and backward time.\n");
     else if (strcmp(cmd, "eval") == 0)
         (void)fprintf(f,
                       "usage: ctrain eval CONFIG [--checkpoint best|latest|PATH|FILE.safetensors] "

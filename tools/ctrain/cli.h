@@ -127,8 +127,9 @@ typedef struct cmd_args {
     long long tokens, top_k, seed;
     double temperature;
     bool json, reference, help, restart;
-    bool logits; /* predict: a classifier's raw scores instead of probabilities */
-    bool no_ema; /* eval, predict: a checkpoint's trained weights, not its EMA weights */
+    char profile[32]; /* fit --profile[=layers]: the trainer.profile override it adds */
+    bool logits;      /* predict: a classifier's raw scores instead of probabilities */
+    bool no_ema;      /* eval, predict: a checkpoint's trained weights, not its EMA weights */
 } cmd_args;
 
 /* Parses a command's arguments into a; ov (argc + 1 slots) receives the overrides. 0, or the

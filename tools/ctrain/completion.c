@@ -15,7 +15,7 @@ static const struct {
     const char *name;
     const char *options;
 } k_commands[] = {
-    {"fit", "--restart --help"},
+    {"fit", "--restart --profile --help"},
     {"eval", "--checkpoint= --no-ema --json --help"},
     {"predict", "--input= --output= --logits --checkpoint= --no-ema --prompt= --tokens= "
                 "--temperature= --top-k= --seed= --help"},
