@@ -170,6 +170,14 @@ fi
 expect mpi_library_missing 1 "${missing[@]}" -- env CTRAIN_MPI=1 \
     CTRAIN_MPI_LIBRARY="$here/gone/libctrain_mpi.so.0" "$ctrain" fit tiny.yaml ++output_dir=gone \
     "${quiet[@]}"
+# --version says so, and succeeds
+if [[ ${missing[0]} == 'this ctrain was built without MPI' ]]; then
+    missing=('^MPI: none \(built without MPI\)$')
+else
+    missing=("^MPI: not available \(CTRAIN_MPI_LIBRARY=$here/gone/libctrain_mpi\.so\.0: ")
+fi
+expect version_without_mpi_library 0 "${missing[@]}" '^OpenMP: ' -- env \
+    CTRAIN_MPI_LIBRARY="$here/gone/libctrain_mpi.so.0" "$ctrain" --version
 
 # ---- fit ----
 
