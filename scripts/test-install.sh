@@ -3,7 +3,10 @@
 # user would, editing nothing that was installed: a small program and examples/mlp_demo.c with
 # `pkg-config --cflags --libs ctrain`, and mlp_demo.c again from a CMake project with
 # find_package(ctrain) and ctrain::ctrain; the bash and zsh completion scripts and the man page
-# are where the shells and man look for them. Usage: test-install.sh BUILD_DIR SOURCE_DIR
+# are where the shells and man look for them. MPI is loaded on demand: the installed libctrain
+# and the programs linked with it need no MPI library to start, and libctrain and the installed
+# tool find the installed libctrain_mpi (docs/distributed.md).
+# Usage: test-install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
 src=$2
@@ -22,6 +25,9 @@ int main(void) {
     ct_ctx *ctx = NULL;
     if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     printf("ctrain %s\n", ct_version());
+    char mpi[4096];
+    ct_comm_mpi_library(mpi, sizeof mpi);
+    printf("MPI: %s\n", mpi);
     ct_ctx_destroy(ctx);
     return 0;
 }
@@ -31,6 +37,32 @@ cc -std=c11 -Wall -Werror -o "$prefix/hello" "$prefix/hello.c" $(pkg-config --cf
 out=$(LD_LIBRARY_PATH="$libdir" "$prefix/hello")
 echo "$out"
 [[ "$out" == "ctrain "* ]]
+# no MPI library among what libctrain and the program load at start
+if readelf -d "$libdir/libctrain.so" | grep -E 'NEEDED.*mpi'; then
+    echo "the installed libctrain.so needs an MPI library"
+    exit 1
+fi
+if LD_LIBRARY_PATH="$libdir" ldd "$prefix/hello" | grep mpi; then
+    echo "a program linked with the installed libctrain loads an MPI library at start"
+    exit 1
+fi
+echo "libctrain and a program linked with it load no MPI library at start"
+# a build with MPI installed libctrain_mpi beside libctrain, where libctrain and the tool find it
+mpi_line=$(grep '^MPI: ' <<<"$out")
+if [[ $mpi_line != "MPI: none (built without MPI)" ]]; then
+    shown=$libdir/libctrain_mpi.so.0
+    [[ -f $shown ]] || { echo "libctrain_mpi.so.0 was not installed in $libdir"; exit 1; }
+    lib=$(realpath "$shown")
+    for line in "$mpi_line" "$("$prefix/bin/ctrain" --version | grep '^MPI: ')"; do
+        from=${line##* (loaded on demand from }
+        from=${from%)}
+        if [[ $from == "$line" || $(realpath "$from") != "$lib" ]]; then
+            echo "expected the MPI communicator loaded from $shown: $line"
+            exit 1
+        fi
+    done
+    echo "libctrain and the installed ctrain load $shown on demand"
+fi
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Werror -o "$prefix/mlp_demo_pc" "$src/examples/mlp_demo.c" \
     $(pkg-config --cflags --libs ctrain)

@@ -5,8 +5,10 @@
  * data-parallel training over MPI is one more implementation of this interface and nothing else.
  *
  * Implementations: "single" (one process: all-reduce and broadcast leave the buffer as it is)
- * and "mpi" (src/dist/mpi.c, when the build found MPI: docs/distributed.md). A program or
- * plugin can provide its own through ct_comm_create_with.
+ * and "mpi" (when the build found MPI: docs/distributed.md), which lives in a library of its
+ * own, libctrain_mpi, loaded with dlopen by ct_comm_create_mpi and ct_comm_mpi_library only, so
+ * that a program that calls neither needs no MPI library. A program or plugin can provide its
+ * own through ct_comm_create_with.
  *
  * Ownership: ct_comm_create_* returns a communicator the caller frees with ct_comm_destroy;
  * buffers passed to its calls are borrowed for the call only. Calls are collective: every rank
@@ -77,18 +79,24 @@ typedef struct ct_comm_vtable {
 /* The one-process communicator: rank 0 of 1. */
 CT_API ct_status ct_comm_create_single(ct_ctx *ctx, ct_comm **out);
 /* The MPI communicator over a duplicate of MPI_COMM_WORLD, initialising MPI unless the program
- * did, and finalising it on destroy if it did. Fails with CT_ERR_DIST when the build has no MPI
- * or MPI cannot start. Only the calling thread makes collectives; the communicator's own
+ * did, and finalising it on destroy if it did. Loads libctrain_mpi first (CTRAIN_MPI_LIBRARY,
+ * else beside libctrain or the program, else by soname: docs/distributed.md), which stays
+ * loaded. Fails with CT_ERR_DIST when the build has no MPI, when libctrain_mpi or the MPI
+ * library cannot be loaded (the message names the file and the dynamic loader's reason) or
+ * when MPI cannot start. Only the calling thread makes collectives; the communicator's own
  * watchdog thread (ct_comm_set_timeout) makes point-to-point calls of its own while that thread
  * waits in one, so MPI is initialised at MPI_THREAD_MULTIPLE. A program that initialised MPI
  * below that level keeps the timeout, but its message cannot name the ranks that did not
  * arrive. The collective timeout starts at CT_COMM_DEFAULT_TIMEOUT_S. */
 CT_API ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out);
-/* Whether this build has the MPI communicator. */
+/* Whether this build has the MPI communicator (whether its library loads is known only when
+ * ct_comm_create_mpi or ct_comm_mpi_library loads it). */
 CT_API bool ct_comm_mpi_available(void);
 /* The first line of the MPI library's own description of itself (MPI_Get_library_version,
- * which needs no MPI_Init: "Open MPI v4.1.4, package: ..."), or "none (built without MPI)",
- * into buf (truncated to fit). */
+ * which needs no MPI_Init) and the file libctrain_mpi was loaded from ("Open MPI v4.1.4,
+ * package: ... (loaded on demand from /usr/lib/libctrain_mpi.so.0)"), loading it as
+ * ct_comm_create_mpi does; "not available (why)" when it cannot be loaded, or "none (built
+ * without MPI)"; into buf (truncated to fit). */
 CT_API void ct_comm_mpi_library(char *buf, size_t size);
 /* Whether a launcher (mpirun, mpiexec, srun) started this process as one of several ranks:
  * OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_STEP_NUM_TASKS above 1, or CTRAIN_MPI=1. */

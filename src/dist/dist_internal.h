@@ -1,16 +1,56 @@
 /*
- * dist_internal.h - what the MPI communicator's files share: the collective watchdog
- * (watchdog.c) that mpi.c starts and tells about each blocking collective call. Not installed;
- * not part of the API.
+ * dist_internal.h - what the dist files share: the interface between libctrain and the MPI
+ * communicator's own library, and the collective watchdog inside that library.
+ *
+ * The MPI communicator (mpi.c, watchdog.c) is built as libctrain_mpi, a shared library of its
+ * own that is the only one to link MPI; libctrain loads it with dlopen when a program asks for
+ * the MPI communicator (mpi_loader.c), so that a program that never does needs no MPI library
+ * to run. The two meet only through ct_mpi_module, the one symbol libctrain_mpi exports, and
+ * ct_mpi_host, libctrain's functions handed to it: libctrain_mpi links nothing of libctrain,
+ * so it works the same under libctrain.so, libctrain.a and the ctrain tool. Not installed; not
+ * part of the API.
  */
 #ifndef CT_DIST_INTERNAL_H
 #define CT_DIST_INTERNAL_H
 
-#ifdef CT_HAVE_MPI
+#include "core/core_internal.h"
+#include "ctrain/dist.h"
+
+/* Raised whenever ct_mpi_host, ct_mpi_module or the vtable they carry change shape. */
+#define CT_MPI_ABI   1
+/* The name of the const ct_mpi_module that libctrain_mpi exports. */
+#define CT_MPI_ENTRY "ct_mpi_exports"
+
+/* libctrain's functions, for the messages of libctrain_mpi (ct_fail_at and ct_log). */
+typedef struct ct_mpi_host {
+    ct_status (*fail_at)(
+        ct_ctx *ctx, ct_status code, const char *file, int line, const char *fmt, ...)
+        CT_PRINTF(5, 6);
+    void (*log)(const ct_ctx *ctx, ct_log_level level, const char *fmt, ...) CT_PRINTF(3, 4);
+} ct_mpi_host;
+
+/* What libctrain_mpi offers. abi comes first, so a library of another shape is still told
+ * apart. */
+typedef struct ct_mpi_module {
+    int abi;             /* CT_MPI_ABI of its build */
+    const char *version; /* ctrain's version of its build */
+    /* MPI_Get_library_version's first line (no MPI_Init needed), truncated to fit size. */
+    void (*library)(char *buf, size_t size);
+    /* Starts MPI and makes the state the vtable works on (*self); the rules are
+     * ct_comm_create_mpi's. host must outlive the state; failures go to ctx through it. */
+    ct_status (*create)(const ct_mpi_host *host, ct_ctx *ctx, void **self);
+    const ct_comm_vtable *vt;
+} ct_mpi_module;
+
+#ifdef CT_MPI_MODULE /* libctrain_mpi's own files */
 
 #include <mpi.h>
 
-#include "core/core_internal.h"
+CT_API extern const ct_mpi_module ct_mpi_exports;
+
+/* CT_FAIL for libctrain_mpi: through the host, whose ct_fail_at records the message */
+#define HOST_FAIL(host, ctx, code, ...)                                                            \
+    (host)->fail_at((ctx), (code), __FILE__, __LINE__, __VA_ARGS__)
 
 /* What a rank waits in, for the timeout's message (watchdog.c's table). Append-only. */
 typedef enum ct_watch_kind {
@@ -30,8 +70,9 @@ typedef struct ct_watchdog ct_watchdog;
  * talk: a communicator that only the watchdog uses, for its reports to the other ranks'
  * watchdogs; MPI_COMM_NULL when MPI runs below MPI_THREAD_MULTIPLE (the thread then makes no
  * MPI call but end_job's, and cannot name the ranks that did not arrive). end_job(self, 1) ends
- * the job. ctx takes the message (ct_log) and must outlive the watchdog. */
-CT_INTERNAL ct_status ct_watchdog_create(ct_ctx *ctx,
+ * the job. ctx takes the message (host->log); ctx and host must outlive the watchdog. */
+CT_INTERNAL ct_status ct_watchdog_create(const ct_mpi_host *host,
+                                         ct_ctx *ctx,
                                          MPI_Comm talk,
                                          int rank,
                                          int size,
@@ -48,6 +89,6 @@ CT_INTERNAL void ct_watchdog_set_step(ct_watchdog *w, int64_t step, const char *
 CT_INTERNAL void ct_watchdog_enter(ct_watchdog *w, ct_watch_kind kind, int64_t count, int root);
 CT_INTERNAL void ct_watchdog_leave(ct_watchdog *w);
 
-#endif /* CT_HAVE_MPI */
+#endif /* CT_MPI_MODULE */
 
 #endif /* CT_DIST_INTERNAL_H */

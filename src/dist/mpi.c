@@ -1,8 +1,8 @@
 /*
- * mpi.c - the MPI communicator (data-parallel training under mpirun or srun), and the test of
- * whether a launcher started this process as one rank of several.
+ * mpi.c - the MPI communicator (data-parallel training under mpirun or srun): the body of
+ * libctrain_mpi, the library libctrain loads when a program asks for it (mpi_loader.c,
+ * dist_internal.h). It reaches libctrain only through the ct_mpi_host it is given.
  *
- * Built when CMake finds an MPI library (CT_HAVE_MPI); otherwise ct_comm_create_mpi says so.
  * The communicator owns a duplicate of MPI_COMM_WORLD (so ctrain's collectives never match a
  * host program's) with MPI_ERRORS_RETURN set, so a failed call becomes a status with
  * MPI_Error_string's text instead of an exit. It initialises MPI when nobody has (and then
@@ -18,52 +18,15 @@
  * arrive. Its thread talks to the other ranks' watchdogs over a second duplicate of
  * MPI_COMM_WORLD while this one's thread is blocked, hence MPI_THREAD_MULTIPLE.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "core/core_internal.h"
-#include "ctrain/dist.h"
 #include "dist/dist_internal.h"
 
-/* Whether the environment names a world of more than one process: Open MPI's mpirun,
- * MPICH's Hydra (and other PMI launchers), Slurm's srun, or CTRAIN_MPI=1 to insist. */
-bool ct_comm_launched(void) {
-    const char *force = getenv("CTRAIN_MPI");
-    if (force && strcmp(force, "1") == 0) return true;
-    static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS",
-                                        NULL};
-    for (int i = 0; sizes[i]; i++) {
-        const char *v = getenv(sizes[i]);
-        if (v && atol(v) > 1) return true;
-    }
-    return false;
-}
-
-#ifndef CT_HAVE_MPI
-
-bool ct_comm_mpi_available(void) {
-    return false;
-}
-
-void ct_comm_mpi_library(char *buf, size_t size) {
-    if (size) (void)snprintf(buf, size, "none (built without MPI)");
-}
-
-ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
-    *out = NULL;
-    return CT_FAIL(ctx, CT_ERR_DIST,
-                   "this ctrain was built without MPI: install libopenmpi-dev (or libmpich-dev) "
-                   "and build again (docs/distributed.md)");
-}
-
-#else
-
-#include <limits.h>
-#include <mpi.h>
-
-void ct_comm_mpi_library(char *buf, size_t size) {
+static void mpi_library(char *buf, size_t size) {
     char text[MPI_MAX_LIBRARY_VERSION_STRING + 1] = "";
     int len = 0;
     if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) len = 0;
@@ -73,6 +36,7 @@ void ct_comm_mpi_library(char *buf, size_t size) {
 }
 
 typedef struct mpi_comm {
+    const ct_mpi_host *host;
     MPI_Comm comm;
     MPI_Comm talk; /* the watchdog's own (MPI_COMM_NULL below MPI_THREAD_MULTIPLE) */
     int rank, size;
@@ -81,17 +45,13 @@ typedef struct mpi_comm {
     ct_watchdog *wd; /* NULL for one rank, which never waits */
 } mpi_comm;
 
-bool ct_comm_mpi_available(void) {
-    return true;
-}
-
 static ct_status mpi_fail(ct_ctx *ctx, const mpi_comm *m, int code, const char *what) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
     text[len] = '\0';
-    return CT_FAIL(ctx, CT_ERR_DIST, "MPI rank %d of %d: %s failed: %s", m->rank, m->size, what,
-                   len ? text : "(no description)");
+    return HOST_FAIL(m->host, ctx, CT_ERR_DIST, "MPI rank %d of %d: %s failed: %s", m->rank,
+                     m->size, what, len ? text : "(no description)");
 }
 
 static int64_t mpi_rank(const void *self) {
@@ -209,7 +169,7 @@ static ct_status
 mpi_shared_create(void *self, ct_ctx *ctx, size_t bytes, void **handle, void **segments) {
     mpi_comm *m = self;
     MPI_Win *win = calloc(1, sizeof *win);
-    if (!win) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a shared window handle");
+    if (!win) return HOST_FAIL(m->host, ctx, CT_ERR_OOM, "allocating a shared window handle");
     MPI_Info info = MPI_INFO_NULL;
     int rc = MPI_Info_create(&info);
     /* each segment page-aligned on its own: no false sharing between neighbours' ends */
@@ -233,10 +193,10 @@ mpi_shared_create(void *self, ct_ctx *ctx, size_t bytes, void **handle, void **s
     if (rc == MPI_SUCCESS && found && model && *model != MPI_WIN_UNIFIED) {
         (void)MPI_Win_free(win);
         free(win);
-        return CT_FAIL(ctx, CT_ERR_DIST,
-                       "MPI rank %d of %d: the shared window's memory model is not "
-                       "MPI_WIN_UNIFIED",
-                       m->rank, m->size);
+        return HOST_FAIL(m->host, ctx, CT_ERR_DIST,
+                         "MPI rank %d of %d: the shared window's memory model is not "
+                         "MPI_WIN_UNIFIED",
+                         m->rank, m->size);
     }
     for (int r = 0; rc == MPI_SUCCESS && r < m->size; r++) {
         MPI_Aint size = 0;
@@ -311,11 +271,12 @@ static const ct_comm_vtable mpi_vt = {
     mpi_set_timeout, mpi_set_step,
 };
 
-ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
-    *out = NULL;
+static ct_status mpi_create(const ct_mpi_host *host, ct_ctx *ctx, void **self) {
+    *self = NULL;
     /* malloc, not the context's allocator: the vtable's destroy has no context */
     mpi_comm *m = calloc(1, sizeof *m);
-    if (!m) return CT_FAIL(ctx, CT_ERR_OOM, "allocating the MPI communicator");
+    if (!m) return HOST_FAIL(host, ctx, CT_ERR_OOM, "allocating the MPI communicator");
+    m->host = host;
     m->comm = m->talk = MPI_COMM_NULL;
     /* MULTIPLE: the collectives are this thread's alone (the loader's and OpenMP's threads never
        call MPI), but the watchdog's thread sends and receives while this one waits in one */
@@ -345,14 +306,17 @@ ct_status ct_comm_create_mpi(ct_ctx *ctx, ct_comm **out) {
         return s;
     }
     if (m->size > 1) {
-        ct_status s = ct_watchdog_create(ctx, m->talk, m->rank, m->size, CT_COMM_DEFAULT_TIMEOUT_S,
-                                         mpi_abort, m, &m->wd);
+        ct_status s = ct_watchdog_create(host, ctx, m->talk, m->rank, m->size,
+                                         CT_COMM_DEFAULT_TIMEOUT_S, mpi_abort, m, &m->wd);
         if (s != CT_OK) {
             mpi_destroy(m);
             return s;
         }
     }
-    return ct_comm_create_with(ctx, &mpi_vt, m, out);
+    *self = m;
+    return CT_OK;
 }
 
-#endif /* CT_HAVE_MPI */
+CT_API const ct_mpi_module ct_mpi_exports = {
+    CT_MPI_ABI, CT_VERSION_STRING, mpi_library, mpi_create, &mpi_vt,
+};

@@ -30,11 +30,9 @@
  * was not the others' fault.
  *
  * Ownership: mpi.c creates one watchdog per communicator and destroys it before MPI is
- * finalised; the watchdog borrows ctx, talk and end_job's self.
+ * finalised; the watchdog borrows host, ctx, talk and end_job's self.
  */
 #include "dist/dist_internal.h"
-
-#ifdef CT_HAVE_MPI
 
 #include <pthread.h>
 #include <signal.h>
@@ -54,6 +52,7 @@
 enum { TAG = 17, SHOWN = 16 /* ranks listed in the message */, NOTE = 3 };
 
 struct ct_watchdog {
+    const ct_mpi_host *host;
     ct_ctx *ctx;
     MPI_Comm talk;
     int rank, size;
@@ -209,7 +208,7 @@ static void say(ct_watchdog *w, const int64_t *notes, const char *why) {
         ". A rank stopped, hung or on a lost host; or one that worked longer than the timeout "
         "between two collectives (an evaluation, a checkpoint): then raise "
         "trainer.collective_timeout_s (docs/distributed.md)");
-    ct_log(w->ctx, CT_LOG_ERROR, "%s", msg);
+    w->host->log(w->ctx, CT_LOG_ERROR, "%s", msg);
 }
 
 /* ---- the reports ---- */
@@ -341,7 +340,8 @@ static void *watch(void *arg) {
     return NULL;
 }
 
-ct_status ct_watchdog_create(ct_ctx *ctx,
+ct_status ct_watchdog_create(const ct_mpi_host *host,
+                             ct_ctx *ctx,
                              MPI_Comm talk,
                              int rank,
                              int size,
@@ -352,7 +352,8 @@ ct_status ct_watchdog_create(ct_ctx *ctx,
     *out = NULL;
     /* malloc, not the context's allocator: the communicator's destroy has no context */
     ct_watchdog *w = calloc(1, sizeof *w);
-    if (!w) return CT_FAIL(ctx, CT_ERR_OOM, "allocating the collective watchdog");
+    if (!w) return HOST_FAIL(host, ctx, CT_ERR_OOM, "allocating the collective watchdog");
+    w->host = host;
     w->ctx = ctx;
     w->talk = talk;
     w->rank = rank;
@@ -379,7 +380,7 @@ ct_status ct_watchdog_create(ct_ctx *ctx,
     }
     if (!ok) {
         free(w);
-        return CT_FAIL(ctx, CT_ERR_INTERNAL, "collective watchdog: cannot make its lock");
+        return HOST_FAIL(host, ctx, CT_ERR_INTERNAL, "collective watchdog: cannot make its lock");
     }
     ct_watchdog_set_timeout(w, timeout_s);
     /* no signal for this thread: SIGINT and SIGTERM go to the threads that handle them */
@@ -392,8 +393,8 @@ ct_status ct_watchdog_create(ct_ctx *ctx,
         (void)pthread_mutex_destroy(&w->lock);
         (void)pthread_cond_destroy(&w->wake);
         free(w);
-        return CT_FAIL(ctx, CT_ERR_INTERNAL, "collective watchdog: cannot start its thread: %s",
-                       strerror(rc));
+        return HOST_FAIL(host, ctx, CT_ERR_INTERNAL,
+                         "collective watchdog: cannot start its thread: %s", strerror(rc));
     }
     *out = w;
     return CT_OK;
@@ -410,9 +411,3 @@ void ct_watchdog_destroy(ct_watchdog *w) {
     (void)pthread_cond_destroy(&w->wake);
     free(w);
 }
-
-#else
-
-typedef int ct_watchdog_needs_mpi; /* ISO C wants something in a translation unit */
-
-#endif /* CT_HAVE_MPI */

@@ -64,7 +64,8 @@ quiet=(++logging.progress=none)
 
 expect version 0 '^ctrain [0-9]+\.[0-9]+\.[0-9]+$' '^commit: [^ ]+$' '^compiler: (gcc|clang) [0-9]' \
     '^build type: [A-Za-z]+$' '^cpu: AVX-512 (yes|no), AVX512_BF16 (yes|no), AMX (yes|no)$' \
-    '^oneDNN: [0-9]+\.[0-9]+\.[0-9]+ \(ISA [a-z0-9_]+\)' '^OpenBLAS: OpenBLAS [0-9]' '^MPI: .+' \
+    '^oneDNN: [0-9]+\.[0-9]+\.[0-9]+ \(ISA [a-z0-9_]+\)' '^OpenBLAS: OpenBLAS [0-9]' \
+    '^MPI: (none \(built without MPI\)|.+ \(loaded on demand from /.+/libctrain_mpi\.so\.[0-9]+\))$' \
     '^OpenMP: ' -- "$ctrain" --version
 expect help 0 'usage: ctrain COMMAND' 'exit codes' -- "$ctrain" --help
 expect fit_help 0 'usage: ctrain fit CONFIG' -- "$ctrain" fit --help
@@ -144,6 +145,39 @@ else
     done
     [[ -z $missing ]] && ok man_page || fail man_page "commands missing:$missing"
 fi
+
+# ---- MPI only on demand (docs/distributed.md) ----
+
+# a run by hand maps no MPI library (LD_DEBUG=files lists every library the loader opens)
+rm -f ld.*
+if expect fit_should_not_load_mpi 0 -- env LD_DEBUG=files LD_DEBUG_OUTPUT="$here/ld" \
+    "$ctrain" fit tiny.yaml ++output_dir=nompi trainer.max_epochs=1 "${quiet[@]}"; then
+    loaded=$(grep -hoE 'file=[^ ]*mpi[^ ]*' ld.* 2>/dev/null | sort -u | tr '\n' ' ')
+    if ! ls ld.* >/dev/null 2>&1; then
+        fail fit_should_not_load_mpi_libraries "LD_DEBUG wrote nothing"
+    else
+        verdict fit_should_not_load_mpi_libraries "${loaded:+it loaded $loaded}"
+    fi
+fi
+rm -f ld.*
+# a rank whose MPI communicator cannot be loaded says what is missing and how to get it
+if grep -q '^MPI: none (built without MPI)' <("$ctrain" --version); then
+    missing=('this ctrain was built without MPI')
+else
+    missing=("cannot load the MPI communicator: CTRAIN_MPI_LIBRARY=$here/gone/libctrain_mpi\.so\.0: "
+        'No such file or directory' 'libopenmpi3' 'docs/distributed\.md')
+fi
+expect mpi_library_missing 1 "${missing[@]}" -- env CTRAIN_MPI=1 \
+    CTRAIN_MPI_LIBRARY="$here/gone/libctrain_mpi.so.0" "$ctrain" fit tiny.yaml ++output_dir=gone \
+    "${quiet[@]}"
+# --version says so, and succeeds
+if [[ ${missing[0]} == 'this ctrain was built without MPI' ]]; then
+    missing=('^MPI: none \(built without MPI\)$')
+else
+    missing=("^MPI: not available \(CTRAIN_MPI_LIBRARY=$here/gone/libctrain_mpi\.so\.0: ")
+fi
+expect version_without_mpi_library 0 "${missing[@]}" '^OpenMP: ' -- env \
+    CTRAIN_MPI_LIBRARY="$here/gone/libctrain_mpi.so.0" "$ctrain" --version
 
 # ---- fit ----
 

@@ -195,11 +195,58 @@ static void launch_should_be_read_from_the_environment(void) {
     ct_comm_destroy(one);
 }
 
+/* The MPI communicator's library (libctrain_mpi) is loaded only when asked for, this test
+ * finding it through its RUNPATH (tests/CMakeLists.txt); one that cannot be loaded is named in
+ * the error, with dlerror's reason and what to install. */
+static void mpi_library_should_load_on_demand(void) {
+    char text[1024];
+    (void)unsetenv("CTRAIN_MPI_LIBRARY");
+    ct_comm_mpi_library(text, sizeof text);
+    if (!ct_comm_mpi_available()) {
+        CT_CHECK_MSG(strcmp(text, "none (built without MPI)") == 0, "%s", text);
+        return;
+    }
+    CT_CHECK_MSG(strstr(text, "MPI") && strstr(text, " (loaded on demand from ") &&
+                     strstr(text, "/libctrain_mpi.so."),
+                 "%s", text);
+    const char *missing = "/nonexistent/libctrain_mpi.so.0";
+    (void)setenv("CTRAIN_MPI_LIBRARY", missing, 1);
+    ct_comm_mpi_library(text, sizeof text);
+    CT_CHECK_MSG(strstr(text,
+                        "not available (CTRAIN_MPI_LIBRARY=/nonexistent/libctrain_mpi.so.0: "
+                        "/nonexistent/libctrain_mpi.so.0: cannot open shared object file") == text,
+                 "%s", text);
+    ct_comm *c = NULL;
+    CT_CHECK_INT(ct_comm_create_mpi(ctx, &c), CT_ERR_DIST);
+    const char *e = ct_last_error(ctx);
+    CT_CHECK_MSG(c == NULL && strstr(e, "cannot load the MPI communicator: CTRAIN_MPI_LIBRARY=") &&
+                     strstr(e, "No such file or directory") && strstr(e, "libopenmpi3"),
+                 "%s", e);
+#ifdef CT_FAKE_MPI_MODULE
+    /* a libctrain_mpi whose MPI library is missing: the message names the library it needs */
+    (void)setenv("CTRAIN_MPI_LIBRARY", CT_FAKE_MPI_MODULE, 1);
+    CT_CHECK_INT(ct_comm_create_mpi(ctx, &c), CT_ERR_DIST);
+    e = ct_last_error(ctx);
+    CT_CHECK_MSG(c == NULL && strstr(e, CT_FAKE_MPI_MODULE) &&
+                     strstr(e, "libtest_fake_mpi_library.so: cannot open shared object file") &&
+                     strstr(e, "Install the MPI library this ctrain was built with"),
+                 "%s", e);
+#endif
+    /* a library that loads but is not libctrain_mpi */
+    (void)setenv("CTRAIN_MPI_LIBRARY", "libc.so.6", 1);
+    CT_CHECK_INT(ct_comm_create_mpi(ctx, &c), CT_ERR_DIST);
+    e = ct_last_error(ctx);
+    CT_CHECK_MSG(c == NULL && strstr(e, "exports no ct_mpi_exports: it is not a libctrain_mpi"),
+                 "%s", e);
+    (void)unsetenv("CTRAIN_MPI_LIBRARY");
+}
+
 int main(void) {
     if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(single_comm_should_be_rank_0_of_1);
     CT_RUN(custom_comm_should_reduce_and_report_errors);
     CT_RUN(launch_should_be_read_from_the_environment);
+    CT_RUN(mpi_library_should_load_on_demand);
     CT_RUN(collective_timeout_should_be_checked_and_passed_on);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
