@@ -39,6 +39,8 @@ void cli_usage(FILE *f) {
            "checkpoint\n"
            "  report RUN_DIR [--output F.html] [--svg DIR] [--log]\n"
            "                                  a self-contained HTML report with plots\n"
+           "  verify-resume CONFIG [--steps N] [--cuts K] [--dir D] [--keep] [key=value ...]\n"
+           "                                  check that resuming reproduces a straight run\n"
            "  completion bash|zsh             print the shell completion script\n"
            "  man                             print the ctrain(1) man page (roff)\n"
            "\n"
@@ -282,6 +284,20 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                          "of the shell: commands, options, the configuration's\nkeys as "
                          "key= and their valid values. bash: source <(ctrain completion bash);\n"
                          "an installed ctrain has it in share/bash-completion/completions.\n");
+    else if (strcmp(cmd, "verify-resume") == 0)
+        (void)fprintf(
+            f, "usage: ctrain verify-resume CONFIG [--steps N (40)] [--cuts K (5)] [--dir D] "
+               "[--keep]\n                            [key=value ...]\n\n"
+               "Trains N steps of the experiment straight, then the same N steps "
+               "interrupted K times\n(SIGKILL mid accumulation window, SIGTERM at "
+               "an epoch's last step, SIGKILL right\nafter an evaluation, SIGKILL "
+               "during a checkpoint write, SIGTERM) and resumed each\ntime, with a "
+               "checkpoint every step; compares every checkpoint file byte for byte\n"
+               "and metrics.jsonl record by record (wall-clock values left out) and "
+               "prints a table.\nRuns in D (default a new directory in $TMPDIR or "
+               "/tmp), removed at the end unless\n--keep. Exit 0 all identical, 1 a "
+               "difference or a failed run, 2 a usage or\nconfiguration error. One "
+               "process: not under an MPI launcher.\n");
     else if (strcmp(cmd, "man") == 0)
         (void)fprintf(f, "usage: ctrain man\n\nPrints the ctrain(1) man page (roff), made "
                          "of these help texts: man <(ctrain man).\n");
