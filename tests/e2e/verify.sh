@@ -39,9 +39,10 @@ expect verify_resume_should_pass_on_the_real_build 0 \
 leftover=$(ls -A "$TMPDIR")
 verdict verify_resume_should_remove_its_scratch_directory "${leftover:+left: $leftover}"
 
-# the broken resume: found, with the file and byte of the first difference
+# the broken resume: found, with the file and byte of the first difference, and the first record
+# and key
 expect verify_resume_should_report_a_broken_resume 1 \
-    'differs: checkpoints/step-[0-9]{8}/[a-z]+\.safetensors: byte [0-9]+' \
+    "differs: checkpoints/step-[0-9]{8}/[a-z]+\\.safetensors: byte [0-9]+; metrics\\.jsonl record [0-9]+ \\(step [0-9]+\\): key '[a-z/_]+': [0-9.e-]+, interrupted [0-9.e-]+" \
     'resuming does NOT reproduce' -- \
     "$broken" verify-resume exp.yaml optimizer.lr=0.02 --steps 24 --cuts 3 --dir kept --keep
 # the first fit makes no resume: its steps agree even there

@@ -132,11 +132,13 @@ const char *cli_cut_name(cut_how how);
 
 /* verify-resume's comparison (verify_compare.c): the straight run's files against the
  * interrupted run's, each difference charged to the segment (from, to] of steps that the
- * interrupted run made between two resumes; result says the first one of each segment. */
+ * interrupted run made between two resumes; result says the segment's first differing
+ * checkpoint file and its first differing record. */
 typedef struct verify_segment {
     int64_t from, to;
     bool differs;
-    char result[768];
+    char file[400], record[400]; /* the first differences found, "" for none */
+    char result[820];
 } verify_segment;
 /* Fills the segments' results: the number of segments that differ. */
 int cli_verify_compare(const char *straight, const char *resumed, verify_segment *seg, int n);

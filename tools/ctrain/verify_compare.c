@@ -26,14 +26,15 @@ static bool wall_clock(const char *key) {
            strcmp(key, "comm_ms_per_step") == 0;
 }
 
-/* Charges a difference at `step` to its segment (the last for INT64_MAX), keeping the first. */
-static void charge(verify_segment *seg, int n, int64_t step, const char *what) {
+/* Charges a difference at `step` to its segment (the last for INT64_MAX), keeping the first
+ * of checkpoint files and the first of records. */
+static void charge(verify_segment *seg, int n, int64_t step, bool record, const char *what) {
     int i = 0;
     while (i < n - 1 && step > seg[i].to)
         i++;
-    if (seg[i].differs) return;
+    char *first = record ? seg[i].record : seg[i].file;
+    if (!first[0]) (void)snprintf(first, sizeof seg[i].file, "%.390s", what);
     seg[i].differs = true;
-    (void)snprintf(seg[i].result, sizeof seg[i].result, "differs: %.700s", what);
 }
 
 /* The first byte at which two files differ: -1 when equal, -2 when one cannot be read. */
@@ -113,14 +114,14 @@ static void compare_tree(const char *a_root,
         } else if (c != 0) {
             (void)snprintf(what, sizeof what, "%s: only in the %s run", sub,
                            c < 0 ? "straight" : "interrupted");
-            charge(seg, n, at, what);
+            charge(seg, n, at, false, what);
         } else if (is_dir(a, name)) {
             compare_tree(a_root, b_root, sub, at, seg, n);
         } else {
             long long off = first_difference(pa, pb);
             if (off == -2) (void)snprintf(what, sizeof what, "%s: cannot be read", sub);
             if (off >= 0) (void)snprintf(what, sizeof what, "%s: byte %lld", sub, off);
-            if (off != -1) charge(seg, n, at, what);
+            if (off != -1) charge(seg, n, at, false, what);
         }
         i += c <= 0;
         j += c >= 0;
@@ -154,52 +155,81 @@ static bool records_differ(json_t *a, json_t *b, char *what, size_t size) {
     return false;
 }
 
-/* Reads the next line of f as a JSON object (NULL at the end or for a line that is not one;
- * *eof tells which). */
-static json_t *next_record(FILE *f, char **line, size_t *cap, bool *eof) {
-    *eof = !f || getline(line, cap, f) < 0;
-    if (*eof) return NULL;
-    json_t *r = json_loads(*line, 0, NULL);
-    if (r && !json_is_object(r)) {
-        json_decref(r);
-        r = NULL;
+/* One run's metrics.jsonl, read a record at a time: the current record (NULL at the end or for
+ * a line that is not a JSON object), its number from 1, its step and its kind ("train", or the
+ * split an evaluation record is of). */
+typedef struct records {
+    FILE *f;
+    char *line;
+    size_t cap;
+    json_t *rec;
+    long long no;
+    int64_t step;
+    char kind[64];
+    bool end;
+} records;
+
+static void next_record(records *r) {
+    json_decref(r->rec);
+    r->rec = NULL;
+    r->end = !r->f || getline(&r->line, &r->cap, r->f) < 0;
+    if (r->end) return;
+    r->no++;
+    r->rec = json_loads(r->line, 0, NULL);
+    r->step = json_integer_value(json_object_get(r->rec, "step"));
+    r->kind[0] = '\0';
+    const char *key;
+    json_t *v;
+    json_object_foreach(r->rec, key, v) {
+        const char *slash = strchr(key, '/');
+        if (slash && !r->kind[0])
+            (void)snprintf(r->kind, sizeof r->kind, "%.*s", (int)(slash - key), key);
     }
-    return r;
 }
 
-/* metrics.jsonl of both runs, record by record. */
+/* Says a record of one run that the other lacks, or one that does not read, and moves on. */
+static void unmatched(records *r, const char *run, verify_segment *seg, int n) {
+    char what[256];
+    (void)snprintf(what, sizeof what, "metrics.jsonl record %lld (step %lld): %s", r->no,
+                   (long long)r->step, r->rec ? run : "not a JSON object");
+    charge(seg, n, r->rec ? r->step : INT64_MAX, true, what);
+    next_record(r);
+}
+
+/* metrics.jsonl of both runs, record by record in step order: the records of one step and
+ * kind are compared; a record of either run that the other lacks is a difference of its own,
+ * and the comparison goes on with the next. */
 static void compare_records(const char *a_root, const char *b_root, verify_segment *seg, int n) {
-    char pa[CMP_PATH], pb[CMP_PATH], what[1024];
-    (void)snprintf(pa, sizeof pa, "%s/metrics.jsonl", a_root);
-    (void)snprintf(pb, sizeof pb, "%s/metrics.jsonl", b_root);
-    FILE *fa = fopen(pa, "r"), *fb = fopen(pb, "r");
-    char *la = NULL, *lb = NULL;
-    size_t ca = 0, cb = 0;
-    for (long long k = 1;; k++) {
-        bool ea, eb;
-        json_t *ra = next_record(fa, &la, &ca, &ea), *rb = next_record(fb, &lb, &cb, &eb);
-        if (ea && eb) break;
-        json_t *known = ra ? ra : rb;
-        int64_t step = known ? json_integer_value(json_object_get(known, "step")) : INT64_MAX;
-        char why[900] = "";
-        if (ea || eb)
-            (void)snprintf(why, sizeof why, "only in the %s run", ea ? "interrupted" : "straight");
-        else if (!ra || !rb)
-            (void)snprintf(why, sizeof why, "not a JSON object");
-        else
-            (void)records_differ(ra, rb, why, sizeof why);
-        if (why[0]) {
-            (void)snprintf(what, sizeof what, "metrics.jsonl record %lld (step %lld): %s", k,
-                           (long long)step, why);
-            charge(seg, n, step, what);
+    char pa[CMP_PATH], pb[CMP_PATH], why[1024], what[1200];
+    records a = {0}, b = {0};
+    if (join(pa, sizeof pa, a_root, "metrics.jsonl")) a.f = fopen(pa, "r");
+    if (join(pb, sizeof pb, b_root, "metrics.jsonl")) b.f = fopen(pb, "r");
+    next_record(&a);
+    next_record(&b);
+    while (!a.end || !b.end) {
+        bool same =
+            !a.end && !b.end && a.rec && b.rec && a.step == b.step && strcmp(a.kind, b.kind) == 0;
+        if (!same) {
+            bool a_first = !a.end && (b.end || !a.rec || (b.rec && a.step <= b.step));
+            if (a_first)
+                unmatched(&a, "only in the straight run", seg, n);
+            else
+                unmatched(&b, "only in the interrupted run", seg, n);
+            continue;
         }
-        json_decref(ra);
-        json_decref(rb);
+        if (records_differ(a.rec, b.rec, why, sizeof why)) {
+            (void)snprintf(what, sizeof what, "metrics.jsonl record %lld (step %lld): %s", a.no,
+                           (long long)a.step, why);
+            charge(seg, n, a.step, true, what);
+        }
+        next_record(&a);
+        next_record(&b);
     }
-    free(la);
-    free(lb);
-    if (fa) (void)fclose(fa);
-    if (fb) (void)fclose(fb);
+    records *both[] = {&a, &b};
+    for (int i = 0; i < 2; i++) {
+        free(both[i]->line);
+        if (both[i]->f) (void)fclose(both[i]->f);
+    }
 }
 
 int cli_verify_compare(const char *straight, const char *resumed, verify_segment *seg, int n) {
@@ -207,8 +237,11 @@ int cli_verify_compare(const char *straight, const char *resumed, verify_segment
     compare_records(straight, resumed, seg, n);
     int differ = 0;
     for (int i = 0; i < n; i++) {
-        if (!seg[i].differs) (void)snprintf(seg[i].result, sizeof seg[i].result, "identical");
-        differ += seg[i].differs;
+        verify_segment *g = &seg[i];
+        (void)snprintf(g->result, sizeof g->result, "%s%s%s%s",
+                       g->differs ? "differs: " : "identical", g->file,
+                       g->file[0] && g->record[0] ? "; " : "", g->record);
+        differ += g->differs;
     }
     return differ;
 }
