@@ -52,7 +52,7 @@ void cli_never_block_on_the_launcher(void);
 
 typedef enum progress_mode { PROGRESS_BAR, PROGRESS_PLAIN, PROGRESS_NONE } progress_mode;
 
-/* Where verify-resume interrupts a fit it runs (CTRAIN_VERIFY_CUT=HOW@STEP, verify.c). */
+/* Where verify-resume interrupts a fit it runs (CTRAIN_VERIFY_CUT=HOW@STEP, verify_cut.c). */
 typedef enum cut_how { CUT_NONE, CUT_WINDOW, CUT_TERM, CUT_EVAL, CUT_SAVE, CUT_HOW_COUNT } cut_how;
 typedef struct cli_cut {
     cut_how how;
@@ -124,8 +124,8 @@ ct_status cli_load_config(ct_ctx *ctx, const char *path, char **overrides, int n
 void cli_apply_logging(session *s, const ct_config *cfg);
 /* Points the trainer's callbacks at s: the progress display, log.txt, the stop signals. */
 void cli_session_callbacks(session *s, ct_trainer_callbacks *cb);
-/* Adds the cut point CTRAIN_VERIFY_CUT names, if set, to the callbacks (verify.c): 0, or the
- * exit code once the error is said. */
+/* Adds the cut point CTRAIN_VERIFY_CUT names, if set, to the callbacks (verify_cut.c): 0, or
+ * the exit code once the error is said. */
 int cli_cut_callbacks(session *s, ct_trainer_callbacks *cb);
 /* A cut's name in CTRAIN_VERIFY_CUT ("window", "term", ...). */
 const char *cli_cut_name(cut_how how);
