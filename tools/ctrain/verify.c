@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "ctrain/checkpoint.h"
 
 extern char **environ;
 
