@@ -101,6 +101,12 @@ typedef struct ct_checkpoint_save_params {
                               `latest`'s fallback */
     int64_t spare_step;    /* retention never deletes this step's checkpoint either (a run
                               keeps the one it resumed from); -1 (default) = none */
+    /* A verification hook: called after each file is written into step-N.tmp/ (file: its name,
+       "model.safetensors", ...; state.json last), before the checkpoint is published. An error
+       cancels the save as a failed write does. `ctrain verify-resume` ends the process here to
+       test a save cut short. NULL (default) = none. */
+    ct_status (*on_file)(void *user, const char *file);
+    void *on_file_user;
 } ct_checkpoint_save_params;
 
 CT_API ct_checkpoint_save_params ct_checkpoint_save_default_params(void);

@@ -169,6 +169,11 @@ typedef struct ct_trainer_callbacks {
        ct_trainer_step): what was recorded after that step belongs to a continuation that is
        abandoned, and the steps after it are made again. May be NULL. */
     ct_status (*on_rollback)(void *user, ct_trainer *t, int64_t step);
+    /* a verification hook: a file of the checkpoint on_save announced is written under its
+       temporary name, the checkpoint not yet published (ct_checkpoint_save_params.on_file);
+       `ctrain verify-resume` ends the process here to test a save cut short. An error cancels
+       the save and ends fit with it. May be NULL. */
+    ct_status (*on_save_file)(void *user, ct_trainer *t, const char *file);
 } ct_trainer_callbacks;
 
 /* ct_trainer_params.bucket_bytes: chosen from the communicator's layout. */

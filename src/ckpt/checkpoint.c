@@ -29,7 +29,7 @@
 #define MAX_TREE_DEPTH 4 /* a checkpoint directory is flat; this bounds the recursive delete */
 
 ct_checkpoint_save_params ct_checkpoint_save_default_params(void) {
-    ct_checkpoint_save_params p = {0, 0, NULL, NULL, NULL, false, 0, false, -1};
+    ct_checkpoint_save_params p = {0, 0, NULL, NULL, NULL, false, 0, false, -1, NULL, NULL};
     return p;
 }
 
@@ -574,6 +574,11 @@ static void retain(ct_ctx *ctx, const char *ckdir, int64_t keep, int64_t upto, i
     ct_ckpt_steps_fini(&st);
 }
 
+/* The save's verification hook (ct_checkpoint_save_params.on_file), when it has one. */
+static ct_status file_written(const ct_checkpoint_save_params *p, const char *file) {
+    return p->on_file ? p->on_file(p->on_file_user, file) : CT_OK;
+}
+
 static ct_status save_into(ct_ctx *ctx,
                            const char *tmpdir,
                            const ct_params *params,
@@ -581,10 +586,14 @@ static ct_status save_into(ct_ctx *ctx,
     json_t *files = json_object();
     if (!files) return CT_FAIL(ctx, CT_ERR_OOM, "%s: building state.json", tmpdir);
     ct_status s = save_store(ctx, tmpdir, "model.safetensors", params, files);
+    if (s == CT_OK) s = file_written(p, "model.safetensors");
     if (s == CT_OK && p->ema) s = save_store(ctx, tmpdir, "ema.safetensors", p->ema, files);
+    if (s == CT_OK && p->ema) s = file_written(p, "ema.safetensors");
     if (s == CT_OK && p->optim)
         s = save_optim(ctx, tmpdir, p->optim, ct_params_numel(params), files);
+    if (s == CT_OK && p->optim) s = file_written(p, "optimizer.safetensors");
     if (s == CT_OK) s = save_state(ctx, tmpdir, p, files); /* the manifest, last */
+    if (s == CT_OK) s = file_written(p, "state.json");
     json_decref(files);
     if (s == CT_OK) s = sync_path(ctx, tmpdir, "fsync of the directory");
     return s;

@@ -386,6 +386,11 @@ static ct_status fwd_save(void *user, ct_trainer *t, bool best) {
     return cb->on_save ? cb->on_save(cb->user, t, best) : CT_OK;
 }
 
+static ct_status fwd_save_file(void *user, ct_trainer *t, const char *file) {
+    const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
+    return cb->on_save_file(cb->user, t, file);
+}
+
 static void fwd_exception(void *user, ct_trainer *t, ct_status s) {
     const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
     if (cb->on_exception) cb->on_exception(cb->user, t, s);
@@ -437,6 +442,7 @@ void ct_exp_wire_callbacks(ct_experiment *e, ct_trainer_callbacks *cb) {
     cb->on_iteration_start = ucb->on_iteration_start ? fwd_iteration_start : NULL;
     cb->on_iteration_end = ucb->on_iteration_end ? fwd_iteration_end : NULL;
     cb->on_eval_start = ucb->on_eval_start ? fwd_eval_start : NULL;
+    cb->on_save_file = ucb->on_save_file ? fwd_save_file : NULL;
 }
 
 /* ---- the run directory's records ---- */

@@ -202,6 +202,12 @@ static void copy_store(ct_params *dst, const ct_params *src) {
     }
 }
 
+/* The checkpoint's file hook, for the trainer's on_save_file. */
+static ct_status save_file_written(void *user, const char *file) {
+    ct_trainer *t = user;
+    return ct_train_event(t, t->p.callbacks.on_save_file(t->p.callbacks.user, t, file));
+}
+
 /* Rank 0's part of flush_checkpoint. */
 static ct_status save_now(ct_trainer *t, bool best) {
     if (t->p.callbacks.on_save)
@@ -237,6 +243,10 @@ static ct_status save_now(ct_trainer *t, bool best) {
     sp.keep = t->p.keep;
     sp.replace = t->step <= t->replace_upto;
     sp.spare_step = t->resumed_step;
+    if (t->p.callbacks.on_save_file) {
+        sp.on_file = save_file_written;
+        sp.on_file_user = t;
+    }
     ct_status s = ct_checkpoint_save(t->ctx, t->p.checkpoint_dir, t->params, &sp, NULL, 0);
     json_decref(st);
     if (s != CT_OK)
@@ -497,6 +507,11 @@ static ct_status restore_positions(ct_trainer *t, saved_state *sv, const char *p
         for (int64_t i = 0; i < t->n_engines; i++)
             t->engines[i].resume_state.next_batch = 0;
     }
+#ifdef CT_TEST_BREAK_RESUME
+    /* only in the test build ctrain_broken_resume (tests/CMakeLists.txt): a resume made wrong on
+       purpose, which `ctrain verify-resume` must report */
+    sv->loader.next_batch = 0;
+#endif
     if (ct_loader_set_state(t->train, &sv->loader) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the training loader", path);
     for (int64_t i = 0; i < t->n_engines; i++)

@@ -111,7 +111,7 @@ else
     [[ $out == --no-ema ]] && ok completion_option || fail completion_option "eval --n: '$out'"
     # the completion's options are those each command's usage names (two tables in the tool)
     why=
-    for cmd in fit eval predict report config inspect diff; do
+    for cmd in fit eval predict report config inspect diff verify-resume; do
         want=$({ echo --help; "$ctrain" "$cmd" --help 2>&1; } | grep -oE -- '--[a-z][a-z-]*' |
             sort -u | tr '\n' ' ')
         got=$(complete_words completion.bash ctrain "$cmd" x --  | grep -E '^--[a-z]' | sort -u |

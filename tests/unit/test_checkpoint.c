@@ -3,7 +3,8 @@
  * a bit-exact round trip of model + EMA + optimizer + state, the latest/best pointers, retention
  * that spares best, clean-up of interrupted saves, fallback from a damaged latest with a
  * warning, refusal of a newer format, every flipped bit of state.json and of the pointers
- * detected, format 1 still read, and a failed write that leaves everything as it was.
+ * detected, format 1 still read, a failed write that leaves everything as it was, and the
+ * verification hook called for each file before the checkpoint is published.
  */
 #include <jansson.h>
 #include <signal.h>
@@ -555,6 +556,53 @@ static void checkpoint_should_leave_the_previous_one_when_a_write_fails(void) {
     ct_params_destroy(A);
 }
 
+/* on_file's record: the files it was told of, the step-N.tmp it found them in, and which call
+ * fails (0: none). */
+typedef struct file_hook {
+    char seen[256];
+    char tmpdir[512];
+    int calls, fail_at;
+} file_hook;
+
+static ct_status on_file(void *user, const char *file) {
+    file_hook *h = user;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", h->tmpdir, file);
+    CT_CHECK_MSG(exists(p), "%s is not written when on_file is called", p);
+    strncat(h->seen, file, sizeof h->seen - strlen(h->seen) - 2);
+    strcat(h->seen, " ");
+    return ++h->calls == h->fail_at ? CT_FAIL(ctx, CT_ERR_IO, "stopped by the hook") : CT_OK;
+}
+
+static void checkpoint_should_call_the_file_hook_before_publishing(void) {
+    char root[256];
+    ct_params *A = make_store(1.0f, 8), *E = make_store(2.0f, 8);
+    root_of("hook", root);
+    file_hook h = {.fail_at = 2};
+    snprintf(h.tmpdir, sizeof h.tmpdir, "%s/checkpoints/step-00000001.tmp", root);
+    ct_checkpoint_save_params sp = ct_checkpoint_save_default_params();
+    sp.step = 1;
+    sp.ema = E;
+    sp.on_file = on_file;
+    sp.on_file_user = &h;
+    /* an error from the hook cancels the save: nothing published, no debris */
+    CT_CHECK_INT(ct_checkpoint_save(ctx, root, A, &sp, NULL, 0), CT_ERR_IO);
+    CT_CHECK_MSG(strcmp(h.seen, "model.safetensors ema.safetensors ") == 0, "%s", h.seen);
+    CT_CHECK(!exists(h.tmpdir));
+    char p[512];
+    snprintf(p, sizeof p, "%s/checkpoints/step-00000001", root);
+    CT_CHECK(!exists(p));
+    /* every file, state.json last, all inside step-N.tmp/ */
+    h.seen[0] = '\0';
+    h.calls = h.fail_at = 0;
+    CT_CHECK_INT(ct_checkpoint_save(ctx, root, A, &sp, NULL, 0), CT_OK);
+    CT_CHECK_MSG(strcmp(h.seen, "model.safetensors ema.safetensors state.json ") == 0, "%s",
+                 h.seen);
+    CT_CHECK(exists(p));
+    ct_params_destroy(A);
+    ct_params_destroy(E);
+}
+
 int main(void) {
     base = mkdtemp(tmpl);
     if (!base) return 1;
@@ -572,6 +620,7 @@ int main(void) {
     CT_RUN(checkpoint_should_detect_every_flipped_bit_of_state_and_pointers);
     CT_RUN(checkpoint_should_read_format_1);
     CT_RUN(checkpoint_should_leave_the_previous_one_when_a_write_fails);
+    CT_RUN(checkpoint_should_call_the_file_hook_before_publishing);
     ct_ctx_destroy(ctx);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);

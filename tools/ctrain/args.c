@@ -43,6 +43,8 @@ void cli_usage(FILE *f) {
            "  report RUN_DIR... [--output F.html] [--svg DIR] [--log]\n"
            "                                  a self-contained HTML report with plots;\n"
            "                                  several runs: one page comparing them\n"
+           "  verify-resume CONFIG [--steps N] [--cuts K] [--dir D] [--keep] [key=value ...]\n"
+           "                                  check that resuming reproduces a straight run\n"
            "  completion bash|zsh             print the shell completion script\n"
            "  man                             print the ctrain(1) man page (roff)\n"
            "\n"
@@ -55,8 +57,9 @@ void cli_usage(FILE *f) {
            "options: -V, --version   print the version;  -h, --help   this help "
            "(ctrain COMMAND --help for a command's)\n"
            "\n"
-           "exit codes: 0 success, 1 the run failed, 2 usage, configuration or input "
-           "error,\n"
+           "exit codes: 0 success, 1 the run failed (diff, verify-resume: a difference), 2 "
+           "usage,\n"
+           "            configuration or input error,\n"
            "            129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM (a checkpoint saved)\n"
            "\n"
            "environment: CTRAIN_DEBUG=1 adds ctrain's source locations to error "
@@ -309,6 +312,20 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                          "of the shell: commands, options, the configuration's\nkeys as "
                          "key= and their valid values. bash: source <(ctrain completion bash);\n"
                          "an installed ctrain has it in share/bash-completion/completions.\n");
+    else if (strcmp(cmd, "verify-resume") == 0)
+        (void)fprintf(
+            f, "usage: ctrain verify-resume CONFIG [--steps N (40)] [--cuts K (5)] [--dir D] "
+               "[--keep]\n                            [key=value ...]\n\n"
+               "Trains N steps of the experiment straight, then the same N steps "
+               "interrupted K times\n(SIGKILL mid accumulation window, SIGTERM at "
+               "an epoch's last step, SIGKILL right\nafter an evaluation, SIGKILL "
+               "during a checkpoint write, SIGTERM) and resumed each\ntime, with a "
+               "checkpoint every step; compares every checkpoint file byte for byte\n"
+               "and metrics.jsonl record by record (wall-clock values left out) and "
+               "prints a table.\nRuns in D (default a new directory in $TMPDIR or "
+               "/tmp), removed at the end unless\n--keep. Exit 0 all identical, 1 a "
+               "difference or a failed run, 2 a usage or\nconfiguration error. One "
+               "process: not under an MPI launcher.\n");
     else if (strcmp(cmd, "man") == 0)
         (void)fprintf(f, "usage: ctrain man\n\nPrints the ctrain(1) man page (roff), made "
                          "of these help texts: man <(ctrain man).\n");

@@ -5,7 +5,8 @@
  * parsing), signals.c (the stop signals), session.c (messages, log.txt, errors, loading a
  * configuration), progress.c (the progress display and the trainer's callbacks), fit.c, eval.c
  * (eval, predict, config), report.c, inspect.c and diff.c (one command each), completion.c
- * (completion scripts, man page).
+ * (completion scripts, man page), verify.c (verify-resume: its runs and table), verify_compare.c
+ * (its comparisons) and verify_cut.c (the cut points of its runs).
  *
  * A session belongs to the command that opened it; its log file, communicator and context are
  * closed by that command. The only process-wide state is signals.c's signal flag.
@@ -51,6 +52,15 @@ void cli_never_block_on_the_launcher(void);
 
 typedef enum progress_mode { PROGRESS_BAR, PROGRESS_PLAIN, PROGRESS_NONE } progress_mode;
 
+/* Where verify-resume interrupts a fit it runs (CTRAIN_VERIFY_CUT=HOW@STEP, verify_cut.c). */
+typedef enum cut_how { CUT_NONE, CUT_WINDOW, CUT_TERM, CUT_EVAL, CUT_SAVE, CUT_HOW_COUNT } cut_how;
+typedef struct cli_cut {
+    cut_how how;
+    int64_t step;                   /* the step during which it strikes */
+    int64_t window_step, in_window; /* the step the micro-batches begun belong to, and how many */
+    ct_trainer_callbacks next;      /* the session's own handlers, called first */
+} cli_cut;
+
 typedef struct session {
     ct_ctx *ctx;
     FILE *log_file;
@@ -83,6 +93,7 @@ typedef struct session {
     int64_t batch_size, eval_batch_size;
     int64_t max_epochs, max_steps, accum_steps;
     ct_experiment *exp;
+    cli_cut cut;
 } session;
 
 /* Clears s and creates the context *ctx, logging through s: 0, or the exit code once said. */
@@ -113,6 +124,24 @@ ct_status cli_load_config(ct_ctx *ctx, const char *path, char **overrides, int n
 void cli_apply_logging(session *s, const ct_config *cfg);
 /* Points the trainer's callbacks at s: the progress display, log.txt, the stop signals. */
 void cli_session_callbacks(session *s, ct_trainer_callbacks *cb);
+/* Adds the cut point CTRAIN_VERIFY_CUT names, if set, to the callbacks (verify_cut.c): 0, or
+ * the exit code once the error is said. */
+int cli_cut_callbacks(session *s, ct_trainer_callbacks *cb);
+/* A cut's name in CTRAIN_VERIFY_CUT ("window", "term", ...). */
+const char *cli_cut_name(cut_how how);
+
+/* verify-resume's comparison (verify_compare.c): the straight run's files against the
+ * interrupted run's, each difference charged to the segment (from, to] of steps that the
+ * interrupted run made between two resumes; result says the segment's first differing
+ * checkpoint file and its first differing record. */
+typedef struct verify_segment {
+    int64_t from, to;
+    bool differs;
+    char file[400], record[400]; /* the first differences found, "" for none */
+    char result[820];
+} verify_segment;
+/* Fills the segments' results: the number of segments that differ. */
+int cli_verify_compare(const char *straight, const char *resumed, verify_segment *seg, int n);
 
 /* ---- the arguments (args.c) ---- */
 
@@ -153,6 +182,8 @@ int cli_cmd_diff(int argc, char **argv);
 /* completion.c: the shell completion scripts and the man page, from the same tables as --help */
 int cli_cmd_completion(int argc, char **argv);
 int cli_cmd_man(int argc, char **argv);
+/* verify.c: train twice, straight and interrupted, and compare */
+int cli_cmd_verify_resume(int argc, char **argv);
 
 /* Whether the run's pointer file checkpoints/NAME is there, readable or not (eval.c). */
 bool cli_pointer_exists(const char *run, const char *name);

@@ -23,6 +23,7 @@ static const struct {
     {"inspect", "--help"},
     {"diff", "--json --tolerance= --all --help"},
     {"report", "--output= --svg= --log --help"},
+    {"verify-resume", "--steps= --cuts= --dir= --keep --help"},
     {"completion", ""},
     {"man", ""},
 };
@@ -100,6 +101,7 @@ static void put_function(FILE *f, bool zsh) {
         "        elif [[ \" $valued \" == *\" $prev \"* ]]; then\n"
         "            [[ $prev == --checkpoint ]] && vals='best latest'\n"
         "            [[ \" --checkpoint --input --output --svg \" == *\" $prev \"* ]] && files=1\n"
+        "            [[ $prev == --dir ]] && files=1\n"
         "        elif [[ $cur == -* ]]; then\n"
         "            vals=$opts\n"
         "        else\n"
@@ -110,8 +112,8 @@ static void put_function(FILE *f, bool zsh) {
         "                [[ ${COMP_WORDS[i+1]} == = || ${COMP_WORDS[i-1]} == = ]] && continue\n"
         "                operands=$((operands + 1))\n"
         "            done\n"
-        "            if (( operands == 0 )) || [[ \" fit eval predict config \" != *\" $cmd \"* "
-        "]]; then\n"
+        "            if (( operands == 0 )) ||\n"
+        "                [[ \" fit eval predict config verify-resume \" != *\" $cmd \"* ]]; then\n"
         "                files=1\n"
         "            else\n"
         "                # key=value: after '=' the key's values ('=' may split the word)\n"

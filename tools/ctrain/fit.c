@@ -74,6 +74,8 @@ static int create(session *s, const cmd_args *a, ct_config *cfg, ct_experiment *
     ep.comm = s->comm;
     ep.restart = a->restart;
     cli_session_callbacks(s, &ep.callbacks);
+    int rc = cli_cut_callbacks(s, &ep.callbacks);
+    if (rc) return rc;
     ep.report_cancelled = cli_signalled;
     ct_status st = ct_experiment_create(s->ctx, cfg, &ep, e);
     if (st != CT_OK) return cli_rank_fail(s, s->ctx, cli_setup_code(st));

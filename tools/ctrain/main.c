@@ -1,8 +1,9 @@
 /*
- * main.c - the ctrain command-line tool: fit, eval, predict, config, report, inspect and diff over
- * experiment files (include/ctrain/experiment.h), with progress on stderr, a log.txt in the run
- * directory, and the exit codes of docs/cli.md:
- *     0 success; 1 the run failed (a non-finite stop included); 2 a usage, configuration or
+ * main.c - the ctrain command-line tool: fit, eval, predict, config, report, inspect, diff and
+ * verify-resume over experiment files (include/ctrain/experiment.h), with progress on stderr, a
+ * log.txt in the run directory, and the exit codes of docs/cli.md:
+ *     0 success; 1 the run failed (a non-finite stop included; diff and verify-resume: a
+ *     difference found); 2 a usage, configuration or
  *     input error; 129 stopped by SIGHUP; 130 interrupted by SIGINT; 143 stopped by SIGTERM.
  *
  * This file picks the command; cli.h lists the files that carry them out.
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "diff") == 0) return cli_cmd_diff(argc - 1, argv + 1);
     if (strcmp(cmd, "completion") == 0) return cli_cmd_completion(argc - 1, argv + 1);
     if (strcmp(cmd, "man") == 0) return cli_cmd_man(argc - 1, argv + 1);
+    if (strcmp(cmd, "verify-resume") == 0) return cli_cmd_verify_resume(argc - 1, argv + 1);
     (void)fprintf(stderr, "ctrain: unknown %s '%s'\n", cmd[0] == '-' ? "option" : "command", cmd);
     cli_usage(stderr);
     return EXIT_USAGE;
