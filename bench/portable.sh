@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # portable.sh - what the portable build (the default, CT_NATIVE off) costs against a
 # -march=native build of the same tree on this machine: the micro-benchmarks of bench_ops, the
-# optimizer updates of bench_optim and the loader of bench_loader, each run alternately in the
-# two builds ROUNDS times; prints the best median of each and the ratio portable / native
-# (above 1: the portable build is slower).
+# optimizer updates of bench_optim, the loader of bench_loader and short runs of the bundled
+# examples, each run alternately in the two builds ROUNDS times; prints the best median (or
+# time) of each and the ratio portable / native (above 1: the portable build is slower).
 #
-#   bench/portable.sh [ROUNDS]        (default 5; builds build-bench-portable and
-#                                      build-bench-native when missing)
+#   bench/portable.sh [ROUNDS]        (default 5; builds the current tree in
+#                                      build-bench-portable and build-bench-native)
 set -euo pipefail
 rounds=${1:-5}
 cd "$(dirname "$0")/.."
@@ -14,11 +14,9 @@ for kind in portable native; do
     dir=build-bench-$kind
     native=OFF
     [[ $kind == native ]] && native=ON
-    if [[ ! -x $dir/bench/bench_ops ]]; then
-        cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCT_NATIVE=$native \
-            -DCT_BUILD_TESTS=OFF >/dev/null
-        cmake --build "$dir" -j 2 --target bench_ops bench_optim bench_loader >/dev/null
-    fi
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCT_NATIVE=$native \
+        -DCT_BUILD_TESTS=OFF >/dev/null
+    cmake --build "$dir" -j 2 --target bench_ops bench_optim bench_loader ctrain_cli >/dev/null
 done
 model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
 flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')
@@ -35,9 +33,9 @@ best() {
     p=inf
     n=inf
     for ((r = 0; r < rounds; r++)); do
-        v=$("build-bench-portable/bench/$@" | tail -1 | awk -v f="$field" '{print $f}')
+        v=$("build-bench-portable/bench/$@" 2>/dev/null | tail -1 | awk -v f="$field" '{print $f}')
         p=$(awk -v a="$p" -v b="$v" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
-        v=$("build-bench-native/bench/$@" | tail -1 | awk -v f="$field" '{print $f}')
+        v=$("build-bench-native/bench/$@" 2>/dev/null | tail -1 | awk -v f="$field" '{print $f}')
         n=$(awk -v a="$n" -v b="$v" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
     done
     awk -v name="$name" -v p="$p" -v n="$n" 'BEGIN { printf "%-28s %10.4f %10.4f %8.3f\n", name, p, n, p / n }'
@@ -48,6 +46,35 @@ for c in linear conv2d attention mlp_step mlp32_step; do
 done
 best loader_plain 2 bench_loader loader_plain --threads 2
 best loader_aug 2 bench_loader loader_aug --threads 2
+# whole runs of the bundled examples, S steps each (wall time, s: loading the data, the
+# steps, the closing evaluation)
+fit_case() {
+    local name=$1 ex=$2 steps=$3 r p n t0 t
+    shift 3
+    p=inf
+    n=inf
+    for ((r = 0; r < rounds; r++)); do
+        for kind in portable native; do
+            rm -rf "build-bench-$kind/fit-run"
+            t0=$(date +%s.%N)
+            "build-bench-$kind/ctrain" fit "examples/$ex.yaml" trainer.max_steps="$steps" \
+                output_dir="build-bench-$kind/fit-run" logging.progress=none \
+                checkpoint.enabled=false "$@" >/dev/null 2>&1
+            t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+            if [[ $kind == portable ]]; then
+                p=$(awk -v a="$p" -v b="$t" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+            else
+                n=$(awk -v a="$n" -v b="$t" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+            fi
+        done
+    done
+    awk -v name="$name (s)" -v p="$p" -v n="$n" 'BEGIN { printf "%-28s %10.4f %10.4f %8.3f\n", name, p, n, p / n }'
+}
+fit_case "fit mlp 1000 steps" fashion_mnist_mlp 1000
+fit_case "fit cnn 100 steps" fashion_mnist_cnn 100
+fit_case "fit gpt 100 steps" char_gpt 100
+fit_case "fit gpt bf16 100 steps" char_gpt 100 trainer.precision=bf16
+
 # bench_optim prints a table: the step column of Adam with weight decay and of AdamW, on the
 # larger of its two parameter counts (its last row of each)
 for v in "adam weight_decay" "adamw"; do

@@ -144,7 +144,7 @@ static int64_t compute_per_rank(const ct_loader_params *p, int64_t n) {
 
 /* ---- transforms ---- */
 
-static void apply_transforms(const ct_loader *l, float *x, int64_t epoch, int64_t index) {
+CT_HOT static void apply_transforms(const ct_loader *l, float *x, int64_t epoch, int64_t index) {
     int64_t c = l->x_ndim >= 1 ? l->x_shape[0] : 1;
     int64_t h = l->x_ndim >= 2 ? l->x_shape[l->x_ndim - 2] : 1;
     int64_t w = l->x_ndim >= 1 ? l->x_shape[l->x_ndim - 1] : 1;
@@ -207,7 +207,7 @@ static void apply_transforms(const ct_loader *l, float *x, int64_t epoch, int64_
 }
 
 /* Converts one raw sample to f32. */
-static void to_f32(ct_dtype dt, const unsigned char *src, float *dst, int64_t n) {
+CT_HOT static void to_f32(ct_dtype dt, const unsigned char *src, float *dst, int64_t n) {
     switch (dt) {
     case CT_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));

@@ -29,7 +29,7 @@
 #include "ops/ops_internal.h"
 
 /* s[0..T): scores of query i; becomes the probabilities over j <= i and 0 beyond. */
-static void causal_softmax_row(float *s, int64_t i, int64_t T) {
+CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t T) {
     float mx = s[0];
     for (int64_t j = 1; j <= i; j++)
         if (s[j] > mx) mx = s[j];
@@ -48,7 +48,8 @@ static void causal_softmax_row(float *s, int64_t i, int64_t T) {
 }
 
 /* ds[0..T): dP of query i; becomes dS = scale * P (dP - sum_j P dP), 0 beyond the diagonal. */
-static void causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t T, float scale) {
+CT_HOT static void
+causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t T, float scale) {
     double dot = 0.0;
     for (int64_t j = 0; j <= i; j++)
         dot += (double)p[j] * (double)ds[j];

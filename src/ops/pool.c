@@ -139,7 +139,7 @@ static void max_plane_2x2(const pool_geom *s, const float *xp, float *yp, int64_
     }
 }
 
-static void max_plane(const pool_geom *s, const float *xp, float *yp, int64_t *idx) {
+CT_HOT static void max_plane(const pool_geom *s, const float *xp, float *yp, int64_t *idx) {
     if (s->k[0] == 2 && s->k[1] == 2 && s->s[0] == 2 && s->s[1] == 2 && s->p[0] == 0 &&
         s->p[1] == 0 && s->oh * 2 <= s->h && s->ow * 2 <= s->w) {
         max_plane_2x2(s, xp, yp, idx);

@@ -9,7 +9,8 @@
 
 #include "ops/ops_internal.h"
 
-static void softmax_line(const float *x, float *y, int64_t dim, int64_t stride, bool log_form) {
+CT_HOT static void
+softmax_line(const float *x, float *y, int64_t dim, int64_t stride, bool log_form) {
     float mx = -INFINITY;
     for (int64_t d = 0; d < dim; d++)
         if (x[d * stride] > mx) mx = x[d * stride];
