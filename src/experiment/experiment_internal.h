@@ -171,6 +171,8 @@ struct ct_experiment {
     bool final_testing;   /* fit's last test evaluation runs: it never makes a best */
     bool hist_grads_due;  /* the epoch's last window is running: its gradients go out */
     double t_last_log;    /* for samples_per_sec between records */
+    double paused;        /* seconds of evaluations and checkpoint writes since then */
+    double pause_from;    /* when the current one began; 0: training runs */
     double comm_last_log; /* ct_trainer_comm_seconds at the last record */
     int64_t step_last_log;
     int64_t batch_size, accum;

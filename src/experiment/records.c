@@ -156,14 +156,33 @@ static ct_status record(ct_experiment *e,
     return CT_OK;
 }
 
+/* samples_per_sec counts training time only: the clock stops at an evaluation or a checkpoint
+ * write and runs again at the next training batch, as the progress display's does. */
+static void pause_clock(ct_experiment *e) {
+    if (e->pause_from == 0) e->pause_from = now_seconds();
+}
+
+static void run_clock(ct_experiment *e) {
+    if (e->pause_from == 0) return;
+    e->paused += now_seconds() - e->pause_from;
+    e->pause_from = 0;
+}
+
+/* Starts the clock of samples_per_sec afresh at `now`. */
+static void reset_clock(ct_experiment *e, double now) {
+    e->t_last_log = now;
+    e->paused = 0;
+    if (e->pause_from > 0) e->pause_from = now;
+}
+
 static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int64_t n) {
     ct_experiment *e = user;
     double now = now_seconds();
     int64_t steps = ct_trainer_step(t) - e->step_last_log;
-    double dt = now - e->t_last_log;
+    double dt = now - e->t_last_log - e->paused - (e->pause_from > 0 ? now - e->pause_from : 0);
     int64_t world = e->p.comm ? ct_comm_world_size(e->p.comm) : 1;
     double extra[2] = {dt > 0 ? (double)(steps * e->batch_size * e->accum * world) / dt : 0.0};
-    e->t_last_log = now;
+    reset_clock(e, now);
     e->step_last_log = ct_trainer_step(t);
     /* distributed: rank 0's time in the gradient all-reduce per step since the last record */
     double comm = ct_trainer_comm_seconds(t);
@@ -306,7 +325,8 @@ on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *v
 
 static ct_status fwd_fit_start(void *user, ct_trainer *t) {
     ct_experiment *e = user;
-    e->t_last_log = now_seconds();
+    e->pause_from = 0;
+    reset_clock(e, now_seconds());
     e->step_last_log = ct_trainer_step(t);
     e->comm_last_log = ct_trainer_comm_seconds(t);
     const ct_trainer_callbacks *cb = &e->p.callbacks;
@@ -332,6 +352,7 @@ static ct_status fwd_epoch_start(void *user, ct_trainer *t, int64_t epoch) {
 }
 
 static ct_status fwd_iteration_start(void *user, ct_trainer *t, int64_t batch) {
+    run_clock(user);
     const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
     return cb->on_iteration_start ? cb->on_iteration_start(cb->user, t, batch) : CT_OK;
 }
@@ -342,6 +363,7 @@ static ct_status fwd_iteration_end(void *user, ct_trainer *t, int64_t batch, dou
 }
 
 static ct_status fwd_eval_start(void *user, ct_trainer *t, const char *key) {
+    pause_clock(user);
     const ct_trainer_callbacks *cb = &((ct_experiment *)user)->p.callbacks;
     return cb->on_eval_start ? cb->on_eval_start(cb->user, t, key) : CT_OK;
 }
@@ -371,7 +393,7 @@ static ct_status cut_records(ct_experiment *e, int64_t step) {
 static ct_status fwd_rollback(void *user, ct_trainer *t, int64_t step) {
     ct_experiment *e = user;
     if (e->jsonl.fd >= 0) CT_TRY(cut_records(e, step));
-    e->t_last_log = now_seconds();
+    reset_clock(e, now_seconds());
     e->step_last_log = step;
     e->comm_last_log = ct_trainer_comm_seconds(t);
     const ct_trainer_callbacks *cb = &e->p.callbacks;
@@ -381,6 +403,7 @@ static ct_status fwd_rollback(void *user, ct_trainer *t, int64_t step) {
 /* Before a checkpoint goes into the run directory: it must still be this run's. */
 static ct_status fwd_save(void *user, ct_trainer *t, bool best) {
     ct_experiment *e = user;
+    pause_clock(e);
     CT_TRY(ct_exp_rundir_check(e->ctx, &e->run));
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_save ? cb->on_save(cb->user, t, best) : CT_OK;
@@ -431,7 +454,10 @@ void ct_exp_wire_callbacks(ct_experiment *e, ct_trainer_callbacks *cb) {
     cb->on_save = fwd_save;
     cb->on_batch = fwd_batch;
     cb->on_rollback = fwd_rollback;
-    /* only the ones the caller set: an unset event costs nothing per batch */
+    /* the clock of samples_per_sec stops at these and runs again at the next batch */
+    cb->on_iteration_start = fwd_iteration_start;
+    cb->on_eval_start = fwd_eval_start;
+    /* the others only when the caller set them: an unset event costs nothing per batch */
     const ct_trainer_callbacks *ucb = &e->p.callbacks;
     /* gradient histograms read the whole averaged gradient, which a sharded update never
        assembles (ct_update_sharding): decided from the configuration, the same on every rank */
@@ -439,9 +465,7 @@ void ct_exp_wire_callbacks(ct_experiment *e, ct_trainer_callbacks *cb) {
         ct_exp_bool_at(e, "logging.tensorboard") && ct_exp_int_at(e, "logging.histogram_every") > 0;
     cb->on_grads = ucb->on_grads || grad_histograms ? fwd_grads : NULL;
     cb->on_epoch_start = ucb->on_epoch_start ? fwd_epoch_start : NULL;
-    cb->on_iteration_start = ucb->on_iteration_start ? fwd_iteration_start : NULL;
     cb->on_iteration_end = ucb->on_iteration_end ? fwd_iteration_end : NULL;
-    cb->on_eval_start = ucb->on_eval_start ? fwd_eval_start : NULL;
     cb->on_save_file = ucb->on_save_file ? fwd_save_file : NULL;
 }
 

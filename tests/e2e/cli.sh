@@ -996,6 +996,28 @@ else
     expect diff_resumed_twin 0 '^6 of 6 tensors identical$' '^state\.json: identical$' \
         '^identical$' -- "$ctrain" diff resumed straight
 fi
+# samples_per_sec counts training time only: with an evaluation of 200,000 samples every 10
+# steps of 32, the rate of a record after an evaluation is several times the samples over the
+# wall-clock time between the records (it equalled it when evaluations counted)
+cat >sps.yaml <<'YAML'
+seed: 1
+data:
+  train: {type: synthetic, kind: blobs, n: 400000, features: 8, classes: 4, seed: 3}
+  valid: {split: 0.5}
+  batch_size: 32
+model: {type: mlp, hidden: [32]}
+optimizer: {type: sgd, lr: 0.1}
+trainer: {max_steps: 40, steps_per_loop: 10, valid_every_steps: 10}
+checkpoint: {enabled: false}
+YAML
+why=
+"$ctrain" fit sps.yaml ++output_dir=sps "${quiet[@]}" >sps.out 2>&1 || why="$(tail_of sps.out); "
+why+=$(grep samples_per_sec sps/metrics.jsonl | awk -F'[,:}]' '
+    { for (i = 1; i < NF; i++) { if ($i == "\"time\"") t = $(i + 1); if ($i == "\"samples_per_sec\"") r = $(i + 1) }
+      if (NR > 2 && r * (t - last) < 3 * 320) printf "step %d: %g samples/s over %.3f s; ", NR * 10, r, t - last
+      last = t }
+    END { if (NR != 4) printf "%d records with samples_per_sec; ", NR }')
+verdict samples_per_sec_excludes_evaluations "$why"
 # the same with accumulation windows, augmentation (random crops and flips drawn per epoch),
 # EMA and dropout, on 600 Fashion-MNIST images: all of their state comes back from the checkpoint
 fm=/usr/share/datasets/fashion-mnist
