@@ -57,7 +57,7 @@ static ct_status on_end(void *user, ct_trainer *t, int64_t batch, double loss) {
     return CT_OK;
 }
 
-static int run_open(run *r, const char *action) {
+static int run_open(run *r, const char *action, const char *signal) {
     memset(r, 0, sizeof *r);
     ct_option d[] = {
         {"kind", "blobs"}, {"n", "640"},  {"features", "8"},        {"classes", "3"},
@@ -65,9 +65,9 @@ static int run_open(run *r, const char *action) {
     ct_options dopts = {d, 8, "test: data"};
     ct_option m[] = {{"hidden", "16"}, {"out", "3"}};
     ct_options mopts = {m, 2, "test: model"};
-    ct_option sp[] = {{"action", action}, {"window", "8"}};
+    ct_option sp[] = {{"action", action}, {"window", "8"}, {"signal", signal}};
     static ct_options spopts;
-    spopts = (ct_options){sp, 2, "test: on_spike"};
+    spopts = (ct_options){sp, 3, "test: on_spike"};
     ct_loader_params lp = ct_loader_default_params();
     lp.batch_size = BATCH;
     lp.shuffle = false;
@@ -126,7 +126,7 @@ static int64_t planted(void) {
 
 static void trainer_should_count_spikes_at_the_planted_batches_only(void) {
     run r;
-    if (!run_open(&r, "warn")) return;
+    if (!run_open(&r, "warn", "loss")) return;
     CT_CHECK_INT(ct_trainer_fit(r.t), CT_OK);
     /* the first epoch's planted batches spike; trained on, later ones may no longer */
     CT_CHECK_INT(r.spiked & ~planted(), 0);
@@ -137,9 +137,9 @@ static void trainer_should_count_spikes_at_the_planted_batches_only(void) {
     run_close(&r);
 }
 
-static void trainer_should_leave_the_weights_untouched_on_a_skipped_spike(void) {
+static void skip_at_the_planted_batches(const char *signal) {
     run r;
-    if (!run_open(&r, "skip")) return;
+    if (!run_open(&r, "skip", signal)) return;
     CT_CHECK_INT(ct_trainer_fit(r.t), CT_OK);
     CT_CHECK_INT(r.spiked, planted());
     CT_CHECK_INT(ct_trainer_spikes(r.t), 2 * EPOCHS);
@@ -148,9 +148,18 @@ static void trainer_should_leave_the_weights_untouched_on_a_skipped_spike(void) 
     run_close(&r);
 }
 
+static void trainer_should_leave_the_weights_untouched_on_a_skipped_spike(void) {
+    skip_at_the_planted_batches("loss");
+}
+
+/* the planted inputs make the gradient as large as the loss */
+static void trainer_should_find_spikes_in_the_gradient_norm(void) {
+    skip_at_the_planted_batches("grad_norm");
+}
+
 static void trainer_should_roll_back_a_spike_to_the_last_good_state(void) {
     run r;
-    if (!run_open(&r, "rollback")) return;
+    if (!run_open(&r, "rollback", "loss")) return;
     CT_CHECK_INT(ct_trainer_fit(r.t), CT_OK);
     CT_CHECK_INT(r.spiked, planted());
     CT_CHECK_INT(ct_trainer_spikes(r.t), 2 * EPOCHS);
@@ -175,6 +184,7 @@ int main(void) {
     if (ct_ctx_create(&cp, &ctx) != CT_OK) return 1;
     CT_RUN(trainer_should_count_spikes_at_the_planted_batches_only);
     CT_RUN(trainer_should_leave_the_weights_untouched_on_a_skipped_spike);
+    CT_RUN(trainer_should_find_spikes_in_the_gradient_norm);
     CT_RUN(trainer_should_roll_back_a_spike_to_the_last_good_state);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
