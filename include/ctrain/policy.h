@@ -269,7 +269,8 @@ typedef enum ct_spike_signal {
 
 /* Resumable state: the last n_values non-spike values in a ring (values[next] is the oldest
  * once full), the finite values observed, the spikes, the steps of lr_factor left, the data
- * windows still to skip and those skipped. */
+ * windows still to skip and those skipped, and the step the last rollback went back to (-1:
+ * none), which the trainer uses to skip instead of rolling back to the same state again. */
 typedef struct ct_spike_state {
     double values[CT_SPIKE_WINDOW_MAX];
     int64_t n_values, next;
@@ -278,6 +279,7 @@ typedef struct ct_spike_state {
     int64_t cooldown_left;
     int64_t skip_left;
     int64_t skipped_windows;
+    int64_t rollback_step;
 } ct_spike_state;
 
 typedef struct ct_spike_detector {
@@ -313,7 +315,7 @@ CT_API ct_status ct_spike_init(ct_ctx *ctx, ct_spike_detector *det, const ct_opt
 CT_API void ct_spike_observe(ct_spike_detector *det, double value, ct_spike_verdict *out);
 CT_API void ct_spike_get_state(const ct_spike_detector *det, ct_spike_state *out);
 /* Fails with CT_ERR_INVALID_ARG, keeping the current state, for negative counts, more values
- * than the window, a slot outside it or a non-finite value. */
+ * than the window, a slot outside it, a non-finite value or rollback_step < -1. */
 CT_API ct_status ct_spike_set_state(ct_ctx *ctx, ct_spike_detector *det, const ct_spike_state *st);
 
 /* ---- gradient-accumulation windows ---- */

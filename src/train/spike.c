@@ -26,6 +26,7 @@ ct_status ct_spike_init(ct_ctx *ctx, ct_spike_detector *det, const ct_options *o
     _Static_assert(CT_SPIKE_SIGNAL_COUNT == 2, "one name per ct_spike_signal");
     int64_t mode = 0, signal = 0;
     memset(det, 0, sizeof *det);
+    det->state.rollback_step = -1;
     if (opts) {
         CT_TRY(ct_options_check(ctx, opts, keys));
         if (ct_options_get(opts, "action"))
@@ -91,17 +92,20 @@ void ct_spike_get_state(const ct_spike_detector *det, ct_spike_state *out) {
 ct_status ct_spike_set_state(ct_ctx *ctx, ct_spike_detector *det, const ct_spike_state *st) {
     bool ok = st->n_values >= 0 && st->n_values <= det->window && st->next >= 0 &&
               st->next < det->window && st->seen >= st->n_values && st->spikes >= 0 &&
-              st->cooldown_left >= 0 && st->skip_left >= 0 && st->skipped_windows >= 0;
+              st->cooldown_left >= 0 && st->skip_left >= 0 && st->skipped_windows >= 0 &&
+              st->rollback_step >= -1;
     for (int64_t i = 0; ok && i < st->n_values; i++)
         ok = isfinite(st->values[i]);
     if (!ok)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
                        "spike detector state: %lld values (window %lld), slot %lld, %lld seen, "
-                       "%lld spikes, cooldown %lld, %lld windows to skip, %lld skipped; expected "
-                       "counts >= 0, at most the window's values, all finite, and a slot in it",
+                       "%lld spikes, cooldown %lld, %lld windows to skip, %lld skipped, rollback "
+                       "to %lld; expected counts >= 0, at most the window's values, all finite, "
+                       "a slot in it, and a rollback step >= -1",
                        (long long)st->n_values, (long long)det->window, (long long)st->next,
                        (long long)st->seen, (long long)st->spikes, (long long)st->cooldown_left,
-                       (long long)st->skip_left, (long long)st->skipped_windows);
+                       (long long)st->skip_left, (long long)st->skipped_windows,
+                       (long long)st->rollback_step);
     det->state = *st;
     return CT_OK;
 }

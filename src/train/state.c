@@ -145,10 +145,11 @@ static json_t *spike_json(const ct_spike_detector *d) {
         json_decref(values);
         return NULL;
     }
-    return json_pack("{s:o, s:I, s:I, s:I, s:I, s:I}", "values", values, "seen",
+    return json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "values", values, "seen",
                      (json_int_t)st->seen, "spikes", (json_int_t)st->spikes, "cooldown_left",
                      (json_int_t)st->cooldown_left, "skip_left", (json_int_t)st->skip_left,
-                     "skipped_windows", (json_int_t)st->skipped_windows);
+                     "skipped_windows", (json_int_t)st->skipped_windows, "rollback_step",
+                     (json_int_t)st->rollback_step);
 }
 
 /* The whole trainer state, NULL when out of memory. */
@@ -430,12 +431,14 @@ static const char *parse_progress(const json_t *st, saved_state *sv) {
  * run without detection gives a fresh detector. */
 static const char *parse_spike(const ct_trainer *t, const json_t *o, ct_spike_state *sp) {
     memset(sp, 0, sizeof *sp);
+    sp->rollback_step = -1;
     if (t->spike.mode == CT_SPIKE_MODE_NONE || !o) return NULL;
     const json_t *values = json_object_get(o, "values");
     if (!json_is_array(values) || !get_i64(o, "seen", &sp->seen) ||
         !get_i64(o, "spikes", &sp->spikes) || !get_i64(o, "cooldown_left", &sp->cooldown_left) ||
         !get_i64(o, "skip_left", &sp->skip_left) ||
-        !get_i64(o, "skipped_windows", &sp->skipped_windows))
+        !get_i64(o, "skipped_windows", &sp->skipped_windows) ||
+        !get_i64(o, "rollback_step", &sp->rollback_step))
         return "spike";
     int64_t n = (int64_t)json_array_size(values), w = t->spike.window;
     int64_t from = n > w ? n - w : 0;

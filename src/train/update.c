@@ -272,30 +272,31 @@ static ct_status act_on_spike(ct_trainer *t, double sum, int64_t count, bool *do
     ct_spike_observe(&t->spike, value, &v);
     if (!v.spike) return CT_OK;
     ct_spike_state *st = &t->spike.state;
-    switch (t->spike.mode) {
-    case CT_SPIKE_MODE_SKIP:
+    /* a second spike before a new good state would go back to the same one: with spikes that
+       come faster than the snapshots, the run would never get past it */
+    bool again = t->spike.mode == CT_SPIKE_MODE_ROLLBACK && st->rollback_step == t->snap_step;
+    if (t->spike.mode == CT_SPIKE_MODE_SKIP || again) {
         if (t->shard) CT_TRY(ct_train_shard_settle(t->shard));
         ct_params_zero_grad(t->params);
-        warn_spike(t, value, &v, "update skipped");
+        warn_spike(t, value, &v,
+                   again ? "update skipped (no new good state since the last rollback)"
+                         : "update skipped");
         *done = true;
         return CT_OK;
-    case CT_SPIKE_MODE_ROLLBACK: {
+    }
+    if (t->spike.mode == CT_SPIKE_MODE_ROLLBACK) {
         char act[96];
         (void)snprintf(act, sizeof act, "rolled back to step %lld, skipping %lld data window%s",
                        (long long)t->snap_step, (long long)t->spike.skip_batches,
                        t->spike.skip_batches == 1 ? "" : "s");
         warn_spike(t, value, &v, act);
         CT_TRY(restore_good_state(t));
+        st->rollback_step = t->step;
         st->skipped_windows++; /* the spike's own, read already */
         st->skip_left = t->spike.skip_batches - 1;
         st->cooldown_left = t->spike.cooldown;
         *done = true;
         return rollback_event(t);
-    }
-    case CT_SPIKE_MODE_WARN:
-    case CT_SPIKE_MODE_NONE:
-    case CT_SPIKE_MODE_COUNT:
-        break;
     }
     warn_spike(t, value, &v, "update applied");
     return CT_OK;

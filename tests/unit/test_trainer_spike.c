@@ -2,7 +2,7 @@
  * test_trainer_spike.c - the trainer's loss-spike handling (trainer_params.spike) on blobs with
  * planted bad samples (synthetic corrupt_every): spikes are counted at the planted batches
  * and nowhere else, warn applies their updates, skip leaves the weights as they were, and
- * rollback restores the last good state.
+ * rollback restores the last good state, but not the same one twice.
  *
  * Each test builds its own data, model, optimizer and trainer, and frees them; the context is
  * shared.
@@ -32,6 +32,7 @@ typedef struct run {
     int64_t changed; /* bit per batch of the epoch: its step changed the weights */
     int64_t spiked;  /* bit per batch: a spike was counted at it (all epochs) */
     int64_t last_spikes;
+    int64_t rollbacks;
     int64_t bad; /* checks failed inside the callback */
 } run;
 
@@ -57,6 +58,15 @@ static ct_status on_end(void *user, ct_trainer *t, int64_t batch, double loss) {
     return CT_OK;
 }
 
+static ct_status on_rollback(void *user, ct_trainer *t, int64_t step) {
+    (void)t;
+    (void)step;
+    ((run *)user)->rollbacks++;
+    return CT_OK;
+}
+
+static const char *window = "8"; /* the detector's window; warmup 8 */
+
 static int run_open(run *r, const char *action, const char *signal) {
     memset(r, 0, sizeof *r);
     ct_option d[] = {
@@ -65,9 +75,9 @@ static int run_open(run *r, const char *action, const char *signal) {
     ct_options dopts = {d, 8, "test: data"};
     ct_option m[] = {{"hidden", "16"}, {"out", "3"}};
     ct_options mopts = {m, 2, "test: model"};
-    ct_option sp[] = {{"action", action}, {"window", "8"}, {"signal", signal}};
+    ct_option sp[] = {{"action", action}, {"window", window}, {"signal", signal}, {"warmup", "8"}};
     static ct_options spopts;
-    spopts = (ct_options){sp, 3, "test: on_spike"};
+    spopts = (ct_options){sp, 4, "test: on_spike"};
     ct_loader_params lp = ct_loader_default_params();
     lp.batch_size = BATCH;
     lp.shuffle = false;
@@ -91,6 +101,7 @@ static int run_open(run *r, const char *action, const char *signal) {
     p.callbacks.user = r;
     p.callbacks.on_iteration_start = on_start;
     p.callbacks.on_iteration_end = on_end;
+    p.callbacks.on_rollback = on_rollback;
     if (!r->before || ct_trainer_create(ctx, &p, &r->t) != CT_OK) goto fail;
     return 1;
 fail:
@@ -177,6 +188,24 @@ static void quiet(void *user, ct_log_level level, const char *msg) {
     (void)msg;
 }
 
+/* with a window of 30 the good state is taken at the epochs' ends (every 18 to 20 steps) and
+ * at step 30, 60: the second spike of an epoch comes before a new one, and is skipped */
+static void trainer_should_skip_a_spike_that_would_roll_back_to_the_same_state(void) {
+    run r;
+    window = "30";
+    int ok = run_open(&r, "rollback", "loss");
+    window = "8";
+    if (!ok) return;
+    CT_CHECK_INT(ct_trainer_fit(r.t), CT_OK);
+    CT_CHECK_INT(r.spiked, planted());
+    CT_CHECK_INT(ct_trainer_spikes(r.t), 2 * EPOCHS);
+    CT_CHECK_INT(r.rollbacks, EPOCHS);
+    /* each epoch: batch 9 rolls back to the epoch's start, batches 10-18 make 9 steps, batch
+       19 is skipped (rolling back again, no epoch would make any) */
+    CT_CHECK_INT(ct_trainer_step(r.t), EPOCHS * 9);
+    run_close(&r);
+}
+
 int main(void) {
     ct_ctx_params cp = ct_ctx_default_params();
     cp.n_threads = 1;
@@ -186,6 +215,7 @@ int main(void) {
     CT_RUN(trainer_should_leave_the_weights_untouched_on_a_skipped_spike);
     CT_RUN(trainer_should_find_spikes_in_the_gradient_norm);
     CT_RUN(trainer_should_roll_back_a_spike_to_the_last_good_state);
+    CT_RUN(trainer_should_skip_a_spike_that_would_roll_back_to_the_same_state);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
 }
