@@ -8,8 +8,9 @@
  * restored with _get_state/_set_state, so that a resumed run makes exactly the decisions of an
  * uninterrupted one. docs/policies.md describes the semantics and the choices against peers.
  *
- * Ownership: ct_monitor, ct_early_stop and ct_nonfinite_policy are caller-owned structs filled
- * by their _init and holding no resources (no _fini needed; they copy the metric name). A
+ * Ownership: ct_monitor, ct_early_stop, ct_nonfinite_policy and ct_spike_detector are
+ * caller-owned structs filled by their _init and holding no resources (no _fini needed; they
+ * copy the metric name). A
  * ct_ema is a handle (ct_ema_create/ct_ema_destroy) that owns its shadow buffers and borrows
  * the parameter store, which must outlive it. Options are not kept after _init/_create.
  */
@@ -247,6 +248,75 @@ CT_API void ct_nonfinite_get_state(const ct_nonfinite_policy *pol, ct_nonfinite_
 CT_API ct_status ct_nonfinite_set_state(ct_ctx *ctx,
                                         ct_nonfinite_policy *pol,
                                         const ct_nonfinite_state *st);
+
+/* ---- loss-spike detection (docs/policies.md, "Loss spikes") ---- */
+
+#define CT_SPIKE_WINDOW_MAX 1024 /* the largest `window` */
+
+typedef enum ct_spike_mode {
+    CT_SPIKE_MODE_NONE = 0, /* no detection (the default) */
+    CT_SPIKE_MODE_WARN,     /* warn and count, apply the update */
+    CT_SPIKE_MODE_SKIP,     /* drop the step's update */
+    CT_SPIKE_MODE_ROLLBACK, /* restore the last good state and skip the spike's data */
+    CT_SPIKE_MODE_COUNT
+} ct_spike_mode;
+
+typedef enum ct_spike_signal {
+    CT_SPIKE_SIGNAL_LOSS = 0,  /* the step's training loss (its window's mean) */
+    CT_SPIKE_SIGNAL_GRAD_NORM, /* the global gradient norm before clipping */
+    CT_SPIKE_SIGNAL_COUNT
+} ct_spike_signal;
+
+/* Resumable state: the last n_values non-spike values in a ring (values[next] is the oldest
+ * once full), the finite values observed, the spikes, the steps of lr_factor left, the data
+ * windows still to skip and those skipped, and the step the last rollback went back to (-1:
+ * none), which the trainer uses to skip instead of rolling back to the same state again. */
+typedef struct ct_spike_state {
+    double values[CT_SPIKE_WINDOW_MAX];
+    int64_t n_values, next;
+    int64_t seen;
+    int64_t spikes;
+    int64_t cooldown_left;
+    int64_t skip_left;
+    int64_t skipped_windows;
+    int64_t rollback_step;
+} ct_spike_state;
+
+typedef struct ct_spike_detector {
+    ct_spike_mode mode;
+    ct_spike_signal signal;
+    int64_t window, warmup, cooldown, skip_batches;
+    double threshold, lr_factor;
+    ct_spike_state state;
+    double scratch[CT_SPIKE_WINDOW_MAX]; /* for the medians; no state */
+} ct_spike_detector;
+
+/* One observation's verdict: whether it is a spike, the median and robust deviation it was
+ * compared with (0 before warmup). */
+typedef struct ct_spike_verdict {
+    bool spike;
+    double median, deviation;
+} ct_spike_verdict;
+
+/*
+ * Options: action (none | warn | skip | rollback; default none), signal (loss | grad_norm;
+ * default loss), window (2..CT_SPIKE_WINDOW_MAX, default 100), threshold (> 0, default 6),
+ * warmup (>= 2, default window), lr_factor (in (0, 1], default 1), cooldown (>= 0, default 0),
+ * skip_batches (>= 1, default 1). Errors: CT_ERR_CONFIG for an unknown key or bad value.
+ */
+CT_API ct_status ct_spike_init(ct_ctx *ctx, ct_spike_detector *det, const ct_options *opts);
+/*
+ * The verdict on a step's value. Once warmup finite values were seen, a value above
+ * median + threshold * deviation of the window is a spike (deviation: 1.4826 * the median
+ * absolute deviation, at least 1e-6 * |median| and 1e-12) and is counted; any other finite
+ * value enters the window (the oldest leaves when it is full). A non-finite value is neither
+ * (it is the non-finite policy's). With mode none nothing is observed.
+ */
+CT_API void ct_spike_observe(ct_spike_detector *det, double value, ct_spike_verdict *out);
+CT_API void ct_spike_get_state(const ct_spike_detector *det, ct_spike_state *out);
+/* Fails with CT_ERR_INVALID_ARG, keeping the current state, for negative counts, more values
+ * than the window, a slot outside it, a non-finite value or rollback_step < -1. */
+CT_API ct_status ct_spike_set_state(ct_ctx *ctx, ct_spike_detector *det, const ct_spike_state *st);
 
 /* ---- gradient-accumulation windows ---- */
 

@@ -124,8 +124,9 @@ typedef struct ct_trainer_callbacks {
     ct_status (*on_fit_start)(void *user, ct_trainer *t);
     /* every steps_per_loop steps, and for the partial window at each epoch's end (or when
        max_steps ends the run): "train/loss" (mean over the window), "train/lr", with
-       clipping "train/grad_norm", and under on_nonfinite skip "train/skipped" (the steps
-       skipped so far, as ct_trainer_skipped_steps) */
+       clipping "train/grad_norm", under on_nonfinite skip "train/skipped" (the steps
+       skipped so far, as ct_trainer_skipped_steps) and with spike detection "train/spikes"
+       (the spikes so far, as ct_trainer_spikes) */
     ct_status (*on_log)(void *user, ct_trainer *t, const ct_metric_value *values, int64_t n);
     ct_status (*on_eval_end)(
         void *user, ct_trainer *t, const char *key, const ct_metric_value *values, int64_t n);
@@ -285,6 +286,8 @@ typedef struct ct_trainer_params {
                                         weights, buffers, optimizer state, schedule and step
                                         count taken at fit start and at each finite epoch's end
                                         (not the EMA, monitor or early-stopping state) */
+    const ct_options *spike;          /* policy.h (ct_spike_init); NULL = no spike detection.
+                                        rollback restores what on_nonfinite rollback does */
     ct_trainer_callbacks callbacks;
     /* Checkpoints (checkpoint.h) under checkpoint_dir (borrowed; NULL = none): after every
        save_every_epochs epochs (default 1; 0 = not by epochs), every save_every_steps steps
@@ -394,6 +397,8 @@ CT_API int64_t ct_trainer_epoch(const ct_trainer *t);
  * on_eval_end are about, as the command line's messages and records name it. */
 CT_API int64_t ct_trainer_current_epoch(const ct_trainer *t);
 CT_API int64_t ct_trainer_skipped_steps(const ct_trainer *t);
+/* The loss spikes detected so far (trainer_params.spike), resumed runs included. */
+CT_API int64_t ct_trainer_spikes(const ct_trainer *t);
 /* Whether the last fit ended because on_batch returned CT_STOP (an interrupted run, to be
  * resumed), not because it was done. */
 CT_API bool ct_trainer_interrupted(const ct_trainer *t);

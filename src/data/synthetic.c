@@ -7,6 +7,9 @@
  *   linear: a teacher W [outputs, features] ~ N(0, 1/features); x ~ N(0, 1);
  *           y = W x + N(0, noise^2). y is f32 [outputs] (a scalar when outputs == 1).
  *
+ * corrupt_every = N > 0 plants bad samples for tests of spike handling: the inputs of samples
+ * N-1, 2N-1, ... are multiplied by corrupt_scale (default 1000) after they are drawn.
+ *
  * Everything is drawn at open, on one thread, from Philox streams of `seed` (one stream per
  * purpose), so the data is a pure function of the options. Ownership: the dataset owns one
  * buffer holding every target [n, ...] followed by every feature row [n, features].
@@ -113,8 +116,9 @@ static void synthetic_close(ct_ctx *ctx, void *self) {
 }
 
 /* The option keys, and those that name files (ct_dataset_vtable keys, path_keys). */
-static const char *const synthetic_keys[] = {"kind",  "n",       "features", "classes", "spread",
-                                             "noise", "outputs", "seed",     NULL};
+static const char *const synthetic_keys[] = {
+    "kind",    "n",    "features",      "classes",       "spread", "noise",
+    "outputs", "seed", "corrupt_every", "corrupt_scale", NULL};
 static const char *const synthetic_path_keys[] = {NULL};
 
 static ct_status
@@ -123,8 +127,8 @@ synthetic_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void 
     static const char *const linear_only[] = {"noise", "outputs", NULL};
     *self = NULL;
     const char *kind;
-    int64_t n, F, classes, outputs, seed;
-    double spread, noise;
+    int64_t n, F, classes, outputs, seed, corrupt_every;
+    double spread, noise, corrupt_scale;
     CT_TRY(ct_options_check(ctx, opts, synthetic_keys));
     CT_TRY(ct_options_string(ctx, opts, "kind", NULL, &kind));
     bool blobs = strcmp(kind, "blobs") == 0;
@@ -142,6 +146,8 @@ synthetic_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void 
     CT_TRY(ct_options_double(ctx, opts, "spread", 1.0, 0.0, 1e6, &spread));
     CT_TRY(ct_options_double(ctx, opts, "noise", 0.1, 0.0, 1e6, &noise));
     CT_TRY(ct_options_int(ctx, opts, "seed", 0, 0, INT64_MAX, &seed));
+    CT_TRY(ct_options_int(ctx, opts, "corrupt_every", 0, 0, INT64_MAX, &corrupt_every));
+    CT_TRY(ct_options_double(ctx, opts, "corrupt_scale", 1000.0, -1e30, 1e30, &corrupt_scale));
     /* each factor is <= 2^28, so the products fit in int64 */
     if (n * F > SYNTH_MAX_ELEMS) return too_large(ctx, opts, "n * features", n * F);
     if (blobs && classes * F > SYNTH_MAX_ELEMS)
@@ -175,6 +181,9 @@ synthetic_open(ct_ctx *ctx, const ct_options *opts, ct_dataset_info *info, void 
         synthetic_close(ctx, s);
         return st;
     }
+    for (int64_t i = corrupt_every - 1; corrupt_every > 0 && i < n; i += corrupt_every)
+        for (int64_t j = 0; j < F; j++)
+            x[i * F + j] = (float)((double)x[i * F + j] * corrupt_scale);
     info->n = n;
     info->x_dtype = CT_F32;
     info->x_ndim = 1;

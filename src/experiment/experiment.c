@@ -124,6 +124,11 @@ static ct_status policy_params(ct_experiment *e, ct_trainer_params *tp) {
     static const char *const keys[] = {"on_nonfinite", "max_skips", "max_rollbacks", NULL};
     CT_TRY(policy_options(e, &e->nf_o, "trainer", keys));
     tp->nonfinite = &e->nf_o;
+    const ct_cfg_node *spike = ct_exp_node(e, "trainer.on_spike");
+    if (spike) {
+        CT_TRY(ct_exp_to_options(e, spike, NULL, 0, &e->spike_o));
+        tp->spike = &e->spike_o;
+    }
     return CT_OK;
 }
 

@@ -156,7 +156,7 @@ struct ct_experiment {
     const char *engine_keys[CT_EXP_MAX_ENGINES];
     int64_t n_engines;
     int64_t test_every;
-    ct_options monitor_o, es_o, ema_o, nf_o;
+    ct_options monitor_o, es_o, ema_o, nf_o, spike_o;
     ct_trainer_params tp;
     ct_trainer *trainer;
     char fingerprint[17];

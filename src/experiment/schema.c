@@ -173,6 +173,12 @@ static const ct_key_def k_schema[] = {
     {"trainer.max_skips", I, "100", 1, 1e12, NULL, 0,
      "skip: consecutive skipped steps before stopping."},
     {"trainer.max_rollbacks", I, "3", 0, 1e6, NULL, 0, "rollback: rollbacks before stopping."},
+    {"trainer.on_spike", O, NULL, 0, 0, NULL, 0,
+     "Loss-spike detection: a step whose loss is more than `threshold` robust deviations above "
+     "the median of the last `window` steps: `{action: none|warn|skip|rollback, signal: "
+     "loss|grad_norm, window: 100, threshold: 6, warmup: window, lr_factor: 1, cooldown: 0, "
+     "skip_batches: 1}`; rollback also skips the spike's data windows (docs/policies.md). "
+     "Absent: off."},
     {"trainer.check_grads", B, "true", 0, 0, NULL, 0,
      "Scan the gradients for NaN/inf each step (the loss is always checked)."},
     {"trainer.limit_train_batches", I, "0", 0, 1e15, NULL, 0, "Batches per epoch; 0 = all."},

@@ -43,7 +43,8 @@ void ct_train_set_window(ct_trainer *t, const double *sums) {
 }
 
 /* The window's record for on_log (train/loss: the mean of every rank's finite losses; the rate;
- * the norm; under on_nonfinite skip the steps skipped so far; the parts), then a new window. */
+ * the norm; under on_nonfinite skip the steps skipped so far; with spike detection the spikes
+ * so far; the parts), then a new window. */
 static ct_status log_window(ct_trainer *t) {
     if (ct_comm_world_size(t->comm) > 1) { /* the mean over every rank's finite losses */
         double sums[2 + 2 * CT_LOSS_MAX_PARTS];
@@ -66,6 +67,10 @@ static ct_status log_window(ct_trainer *t) {
     if (t->nf.mode == CT_NONFINITE_MODE_SKIP) { /* the run's count, so resumes continue it */
         t->train_values[k].name = "train/skipped";
         t->train_values[k++].value = (double)t->skipped;
+    }
+    if (t->spike.mode != CT_SPIKE_MODE_NONE) {
+        t->train_values[k].name = "train/spikes";
+        t->train_values[k++].value = (double)t->spike.state.spikes;
     }
     for (int64_t p = 0; p < t->n_parts; p++)
         if (t->part_count[p] > 0) {
@@ -123,6 +128,8 @@ static void add_to_window(ct_trainer *t, float lv) {
     if (isfinite(lv)) {
         t->window_loss += (double)lv;
         t->window_count++;
+        t->spike_sum += (double)lv;
+        t->spike_count++;
     }
     for (int64_t k = 0; k < t->n_parts; k++) {
         float pv = t->parts[k] ? ((const float *)t->parts[k]->data)[0] : (float)NAN;
@@ -202,6 +209,15 @@ static ct_status end_window(ct_trainer *t, bool window_ok, bool epoch_last) {
     return CT_OK;
 }
 
+/* A batch of a data window that a spike's rollback skips: the count at the window's end.
+ * Whether the epoch's limit is reached with it (at_limit: the window ends the limited epoch). */
+static bool skip_window_batch(ct_trainer *t, const ct_accum_pos *pos, bool at_limit) {
+    if (!pos->last) return false;
+    t->spike.state.skip_left--;
+    t->spike.state.skipped_windows++;
+    return at_limit;
+}
+
 /*
  * The rest of the current epoch of training data. Batches are placed in accumulation windows
  * by their number within the epoch (ct_batch.number), so a loader restored mid-epoch resumes
@@ -232,6 +248,14 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         }
         ct_accum_pos pos;
         CT_TRY(ct_accum_window(t->ctx, bpe, t->p.accum_steps, i, &pos));
+        if (t->spike.state.skip_left > 0) { /* after a spike's rollback: read, not trained on */
+            if (skip_window_batch(t, &pos, i + 1 >= bpe && bpe < total)) {
+                CT_TRY(ct_train_skip_epoch(t->train));
+                *completed = true;
+                break;
+            }
+            continue;
+        }
         if (i == 0 && cb->on_epoch_start) {
             CT_TRY(ct_train_event(t, cb->on_epoch_start(cb->user, t, t->epoch + 1)));
             ct_train_mark(t);
@@ -268,6 +292,8 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
     }
     if (s != CT_OK) return ct_err_wrap(t->ctx, "reading training data");
     ct_params_zero_grad(t->params); /* a window cut by max_steps leaves nothing behind */
+    t->spike_sum = 0.0;
+    t->spike_count = 0;
     return CT_OK;
 }
 

@@ -133,6 +133,25 @@ static json_t *nonfinite_json(const ct_nonfinite_state *nf) {
                      (json_int_t)nf->consecutive_skipped, "rollbacks", (json_int_t)nf->rollbacks);
 }
 
+/* The spike detector's state: its window's values (oldest first) and counts. */
+static json_t *spike_json(const ct_spike_detector *d) {
+    const ct_spike_state *st = &d->state;
+    json_t *values = json_array();
+    int bad = !values;
+    int64_t first = st->n_values < d->window ? 0 : st->next; /* the oldest slot */
+    for (int64_t i = 0; !bad && i < st->n_values; i++)
+        bad |= json_array_append_new(values, f64_json(st->values[(first + i) % d->window]));
+    if (bad) {
+        json_decref(values);
+        return NULL;
+    }
+    return json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "values", values, "seen",
+                     (json_int_t)st->seen, "spikes", (json_int_t)st->spikes, "cooldown_left",
+                     (json_int_t)st->cooldown_left, "skip_left", (json_int_t)st->skip_left,
+                     "skipped_windows", (json_int_t)st->skipped_windows, "rollback_step",
+                     (json_int_t)st->rollback_step);
+}
+
 /* The whole trainer state, NULL when out of memory. */
 static json_t *trainer_state(const ct_trainer *t) {
     ct_loader_state ls = ct_loader_get_state(t->train);
@@ -158,6 +177,8 @@ static json_t *trainer_state(const ct_trainer *t) {
     if (t->ema) bad |= json_object_set_new(st, "ema", ema_json(t->ema));
     bad |= json_object_set_new(st, "log_window", log_window_json(t));
     bad |= json_object_set_new(st, "nonfinite", nonfinite_json(&t->nf.state));
+    if (t->spike.mode != CT_SPIKE_MODE_NONE)
+        bad |= json_object_set_new(st, "spike", spike_json(&t->spike));
     if (bad) {
         json_decref(st);
         return NULL;
@@ -298,8 +319,7 @@ static bool get_bool(const json_t *o, const char *k, bool *v) {
     return true;
 }
 
-static bool get_u64(const json_t *o, const char *k, int base, uint64_t *v) {
-    const char *s = json_string_value(json_object_get(o, k));
+static bool str_u64(const char *s, int base, uint64_t *v) {
     /* digits only: strtoull alone would take "-1", " 7" and "+7" */
     if (!s || !(base == 16 ? isxdigit((unsigned char)*s) : isdigit((unsigned char)*s)))
         return false;
@@ -307,6 +327,18 @@ static bool get_u64(const json_t *o, const char *k, int base, uint64_t *v) {
     errno = 0;
     *v = (uint64_t)strtoull(s, &end, base);
     return *end == '\0' && errno != ERANGE;
+}
+
+static bool get_u64(const json_t *o, const char *k, int base, uint64_t *v) {
+    return str_u64(json_string_value(json_object_get(o, k)), base, v);
+}
+
+/* A double written by f64_json. */
+static bool f64_of(const json_t *x, double *v) {
+    uint64_t bits;
+    if (!str_u64(json_string_value(x), 16, &bits)) return false;
+    memcpy(v, &bits, sizeof bits);
+    return true;
 }
 
 static bool get_f64(const json_t *o, const char *k, double *v) {
@@ -340,6 +372,7 @@ typedef struct saved_state {
     ct_rng rng;     /* rank 0's dropout stream */
     ct_rng own_rng; /* this rank's */
     ct_nonfinite_state nf;
+    ct_spike_state spike;
     ct_schedule_state sched;
     ct_monitor_state monitor;
     ct_early_stop_state es;
@@ -393,7 +426,32 @@ static const char *parse_progress(const json_t *st, saved_state *sv) {
     return NULL;
 }
 
-/* The schedule's, monitor's, early stopping's and EMA's states, those the trainer has. */
+/* The spike detector's state, written oldest value first, into its ring from slot 0 (a state
+ * of more values than this run's window keeps the newest); NULL or "spike". A checkpoint of a
+ * run without detection gives a fresh detector. */
+static const char *parse_spike(const ct_trainer *t, const json_t *o, ct_spike_state *sp) {
+    memset(sp, 0, sizeof *sp);
+    sp->rollback_step = -1;
+    if (t->spike.mode == CT_SPIKE_MODE_NONE || !o) return NULL;
+    const json_t *values = json_object_get(o, "values");
+    if (!json_is_array(values) || !get_i64(o, "seen", &sp->seen) ||
+        !get_i64(o, "spikes", &sp->spikes) || !get_i64(o, "cooldown_left", &sp->cooldown_left) ||
+        !get_i64(o, "skip_left", &sp->skip_left) ||
+        !get_i64(o, "skipped_windows", &sp->skipped_windows) ||
+        !get_i64(o, "rollback_step", &sp->rollback_step))
+        return "spike";
+    int64_t n = (int64_t)json_array_size(values), w = t->spike.window;
+    int64_t from = n > w ? n - w : 0;
+    for (int64_t i = from; i < n; i++) {
+        if (!f64_of(json_array_get(values, (size_t)i), &sp->values[i - from])) return "spike";
+    }
+    sp->n_values = n - from;
+    sp->next = sp->n_values % w;
+    return NULL;
+}
+
+/* The schedule's, monitor's, early stopping's and EMA's states, those the trainer has, and
+ * the spike detector's. */
 static const char *parse_policies(const ct_trainer *t, const json_t *st, saved_state *sv) {
     const json_t *sc = json_object_get(st, "schedule"), *es = json_object_get(st, "early_stopping"),
                  *em = json_object_get(st, "ema");
@@ -411,7 +469,7 @@ static const char *parse_policies(const ct_trainer *t, const json_t *st, saved_s
     if (t->ema &&
         (!get_i64(em, "updates", &sv->ema.updates) || !get_f64(em, "decay", &sv->ema.decay)))
         return "ema";
-    return NULL;
+    return parse_spike(t, json_object_get(st, "spike"), &sv->spike);
 }
 
 /* Each evaluation loader's position, into its engine's resume_state; NULL or the key of the
@@ -532,7 +590,8 @@ static ct_status restore_policies(ct_trainer *t, const saved_state *sv, const ch
     }
     if ((t->has_monitor && ct_monitor_set_state(ctx, &t->monitor, &sv->monitor) != CT_OK) ||
         (t->has_es && ct_early_stop_set_state(ctx, &t->es, &sv->es) != CT_OK) ||
-        ct_nonfinite_set_state(ctx, &t->nf, &sv->nf) != CT_OK)
+        ct_nonfinite_set_state(ctx, &t->nf, &sv->nf) != CT_OK ||
+        ct_spike_set_state(ctx, &t->spike, &sv->spike) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the monitor and policies", path);
     if (t->ema_store) { /* the loaded EMA weights into the shadow, by the same exact swap */
         CT_TRY(ct_ema_swap_in(t->ema));

@@ -6,8 +6,8 @@
  * The trainer's files: trainer.c (create, destroy, queries), fit.c (the loop), task.c (a batch's
  * forward pass and loss), eval.c (evaluation engines), update.c (the optimizer step at a window's
  * end), buckets.c (gradient buckets), state.c (checkpoints and resume), and the policies'
- * monitor.c, ema.c, nonfinite.c, accum.c, policy_common.c, shard.c, and profile.c (the step
- * profile).
+ * monitor.c, ema.c, nonfinite.c, spike.c, accum.c, policy_common.c, shard.c, and profile.c (the
+ * step profile).
  */
 #ifndef CT_TRAIN_INTERNAL_H
 #define CT_TRAIN_INTERNAL_H
@@ -75,9 +75,9 @@ typedef struct ct_train_engine {
     ct_loader_state resume_state;         /* parsed by a resume (state.c) before any is applied */
 } ct_train_engine;
 
-/* The training values on_log reports: train/loss, train/lr, train/grad_norm, train/skipped, one
- * per loss part. */
-#define CT_TRAIN_VALUES (4 + CT_LOSS_MAX_PARTS)
+/* The training values on_log reports: train/loss, train/lr, train/grad_norm, train/skipped,
+ * train/spikes, one per loss part. */
+#define CT_TRAIN_VALUES (5 + CT_LOSS_MAX_PARTS)
 
 /* A gradient bucket (buckets.c). */
 typedef struct ct_train_bucket {
@@ -133,6 +133,9 @@ struct ct_trainer {
     ct_params *ema_store; /* with EMA and checkpoints: the EMA weights laid out as the model's
                              store, for ema.safetensors */
     ct_nonfinite_policy nf;
+    ct_spike_detector spike;
+    double spike_sum;    /* the current accumulation window's finite losses and their count: */
+    int64_t spike_count; /* the step's loss for the spike detector */
     int64_t step, epoch, skipped;
     int64_t last_saved_step;  /* -1: none saved by this trainer yet */
     bool save_due, save_best; /* a checkpoint (a best one) is owed for the current step */

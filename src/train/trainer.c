@@ -168,8 +168,8 @@ static ct_status make_graph(ct_trainer *t) {
     return CT_OK;
 }
 
-/* The monitor, early stopping, the EMA (and the store its checkpoints are written from) and
- * the non-finite policy, with the snapshot a rollback restores. */
+/* The monitor, early stopping, the EMA (and the store its checkpoints are written from), the
+ * non-finite policy and the spike detector, with the snapshot a rollback restores. */
 static ct_status make_policies(ct_trainer *t) {
     ct_ctx *ctx = t->ctx;
     const ct_trainer_params *p = &t->p;
@@ -184,7 +184,8 @@ static ct_status make_policies(ct_trainer *t) {
     if (p->ema) CT_TRY(ct_ema_create(ctx, t->params, p->ema, &t->ema));
     if (p->ema && p->checkpoint_dir) CT_TRY(ct_train_mirror_store(ctx, t->params, &t->ema_store));
     CT_TRY(ct_nonfinite_init(ctx, &t->nf, p->nonfinite));
-    if (t->nf.mode == CT_NONFINITE_MODE_ROLLBACK) {
+    CT_TRY(ct_spike_init(ctx, &t->spike, p->spike));
+    if (t->nf.mode == CT_NONFINITE_MODE_ROLLBACK || t->spike.mode == CT_SPIKE_MODE_ROLLBACK) {
         t->snap_bytes = ct_train_snapshot_bytes(t->params, t->opt);
         t->snap = ct_alloc(ctx, t->snap_bytes ? t->snap_bytes : 1);
         if (!t->snap) return CT_FAIL(ctx, CT_ERR_OOM, "trainer: allocating the rollback snapshot");
@@ -416,6 +417,10 @@ bool ct_trainer_interrupted(const ct_trainer *t) {
 
 int64_t ct_trainer_skipped_steps(const ct_trainer *t) {
     return t->skipped;
+}
+
+int64_t ct_trainer_spikes(const ct_trainer *t) {
+    return t->spike.state.spikes;
 }
 
 const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n) {

@@ -68,17 +68,23 @@ static void add_comm_time(ct_trainer *t, const struct timespec *since) {
         (double)(now.tv_sec - since->tv_sec) + (double)(now.tv_nsec - since->tv_nsec) * 1e-9;
 }
 
+/* Whether the spike detector follows the gradient norm. */
+static bool spike_on_norm(const ct_trainer *t) {
+    return t->spike.mode != CT_SPIKE_MODE_NONE && t->spike.signal == CT_SPIKE_SIGNAL_GRAD_NORM;
+}
+
 /* The sharded update's reduction (shard.c): this rank's part of the mean gradient, and the
  * decisions every rank must share in one all-reduce: a non-finite loss or gradient on any rank,
  * an interrupt, a callback's stop and, with norm clipping, the global norm (which then scales
  * this rank's part, as clip_grad_norm would scale the whole). */
 static ct_status reduce_sharded(ct_trainer *t, bool *loss_ok, bool *grads_ok) {
     bool clip_norm = t->p.grad_clip_norm > 0.0f, ok = true;
+    bool norm = clip_norm || spike_on_norm(t);
     double sumsq = 0.0;
     struct timespec start;
     (void)clock_gettime(CLOCK_MONOTONIC, &start);
     CT_TRY(ct_train_shard_reduce(t->shard, t->p.check_grads || clip_norm ? &ok : NULL,
-                                 clip_norm ? &sumsq : NULL));
+                                 norm ? &sumsq : NULL));
     double flags[5] = {*loss_ok ? 0.0 : 1.0, t->interrupt ? 1.0 : 0.0, t->stop_asked ? 1.0 : 0.0,
                        ok ? 0.0 : 1.0, sumsq};
     CT_TRY(ct_comm_allreduce_sum_f64(t->comm, flags, 5));
@@ -88,9 +94,9 @@ static ct_status reduce_sharded(ct_trainer *t, bool *loss_ok, bool *grads_ok) {
     if (flags[2] != 0.0) t->stop = true;
     t->stop_asked = false;
     *grads_ok = flags[3] == 0.0;
+    if (norm) t->grad_norm = (float)sqrt(flags[4]);
     if (clip_norm) {
         const double total = sqrt(flags[4]);
-        t->grad_norm = (float)total;
         const double coef = (double)t->p.grad_clip_norm / (total + 1e-6);
         if (*grads_ok && isfinite(t->grad_norm) && coef < 1.0)
             ct_train_shard_scale(t->shard, (float)coef);
@@ -134,8 +140,11 @@ static ct_status allreduce_grads(ct_trainer *t, bool *loss_ok, bool *grads_ok) {
  * costs next to nothing where a scan before it costs a pass over every gradient
  * (bench/bench_trainer.c). */
 static bool update_checks(const ct_trainer *t, bool loss_ok) {
+    /* a spike's update is decided on before it is made, and the norm read before the update */
+    bool spike_first = t->spike.mode == CT_SPIKE_MODE_SKIP ||
+                       t->spike.mode == CT_SPIKE_MODE_ROLLBACK || spike_on_norm(t);
     return ct_comm_world_size(t->comm) == 1 && t->p.check_grads && !(t->p.grad_clip_norm > 0.0f) &&
-           !(t->p.grad_clip_value > 0.0f) && !t->p.callbacks.on_grads && loss_ok;
+           !(t->p.grad_clip_value > 0.0f) && !t->p.callbacks.on_grads && loss_ok && !spike_first;
 }
 
 /* Whether the gradients hold an inf or a NaN (*grads_ok false), before anything is applied,
@@ -188,22 +197,109 @@ static ct_status skip_update(ct_trainer *t, bool loss_ok) {
     return CT_OK;
 }
 
-/* The policy's rollback: the last good state (ct_train_snapshot) comes back. */
-static ct_status roll_back(ct_trainer *t) {
+/* The last good state (ct_train_snapshot) comes back; the policies' counts stay. */
+static ct_status restore_good_state(ct_trainer *t) {
     if (t->shard) CT_TRY(ct_train_shard_settle(t->shard));
-    ct_nonfinite_state keep;
-    ct_nonfinite_get_state(&t->nf, &keep); /* the count survives the rollback */
     ct_train_snapshot(t, false);
     t->step = t->snap_step;
     if (t->last_saved_step > t->replace_upto) /* re-made steps replace their first saves */
         t->replace_upto = t->last_saved_step;
     ct_train_reset_window(t); /* the log window restarts with the restored state */
     ct_params_zero_grad(t->params);
-    (void)ct_nonfinite_set_state(t->ctx, &t->nf, &keep);
-    ct_log(t->ctx, CT_LOG_WARN, "non-finite values: rolled back to step %lld (rollback %lld)",
-           (long long)t->step, (long long)keep.rollbacks);
+    return CT_OK;
+}
+
+static ct_status rollback_event(ct_trainer *t) {
     const ct_trainer_callbacks *cb = &t->p.callbacks;
     return cb->on_rollback ? ct_train_event(t, cb->on_rollback(cb->user, t, t->step)) : CT_OK;
+}
+
+/* The policy's rollback. */
+static ct_status roll_back(ct_trainer *t) {
+    CT_TRY(restore_good_state(t));
+    ct_log(t->ctx, CT_LOG_WARN, "non-finite values: rolled back to step %lld (rollback %lld)",
+           (long long)t->step, (long long)t->nf.state.rollbacks);
+    return rollback_event(t);
+}
+
+/* ---- loss spikes ---- */
+
+/* The step's value for the spike detector, the same on every rank: the mean of every rank's
+ * finite losses of the window (sum, count), or the gradient norm before clipping. */
+static ct_status spike_value(ct_trainer *t, double sum, int64_t count, double *value) {
+    if (t->spike.signal == CT_SPIKE_SIGNAL_GRAD_NORM) {
+        if (t->p.grad_clip_norm > 0.0f || t->shard) { /* measured by the clipping or reduction */
+            *value = (double)t->grad_norm;
+            return CT_OK;
+        }
+        const float *g = ct_params_grads(t->params); /* the mean gradient on every rank */
+        double sumsq = 0.0;
+        for (int64_t i = 0, n = ct_params_numel(t->params); i < n; i++)
+            sumsq += (double)g[i] * (double)g[i];
+        *value = sqrt(sumsq);
+        return CT_OK;
+    }
+    double sums[2] = {sum, (double)count};
+    if (ct_comm_world_size(t->comm) > 1) CT_TRY(ct_comm_allreduce_sum_f64(t->comm, sums, 2));
+    *value = sums[1] > 0.0 ? sums[0] / sums[1] : (double)NAN;
+    return CT_OK;
+}
+
+/* A spike's warning (the first SKIP_WARN_FIRST, then one in SKIP_WARN_EVERY). */
+static void warn_spike(ct_trainer *t, double value, const ct_spike_verdict *v, const char *act) {
+    int64_t n = t->spike.state.spikes;
+    if (n > SKIP_WARN_FIRST && n % SKIP_WARN_EVERY != 0) return;
+    char more[64] = "";
+    if (n == SKIP_WARN_FIRST)
+        (void)snprintf(more, sizeof more, "; from here on one spike in %d is warned",
+                       SKIP_WARN_EVERY);
+    ct_log(t->ctx, CT_LOG_WARN,
+           "loss spike at step %lld, epoch %lld: %s %.6g > median %.6g + %g x deviation %.4g "
+           "(spike %lld): %s%s",
+           (long long)t->step + 1, (long long)t->epoch + 1,
+           t->spike.signal == CT_SPIKE_SIGNAL_LOSS ? "loss" : "grad_norm", value, v->median,
+           t->spike.threshold, v->deviation, (long long)n, act, more);
+}
+
+/* The detector's verdict on the step, and what its action does to a spike: *done when the
+ * step ends here (skipped or rolled back). */
+static ct_status act_on_spike(ct_trainer *t, double sum, int64_t count, bool *done) {
+    *done = false;
+    if (t->spike.mode == CT_SPIKE_MODE_NONE) return CT_OK;
+    double value;
+    CT_TRY(spike_value(t, sum, count, &value));
+    ct_spike_verdict v;
+    ct_spike_observe(&t->spike, value, &v);
+    if (!v.spike) return CT_OK;
+    ct_spike_state *st = &t->spike.state;
+    /* a second spike before a new good state would go back to the same one: with spikes that
+       come faster than the snapshots, the run would never get past it */
+    bool again = t->spike.mode == CT_SPIKE_MODE_ROLLBACK && st->rollback_step == t->snap_step;
+    if (t->spike.mode == CT_SPIKE_MODE_SKIP || again) {
+        if (t->shard) CT_TRY(ct_train_shard_settle(t->shard));
+        ct_params_zero_grad(t->params);
+        warn_spike(t, value, &v,
+                   again ? "update skipped (no new good state since the last rollback)"
+                         : "update skipped");
+        *done = true;
+        return CT_OK;
+    }
+    if (t->spike.mode == CT_SPIKE_MODE_ROLLBACK) {
+        char act[96];
+        (void)snprintf(act, sizeof act, "rolled back to step %lld, skipping %lld data window%s",
+                       (long long)t->snap_step, (long long)t->spike.skip_batches,
+                       t->spike.skip_batches == 1 ? "" : "s");
+        warn_spike(t, value, &v, act);
+        CT_TRY(restore_good_state(t));
+        st->rollback_step = t->step;
+        st->skipped_windows++; /* the spike's own, read already */
+        st->skip_left = t->spike.skip_batches - 1;
+        st->cooldown_left = t->spike.cooldown;
+        *done = true;
+        return rollback_event(t);
+    }
+    warn_spike(t, value, &v, "update applied");
+    return CT_OK;
 }
 
 static ct_status clip_values(ct_trainer *t) {
@@ -217,7 +313,7 @@ static ct_status clip_values(ct_trainer *t) {
 
 /* The optimizer's update: of the whole, or in the sharded update of this rank's part, whose
  * weights then go to every rank. */
-static ct_status apply_update(ct_trainer *t) {
+static ct_status apply_update_now(ct_trainer *t) {
     if (!t->shard) {
         ct_optim_step(t->opt);
         return CT_OK;
@@ -233,18 +329,39 @@ static ct_status apply_update(ct_trainer *t) {
     return CT_OK;
 }
 
-/* The step is made: the gradients cleared, the count, the schedule and the EMA advanced. */
+/* The update; in a spike rollback's cooldown with the rate scaled for this update only, so
+ * that the schedule, the records and the checkpoints keep the unscaled one. */
+static ct_status apply_update(ct_trainer *t) {
+    if (t->spike.state.cooldown_left == 0) return apply_update_now(t);
+    t->spike.state.cooldown_left--;
+    float lr = ct_optim_lr(t->opt);
+    CT_TRY(ct_optim_set_lr(t->opt, (float)((double)lr * t->spike.lr_factor)));
+    ct_status s = apply_update_now(t);
+    CT_TRY(ct_optim_set_lr(t->opt, lr));
+    return s;
+}
+
+/* The step is made: the gradients cleared, the count, the schedule and the EMA advanced, and
+ * under spike rollback every `window` steps the new last good state. */
 static ct_status end_step(ct_trainer *t) {
     if (!ct_optim_zeroes_grads(t->opt)) ct_params_zero_grad(t->params);
     t->step++;
     if (t->sched && !t->p.schedule_per_epoch && !ct_schedule_needs_metric(t->sched))
         CT_TRY(ct_optim_set_lr(t->opt, ct_schedule_step(t->sched)));
     if (t->ema) CT_TRY(ct_ema_update(t->ema, t->step, NULL));
+    /* a spike's rollback goes back at most `window` steps (or to the epoch's start): an
+       epoch-old state would undo the epoch's progress at every planted spike */
+    if (t->spike.mode == CT_SPIKE_MODE_ROLLBACK && t->step % t->spike.window == 0)
+        ct_train_snapshot(t, true);
     return CT_OK;
 }
 
 ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
     bool grads_ok = true;
+    double spike_sum = t->spike_sum; /* the window's, whatever becomes of it */
+    int64_t spike_count = t->spike_count;
+    t->spike_sum = 0.0;
+    t->spike_count = 0;
     if (t->shard)
         CT_TRY(reduce_sharded(t, &loss_ok, &grads_ok));
     else if (ct_comm_world_size(t->comm) > 1)
@@ -265,6 +382,9 @@ ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
         return ct_err_wrap(t->ctx, "step %lld, epoch %lld", (long long)t->step + 1,
                            (long long)t->epoch + 1);
     }
+    bool done;
+    CT_TRY(act_on_spike(t, spike_sum, spike_count, &done));
+    if (done) return CT_OK;
     CT_TRY(clip_values(t));
     if (t->p.callbacks.on_grads)
         CT_TRY(ct_train_event(t, t->p.callbacks.on_grads(t->p.callbacks.user, t)));

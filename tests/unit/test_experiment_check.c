@@ -96,7 +96,7 @@ static void experiment_check_should_name_unknown_types_and_keys_where_they_were_
         {"data:\n  train: {type: synthetic, kind: blobs, n: 20, featurs: 4}\n" MLP, NULL,
          "exp.yaml:3:48: unknown key 'data.train.featurs' (did you mean "
          "'data.train.features'?); the keys of dataset type 'synthetic' are: type, kind, n, "
-         "features, classes, spread, noise, outputs, seed"},
+         "features, classes, spread, noise, outputs, seed, corrupt_every, corrupt_scale"},
         {DATA "  valid: {split: 0.2, sed: 1}\n" MLP, NULL,
          "exp.yaml:5:23: unknown key 'data.valid.sed' (did you mean 'data.valid.seed'?); the "
          "keys of a held-out split are: split, seed"},

@@ -1,8 +1,8 @@
 /*
  * test_policy.c - the trainer's policies on closed-form sequences: best monitor, early
  * stopping, EMA (values by hand, warm-up, buffers, swap scope), non-finite scan and policy,
- * accumulation windows; state save/restore mid-way, thread-count independence, no allocation
- * in the per-step calls.
+ * loss-spike detection, accumulation windows; state save/restore mid-way, thread-count
+ * independence, no allocation in the per-step calls.
  */
 #include <float.h>
 #include <math.h>
@@ -846,6 +846,134 @@ static void accum_should_cut_windows_at_the_epoch_end_with_their_real_length(voi
     ct_ctx_destroy(ctx);
 }
 
+/* ---- loss spikes ---- */
+
+static void spike_should_flag_values_far_above_the_median_after_warmup(void) {
+    ct_ctx *ctx = make_ctx(NULL, 1);
+    ct_option o[] = {{"action", "warn"}, {"window", "5"}, {"threshold", "3"}, {"warmup", "4"}};
+    ct_options opts = OPTS(o);
+    ct_spike_detector d;
+    CT_CHECK_INT(ct_spike_init(ctx, &d, &opts), CT_OK);
+    ct_spike_verdict v;
+    /* warmup: even a huge value is not judged, and enters the window */
+    const double first[4] = {1.0, 1.2, 100.0, 0.8};
+    for (int i = 0; i < 4; i++) {
+        ct_spike_observe(&d, first[i], &v);
+        CT_CHECK(!v.spike && v.median == 0.0);
+    }
+    /* window {1, 1.2, 100, 0.8}: median 1.1, MAD median{0.1, 0.1, 98.9, 0.3} = 0.2 */
+    ct_spike_observe(&d, 1.1 + 3 * 1.4826 * 0.2 - 1e-9, &v);
+    CT_CHECK(!v.spike);
+    CT_CHECK_CLOSE(v.median, 1.1, 1e-12, 0);
+    CT_CHECK_CLOSE(v.deviation, 1.4826 * 0.2, 1e-12, 0);
+    /* window now full of 5; a spike is counted and kept out of it */
+    ct_spike_state before;
+    ct_spike_get_state(&d, &before);
+    ct_spike_observe(&d, 50.0, &v);
+    CT_CHECK(v.spike);
+    CT_CHECK_INT(d.state.spikes, 1);
+    CT_CHECK_INT(d.state.n_values, before.n_values);
+    CT_CHECK(memcmp(d.state.values, before.values, sizeof before.values) == 0);
+    /* non-finite values are the non-finite policy's: neither spikes nor in the window */
+    ct_spike_observe(&d, NAN, &v);
+    CT_CHECK(!v.spike && d.state.seen == before.seen);
+    /* a value far below the median is no spike */
+    ct_spike_observe(&d, -1e6, &v);
+    CT_CHECK(!v.spike);
+    /* a constant window: a value a little above is no spike */
+    CT_CHECK_INT(ct_spike_init(ctx, &d, &opts), CT_OK);
+    for (int i = 0; i < 5; i++)
+        ct_spike_observe(&d, 2.0, &v);
+    ct_spike_observe(&d, 2.0 + 1e-7, &v);
+    CT_CHECK(!v.spike);
+    ct_spike_observe(&d, 2.1, &v);
+    CT_CHECK(v.spike);
+    /* off: nothing is observed */
+    CT_CHECK_INT(ct_spike_init(ctx, &d, NULL), CT_OK);
+    CT_CHECK_INT(d.mode, CT_SPIKE_MODE_NONE);
+    CT_CHECK_INT(d.window, 100);
+    CT_CHECK_INT(d.warmup, 100);
+    CT_CHECK(d.threshold == 6.0 && d.lr_factor == 1.0 && d.skip_batches == 1 && d.cooldown == 0);
+    ct_spike_observe(&d, 1.0, &v);
+    CT_CHECK_INT(d.state.seen, 0);
+    ct_ctx_destroy(ctx);
+}
+
+static void spike_should_reject_bad_options_and_states(void) {
+    ct_ctx *ctx = make_ctx(NULL, 1);
+    ct_spike_detector d;
+    const char *bad[][2] = {{"action", "stop"}, {"window", "1"},       {"window", "1025"},
+                            {"threshold", "0"}, {"lr_factor", "1.5"},  {"cooldown", "-1"},
+                            {"warmup", "1"},    {"skip_batches", "0"}, {"signal", "acc"},
+                            {"windows", "3"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ct_option o[] = {{bad[i][0], bad[i][1]}};
+        ct_options opts = OPTS(o);
+        CT_CHECK_INT(ct_spike_init(ctx, &d, &opts), CT_ERR_CONFIG);
+        CT_CHECK(strstr(ct_last_error(ctx), bad[i][0]) != NULL);
+    }
+    ct_option o[] = {{"action", "rollback"}, {"window", "4"}};
+    ct_options opts = OPTS(o);
+    CT_CHECK_INT(ct_spike_init(ctx, &d, &opts), CT_OK);
+    ct_spike_state st;
+    memset(&st, 0, sizeof st);
+    st.n_values = 5; /* more than the window */
+    st.seen = 5;
+    CT_CHECK_INT(ct_spike_set_state(ctx, &d, &st), CT_ERR_INVALID_ARG);
+    st.n_values = 1;
+    st.values[0] = NAN;
+    CT_CHECK_INT(ct_spike_set_state(ctx, &d, &st), CT_ERR_INVALID_ARG);
+    st.values[0] = 1.0;
+    st.skip_left = -1;
+    CT_CHECK_INT(ct_spike_set_state(ctx, &d, &st), CT_ERR_INVALID_ARG);
+    st.skip_left = 0;
+    CT_CHECK_INT(ct_spike_set_state(ctx, &d, &st), CT_OK);
+    ct_ctx_destroy(ctx);
+}
+
+static void spike_should_resume_from_state_with_identical_decisions(void) {
+    test_alloc ta = {0};
+    ct_ctx *ctx = make_ctx(&ta, 1);
+    ct_option o[] = {{"action", "skip"}, {"window", "6"}, {"threshold", "4"}};
+    ct_options opts = OPTS(o);
+    enum { NS = 60 };
+    double vals[NS];
+    ct_rng r = ct_rng_init(7, 1);
+    for (int i = 0; i < NS; i++) {
+        float u;
+        ct_rng_uniform(&r, &u, 1);
+        vals[i] = 1.0 / (1.0 + 0.1 * i) + 0.05 * (double)u + (i % 13 == 12 ? 10.0 : 0.0);
+    }
+    ct_spike_detector a, b;
+    bool ref[NS];
+    int n_spikes = 0;
+    CT_CHECK_INT(ct_spike_init(ctx, &a, &opts), CT_OK);
+    long long allocs = ta.n_alloc;
+    ct_spike_verdict v;
+    for (int i = 0; i < NS; i++) {
+        ct_spike_observe(&a, vals[i], &v);
+        ref[i] = v.spike;
+        n_spikes += v.spike;
+        CT_CHECK(v.spike == (i % 13 == 12)); /* the planted ones, none else */
+    }
+    CT_CHECK_INT(ta.n_alloc, allocs);
+    CT_CHECK_INT(n_spikes, 4);
+    for (int k = 0; k < NS; k++) {
+        CT_CHECK_INT(ct_spike_init(ctx, &a, &opts), CT_OK);
+        for (int i = 0; i < k; i++)
+            ct_spike_observe(&a, vals[i], &v);
+        ct_spike_state st;
+        ct_spike_get_state(&a, &st);
+        CT_CHECK_INT(ct_spike_init(ctx, &b, &opts), CT_OK);
+        CT_CHECK_INT(ct_spike_set_state(ctx, &b, &st), CT_OK);
+        for (int i = k; i < NS; i++) {
+            ct_spike_observe(&b, vals[i], &v);
+            CT_CHECK(v.spike == ref[i]);
+        }
+    }
+    ct_ctx_destroy(ctx);
+}
+
 int main(void) {
     CT_RUN(monitor_should_track_a_loss_from_the_first_value);
     CT_RUN(monitor_should_apply_mode_max_and_min_delta);
@@ -867,6 +995,9 @@ int main(void) {
     CT_RUN(nonfinite_policy_should_skip_and_count_then_stop_after_max_skips);
     CT_RUN(nonfinite_policy_should_roll_back_at_most_max_rollbacks_times);
     CT_RUN(nonfinite_policy_should_resume_from_state_with_identical_decisions);
+    CT_RUN(spike_should_flag_values_far_above_the_median_after_warmup);
+    CT_RUN(spike_should_reject_bad_options_and_states);
+    CT_RUN(spike_should_resume_from_state_with_identical_decisions);
     CT_RUN(accum_should_cut_windows_at_the_epoch_end_with_their_real_length);
     return ct_test_finish();
 }

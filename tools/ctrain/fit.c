@@ -115,8 +115,8 @@ static int failed(session *s, ct_status st) {
     return rc;
 }
 
-/* The last line: steps, epochs, the steps skipped, the best monitored value and the test
- * metrics. */
+/* The last line: steps, epochs, the steps skipped, the loss spikes, the best monitored value
+ * and the test metrics. */
 static void say_summary(session *s, ct_trainer *t) {
     char summary[1024];
     long long steps = (long long)ct_trainer_step(t), epochs = (long long)ct_trainer_epoch(t);
@@ -125,6 +125,10 @@ static void say_summary(session *s, ct_trainer *t) {
     if (ct_trainer_skipped_steps(t) > 0)
         at += (size_t)snprintf(summary + at, sizeof summary - at, " (%lld skipped)",
                                (long long)ct_trainer_skipped_steps(t));
+    if (ct_trainer_spikes(t) > 0)
+        at +=
+            (size_t)snprintf(summary + at, sizeof summary - at, " (%lld loss spike%s)",
+                             (long long)ct_trainer_spikes(t), ct_trainer_spikes(t) == 1 ? "" : "s");
     at += (size_t)snprintf(summary + at, sizeof summary - at, ", %lld epoch%s", epochs,
                            epochs == 1 ? "" : "s");
     if (ct_trainer_current_epoch(t) > epochs) /* max_steps or a stop mid-epoch */

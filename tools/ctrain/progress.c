@@ -255,8 +255,11 @@ static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
         int at = snprintf(line, sizeof line, "epoch %lld done: step %lld train/loss %.4f",
                           (long long)epoch, (long long)ct_trainer_step(t), loss);
         if (ct_trainer_skipped_steps(t) > 0)
-            (void)snprintf(line + at, sizeof line - (size_t)at, " train/skipped %lld",
+            at += snprintf(line + at, sizeof line - (size_t)at, " train/skipped %lld",
                            (long long)ct_trainer_skipped_steps(t));
+        if (ct_trainer_spikes(t) > 0)
+            (void)snprintf(line + at, sizeof line - (size_t)at, " train/spikes %lld",
+                           (long long)ct_trainer_spikes(t));
         cli_to_log(s, "", line);
     }
     return cli_log_status(s);
