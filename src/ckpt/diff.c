@@ -419,6 +419,19 @@ static ct_status load_state(ct_ctx *ctx, side *s) {
                        path, err.line, err.column, err.text);
     if (!json_is_object(s->state))
         return CT_FAIL(ctx, CT_ERR_FORMAT, "%s: expected a JSON object", path);
+    /* the names are joined to the directory: one with a '/' would read a file outside it */
+    json_t *files = json_object_get(s->state, "files"), *v;
+    if (!json_is_object(files))
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s: \"files\": expected an object of the checkpoint's file names", path);
+    const char *name;
+    json_object_foreach(files, name, v) {
+        if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            return CT_FAIL(ctx, CT_ERR_FORMAT,
+                           "%s: \"files\": '%s' is not the name of a file in the checkpoint "
+                           "directory",
+                           path, name);
+    }
     return CT_OK;
 }
 

@@ -277,6 +277,43 @@ static void diff_should_refuse_what_is_not_a_checkpoint(void) {
     ct_params_destroy(P);
 }
 
+/* state.json of the checkpoint directory dir with its "files" replaced by files (stolen). */
+static void set_files(const char *dir, json_t *files) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    json_t *doc = json_load_file(path, 0, NULL);
+    CT_CHECK(doc != NULL);
+    if (!doc) return;
+    json_object_set_new(doc, "files", files);
+    CT_CHECK_INT(json_dump_file(doc, path, JSON_INDENT(2)), 0);
+    json_decref(doc);
+}
+
+/* The files a checkpoint's state.json lists are names in its directory: a path that leads out
+ * of it is not followed, and a "files" that is not an object is no checkpoint's. */
+static void diff_should_refuse_files_outside_the_checkpoint(void) {
+    char run[256], file[256], dir[600];
+    ct_params *P = make_store(3);
+    save_file(P, "outside.safetensors", file);
+    save_checkpoint(path_of("run_files", run), P, 1, 0.0f);
+    snprintf(dir, sizeof dir, "%s/checkpoints/step-00000005", run);
+    ct_checkpoint_diff *d = (ct_checkpoint_diff *)1;
+    json_t *files =
+        json_pack("{s:s,s:s}", "model.safetensors", "0", "../../../outside.safetensors", "0");
+    set_files(dir, files);
+    CT_CHECK_INT(ct_checkpoint_diff_create(ctx, dir, dir, NULL, &d), CT_ERR_FORMAT);
+    CT_CHECK(d == NULL);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "'../../../outside.safetensors'") != NULL, "%s",
+                 ct_last_error(ctx));
+    ct_checkpoint_diff_destroy(d);
+    set_files(dir, json_array());
+    CT_CHECK_INT(ct_checkpoint_diff_create(ctx, dir, file, NULL, &d), CT_ERR_FORMAT);
+    ct_checkpoint_diff_destroy(d);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "state.json: \"files\"") != NULL, "%s",
+                 ct_last_error(ctx));
+    ct_params_destroy(P);
+}
+
 /* Every allocation of a comparison of two checkpoints failing in turn: OOM, nothing left. */
 static void diff_should_free_everything_when_an_allocation_fails(void) {
     char ra[256], rc[256];
@@ -313,6 +350,7 @@ int main(void) {
     CT_RUN(diff_should_compare_other_dtypes_by_value);
     CT_RUN(diff_should_compare_optimizer_and_state_of_checkpoints);
     CT_RUN(diff_should_refuse_what_is_not_a_checkpoint);
+    CT_RUN(diff_should_refuse_files_outside_the_checkpoint);
     CT_RUN(diff_should_free_everything_when_an_allocation_fails);
     ct_ctx_destroy(ctx);
     char cmd[300];
