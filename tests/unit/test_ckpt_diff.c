@@ -314,6 +314,68 @@ static void diff_should_refuse_files_outside_the_checkpoint(void) {
     ct_params_destroy(P);
 }
 
+/* ---- a run trained while it is compared ---- */
+
+/* An allocator that, at its `at`-th allocation, makes the run `run` save step 6 with keep 1:
+ * latest moves on and step 5, which it named, is deleted. */
+typedef struct mover {
+    long long n, at;
+    const char *run;
+    ct_params *P;
+} mover;
+
+static void *mover_alloc(void *user, size_t size) {
+    mover *m = user;
+    if (++m->n == m->at) {
+        ct_checkpoint_save_params sp = ct_checkpoint_save_default_params();
+        sp.step = 6;
+        sp.keep = 1;
+        CT_CHECK_INT(ct_checkpoint_save(ctx, m->run, m->P, &sp, NULL, 0), CT_OK);
+    }
+    return malloc(size);
+}
+
+static void mover_free(void *user, void *p, size_t size) {
+    (void)user;
+    (void)size;
+    free(p);
+}
+
+/* A run whose latest moves on at any point of a comparison: compared whole, from one
+ * checkpoint or the next, never an error for a file that went away. */
+static void diff_should_follow_a_run_that_moves_on_while_read(void) {
+    char file[256], run[256];
+    ct_params *P = make_store(3);
+    save_file(P, "moving_other.safetensors", file);
+    mover m = {0, 0, run, P};
+    ct_ctx_params cp = ct_ctx_default_params();
+    cp.n_threads = 1;
+    cp.allocator = (ct_allocator){mover_alloc, mover_free, &m};
+    ct_ctx *mc = NULL;
+    CT_CHECK_INT(ct_ctx_create(&cp, &mc), CT_OK);
+    long long moves = 0;
+    for (long long k = 1; mc && k < 1000; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "moving_%lld", k);
+        path_of(name, run);
+        ct_checkpoint_save_params sp = ct_checkpoint_save_default_params();
+        sp.step = 5;
+        CT_CHECK_INT(ct_checkpoint_save(ctx, run, P, &sp, NULL, 0), CT_OK);
+        m.n = 0;
+        m.at = k;
+        ct_checkpoint_diff *d = NULL;
+        ct_status s = ct_checkpoint_diff_create(mc, run, file, NULL, &d);
+        CT_CHECK_MSG(s == CT_OK && d && d->identical, "the run moved on at allocation %lld: %s", k,
+                     s == CT_OK ? "compared as different" : ct_last_error(mc));
+        ct_checkpoint_diff_destroy(d);
+        if (m.n < k) break; /* done before the run moved on */
+        moves++;
+    }
+    CT_CHECK(moves > 3);
+    ct_ctx_destroy(mc);
+    ct_params_destroy(P);
+}
+
 /* Every allocation of a comparison of two checkpoints failing in turn: OOM, nothing left. */
 static void diff_should_free_everything_when_an_allocation_fails(void) {
     char ra[256], rc[256];
@@ -351,6 +413,7 @@ int main(void) {
     CT_RUN(diff_should_compare_optimizer_and_state_of_checkpoints);
     CT_RUN(diff_should_refuse_what_is_not_a_checkpoint);
     CT_RUN(diff_should_refuse_files_outside_the_checkpoint);
+    CT_RUN(diff_should_follow_a_run_that_moves_on_while_read);
     CT_RUN(diff_should_free_everything_when_an_allocation_fails);
     ct_ctx_destroy(ctx);
     char cmd[300];
