@@ -474,6 +474,11 @@ static ct_status open_side(ct_ctx *ctx, const char *arg, side *s) {
         }
         return load_state(ctx, s);
     }
+    if (!S_ISREG(st.st_mode)) /* a pipe would block or read as empty: tensors are read by offset */
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s: not a regular file: expected a run directory, a checkpoint directory "
+                       "or a safetensors file (copy a pipe's data into a file first)",
+                       arg);
     (void)snprintf(s->path, sizeof s->path, "%s", arg);
     ct_st_reader *r = NULL;
     const ct_st_tensor *t;

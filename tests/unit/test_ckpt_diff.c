@@ -5,11 +5,13 @@
  * files, state.json key by key, run directories by their latest checkpoint, paths that are not
  * checkpoints, and every allocation failure freeing what it had.
  */
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ctrain/ctrain.h"
 #include "harness.h"
@@ -266,6 +268,14 @@ static void diff_should_refuse_what_is_not_a_checkpoint(void) {
     CT_CHECK_INT(ct_checkpoint_diff_create(ctx, q, text, NULL, &d), CT_ERR_FORMAT);
     CT_CHECK(strstr(ct_last_error(ctx), "notes.txt: expected a run directory, a checkpoint "
                                         "directory or a safetensors file") != NULL);
+    /* a pipe (a fifo, the shell's <(...)) has no offsets to read tensors at; the test holds
+       its other end open, so that opening it cannot block */
+    mkfifo(path_of("pipe", p), 0600);
+    int other_end = open(p, O_RDWR);
+    CT_CHECK_INT(ct_checkpoint_diff_create(ctx, p, q, NULL, &d), CT_ERR_FORMAT);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "pipe: not a regular file") != NULL, "%s",
+                 ct_last_error(ctx));
+    if (other_end >= 0) close(other_end);
     mkdir(path_of("empty", p), 0755);
     CT_CHECK_INT(ct_checkpoint_diff_create(ctx, p, q, NULL, &d), CT_ERR_FORMAT);
     CT_CHECK(strstr(ct_last_error(ctx), "empty: expected a run directory") != NULL);
