@@ -261,9 +261,10 @@ CT_API ct_checkpoint_diff_params ct_checkpoint_diff_default_params(void);
 
 /*
  * Compares a and b, each a run directory (the checkpoint its `latest` names; with that pointer
- * missing or damaged, the newest checkpoint that verifies, as ct_checkpoint_resolve picks), a
- * checkpoint directory or a safetensors file (weights only, compared as a checkpoint's
- * model.safetensors). Two checkpoints compare every safetensors file
+ * missing or damaged, the newest checkpoint that verifies, as ct_checkpoint_resolve picks; when
+ * a run being trained deletes that checkpoint while it is read, the comparison starts over from
+ * the new `latest`, up to 4 times), a checkpoint directory or a safetensors file (weights only,
+ * compared as a checkpoint's model.safetensors). Two checkpoints compare every safetensors file
  * that state.json lists on either side, tensor by tensor by name, and state.json key by key
  * (all but its own "crc32c" and its "files" checksums, which the tensors stand for); a file on
  * one side only gives tensors on one side only. Checksums are not required to match: a damaged

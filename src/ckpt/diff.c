@@ -29,6 +29,7 @@ typedef struct diff_owner {
 typedef struct side {
     char path[CT_CKPT_PATH_SIZE];
     bool is_dir;   /* a checkpoint directory (a run's resolved to its latest) */
+    bool from_run; /* path is the checkpoint a run directory's latest named */
     json_t *state; /* its state.json; NULL for a plain file */
 } side;
 
@@ -419,6 +420,19 @@ static ct_status load_state(ct_ctx *ctx, side *s) {
                        path, err.line, err.column, err.text);
     if (!json_is_object(s->state))
         return CT_FAIL(ctx, CT_ERR_FORMAT, "%s: expected a JSON object", path);
+    /* the names are joined to the directory: one with a '/' would read a file outside it */
+    json_t *files = json_object_get(s->state, "files"), *v;
+    if (!json_is_object(files))
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s: \"files\": expected an object of the checkpoint's file names", path);
+    const char *name;
+    json_object_foreach(files, name, v) {
+        if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            return CT_FAIL(ctx, CT_ERR_FORMAT,
+                           "%s: \"files\": '%s' is not the name of a file in the checkpoint "
+                           "directory",
+                           path, name);
+    }
     return CT_OK;
 }
 
@@ -456,9 +470,15 @@ static ct_status open_side(ct_ctx *ctx, const char *arg, side *s) {
                                "checkpoints/) or a checkpoint directory (with state.json)",
                                arg);
             CT_TRY(latest_of(ctx, arg, s->path));
+            s->from_run = true;
         }
         return load_state(ctx, s);
     }
+    if (!S_ISREG(st.st_mode)) /* a pipe would block or read as empty: tensors are read by offset */
+        return CT_FAIL(ctx, CT_ERR_FORMAT,
+                       "%s: not a regular file: expected a run directory, a checkpoint directory "
+                       "or a safetensors file (copy a pipe's data into a file first)",
+                       arg);
     (void)snprintf(s->path, sizeof s->path, "%s", arg);
     ct_st_reader *r = NULL;
     const ct_st_tensor *t;
@@ -490,6 +510,42 @@ static ct_status compare(diff_owner *o, side *a, side *b, double tol) {
     return CT_OK;
 }
 
+/* Whether a side read from a run directory has lost its checkpoint: a run being written moved
+ * its `latest` on and its retention deleted the one named before. */
+static bool vanished(const side *s) {
+    struct stat st;
+    return s->from_run && stat(s->path, &st) != 0;
+}
+
+/* One comparison of a and b: *out on success; *moved when it failed because a run being
+ * written deleted the checkpoint it had named. */
+static ct_status
+diff_once(ct_ctx *ctx, const char *a, const char *b, double tol, diff_owner **out, bool *moved) {
+    side sa, sb;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    diff_owner *o = NULL;
+    ct_status s = open_side(ctx, a, &sa);
+    if (s == CT_OK) s = open_side(ctx, b, &sb);
+    if (s == CT_OK) {
+        o = ct_alloc(ctx, sizeof *o);
+        if (o) {
+            memset(o, 0, sizeof *o);
+            o->d.ctx = ctx;
+        }
+        s = o ? compare(o, &sa, &sb, tol) : CT_FAIL(ctx, CT_ERR_OOM, "allocating a comparison");
+    }
+    *moved = s != CT_OK && s != CT_ERR_OOM && (vanished(&sa) || vanished(&sb));
+    json_decref(sa.state);
+    json_decref(sb.state);
+    if (s != CT_OK) {
+        ct_checkpoint_diff_destroy(o ? &o->d : NULL);
+        o = NULL;
+    }
+    *out = o;
+    return s;
+}
+
 ct_status ct_checkpoint_diff_create(ct_ctx *ctx,
                                     const char *a,
                                     const char *b,
@@ -504,27 +560,14 @@ ct_status ct_checkpoint_diff_create(ct_ctx *ctx,
     if (!(dp.tolerance >= 0) || isinf(dp.tolerance))
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "tolerance %g: expected a finite number >= 0",
                        dp.tolerance);
-    side sa, sb;
-    memset(&sa, 0, sizeof sa);
-    memset(&sb, 0, sizeof sb);
+    /* a run being trained moves its latest on and deletes older checkpoints: one deleted while
+       it was read is compared again from the new latest (a few times, then the error stands) */
     diff_owner *o = NULL;
-    ct_status s = open_side(ctx, a, &sa);
-    if (s == CT_OK) s = open_side(ctx, b, &sb);
-    if (s == CT_OK) {
-        o = ct_alloc(ctx, sizeof *o);
-        if (o) {
-            memset(o, 0, sizeof *o);
-            o->d.ctx = ctx;
-        }
-        s = o ? compare(o, &sa, &sb, dp.tolerance)
-              : CT_FAIL(ctx, CT_ERR_OOM, "allocating a comparison");
-    }
-    json_decref(sa.state);
-    json_decref(sb.state);
-    if (s != CT_OK) {
-        ct_checkpoint_diff_destroy(o ? &o->d : NULL);
-        return s;
-    }
+    bool moved = true;
+    ct_status s = CT_OK;
+    for (int attempt = 0; moved && attempt < 4; attempt++)
+        s = diff_once(ctx, a, b, dp.tolerance, &o, &moved);
+    if (s != CT_OK) return s;
     *out = &o->d;
     return CT_OK;
 }

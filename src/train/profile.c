@@ -40,11 +40,11 @@ double ct_train_clock(void) {
 static ct_status make_layers(ct_trainer *t, ct_train_profile *p) {
     int64_t n = ct_model_layer_count(t->model);
     if (n == 0) return CT_OK;
+    p->n_layers = n; /* first: the sizes ct_train_profile_destroy frees either table with */
     p->layers = ct_alloc(t->ctx, (size_t)n * sizeof *p->layers);
     p->layer_fwd = ct_alloc(t->ctx, 2 * (size_t)n * sizeof *p->layer_fwd);
     if (!p->layers || !p->layer_fwd)
         return CT_FAIL(t->ctx, CT_ERR_OOM, "trainer: the profile of %lld layers", (long long)n);
-    p->n_layers = n;
     p->layer_bwd = p->layer_fwd + n;
     for (int64_t i = 0; i < n; i++) {
         p->layers[i].name = ct_model_layer_name(t->model, i);

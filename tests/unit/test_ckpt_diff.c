@@ -5,11 +5,13 @@
  * files, state.json key by key, run directories by their latest checkpoint, paths that are not
  * checkpoints, and every allocation failure freeing what it had.
  */
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ctrain/ctrain.h"
 #include "harness.h"
@@ -266,6 +268,14 @@ static void diff_should_refuse_what_is_not_a_checkpoint(void) {
     CT_CHECK_INT(ct_checkpoint_diff_create(ctx, q, text, NULL, &d), CT_ERR_FORMAT);
     CT_CHECK(strstr(ct_last_error(ctx), "notes.txt: expected a run directory, a checkpoint "
                                         "directory or a safetensors file") != NULL);
+    /* a pipe (a fifo, the shell's <(...)) has no offsets to read tensors at; the test holds
+       its other end open, so that opening it cannot block */
+    mkfifo(path_of("pipe", p), 0600);
+    int other_end = open(p, O_RDWR);
+    CT_CHECK_INT(ct_checkpoint_diff_create(ctx, p, q, NULL, &d), CT_ERR_FORMAT);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "pipe: not a regular file") != NULL, "%s",
+                 ct_last_error(ctx));
+    if (other_end >= 0) close(other_end);
     mkdir(path_of("empty", p), 0755);
     CT_CHECK_INT(ct_checkpoint_diff_create(ctx, p, q, NULL, &d), CT_ERR_FORMAT);
     CT_CHECK(strstr(ct_last_error(ctx), "empty: expected a run directory") != NULL);
@@ -274,6 +284,105 @@ static void diff_should_refuse_what_is_not_a_checkpoint(void) {
     CT_CHECK_INT(ct_checkpoint_diff_create(ctx, q, q, &dp, &d), CT_ERR_INVALID_ARG);
     dp.tolerance = (double)INFINITY;
     CT_CHECK_INT(ct_checkpoint_diff_create(ctx, q, q, &dp, &d), CT_ERR_INVALID_ARG);
+    ct_params_destroy(P);
+}
+
+/* state.json of the checkpoint directory dir with its "files" replaced by files (stolen). */
+static void set_files(const char *dir, json_t *files) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    json_t *doc = json_load_file(path, 0, NULL);
+    CT_CHECK(doc != NULL);
+    if (!doc) return;
+    json_object_set_new(doc, "files", files);
+    CT_CHECK_INT(json_dump_file(doc, path, JSON_INDENT(2)), 0);
+    json_decref(doc);
+}
+
+/* The files a checkpoint's state.json lists are names in its directory: a path that leads out
+ * of it is not followed, and a "files" that is not an object is no checkpoint's. */
+static void diff_should_refuse_files_outside_the_checkpoint(void) {
+    char run[256], file[256], dir[600];
+    ct_params *P = make_store(3);
+    save_file(P, "outside.safetensors", file);
+    save_checkpoint(path_of("run_files", run), P, 1, 0.0f);
+    snprintf(dir, sizeof dir, "%s/checkpoints/step-00000005", run);
+    ct_checkpoint_diff *d = (ct_checkpoint_diff *)1;
+    json_t *files =
+        json_pack("{s:s,s:s}", "model.safetensors", "0", "../../../outside.safetensors", "0");
+    set_files(dir, files);
+    CT_CHECK_INT(ct_checkpoint_diff_create(ctx, dir, dir, NULL, &d), CT_ERR_FORMAT);
+    CT_CHECK(d == NULL);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "'../../../outside.safetensors'") != NULL, "%s",
+                 ct_last_error(ctx));
+    ct_checkpoint_diff_destroy(d);
+    set_files(dir, json_array());
+    CT_CHECK_INT(ct_checkpoint_diff_create(ctx, dir, file, NULL, &d), CT_ERR_FORMAT);
+    ct_checkpoint_diff_destroy(d);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "state.json: \"files\"") != NULL, "%s",
+                 ct_last_error(ctx));
+    ct_params_destroy(P);
+}
+
+/* ---- a run trained while it is compared ---- */
+
+/* An allocator that, at its `at`-th allocation, makes the run `run` save step 6 with keep 1:
+ * latest moves on and step 5, which it named, is deleted. */
+typedef struct mover {
+    long long n, at;
+    const char *run;
+    ct_params *P;
+} mover;
+
+static void *mover_alloc(void *user, size_t size) {
+    mover *m = user;
+    if (++m->n == m->at) {
+        ct_checkpoint_save_params sp = ct_checkpoint_save_default_params();
+        sp.step = 6;
+        sp.keep = 1;
+        CT_CHECK_INT(ct_checkpoint_save(ctx, m->run, m->P, &sp, NULL, 0), CT_OK);
+    }
+    return malloc(size);
+}
+
+static void mover_free(void *user, void *p, size_t size) {
+    (void)user;
+    (void)size;
+    free(p);
+}
+
+/* A run whose latest moves on at any point of a comparison: compared whole, from one
+ * checkpoint or the next, never an error for a file that went away. */
+static void diff_should_follow_a_run_that_moves_on_while_read(void) {
+    char file[256], run[256];
+    ct_params *P = make_store(3);
+    save_file(P, "moving_other.safetensors", file);
+    mover m = {0, 0, run, P};
+    ct_ctx_params cp = ct_ctx_default_params();
+    cp.n_threads = 1;
+    cp.allocator = (ct_allocator){mover_alloc, mover_free, &m};
+    ct_ctx *mc = NULL;
+    CT_CHECK_INT(ct_ctx_create(&cp, &mc), CT_OK);
+    long long moves = 0;
+    for (long long k = 1; mc && k < 1000; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "moving_%lld", k);
+        path_of(name, run);
+        ct_checkpoint_save_params sp = ct_checkpoint_save_default_params();
+        sp.step = 5;
+        CT_CHECK_INT(ct_checkpoint_save(ctx, run, P, &sp, NULL, 0), CT_OK);
+        m.n = 0;
+        m.at = k;
+        ct_checkpoint_diff *d = NULL;
+        ct_status s = ct_checkpoint_diff_create(mc, run, file, NULL, &d);
+        CT_CHECK_MSG(s == CT_OK && d && d->identical, "the run moved on at allocation %lld: %s", k,
+                     s == CT_OK ? "compared as different" : ct_last_error(mc));
+        ct_checkpoint_diff_destroy(d);
+        if (m.n < k) break; /* done before the run moved on */
+        moves++;
+    }
+    CT_CHECK(moves > 3);
+    ct_ctx_destroy(mc);
     ct_params_destroy(P);
 }
 
@@ -313,6 +422,8 @@ int main(void) {
     CT_RUN(diff_should_compare_other_dtypes_by_value);
     CT_RUN(diff_should_compare_optimizer_and_state_of_checkpoints);
     CT_RUN(diff_should_refuse_what_is_not_a_checkpoint);
+    CT_RUN(diff_should_refuse_files_outside_the_checkpoint);
+    CT_RUN(diff_should_follow_a_run_that_moves_on_while_read);
     CT_RUN(diff_should_free_everything_when_an_allocation_fails);
     ct_ctx_destroy(ctx);
     char cmd[300];

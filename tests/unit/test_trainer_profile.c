@@ -16,6 +16,7 @@
 #include "ctrain/ctrain.h"
 #include "ctrain/trainer.h"
 #include "harness.h"
+#include "test_alloc.h"
 
 enum { N_FEAT = 4, N_CLASS = 2, N_SAMPLES = 64, BATCH = 8 };
 
@@ -246,6 +247,45 @@ static void trainer_profile_should_refuse_an_unknown_mode(void) {
     fx_close(&f);
 }
 
+/* Each allocation of a trainer with the layer profile failed in turn: the failed create frees
+ * what it allocated, giving the allocator the sizes it asked for. */
+static void trainer_profile_should_free_its_tables_when_an_allocation_fails(void) {
+    test_alloc ta = {0};
+    ct_ctx_params cp = ct_ctx_default_params();
+    cp.allocator = test_allocator(&ta);
+    ct_ctx *shared = ctx;
+    if (ct_ctx_create(&cp, &ctx) != CT_OK) {
+        ctx = shared;
+        CT_CHECK(0);
+        return;
+    }
+    fixture f;
+    if (fx_open(&f, "0", 1, CT_PROFILE_MODE_OFF)) {
+        ct_trainer_params tp = ct_trainer_default_params();
+        tp.model = f.model;
+        tp.store = f.params;
+        tp.optim = f.opt;
+        tp.train = f.train;
+        tp.profile = CT_PROFILE_MODE_LAYERS;
+        ct_status s = CT_ERR_OOM;
+        for (long long k = 1; s == CT_ERR_OOM && k < 1000; k++) {
+            long long live = ta.live, mismatch = ta.size_mismatch;
+            ct_trainer *t = NULL;
+            ta.fail_at = ta.n_alloc + k;
+            s = ct_trainer_create(ctx, &tp, &t);
+            ta.fail_at = 0;
+            ct_trainer_destroy(t);
+            CT_CHECK_MSG(ta.live == live && ta.size_mismatch == mismatch,
+                         "allocation %lld failed: %lld bytes left, %lld frees of another size", k,
+                         ta.live - live, ta.size_mismatch - mismatch);
+        }
+        CT_CHECK_INT(s, CT_OK);
+        fx_close(&f);
+    }
+    ct_ctx_destroy(ctx);
+    ctx = shared;
+}
+
 int main(void) {
     ct_ctx_params cp = ct_ctx_default_params();
     if (ct_ctx_create(&cp, &ctx) != CT_OK) return 1;
@@ -254,6 +294,7 @@ int main(void) {
     CT_RUN(trainer_profile_should_show_a_slow_dataset_as_data_wait);
     CT_RUN(trainer_profile_should_time_each_layer);
     CT_RUN(trainer_profile_should_refuse_an_unknown_mode);
+    CT_RUN(trainer_profile_should_free_its_tables_when_an_allocation_fails);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
 }
