@@ -101,7 +101,9 @@ static bool home_dir(char *dir, size_t size) {
         ssize_t n = readlink("/proc/self/exe", h.path, sizeof h.path - 1);
         h.path[n > 0 ? n : 0] = '\0';
     }
-    char *slash = strrchr(h.path, '/');
+    /* a relative name (a relative LD_LIBRARY_PATH) means another folder once the program
+       changes directory: unknown, and the soname's search decides */
+    char *slash = h.path[0] == '/' ? strrchr(h.path, '/') : NULL;
     if (slash) *slash = '\0';
     (void)snprintf(dir, size, "%s", slash ? h.path : "");
     return h.program;
@@ -124,7 +126,9 @@ static void *open_library(const char *path, char *why, size_t size) {
 static const ct_mpi_module *load(char *why, size_t why_size, char *from, size_t from_size) {
     char path[PATH_SIZE + 64], err[1024] = "";
     void *h = NULL;
-    const char *env = getenv("CTRAIN_MPI_LIBRARY");
+    /* not in a program run with raised privileges (setuid), where the environment is not
+       the user's to trust */
+    const char *env = secure_getenv("CTRAIN_MPI_LIBRARY");
     if (env && env[0]) {
         h = open_library(env, err, sizeof err);
         if (!h) {
