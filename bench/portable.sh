@@ -24,6 +24,15 @@ echo "cpu: $model ($(nproc) cores; $flags)"
 echo "compiler: $(cc --version | head -1); $rounds rounds, best median of each (ms)"
 printf '%-28s %10s %10s %8s\n' case portable native ratio
 
+# Refuses a value that is not a number (a benchmark or a run that failed): the table would lie.
+num() {
+    [[ $1 =~ ^[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$ ]] || {
+        echo "bench/portable.sh: $2 gave '$1', not a time" >&2
+        exit 1
+    }
+    echo "$1"
+}
+
 # best NAME CMD...: runs CMD in each build alternately, prints the line of the table. CMD's
 # output: the median in field $field of its last line.
 best() {
@@ -33,9 +42,9 @@ best() {
     p=inf
     n=inf
     for ((r = 0; r < rounds; r++)); do
-        v=$("build-bench-portable/bench/$@" 2>/dev/null | tail -1 | awk -v f="$field" '{print $f}')
+        v=$(num "$("build-bench-portable/bench/$@" 2>/dev/null | tail -1 | awk -v f="$field" '{print $f}')" "$name")
         p=$(awk -v a="$p" -v b="$v" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
-        v=$("build-bench-native/bench/$@" 2>/dev/null | tail -1 | awk -v f="$field" '{print $f}')
+        v=$(num "$("build-bench-native/bench/$@" 2>/dev/null | tail -1 | awk -v f="$field" '{print $f}')" "$name")
         n=$(awk -v a="$n" -v b="$v" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
     done
     awk -v name="$name" -v p="$p" -v n="$n" 'BEGIN { printf "%-28s %10.4f %10.4f %8.3f\n", name, p, n, p / n }'
@@ -59,7 +68,10 @@ fit_case() {
             t0=$(date +%s.%N)
             "build-bench-$kind/ctrain" fit "examples/$ex.yaml" trainer.max_steps="$steps" \
                 output_dir="build-bench-$kind/fit-run" logging.progress=none \
-                checkpoint.enabled=false "$@" >/dev/null 2>&1
+                checkpoint.enabled=false "$@" >/dev/null 2>&1 || {
+                echo "bench/portable.sh: $name failed in build-bench-$kind" >&2
+                exit 1
+            }
             t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
             if [[ $kind == portable ]]; then
                 p=$(awk -v a="$p" -v b="$t" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
@@ -82,9 +94,9 @@ for v in "adam weight_decay" "adamw"; do
     p=inf
     n=inf
     for ((r = 0; r < rounds; r++)); do
-        x=$(build-bench-portable/bench/bench_optim | grep -E "^$v +[0-9]" | tail -1 | awk -v c="$pc" '{print $(c)}')
+        x=$(num "$(build-bench-portable/bench/bench_optim | grep -E "^$v +[0-9]" | tail -1 | awk -v c="$pc" '{print $(c)}')" "$v")
         p=$(awk -v a="$p" -v b="$x" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
-        x=$(build-bench-native/bench/bench_optim | grep -E "^$v +[0-9]" | tail -1 | awk -v c="$pc" '{print $(c)}')
+        x=$(num "$(build-bench-native/bench/bench_optim | grep -E "^$v +[0-9]" | tail -1 | awk -v c="$pc" '{print $(c)}')" "$v")
         n=$(awk -v a="$n" -v b="$x" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
     done
     awk -v name="optim $v (us)" -v p="$p" -v n="$n" 'BEGIN { printf "%-28s %10.4f %10.4f %8.3f\n", name, p, n, p / n }'
