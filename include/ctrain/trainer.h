@@ -374,6 +374,18 @@ CT_API void ct_trainer_destroy(ct_trainer *t);
 CT_API ct_status ct_trainer_resume(ct_trainer *t, const char *which);
 
 /*
+ * Two counts the caller keeps with each checkpoint for the records it writes beside the run
+ * (ctrain's experiment: the lines of metrics.jsonl and the rows of metrics.csv at the moment
+ * of the save), so that a resume can cut the records back to exactly what the checkpoint had
+ * seen, even records made at the checkpoint's own step after it was saved (an epoch's end
+ * after its last window was skipped). Set them in on_save; each checkpoint's state.json keeps
+ * them; ct_trainer_resume restores them, and ct_trainer_record_marks gives -1 for both when
+ * the checkpoint has none (or none was set); a negative value for either unsets both.
+ */
+CT_API void ct_trainer_set_record_marks(ct_trainer *t, int64_t first, int64_t second);
+CT_API void ct_trainer_record_marks(const ct_trainer *t, int64_t *first, int64_t *second);
+
+/*
  * Trains until max_epochs or max_steps, early stopping, a callback's CT_STOP (all CT_OK), or a
  * failure (its status; a non-finite loss or gradient under on_nonfinite stop is
  * CT_ERR_NONFINITE, with the step in the message). A run that max_steps cuts mid-epoch logs and

@@ -423,8 +423,10 @@ static ct_status fit(ct_experiment *e) {
         int64_t step = ct_trainer_step(e->trainer);
         if (writes) {
             CT_TRY(repair_latest(e, step));
-            CT_TRY(ct_exp_truncate_records(e, "metrics.jsonl", step, false));
-            CT_TRY(ct_exp_truncate_records(e, "metrics.csv", step, true));
+            int64_t lines, rows;
+            ct_trainer_record_marks(e->trainer, &lines, &rows);
+            CT_TRY(ct_exp_truncate_records(e, "metrics.jsonl", step, lines, false, &e->n_lines));
+            CT_TRY(ct_exp_truncate_records(e, "metrics.csv", step, rows, true, &e->n_rows));
         }
     }
     if (writes) CT_TRY(ct_exp_open_records(e, resume));

@@ -175,6 +175,7 @@ struct ct_experiment {
     double pause_from;    /* when the current one began; 0: training runs */
     double comm_last_log; /* ct_trainer_comm_seconds at the last record */
     int64_t step_last_log;
+    int64_t n_lines, n_rows; /* records written: metrics.jsonl's lines, metrics.csv's rows */
     int64_t batch_size, accum;
 };
 
@@ -311,12 +312,12 @@ CT_INTERNAL void ct_exp_final_report(ct_experiment *e);
 CT_INTERNAL ct_status ct_exp_show_profile(ct_experiment *e, bool writes);
 /* Whether metrics.jsonl has a record of `step` with a value whose name starts with prefix. */
 CT_INTERNAL bool ct_exp_has_record(const ct_experiment *e, const char *prefix, int64_t step);
-/* Keeps the records of steps up to `step` in the record file `name` (a resumed run redoes
- * the later ones); csv: metrics.csv's rows, its header kept. */
-CT_INTERNAL ct_status ct_exp_truncate_records(ct_experiment *e,
-                                              const char *name,
-                                              int64_t step,
-                                              bool csv);
+/* Cuts the record file `name` back: to its first `keep` records when keep >= 0 (the count a
+ * checkpoint kept: ct_trainer_record_marks), else to the records of steps up to `step` (a
+ * resumed run redoes the later ones); csv: metrics.csv's rows, its header kept. *kept: the
+ * records left. */
+CT_INTERNAL ct_status ct_exp_truncate_records(
+    ct_experiment *e, const char *name, int64_t step, int64_t keep, bool csv, int64_t *kept);
 
 /* ---- kinds.c: the names of loss and task kinds ---- */
 

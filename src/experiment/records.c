@@ -148,8 +148,10 @@ static ct_status record(ct_experiment *e,
         if (pass == 0) {
             CT_TRY(rec_add(e, "}\n"));
             CT_TRY(ct_exp_record_put(e->ctx, &e->jsonl, e->rec, e->rec_len));
+            e->n_lines++;
         } else {
             CT_TRY(ct_exp_record_put(e->ctx, &e->csv, e->rec, e->rec_len));
+            e->n_rows += n + n_extra;
         }
     }
     if (e->tb && ct_tb_flush(e->tb) != CT_OK) tb_failed(e);
@@ -379,11 +381,11 @@ static ct_status cut_records(ct_experiment *e, int64_t step) {
     CT_TRY(ct_exp_record_close(e->ctx, &e->jsonl));
     CT_TRY(ct_exp_record_close(e->ctx, &e->csv));
     char path[1100];
-    CT_TRY(ct_exp_truncate_records(e, "metrics.jsonl", step, false));
+    CT_TRY(ct_exp_truncate_records(e, "metrics.jsonl", step, -1, false, &e->n_lines));
     (void)snprintf(path, sizeof path, "%s/metrics.jsonl", e->out_dir);
     CT_TRY(ct_exp_record_open(e->ctx, &e->jsonl, path, true));
     if (!csv) return CT_OK;
-    CT_TRY(ct_exp_truncate_records(e, "metrics.csv", step, true));
+    CT_TRY(ct_exp_truncate_records(e, "metrics.csv", step, -1, true, &e->n_rows));
     (void)snprintf(path, sizeof path, "%s/metrics.csv", e->out_dir);
     return ct_exp_record_open(e->ctx, &e->csv, path, true);
 }
@@ -405,6 +407,8 @@ static ct_status fwd_save(void *user, ct_trainer *t, bool best) {
     ct_experiment *e = user;
     pause_clock(e);
     CT_TRY(ct_exp_rundir_check(e->ctx, &e->run));
+    /* what the records hold at this checkpoint: a resume from it cuts them back to this */
+    if (e->jsonl.fd >= 0) ct_trainer_set_record_marks(t, e->n_lines, e->n_rows);
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_save ? cb->on_save(cb->user, t, best) : CT_OK;
 }
@@ -491,10 +495,12 @@ bool ct_exp_has_record(const ct_experiment *e, const char *prefix, int64_t step)
 }
 
 /* Keeps the records of steps up to `step` (a resumed run redoes the later ones). */
-ct_status ct_exp_truncate_records(ct_experiment *e, const char *name, int64_t step, bool csv) {
+ct_status ct_exp_truncate_records(
+    ct_experiment *e, const char *name, int64_t step, int64_t keep, bool csv, int64_t *kept) {
     char path[1100], tmp[1100];
     (void)snprintf(path, sizeof path, "%s/%s", e->out_dir, name);
     (void)snprintf(tmp, sizeof tmp, "%s/%s.tmp", e->out_dir, name);
+    *kept = 0;
     FILE *in = fopen(path, "r");
     if (!in) return CT_OK;
     FILE *out = fopen(tmp, "w");
@@ -508,10 +514,13 @@ ct_status ct_exp_truncate_records(ct_experiment *e, const char *name, int64_t st
     bool first = true;
     while ((len = getline(&line, &cap, in)) > 0) {
         long long s = -1;
-        bool keep = csv ? (first || (sscanf(line, "%lld,", &s) == 1 && s <= step))
-                        : (sscanf(line, "{\"step\":%lld", &s) == 1 && s <= step);
+        bool header = csv && first, whole = line[len - 1] == '\n';
+        bool ok = keep >= 0 ? *kept < keep
+                  : csv     ? sscanf(line, "%lld,", &s) == 1 && s <= step
+                            : sscanf(line, "{\"step\":%lld", &s) == 1 && s <= step;
         first = false;
-        if (keep && line[len - 1] == '\n') (void)fwrite(line, 1, (size_t)len, out);
+        if ((header || ok) && whole) (void)fwrite(line, 1, (size_t)len, out);
+        if (ok && whole && !header) ++*kept;
     }
     free(line);
     (void)fclose(in);

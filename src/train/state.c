@@ -169,6 +169,10 @@ static json_t *trainer_state(const ct_trainer *t) {
         bad |= json_object_set_new(tr, "fingerprint", json_string(t->p.fingerprint));
     bad |= json_object_set_new(tr, "world_size",
                                json_integer((json_int_t)ct_comm_world_size(t->comm)));
+    if (t->record_marks[0] >= 0)
+        bad |= json_object_set_new(tr, "records",
+                                   json_pack("[I, I]", (json_int_t)t->record_marks[0],
+                                             (json_int_t)t->record_marks[1]));
     if (t->rank_pos) bad |= json_object_set_new(st, "ranks", ranks_json(t));
     if (t->sched) bad |= json_object_set_new(st, "schedule", schedule_json(t->sched));
     if (t->has_monitor) bad |= json_object_set_new(st, "monitor", monitor_json(&t->monitor.state));
@@ -368,6 +372,7 @@ ct_rng ct_train_rank_stream(ct_rng base, int64_t rank) {
 typedef struct saved_state {
     int64_t world; /* the processes that wrote it; 0: a malformed count */
     int64_t step, epoch, skipped;
+    int64_t records[2]; /* the caller's record marks; -1: none */
     ct_loader_state loader;
     ct_rng rng;     /* rank 0's dropout stream */
     ct_rng own_rng; /* this rank's */
@@ -412,6 +417,16 @@ static const char *parse_progress(const json_t *st, saved_state *sv) {
     if (!get_i64(tr, "step", &sv->step) || !get_i64(tr, "epoch", &sv->epoch) ||
         !get_i64(tr, "skipped", &sv->skipped) || sv->world < 1)
         return "trainer";
+    sv->records[0] = sv->records[1] = -1; /* absent: a checkpoint made without marks */
+    const json_t *rec = json_object_get(tr, "records");
+    if (rec) {
+        const json_t *a = json_array_get(rec, 0), *b = json_array_get(rec, 1);
+        if (!json_is_array(rec) || json_array_size(rec) != 2 || !json_is_integer(a) ||
+            !json_is_integer(b) || json_integer_value(a) < 0 || json_integer_value(b) < 0)
+            return "trainer";
+        sv->records[0] = (int64_t)json_integer_value(a);
+        sv->records[1] = (int64_t)json_integer_value(b);
+    }
     if (!get_i64(lo, "epoch", &sv->loader.epoch) ||
         !get_i64(lo, "next_batch", &sv->loader.next_batch) ||
         !get_u64(lo, "seed", 10, &sv->loader.seed))
@@ -621,6 +636,8 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     t->step = sv.step;
     t->epoch = sv.epoch;
     t->skipped = sv.skipped;
+    t->record_marks[0] = sv.records[0];
+    t->record_marks[1] = sv.records[1];
     t->last_saved_step = sv.step;
     t->save_due = t->save_best = false;
     t->replace_upto = INT64_MAX;

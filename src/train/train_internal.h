@@ -138,6 +138,7 @@ struct ct_trainer {
     int64_t spike_count; /* the step's loss for the spike detector */
     int64_t step, epoch, skipped;
     int64_t last_saved_step;  /* -1: none saved by this trainer yet */
+    int64_t record_marks[2];  /* the caller's record counts, kept with each checkpoint; -1: none */
     bool save_due, save_best; /* a checkpoint (a best one) is owed for the current step */
     int64_t replace_upto;     /* saves of steps up to this one replace an existing checkpoint: the
                                  abandoned continuation after a resume (INT64_MAX) or a rollback

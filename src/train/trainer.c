@@ -351,6 +351,7 @@ ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *p, ct_trainer 
     memset(t, 0, sizeof *t);
     t->ctx = ctx;
     t->last_saved_step = -1;
+    t->record_marks[0] = t->record_marks[1] = -1;
     t->replace_upto = -1;
     t->resumed_step = -1;
     t->model = p->model;
@@ -395,6 +396,16 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_free(ctx, t->snap, t->snap_bytes ? t->snap_bytes : 1);
     ct_train_profile_destroy(t);
     ct_free(ctx, t, sizeof *t);
+}
+
+void ct_trainer_set_record_marks(ct_trainer *t, int64_t first, int64_t second) {
+    t->record_marks[0] = first >= 0 && second >= 0 ? first : -1;
+    t->record_marks[1] = first >= 0 && second >= 0 ? second : -1;
+}
+
+void ct_trainer_record_marks(const ct_trainer *t, int64_t *first, int64_t *second) {
+    *first = t->record_marks[0];
+    *second = t->record_marks[1];
 }
 
 int64_t ct_trainer_step(const ct_trainer *t) {

@@ -1207,6 +1207,11 @@ expect spike_none_on_clean_data 0 '!loss spike' 'done: 512 steps, 8 epochs' -- \
 expect spike_skip 0 'loss spike at step 32, epoch 1: .*: update skipped' \
     'done: 248 steps \(8 loss spikes\)' -- \
     "$ctrain" fit spike.yaml ++output_dir=sp_skip trainer.on_spike.action=skip
+# the epochs' last windows are skipped: their ends come after the checkpoint of the step
+# before, and a resume from it must not write the epoch's end records twice
+expect spike_skip_resumes_exactly 0 'SIGKILL right after an evaluation +- +identical' \
+    'every checkpoint file and metrics record equals the straight run' -- \
+    "$ctrain" verify-resume spike.yaml trainer.on_spike.action=skip --steps 128 --cuts 5
 expect spike_rollback 0 'loss spike at step 32, epoch 1: .*: rolled back to step 20, skipping 2 data windows' -- \
     "$ctrain" fit spike.yaml ++output_dir=sp_rb trainer.on_spike.action=rollback \
     +trainer.on_spike.skip_batches=2 +trainer.on_spike.cooldown=10 +trainer.on_spike.lr_factor=0.5
