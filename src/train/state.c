@@ -170,9 +170,9 @@ static json_t *trainer_state(const ct_trainer *t) {
     bad |= json_object_set_new(tr, "world_size",
                                json_integer((json_int_t)ct_comm_world_size(t->comm)));
     if (t->record_marks[0] >= 0)
-        bad |= json_object_set_new(tr, "records",
-                                   json_pack("[I, I]", (json_int_t)t->record_marks[0],
-                                             (json_int_t)t->record_marks[1]));
+        bad |= json_object_set_new(
+            tr, "records",
+            json_pack("[I, I]", (json_int_t)t->record_marks[0], (json_int_t)t->record_marks[1]));
     if (t->rank_pos) bad |= json_object_set_new(st, "ranks", ranks_json(t));
     if (t->sched) bad |= json_object_set_new(st, "schedule", schedule_json(t->sched));
     if (t->has_monitor) bad |= json_object_set_new(st, "monitor", monitor_json(&t->monitor.state));
