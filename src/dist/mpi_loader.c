@@ -164,6 +164,9 @@ static const ct_mpi_module *load(char *why, size_t why_size, char *from, size_t 
     const ct_mpi_module *m = dlsym(h, CT_MPI_ENTRY);
     Dl_info info;
     const char *file = env && env[0] ? env : CT_MPI_SONAME;
+    struct link_map *lm = NULL; /* the file the handle is, for a module without the symbol */
+    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0])
+        file = lm->l_name;
     if (m && dladdr(m, &info) && info.dli_fname && info.dli_fname[0]) file = info.dli_fname;
     if (!m) {
         (void)snprintf(why, why_size, "%s exports no %s: it is not a libctrain_mpi", file,

@@ -160,8 +160,12 @@ ct_status ct_rep_run_read(
             s = CT_STOP;
             break;
         }
-        if (getline(&line, &cap, f) <= 0) break;
+        ssize_t len = getline(&line, &cap, f);
+        if (len <= 0) break;
         lineno++;
+        /* a last line without its newline is a record being written (the run is live) or
+           cut by a crash, which the run's resume drops: not part of the picture */
+        if (line[len - 1] != '\n') break;
         json_error_t err;
         json_t *o = json_loads(line, 0, &err);
         if (!json_is_object(o))

@@ -621,6 +621,25 @@ static void report_should_show_one_confusion_table_when_last_is_best(void) {
     free(page);
 }
 
+/* A run being written: its last record may be half there, and the report leaves it out. */
+static void report_should_leave_out_a_record_being_written(void) {
+    char dir[300], html[400];
+    size_t size = 0;
+    make_run(dir, sizeof dir, "live", "{\"step\":1,\"epoch\":1,\"train/loss\":2}\n"
+                                     "{\"step\":2,\"epoch\":1,\"train/loss\":1}\n"
+                                     "{\"step\":3,\"epoch\":1,\"train/lo");
+    CT_CHECK(ct_report_write(ctx, dir, NULL, NULL) == CT_OK);
+    (void)snprintf(html, sizeof html, "%s/report.html", dir);
+    char *page = read_all(html, &size);
+    CT_CHECK(page != NULL && strstr(page, "train/loss") != NULL);
+    free(page);
+    /* a damaged line that is not the last stays an error */
+    make_run(dir, sizeof dir, "damaged", "{\"step\":1,\"epoch\":1,\"train/lo\n"
+                                        "{\"step\":2,\"epoch\":1,\"train/loss\":1}\n");
+    CT_CHECK(ct_report_write(ctx, dir, NULL, NULL) == CT_ERR_FORMAT);
+    ct_clear_error(ctx);
+}
+
 int main(void) {
     ct_ctx_params cp = ct_ctx_default_params();
     cp.log_level = CT_LOG_ERROR;
@@ -643,6 +662,7 @@ int main(void) {
     CT_RUN(report_should_draw_each_split_in_one_colour_in_every_plot);
     CT_RUN(report_should_show_a_single_test_value);
     CT_RUN(report_should_show_one_confusion_table_when_last_is_best);
+    CT_RUN(report_should_leave_out_a_record_being_written);
     char cmd[128];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

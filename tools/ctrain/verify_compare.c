@@ -46,6 +46,10 @@ static long long first_difference(const char *a, const char *b) {
     size_t off = 0;
     while (at == -1) {
         size_t na = fread(ba, 1, CHUNK, fa), nb = fread(bb, 1, CHUNK, fb);
+        if (ferror(fa) || ferror(fb)) { /* a failed read is no end of file: no verdict */
+            at = -2;
+            break;
+        }
         size_t n = na < nb ? na : nb, i = 0;
         while (i < n && ba[i] == bb[i])
             i++;
