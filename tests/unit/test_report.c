@@ -625,17 +625,19 @@ static void report_should_show_one_confusion_table_when_last_is_best(void) {
 static void report_should_leave_out_a_record_being_written(void) {
     char dir[300], html[400];
     size_t size = 0;
-    make_run(dir, sizeof dir, "live", "{\"step\":1,\"epoch\":1,\"train/loss\":2}\n"
-                                     "{\"step\":2,\"epoch\":1,\"train/loss\":1}\n"
-                                     "{\"step\":3,\"epoch\":1,\"train/lo");
+    make_run(dir, sizeof dir, "live",
+             "{\"step\":1,\"epoch\":1,\"train/loss\":2}\n"
+             "{\"step\":2,\"epoch\":1,\"train/loss\":1}\n"
+             "{\"step\":3,\"epoch\":1,\"train/lo");
     CT_CHECK(ct_report_write(ctx, dir, NULL, NULL) == CT_OK);
     (void)snprintf(html, sizeof html, "%s/report.html", dir);
     char *page = read_all(html, &size);
     CT_CHECK(page != NULL && strstr(page, "train/loss") != NULL);
     free(page);
     /* a damaged line that is not the last stays an error */
-    make_run(dir, sizeof dir, "damaged", "{\"step\":1,\"epoch\":1,\"train/lo\n"
-                                        "{\"step\":2,\"epoch\":1,\"train/loss\":1}\n");
+    make_run(dir, sizeof dir, "damaged",
+             "{\"step\":1,\"epoch\":1,\"train/lo\n"
+             "{\"step\":2,\"epoch\":1,\"train/loss\":1}\n");
     CT_CHECK(ct_report_write(ctx, dir, NULL, NULL) == CT_ERR_FORMAT);
     ct_clear_error(ctx);
 }
