@@ -494,7 +494,8 @@ bool ct_exp_has_record(const ct_experiment *e, const char *prefix, int64_t step)
     return found;
 }
 
-/* Keeps the records of steps up to `step` (a resumed run redoes the later ones). */
+/* The first `keep` records, or without a count those of steps up to `step`; a line cut short
+ * (no newline) goes in either case. */
 ct_status ct_exp_truncate_records(
     ct_experiment *e, const char *name, int64_t step, int64_t keep, bool csv, int64_t *kept) {
     char path[1100], tmp[1100];
