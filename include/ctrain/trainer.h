@@ -22,6 +22,7 @@
 #include "ctrain/model.h"
 #include "ctrain/optim.h"
 #include "ctrain/policy.h"
+#include "ctrain/rng.h"
 #include "ctrain/schedule.h"
 
 #ifdef __cplusplus
@@ -118,6 +119,33 @@ typedef struct ct_eval_engine {
     int64_t n_metrics;
 } ct_eval_engine;
 
+/* What on_incident reports: a step that a policy stopped, skipped or rolled back, or a loss
+ * spike. Strings are static. */
+typedef enum ct_incident_kind {
+    CT_INCIDENT_NONFINITE = 0, /* a NaN or inf in the loss or the gradients (on_nonfinite) */
+    CT_INCIDENT_SPIKE,         /* a loss spike (on_spike) */
+    CT_INCIDENT_KIND_COUNT
+} ct_incident_kind;
+
+typedef struct ct_incident {
+    ct_incident_kind kind;
+    const char *action;  /* "stop", "skip", "rollback" or, for a spike, "warn" */
+    int64_t step;        /* the step being made, from 1 (as the warnings number it) */
+    int64_t epoch;       /* from 1 */
+    int64_t batch_first; /* the window's micro-batches: indices in the epoch, from 0 */
+    int64_t batch_last;  /* inclusive */
+    double loss;         /* the window's mean finite loss; NaN when none was finite */
+    double grad_norm;    /* before clipping, when measured (clipping, spikes on grad_norm);
+                            else NaN */
+    double value;        /* spikes: the value judged (loss or grad_norm); else NaN */
+    double median;       /* spikes: the window's median, deviation and threshold; else NaN */
+    double deviation;
+    double threshold;
+    bool loss_finite; /* nonfinite: which of the two held the NaN or inf */
+    bool grads_finite;
+    ct_rng rng; /* the dropout stream's state (ct_graph_rng) at the incident */
+} ct_incident;
+
 /* Events. Each returns CT_OK to go on or another status to end the run with it; CT_STOP
  * (see status.h) ends it cleanly. values/n: the metrics just computed. */
 typedef struct ct_trainer_callbacks {
@@ -175,6 +203,12 @@ typedef struct ct_trainer_callbacks {
        `ctrain verify-resume` ends the process here to test a save cut short. An error cancels
        the save and ends fit with it. May be NULL. */
     ct_status (*on_save_file)(void *user, ct_trainer *t, const char *file);
+    /* a step is stopped, skipped or rolled back by on_nonfinite, or a loss spike is detected
+       (whatever on_spike's action), before the policy acts: the gradients and weights are
+       those the step found (after the all-reduce and before clipping; under on_nonfinite stop
+       or rollback an update that checks as it goes may have written non-finite weights).
+       Called on every rank; it cannot fail the run. May be NULL. */
+    void (*on_incident)(void *user, ct_trainer *t, const ct_incident *info);
 } ct_trainer_callbacks;
 
 /* ct_trainer_params.bucket_bytes: chosen from the communicator's layout. */

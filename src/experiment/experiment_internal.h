@@ -177,7 +177,21 @@ struct ct_experiment {
     int64_t step_last_log;
     int64_t n_lines, n_rows; /* records written: metrics.jsonl's lines, metrics.csv's rows */
     int64_t batch_size, accum;
+    bool incidents_capped; /* trainer.max_incidents was reached: warned once */
 };
+
+/* ---- incident.c: incident bundles ---- */
+
+/* Statistics of x[0..n) in double; min, max and l2 over the finite values only (min and max
+ * 0 when finite is 0). */
+typedef struct ct_exp_stats {
+    int64_t nonfinite, finite;
+    double min, max, l2;
+} ct_exp_stats;
+CT_INTERNAL ct_exp_stats ct_exp_stats_of(const float *x, int64_t n);
+/* RUN/incidents/step-N/ for the incident (docs/policies.md): rank 0 only, up to
+ * trainer.max_incidents per run directory; a failure is a warning. */
+CT_INTERNAL void ct_exp_write_incident(ct_experiment *e, const ct_incident *in);
 
 /* ---- access.c: the string pool, the config's resolved values, options, plugins ---- */
 

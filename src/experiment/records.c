@@ -444,6 +444,13 @@ fwd_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t to
     return cb->on_batch ? cb->on_batch(cb->user, t, split, done, total, loss) : CT_OK;
 }
 
+static void fwd_incident(void *user, ct_trainer *t, const ct_incident *info) {
+    ct_experiment *e = user;
+    ct_exp_write_incident(e, info);
+    const ct_trainer_callbacks *cb = &e->p.callbacks;
+    if (cb->on_incident) cb->on_incident(cb->user, t, info);
+}
+
 /* The trainer's events as the experiment handles them: records, reports, histograms and the
  * run directory's check, each then passed on to the caller's handler. */
 void ct_exp_wire_callbacks(ct_experiment *e, ct_trainer_callbacks *cb) {
@@ -458,6 +465,7 @@ void ct_exp_wire_callbacks(ct_experiment *e, ct_trainer_callbacks *cb) {
     cb->on_save = fwd_save;
     cb->on_batch = fwd_batch;
     cb->on_rollback = fwd_rollback;
+    cb->on_incident = fwd_incident;
     /* the clock of samples_per_sec stops at these and runs again at the next batch */
     cb->on_iteration_start = fwd_iteration_start;
     cb->on_eval_start = fwd_eval_start;

@@ -179,6 +179,10 @@ static const ct_key_def k_schema[] = {
      "loss|grad_norm, window: 100, threshold: 6, warmup: window, lr_factor: 1, cooldown: 0, "
      "skip_batches: 1}`; rollback also skips the spike's data windows (docs/policies.md). "
      "Absent: off."},
+    {"trainer.max_incidents", I, "20", 0, 1e6, NULL, 0,
+     "Incident bundles (RUN/incidents/step-N/) written per run directory for steps that "
+     "on_nonfinite or on_spike stopped, skipped, rolled back or warned about; 0 = none "
+     "(docs/policies.md)."},
     {"trainer.check_grads", B, "true", 0, 0, NULL, 0,
      "Scan the gradients for NaN/inf each step (the loss is always checked)."},
     {"trainer.limit_train_batches", I, "0", 0, 1e15, NULL, 0, "Batches per epoch; 0 = all."},

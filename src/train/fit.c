@@ -268,6 +268,8 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
         CT_TRY(train_batch(t, &b, &pos, bpe, &loss));
         window_ok = window_ok && isfinite(loss);
         if (pos.last) {
+            t->window_start = pos.start; /* for on_incident */
+            t->window_end = i;
             CT_TRY(end_window(t, window_ok, i + 1 >= bpe));
             window_ok = true;
         }

@@ -136,6 +136,7 @@ struct ct_trainer {
     ct_spike_detector spike;
     double spike_sum;    /* the current accumulation window's finite losses and their count: */
     int64_t spike_count; /* the step's loss for the spike detector */
+    int64_t window_start, window_end; /* the window being ended: its batches in the epoch */
     int64_t step, epoch, skipped;
     int64_t last_saved_step;  /* -1: none saved by this trainer yet */
     int64_t record_marks[2];  /* the caller's record counts, kept with each checkpoint; -1: none */

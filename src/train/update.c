@@ -222,6 +222,47 @@ static ct_status roll_back(ct_trainer *t) {
     return rollback_event(t);
 }
 
+/* ---- incidents ---- */
+
+/* The incident's record without the spike's figures; loss is the window's mean finite loss. */
+static ct_incident incident_of(const ct_trainer *t, ct_incident_kind kind, double loss) {
+    bool norm = t->p.grad_clip_norm > 0.0f || spike_on_norm(t);
+    ct_incident in = {.kind = kind,
+                      .step = t->step + 1,
+                      .epoch = t->epoch + 1,
+                      .batch_first = t->window_start,
+                      .batch_last = t->window_end,
+                      .loss = loss,
+                      .grad_norm = norm ? (double)t->grad_norm : (double)NAN,
+                      .value = (double)NAN,
+                      .median = (double)NAN,
+                      .deviation = (double)NAN,
+                      .threshold = (double)NAN,
+                      .loss_finite = true,
+                      .grads_finite = true,
+                      .rng = *ct_graph_rng(t->g)};
+    return in;
+}
+
+static void report_incident(ct_trainer *t, const ct_incident *in) {
+    const ct_trainer_callbacks *cb = &t->p.callbacks;
+    if (cb->on_incident) cb->on_incident(cb->user, t, in);
+}
+
+static const char *nonfinite_action_name(ct_nonfinite_action a) {
+    switch (a) {
+    case CT_NONFINITE_ACTION_SKIP_UPDATE:
+        return "skip";
+    case CT_NONFINITE_ACTION_ROLLBACK:
+        return "rollback";
+    case CT_NONFINITE_ACTION_CONTINUE:
+    case CT_NONFINITE_ACTION_STOP:
+    case CT_NONFINITE_ACTION_COUNT:
+        break;
+    }
+    return "stop";
+}
+
 /* ---- loss spikes ---- */
 
 /* The step's value for the spike detector, the same on every rank: the mean of every rank's
@@ -275,6 +316,16 @@ static ct_status act_on_spike(ct_trainer *t, double sum, int64_t count, bool *do
     /* a second spike before a new good state would go back to the same one: with spikes that
        come faster than the snapshots, the run would never get past it */
     bool again = t->spike.mode == CT_SPIKE_MODE_ROLLBACK && st->rollback_step == t->snap_step;
+    ct_incident in =
+        incident_of(t, CT_INCIDENT_SPIKE, count > 0 ? sum / (double)count : (double)NAN);
+    in.action = t->spike.mode == CT_SPIKE_MODE_SKIP || again ? "skip"
+                : t->spike.mode == CT_SPIKE_MODE_ROLLBACK    ? "rollback"
+                                                             : "warn";
+    in.value = value;
+    in.median = v.median;
+    in.deviation = v.deviation;
+    in.threshold = t->spike.threshold;
+    report_incident(t, &in);
     if (t->spike.mode == CT_SPIKE_MODE_SKIP || again) {
         if (t->shard) CT_TRY(ct_train_shard_settle(t->shard));
         ct_params_zero_grad(t->params);
@@ -370,6 +421,15 @@ ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
     CT_TRY(check_gradients(t, loss_ok, &grads_ok, &applied));
     ct_nonfinite_action action;
     CT_TRY(ct_nonfinite_decide(t->ctx, &t->nf, loss_ok, grads_ok, &action));
+    if (action != CT_NONFINITE_ACTION_CONTINUE) {
+        ct_incident in =
+            incident_of(t, CT_INCIDENT_NONFINITE,
+                        spike_count > 0 ? spike_sum / (double)spike_count : (double)NAN);
+        in.action = nonfinite_action_name(action);
+        in.loss_finite = loss_ok;
+        in.grads_finite = grads_ok;
+        report_incident(t, &in);
+    }
     switch (action) {
     case CT_NONFINITE_ACTION_CONTINUE:
         break;

@@ -767,6 +767,19 @@ if expect fit_nonfinite_skip 0 'warning: non-finite loss at step [0-9]+, epoch 1
             echo "no skip count in log.txt's epoch summary; "
         grep -q '"train/skipped":2' nan_skip/metrics.jsonl || echo "no train/skipped record")
     verdict fit_nonfinite_skip_counted "$why"
+    # each skipped step leaves an incident bundle: what happened, the batch's samples (row 8 of
+    # nan.csv is sample 7), the tensors' statistics and the first parameter with a bad gradient
+    j=nan_skip/incidents/step-00000002/incident.json
+    why=$([[ $(ls nan_skip/incidents | tr '\n' ' ') == 'step-00000002 step-00000004 ' ]] ||
+        echo "bundles $(ls nan_skip/incidents | tr '\n' ' '); "
+        for pat in '"kind": "nonfinite"' '"action": "skip"' '"step": 2,' '"epoch": 1,' \
+            '"first_nonfinite_grad": "0.weight"' '"samples": \[([0-9]+, )*7[],]' \
+            '"name": "0.weight", "shape": \[4, 2\], "nonfinite": [1-9]'; do
+            grep -Eq "$pat" "$j" || echo "no $pat in $j; "
+        done
+        cmp -s nan_skip/config.yaml nan_skip/incidents/step-00000002/config.yaml ||
+            echo "no copy of config.yaml; ")
+    verdict fit_nonfinite_skip_incident_bundles "$why"
 fi
 npy_f32 x9.npy 2 9
 expect error_model_shape_predict 2 "$shape_error" -- \
@@ -1200,10 +1213,23 @@ if expect spike_warn 0 'loss spike at step 32, epoch 1: loss [0-9.]+ > median' \
     grep -q '^epoch 4 done: .* train/spikes 8$' sp_warn/log.txt || why+="no spikes in log.txt; "
     [[ $(grep -c '"train/spikes":8' sp_warn/metrics.jsonl) -ge 1 ]] || why+="no train/spikes 8; "
     verdict spike_warn_at_the_planted_steps_only "$why"
+    # warned spikes leave incident bundles too, at the planted steps
+    why=$([[ $(ls sp_warn/incidents | sed 's/^step-0*//' | sort -n | tr '\n' ' ') == \
+        '32 64 96 128 160 192 224 256 ' ]] || echo "bundles $(ls sp_warn/incidents | tr '\n' ' ')"
+        grep -Eq '"kind": "spike"' sp_warn/incidents/step-00000064/incident.json &&
+            grep -Eq '"action": "warn"' sp_warn/incidents/step-00000064/incident.json &&
+            grep -Eq '"median": [0-9.e+-]+, "deviation": [0-9.e+-]+, "threshold": 6' \
+                sp_warn/incidents/step-00000064/incident.json || echo "no spike figures")
+    verdict spike_warn_incident_bundles "$why"
 fi
+expect spike_incidents_capped 0 'incidents: .* holds trainer.max_incidents = 3 bundles' -- \
+    "$ctrain" fit spike.yaml ++output_dir=sp_cap trainer.on_spike.action=skip trainer.max_incidents=3
+verdict spike_incidents_capped_at_3 "$([[ $(ls sp_cap/incidents | grep -vc tmp) == 3 ]] ||
+    echo "bundles: $(ls sp_cap/incidents | tr '\n' ' ')")"
 # 512 steps of clean data: no spike
 expect spike_none_on_clean_data 0 '!loss spike' 'done: 512 steps, 8 epochs' -- \
     "$ctrain" fit spike.yaml ++output_dir=sp_clean data.train.corrupt_every=0 trainer.max_epochs=8
+verdict spike_clean_run_no_incidents "$([[ ! -e sp_clean/incidents ]] || echo "sp_clean/incidents exists")"
 expect spike_skip 0 'loss spike at step 32, epoch 1: .*: update skipped' \
     'done: 248 steps \(8 loss spikes\)' -- \
     "$ctrain" fit spike.yaml ++output_dir=sp_skip trainer.on_spike.action=skip

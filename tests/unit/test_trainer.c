@@ -305,7 +305,7 @@ static ct_trainer_params rec_params(rec *r) {
     ct_trainer_callbacks cb = {rec_fit_start, rec_log, rec_eval_end,  rec_best, rec_epoch_end,
                                rec_fit_end,   r,       rec_exception, NULL,     NULL,
                                NULL,          NULL,    NULL,          NULL,     NULL,
-                               NULL,          NULL};
+                               NULL,          NULL,    NULL};
     cb.on_rollback = rec_rollback;
     p.callbacks = cb;
     return p;
