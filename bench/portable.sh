@@ -33,6 +33,9 @@ num() {
     echo "$1"
 }
 
+# The smaller of two times; "inf" stands for none yet.
+smaller() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "inf" || b < a) ? b : a }'; }
+
 # best NAME CMD...: runs CMD in each build alternately, prints the line of the table. CMD's
 # output: the median in field $field of its last line.
 best() {
@@ -43,9 +46,9 @@ best() {
     n=inf
     for ((r = 0; r < rounds; r++)); do
         v=$(num "$("build-bench-portable/bench/$@" 2>/dev/null | tail -1 | awk -v f="$field" '{print $f}')" "$name")
-        p=$(awk -v a="$p" -v b="$v" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+        p=$(smaller "$p" "$v")
         v=$(num "$("build-bench-native/bench/$@" 2>/dev/null | tail -1 | awk -v f="$field" '{print $f}')" "$name")
-        n=$(awk -v a="$n" -v b="$v" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+        n=$(smaller "$n" "$v")
     done
     awk -v name="$name" -v p="$p" -v n="$n" 'BEGIN { printf "%-28s %10.4f %10.4f %8.3f\n", name, p, n, p / n }'
 }
@@ -74,9 +77,9 @@ fit_case() {
             }
             t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
             if [[ $kind == portable ]]; then
-                p=$(awk -v a="$p" -v b="$t" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+                p=$(smaller "$p" "$t")
             else
-                n=$(awk -v a="$n" -v b="$t" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+                n=$(smaller "$n" "$t")
             fi
         done
     done
@@ -95,9 +98,9 @@ for v in "adam weight_decay" "adamw"; do
     n=inf
     for ((r = 0; r < rounds; r++)); do
         x=$(num "$(build-bench-portable/bench/bench_optim | grep -E "^$v +[0-9]" | tail -1 | awk -v c="$pc" '{print $(c)}')" "$v")
-        p=$(awk -v a="$p" -v b="$x" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+        p=$(smaller "$p" "$x")
         x=$(num "$(build-bench-native/bench/bench_optim | grep -E "^$v +[0-9]" | tail -1 | awk -v c="$pc" '{print $(c)}')" "$v")
-        n=$(awk -v a="$n" -v b="$x" 'BEGIN { print (a == "inf" || b < a) ? b : a }')
+        n=$(smaller "$n" "$x")
     done
     awk -v name="optim $v (us)" -v p="$p" -v n="$n" 'BEGIN { printf "%-28s %10.4f %10.4f %8.3f\n", name, p, n, p / n }'
 done
