@@ -201,6 +201,12 @@ typedef struct ct_loader_state {
     int64_t epoch;      /* epoch of the next batch */
     int64_t next_batch; /* index within that epoch of the next batch */
     uint64_t seed;      /* the loader's seed (checked on restore) */
+    /* where every rank together stands in the epoch's order: the next batch of each rank starts
+     * at position next_batch x batch_size x world_size of the permutation (the shards are
+     * strided, so the samples read so far are exactly the positions before it), or the number
+     * of samples at the epoch's end. Set by ct_loader_get_state; ct_loader_set_state ignores
+     * it (ct_loader_state_at turns it into another geometry's state). */
+    int64_t sample;
 } ct_loader_state;
 
 typedef struct ct_loader ct_loader;
@@ -228,6 +234,19 @@ CT_API ct_loader_state ct_loader_get_state(const ct_loader *l);
 /* Repositions the loader (dropping prefetched batches). A state from a loader with another
  * seed, or past the end of its epoch, fails with CT_ERR_INVALID_ARG. */
 CT_API ct_status ct_loader_set_state(ct_loader *l, const ct_loader_state *s);
+
+/*
+ * The state of this loader at global position `sample` of `epoch`'s order (a state's `sample`,
+ * saved by a loader of another world size or batch size): the batch of this loader's geometry
+ * that starts there, or the epoch's end marker when `sample` is at or past the last batch. So a
+ * run stopped by N processes resumes on M at the next unread sample, none read twice and none
+ * skipped. A position that falls inside one of this loader's global batches (not a multiple of
+ * batch_size x world_size) fails with CT_ERR_INVALID_ARG naming both.
+ */
+CT_API ct_status ct_loader_state_at(const ct_loader *l,
+                                    int64_t epoch,
+                                    int64_t sample,
+                                    ct_loader_state *out);
 
 /* The dataset indices this rank reads in `epoch`, in order: samples_per_epoch entries into
  * out. For tests and tools. */

@@ -623,7 +623,33 @@ ct_loader_state ct_loader_get_state(const ct_loader *l) {
     st.next_batch = l->cons_num;
     st.seed = l->p.seed;
     /* next_batch == batches: the epoch's end marker comes next, and a restore gives it too */
+    st.sample = l->cons_num >= l->batches ? l->n : l->cons_num * l->p.batch_size * l->p.world_size;
     return st;
+}
+
+ct_status
+ct_loader_state_at(const ct_loader *l, int64_t epoch, int64_t sample, ct_loader_state *out) {
+    int64_t global = l->p.batch_size * l->p.world_size;
+    if (epoch < 0 || sample < 0)
+        return CT_FAIL(l->ctx, CT_ERR_INVALID_ARG,
+                       "loader: position (epoch %lld, sample %lld) is negative", (long long)epoch,
+                       (long long)sample);
+    out->epoch = epoch;
+    out->seed = l->p.seed;
+    out->sample = sample;
+    if (sample >= l->n || sample / global >= l->batches) { /* at or past this epoch's end */
+        out->next_batch = l->batches;
+        return CT_OK;
+    }
+    if (sample % global != 0)
+        return CT_FAIL(l->ctx, CT_ERR_INVALID_ARG,
+                       "loader: sample %lld of the epoch's order is inside a global batch of "
+                       "%lld (%lld per process x %lld processes): the next batch would repeat or "
+                       "skip samples",
+                       (long long)sample, (long long)global, (long long)l->p.batch_size,
+                       (long long)l->p.world_size);
+    out->next_batch = sample / global;
+    return CT_OK;
 }
 
 ct_status ct_loader_set_state(ct_loader *l, const ct_loader_state *s) {

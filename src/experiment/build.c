@@ -294,6 +294,19 @@ ct_status ct_exp_build_data(ct_experiment *e) {
         lp.rank = ct_comm_rank(e->p.comm);
         lp.world_size = ct_comm_world_size(e->p.comm);
     }
+    int64_t global = ct_exp_int_at(e, "data.global_batch_size");
+    if (global > 0) {
+        if (global % lp.world_size != 0) {
+            char w[600];
+            ct_exp_key_where(ct_exp_node(e, "data.global_batch_size"), w, sizeof w);
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "%s: %lld samples cannot be shared equally by %lld processes; "
+                           "expected a multiple of %lld",
+                           w, (long long)global, (long long)lp.world_size,
+                           (long long)lp.world_size);
+        }
+        lp.batch_size = global / lp.world_size;
+    }
     lp.to_f32 = e->info.x_dtype != CT_I64 && e->info.x_dtype != CT_I32;
     CT_TRY(ct_exp_add_transforms(e, "data.transforms", &lp, false, true));
     ct_loader_params el = lp;

@@ -58,7 +58,15 @@ static const ct_key_def k_schema[] = {
      "one name per line (see Paths above). As many names as data.train has classes, none empty, "
      "none twice. They label the report's confusion matrices and predict's `class_name` column. "
      "Absent: classes are known by their index."},
-    {"data.batch_size", I, "32", 1, 1048576, NULL, 0, "Samples per training batch."},
+    {"data.batch_size", I, "32", 1, 1048576, NULL, 0,
+     "Samples per training batch of each process (the global batch is batch_size x the number "
+     "of processes)."},
+    {"data.global_batch_size", I, "0", 0, 1073741824, NULL, 0,
+     "Samples per training batch over all processes together; each of N processes takes "
+     "global_batch_size / N (N must divide it), and data.batch_size must not be set as well. "
+     "The configuration then stays the same when the number of processes changes, so a "
+     "checkpoint resumes exactly on another number (trainer.allow_world_size_change). 0 = use "
+     "data.batch_size."},
     {"data.eval_batch_size", I, "0", 0, 1048576, NULL, RES,
      "Samples per evaluation batch; 0 = batch_size."},
     {"data.shuffle", B, "true", 0, 0, NULL, 0,
@@ -164,7 +172,9 @@ static const ct_key_def k_schema[] = {
      "(docs/distributed.md)."},
     {"trainer.allow_world_size_change", B, "false", 0, 0, NULL, RES,
      "Resume a checkpoint written by another number of MPI processes: the weights and optimizer "
-     "state are kept and the epoch's data starts over (docs/distributed.md)."},
+     "state are kept and the epoch continues at the next sample no process has read, when that "
+     "is a batch boundary of the new processes (keep the global batch: "
+     "data.global_batch_size); otherwise the resume is refused (docs/distributed.md)."},
     {"trainer.steps_per_loop", I, "10", 1, 1e12, NULL, RES,
      "Steps between training-metric records (train/loss, lr, grad_norm) in metrics.jsonl."},
     {"trainer.on_nonfinite", E, "stop", 0, 0, "stop|skip|rollback", 0,
@@ -637,6 +647,13 @@ static void parent_of(const char *path, char *buf, size_t size) {
     buf[n] = '\0';
 }
 
+/* Whether data.global_batch_size is given, and not 0 (its default, "not used"). */
+static bool global_batch_set(const ct_cfg_node *root) {
+    const ct_cfg_node *n = ct_config_find(root, "data.global_batch_size");
+    int64_t v = 0;
+    return n && n->kind == CT_CFG_SCALAR && ct_exp_parse_int(n->value, &v) && v != 0;
+}
+
 static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
     ct_cfg_node *root = ct_config_root(cfg);
     for (size_t i = 0; i < sizeof k_schema / sizeof k_schema[0]; i++) {
@@ -648,6 +665,8 @@ static ct_status fill_defaults(ct_ctx *ctx, ct_config *cfg) {
             if (pd && (pd->flags & CT_KEY_OPTIONAL) && !ct_config_find(root, parent)) continue;
         }
         if (ct_config_find(root, d->path)) continue;
+        if (strcmp(d->path, "data.batch_size") == 0 && global_batch_set(root))
+            continue; /* the per-process batch follows from the global one and the processes */
         if (d->flags & CT_KEY_REQUIRED) {
             char w[600];
             const ct_cfg_node *p = parent[0] ? ct_config_find(root, parent) : root;
@@ -743,6 +762,15 @@ ct_status ct_experiment_resolve(ct_ctx *ctx, ct_config *cfg) {
     ct_cfg_node *root = ct_config_root(cfg);
     drop_nulls(cfg, root);
     CT_TRY(check_map(ctx, root, ""));
+    const ct_cfg_node *pb = ct_config_find(root, "data.batch_size");
+    if (pb && global_batch_set(root)) {
+        char w[600];
+        ct_exp_where(pb, w, sizeof w);
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s: key 'data.batch_size': set either data.batch_size (per process) or "
+                       "data.global_batch_size (all processes together), not both",
+                       w);
+    }
     CT_TRY(respell_metrics(cfg));
     CT_TRY(fill_defaults(ctx, cfg));
     if (!ct_config_find(root, "name")) {

@@ -164,7 +164,8 @@ static json_t *trainer_state(const ct_trainer *t) {
                            "counter", u64_json(r->counter));
     if (!st) return NULL;
     json_t *tr = json_object_get(st, "trainer");
-    int bad = 0;
+    int bad = json_object_set_new(json_object_get(st, "loader"), "sample",
+                                  json_integer((json_int_t)ls.sample));
     if (t->p.fingerprint && t->p.fingerprint[0])
         bad |= json_object_set_new(tr, "fingerprint", json_string(t->p.fingerprint));
     bad |= json_object_set_new(tr, "world_size",
@@ -431,6 +432,9 @@ static const char *parse_progress(const json_t *st, saved_state *sv) {
         !get_i64(lo, "next_batch", &sv->loader.next_batch) ||
         !get_u64(lo, "seed", 10, &sv->loader.seed))
         return "loader";
+    sv->loader.sample = -1; /* absent: a checkpoint made without global positions */
+    if (json_object_get(lo, "sample") && !get_i64(lo, "sample", &sv->loader.sample))
+        return "loader";
     if (!get_u64(rn, "seed", 10, &sv->rng.seed) || !get_u64(rn, "stream", 10, &sv->rng.stream) ||
         !get_u64(rn, "counter", 10, &sv->rng.counter))
         return "dropout_rng";
@@ -566,20 +570,48 @@ static ct_status parse_state(ct_trainer *t, const json_t *st, const char *path, 
     return parse_own_stream(t, st, path, sv);
 }
 
-/* The training and evaluation loaders' positions; with another number of processes (allowed:
- * the shards changed) the epoch starts over. */
-static ct_status restore_positions(ct_trainer *t, saved_state *sv, const char *path) {
+/* On another number of processes (allowed): the training loader's position moved to the same
+ * global sample of the epoch's order in this run's geometry, so no sample is read twice or
+ * skipped; the evaluation loaders start their epochs again (an evaluation is redone whole). */
+static ct_status move_positions(ct_trainer *t, saved_state *sv, const char *path) {
     ct_ctx *ctx = t->ctx;
     int64_t world = ct_comm_world_size(t->comm);
-    if (sv->world != world) {
+    for (int64_t i = 0; i < t->n_engines; i++)
+        t->engines[i].resume_state.next_batch = 0;
+    if (sv->loader.sample < 0) { /* a checkpoint without the global position */
         ct_log(ctx, CT_LOG_WARN,
                "%s: written by %lld processes, resumed by %lld: the weights and optimizer state "
-               "are kept; epoch %lld's data starts again from its first batch",
+               "are kept; the checkpoint does not record its global data position, so epoch "
+               "%lld's data starts again from its first batch",
                path, (long long)sv->world, (long long)world, (long long)sv->loader.epoch + 1);
         sv->loader.next_batch = 0;
-        for (int64_t i = 0; i < t->n_engines; i++)
-            t->engines[i].resume_state.next_batch = 0;
+        return CT_OK;
     }
+    ct_loader_state at;
+    if (ct_loader_state_at(t->train, sv->loader.epoch, sv->loader.sample, &at) != CT_OK) {
+        char why[512];
+        (void)snprintf(why, sizeof why, "%s", ct_last_error(ctx));
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s: written by %lld processes, resumed by %lld in epoch %lld: %s; keep "
+                       "the global batch when the number of processes changes "
+                       "(data.global_batch_size, docs/distributed.md)",
+                       path, (long long)sv->world, (long long)world,
+                       (long long)sv->loader.epoch + 1,
+                       strstr(why, "loader: ") ? strstr(why, "loader: ") + 8 : why);
+    }
+    ct_log(ctx, CT_LOG_INFO,
+           "%s: written by %lld processes, resumed by %lld: epoch %lld continues at sample %lld "
+           "of its order (batch %lld of each process)",
+           path, (long long)sv->world, (long long)world, (long long)sv->loader.epoch + 1,
+           (long long)sv->loader.sample, (long long)at.next_batch);
+    sv->loader = at;
+    return CT_OK;
+}
+
+/* The training and evaluation loaders' positions. */
+static ct_status restore_positions(ct_trainer *t, saved_state *sv, const char *path) {
+    ct_ctx *ctx = t->ctx;
+    if (sv->world != ct_comm_world_size(t->comm)) CT_TRY(move_positions(t, sv, path));
 #ifdef CT_TEST_BREAK_RESUME
     /* only in the test build ctrain_broken_resume (tests/CMakeLists.txt): a resume made wrong on
        purpose, which `ctrain verify-resume` must report */

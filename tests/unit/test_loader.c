@@ -270,7 +270,7 @@ static void loader_should_resume_exactly_after_restore(void) {
         }
         /* a position for another seed is refused */
         CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
-        ct_loader_state bad = {0, 0, 12};
+        ct_loader_state bad = {0, 0, 12, 0};
         CT_CHECK_INT(ct_loader_set_state(l, &bad), CT_ERR_INVALID_ARG);
         bad.seed = 11;
         bad.next_batch = 99;
@@ -323,6 +323,74 @@ static void loader_should_resume_on_shards_and_empty_ranks(void) {
         }
         ct_dataset_close(ds);
     }
+}
+
+/* N loaders (ranks of one run) read k batches each; M loaders placed by ct_loader_state_at at
+ * the position they saved read the rest of the epoch: every sample of the epoch exactly once,
+ * whatever N and M, when both share the global batch. */
+static void loader_should_continue_an_epoch_on_another_world_size(void) {
+    enum { N_SAMPLES = 24, GLOBAL = 6 };
+    ct_dataset *ds = toy_dataset(N_SAMPLES, true);
+    int64_t worlds[] = {1, 2, 3};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int64_t k = 0; k <= N_SAMPLES / GLOBAL; k++) {
+                int64_t seen[N_SAMPLES] = {0}, sample = -1;
+                for (int64_t r = 0; r < worlds[a]; r++) {
+                    ct_loader_params p = ct_loader_default_params();
+                    p.batch_size = GLOBAL / worlds[a];
+                    p.seed = 9;
+                    p.world_size = worlds[a];
+                    p.rank = r;
+                    ct_loader *l;
+                    CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+                    ct_batch bt;
+                    for (int64_t i = 0; i < k; i++) {
+                        CT_CHECK_INT(ct_loader_next(l, &bt), CT_OK);
+                        for (int64_t j = 0; j < bt.size; j++)
+                            seen[bt.index[j]]++;
+                    }
+                    sample = ct_loader_get_state(l).sample; /* after the last: the epoch's end */
+                    ct_loader_destroy(l);
+                }
+                CT_CHECK_INT(sample, k * GLOBAL);
+                for (int64_t r = 0; r < worlds[b]; r++) {
+                    ct_loader_params p = ct_loader_default_params();
+                    p.batch_size = GLOBAL / worlds[b];
+                    p.seed = 9;
+                    p.world_size = worlds[b];
+                    p.rank = r;
+                    ct_loader *l;
+                    ct_loader_state st;
+                    CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+                    CT_CHECK_INT(ct_loader_state_at(l, 0, sample, &st), CT_OK);
+                    CT_CHECK_INT(ct_loader_set_state(l, &st), CT_OK);
+                    ct_batch bt;
+                    while (ct_loader_next(l, &bt) == CT_OK && bt.size > 0 && bt.epoch == 0)
+                        for (int64_t j = 0; j < bt.size; j++)
+                            seen[bt.index[j]]++;
+                    ct_loader_destroy(l);
+                }
+                for (int64_t i = 0; i < N_SAMPLES; i++)
+                    CT_CHECK_MSG(seen[i] == 1,
+                                 "%lld -> %lld ranks after %lld batches: sample %lld "
+                                 "read %lld times",
+                                 (long long)worlds[a], (long long)worlds[b], (long long)k,
+                                 (long long)i, (long long)seen[i]);
+            }
+    /* a position inside a global batch of the new geometry is refused */
+    ct_loader_params p = ct_loader_default_params();
+    p.batch_size = 4;
+    ct_loader *l;
+    ct_loader_state st;
+    CT_CHECK_INT(ct_loader_create(ctx, ds, &p, &l), CT_OK);
+    CT_CHECK_INT(ct_loader_state_at(l, 0, 6, &st), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_loader_state_at(l, 0, 8, &st), CT_OK);
+    CT_CHECK_INT(st.next_batch, 2);
+    CT_CHECK_INT(ct_loader_state_at(l, 0, N_SAMPLES, &st), CT_OK);
+    CT_CHECK_INT(st.next_batch, ct_loader_batches_per_epoch(l));
+    ct_loader_destroy(l);
+    ct_dataset_close(ds);
 }
 
 static void prefetch_should_not_change_batches(void) {
@@ -591,6 +659,7 @@ int main(void) {
     CT_RUN(loader_should_shard_exactly);
     CT_RUN(loader_should_resume_exactly_after_restore);
     CT_RUN(loader_should_resume_on_shards_and_empty_ranks);
+    CT_RUN(loader_should_continue_an_epoch_on_another_world_size);
     CT_RUN(prefetch_should_not_change_batches);
     CT_RUN(transforms_should_compute_documented_values);
     CT_RUN(loader_should_map_labels_and_one_hot_encode);

@@ -276,7 +276,11 @@ void cli_apply_logging(session *s, const ct_config *cfg) {
                                                : PROGRESS_PLAIN;
     s->interval = atof(ct_config_find(root, "logging.interval")->value);
     s->interval_seconds = atof(ct_config_find(root, "logging.interval_seconds")->value);
-    s->batch_size = atoll(ct_config_find(root, "data.batch_size")->value);
+    const ct_cfg_node *global = ct_config_find(root, "data.global_batch_size");
+    if (global && atoll(global->value) > 0) /* per process, as data.batch_size */
+        s->batch_size = atoll(global->value) / (s->world > 1 ? s->world : 1);
+    else
+        s->batch_size = atoll(ct_config_find(root, "data.batch_size")->value);
     long long ebs = atoll(ct_config_find(root, "data.eval_batch_size")->value);
     s->eval_batch_size = ebs > 0 ? ebs : s->batch_size;
     s->max_epochs = atoll(ct_config_find(root, "trainer.max_epochs")->value);
