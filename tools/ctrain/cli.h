@@ -73,6 +73,7 @@ typedef struct session {
     int64_t rank, world;
     ct_comm *comm;       /* NULL: one process */
     char rank_map[1024]; /* "0 pid 123 on node1, 1 pid 124 on node1": rank 0 prints it */
+    int64_t hosts;       /* MPI's shared-memory domains (cli_gather_rank_map) */
     progress_mode progress;
     double interval, interval_seconds;
     /* the current bar */

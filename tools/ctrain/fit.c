@@ -86,13 +86,22 @@ static int create(session *s, const cmd_args *a, ct_config *cfg, ct_experiment *
 /* The first line: what is trained where, on how much. */
 static void say_start(session *s, const char *config, const char *out_dir, ct_experiment *e) {
     if (s->world > 1) {
+        const ct_trainer *t = ct_experiment_trainer(e);
+        char hosts[48] = "", exchange[64] = ", optimizer update sharded";
+        if (s->hosts > 1)
+            (void)snprintf(hosts, sizeof hosts, " on %lld hosts", (long long)s->hosts);
+        if (!ct_trainer_sharded(t) && ct_trainer_buckets(t) > 0)
+            (void)snprintf(exchange, sizeof exchange, ", gradients all-reduced in %lld bucket%s",
+                           (long long)ct_trainer_buckets(t), ct_trainer_buckets(t) == 1 ? "" : "s");
+        else if (!ct_trainer_sharded(t))
+            (void)snprintf(exchange, sizeof exchange,
+                           ", gradients all-reduced after the backward pass");
         cli_say(s,
-                "ctrain %s: fit %s -> %s on %lld processes (%lld training samples each, global "
+                "ctrain %s: fit %s -> %s on %lld processes%s (%lld training samples each, global "
                 "batch %lld, %lld parameters%s)",
-                ct_version(), config, out_dir, (long long)s->world,
+                ct_version(), config, out_dir, (long long)s->world, hosts,
                 (long long)ct_experiment_train_samples(e), (long long)s->batch_size,
-                (long long)ct_params_numel(ct_experiment_params_store(e)),
-                ct_trainer_sharded(ct_experiment_trainer(e)) ? ", optimizer update sharded" : "");
+                (long long)ct_params_numel(ct_experiment_params_store(e)), exchange);
         cli_to_log(s, "ranks: ", s->rank_map); /* printed when the job started */
     } else {
         cli_say(s, "ctrain %s: fit %s -> %s (%lld training samples, %lld parameters)", ct_version(),

@@ -7,6 +7,7 @@
  * closes it; the configuration cli_load_config makes is the caller's (ct_config_destroy).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,14 +53,18 @@ void cli_close_bar(session *s) {
  * Every rank's pid and host, gathered with one sum all-reduce (each rank fills its own row),
  * into s->rank_map for rank 0 to print at once (and into log.txt later): when a rank dies, MPICH's
  * launcher names the dead process by pid and host only, and this line says which rank that was. The
- * first MAP_RANKS ranks are listed.
+ * first MAP_RANKS ranks are listed. The same sum counts the hosts as MPI sees them (its
+ * shared-memory domains, which is what the automatic choices follow, whatever the host names):
+ * each rank adds 1 / the ranks of its domain, so each domain adds 1.
  */
 #define MAP_RANKS 16
 #define MAP_HOST  31
 ct_status cli_gather_rank_map(session *s) {
     enum { ROW = 1 + MAP_HOST };
-    double rows[MAP_RANKS * ROW];
+    double rows[MAP_RANKS * ROW + 1];
     memset(rows, 0, sizeof rows);
+    int64_t local = ct_comm_local_size(s->comm);
+    rows[MAP_RANKS * ROW] = 1.0 / (double)(local > 0 ? local : 1);
     if (s->rank < MAP_RANKS) {
         double *row = rows + s->rank * ROW;
         char host[MAP_HOST + 1];
@@ -69,7 +74,8 @@ ct_status cli_gather_rank_map(session *s) {
         for (int i = 0; i < MAP_HOST && host[i]; i++)
             row[1 + i] = (double)(unsigned char)host[i];
     }
-    CT_TRY(ct_comm_allreduce_sum_f64(s->comm, rows, MAP_RANKS * ROW));
+    CT_TRY(ct_comm_allreduce_sum_f64(s->comm, rows, MAP_RANKS * ROW + 1));
+    s->hosts = llround(rows[MAP_RANKS * ROW]);
     size_t off = 0;
     int64_t shown = s->world < MAP_RANKS ? s->world : MAP_RANKS;
     for (int64_t r = 0; r < shown && off < sizeof s->rank_map; r++) {
