@@ -263,6 +263,15 @@ def main():
         e = export("cnn", "bad.onnx", "--opset", bad)
         check(f"--opset {bad} refused", e.returncode == 2 and "opset" in e.stderr
               and not os.path.exists("bad.onnx"), f"exit {e.returncode}: {e.stderr[-200:]}")
+    e = export("cnn", "bad.onnx", "--format", "tflite")
+    check("--format tflite refused", e.returncode == 2 and "--format" in e.stderr,
+          f"exit {e.returncode}: {e.stderr[-200:]}")
+    # a checkpoint directory stands for its run and that checkpoint: the same file
+    steps = sorted(glob.glob("cnn/checkpoints/step-*"))
+    e = export(steps[-1] if steps else "cnn/checkpoints/none", "from_checkpoint.onnx")
+    same = e.returncode == 0 and open("from_checkpoint.onnx", "rb").read() == \
+        open("cnn.plain.onnx", "rb").read()
+    check("a checkpoint directory exports its weights", same, e.stderr[-200:])
     os.chdir("/")
     shutil.rmtree(work, ignore_errors=True)
     print(f"{PASSED} passed, {FAILED} failed")

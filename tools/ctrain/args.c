@@ -346,6 +346,8 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                          "identical tensors too;\n--json prints one JSON document. Exit 0 "
                          "identical, 1 different, 2 a usage error or\na path that is not a run, "
                          "checkpoint or safetensors file.\n");
+    else if (strcmp(cmd, "export") == 0)
+        cli_export_usage(f);
     else
         (void)fprintf(f, "usage: ctrain inspect PATH\n\nDescribes a run directory (its "
                          "checkpoints, which verify, latest and best, the last\nmetrics) or one "

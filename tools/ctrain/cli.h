@@ -187,6 +187,7 @@ int cli_cmd_verify_resume(int argc, char **argv);
 
 /* export.c: the model as an ONNX file (or its weights as safetensors) */
 int cli_cmd_export(int argc, char **argv);
+void cli_export_usage(FILE *f);
 /* Loads the weights `*which` names (best, latest, a checkpoint's path, FILE.safetensors) as
  * eval and predict do (eval.c): 0, or the exit code once the reason is said. */
 int cli_load_weights(ct_ctx *ctx,

@@ -15,7 +15,7 @@
 #include "ctrain/checkpoint.h"
 #include "ctrain/export.h"
 
-static void usage(FILE *f) {
+void cli_export_usage(FILE *f) {
     (void)fprintf(
         f,
         "usage: ctrain export RUN|CHECKPOINT --format onnx|safetensors -o OUT\n"
@@ -71,7 +71,7 @@ static int parse(int argc, char **argv, export_args *a) {
             a->no_ema = true;
             break;
         case 'h':
-            usage(stdout);
+            cli_export_usage(stdout);
             return -1;
         case 'O':
             a->opset = strtoll(optarg, &end, 10);
@@ -97,7 +97,7 @@ static int parse(int argc, char **argv, export_args *a) {
                                    : NULL;
     if (bad) {
         (void)fprintf(stderr, "ctrain export: %s\n", bad);
-        usage(stderr);
+        cli_export_usage(stderr);
         return EXIT_USAGE;
     }
     return 0;
