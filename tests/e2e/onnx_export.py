@@ -13,6 +13,7 @@ on real inputs. Its outputs must equal ctrain's within 1e-4 (|a - b| <= 1e-4 (1 
     sequential CNN (strided, dilated and grouped convolutions, avgpool2d with padding,
     maxpool2d, flatten), likewise;
   - the mlp builder on the diabetes table (scikit-learn's copy), against `ctrain predict`;
+  - a sequential language model (embedding, residual, layernorm, linear) on text windows;
   - a gpt on text windows, full context and shorter (the sequence length is dynamic), at opsets
     17 and 13, against the logits of ct_model_forward (lm_logits, as `ctrain predict` runs the
     model: predict writes no language-model logits).
@@ -226,6 +227,27 @@ def main():
                 t.CopyFrom(numpy_helper.from_array(w, t.name))
         onnx.save(m, "perturbed.onnx")
         jobs.append({"model": "perturbed.onnx", "input": "images.npy", "output": "perturbed.npy"})
+    # a sequential language model from embedding: its sample length is the trained one
+    seqlm = ("seed: 6\ndata:\n  train: {type: text, context: 32, files: [%s]}\n"
+             "  batch_size: 16\n"
+             "model:\n  type: sequential\n  layers:\n    - {type: embedding, vocab: 256, dim: 16}\n"
+             "    - {type: residual, children: [{type: linear, out: 16}, relu]}\n"
+             "    - layernorm\n    - {type: linear, out: 256}\n" % files[0] + common)
+    if fit("seqlm", seqlm):
+        text = open(files[0], "rb").read()
+        ids = np.array([list(text[i: i + 32]) for i in (0, 700)], dtype=np.int64)
+        np.save("seqlm_ids.npy", ids)
+        ids.tofile("seqlm_ids.bin")
+        lr = run(LM_LOGITS, "seqlm", "seqlm_ids.bin", "2", "32", "seqlm.ref.bin")
+        e = export("seqlm", "seqlm.onnx")
+        if check("seqlm: exported, reference logits", lr.returncode == 0 and e.returncode == 0,
+                 lr.stderr[-300:] + e.stderr[-300:]):
+            why = checked("seqlm.onnx")
+            check("seqlm: onnx.checker", not why, why)
+            ref = np.fromfile("seqlm.ref.bin", dtype=np.float32).reshape(2, 32, 256)
+            add("seqlm.onnx", "seqlm_ids.npy", ref, "seqlm")
+    else:
+        check("seqlm trains", False, "ctrain fit failed")
     # the gpt: windows of the text, full context and shorter
     if fit("gpt", gpt):
         text = b"".join(open(f, "rb").read() for f in files)
