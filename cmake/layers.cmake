@@ -53,6 +53,7 @@ ct_layer(log         USES ckpt config       HEADERS report.h tboard.h)
 ct_layer(train       USES ckpt data dist loss metrics
                                             HEADERS trainer.h policy.h)
 ct_layer(experiment  USES train log         HEADERS experiment.h)
+ct_layer(export      USES experiment        HEADERS export.h)
 # the library's modules (src/<module>), bottom up
 set(CT_MODULES ${CT_LAYERS})
-ct_layer(ctrain      USES experiment        HEADERS ctrain.h)
+ct_layer(ctrain      USES export            HEADERS ctrain.h)

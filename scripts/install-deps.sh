@@ -7,6 +7,8 @@ pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clan
       libopenblas-dev libdnnl-dev zlib1g-dev libjansson-dev libfyaml-dev libpng-dev
       dataset-fashion-mnist fortunes protobuf-compiler libopenmpi-dev openmpi-bin python3-sklearn
       chromium mpich libmpich-dev qemu-user)
+# ONNX export (libprotobuf-c, onnx.proto) and its test (onnx's checker; onnxruntime-node from npm)
+pkgs+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx nodejs npm)
 if [[ "${1:-}" == "--bench" ]]; then
     pkgs+=(python3-torch python3-numpy)
 fi

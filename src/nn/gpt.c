@@ -216,3 +216,8 @@ static ct_status build_gpt(ct_ctx *ctx,
 }
 
 const ct_model_type ct_model_gpt = {"gpt", gpt_keys, check_gpt, build_gpt};
+
+int64_t ct_gpt_heads(const ct_layer *root) {
+    if (!root || root->type != &root_type || root->n_children < 1) return -1;
+    return root->children[0]->i[I_HEAD];
+}

@@ -521,3 +521,7 @@ static bool is_norm_in(const ct_layer *l, const ct_tensor *t) {
 bool ct_model_param_is_norm(const ct_model *m, const ct_tensor *t) {
     return m && t && m->root && is_norm_in(m->root, t);
 }
+
+const ct_layer *ct_model_root(const ct_model *m) {
+    return m->vt ? NULL : m->root;
+}

@@ -120,4 +120,10 @@ CT_INTERNAL ct_status ct_model_wrap(ct_ctx *ctx,
                                     bool var_len,
                                     ct_model **out);
 
+/* For code that walks a built model's nodes (src/export): the root (NULL for a user's model
+ * type), and the heads of a gpt root's attention (-1 for any other node). The layer types'
+ * settings sit in the slots their files name (layers_*.c). */
+CT_INTERNAL const ct_layer *ct_model_root(const ct_model *m);
+CT_INTERNAL int64_t ct_gpt_heads(const ct_layer *root);
+
 #endif /* CT_NN_INTERNAL_H */

@@ -45,6 +45,10 @@ void cli_usage(FILE *f) {
            "                                  several runs: one page comparing them\n"
            "  verify-resume CONFIG [--steps N] [--cuts K] [--dir D] [--keep] [key=value ...]\n"
            "                                  check that resuming reproduces a straight run\n"
+           "  export RUN|CHECKPOINT --format onnx|safetensors -o OUT [--opset N]\n"
+           "       [--with-preprocessing] [--checkpoint ...]\n"
+           "                                  write the model for other runtimes "
+           "(docs/onnx.md)\n"
            "  completion bash|zsh             print the shell completion script\n"
            "  man                             print the ctrain(1) man page (roff)\n"
            "\n"
@@ -342,6 +346,8 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                          "identical tensors too;\n--json prints one JSON document. Exit 0 "
                          "identical, 1 different, 2 a usage error or\na path that is not a run, "
                          "checkpoint or safetensors file.\n");
+    else if (strcmp(cmd, "export") == 0)
+        cli_export_usage(f);
     else
         (void)fprintf(f, "usage: ctrain inspect PATH\n\nDescribes a run directory (its "
                          "checkpoints, which verify, latest and best, the last\nmetrics) or one "

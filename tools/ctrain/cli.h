@@ -186,6 +186,17 @@ int cli_cmd_man(int argc, char **argv);
 /* verify.c: train twice, straight and interrupted, and compare */
 int cli_cmd_verify_resume(int argc, char **argv);
 
+/* export.c: the model as an ONNX file (or its weights as safetensors) */
+int cli_cmd_export(int argc, char **argv);
+void cli_export_usage(FILE *f);
+/* Loads the weights `*which` names (best, latest, a checkpoint's path, FILE.safetensors) as
+ * eval and predict do (eval.c): 0, or the exit code once the reason is said. */
+int cli_load_weights(ct_ctx *ctx,
+                     ct_experiment *e,
+                     const char **which,
+                     bool ema,
+                     int64_t *step,
+                     ct_weights_kind *kind);
 /* Whether the run's pointer file checkpoints/NAME is there, readable or not (eval.c). */
 bool cli_pointer_exists(const char *run, const char *name);
 

@@ -246,3 +246,12 @@ int cli_cmd_config(int argc, char **argv) {
     return ro_end(&c,
                   ct_config_write(c.cfg, stdout) == CT_OK ? 0 : cli_fail(c.ctx, EXIT_RUN_FAILED));
 }
+
+int cli_load_weights(ct_ctx *ctx,
+                     ct_experiment *e,
+                     const char **which,
+                     bool ema,
+                     int64_t *step,
+                     ct_weights_kind *kind) {
+    return load_checkpoint(ctx, e, which, ema, step, kind);
+}
