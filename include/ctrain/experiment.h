@@ -265,7 +265,8 @@ CT_API ct_status ct_experiment_load_config(ct_ctx *ctx,
 /*
  * A progress report from a fit. `event` is "log" (values: train/loss, train/lr, ... as
  * on_log has them), "eval" (an evaluation engine's values: valid/loss, valid/acc, ...),
- * "epoch" (an epoch ended; no values) or "end" (the fit ended; no values); step is
+ * "epoch" (an epoch ended; no values) or "end" (training ended; no values: the final "test"
+ * evaluation of ct_experiment_fit, when it has one, follows as an "eval" event); step is
  * ct_trainer_step and epoch ct_trainer_current_epoch at the event. Strings and values are
  * valid during the call only. Returns CT_OK to go on, CT_STOP to end the run cleanly, or
  * another status to end the fit with it (the callback records its message with CT_FAIL).
