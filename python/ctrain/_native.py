@@ -33,6 +33,8 @@ class Error(Exception):
                          f"{' at ' + self.location if self.location else ''})")
 
 
+Error.__module__ = "ctrain"
+
 # "name.c:123: " at the start of the message or after a space (ct_fail_at, ct_err_wrap)
 _LOCATION = re.compile(r"(?:^| )([A-Za-z0-9_\-]+\.[ch]:[0-9]+): ")
 

@@ -6,7 +6,9 @@ do not share one. Failures raise ctrain.Error.
 import ctypes
 import json
 import os
+import signal
 import struct
+import threading
 
 from . import _native
 from ._native import Error, Session
@@ -21,28 +23,40 @@ def _values(values, n):
 
 
 class _Progress:
-    """The C progress callback: each event becomes a dict for the user's callable. An exception
-    in it (KeyboardInterrupt included: a Ctrl-C during training arrives here) ends the run
-    cleanly and is raised again when fit returns; so does returning False, without the raise."""
+    """The C progress callback: each event becomes a dict for the user's callable. Returning
+    False from it ends the run cleanly; an exception in it ends the run the same way and is
+    raised again when fit returns. A Ctrl-C (SIGINT) during fit is caught by a handler of its
+    own, which only notes it: the next event ends the run as the command line's Ctrl-C does
+    (after the current step, with its checkpoint), then fit raises KeyboardInterrupt. (Python's
+    own handler would raise it at whatever Python line runs next: at best inside a callback,
+    where ctypes cannot hand it back to fit.)"""
 
     def __init__(self, user_fn):
         self.user_fn = user_fn
         self.error = None
+        self.interrupted = False
         self.last_log = {}
         self.c_fn = _native.PROGRESS_FN(self._call)
         self.c_struct = _native.Progress(self.c_fn, None)
 
+    def on_sigint(self, signum, frame):
+        self.interrupted = True
+
     def _call(self, _user, event, step, epoch, values, n):
+        if self.interrupted or self.error is not None:
+            return _native.CT_STOP
         try:
             info = {"event": event.decode(), "step": step, "epoch": epoch}
             info.update(_values(values, n))
+            if info["event"] == "batch":
+                info["batch"], info["batches"] = int(info["batch"]), int(info["batches"])
             if info["event"] == "log":
                 self.last_log = _values(values, n)
                 if "train/loss" in info:
                     info["loss"] = info["train/loss"]
             if self.user_fn is not None and self.user_fn(info) is False:
                 return _native.CT_STOP
-            return _native.CT_OK
+            return _native.CT_STOP if self.interrupted else _native.CT_OK
         except BaseException as e:  # noqa: B036 - handed back to the caller of fit
             self.error = e
             return _native.CT_STOP
@@ -53,21 +67,31 @@ def fit(config_path, overrides=(), run_dir=None, progress=None, restart=False):
     with) with `overrides` ("optimizer.lr=3e-4", as on the command line), in `run_dir` when
     given (else the file's output_dir), resuming from its latest checkpoint as `ctrain fit`
     does; restart=True moves an existing run aside first. `progress`, when given, is called
-    with a dict per event: {"event": "log", "step", "epoch", "loss", "train/loss", "train/lr",
-    ...}, {"event": "eval", "valid/acc", ...}, {"event": "epoch"}, {"event": "end"}; returning
-    False stops the run cleanly (a checkpoint saved). Returns the final metrics: each
+    with a dict per event, each with "event", "step" and "epoch": "batch" (a training batch
+    ended: "loss", "batch", "batches"), "log" ("loss", "train/loss", "train/lr", ...), "eval"
+    ("valid/loss", "valid/acc", ...), "epoch" and "end"; returning False stops the run cleanly
+    (a checkpoint saved); Ctrl-C does too, then raises KeyboardInterrupt. Returns the final metrics: each
     evaluation's latest values ("valid/acc", "test/acc", ...) and the last training record's
     ("train/loss", ...)."""
     overrides = list(overrides)
     if run_dir is not None:
         overrides.insert(0, "output_dir=" + _yaml_quoted(os.path.abspath(os.fspath(run_dir))))
     p = _Progress(progress)
+    catch = (threading.current_thread() is threading.main_thread() and
+             signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     with Session() as s:
         s.load_config(config_path, overrides)
         s.open(_native.RESTART if restart else 0, p.c_struct)
-        rc = s.lib.ct_experiment_fit(s.exp)
+        old = signal.signal(signal.SIGINT, p.on_sigint) if catch else None
+        try:
+            rc = s.lib.ct_experiment_fit(s.exp)
+        finally:
+            if catch:
+                signal.signal(signal.SIGINT, old)
         if p.error is not None:
             raise p.error
+        if p.interrupted:
+            raise KeyboardInterrupt
         s.check(rc)
         out = dict(p.last_log)
         for key in s.engines():

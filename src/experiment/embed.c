@@ -56,31 +56,43 @@ ct_status ct_experiment_load_config(ct_ctx *ctx,
 
 /* ---- progress: the trainer's events as (event, step, epoch, values) ---- */
 
+/* step: the steps made, or with made_steps false the step under way (a batch's, from 1). */
 static ct_status report(ct_experiment_progress *p,
                         ct_trainer *t,
                         const char *event,
+                        bool made_steps,
                         const ct_metric_value *values,
                         int64_t n) {
-    return p->fn(p->user, event, ct_trainer_step(t), ct_trainer_current_epoch(t), values, n);
+    int64_t step = ct_trainer_step(t) + (made_steps ? 0 : 1);
+    return p->fn(p->user, event, step, ct_trainer_current_epoch(t), values, n);
 }
 
 static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *values, int64_t n) {
-    return report(user, t, "log", values, n);
+    return report(user, t, "log", true, values, n);
 }
 
 static ct_status
 on_eval_end(void *user, ct_trainer *t, const char *key, const ct_metric_value *values, int64_t n) {
     (void)key; /* every value's name starts with it */
-    return report(user, t, "eval", values, n);
+    return report(user, t, "eval", true, values, n);
+}
+
+/* Training micro-batches only: evaluations report once, at their end. */
+static ct_status
+on_batch(void *user, ct_trainer *t, const char *split, int64_t done, int64_t total, double loss) {
+    if (strcmp(split, "train") != 0) return CT_OK;
+    const ct_metric_value v[] = {
+        {"loss", loss}, {"batch", (double)done}, {"batches", (double)total}};
+    return report(user, t, "batch", false, v, 3);
 }
 
 static ct_status on_epoch_end(void *user, ct_trainer *t, int64_t epoch) {
     (void)epoch;
-    return report(user, t, "epoch", NULL, 0);
+    return report(user, t, "epoch", true, NULL, 0);
 }
 
 static ct_status on_fit_end(void *user, ct_trainer *t) {
-    return report(user, t, "end", NULL, 0);
+    return report(user, t, "end", true, NULL, 0);
 }
 
 ct_status ct_experiment_open(ct_ctx *ctx,
@@ -101,6 +113,7 @@ ct_status ct_experiment_open(ct_ctx *ctx,
     p.read_only = (flags & CT_EXPERIMENT_READ_ONLY) != 0;
     p.restart = (flags & CT_EXPERIMENT_RESTART) != 0;
     if (progress) {
+        p.callbacks.on_batch = on_batch;
         p.callbacks.on_log = on_log;
         p.callbacks.on_eval_end = on_eval_end;
         p.callbacks.on_epoch_end = on_epoch_end;

@@ -10,6 +10,7 @@ Usage: /usr/bin/python3 python_package.py PATH/TO/ctrain PATH/TO/libctrain.so RE
 """
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -91,6 +92,11 @@ def run_tests(tmp):
     check("progress: loss, epoch and the learning rate in each log event",
           all(np.isfinite(e["loss"]) and e["loss"] == e["train/loss"] and "train/lr" in e and
               e["epoch"] in (1, 2) for e in logs), logs[:1])
+    batches = [e for e in events if e["event"] == "batch"]
+    check("progress: a batch event per training batch, with its loss",
+          [(e["step"], e["batch"], e["batches"]) for e in batches] ==
+          [(s, (s - 1) % 6 + 1, 6) for s in range(1, 13)] and
+          all(np.isfinite(e["loss"]) for e in batches), batches[:2])
     check("progress: an eval event per epoch with valid/acc, the end, then the test's eval",
           [e["epoch"] for e in events if e["event"] == "eval" and "valid/acc" in e] == [1, 2] and
           [e["event"] for e in events[-2:]] == ["end", "eval"] and "test/acc" in events[-1],
@@ -98,9 +104,28 @@ def run_tests(tmp):
 
     stopped = []
     ctrain.fit(exp, run_dir=os.path.join(tmp, "stopped"),
-               progress=lambda e: stopped.append(e) or e["step"] < 4)
+               progress=lambda e: stopped.append(e) or e["step"] < 4 or e["event"] != "log")
     check("progress returning False stops the run",
           max(e["step"] for e in stopped) == 4, [e["step"] for e in stopped])
+
+    # Ctrl-C: as the command line's, the run ends after the step under way, with its checkpoint
+    # (ctest may start Python with SIGINT ignored: Python's own handler is what fit takes over)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    seen = []
+
+    def interrupt(e):
+        seen.append(e)
+        if e["event"] == "batch" and e["step"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    try:
+        ctrain.fit(exp, run_dir=os.path.join(tmp, "ctrl-c"), progress=interrupt)
+        check("Ctrl-C raises KeyboardInterrupt from fit", False, "no exception")
+    except KeyboardInterrupt:
+        check("Ctrl-C raises KeyboardInterrupt from fit, after the step under way",
+              max(e["step"] for e in seen) == 3 and
+              ctrain.Run(os.path.join(tmp, "ctrl-c")).checkpoint_dir().endswith("step-00000003"),
+              ([(e["event"], e["step"]) for e in seen], os.listdir(os.path.join(tmp, "ctrl-c", "checkpoints"))))
 
     class Boom(Exception):
         pass

@@ -71,10 +71,11 @@ static void experiment_load_config_should_apply_overrides_and_name_a_bad_key(voi
 
 /* What the progress callback saw. */
 typedef struct seen {
-    int logs, evals, epochs, ends;
+    int logs, evals, epochs, ends, batches;
     int64_t last_step, last_epoch;
-    bool loss_in_log, acc_in_eval, end_was_last;
-    int stop_at_log; /* return CT_STOP at this log event (1-based); 0 = never */
+    bool loss_in_log, acc_in_eval, end_was_last, bad_batch;
+    int stop_at_log;   /* return CT_STOP at this log event (1-based); 0 = never */
+    int stop_at_batch; /* likewise at this batch event */
 } seen;
 
 static ct_status progress(void *user,
@@ -97,6 +98,14 @@ static ct_status progress(void *user,
         s->evals++;
         for (int64_t i = 0; i < n; i++)
             if (strcmp(values[i].name, "valid/acc") == 0) s->acc_in_eval = true;
+    } else if (strcmp(event, "batch") == 0) {
+        s->batches++;
+        bool ok = n == 3 && strcmp(values[0].name, "loss") == 0 && isfinite(values[0].value) &&
+                  strcmp(values[1].name, "batch") == 0 &&
+                  values[1].value == (double)((s->batches - 1) % 6 + 1) &&
+                  strcmp(values[2].name, "batches") == 0 && values[2].value == 6;
+        if (!ok) s->bad_batch = true;
+        if (s->stop_at_batch && s->batches == s->stop_at_batch) return CT_STOP;
     } else if (strcmp(event, "epoch") == 0) {
         s->epochs++;
     } else if (strcmp(event, "end") == 0) {
@@ -132,6 +141,8 @@ static void experiment_open_should_report_progress_and_stop_when_asked(void) {
     CT_CHECK_INT(s.evals, 2);
     CT_CHECK_INT(s.epochs, 2);
     CT_CHECK_INT(s.ends, 1);
+    CT_CHECK_INT(s.batches, 12);
+    CT_CHECK(!s.bad_batch);
     CT_CHECK(s.loss_in_log && s.acc_in_eval && s.end_was_last);
     CT_CHECK_INT(s.last_step, 12);
     CT_CHECK_INT(s.last_epoch, 2);
@@ -139,6 +150,9 @@ static void experiment_open_should_report_progress_and_stop_when_asked(void) {
     seen stop = {.stop_at_log = 2};
     CT_CHECK_INT(fit_with_progress(path, NULL, 0, &stop), 4);
     CT_CHECK_INT(stop.logs, 2);
+    seen interrupt = {.stop_at_batch = 3}; /* the step ends, with its checkpoint */
+    CT_CHECK_INT(fit_with_progress(path, NULL, 0, &interrupt), 3);
+    CT_CHECK_INT(interrupt.batches, 3);
 
     ct_config *cfg = NULL;
     ct_experiment *e = NULL;
