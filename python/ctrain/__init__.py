@@ -7,7 +7,8 @@
     probs = run.predict(images)        # [N, 10]
 """
 from ._native import Error, library_path, version
-from .api import Run, evaluate, fit, read_safetensors
+from .api import Run, Stop, evaluate, fit, read_safetensors
 
-__all__ = ["Error", "Run", "evaluate", "fit", "library_path", "read_safetensors", "version"]
+__all__ = ["Error", "Run", "Stop", "evaluate", "fit", "library_path", "read_safetensors",
+           "version"]
 __version__ = "0.1.0"

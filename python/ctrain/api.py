@@ -14,6 +14,11 @@ from . import _native
 from ._native import Error, Session
 
 
+class Stop(Exception):
+    """Raised by a progress callable: fit ends the run cleanly, with a checkpoint (after the
+    step under way, at a "batch" event), and returns the metrics so far."""
+
+
 def _yaml_quoted(text):
     return "'" + text.replace("'", "''") + "'"
 
@@ -23,9 +28,9 @@ def _values(values, n):
 
 
 class _Progress:
-    """The C progress callback: each event becomes a dict for the user's callable. Returning
-    False from it ends the run cleanly; an exception in it ends the run the same way and is
-    raised again when fit returns. A Ctrl-C (SIGINT) during fit is caught by a handler of its
+    """The C progress callback: each event becomes a dict for the user's callable. Raising
+    Stop in it ends the run cleanly; another exception ends the run the same way and is raised
+    again when fit returns. A Ctrl-C (SIGINT) during fit is caught by a handler of its
     own, which only notes it: the next event ends the run as the command line's Ctrl-C does
     (after the current step, with its checkpoint), then fit raises KeyboardInterrupt. (Python's
     own handler would raise it at whatever Python line runs next: at best inside a callback,
@@ -54,9 +59,11 @@ class _Progress:
                 self.last_log = _values(values, n)
                 if "train/loss" in info:
                     info["loss"] = info["train/loss"]
-            if self.user_fn is not None and self.user_fn(info) is False:
-                return _native.CT_STOP
+            if self.user_fn is not None:
+                self.user_fn(info)
             return _native.CT_STOP if self.interrupted else _native.CT_OK
+        except Stop:
+            return _native.CT_STOP
         except BaseException as e:  # noqa: B036 - handed back to the caller of fit
             self.error = e
             return _native.CT_STOP
@@ -69,10 +76,10 @@ def fit(config_path, overrides=(), run_dir=None, progress=None, restart=False):
     does; restart=True moves an existing run aside first. `progress`, when given, is called
     with a dict per event, each with "event", "step" and "epoch": "batch" (a training batch
     ended: "loss", "batch", "batches"), "log" ("loss", "train/loss", "train/lr", ...), "eval"
-    ("valid/loss", "valid/acc", ...), "epoch" and "end"; returning False stops the run cleanly
-    (a checkpoint saved); Ctrl-C does too, then raises KeyboardInterrupt. Returns the final metrics: each
-    evaluation's latest values ("valid/acc", "test/acc", ...) and the last training record's
-    ("train/loss", ...)."""
+    ("valid/loss", "valid/acc", ...), "epoch" and "end"; raising ctrain.Stop in it ends the run
+    cleanly (a checkpoint saved); Ctrl-C does too, then raises KeyboardInterrupt. Returns the
+    final metrics: each evaluation's latest values ("valid/acc", "test/acc", ...) and the last
+    training record's ("train/loss", ...)."""
     overrides = list(overrides)
     if run_dir is not None:
         overrides.insert(0, "output_dir=" + _yaml_quoted(os.path.abspath(os.fspath(run_dir))))
@@ -254,4 +261,4 @@ class Run:
         self.close()
 
 
-__all__ = ["Error", "Run", "evaluate", "fit", "read_safetensors"]
+__all__ = ["Error", "Run", "Stop", "evaluate", "fit", "read_safetensors"]

@@ -103,10 +103,18 @@ def run_tests(tmp):
           [e["event"] for e in events])
 
     stopped = []
-    ctrain.fit(exp, run_dir=os.path.join(tmp, "stopped"),
-               progress=lambda e: stopped.append(e) or e["step"] < 4 or e["event"] != "log")
-    check("progress returning False stops the run",
-          max(e["step"] for e in stopped) == 4, [e["step"] for e in stopped])
+
+    def stop_at_4(e):
+        stopped.append(e)
+        if e["event"] == "log" and e["step"] == 4:
+            raise ctrain.Stop
+        return False  # ignored
+
+    m = ctrain.fit(exp, run_dir=os.path.join(tmp, "stopped"), progress=stop_at_4)
+    check("ctrain.Stop from progress ends the run, with the metrics so far",
+          max(e["step"] for e in stopped) == 4 and
+          m["train/loss"] == [e for e in stopped if e["event"] == "log"][-1]["loss"],
+          ([(e["event"], e["step"]) for e in stopped], m))
 
     # Ctrl-C: as the command line's, the run ends after the step under way, with its checkpoint
     # (ctest may start Python with SIGINT ignored: Python's own handler is what fit takes over)
@@ -125,7 +133,8 @@ def run_tests(tmp):
         check("Ctrl-C raises KeyboardInterrupt from fit, after the step under way",
               max(e["step"] for e in seen) == 3 and
               ctrain.Run(os.path.join(tmp, "ctrl-c")).checkpoint_dir().endswith("step-00000003"),
-              ([(e["event"], e["step"]) for e in seen], os.listdir(os.path.join(tmp, "ctrl-c", "checkpoints"))))
+              ([(e["event"], e["step"]) for e in seen],
+               os.listdir(os.path.join(tmp, "ctrl-c", "checkpoints"))))
 
     class Boom(Exception):
         pass
