@@ -7,6 +7,9 @@ pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clan
       libopenblas-dev libdnnl-dev zlib1g-dev libjansson-dev libfyaml-dev libpng-dev
       dataset-fashion-mnist fortunes protobuf-compiler libopenmpi-dev openmpi-bin python3-sklearn
       chromium mpich libmpich-dev qemu-user)
+# the Python package (python/) and its test: numpy for arrays, pip and setuptools to install it
+# offline, PyYAML for Run.config
+pkgs+=(python3-numpy python3-pip python3-setuptools python3-yaml)
 if [[ "${1:-}" == "--bench" ]]; then
     pkgs+=(python3-torch python3-numpy)
 fi
