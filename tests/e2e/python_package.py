@@ -166,9 +166,13 @@ def run_tests(tmp):
           len(records) > 0 and all(isinstance(r, dict) for r in records) and
           any("train/loss" in r for r in records) and any("valid/acc" in r for r in records),
           records[:2])
-    check("Run.config: the resolved configuration",
-          run.config["trainer"]["max_epochs"] == 2 and run.config["output_dir"] == run_dir,
-          run.config_text[:200])
+    try:
+        import yaml  # noqa: F401
+        check("Run.config: the resolved configuration",
+              run.config["trainer"]["max_epochs"] == 2 and run.config["output_dir"] == run_dir,
+              run.config_text[:200])
+    except ImportError:
+        print("skip Run.config: no PyYAML (python3-yaml)")
     w = run.weights()
     shapes = {k: v.shape for k, v in w.items()}
     check("Run.weights: PyTorch names and shapes",
