@@ -263,18 +263,19 @@ CT_API ct_status ct_experiment_load_config(ct_ctx *ctx,
                                            ct_config **out);
 
 /*
- * A progress report from a fit. `event` is "batch" (a training micro-batch ended; values:
- * "loss", NaN when not finite, "batch" and "batches", the micro-batches of the epoch done and in
- * all), "log" (values: train/loss, train/lr, ... as
- * on_log has them), "eval" (an evaluation engine's values: valid/loss, valid/acc, ...),
- * "epoch" (an epoch ended; no values) or "end" (training ended; no values: the final "test"
- * evaluation of ct_experiment_fit, when it has one, follows as an "eval" event); step is
- * ct_trainer_step (at a "batch" event, that + 1: the step the batch is part of) and epoch
- * ct_trainer_current_epoch at the event. Strings and values are
- * valid during the call only. Returns CT_OK to go on, CT_STOP to end the run cleanly (at a
- * "batch" event: after the current step and the evaluations due at it, with its checkpoint,
- * as on_batch's CT_STOP), or another status to end the fit with it (the callback records its
- * message with CT_FAIL).
+ * A progress report from a fit. `event` is one of:
+ *   "batch"  a training micro-batch ended; values "loss" (NaN when not finite), "batch" and
+ *            "batches" (the epoch's micro-batches done and in all);
+ *   "log"    the training record: train/loss, train/lr, ... as on_log has them;
+ *   "eval"   an evaluation engine's values: valid/loss, valid/acc, ...;
+ *   "epoch"  an epoch ended (no values);
+ *   "end"    training ended (no values); the final "test" evaluation of ct_experiment_fit,
+ *            when it has one, follows as an "eval" event.
+ * step is ct_trainer_step at the event (at a "batch" event that + 1: the step the batch is
+ * part of), epoch ct_trainer_current_epoch. Strings and values are valid during the call only.
+ * Returns CT_OK to go on, CT_STOP to end the run cleanly (at a "batch" event: after the current
+ * step and the evaluations due at it, with its checkpoint, as on_batch's CT_STOP), or another
+ * status to end the fit with it (the callback records its message with CT_FAIL).
  */
 typedef ct_status (*ct_experiment_progress_fn)(void *user,
                                                const char *event,
