@@ -9,6 +9,9 @@ pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clan
       chromium mpich libmpich-dev qemu-user)
 # ONNX export (libprotobuf-c, onnx.proto) and its test (onnx's checker; onnxruntime-node from npm)
 pkgs+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx nodejs npm)
+# the Python package (python/) and its test: numpy for arrays, pip and setuptools to install it
+# offline, PyYAML for Run.config
+pkgs+=(python3-numpy python3-pip python3-setuptools python3-yaml)
 if [[ "${1:-}" == "--bench" ]]; then
     pkgs+=(python3-torch python3-numpy)
 fi

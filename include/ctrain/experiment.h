@@ -239,6 +239,95 @@ CT_API ct_status ct_experiment_generate(ct_experiment *e,
                                         uint64_t seed,
                                         FILE *out);
 
+/* ---- for other languages (src/experiment/embed.c) ----
+ * What a program reaching the library through a foreign-function interface (the Python
+ * package in python/, docs/python.md) calls without mirroring the structs above: handles,
+ * flags, scalars, plain callbacks and float arrays. The final metrics of a fit are
+ * ct_trainer_metrics of ct_experiment_trainer for each key of ct_experiment_engines (and
+ * "train"); a run's weights are its checkpoints' model.safetensors (docs/checkpoints.md).
+ */
+
+/*
+ * Loads `path`, an experiment file or a run directory (its config.yaml, with output_dir that
+ * directory, wherever the run was made), applies n_overrides overrides in order
+ * (ct_experiment_override: "optimizer.lr=3e-4"; overrides may be NULL when n_overrides is 0)
+ * and resolves it (ct_experiment_resolve), as the command line does. *out is NULL on failure;
+ * the caller destroys the config (ct_config_destroy) after every experiment made from it.
+ * Errors: CT_ERR_IO for a directory without config.yaml, those of ct_config_load_file, and
+ * CT_ERR_CONFIG naming the key for a bad override or value.
+ */
+CT_API ct_status ct_experiment_load_config(ct_ctx *ctx,
+                                           const char *path,
+                                           const char *const *overrides,
+                                           int64_t n_overrides,
+                                           ct_config **out);
+
+/*
+ * A progress report from a fit. `event` is one of:
+ *   "batch"  a training micro-batch ended; values "loss" (NaN when not finite), "batch" and
+ *            "batches" (the epoch's micro-batches done and in all);
+ *   "log"    the training record: train/loss, train/lr, ... as on_log has them;
+ *   "eval"   an evaluation engine's values: valid/loss, valid/acc, ...;
+ *   "epoch"  an epoch ended (no values);
+ *   "end"    training ended (no values); the final "test" evaluation of ct_experiment_fit,
+ *            when it has one, follows as an "eval" event.
+ * step is ct_trainer_step at the event (at a "batch" event that + 1: the step the batch is
+ * part of), epoch ct_trainer_current_epoch. Strings and values are valid during the call only.
+ * Returns CT_OK to go on, CT_STOP to end the run cleanly (at a "batch" event: after the current
+ * step and the evaluations due at it, with its checkpoint, as on_batch's CT_STOP), or another
+ * status to end the fit with it (the callback records its message with CT_FAIL).
+ */
+typedef ct_status (*ct_experiment_progress_fn)(void *user,
+                                               const char *event,
+                                               int64_t step,
+                                               int64_t epoch,
+                                               const ct_metric_value *values,
+                                               int64_t n);
+
+typedef struct ct_experiment_progress {
+    ct_experiment_progress_fn fn;
+    void *user;
+} ct_experiment_progress;
+
+#define CT_EXPERIMENT_READ_ONLY 1u /* ct_experiment_params.read_only */
+#define CT_EXPERIMENT_RESTART   2u /* ct_experiment_params.restart */
+
+/*
+ * ct_experiment_create with the default params but for `flags` (CT_EXPERIMENT_*) and, when
+ * progress is not NULL, callbacks that report to it: borrowed, keep it until the experiment is
+ * destroyed. Sets the context's thread count from the config's `threads` first, as the command
+ * line does. Errors: ct_experiment_create's, CT_ERR_INVALID_ARG for an unknown flag or a
+ * progress without fn. *out is NULL on failure.
+ */
+CT_API ct_status ct_experiment_open(ct_ctx *ctx,
+                                    ct_config *resolved,
+                                    unsigned flags,
+                                    ct_experiment_progress *progress,
+                                    ct_experiment **out);
+
+/* The values the model gives per sample: a classifier's classes, a regression's outputs. */
+CT_API int64_t ct_experiment_output_size(const ct_experiment *e);
+
+/*
+ * ct_experiment_predict for n samples in memory: x holds n samples of float32 features, each of
+ * the training data's sample shape (sample_shape[0..ndim): [784] or [1, 28, 28]), row-major, as
+ * the data files hold them (the evaluation transforms are applied here). Writes n rows of
+ * ct_experiment_output_size floats to out (out_count of them: n * that size): a classifier's
+ * softmax probabilities, or its logits with `logits`, or a regression's values; the same
+ * numbers ct_experiment_predict writes to a .npy file for the same samples. Language models
+ * are refused (CT_ERR_CONFIG), as logits of a model that is not a classifier; CT_ERR_SHAPE
+ * for another sample shape or out_count; CT_ERR_FORMAT for an inf or NaN feature unless
+ * data.nonfinite is allow. x and out are the caller's.
+ */
+CT_API ct_status ct_experiment_predict_array(ct_experiment *e,
+                                             const float *x,
+                                             int64_t n,
+                                             const int64_t *sample_shape,
+                                             int32_t ndim,
+                                             bool logits,
+                                             float *out,
+                                             int64_t out_count);
+
 #ifdef __cplusplus
 }
 #endif

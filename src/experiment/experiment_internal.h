@@ -342,4 +342,13 @@ CT_INTERNAL const char *ct_exp_task_name(ct_task_kind kind);
 CT_INTERNAL bool ct_exp_loss_from_name(const char *name, ct_exp_loss_kind *out);
 CT_INTERNAL bool ct_exp_task_from_name(const char *name, ct_task_kind *out);
 
+/* ---- predict.c: what predictions from a file (predict.c) and from memory (embed.c) share ---- */
+
+/* A graph for the model in evaluation: no gradients, no dropout, in trainer.precision. */
+CT_INTERNAL ct_status ct_exp_eval_graph(ct_experiment *e, ct_graph **g);
+/* One sample's c outputs r as a row: the class probabilities (a softmax in double, as the
+ * metrics do) or the logits as they are, and *arg the likeliest class; or the values. */
+CT_INTERNAL void
+ct_exp_predict_row(const float *r, int64_t c, bool classify, bool logits, float *row, int64_t *arg);
+
 #endif /* CT_EXPERIMENT_INTERNAL_H */

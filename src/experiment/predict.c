@@ -50,8 +50,7 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* A graph for the model in evaluation: no gradients, no dropout, in trainer.precision. */
-static ct_status eval_graph(ct_experiment *e, ct_graph **g) {
+ct_status ct_exp_eval_graph(ct_experiment *e, ct_graph **g) {
     ct_graph_params gp = ct_graph_default_params();
     CT_TRY(ct_graph_create(e->ctx, &gp, g));
     CT_TRY(ct_graph_set_autocast(*g, ct_exp_precision_at(e)));
@@ -126,10 +125,8 @@ write_header(FILE *f, bool npy_out, bool classify, bool named, bool logits, int6
     (void)fputc('\n', f);
 }
 
-/* One sample's c outputs r as a row: the class probabilities (a softmax in double, as the
- * metrics do) or the logits as they are, and *arg the likeliest class; or the values. */
-static void
-row_of(const float *r, int64_t c, bool classify, bool logits, float *row, int64_t *arg) {
+void ct_exp_predict_row(
+    const float *r, int64_t c, bool classify, bool logits, float *row, int64_t *arg) {
     *arg = 0;
     if (!classify || logits) memcpy(row, r, sizeof(float) * (size_t)c);
     if (!classify) return;
@@ -207,7 +204,7 @@ static ct_status predict_batches(ct_experiment *e,
         const float *outp = out->data;
         for (int64_t i = 0; i < b.size; i++) {
             int64_t arg;
-            row_of(outp + i * c, c, classify, logits, row, &arg);
+            ct_exp_predict_row(outp + i * c, c, classify, logits, row, &arg);
             write_row(f, npy_out, classify, names, b.index[i], arg, row, c);
         }
     }
@@ -265,7 +262,7 @@ ct_status ct_experiment_predict_with(ct_experiment *e,
     ct_loader_params lp = e->eval_lp;
     lp.to_f32 = true;
     if (s == CT_OK) s = ct_loader_create(ctx, ds, &lp, &l);
-    if (s == CT_OK) s = eval_graph(e, &g);
+    if (s == CT_OK) s = ct_exp_eval_graph(e, &g);
     if (s == CT_OK && pp.stream) f = pp.stream;
     if (s == CT_OK && !f && !(f = fopen(tmp, "wb")))
         s = CT_FAIL(ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
@@ -368,7 +365,7 @@ ct_status ct_experiment_generate(ct_experiment *e,
     double *p = ct_alloc(ctx, (size_t)vocab * sizeof(double));
     ct_graph *g = NULL;
     ct_status s =
-        ids && p ? eval_graph(e, &g) : CT_FAIL(ctx, CT_ERR_OOM, "generate: out of memory");
+        ids && p ? ct_exp_eval_graph(e, &g) : CT_FAIL(ctx, CT_ERR_OOM, "generate: out of memory");
     size_t n = 0;
     for (size_t i = 0; s == CT_OK && i < plen; i++)
         ids[n++] = (unsigned char)prompt[i];

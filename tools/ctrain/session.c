@@ -221,33 +221,5 @@ int cli_rank_fail(const session *s, ct_ctx *ctx, int code) {
 /* Loads CONFIG (an experiment file, or a run directory: its config.yaml, with output_dir that
  * directory, wherever the run was made), applies the overrides and resolves it. */
 ct_status cli_load_config(ct_ctx *ctx, const char *path, char **overrides, int n, ct_config **out) {
-    char run_config[4200], own_dir[4200] = "", cwd[4096];
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        if (path[0] == '/' || !getcwd(cwd, sizeof cwd))
-            (void)snprintf(own_dir, sizeof own_dir, "%s", path);
-        else
-            (void)snprintf(own_dir, sizeof own_dir, "%s/%s", cwd, path);
-        (void)snprintf(run_config, sizeof run_config, "%s/config.yaml", path);
-        if (access(run_config, F_OK) != 0)
-            return CT_FAIL(ctx, CT_ERR_IO,
-                           "%s: a directory without config.yaml; expected an experiment file or "
-                           "a run directory",
-                           path);
-        path = run_config;
-    }
-    ct_config *cfg = NULL;
-    CT_TRY(ct_config_load_file(ctx, path, &cfg));
-    /* set as text, not parsed as YAML, so any folder name is its own; absolute, as it was
-       given from the current directory */
-    ct_status s = own_dir[0] ? ct_config_set(cfg, "output_dir", own_dir, true) : CT_OK;
-    for (int i = 0; s == CT_OK && i < n; i++)
-        s = ct_experiment_override(cfg, overrides[i]);
-    if (s == CT_OK) s = ct_experiment_resolve(ctx, cfg);
-    if (s != CT_OK) {
-        ct_config_destroy(cfg);
-        return s;
-    }
-    *out = cfg;
-    return CT_OK;
+    return ct_experiment_load_config(ctx, path, (const char *const *)overrides, n, out);
 }
