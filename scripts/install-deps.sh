@@ -8,7 +8,10 @@ pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clan
       dataset-fashion-mnist fortunes protobuf-compiler libopenmpi-dev openmpi-bin python3-sklearn
       chromium mpich libmpich-dev qemu-user)
 # ONNX export (libprotobuf-c, onnx.proto) and its test (onnx's checker; onnxruntime-node from npm)
-pkgs+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx nodejs npm)
+pkgs+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx)
+# Debian's nodejs and npm, unless a Node.js with npm is installed already (nodesource's nodejs
+# package carries npm, and conflicts with Debian's npm package)
+command -v npm >/dev/null || pkgs+=(nodejs npm)
 # the Python package (python/) and its test: numpy for arrays, pip and setuptools to install it
 # offline, PyYAML for Run.config
 pkgs+=(python3-numpy python3-pip python3-setuptools python3-yaml)
