@@ -43,7 +43,8 @@ void cli_usage(FILE *f) {
            "  report RUN_DIR... [--output F.html] [--svg DIR] [--log]\n"
            "                                  a self-contained HTML report with plots;\n"
            "                                  several runs: one page comparing them\n"
-           "  verify-resume CONFIG [--steps N] [--cuts K] [--dir D] [--keep] [key=value ...]\n"
+           "  verify-resume CONFIG [--steps N] [--cuts K] [--dir D] [--keep] [--ranks R]\n"
+           "                [--launcher CMD] [key=value ...]\n"
            "                                  check that resuming reproduces a straight run\n"
            "  completion bash|zsh             print the shell completion script\n"
            "  man                             print the ctrain(1) man page (roff)\n"
@@ -315,7 +316,8 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
     else if (strcmp(cmd, "verify-resume") == 0)
         (void)fprintf(
             f, "usage: ctrain verify-resume CONFIG [--steps N (40)] [--cuts K (5)] [--dir D] "
-               "[--keep]\n                            [key=value ...]\n\n"
+               "[--keep]\n                            [--ranks R [--launcher CMD]] [key=value "
+               "...]\n\n"
                "Trains N steps of the experiment straight, then the same N steps "
                "interrupted K times\n(SIGKILL mid accumulation window, SIGTERM at "
                "an epoch's last step, SIGKILL right\nafter an evaluation, SIGKILL "
@@ -324,8 +326,11 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                "and metrics.jsonl record by record (wall-clock values left out) and "
                "prints a table.\nRuns in D (default a new directory in $TMPDIR or "
                "/tmp), removed at the end unless\n--keep. Exit 0 all identical, 1 a "
-               "difference or a failed run, 2 a usage or\nconfiguration error. One "
-               "process: not under an MPI launcher.\n");
+               "difference or a failed run, 2 a usage or\nconfiguration error. "
+               "--ranks R: each fit an MPI job of R ranks, started by --launcher\n(default "
+               "\"mpirun -np {R}\", plus Open MPI's options for root and for more ranks\n"
+               "than cores), each cut made by one rank or by every rank; verify-resume itself "
+               "is not\nrun under a launcher.\n");
     else if (strcmp(cmd, "man") == 0)
         (void)fprintf(f, "usage: ctrain man\n\nPrints the ctrain(1) man page (roff), made "
                          "of these help texts: man <(ctrain man).\n");

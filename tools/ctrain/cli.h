@@ -6,7 +6,8 @@
  * configuration), progress.c (the progress display and the trainer's callbacks), fit.c, eval.c
  * (eval, predict, config), report.c, inspect.c and diff.c (one command each), completion.c
  * (completion scripts, man page), verify.c (verify-resume: its runs and table), verify_compare.c
- * (its comparisons) and verify_cut.c (the cut points of its runs).
+ * (its comparisons), verify_cut.c (the cut points of its runs) and verify_launch.c (its MPI
+ * launcher).
  *
  * A session belongs to the command that opened it; its log file, communicator and context are
  * closed by that command. The only process-wide state is signals.c's signal flag.
@@ -57,6 +58,7 @@ typedef enum cut_how { CUT_NONE, CUT_WINDOW, CUT_TERM, CUT_EVAL, CUT_SAVE, CUT_H
 typedef struct cli_cut {
     cut_how how;
     int64_t step;                   /* the step during which it strikes */
+    int64_t rank;                   /* the rank that strikes (HOW@STEP:RANK); -1: every rank */
     int64_t window_step, in_window; /* the step the micro-batches begun belong to, and how many */
     ct_trainer_callbacks next;      /* the session's own handlers, called first */
 } cli_cut;
@@ -142,6 +144,18 @@ typedef struct verify_segment {
 } verify_segment;
 /* Fills the segments' results: the number of segments that differ. */
 int cli_verify_compare(const char *straight, const char *resumed, verify_segment *seg, int n);
+
+/* verify-resume --ranks R (verify_launch.c): the launcher's words that start each fit as an MPI
+ * job of R ranks, this ctrain's path and the fit's arguments following them. */
+typedef struct cli_launcher {
+    char **argv; /* argc words, NULL-ended */
+    int argc;
+    char *text; /* the words' storage */
+} cli_launcher;
+/* From the --launcher template (NULL: mpirun on PATH, with Open MPI's flags when it is Open
+ * MPI): 0, or the exit code once said. */
+int cli_launcher_init(cli_launcher *l, const char *tmpl, long long ranks);
+void cli_launcher_fini(cli_launcher *l);
 
 /* ---- the arguments (args.c) ---- */
 
