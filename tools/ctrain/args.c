@@ -61,7 +61,8 @@ void cli_usage(FILE *f) {
            "exit codes: 0 success, 1 the run failed (diff, verify-resume: a difference), 2 "
            "usage,\n"
            "            configuration or input error,\n"
-           "            129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM (a checkpoint saved)\n"
+           "            129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM (a checkpoint saved),\n"
+           "            75 fit preempted (trainer.preempt_signal) and its Slurm job requeued\n"
            "\n"
            "environment: CTRAIN_DEBUG=1 adds ctrain's source locations to error "
            "messages\n");

@@ -21,8 +21,7 @@
 
 extern char **environ;
 
-/* The path of an executable `name` in $PATH into buf: true when found. */
-static bool find_on_path(const char *name, char *buf, size_t size) {
+bool cli_find_on_path(const char *name, char *buf, size_t size) {
     const char *path = getenv("PATH");
     while (path && *path) {
         const char *end = strchr(path, ':');
@@ -100,7 +99,7 @@ int cli_launcher_init(cli_launcher *l, const char *tmpl, long long ranks) {
     memset(l, 0, sizeof *l);
     char mpirun[4096], line[4200];
     if (!tmpl) {
-        if (!find_on_path("mpirun", mpirun, sizeof mpirun)) {
+        if (!cli_find_on_path("mpirun", mpirun, sizeof mpirun)) {
             (void)fprintf(stderr,
                           "ctrain verify-resume: --ranks %lld: no mpirun on PATH; install Open "
                           "MPI or MPICH, or name the launcher with --launcher \"mpiexec -n {R}\"\n",
