@@ -49,7 +49,7 @@ test-noomp:
 test-mpich:
 	cmake -S . -B build-mpich -G Ninja -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON -DCT_MPI=ON \
 		-DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich
-	cmake --build build-mpich -j $(JOBS) --target test_mpi ctrain_cli
+	cmake --build build-mpich -j $(JOBS) --target test_mpi ctrain_cli ctrain_broken_resume
 	ctest --test-dir build-mpich -L mpi --output-on-failure
 
 # ThreadSanitizer on the loader's prefetch thread (OpenMP runtimes are not instrumented, so

@@ -175,6 +175,17 @@ static const ct_key_def k_schema[] = {
      "state are kept and the epoch continues at the next sample no process has read, when that "
      "is a batch boundary of the new processes (keep the global batch: "
      "data.global_batch_size); otherwise the resume is refused (docs/distributed.md)."},
+    {"trainer.preempt_signal", E, "USR1", 0, 0, "USR1|USR2|TERM|none", RES,
+     "The signal that announces a preemption or the end of the time limit (Slurm: `#SBATCH "
+     "--signal=B:USR1@120`): `ctrain fit` stops as for SIGTERM, every rank at the end of the "
+     "same step, with one checkpoint, then requeues the job (trainer.requeue); none = not "
+     "caught (the signal's default action ends the process) (docs/distributed.md, Slurm)."},
+    {"trainer.requeue", E, "auto", 0, 0, "auto|true|false", RES,
+     "After a stop by trainer.preempt_signal, rank 0 runs `scontrol requeue` on the Slurm job "
+     "(`$SLURM_JOB_ID`; an array task's `${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}`) and "
+     "fit exits 75; without "
+     "it, or when scontrol is missing or fails, fit exits 143 as for SIGTERM. auto = when "
+     "SLURM_JOB_ID is set (docs/distributed.md, Slurm)."},
     {"trainer.steps_per_loop", I, "10", 1, 1e12, NULL, RES,
      "Steps between training-metric records (train/loss, lr, grad_norm) in metrics.jsonl."},
     {"trainer.on_nonfinite", E, "stop", 0, 0, "stop|skip|rollback", 0,

@@ -43,7 +43,8 @@ void cli_usage(FILE *f) {
            "  report RUN_DIR... [--output F.html] [--svg DIR] [--log]\n"
            "                                  a self-contained HTML report with plots;\n"
            "                                  several runs: one page comparing them\n"
-           "  verify-resume CONFIG [--steps N] [--cuts K] [--dir D] [--keep] [key=value ...]\n"
+           "  verify-resume CONFIG [--steps N] [--cuts K] [--dir D] [--keep] [--ranks R]\n"
+           "                [--launcher CMD] [key=value ...]\n"
            "                                  check that resuming reproduces a straight run\n"
            "  export RUN|CHECKPOINT --format onnx|safetensors -o OUT [--opset N]\n"
            "       [--with-preprocessing] [--checkpoint ...]\n"
@@ -64,7 +65,8 @@ void cli_usage(FILE *f) {
            "exit codes: 0 success, 1 the run failed (diff, verify-resume: a difference), 2 "
            "usage,\n"
            "            configuration or input error,\n"
-           "            129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM (a checkpoint saved)\n"
+           "            129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM (a checkpoint saved),\n"
+           "            75 fit preempted (trainer.preempt_signal) and its Slurm job requeued\n"
            "\n"
            "environment: CTRAIN_DEBUG=1 adds ctrain's source locations to error "
            "messages\n");
@@ -319,7 +321,8 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
     else if (strcmp(cmd, "verify-resume") == 0)
         (void)fprintf(
             f, "usage: ctrain verify-resume CONFIG [--steps N (40)] [--cuts K (5)] [--dir D] "
-               "[--keep]\n                            [key=value ...]\n\n"
+               "[--keep]\n                            [--ranks R [--launcher CMD]] [key=value "
+               "...]\n\n"
                "Trains N steps of the experiment straight, then the same N steps "
                "interrupted K times\n(SIGKILL mid accumulation window, SIGTERM at "
                "an epoch's last step, SIGKILL right\nafter an evaluation, SIGKILL "
@@ -328,8 +331,11 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                "and metrics.jsonl record by record (wall-clock values left out) and "
                "prints a table.\nRuns in D (default a new directory in $TMPDIR or "
                "/tmp), removed at the end unless\n--keep. Exit 0 all identical, 1 a "
-               "difference or a failed run, 2 a usage or\nconfiguration error. One "
-               "process: not under an MPI launcher.\n");
+               "difference or a failed run, 2 a usage or\nconfiguration error. "
+               "--ranks R: each fit an MPI job of R ranks, started by --launcher\n(default "
+               "\"mpirun -np {R}\", plus Open MPI's options for root and for more ranks\n"
+               "than cores), each cut made by one rank or by every rank; verify-resume itself "
+               "is not\nrun under a launcher.\n");
     else if (strcmp(cmd, "man") == 0)
         (void)fprintf(f, "usage: ctrain man\n\nPrints the ctrain(1) man page (roff), made "
                          "of these help texts: man <(ctrain man).\n");

@@ -6,7 +6,8 @@
  * configuration), progress.c (the progress display and the trainer's callbacks), fit.c, eval.c
  * (eval, predict, config), report.c, inspect.c and diff.c (one command each), completion.c
  * (completion scripts, man page), verify.c (verify-resume: its runs and table), verify_compare.c
- * (its comparisons) and verify_cut.c (the cut points of its runs).
+ * (its comparisons), verify_cut.c (the cut points of its runs), verify_launch.c (its MPI
+ * launcher) and preempt.c (fit's preemption signal and Slurm requeue).
  *
  * A session belongs to the command that opened it; its log file, communicator and context are
  * closed by that command. The only process-wide state is signals.c's signal flag.
@@ -47,6 +48,11 @@ const char *cli_stop_name(void);
 void cli_route_signals(void);
 /* Makes writes to a pipe or socket on stdout and stderr non-blocking (an MPI launcher's). */
 void cli_never_block_on_the_launcher(void);
+/* Installs the stop handler for the preemption signal sig too (SIGUSR1, SIGUSR2; others: no
+ * change). A second preemption signal is not a second stop. */
+void cli_catch_preempt_signal(int sig);
+/* Ignores every stop signal from now on (the stop is done; what is left is to exit). */
+void cli_ignore_stop_signals(void);
 
 /* ---- the session (session.c, progress.c) ---- */
 
@@ -57,6 +63,7 @@ typedef enum cut_how { CUT_NONE, CUT_WINDOW, CUT_TERM, CUT_EVAL, CUT_SAVE, CUT_H
 typedef struct cli_cut {
     cut_how how;
     int64_t step;                   /* the step during which it strikes */
+    int64_t rank;                   /* the rank that strikes (HOW@STEP:RANK); -1: every rank */
     int64_t window_step, in_window; /* the step the micro-batches begun belong to, and how many */
     ct_trainer_callbacks next;      /* the session's own handlers, called first */
 } cli_cut;
@@ -95,6 +102,8 @@ typedef struct session {
     int64_t max_epochs, max_steps, accum_steps;
     ct_experiment *exp;
     cli_cut cut;
+    int preempt_signal; /* trainer.preempt_signal: SIGUSR1, SIGUSR2, SIGTERM, or 0 (none) */
+    int requeue;        /* trainer.requeue: REQUEUE_FALSE, _TRUE, _AUTO */
 } session;
 
 /* Clears s and creates the context *ctx, logging through s: 0, or the exit code once said. */
@@ -143,6 +152,32 @@ typedef struct verify_segment {
 } verify_segment;
 /* Fills the segments' results: the number of segments that differ. */
 int cli_verify_compare(const char *straight, const char *resumed, verify_segment *seg, int n);
+
+/* verify-resume --ranks R (verify_launch.c): the launcher's words that start each fit as an MPI
+ * job of R ranks, this ctrain's path and the fit's arguments following them. */
+typedef struct cli_launcher {
+    char **argv; /* argc words, NULL-ended */
+    int argc;
+    char *text; /* the words' storage */
+} cli_launcher;
+/* From the --launcher template (NULL: mpirun on PATH, with Open MPI's flags when it is Open
+ * MPI): 0, or the exit code once said. */
+int cli_launcher_init(cli_launcher *l, const char *tmpl, long long ranks);
+void cli_launcher_fini(cli_launcher *l);
+
+/* ---- preemption and requeue (preempt.c) ---- */
+
+enum { REQUEUE_FALSE, REQUEUE_TRUE, REQUEUE_AUTO };
+/* fit's exit code after a preemption whose job was requeued: EX_TEMPFAIL, "try again later" */
+enum { EXIT_REQUEUED = 75 };
+/* Reads trainer.preempt_signal and trainer.requeue of a resolved configuration into s. */
+void cli_read_preemption(session *s, const ct_config *cfg);
+/* After a fit that ended cleanly with exit code rc: whether a rank stopped for the preemption
+ * signal (a collective in a job of several ranks: every rank calls it), and then on rank 0 the
+ * requeue, said on stderr and in log.txt. The exit code: EXIT_REQUEUED once requeued, else rc. */
+int cli_after_preemption(session *s, int rc);
+/* The path of the executable name found on $PATH into buf: true when found (verify_launch.c). */
+bool cli_find_on_path(const char *name, char *buf, size_t size);
 
 /* ---- the arguments (args.c) ---- */
 

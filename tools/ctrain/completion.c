@@ -23,7 +23,7 @@ static const struct {
     {"inspect", "--help"},
     {"diff", "--json --tolerance= --all --help"},
     {"report", "--output= --svg= --log --help"},
-    {"verify-resume", "--steps= --cuts= --dir= --keep --help"},
+    {"verify-resume", "--steps= --cuts= --dir= --keep --ranks= --launcher= --help"},
     {"export", "--format= --output= --opset= --with-preprocessing --checkpoint= --no-ema --help"},
     {"completion", ""},
     {"man", ""},

@@ -1,7 +1,8 @@
 /*
  * fit.c - the fit command: trains the experiment a configuration describes in its run
  * directory, as one process or as one rank of an MPI job, and ends with a summary, or with the
- * exit code of the stop signal that came (a checkpoint saved).
+ * exit code of the stop signal that came (a checkpoint saved; after a preemption signal the
+ * Slurm job requeued: preempt.c).
  *
  * Ownership: fit owns the session it opens (its context, communicator and log.txt), the
  * configuration and the experiment, and frees them all before it returns.
@@ -52,6 +53,7 @@ static int load(session *s, const cmd_args *a, ct_config **cfg, const char **out
     ct_status st = cli_load_config(s->ctx, a->config, a->overrides, a->n_overrides, cfg);
     if (st != CT_OK) return cli_rank_fail(s, s->ctx, cli_setup_code(st));
     cli_apply_logging(s, *cfg);
+    cli_read_preemption(s, *cfg);
     if (s->silent) s->progress = PROGRESS_NONE;
     if (s->world > 1) { /* progress counts the samples of every rank */
         s->batch_size *= s->world;
@@ -192,11 +194,12 @@ static int close_log(session *s, int rc) {
 static int train(session *s, const cmd_args *a, const char *out_dir, ct_experiment *e) {
     say_start(s, a->config, out_dir, e);
     cli_catch_stop_signals();
+    cli_catch_preempt_signal(s->preempt_signal);
     ct_status st = ct_experiment_fit(e);
     if (st != CT_OK) return failed(s, st);
     ct_trainer *t = ct_experiment_trainer(e);
     say_summary(s, t);
-    int rc = stopped(s, t);
+    int rc = cli_after_preemption(s, stopped(s, t)); /* a preemption: the Slurm requeue */
     /* a run stopped cleanly: rank 0's code is the job's. Another rank that left first with a
        non-zero code would make the launcher end the job at once (Open MPI's mpirun kills the
        other ranks), maybe before rank 0 has said where it stopped */

@@ -4,7 +4,8 @@
  * log.txt in the run directory, and the exit codes of docs/cli.md:
  *     0 success; 1 the run failed (a non-finite stop included; diff and verify-resume: a
  *     difference found); 2 a usage, configuration or
- *     input error; 129 stopped by SIGHUP; 130 interrupted by SIGINT; 143 stopped by SIGTERM.
+ *     input error; 75 fit preempted and its Slurm job requeued; 129 stopped by SIGHUP; 130
+ *     interrupted by SIGINT; 143 stopped by SIGTERM.
  *
  * This file picks the command; cli.h lists the files that carry them out.
  */

@@ -1,7 +1,8 @@
 /*
- * signals.c - the stop signals of the ctrain tool (SIGINT, SIGTERM, SIGHUP): a flag that the
- * handler sets and the commands read, the exit code and name of a stop, the thread that takes
- * the signals during fit, and the launcher's pipes made non-blocking.
+ * signals.c - the stop signals of the ctrain tool (SIGINT, SIGTERM, SIGHUP, and for fit the
+ * preemption signal, SIGUSR1 or SIGUSR2: preempt.c): a flag that the handler sets and the
+ * commands read, the exit code and name of a stop, the thread that takes the signals during
+ * fit, and the launcher's pipes made non-blocking.
  *
  * The flag is the tool's only process-wide state: a signal handler must set one.
  */
@@ -18,12 +19,14 @@ static volatile sig_atomic_t g_signal = 0;
 
 static void on_signal(int sig) {
     /* a second one stops at once; not a second SIGHUP: a hang-up often comes twice (the shell
-       passes it on to its jobs, and the kernel sends it when the session's leader exits) */
-    if (g_signal && sig != SIGHUP) {
+       passes it on to its jobs, and the kernel sends it when the session's leader exits); nor a
+       second preemption notice, which is no request to hurry (a launcher that forwards it and
+       the batch system may both deliver it) */
+    if (g_signal && sig != SIGHUP && sig != SIGUSR1 && sig != SIGUSR2) {
         signal(sig, SIG_DFL);
         raise(sig);
     }
-    g_signal = sig;
+    if (!g_signal || (sig != SIGUSR1 && sig != SIGUSR2)) g_signal = sig;
 }
 
 int cli_signal(void) {
@@ -38,12 +41,15 @@ bool cli_signalled(void *user) {
 
 /* The signals that stop a fit at the end of its step, with a checkpoint: SIGINT (Ctrl-C),
  * SIGTERM (kill, a scheduler's preemption) and SIGHUP (the terminal or the ssh session that
- * started it went away), each ending with its own exit code. */
+ * started it went away), each ending with its own exit code; and the preemption signals a batch
+ * system may send ahead (SIGUSR1, SIGUSR2), caught when trainer.preempt_signal names them. */
 static void stop_signals(sigset_t *set) {
     (void)sigemptyset(set);
     (void)sigaddset(set, SIGINT);
     (void)sigaddset(set, SIGTERM);
     (void)sigaddset(set, SIGHUP);
+    (void)sigaddset(set, SIGUSR1);
+    (void)sigaddset(set, SIGUSR2);
 }
 
 /* on_signal for each stop signal, except SIGHUP where it was ignored (`nohup ctrain fit ...`):
@@ -59,15 +65,40 @@ void cli_catch_stop_signals(void) {
         (void)sigaction(SIGHUP, &sa, NULL);
 }
 
-/* The exit code of a stop by the signal that came (0: none), and its name. */
+/* on_signal for the preemption signal sig (SIGUSR1, SIGUSR2; SIGTERM has it already). */
+void cli_catch_preempt_signal(int sig) {
+    if (sig != SIGUSR1 && sig != SIGUSR2) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    (void)sigemptyset(&sa.sa_mask);
+    (void)sigaction(sig, &sa, NULL);
+}
+
+/* Once the stop's checkpoint is saved and the job is being requeued, a stop signal (the batch
+ * system ending the job it requeues) must not cut the exit short. */
+void cli_ignore_stop_signals(void) {
+    sigset_t set;
+    stop_signals(&set);
+    for (int sig = 1; sig < 32; sig++)
+        if (sigismember(&set, sig) == 1) (void)signal(sig, SIG_IGN);
+}
+
+/* The exit code of a stop by the signal that came (0: none; a preemption signal's is SIGTERM's),
+ * and its name. */
 int cli_stop_code(void) {
-    return g_signal == SIGINT    ? EXIT_SIGINT
-           : g_signal == SIGTERM ? EXIT_SIGTERM
-           : g_signal == SIGHUP  ? EXIT_SIGHUP
-                                 : 0;
+    return g_signal == SIGINT                           ? EXIT_SIGINT
+           : g_signal == SIGTERM                        ? EXIT_SIGTERM
+           : g_signal == SIGHUP                         ? EXIT_SIGHUP
+           : g_signal == SIGUSR1 || g_signal == SIGUSR2 ? EXIT_SIGTERM
+                                                        : 0;
 }
 const char *cli_stop_name(void) {
-    return g_signal == SIGINT ? "SIGINT" : g_signal == SIGTERM ? "SIGTERM" : "SIGHUP";
+    return g_signal == SIGINT    ? "SIGINT"
+           : g_signal == SIGTERM ? "SIGTERM"
+           : g_signal == SIGUSR1 ? "SIGUSR1"
+           : g_signal == SIGUSR2 ? "SIGUSR2"
+                                 : "SIGHUP";
 }
 
 /* The one thread that takes the stop signals during fit; it does nothing else. */

@@ -7,8 +7,10 @@
  * their output captured; the interruptions are made by the fits themselves at exact points
  * (CTRAIN_VERIFY_CUT, verify_cut.c).
  *
- * One process only: under an MPI launcher it refuses (docs/cli.md says what a distributed
- * version would need). Ownership: the command frees what it allocates and removes the scratch
+ * With --ranks R each fit is an MPI job of R ranks started through a launcher (verify_launch.c),
+ * and each cut is made by one rank, the ranks taking turns, or by every rank; the launcher ends
+ * the job when a rank is killed. Run itself under an MPI launcher it refuses: it is the one
+ * that launches. Ownership: the command frees what it allocates and removes the scratch
  * directory it made, unless --keep.
  */
 #include <dirent.h>
@@ -49,8 +51,8 @@ typedef struct verify_args {
     const char *config;
     char **overrides;
     int n_overrides;
-    long long steps, cuts;
-    const char *dir;
+    long long steps, cuts, ranks;
+    const char *dir, *launcher;
     bool keep, help;
 } verify_args;
 
@@ -63,6 +65,9 @@ typedef struct verify_run {
     int64_t *epoch;    /* per step 1..n: the epoch it was made in, from 1 */
     cut_kind kind[MAX_CUTS];
     int64_t step[MAX_CUTS];
+    int64_t rank[MAX_CUTS]; /* the rank that makes cut i; -1: every rank */
+    cli_launcher launcher;  /* --ranks: what starts each fit (argc 0: the fit is this process) */
+    char exe[VR_PATH];      /* this ctrain, for the launcher to start */
     int n_cuts;
     verify_segment seg[MAX_CUTS + 1]; /* seg[0] the first run, seg[i] the one after cut i */
     ct_ctx *ctx;
@@ -87,13 +92,15 @@ static int read_count(const char *opt, const char *text, long long lo, long long
  * code (0 after --help). */
 static int read_args(int argc, char **argv, verify_args *a, char **ov) {
     static const struct option opts[] = {
-        {"steps", required_argument, NULL, 'n'}, {"cuts", required_argument, NULL, 'k'},
-        {"dir", required_argument, NULL, 'd'},   {"keep", no_argument, NULL, 'K'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
+        {"steps", required_argument, NULL, 'n'},    {"cuts", required_argument, NULL, 'k'},
+        {"dir", required_argument, NULL, 'd'},      {"keep", no_argument, NULL, 'K'},
+        {"help", no_argument, NULL, 'h'},           {"ranks", required_argument, NULL, 'r'},
+        {"launcher", required_argument, NULL, 'l'}, {NULL, 0, NULL, 0}};
     memset(a, 0, sizeof *a);
     a->overrides = ov;
     a->steps = 40;
     a->cuts = 5;
+    a->ranks = 1;
     optind = 1;
     opterr = 0;
     int c, rc = 0;
@@ -106,6 +113,10 @@ static int read_args(int argc, char **argv, verify_args *a, char **ov) {
             rc = read_count("steps", optarg, 2, 1000000, &a->steps);
         else if (c == 'k')
             rc = read_count("cuts", optarg, 1, MAX_CUTS, &a->cuts);
+        else if (c == 'r')
+            rc = read_count("ranks", optarg, 1, 4096, &a->ranks);
+        else if (c == 'l')
+            a->launcher = optarg;
         else if (c == 'd')
             a->dir = optarg;
         else if (c == 'K')
@@ -122,9 +133,11 @@ static int read_args(int argc, char **argv, verify_args *a, char **ov) {
         cli_cmd_usage(stdout, "verify-resume");
         return 0;
     }
-    if (!a->config || a->cuts >= a->steps) {
+    if (!a->config || a->cuts >= a->steps || (a->launcher && a->ranks < 2)) {
         (void)fprintf(stderr, "ctrain verify-resume: %s\n",
-                      !a->config ? "missing CONFIG" : "--cuts must be less than --steps");
+                      !a->config            ? "missing CONFIG"
+                      : a->cuts >= a->steps ? "--cuts must be less than --steps"
+                                            : "--launcher needs --ranks R, R of at least 2");
         cli_cmd_usage(stderr, "verify-resume");
         return EXIT_USAGE;
     }
@@ -135,8 +148,10 @@ static int read_args(int argc, char **argv, verify_args *a, char **ov) {
  * window: 0, or the exit code once said. */
 static int check_config(verify_run *r) {
     if (ct_comm_launched()) {
-        (void)fprintf(stderr, "ctrain verify-resume: runs as one process; run it without an MPI "
-                              "launcher (docs/cli.md)\n");
+        (void)fprintf(stderr,
+                      "ctrain verify-resume: started by an MPI launcher, as one of several "
+                      "processes; run it as one process and give the ranks with --ranks R: it "
+                      "starts each fit as an MPI job of R ranks itself (docs/cli.md)\n");
         return EXIT_USAGE;
     }
     ct_config *cfg = NULL;
@@ -145,6 +160,20 @@ static int check_config(verify_run *r) {
     r->accum = atoll(ct_config_find(ct_config_root(cfg), "trainer.accum_steps")->value);
     ct_config_destroy(cfg);
     return 0;
+}
+
+/* With --ranks R: the launcher of the fits, and this ctrain's path for it (the fits' own
+ * /proc/self/exe is the launcher's). 0, or the exit code once said. */
+static int find_launcher(verify_run *r) {
+    if (r->a.ranks == 1) return 0;
+    ssize_t len = readlink("/proc/self/exe", r->exe, sizeof r->exe - 1);
+    if (len <= 0) {
+        (void)fprintf(stderr, "ctrain verify-resume: /proc/self/exe: cannot be read: %s\n",
+                      strerror(errno));
+        return EXIT_RUN_FAILED;
+    }
+    r->exe[len] = '\0';
+    return cli_launcher_init(&r->launcher, r->a.launcher, r->a.ranks);
 }
 
 /* Makes the scratch directory: --dir (new, or empty), else a new one in $TMPDIR or /tmp. 0, or
@@ -213,10 +242,11 @@ static char **child_env(char *cut) {
 }
 
 /* Runs `ctrain fit` on the experiment into out (this binary, the user's overrides and ours),
- * its output appended to out.log, with the cut point how@step (CUT_NONE: none). The wait
- * status, or -1 when it could not start. */
-static int run_fit(const verify_run *r, const char *out, cut_how how, int64_t step) {
-    char own[VR_OWN][VR_PATH + 64], log[VR_PATH + 32], cut[64], prog[] = "ctrain", fit[] = "fit";
+ * its output appended to out.log, with the cut point how@step made by rank (-1: every rank;
+ * CUT_NONE: no cut); with --ranks, as a job of the launcher. The wait status (the launcher's),
+ * or -1 when it could not start. */
+static int run_fit(const verify_run *r, const char *out, cut_how how, int64_t step, int64_t rank) {
+    char own[VR_OWN][VR_PATH + 64], log[VR_PATH + 32], cut[96], prog[] = "ctrain", fit[] = "fit";
     (void)snprintf(own[0], sizeof own[0], "++output_dir=%s", out);
     (void)snprintf(own[1], sizeof own[1], "++trainer.max_steps=%lld", (long long)r->a.steps);
     (void)snprintf(own[2], sizeof own[2], "++trainer.steps_per_loop=1");
@@ -227,15 +257,20 @@ static int run_fit(const verify_run *r, const char *out, cut_how how, int64_t st
     (void)snprintf(own[7], sizeof own[7], "++logging.progress=none");
     (void)snprintf(own[8], sizeof own[8], "++logging.report=none");
     (void)snprintf(log, sizeof log, "%s.log", out);
-    (void)snprintf(cut, sizeof cut, "CTRAIN_VERIFY_CUT=%s@%lld", cli_cut_name(how),
-                   (long long)step);
-    char **argv = calloc((size_t)r->a.n_overrides + VR_OWN + 4, sizeof *argv);
+    int at =
+        snprintf(cut, sizeof cut, "CTRAIN_VERIFY_CUT=%s@%lld", cli_cut_name(how), (long long)step);
+    if (rank >= 0 && at > 0 && (size_t)at < sizeof cut)
+        (void)snprintf(cut + at, sizeof cut - (size_t)at, ":%lld", (long long)rank);
+    const cli_launcher *l = &r->launcher;
+    char **argv = calloc((size_t)r->a.n_overrides + (size_t)l->argc + VR_OWN + 5, sizeof *argv);
     char **env = child_env(how == CUT_NONE ? NULL : cut);
     int status = -1, k = 0;
     pid_t pid;
     posix_spawn_file_actions_t fa;
     if (argv && env && posix_spawn_file_actions_init(&fa) == 0) {
-        argv[k++] = prog;
+        for (int i = 0; i < l->argc; i++)
+            argv[k++] = l->argv[i];
+        argv[k++] = l->argc ? (char *)(uintptr_t)r->exe : prog;
         argv[k++] = fit;
         argv[k++] = (char *)(uintptr_t)r->a.config;
         for (int i = 0; i < r->a.n_overrides; i++)
@@ -245,9 +280,9 @@ static int run_fit(const verify_run *r, const char *out, cut_how how, int64_t st
         (void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
         (void)posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0666);
         (void)posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        if (posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, env) == 0 &&
-            waitpid(pid, &status, 0) != pid)
-            status = -1;
+        int e = l->argc ? posix_spawnp(&pid, l->argv[0], &fa, NULL, argv, env)
+                        : posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, env);
+        if (e == 0 && waitpid(pid, &status, 0) != pid) status = -1;
         (void)posix_spawn_file_actions_destroy(&fa);
     }
     free(argv);
@@ -288,7 +323,14 @@ static const char *status_text(int status, char *buf, size_t size) {
 static int run_straight(verify_run *r) {
     (void)fprintf(stderr, "ctrain verify-resume: %lld steps straight, in %s\n",
                   (long long)r->a.steps, r->dir);
-    int status = run_fit(r, r->straight, CUT_NONE, 0);
+    if (r->launcher.argc) {
+        (void)fprintf(stderr,
+                      "ctrain verify-resume: each fit an MPI job of %lld ranks:", r->a.ranks);
+        for (int i = 0; i < r->launcher.argc; i++)
+            (void)fprintf(stderr, " %s", r->launcher.argv[i]);
+        (void)fprintf(stderr, " %s fit ...\n", r->exe);
+    }
+    int status = run_fit(r, r->straight, CUT_NONE, 0, -1);
     if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
     char log[VR_PATH + 32], how[64];
     (void)snprintf(log, sizeof log, "%s.log", r->straight);
@@ -368,6 +410,7 @@ static void plan(verify_run *r) {
     avail[na++] = K_SAVE;
     avail[na++] = K_TERM;
     r->n_cuts = (int)(r->a.cuts < r->n - 1 ? r->a.cuts : r->n - 1);
+    int64_t ranks = r->a.ranks;
     int64_t prev = 0;
     for (int i = 0; i < r->n_cuts; i++) {
         cut_kind k = avail[i % na];
@@ -378,6 +421,10 @@ static void plan(verify_run *r) {
         if (s < 0) k = K_SAVE, s = target;
         r->kind[i] = k;
         r->step[i] = prev = s;
+        /* the ranks in turn, the last first (not the one that writes), then every rank at once;
+           only rank 0 writes a checkpoint, so only it can be cut inside one */
+        int64_t turn = i % (ranks + 1);
+        r->rank[i] = ranks == 1 ? -1 : k == K_SAVE ? 0 : turn < ranks ? ranks - 1 - turn : -1;
     }
 }
 
@@ -394,28 +441,47 @@ static int64_t latest_step(const char *run) {
 }
 
 /* Whether fit i of the interrupted run ended as its cut makes it end: killed, stopped by
- * SIGTERM (exit 143), or for the last one, done. */
+ * SIGTERM (exit 143), or for the last one, done. A job of several ranks with one killed is
+ * ended by its launcher, with a code of the launcher's: there the fit must have failed with
+ * the last checkpoint the one before the cut's step, or that step's own (the ranks not killed
+ * may finish it before the launcher ends them). */
 static bool ended_as_planned(const verify_run *r, int i, int status) {
     if (status == -1) return false;
     if (i == r->n_cuts) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (kind_how[r->kind[i]] == CUT_TERM)
         return WIFEXITED(status) && WEXITSTATUS(status) == EXIT_SIGTERM;
-    return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    if (!r->launcher.argc) return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    int64_t latest = latest_step(r->resumed);
+    return !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && latest >= r->step[i] - 1 &&
+           latest <= r->step[i];
+}
+
+/* Which rank makes cut i, for the messages and the table: "" for one process. */
+static const char *rank_text(const verify_run *r, int i, char *buf, size_t size) {
+    if (r->a.ranks == 1)
+        buf[0] = '\0';
+    else if (r->rank[i] < 0)
+        (void)snprintf(buf, size, " on every rank");
+    else
+        (void)snprintf(buf, size, " on rank %lld", (long long)r->rank[i]);
+    return buf;
 }
 
 /* The same steps, cut at each planned point and resumed: false when a fit did not end as
  * planned (said in its segment's result). */
 static bool run_interrupted(verify_run *r) {
-    char log[VR_PATH + 32], how[64];
+    char log[VR_PATH + 32], how[64], on[32];
     (void)snprintf(log, sizeof log, "%s.log", r->resumed);
     for (int i = 0; i <= r->n_cuts; i++) {
         r->seg[i].from = latest_step(r->resumed);
         if (i > 0) r->seg[i - 1].to = r->seg[i].from;
         if (i < r->n_cuts)
-            (void)fprintf(stderr, "ctrain verify-resume: cut %d of %d at step %lld: %s\n", i + 1,
-                          r->n_cuts, (long long)r->step[i], kind_text[r->kind[i]]);
+            (void)fprintf(stderr, "ctrain verify-resume: cut %d of %d at step %lld: %s%s\n", i + 1,
+                          r->n_cuts, (long long)r->step[i], kind_text[r->kind[i]],
+                          rank_text(r, i, on, sizeof on));
         cut_how h = i < r->n_cuts ? kind_how[r->kind[i]] : CUT_NONE;
-        int status = run_fit(r, r->resumed, h, i < r->n_cuts ? r->step[i] : 0);
+        int status = run_fit(r, r->resumed, h, i < r->n_cuts ? r->step[i] : 0,
+                             i < r->n_cuts ? r->rank[i] : -1);
         if (!ended_as_planned(r, i, status)) {
             r->seg[i].differs = true;
             (void)snprintf(r->seg[i].result, sizeof r->seg[i].result,
@@ -434,9 +500,11 @@ static bool run_interrupted(verify_run *r) {
 /* The table: one row per segment of the interrupted run, the cut that began it and what the
  * comparison found there. */
 static void print_table(const verify_run *r) {
-    (void)printf("%4s %7s  %-40s %-15s %s\n", "cut", "step", "how", "steps compared", "result");
+    int width = r->a.ranks > 1 ? 55 : 40;
+    (void)printf("%4s %7s  %-*s %-15s %s\n", "cut", "step", width, "how", "steps compared",
+                 "result");
     for (int i = 0; i <= r->n_cuts; i++) {
-        char cut[16] = "-", step[24] = "-", how[64], steps[48];
+        char cut[16] = "-", step[24] = "-", how[96], steps[48], on[32];
         const verify_segment *g = &r->seg[i];
         if (i == 0) (void)snprintf(how, sizeof how, "none: the first fit");
         if (i > 0) {
@@ -444,23 +512,26 @@ static void print_table(const verify_run *r) {
             (void)snprintf(cut, sizeof cut, "%d", i);
             (void)snprintf(step, sizeof step, "%lld", (long long)r->step[i - 1]);
             if (k == K_EPOCH)
-                (void)snprintf(how, sizeof how, "SIGTERM at the last step of epoch %lld",
-                               (long long)r->epoch[r->step[i - 1]]);
+                (void)snprintf(how, sizeof how, "SIGTERM at the last step of epoch %lld%s",
+                               (long long)r->epoch[r->step[i - 1]],
+                               rank_text(r, i - 1, on, sizeof on));
             else
-                (void)snprintf(how, sizeof how, "%s", kind_text[k]);
+                (void)snprintf(how, sizeof how, "%s%s", kind_text[k],
+                               rank_text(r, i - 1, on, sizeof on));
         }
         if (g->to > g->from)
             (void)snprintf(steps, sizeof steps, "%lld-%lld", (long long)g->from + 1,
                            (long long)g->to);
         else
             (void)snprintf(steps, sizeof steps, "-");
-        (void)printf("%4s %7s  %-40s %-15s %s\n", cut, step, how, steps, g->result);
+        (void)printf("%4s %7s  %-*s %-15s %s\n", cut, step, width, how, steps, g->result);
     }
 }
 
 /* Runs both trainings and compares them: the exit code. */
 static int verify(verify_run *r) {
     int rc = check_config(r);
+    if (rc == 0) rc = find_launcher(r);
     if (rc == 0) rc = make_scratch(r);
     if (rc) return rc;
     rc = run_straight(r);
@@ -508,6 +579,7 @@ int cli_cmd_verify_resume(int argc, char **argv) {
         rc = verify(r);
         ct_ctx_destroy(r->ctx);
     }
+    cli_launcher_fini(&r->launcher);
     free(r->at);
     free(r->epoch);
     free(r);

@@ -6,6 +6,8 @@
  *     term    SIGTERM at the step's first micro-batch: the graceful stop after that step
  *     eval    SIGKILL as the first evaluation after that step ends, before its checkpoint
  *     save    SIGKILL inside that step's checkpoint write, its first file written
+ * In a fit of several MPI ranks every rank makes the cut, or with HOW@STEP:RANK that rank
+ * alone (rank 0 alone writes checkpoints, so only it can be cut by `save`).
  * It is a verification hook of the tool, read by fit alone; the library knows nothing of it
  * (it sees only the callbacks, on_save_file among them).
  *
@@ -70,7 +72,7 @@ static ct_status cut_save_file(void *user, ct_trainer *t, const char *file) {
     return CT_OK;
 }
 
-/* Reads HOW@STEP: true when it is one. */
+/* Reads HOW@STEP[:RANK]: true when it is one. */
 static bool parse_cut(const char *text, cli_cut *c) {
     const char *at = strchr(text, '@');
     if (!at) return false;
@@ -80,9 +82,16 @@ static bool parse_cut(const char *text, cli_cut *c) {
             c->how = (cut_how)h;
     char *end = NULL;
     long long step = strtoll(at + 1, &end, 10);
-    if (c->how == CUT_NONE || end == at + 1 || *end || step < 1) return false;
+    if (c->how == CUT_NONE || end == at + 1 || step < 1) return false;
     c->step = step;
-    return true;
+    c->rank = -1;
+    if (*end == ':') {
+        const char *r = end + 1;
+        long long rank = strtoll(r, &end, 10);
+        if (end == r || rank < 0) return false;
+        c->rank = rank;
+    }
+    return *end == '\0';
 }
 
 int cli_cut_callbacks(session *s, ct_trainer_callbacks *cb) {
@@ -92,10 +101,15 @@ int cli_cut_callbacks(session *s, ct_trainer_callbacks *cb) {
     if (!text || !text[0]) return 0;
     if (!parse_cut(text, c)) {
         (void)fprintf(stderr,
-                      "ctrain: error: CTRAIN_VERIFY_CUT='%s': expected HOW@STEP, HOW one of "
-                      "window, term, eval, save, STEP >= 1 (a hook of ctrain verify-resume)\n",
+                      "ctrain: error: CTRAIN_VERIFY_CUT='%s': expected HOW@STEP[:RANK], HOW "
+                      "one of window, term, eval, save, STEP >= 1 (a hook of ctrain "
+                      "verify-resume)\n",
                       text);
         return EXIT_USAGE;
+    }
+    if (c->rank >= 0 && c->rank != s->rank) { /* another rank's cut */
+        c->how = CUT_NONE;
+        return 0;
     }
     c->window_step = -1;
     c->next = *cb;
