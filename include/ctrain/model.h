@@ -189,7 +189,7 @@ CT_API int32_t ct_model_output_shape(const ct_model *m, int64_t *shape);
 
 /*
  * Decoding a sequence model token by token: a model whose input sample is token ids [T] and
- * whose output is logits [T, vocab] (the gpt builder's, or a user's model type of that shape).
+ * whose output is logits [T, vocab], that takes any T up to its context (the gpt builder's).
  * A decoder holds n_rows sequences side by side. Each ct_model_decoder_feed appends tokens to
  * some rows and gives, for each of them, the logits that follow its last token, as
  * ct_model_forward over the row's window (its last `context` tokens, positions from 0) gives
@@ -201,9 +201,9 @@ CT_API int32_t ct_model_output_shape(const ct_model *m, int64_t *shape);
  * together. It runs the kernels directly (no graph, no autograd tape) on buffers made at
  * create, so feeding allocates nothing. Rows hold their own lengths (no padding). When a row
  * outgrows the context, its window slides: the positions of every kept token change, so the
- * window's keys and values are computed again in one pass, as the recomputing path does. Other
- * models, autocast or use_cache false recompute the row's window through ct_model_forward on
- * a graph (evaluation mode, no gradients) for every call.
+ * window's keys and values are computed again in one pass, as the recomputing path does. With
+ * bf16 autocast or use_cache false the decoder recomputes the row's window through
+ * ct_model_forward on a graph (evaluation mode, no gradients) for every call.
  *
  * Both paths compute the same functions of the weights by the same kernels and agree to float
  * rounding (the order of a few sums differs with the shapes of the products); results do not
@@ -221,8 +221,8 @@ typedef struct ct_model_decoder_params {
 
 CT_API ct_model_decoder_params ct_model_decoder_default_params(void);
 
-/* A decoder for m. CT_ERR_CONFIG for a model that is not ids [T] -> logits [T, vocab] or
- * n_rows < 1; CT_ERR_OOM. *out is NULL on failure. */
+/* A decoder for m. CT_ERR_CONFIG for a model that is not ids [T] -> logits [T, vocab] for
+ * every T up to its context, or n_rows < 1; CT_ERR_OOM. *out is NULL on failure. */
 CT_API ct_status ct_model_decoder_create(ct_model *m,
                                          const ct_model_decoder_params *params,
                                          ct_model_decoder **out);

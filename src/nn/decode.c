@@ -128,12 +128,14 @@ ct_status ct_model_decoder_create(ct_model *m,
     ct_dtype in_dtype;
     int32_t in_ndim;
     int64_t in_shape[CT_MAX_DIMS], oshape[CT_MAX_DIMS];
-    ct_layer *root = ct_model_inside(m, &ctx, &in_dtype, &in_ndim, in_shape);
+    bool var_len;
+    ct_layer *root = ct_model_inside(m, &ctx, &in_dtype, &in_ndim, in_shape, &var_len);
     int32_t ond = ct_model_output_shape(m, oshape);
     if (in_ndim != 1 || (in_dtype != CT_I32 && in_dtype != CT_I64) || ond != 2 ||
-        oshape[0] != in_shape[0] || oshape[1] < 1)
+        oshape[0] != in_shape[0] || oshape[1] < 1 || !var_len)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "decoder: the model must map token ids [T] to logits [T, vocab]");
+                       "decoder: the model must map token ids [T] to logits [T, vocab], for "
+                       "any T up to its context (a gpt model)");
     if (p.n_rows < 1 || p.n_rows > (1 << 20) || (p.autocast != CT_F32 && p.autocast != CT_BF16))
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "decoder: n_rows %lld, expected 1..1048576, and autocast f32 or bf16",
@@ -474,7 +476,8 @@ ct_status ct_model_generate(ct_model *m,
     ct_dtype dt;
     int32_t nd;
     int64_t shape[CT_MAX_DIMS];
-    (void)ct_model_inside(m, &ctx, &dt, &nd, shape);
+    bool var_len;
+    (void)ct_model_inside(m, &ctx, &dt, &nd, shape, &var_len);
     if (n < 1 || n_new < 0)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "generate: %lld prompts, %lld new tokens",
                        (long long)n, (long long)n_new);

@@ -320,8 +320,10 @@ ct_layer *ct_model_inside(const ct_model *m,
                           ct_ctx **ctx,
                           ct_dtype *in_dtype,
                           int32_t *in_ndim,
-                          int64_t *in_shape) {
+                          int64_t *in_shape,
+                          bool *var_len) {
     *ctx = m->ctx;
+    *var_len = m->var_len;
     *in_dtype = m->in_dtype;
     *in_ndim = m->in_ndim;
     memcpy(in_shape, m->in_shape, sizeof m->in_shape);
