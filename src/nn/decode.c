@@ -241,13 +241,13 @@ static void linear(ct_ctx *ctx,
 }
 
 /* y = layer_norm(x) over rows of D, the layer_norm op's arithmetic (moments in double). */
-static void layer_norm(ct_ctx *ctx,
-                       const float *x, /* [N, D] */
-                       int64_t N,
-                       int64_t D,
-                       const ct_tensor *w, /* [D] */
-                       const ct_tensor *b, /* [D] */
-                       float *y) {         /* [N, D] */
+CT_HOT static void layer_norm(ct_ctx *ctx,
+                              const float *x, /* [N, D] */
+                              int64_t N,
+                              int64_t D,
+                              const ct_tensor *w, /* [D] */
+                              const ct_tensor *b, /* [D] */
+                              float *y) {         /* [N, D] */
     const float *wv = w->data, *bv = b->data;
     int nt = ct_threads_for(ctx, N, D * 8);
     CT_OMP_FOR(nt)
@@ -267,7 +267,7 @@ static void layer_norm(ct_ctx *ctx,
     }
 }
 
-static void add_into(ct_ctx *ctx, float *x, const float *y, int64_t n) {
+CT_HOT static void add_into(ct_ctx *ctx, float *x, const float *y, int64_t n) {
     int nt = ct_threads_for(ctx, n, 2);
     CT_OMP_FOR(nt)
     for (int64_t i = 0; i < n; i++)
@@ -276,7 +276,7 @@ static void add_into(ct_ctx *ctx, float *x, const float *y, int64_t n) {
 
 /* The exact GELU in place: vmath.h's erf with the fast kernels, libm's with the reference
  * ones, as the gelu ops choose. */
-static void gelu(ct_ctx *ctx, float *x, int64_t n) {
+CT_HOT static void gelu(ct_ctx *ctx, float *x, int64_t n) {
     int nt = ct_threads_for(ctx, n, 16);
     if (ctx->kernels == CT_KERNELS_REFERENCE) {
         CT_OMP_FOR(nt)
@@ -291,7 +291,7 @@ static void gelu(ct_ctx *ctx, float *x, int64_t n) {
 
 /* s[0..n): the scores of the query at position i; becomes its probabilities over j <= i
  * and 0 beyond (attention.c's causal_softmax_row). */
-static void causal_softmax_row(float *s, int64_t i, int64_t n) {
+CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t n) {
     float mx = s[0];
     for (int64_t j = 1; j <= i; j++)
         if (s[j] > mx) mx = s[j];
