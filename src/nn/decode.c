@@ -26,6 +26,9 @@
 #include "nn/gpt_internal.h"
 
 #define INV_SQRT_2 0.7071067811865476f
+/* Segments of at most SHORT new tokens (decoding steps, short prompts) go through
+ * small_linear; longer ones through a GEMM each. */
+#define SHORT      8
 
 struct ct_model_decoder {
     ct_ctx *ctx;
@@ -44,10 +47,12 @@ struct ct_model_decoder {
     int64_t L, C, H, R; /* layers, width, heads, packed tokens per pass */
     float *kc, *vc;     /* [L, rows, T, C]: keys and values by position */
     int64_t *clen;      /* [rows]: positions cached */
+    int64_t *start;     /* [rows]: a call's first new position in each row (-1: not fed) */
     int64_t *tok, *pos; /* [R]: a pass's packed tokens and their positions */
     int64_t *seg_row, *seg_off, *seg_len, n_seg; /* [rows]: a pass's rows */
-    float *x, *h, *qkv, *y, *fc;                 /* [R, C] [R, C] [R, 3C] [R, C] [R, 4C] */
-    float *scores;                               /* [n_scores, T, T]: per thread */
+    int64_t n_short; /* a pass's first packed tokens, of segments of at most SHORT tokens */
+    float *x, *h, *qkv, *y, *fc; /* [R, C] [R, C] [R, 3C] [R, C] [R, 4C] */
+    float *scores;               /* [n_scores, T, T]: per thread */
     int64_t n_scores;
     float *lg; /* [rows, V]: a pass's logits */
 };
@@ -78,6 +83,7 @@ static int buffers(ct_model_decoder *d, buf_spec *b) {
     b[n++] = (buf_spec){(void **)&d->kc, fsz(L * rows * T * C)};
     b[n++] = (buf_spec){(void **)&d->vc, fsz(L * rows * T * C)};
     b[n++] = (buf_spec){(void **)&d->clen, isz(rows)};
+    b[n++] = (buf_spec){(void **)&d->start, isz(rows)};
     b[n++] = (buf_spec){(void **)&d->tok, isz(R)};
     b[n++] = (buf_spec){(void **)&d->pos, isz(R)};
     b[n++] = (buf_spec){(void **)&d->seg_row, isz(rows)};
@@ -223,21 +229,115 @@ static void append(ct_model_decoder *d, int64_t r, const int64_t *ids, int64_t n
 
 /* ---- the cache path ---- */
 
-/* y [rows, out] = x [rows, in] @ w^T + b, as the linear op computes it (bias first, beta 1). */
-static void linear(ct_ctx *ctx,
-                   const float *x, /* [rows, in] */
-                   int64_t rows,
+#define LANES 16
+
+/* a[0..LANES) summed in a fixed order. */
+static inline float lanes_sum(const float *a) {
+    float s[LANES / 2];
+    for (int l = 0; l < LANES / 2; l++)
+        s[l] = a[l] + a[l + LANES / 2];
+    for (int l = 0; l < LANES / 4; l++)
+        s[l] = s[l] + s[l + LANES / 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+/* y[r, o] = y[r, o] + x[r, :] . w[o, :] for the rows [0, m) and the outputs [o0, o1): each dot
+ * product in LANES partial sums (k mod LANES, in order), added in a fixed order, then the
+ * tail. Every lane is its own chain of multiplies and adds (no FMA: -ffp-contract=off), so
+ * however the compiler vectorises it, an element has the same bits for any m, any block of
+ * outputs and any thread. */
+CT_HOT static void dot_rows(const float *x, /* [m, K] */
+                            int64_t m,
+                            const float *w, /* [N, K] */
+                            int64_t o0,
+                            int64_t o1,
+                            int64_t K,
+                            float *y, /* [m, N] */
+                            int64_t N) {
+    int64_t K0 = K - K % LANES;
+    for (int64_t r = 0; r < m; r++) {
+        const float *xr = x + r * K;
+        float *yr = y + r * N;
+        int64_t o = o0;
+        for (; o + 4 <= o1; o += 4) { /* four outputs share each load of x */
+            const float *w0 = w + o * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+            float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
+            for (int64_t k = 0; k < K0; k += LANES)
+                for (int l = 0; l < LANES; l++) {
+                    float xv = xr[k + l];
+                    a0[l] += xv * w0[k + l];
+                    a1[l] += xv * w1[k + l];
+                    a2[l] += xv * w2[k + l];
+                    a3[l] += xv * w3[k + l];
+                }
+            float s0 = lanes_sum(a0), s1 = lanes_sum(a1), s2 = lanes_sum(a2), s3 = lanes_sum(a3);
+            for (int64_t k = K0; k < K; k++) {
+                s0 += xr[k] * w0[k];
+                s1 += xr[k] * w1[k];
+                s2 += xr[k] * w2[k];
+                s3 += xr[k] * w3[k];
+            }
+            yr[o] += s0;
+            yr[o + 1] += s1;
+            yr[o + 2] += s2;
+            yr[o + 3] += s3;
+        }
+        for (; o < o1; o++) {
+            const float *w0 = w + o * K;
+            float a0[LANES] = {0};
+            for (int64_t k = 0; k < K0; k += LANES)
+                for (int l = 0; l < LANES; l++)
+                    a0[l] += xr[k + l] * w0[k + l];
+            float s0 = lanes_sum(a0);
+            for (int64_t k = K0; k < K; k++)
+                s0 += xr[k] * w0[k];
+            yr[o] += s0;
+        }
+    }
+}
+
+/* y [m, N] = x [m, K] @ w^T + b by dot_rows, over blocks of 4 outputs spread on the threads:
+ * for the decoding steps' few rows, where a GEMM would repack the whole weight matrix for
+ * each call, and where a row's result must not depend on the rows beside it. */
+static void small_linear(
+    ct_ctx *ctx, const float *x, int64_t m, const ct_tensor *w, const ct_tensor *b, float *y) {
+    int64_t N = w->shape[0], K = w->shape[1], blocks = (N + 3) / 4;
+    for (int64_t r = 0; r < m; r++)
+        if (b)
+            memcpy(y + r * N, b->data, fsz(N));
+        else
+            memset(y + r * N, 0, fsz(N));
+    const float *wv = w->data;
+    int nt = ct_threads_for(ctx, blocks, 8 * m * K);
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < blocks; i++)
+        dot_rows(x, m, wv, 4 * i, 4 * i + 4 < N ? 4 * i + 4 : N, K, y, N);
+}
+
+/* y [rows, out] = x [rows, in] @ w^T + b over a pass: the rows of short segments (the first
+ * n_short) by small_linear, each longer segment (a prompt, a slid window) by one GEMM as the
+ * linear op runs it (bias first, beta 1). Which kernel a row meets depends only on its own
+ * segment's length, so a prompt's results do not depend on the prompts beside it. */
+static void linear(ct_model_decoder *d,
+                   const float *x,     /* [rows, in] */
                    const ct_tensor *w, /* [out, in] */
                    const ct_tensor *b, /* [out] or NULL */
                    float *y) {         /* [rows, out] */
+    ct_ctx *ctx = d->ctx;
     int64_t out = w->shape[0], in = w->shape[1];
-    float beta = 0.0f;
-    if (b) {
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(y + r * out, b->data, fsz(out));
-        beta = 1.0f;
+    if (d->n_short > 0) small_linear(ctx, x, d->n_short, w, b, y);
+    for (int64_t s = 0; s < d->n_seg; s++) {
+        int64_t off = d->seg_off[s], rows = d->seg_len[s];
+        if (off < d->n_short) continue;
+        float beta = 0.0f;
+        if (b) {
+            for (int64_t r = off; r < off + rows; r++)
+                memcpy(y + r * out, b->data, fsz(out));
+            beta = 1.0f;
+        }
+        ct_k_gemm(ctx, false, true, rows, out, in, 1.0f, x + off * in, in, w->data, in, beta,
+                  y + off * out, out);
     }
-    ct_k_gemm(ctx, false, true, rows, out, in, 1.0f, x, in, w->data, in, beta, y, out);
 }
 
 /* y = layer_norm(x) over rows of D, the layer_norm op's arithmetic (moments in double). */
@@ -339,7 +439,7 @@ static void block(ct_model_decoder *d, int64_t l, int64_t P) {
     ct_tensor *const *t = d->root->children[l]->t;
     int64_t C = d->C, H = d->H, hd = C / H, T = d->T;
     layer_norm(ctx, d->x, P, C, t[CT_GPT_LN1_W], t[CT_GPT_LN1_B], d->h);
-    linear(ctx, d->h, P, t[CT_GPT_ATT_W], t[CT_GPT_ATT_B], d->qkv);
+    linear(d, d->h, t[CT_GPT_ATT_W], t[CT_GPT_ATT_B], d->qkv);
     store_kv(d, l);
     /* over (row, head) pairs; each thread its own score block */
     int64_t items = d->n_seg * H;
@@ -354,12 +454,12 @@ static void block(ct_model_decoder *d, int64_t l, int64_t P) {
 #endif
         attend(d, l, it / H, it % H, d->scores + tid * T * T);
     }
-    linear(ctx, d->y, P, t[CT_GPT_APR_W], t[CT_GPT_APR_B], d->h);
+    linear(d, d->y, t[CT_GPT_APR_W], t[CT_GPT_APR_B], d->h);
     add_into(ctx, d->x, d->h, P * C);
     layer_norm(ctx, d->x, P, C, t[CT_GPT_LN2_W], t[CT_GPT_LN2_B], d->h);
-    linear(ctx, d->h, P, t[CT_GPT_FC_W], t[CT_GPT_FC_B], d->fc);
+    linear(d, d->h, t[CT_GPT_FC_W], t[CT_GPT_FC_B], d->fc);
     gelu(ctx, d->fc, P * 4 * C);
-    linear(ctx, d->fc, P, t[CT_GPT_MPR_W], t[CT_GPT_MPR_B], d->h);
+    linear(d, d->fc, t[CT_GPT_MPR_W], t[CT_GPT_MPR_B], d->h);
     add_into(ctx, d->x, d->h, P * C);
 }
 
@@ -383,37 +483,47 @@ static void run_pass(ct_model_decoder *d, int64_t P, float *logits) {
         memcpy(d->y + s * C, d->x + (d->seg_off[s] + d->seg_len[s] - 1) * C, fsz(C));
     layer_norm(ctx, d->y, ns, C, root->t[CT_GPT_LNF_W], root->t[CT_GPT_LNF_B], d->h);
     const ct_tensor *head = root->t[CT_GPT_HEAD] ? root->t[CT_GPT_HEAD] : root->t[CT_GPT_WTE];
-    linear(ctx, d->h, ns, head, NULL, d->lg);
+    small_linear(ctx, d->h, ns, head, NULL, d->lg);
     for (int64_t s = 0; s < ns; s++)
         memcpy(logits + d->seg_row[s] * V, d->lg + s * V, fsz(V));
 }
 
-/* Rows' new tokens, packed into passes of at most R tokens. */
+/* Adds row r's new tokens to the pass (running it first when they would not fit): its window
+ * again after a slide or at its start, else the tokens after its cached ones. */
+static void pack_row(ct_model_decoder *d, int64_t r, int64_t start, int64_t *P, float *logits) {
+    int64_t len = d->hist_len[r] - start;
+    if (*P + len > d->R) {
+        run_pass(d, *P, logits);
+        *P = 0;
+        d->n_seg = 0;
+        d->n_short = 0;
+    }
+    const int64_t *h = d->hist + r * d->T;
+    for (int64_t j = 0; j < len; j++) {
+        d->tok[*P + j] = h[start + j];
+        d->pos[*P + j] = start + j;
+    }
+    d->seg_row[d->n_seg] = r;
+    d->seg_off[d->n_seg] = *P;
+    d->seg_len[d->n_seg] = len;
+    d->n_seg++;
+    if (len <= SHORT && *P == d->n_short) d->n_short += len;
+    *P += len;
+    d->clen[r] = d->hist_len[r];
+}
+
+/* Rows' new tokens, packed into passes of at most R tokens: the short segments first. */
 static void feed_cached(ct_model_decoder *d, const int64_t *n_ids, float *logits) {
     int64_t T = d->T, P = 0;
     d->n_seg = 0;
-    for (int64_t r = 0; r < d->rows; r++) {
-        if (n_ids[r] <= 0) continue;
-        /* the window slid (or the row starts): every position is new */
-        int64_t start = d->clen[r] + n_ids[r] <= T ? d->clen[r] : 0;
-        int64_t len = d->hist_len[r] - start;
-        if (P + len > d->R) {
-            run_pass(d, P, logits);
-            P = 0;
-            d->n_seg = 0;
-        }
-        const int64_t *h = d->hist + r * T;
-        for (int64_t j = 0; j < len; j++) {
-            d->tok[P + j] = h[start + j];
-            d->pos[P + j] = start + j;
-        }
-        d->seg_row[d->n_seg] = r;
-        d->seg_off[d->n_seg] = P;
-        d->seg_len[d->n_seg] = len;
-        d->n_seg++;
-        P += len;
-        d->clen[r] = d->hist_len[r];
-    }
+    d->n_short = 0;
+    /* the window slid (or the row starts): every position is new */
+    for (int64_t r = 0; r < d->rows; r++)
+        d->start[r] = n_ids[r] <= 0 ? -1 : d->clen[r] + n_ids[r] <= T ? d->clen[r] : 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t r = 0; r < d->rows; r++)
+            if (d->start[r] >= 0 && (d->hist_len[r] - d->start[r] <= SHORT) == (pass == 0))
+                pack_row(d, r, d->start[r], &P, logits);
     if (P > 0) run_pass(d, P, logits);
 }
 

@@ -120,6 +120,53 @@ static void model_decoder_should_give_the_recomputed_logits_past_the_context(voi
     check_logits_match(false);
 }
 
+/* Each row of a batch gets the very bits it gets decoded alone: prompts of 3, 9 and 20 tokens
+ * (context 12: short and long segments, a slide in the first pass), then 30 steps. */
+static void model_decoder_should_give_a_row_the_bits_it_gets_alone(void) {
+    enum { ROWS = 3, T = 12, V = 11 };
+    ct_params *p;
+    ct_model *m = gpt(&p, 2, 2, 16, T, V, false);
+    if (!m) return;
+    ct_model_decoder_params dp = ct_model_decoder_default_params();
+    dp.n_rows = ROWS;
+    ct_model_decoder *all = NULL, *one[ROWS] = {NULL, NULL, NULL};
+    CT_CHECK(ct_model_decoder_create(m, &dp, &all) == CT_OK);
+    dp.n_rows = 1;
+    for (int r = 0; r < ROWS; r++)
+        CT_CHECK(ct_model_decoder_create(m, &dp, &one[r]) == CT_OK);
+    int64_t prompt[ROWS][20], lens[ROWS] = {3, 9, 20};
+    const int64_t *ptr[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        for (int j = 0; j < 20; j++)
+            prompt[r][j] = (r * 5 + j * 3) % V;
+        ptr[r] = prompt[r];
+    }
+    float la[ROWS * V], lo[V];
+    int same = 0, total = 0;
+    int64_t next[ROWS], n[ROWS];
+    for (int k = 0; k <= 30 && all; k++) {
+        if (k > 0)
+            for (int r = 0; r < ROWS; r++) {
+                next[r] = (k * 3 + r) % V;
+                ptr[r] = next + r;
+                n[r] = (k + r) % 4 != 0; /* rows sit out some steps */
+            }
+        CT_CHECK(ct_model_decoder_feed(all, ptr, k ? n : lens, la) == CT_OK);
+        for (int r = 0; r < ROWS; r++) {
+            int64_t nr = k ? n[r] : lens[r];
+            if (!one[r] || nr == 0) continue;
+            CT_CHECK(ct_model_decoder_feed(one[r], ptr + r, &nr, lo) == CT_OK);
+            same += memcmp(lo, la + r * V, sizeof lo) == 0;
+            total++;
+        }
+    }
+    CT_CHECK_MSG(same == total, "%d of %d steps gave a row the bits it gets alone", same, total);
+    ct_model_decoder_destroy(all);
+    for (int r = 0; r < ROWS; r++)
+        ct_model_decoder_destroy(one[r]);
+    drop(m, p);
+}
+
 /* Greedy tokens of prompts of lengths 1, 4 and 20 (context 8), 30 new ones each. */
 static void model_generate_should_match_recomputing_and_one_prompt_at_a_time(void) {
     enum { N = 3, T = 8, V = 13, NEW = 30 };
@@ -411,6 +458,7 @@ static void experiment_generate_batch_should_keep_the_nucleus_and_stop_at_stop_s
 int main(void) {
     if (!mkdtemp(root) || ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(model_decoder_should_give_the_recomputed_logits_past_the_context);
+    CT_RUN(model_decoder_should_give_a_row_the_bits_it_gets_alone);
     CT_RUN(model_generate_should_match_recomputing_and_one_prompt_at_a_time);
     CT_RUN(model_decoder_should_give_the_same_bits_with_1_and_2_threads);
     CT_RUN(model_decoder_should_recompute_in_bf16_and_refuse_other_models);
