@@ -205,9 +205,13 @@ CT_API int32_t ct_model_output_shape(const ct_model *m, int64_t *shape);
  * bf16 autocast or use_cache false the decoder recomputes the row's window through
  * ct_model_forward on a graph (evaluation mode, no gradients) for every call.
  *
- * Both paths compute the same functions of the weights by the same kernels and agree to float
- * rounding (the order of a few sums differs with the shapes of the products); results do not
- * depend on the thread count. Ownership: the decoder borrows the model (which must outlive it
+ * The cache path's decoding steps (and any row fed at most 8 new tokens) go through a
+ * dot-product kernel that reads each weight matrix once per call, with no repacking; a row fed
+ * more (a prompt, a slid window) goes through the GEMM kernels on its own. So a row's logits
+ * have the same bits whatever other rows are fed beside it, and whatever the thread count.
+ * The two paths compute the same function of the weights and agree to float rounding (the
+ * order of some sums differs), so they give the same greedy tokens unless two logits tie to
+ * within that rounding. Ownership: the decoder borrows the model (which must outlive it
  * and keep its weights) and owns its buffers; destroy(NULL) is a no-op.
  */
 typedef struct ct_model_decoder ct_model_decoder;
