@@ -10,7 +10,8 @@
 JOBS ?= 2
 
 .PHONY: all deps build demo test test-release test-asan test-noomp test-mpich test-tsan test-fuzz \
-	fuzz-config fuzz-checkpoint fuzz-report format-check bench bench-pytorch chaos clean
+	fuzz-config fuzz-checkpoint fuzz-report format-check bench bench-pytorch chaos clean \
+	bench-generate
 
 all: build
 
@@ -115,6 +116,14 @@ bench-pytorch:
 	/usr/bin/python3 bench/models.py --build build
 	/usr/bin/python3 bench/run.py --build build --cases mlp32_step
 	/usr/bin/python3 bench/time_to_accuracy.py --build build
+
+# Greedy generation from the char GPT: ctrain's key/value cache against nanoGPT's generate loop
+# and a PyTorch key/value-cache twin (bench/generate.py; docs/benchmarks.md).
+bench-generate:
+	@scripts/install-deps.sh --bench
+	cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake --build build -j $(JOBS) --target bench_generate
+	/usr/bin/python3 bench/generate.py --build build
 
 bench:
 	@scripts/install-deps.sh --bench

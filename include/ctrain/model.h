@@ -187,6 +187,88 @@ CT_API const char *ct_model_layer_type(const ct_model *m, int64_t i);
  * and returns ndim. */
 CT_API int32_t ct_model_output_shape(const ct_model *m, int64_t *shape);
 
+/*
+ * Decoding a sequence model token by token: a model whose input sample is token ids [T] and
+ * whose output is logits [T, vocab], that takes any T up to its context (the gpt builder's).
+ * A decoder holds n_rows sequences side by side. Each ct_model_decoder_feed appends tokens to
+ * some rows and gives, for each of them, the logits that follow its last token, as
+ * ct_model_forward over the row's window (its last `context` tokens, positions from 0) gives
+ * them at the window's last position.
+ *
+ * With use_cache, a gpt model without autocast keeps each row's keys and values per layer: a
+ * row's new tokens (a prompt: one pass, the prefill; then one token per call) attend to the
+ * cached ones, and the tokens of all rows fed in one call go through each weight matrix
+ * together. It runs the kernels directly (no graph, no autograd tape) on buffers made at
+ * create, so feeding allocates nothing. Rows hold their own lengths (no padding). When a row
+ * outgrows the context, its window slides: the positions of every kept token change, so the
+ * window's keys and values are computed again in one pass, as the recomputing path does. With
+ * bf16 autocast or use_cache false the decoder recomputes the row's window through
+ * ct_model_forward on a graph (evaluation mode, no gradients) for every call.
+ *
+ * The cache path's decoding steps (and any row fed at most 8 new tokens) go through a
+ * dot-product kernel that reads each weight matrix once per call, with no repacking; a row fed
+ * more (a prompt, a slid window) goes through the GEMM kernels on its own. So a row's logits
+ * have the same bits whatever other rows are fed beside it, and whatever the thread count.
+ * The two paths compute the same function of the weights and agree to float rounding (the
+ * order of some sums differs), so they give the same greedy tokens unless two logits tie to
+ * within that rounding. Ownership: the decoder borrows the model (which must outlive it
+ * and keep its weights) and owns its buffers; destroy(NULL) is a no-op.
+ */
+typedef struct ct_model_decoder ct_model_decoder;
+
+typedef struct ct_model_decoder_params {
+    int64_t n_rows;    /* sequences decoded side by side [1] */
+    bool use_cache;    /* keys and values cached where the model allows it [true] */
+    ct_dtype autocast; /* the recomputing path's graph autocast (CT_F32: none; CT_BF16
+                          recomputes even with use_cache) [CT_F32] */
+} ct_model_decoder_params;
+
+CT_API ct_model_decoder_params ct_model_decoder_default_params(void);
+
+/* A decoder for m. CT_ERR_CONFIG for a model that is not ids [T] -> logits [T, vocab] for
+ * every T up to its context, or n_rows < 1; CT_ERR_OOM. *out is NULL on failure. */
+CT_API ct_status ct_model_decoder_create(ct_model *m,
+                                         const ct_model_decoder_params *params,
+                                         ct_model_decoder **out);
+CT_API void ct_model_decoder_destroy(ct_model_decoder *d);
+
+/* Whether the decoder runs the key/value cache (false: it recomputes each window). */
+CT_API bool ct_model_decoder_cached(const ct_model_decoder *d);
+
+/* The model's context (the longest window) and vocabulary size. */
+CT_API int64_t ct_model_decoder_context(const ct_model_decoder *d);
+CT_API int64_t ct_model_decoder_vocab(const ct_model_decoder *d);
+
+/*
+ * Appends ids[r][0..n_ids[r]) to row r, for each row with n_ids[r] > 0 (the others are left
+ * as they are and their logits rows untouched), and writes the logits after each such row's
+ * last token to logits[r * vocab .. (r + 1) * vocab). ids in [0, vocab). A row's tokens are
+ * its history: feeding a prompt then one token per call is the same as feeding it all at
+ * once. CT_ERR_INVALID_ARG for a token out of range (nothing fed); a failure inside the model
+ * leaves the decoder's rows undefined (reset them).
+ */
+CT_API ct_status ct_model_decoder_feed(ct_model_decoder *d,
+                                       const int64_t *const *ids,
+                                       const int64_t *n_ids,
+                                       float *logits);
+
+/* Forgets row r's tokens (its next feed starts a new sequence). */
+CT_API void ct_model_decoder_reset(ct_model_decoder *d, int64_t r);
+
+/*
+ * Greedy continuation of n sequences: prompts[i][0..lens[i]) (lens[i] >= 1) are fed together,
+ * then n_new tokens each taken as the largest logit (the lowest id on a tie), written to
+ * out[i * n_new .. (i + 1) * n_new). A prompt longer than the context keeps its last
+ * `context` tokens. use_cache as in ct_model_decoder_params. Fails as the decoder does.
+ */
+CT_API ct_status ct_model_generate(ct_model *m,
+                                   const int64_t *const *prompts,
+                                   const int64_t *lens,
+                                   int64_t n,
+                                   int64_t n_new,
+                                   bool use_cache,
+                                   int64_t *out);
+
 /* The model's parameter or buffer of that state_dict name (aliases such as a tied
  * "lm_head.weight" included), or NULL. */
 CT_API ct_tensor *ct_model_param(const ct_model *m, const char *name);

@@ -1,9 +1,9 @@
 /*
  * predict.c - a trained experiment's model used on new inputs: predictions for a .npy array of
  * samples (class probabilities, logits or values, as CSV or .npy, or CSV to a stream; CSV
- * names each sample's class when data.classes gives names), and
- * text sampled from a byte-level language model, drawn or greedy. Both run in evaluation mode
- * without gradients, in trainer.precision, and change nothing in the run directory.
+ * names each sample's class when data.classes gives names). They run in evaluation mode
+ * without gradients, in trainer.precision, and change nothing in the run directory. Text from
+ * a language model is generate.c's.
  *
  * Ownership: the caller loads the weights first (ct_experiment_load); what these functions
  * open (the input, a loader, a graph, buffers) they close before returning. Predictions are
@@ -285,109 +285,5 @@ ct_status ct_experiment_predict_with(ct_experiment *e,
     ct_graph_destroy(g);
     ct_loader_destroy(l);
     ct_dataset_close(ds);
-    return s;
-}
-
-/* ---- sampling from a language model ---- */
-
-/* The token of the largest logit, the first on a tie: sampling at temperature 0. */
-static int64_t greedy_token(const float *logits, int64_t vocab) {
-    int64_t best = 0;
-    for (int64_t v = 1; v < vocab; v++)
-        if (logits[v] > logits[best]) best = v;
-    return best;
-}
-
-/* A token drawn from the distribution of logits[0..vocab) at `temperature`, among the top_k
- * largest (all when top_k is 0 or not below vocab; ties at the cut kept); p holds vocab
- * doubles of scratch. Temperature 0 takes the largest, drawing nothing. */
-static int64_t sample_token(
-    const float *logits, int64_t vocab, double temperature, int64_t top_k, double *p, ct_rng *rng) {
-    if (temperature == 0) return greedy_token(logits, vocab);
-    /* the top_k-th largest logit is the cut (ties kept) */
-    double cut = -(double)INFINITY;
-    if (top_k > 0 && top_k < vocab) {
-        for (int64_t v = 0; v < vocab; v++)
-            p[v] = (double)logits[v];
-        for (int64_t r = 0; r < top_k; r++) { /* partial selection: top_k is small */
-            int64_t best = r;
-            for (int64_t v = r + 1; v < vocab; v++)
-                if (p[v] > p[best]) best = v;
-            double tmp = p[r];
-            p[r] = p[best];
-            p[best] = tmp;
-        }
-        cut = p[top_k - 1];
-    }
-    double mx = -(double)INFINITY, sum = 0;
-    for (int64_t v = 0; v < vocab; v++)
-        if ((double)logits[v] >= cut && (double)logits[v] / temperature > mx)
-            mx = (double)logits[v] / temperature;
-    for (int64_t v = 0; v < vocab; v++) {
-        p[v] = (double)logits[v] >= cut ? exp((double)logits[v] / temperature - mx) : 0.0;
-        sum += p[v];
-    }
-    float u;
-    ct_rng_uniform(rng, &u, 1);
-    double target = (double)u * sum, acc = 0;
-    int64_t tok = -1;
-    for (int64_t v = 0; v < vocab && (tok < 0 || acc <= target); v++) {
-        if (p[v] <= 0) continue;
-        acc += p[v];
-        tok = v; /* the last one kept when rounding leaves the sum a hair short */
-    }
-    return tok;
-}
-
-ct_status ct_experiment_generate(ct_experiment *e,
-                                 const char *prompt,
-                                 int64_t n_tokens,
-                                 double temperature,
-                                 int64_t top_k,
-                                 uint64_t seed,
-                                 FILE *out) {
-    ct_ctx *ctx = e->ctx;
-    int64_t oshape[CT_MAX_DIMS];
-    int32_t ond = ct_model_output_shape(e->model, oshape);
-    int64_t vocab = ond >= 1 ? oshape[ond - 1] : 0;
-    if (e->task.kind != CT_TASK_LANGUAGE_MODEL || vocab != 256 || e->info.x_ndim != 1)
-        return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "generate: needs a byte-level language model (vocab 256, text data)");
-    if (!(temperature >= 0) || !isfinite(temperature) || top_k < 0 || n_tokens < 0 ||
-        n_tokens > 1000000)
-        return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "generate: expected temperature >= 0, top_k >= 0 and 0..1000000 tokens");
-    int64_t context = e->info.x_shape[0];
-    size_t plen = strlen(prompt);
-    if (plen == 0) return CT_FAIL(ctx, CT_ERR_CONFIG, "generate: the prompt is empty");
-    size_t cap = plen + (size_t)n_tokens;
-    int64_t *ids = ct_alloc(ctx, cap * sizeof(int64_t));
-    double *p = ct_alloc(ctx, (size_t)vocab * sizeof(double));
-    ct_graph *g = NULL;
-    ct_status s =
-        ids && p ? ct_exp_eval_graph(e, &g) : CT_FAIL(ctx, CT_ERR_OOM, "generate: out of memory");
-    size_t n = 0;
-    for (size_t i = 0; s == CT_OK && i < plen; i++)
-        ids[n++] = (unsigned char)prompt[i];
-    if (s == CT_OK) (void)fwrite(prompt, 1, plen, out);
-    ct_rng rng = ct_rng_init(seed, 0x73616d706c65ull /* "sample" */);
-    for (int64_t k = 0; s == CT_OK && k < n_tokens; k++) {
-        int64_t len = (int64_t)n < context ? (int64_t)n : context;
-        ct_graph_reset(g);
-        ct_tensor *x = ct_graph_wrap(g, ids + n - (size_t)len, CT_I64, 2, (int64_t[]){1, len});
-        ct_tensor *y = x ? ct_model_forward(e->model, g, x) : NULL;
-        if (!y) {
-            s = forward_failed(ctx, g, "generate");
-            break;
-        }
-        const float *logits = (const float *)y->data + (len - 1) * vocab;
-        int64_t tok = sample_token(logits, vocab, temperature, top_k, p, &rng);
-        ids[n++] = tok;
-        (void)fputc((int)tok, out);
-    }
-    (void)fflush(out);
-    ct_graph_destroy(g);
-    ct_free(ctx, p, (size_t)vocab * sizeof(double));
-    ct_free(ctx, ids, cap * sizeof(int64_t));
     return s;
 }

@@ -10,18 +10,20 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "nn/nn_internal.h"
+#include "nn/gpt_internal.h"
 
-enum { WTE, WPE, LNF_W, LNF_B, HEAD };
-enum { LN1_W, LN1_B, ATT_W, ATT_B, APR_W, APR_B, LN2_W, LN2_B, FC_W, FC_B, MPR_W, MPR_B };
-enum { I_HEAD, I_LAYER };
-enum { F_DROP };
+enum { WTE = CT_GPT_WTE, WPE = CT_GPT_WPE, LNF_W = CT_GPT_LNF_W, LNF_B = CT_GPT_LNF_B };
+enum { HEAD = CT_GPT_HEAD, I_HEAD = CT_GPT_I_HEAD, I_LAYER = CT_GPT_I_LAYER };
+enum { F_DROP = CT_GPT_F_DROP };
+enum { LN1_W = CT_GPT_LN1_W, LN1_B = CT_GPT_LN1_B, ATT_W = CT_GPT_ATT_W, ATT_B = CT_GPT_ATT_B };
+enum { APR_W = CT_GPT_APR_W, APR_B = CT_GPT_APR_B, LN2_W = CT_GPT_LN2_W, LN2_B = CT_GPT_LN2_B };
+enum { FC_W = CT_GPT_FC_W, FC_B = CT_GPT_FC_B, MPR_W = CT_GPT_MPR_W, MPR_B = CT_GPT_MPR_B };
 
 static const char *const gpt_keys[] = {"n_layer", "n_head",  "d_model", "context",
                                        "vocab",   "dropout", "tied",    NULL};
 static const char *const no_keys[] = {NULL};
 
-#define LN_EPS 1e-5f
+#define LN_EPS CT_GPT_LN_EPS
 
 static void init_weight(ct_tensor *w, ct_rng *rng, float std) {
     ct_nn_init_normal(w, rng, 0.0f, std);
@@ -105,6 +107,10 @@ static ct_tensor *root_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
 }
 
 static const ct_layer_type root_type = {"gpt", no_keys, NULL, root_init, root_forward};
+
+bool ct_gpt_is_root(const ct_layer *l) {
+    return l && l->type == &root_type;
+}
 
 typedef struct gpt_cfg {
     int64_t n_layer, n_head, c, context, vocab;

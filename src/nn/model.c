@@ -316,6 +316,20 @@ ct_status ct_model_wrap(ct_ctx *ctx,
     return CT_OK;
 }
 
+ct_layer *ct_model_inside(const ct_model *m,
+                          ct_ctx **ctx,
+                          ct_dtype *in_dtype,
+                          int32_t *in_ndim,
+                          int64_t *in_shape,
+                          bool *var_len) {
+    *ctx = m->ctx;
+    *var_len = m->var_len;
+    *in_dtype = m->in_dtype;
+    *in_ndim = m->in_ndim;
+    memcpy(in_shape, m->in_shape, sizeof m->in_shape);
+    return m->vt ? NULL : m->root;
+}
+
 ct_status ct_model_create(ct_ctx *ctx,
                           ct_params *params,
                           ct_dtype in_dtype,

@@ -125,5 +125,13 @@ CT_INTERNAL ct_status ct_model_wrap(ct_ctx *ctx,
  * settings sit in the slots their files name (layers_*.c). */
 CT_INTERNAL const ct_layer *ct_model_root(const ct_model *m);
 CT_INTERNAL int64_t ct_gpt_heads(const ct_layer *root);
+/* What a decoder needs of a model (model.c): its context, its root node (NULL for a user's
+ * model type), the declared input sample and whether its first dim may be shorter. */
+CT_INTERNAL ct_layer *ct_model_inside(const ct_model *m,
+                                      ct_ctx **ctx,
+                                      ct_dtype *in_dtype,
+                                      int32_t *in_ndim,
+                                      int64_t *in_shape,
+                                      bool *var_len);
 
 #endif /* CT_NN_INTERNAL_H */

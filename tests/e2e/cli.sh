@@ -835,6 +835,43 @@ if expect lm_fit 0 -- "$ctrain" fit lm.yaml ++output_dir=lm_run; then
     expect predict_negative_temperature 2 "--temperature: expected a decimal number >= 0, got '-1'" \
         -- "$ctrain" predict lm.yaml --checkpoint latest --prompt 'the c' --temperature -1 \
         ++output_dir=lm_run
+    # --prompts-file: each line continued side by side, the first as --prompt continues it; the
+    # key/value cache and --no-cache give the same text, greedy or sampled with --top-p
+    printf 'the c\r\nsat on\nthe dog sat on the log and the cat\n' >lm_prompts.txt
+    lm=(predict lm.yaml --checkpoint latest ++output_dir=lm_run --tokens 20)
+    expect predict_prompts_file 0 'sampled with' -- "$ctrain" "${lm[@]}" --prompts-file \
+        lm_prompts.txt --temperature 0
+    cp out batch_greedy.txt
+    why=$(cmp <(head -c 25 batch_greedy.txt) <(head -c 25 greedy1.txt) 2>&1)
+    grep -q '^sat on' batch_greedy.txt || why+=" no line for the second prompt"
+    verdict predict_prompts_file_first_line_is_the_prompts "$why"
+    expect predict_prompts_file_no_cache 0 -- "$ctrain" "${lm[@]}" --prompts-file lm_prompts.txt \
+        --temperature 0 --no-cache
+    verdict predict_no_cache_same_greedy_text "$(cmp out batch_greedy.txt 2>&1)"
+    expect predict_top_p 0 -- "$ctrain" "${lm[@]}" --prompts-file lm_prompts.txt --seed 3 \
+        --temperature 1 --top-p 0.9
+    cp out top_p.txt
+    expect predict_top_p_no_cache 0 -- "$ctrain" "${lm[@]}" --prompts-file lm_prompts.txt \
+        --seed 3 --temperature 1 --top-p 0.9 --no-cache
+    verdict predict_no_cache_same_sampled_text "$(cmp out top_p.txt 2>&1)"
+    # --stop: the continuation ends after the first stop string, which it keeps
+    g=$(head -c 25 greedy1.txt)
+    g=${g#the c}
+    stop=${g:3:2}
+    want="the c${g%%"$stop"*}$stop"
+    expect predict_stop 0 -- "$ctrain" "${lm[@]}" --prompt 'the c' --temperature 0 --stop "$stop"
+    why=""
+    [[ $(head -c ${#want} out) == "$want" && $(wc -c <out) -eq $((${#want} + 1)) ]] ||
+        why="'$(cat out)' with --stop '$stop', expected '$want'"
+    verdict predict_stop_ends_after_the_stop_string "$why"
+    expect predict_top_p_zero 2 "--top-p: expected a number in .0, 1., got '0'" -- \
+        "$ctrain" "${lm[@]}" --prompt 'the c' --top-p 0
+    printf 'the c\n\nsat\n' >lm_empty.txt
+    expect predict_prompts_file_empty_line 2 'lm_empty.txt:2: an empty line; expected one prompt per line' \
+        -- "$ctrain" "${lm[@]}" --prompts-file lm_empty.txt
+    expect predict_prompts_file_missing 2 "--prompts-file 'nope.txt'" -- \
+        "$ctrain" "${lm[@]}" --prompts-file nope.txt
+    expect fit_no_cache 2 '--no-cache are options of predict' -- "$ctrain" fit lm.yaml --no-cache
 fi
 
 # ---- data.classes: names in predict's CSV and the report; names that do not fit are exit 2 ----

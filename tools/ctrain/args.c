@@ -155,6 +155,30 @@ static int take_option(const char *cmd, int c, char **argv, cmd_args *a) {
     case 'L':
         a->logits = true;
         return 0;
+    case 'F':
+        a->prompts_file = optarg;
+        return 0;
+    case 'N':
+        a->no_cache = true;
+        return 0;
+    case 'S':
+        if (a->n_stop == (int)(sizeof a->stop / sizeof a->stop[0]) || !optarg[0]) {
+            (void)fprintf(stderr, "ctrain %s: --stop: expected 1 to 16 non-empty strings\n", cmd);
+            return EXIT_USAGE;
+        }
+        a->stop[a->n_stop++] = optarg;
+        return 0;
+    case 'T': {
+        char *end = NULL;
+        errno = 0;
+        a->top_p = strtod(optarg, &end);
+        if (end == optarg || *end || errno || !(a->top_p > 0 && a->top_p <= 1)) {
+            (void)fprintf(stderr, "ctrain %s: --top-p: expected a number in (0, 1], got '%s'\n",
+                          cmd, optarg);
+            return EXIT_USAGE;
+        }
+        return 0;
+    }
     case 'E':
         a->no_ema = true;
         return 0;
@@ -203,6 +227,23 @@ static int check_command_options(const char *cmd, const cmd_args *a) {
                       cmd);
         return EXIT_USAGE;
     }
+    if ((a->prompts_file || a->n_stop || a->no_cache || a->top_p != 1.0) &&
+        strcmp(cmd, "predict") != 0) {
+        (void)fprintf(stderr,
+                      "ctrain %s: --prompts-file, --top-p, --stop and --no-cache are options of "
+                      "predict\n",
+                      cmd);
+        return EXIT_USAGE;
+    }
+    if (a->prompt && a->prompts_file) {
+        (void)fprintf(stderr, "ctrain %s: --prompt or --prompts-file, not both\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (a->logits && a->prompts_file) {
+        (void)fprintf(
+            stderr, "ctrain %s: --logits is for predictions of --input, not --prompts-file\n", cmd);
+        return EXIT_USAGE;
+    }
     if (a->logits && a->prompt) {
         (void)fprintf(stderr, "ctrain %s: --logits is for predictions of --input, not --prompt\n",
                       cmd);
@@ -221,6 +262,7 @@ int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **o
     a->tokens = 200;
     a->temperature = 0.8;
     a->top_k = 40;
+    a->top_p = 1.0;
     a->checkpoint = "best";
     static const struct option opts[] = {
         {"checkpoint", required_argument, NULL, 'c'},
@@ -238,6 +280,10 @@ int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **o
         {"temperature", required_argument, NULL, 't'},
         {"top-k", required_argument, NULL, 'k'},
         {"seed", required_argument, NULL, 's'},
+        {"prompts-file", required_argument, NULL, 'F'},
+        {"top-p", required_argument, NULL, 'T'},
+        {"stop", required_argument, NULL, 'S'},
+        {"no-cache", no_argument, NULL, 'N'},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -291,7 +337,12 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                          "[--temperature T (0.8)]\n                      [--top-k K (40)] "
                          "[--seed S (0)] [--checkpoint ...]\n\nWith --prompt (a byte-level "
                          "language model): prints TEXT and N sampled bytes;\n--temperature 0 "
-                         "takes the likeliest byte each time (greedy decoding).\n");
+                         "takes the likeliest byte each time (greedy decoding).\n"
+                         "--prompts-file FILE continues each line of FILE (side by side), "
+                         "printing a line\neach; --top-p P keeps the likeliest bytes "
+                         "holding mass P (1); --stop TEXT\n(repeatable) ends a continuation "
+                         "after TEXT; --no-cache recomputes the window\nfor each byte "
+                         "instead of using the key/value cache.\n");
     else if (strcmp(cmd, "report") == 0)
         (void)fprintf(f, "usage: ctrain report RUN_DIR [RUN_DIR ...] [--output FILE.html] "
                          "[--svg DIR] [--log]\n\n"

@@ -195,6 +195,12 @@ typedef struct cmd_args {
     char profile[32]; /* fit --profile[=layers]: the trainer.profile override it adds */
     bool logits;      /* predict: a classifier's raw scores instead of probabilities */
     bool no_ema;      /* eval, predict: a checkpoint's trained weights, not its EMA weights */
+    /* predict on a language model (gen.c) */
+    const char *prompts_file; /* one prompt per line, continued side by side */
+    double top_p;             /* nucleus mass in (0, 1] */
+    const char *stop[16];     /* --stop, repeatable */
+    int n_stop;
+    bool no_cache; /* recompute each window instead of the key/value cache */
 } cmd_args;
 
 /* Parses a command's arguments into a; ov (argc + 1 slots) receives the overrides. 0, or the
@@ -204,6 +210,10 @@ int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **o
 void cli_usage(FILE *f);
 void cli_cmd_usage(FILE *f, const char *cmd);
 void cli_list_examples(FILE *f);
+
+/* predict --prompt / --prompts-file (gen.c): prints each prompt and its continuation, a line
+ * each; the exit code. `weights` says which weights were loaded, for the closing message. */
+int cli_generate(ct_ctx *ctx, ct_experiment *e, const cmd_args *a, const char *weights);
 
 /* ---- the commands (fit.c, eval.c, report.c, inspect.c): each returns its exit code ---- */
 

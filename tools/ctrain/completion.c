@@ -17,8 +17,9 @@ static const struct {
 } k_commands[] = {
     {"fit", "--restart --profile --help"},
     {"eval", "--checkpoint= --no-ema --json --help"},
-    {"predict", "--input= --output= --logits --checkpoint= --no-ema --prompt= --tokens= "
-                "--temperature= --top-k= --seed= --help"},
+    {"predict",
+     "--input= --output= --logits --checkpoint= --no-ema --prompt= --tokens= "
+     "--temperature= --top-k= --seed= --help --prompts-file= --top-p= --stop= --no-cache"},
     {"config", "--reference --help"},
     {"inspect", "--help"},
     {"diff", "--json --tolerance= --all --help"},

@@ -97,10 +97,10 @@ static int ro_begin(ro_cmd *c, const char *name, int argc, char **argv) {
         (void)fprintf(stderr, "ctrain %s: missing CONFIG\n", name);
         rc = EXIT_USAGE;
     }
-    if (!rc && !c->a.help && strcmp(name, "predict") == 0 && !c->a.prompt &&
+    if (!rc && !c->a.help && strcmp(name, "predict") == 0 && !c->a.prompt && !c->a.prompts_file &&
         (!c->a.input || !c->a.output)) {
         (void)fprintf(stderr, "ctrain predict: needs --input FILE and --output FILE, or "
-                              "--prompt TEXT for a language model\n");
+                              "--prompt TEXT or --prompts-file FILE for a language model\n");
         rc = EXIT_USAGE;
     }
     if (rc || c->a.help) {
@@ -144,15 +144,7 @@ int cli_cmd_predict(int argc, char **argv) {
     char weights[4400];
     describe_weights(weights, sizeof weights, which, step, kind);
     ct_status st;
-    if (c.a.prompt) {
-        st = ct_experiment_generate(c.e, c.a.prompt, c.a.tokens, c.a.temperature, c.a.top_k,
-                                    (uint64_t)c.a.seed, stdout);
-        (void)putchar('\n');
-        if (st != CT_OK)
-            return ro_end(&c, cli_fail(c.ctx, st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED));
-        (void)fprintf(stderr, "ctrain predict: %lld bytes sampled with %s\n", c.a.tokens, weights);
-        return ro_end(&c, 0);
-    }
+    if (c.a.prompt || c.a.prompts_file) return ro_end(&c, cli_generate(c.ctx, c.e, &c.a, weights));
     ct_predict_params pp = ct_predict_default_params();
     pp.logits = c.a.logits;
     bool to_stdout = strcmp(c.a.output, "-") == 0;
