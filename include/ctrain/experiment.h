@@ -239,6 +239,37 @@ CT_API ct_status ct_experiment_generate(ct_experiment *e,
                                         uint64_t seed,
                                         FILE *out);
 
+/* How ct_experiment_generate_batch continues prompts. */
+typedef struct ct_generate_params {
+    int64_t max_tokens;      /* tokens to generate after each prompt [64] */
+    double temperature;      /* 0 = greedy (lowest id on a tie) [0] */
+    int64_t top_k;           /* 0 = all [0] */
+    double top_p;            /* nucleus mass in (0, 1]; 1 = all [1] */
+    uint64_t seed;           /* prompt i samples from ct_rng_init(seed, i) [0] */
+    const char *const *stop; /* stop strings: generation of a prompt ends after the
+                                first one appears in its continuation (kept in it) */
+    int64_t n_stop;
+    bool use_cache; /* key/value cache [true]; false = full recompute */
+} ct_generate_params;
+CT_API ct_generate_params ct_generate_default_params(void);
+/* Continues each of n NUL-terminated prompts; out[i] receives the continuation only
+ * (NUL-terminated, ct_alloc'd on the experiment's context), freed by
+ * ct_experiment_free_texts(e, out, n). Same results batched or one prompt at a time.
+ * Token ids are bytes (a byte-level language model: vocab 256, the text, arithmetic data);
+ * a prompt longer than the model's context keeps its last `context` tokens, and a generated
+ * NUL byte ends its continuation (not kept). At each position the logits are divided by the
+ * temperature, cut to the top_k largest (ties at the cut kept), then to the smallest set of
+ * the likeliest tokens whose probability reaches top_p (ties kept), and a token is drawn.
+ * Errors: CT_ERR_CONFIG for a model that is not a byte-level language model, an empty prompt,
+ * an empty stop string or a parameter out of range; the model's own. On failure every out[i]
+ * is NULL. */
+CT_API ct_status ct_experiment_generate_batch(ct_experiment *e,
+                                              const char *const *prompts,
+                                              int64_t n,
+                                              const ct_generate_params *p,
+                                              char **out);
+CT_API void ct_experiment_free_texts(ct_experiment *e, char **texts, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif
