@@ -9,9 +9,10 @@
  * split; true, the held-out one) is the first `problems` problems of its split drawn from the
  * Philox stream of `seed` (operands' digit counts uniform in [min_digits, max_digits], then the
  * operands uniform among the numbers of those digits; the operator uniform among `ops`), so the
- * train and held-out splits of one seed never share a problem, whatever their sizes. Everything is
- * made at open; the data are a pure function of the options. Ownership: the dataset owns the
- * problems' text and their offsets.
+ * train and held-out splits of one seed never share a problem, whatever their sizes. With
+ * `reverse` the result is written lowest digit first ("12+345=753"). Everything is made at open;
+ * the data are a pure function of the options. Ownership: the dataset owns the problems' text and
+ * their offsets.
  */
 #include <stdio.h>
 #include <string.h>
@@ -32,9 +33,9 @@ typedef struct arith {
     int64_t context, stride;
 } arith;
 
-static const char *const arith_keys[] = {"heldout", "problems", "min_digits",       "max_digits",
-                                         "ops",     "seed",     "heldout_fraction", "context",
-                                         "stride",  NULL};
+static const char *const arith_keys[] = {"heldout",    "reverse", "problems", "min_digits",
+                                         "max_digits", "ops",     "seed",     "heldout_fraction",
+                                         "context",    "stride",  NULL};
 static const char *const arith_path_keys[] = {NULL};
 
 /* FNV-1a of the problem's text, then a finaliser so that nearby texts spread. */
@@ -56,7 +57,7 @@ static bool held_out(const char *s, size_t n, double fraction) {
 }
 
 typedef struct arith_options {
-    bool heldout;
+    bool heldout, reverse;
     int64_t problems, min_digits, max_digits, seed, context, stride;
     double fraction;
     const char *ops;
@@ -66,6 +67,7 @@ static ct_status read_options(ct_ctx *ctx, const ct_options *opts, arith_options
     const char *where = ct_options_where(opts, "data");
     CT_TRY(ct_options_check(ctx, opts, arith_keys));
     CT_TRY(ct_options_bool(ctx, opts, "heldout", false, &o->heldout));
+    CT_TRY(ct_options_bool(ctx, opts, "reverse", false, &o->reverse));
     CT_TRY(ct_options_int(ctx, opts, "problems", 10000, 1, MAX_PROBLEMS, &o->problems));
     CT_TRY(ct_options_int(ctx, opts, "min_digits", 1, 1, 9, &o->min_digits));
     CT_TRY(ct_options_int(ctx, opts, "max_digits", 3, 1, 9, &o->max_digits));
@@ -129,6 +131,14 @@ static ct_status generate(ct_ctx *ctx, const ct_options *opts, const arith_optio
         if (held_out(buf, (size_t)len, o->fraction) != o->heldout) continue;
         int total = snprintf(buf + len, sizeof buf - (size_t)len, "=%lld\n",
                              (long long)(op == '+' ? x + y : x - y));
+        /* reversed: the result's digits from the lowest (a sign stays in front), so that each
+           digit follows the carry it depends on */
+        for (int i = len + 1 + (buf[len + 1] == '-'), j = len + total - 2; o->reverse && i < j;
+             i++, j--) {
+            char c = buf[i];
+            buf[i] = buf[j];
+            buf[j] = c;
+        }
         memcpy(a->text + off, buf, (size_t)(len + total));
         a->starts[a->problems] = (int64_t)off;
         a->eqs[a->problems] = (int64_t)off + len;

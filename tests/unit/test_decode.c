@@ -134,13 +134,17 @@ static void metrics_should_score_text_against_references_by_hand(void) {
     ct_metrics_destroy(m);
 }
 
-/* Opens an arithmetic dataset with options "k=v,k=v". */
-static ct_dataset *arithmetic(const char *a, const char *b, const char *c) {
-    ct_option items[3] = {{"heldout", a}, {"problems", b}, {"max_digits", c}};
-    ct_options o = {items, 3, "test"};
+/* Opens an arithmetic dataset: heldout, problems, max_digits and (optionally) reverse. */
+static ct_dataset *arithmetic_rev(const char *a, const char *b, const char *c, const char *rev) {
+    ct_option items[4] = {{"heldout", a}, {"problems", b}, {"max_digits", c}, {"reverse", rev}};
+    ct_options o = {items, rev ? 4 : 3, "test"};
     ct_dataset *ds = NULL;
     CT_CHECK_MSG(ct_dataset_open(ctx, "arithmetic", &o, &ds) == CT_OK, "%s", ct_last_error(ctx));
     return ds;
+}
+
+static ct_dataset *arithmetic(const char *a, const char *b, const char *c) {
+    return arithmetic_rev(a, b, c, NULL);
 }
 
 static void arithmetic_should_hold_out_problems_never_seen_in_training(void) {
@@ -179,6 +183,19 @@ static void arithmetic_should_hold_out_problems_never_seen_in_training(void) {
     CT_CHECK(again && ct_dataset_example(train, 2999, &t0) == CT_OK &&
              a.prompt_len == t0.prompt_len && memcmp(a.prompt, t0.prompt, a.prompt_len) == 0);
     ct_dataset_close(again);
+    /* reverse writes the same problems' results lowest digit first */
+    ct_dataset *rev = arithmetic_rev("true", "300", "2", "true");
+    for (int64_t i = 0; rev && i < 300; i++) {
+        ct_text_example h, r;
+        (void)ct_dataset_example(held, i, &h);
+        (void)ct_dataset_example(rev, i, &r);
+        bool same = h.prompt_len == r.prompt_len && h.reference_len == r.reference_len &&
+                    memcmp(h.prompt, r.prompt, h.prompt_len) == 0;
+        for (size_t k = 0; same && k < h.reference_len; k++)
+            same = h.reference[k] == r.reference[h.reference_len - 1 - k];
+        CT_CHECK_MSG(same, "example %lld", (long long)i);
+    }
+    ct_dataset_close(rev);
     /* a dataset type without examples says so */
     ct_option s1[2] = {{"kind", "blobs"}, {"n", "8"}};
     ct_options so = {s1, 2, "test"};
