@@ -285,13 +285,13 @@ static void show_outputs(ct_experiment *e, int64_t step, char **outs) {
     if (!md) return;
     at = (size_t)snprintf(md, size, "| prompt | output | reference |\n|---|---|---|\n");
     for (int64_t i = 0; i < d->n && at + 64 < size; i++) {
-        md_cell(md, size, &at, "| ");
-        md_cell(md, size, &at, d->prompts[i]);
-        md_cell(md, size, &at, " | ");
-        md_cell(md, size, &at, outs[i]);
-        md_cell(md, size, &at, " | ");
-        md_cell(md, size, &at, d->refs[i] ? d->refs[i] : "");
-        at += (size_t)snprintf(md + at, size - at, " |\n");
+        const char *cells[3] = {d->prompts[i], outs[i], d->refs[i] ? d->refs[i] : ""};
+        for (int c = 0; c < 3 && at + 8 < size; c++) {
+            at += (size_t)snprintf(md + at, size - at, "| ");
+            md_cell(md, size, &at, cells[c]);
+            at += (size_t)snprintf(md + at, size - at, " ");
+        }
+        at += (size_t)snprintf(md + at, size - at, "|\n");
     }
     if (ct_tb_text(e->tb, "decode/samples", step, 0, md) != CT_OK || ct_tb_flush(e->tb) != CT_OK)
         ct_log(e->ctx, CT_LOG_WARN, "decode: TensorBoard text summary not written: %s",

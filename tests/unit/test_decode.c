@@ -5,6 +5,7 @@
  * prompt, so the outputs written to RUN/decode/step-N.jsonl and their metrics in metrics.jsonl
  * are checked against values worked out by hand.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,7 @@ static long read_file(const char *name, char *buf, size_t size) {
     "model: {type: gpt, n_layer: 1, n_head: 2, d_model: 32, dropout: %s}\n"                        \
     "optimizer: {type: adamw, lr: 0.003}\n"                                                        \
     "trainer: {max_steps: 60, max_epochs: 0, steps_per_loop: 20}\n"                                \
-    "logging: {progress: none}\n"                                                                  \
+    "logging: {progress: none, tensorboard: true}\n"                                               \
     "output_dir: %s/%s\n"
 
 static ct_status
@@ -96,6 +97,26 @@ static double last_value(const char *run, const char *name) {
     for (char *p = strstr(buf, key); p; p = strstr(p + 1, key))
         v = strtod(p + strlen(key), NULL);
     return v;
+}
+
+/* Whether the TensorBoard events file of root/run holds `what` (bytes, not NUL-terminated). */
+static bool events_hold(const char *run, const char *what) {
+    char dir[256];
+    (void)snprintf(dir, sizeof dir, "%s/%s", root, run);
+    DIR *d = opendir(dir);
+    bool found = false;
+    for (struct dirent *de; d && !found && (de = readdir(d));) {
+        if (strncmp(de->d_name, "events.out.tfevents", 19) != 0) continue;
+        static char buf[1 << 18];
+        char name[200];
+        (void)snprintf(name, sizeof name, "%.40s/%.150s", run, de->d_name);
+        long n = read_file(name, buf, sizeof buf);
+        size_t k = strlen(what);
+        for (long i = 0; !found && i + (long)k <= n; i++)
+            found = memcmp(buf + i, what, k) == 0;
+    }
+    if (d) (void)closedir(d);
+    return found;
 }
 
 static void metrics_should_score_text_against_references_by_hand(void) {
@@ -247,6 +268,9 @@ static void decode_should_write_outputs_and_their_metrics(void) {
     for (char *p = strstr(buf, "decode/exact_match"); p; p = strstr(p + 1, "decode/exact_match"))
         records++;
     CT_CHECK_INT(records, 2);
+    /* TensorBoard: a text summary of the outputs (the text plugin's) at each pass */
+    CT_CHECK(events_hold("dec", "decode/samples"));
+    CT_CHECK(events_hold("dec", "| ba | baba | babb |"));
 }
 
 static void decode_should_stop_after_a_stop_string_and_score_without_it(void) {
