@@ -118,7 +118,7 @@ static void experiment_check_should_name_unknown_types_and_keys_where_they_were_
         {DATA SPLIT MLP "metrics: {valid: [acuracy]}\n", NULL,
          "exp.yaml:7:19: key 'metrics.valid.0': unknown metric type 'acuracy' (did you mean "
          "'accuracy'?); known: accuracy, topk, precision, recall, f1, confusion, loss, "
-         "perplexity, mse, mae, rmse, r2"},
+         "perplexity, mse, mae, rmse, r2, exact_match, char_accuracy, edit_distance"},
     };
     CHECK_REFUSED(cases);
 }
