@@ -6,9 +6,9 @@
  * A dataset is N samples with random access: sample i is a feature tensor of a fixed shape and
  * dtype (info.x_*) and a target of a fixed shape and dtype (info.y_*; a class index is an i64
  * scalar). Datasets are opened by type name ("idx", "cifar10", "csv", "npy", "text", "tokens",
- * "synthetic") with string options, as an experiment file gives them; an unknown type,
- * unknown option or bad value fails with CT_ERR_CONFIG naming it (ct_dataset_check finds these
- * without opening anything), and a bad file fails with CT_ERR_FORMAT or CT_ERR_IO naming the
+ * "synthetic", "arithmetic") with string options, as an experiment file gives them; an unknown
+ * type, unknown option or bad value fails with CT_ERR_CONFIG naming it (ct_dataset_check finds
+ * these without opening anything), and a bad file fails with CT_ERR_FORMAT or CT_ERR_IO naming the
  * file, the offset or line and what was expected.
  * Header sizes are validated against the file size before anything is allocated. The types that
  * read float values (csv, npy) refuse an inf or NaN at open, naming the file and the value's
@@ -44,6 +44,15 @@ typedef struct ct_dataset_info {
     int64_t y_shape[CT_MAX_DIMS];
     int64_t n_classes; /* classes for classification data, vocab for text; else 0 */
 } ct_dataset_info;
+
+/* One example for decoding: a prompt and the text expected after it, borrowed from the
+ * dataset (valid while it is open); not NUL-terminated. */
+typedef struct ct_text_example {
+    const char *prompt;
+    size_t prompt_len;
+    const char *reference;
+    size_t reference_len;
+} ct_text_example;
 
 /* The functions behind a dataset type; built-in types and plugins provide one each. */
 typedef struct ct_dataset_vtable {
@@ -103,6 +112,15 @@ CT_API void ct_dataset_close(ct_dataset *ds);
 CT_API const ct_dataset_info *ct_dataset_info_of(const ct_dataset *ds);
 /* Copies sample i into x and y (sizes from the info); fails on i out of [0, n). */
 CT_API ct_status ct_dataset_get(const ct_dataset *ds, int64_t i, void *x, void *y);
+/* Text examples, for an experiment's decode engine (docs/trainer.md): the number of
+ * (prompt, reference) examples of a dataset whose type gives them, else -1. The `text` type
+ * gives one per window: its first half (rounded up) as the prompt, the rest as the reference;
+ * `arithmetic` one per problem ("12+345=", "357"). Other types, plugins' types and split or
+ * standardised views give none. */
+CT_API int64_t ct_dataset_n_examples(const ct_dataset *ds);
+/* Example i into *out (borrowed from the dataset); fails on a dataset without examples or i
+ * out of range (CT_ERR_INVALID_ARG). */
+CT_API ct_status ct_dataset_example(const ct_dataset *ds, int64_t i, ct_text_example *out);
 
 /*
  * A validation split carved from a dataset: a seeded permutation of [0, n) (independent of

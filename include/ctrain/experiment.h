@@ -152,7 +152,8 @@ CT_API ct_params *ct_experiment_params_store(const ct_experiment *e);
 /* The optimizer (its state: ct_optim_buffer); NULL for an experiment built only to evaluate. */
 CT_API ct_optim *ct_experiment_optimizer(const ct_experiment *e);
 CT_API const char *ct_experiment_output_dir(const ct_experiment *e);
-/* The engine keys ("valid", "test") in order; n receives the count. */
+/* The engine keys ("valid", "test", then "decode" with a decode section) in order; n receives
+ * the count. */
 CT_API const char *const *ct_experiment_engines(const ct_experiment *e, int64_t *n);
 /* Samples in one training epoch on this process, and the training batch size. */
 CT_API int64_t ct_experiment_train_samples(const ct_experiment *e);

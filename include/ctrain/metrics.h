@@ -151,6 +151,13 @@ typedef struct ct_metric_spec {
  *               ignore_index: exp(mean token NLL in nats). source=logits computes the NLL of
  *               each target from logits [.., V] with log-softmax in double; source=loss
  *               averages the cross-entropy values reported with ct_metrics_update_loss.
+ *   exact_match, char_accuracy, edit_distance
+ *               text: pred and target are the bytes of one output and its reference (u8
+ *               [len] each, len may be 0), one update per example. exact_match: the share of
+ *               equal texts; char_accuracy: positions holding the same byte over the positions
+ *               of the longer text, both summed over the examples; edit_distance (option
+ *               max_length, 4096: the longest shorter text it takes): the mean Levenshtein
+ *               distance in bytes. Integer counts, exact under any sharding.
  */
 
 typedef struct ct_metrics ct_metrics;

@@ -109,7 +109,8 @@ CT_API ct_status ct_task_flatten(ct_graph *g,
 /* An evaluation engine, declared as data. Metric values are named "<key>/<metric>". */
 typedef struct ct_eval_engine {
     const char *key;               /* "valid", "test"; unique, no '/' */
-    ct_loader *loader;             /* CT_SHARD_EVAL sharding for exact sharded metrics */
+    ct_loader *loader;             /* CT_SHARD_EVAL sharding for exact sharded metrics; NULL:
+                                      the engine's pass is ct_trainer_params.evaluate */
     int64_t every_epochs;          /* run after every N epochs; 0 = not by epochs */
     int64_t every_steps;           /* run after every N steps; 0 = not by steps */
     const ct_metric_spec *metrics; /* besides the loss, which is always "<key>/loss"; none
@@ -379,6 +380,15 @@ typedef struct ct_trainer_params {
     ct_update_sharding shard_optimizer;
     /* Measure where each step's time goes (ct_trainer_profile). Default CT_PROFILE_MODE_OFF. */
     ct_profile_mode profile;
+    /* The pass of each engine without a loader (an experiment's decode engine): adds what it
+       evaluates to m, the engine's metric set (reset before the call; it has no loss metric,
+       and no task defaults when the engine names no metrics), with ct_metrics_update. The
+       trainer then sums the set over the ranks (a rank that evaluates nothing adds nothing),
+       reports the values with on_eval_end and feeds the policies from them, as for any
+       engine. Called on every rank, in evaluation mode with the EMA weights in place, with
+       evaluate_user and the engine's key. NULL: every engine needs a loader. */
+    ct_status (*evaluate)(void *user, ct_trainer *t, const char *key, ct_metrics *m);
+    void *evaluate_user;
 } ct_trainer_params;
 
 /* The defaults documented above; model, store, optim and train are NULL and must be set. */

@@ -28,6 +28,19 @@ extern const ct_dataset_vtable ct_dataset_npy;
 extern const ct_dataset_vtable ct_dataset_text;
 extern const ct_dataset_vtable ct_dataset_tokens;
 extern const ct_dataset_vtable ct_dataset_synthetic;
+extern const ct_dataset_vtable ct_dataset_arithmetic;
+
+/* The text examples of a built-in type (ct_dataset_n_examples), kept beside its vtable so
+ * that the vtable's layout, which plugins fill in, stays as it is. */
+typedef struct ct_dataset_examples {
+    const ct_dataset_vtable *vt;
+    int64_t (*count)(const void *self);
+    ct_status (*get)(const void *self, int64_t i, ct_text_example *out);
+} ct_dataset_examples;
+extern const ct_dataset_examples ct_dataset_text_examples;
+extern const ct_dataset_examples ct_dataset_arithmetic_examples;
+/* The examples of datasets of type vt, or NULL (registry.c). */
+CT_INTERNAL const ct_dataset_examples *ct_dataset_examples_of(const ct_dataset_vtable *vt);
 
 /*
  * The `nonfinite` option of the types that read float values (csv, npy): "error" (the default)

@@ -145,6 +145,22 @@ ct_status ct_dataset_get(const ct_dataset *ds, int64_t i, void *x, void *y) {
     return ds->vt->get(ds->self, i, x, y);
 }
 
+int64_t ct_dataset_n_examples(const ct_dataset *ds) {
+    const ct_dataset_examples *ex = ct_dataset_examples_of(ds->vt);
+    return ex ? ex->count(ds->self) : -1;
+}
+
+ct_status ct_dataset_example(const ct_dataset *ds, int64_t i, ct_text_example *out) {
+    int64_t n = ct_dataset_n_examples(ds);
+    if (n < 0)
+        return CT_FAIL(ds->ctx, CT_ERR_INVALID_ARG, "dataset '%s' gives no text examples",
+                       ds->vt->name);
+    if (i < 0 || i >= n)
+        return CT_FAIL(ds->ctx, CT_ERR_INVALID_ARG, "dataset '%s': example %lld out of [0, %lld)",
+                       ds->vt->name, (long long)i, (long long)n);
+    return ct_dataset_examples_of(ds->vt)->get(ds->self, i, out);
+}
+
 /* ---- splits: an index map over a parent ---- */
 
 typedef struct subset {

@@ -5,9 +5,10 @@
  *
  * Sample i is the window starting at token i * stride: x i64 [context] the tokens there, y i64
  * [context] the tokens one position later. n = (len - 1 - context) / stride + 1, so every target
- * lies inside the stream. Invariant: every token is < n_classes (checked at open for tokens).
- * Ownership: the dataset owns the stream's bytes, as read (tokens are decoded on access, so the
- * host's byte order does not matter).
+ * lies inside the stream. The text type's examples for decoding are window i's first half
+ * (prompt) and second half (reference). Invariant: every token is < n_classes (checked at open for
+ * tokens). Ownership: the dataset owns the stream's bytes, as read (tokens are decoded on access,
+ * so the host's byte order does not matter).
  */
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,23 @@ static ct_status windows_get(const void *self, int64_t i, void *x, void *y) {
         xs[t] = token_at(w, start + t);
         ys[t] = token_at(w, start + t + 1);
     }
+    return CT_OK;
+}
+
+/* The text type's examples: window i's first half (at least one byte) and its second. */
+static int64_t text_n_examples(const void *self) {
+    const windows *w = self;
+    return (w->len - 1 - w->context) / w->stride + 1;
+}
+
+static ct_status text_example(const void *self, int64_t i, ct_text_example *out) {
+    const windows *w = self;
+    size_t half = (size_t)(w->context + 1) / 2;
+    const char *start = (const char *)w->data + i * w->stride;
+    out->prompt = start;
+    out->prompt_len = half;
+    out->reference = start + half;
+    out->reference_len = (size_t)w->context - half;
     return CT_OK;
 }
 
@@ -185,6 +203,8 @@ static ct_status text_check(ct_ctx *ctx, const ct_options *opts) {
 
 const ct_dataset_vtable ct_dataset_text = {
     0, "text", text_open, windows_get, windows_close, text_check, text_keys, text_path_keys};
+const ct_dataset_examples ct_dataset_text_examples = {&ct_dataset_text, text_n_examples,
+                                                      text_example};
 
 /* ---- tokens: little-endian uint16 ids ---- */
 

@@ -690,8 +690,8 @@ static int64_t total_steps(ct_experiment *e, const char **from) {
 const char *ct_exp_auto_mode(const char *metric) {
     const char *slash = strrchr(metric, '/');
     const char *m = slash ? slash + 1 : metric;
-    static const char *const higher[] = {"acc",    "accuracy", "f1", "precision",
-                                         "recall", "r2",       NULL};
+    static const char *const higher[] = {
+        "acc", "accuracy", "f1", "precision", "recall", "r2", "exact_match", "char_accuracy", NULL};
     for (int i = 0; higher[i]; i++)
         if (strcmp(m, higher[i]) == 0) return "max";
     return strncmp(m, "top", 3) == 0 ? "max" : "min";

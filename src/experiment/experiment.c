@@ -162,6 +162,7 @@ static ct_status build_trainer(ct_experiment *e) {
     ct_trainer_params tp = ct_trainer_default_params();
     loop_params(e, &tp);
     CT_TRY(add_engines(e));
+    CT_TRY(ct_exp_add_decode(e, &tp));
     CT_TRY(monitor_params(e, &tp));
     CT_TRY(policy_params(e, &tp));
     checkpoint_params(e, &tp);
@@ -450,6 +451,7 @@ static ct_status fit(ct_experiment *e) {
             CT_TRY(ct_comm_broadcast(e->p.comm, &recorded, sizeof recorded, 0));
         if (recorded) return CT_OK;
     }
+    if (ct_trainer_step(e->trainer) != before) CT_TRY(ct_exp_decode_at_end(e));
     if (final_test) {
         e->final_testing = true;
         s = ct_trainer_evaluate(e->trainer, "test");

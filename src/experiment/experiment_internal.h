@@ -119,6 +119,21 @@ typedef enum ct_exp_loss_kind {
     CT_EXP_LOSS_COUNT
 } ct_exp_loss_kind;
 
+/* The decode engine (decode.c): its prompts, references and generation parameters. */
+typedef struct ct_exp_decode {
+    bool on;
+    char **prompts; /* n prompts, in the pool */
+    char **refs;    /* their references; NULL entries for none */
+    int64_t n;
+    bool has_refs;
+    const char **stops; /* decode.stop, borrowed from the config */
+    int64_t n_stop;
+    ct_generate_params gp;
+    int64_t log_examples;
+    bool at_end;
+    int64_t last_step; /* the step of the last pass; -1 none */
+} ct_exp_decode;
+
 /*
  * Ownership: the experiment owns everything it builds. Option lists handed to components point
  * into the borrowed config or into strings the experiment owns (joined lists, computed
@@ -152,8 +167,8 @@ struct ct_experiment {
     ct_exp_loss_kind loss;
     float label_smoothing, beta, delta;
 
-    ct_eval_engine engines[CT_EXP_MAX_ENGINES];
-    const char *engine_keys[CT_EXP_MAX_ENGINES];
+    ct_eval_engine engines[CT_EXP_MAX_ENGINES + 1]; /* and the decode engine's */
+    const char *engine_keys[CT_EXP_MAX_ENGINES + 1];
     int64_t n_engines;
     int64_t test_every;
     ct_options monitor_o, es_o, ema_o, nf_o, spike_o;
@@ -178,7 +193,17 @@ struct ct_experiment {
     int64_t n_lines, n_rows; /* records written: metrics.jsonl's lines, metrics.csv's rows */
     int64_t batch_size, accum;
     bool incidents_capped; /* trainer.max_incidents was reached: warned once */
+    ct_exp_decode decode;
 };
+
+/* ---- decode.c: the decode engine ---- */
+
+/* With a decode section: reads its prompts (and references) and adds the engine "decode"
+ * after the others, its pass in tp->evaluate. Errors: CT_ERR_CONFIG naming the key or the
+ * prompts file's line, CT_ERR_IO for a file that cannot be read. */
+CT_INTERNAL ct_status ct_exp_add_decode(ct_experiment *e, ct_trainer_params *tp);
+/* decode.at_end: a pass after training unless the last step had one. */
+CT_INTERNAL ct_status ct_exp_decode_at_end(ct_experiment *e);
 
 /* ---- incident.c: incident bundles ---- */
 

@@ -6,9 +6,9 @@
  * command-line argument), and resolving makes them absolute. So the resolved configuration,
  * the run's config.yaml, means the same from any directory. A plugin named without a '/' is a
  * library name that dlopen(3) looks up in its own folders, and is left alone. The paths are
- * the values of `output_dir`, `data.classes` (when it names a file), `model.init_from` (or its
- * `path`), every `plugin`, and a built-in dataset type's path keys (ct_dataset_vtable
- * path_keys); a plugin's own options are handed over as written.
+ * the values of `output_dir`, `data.classes` (when it names a file), `decode.prompts_file`,
+ * `model.init_from` (or its `path`), every `plugin`, and a built-in dataset type's path keys
+ * (ct_dataset_vtable path_keys); a plugin's own options are handed over as written.
  *
  * Ownership: the paths made absolute replace their text in the config (ct_config_set); nothing
  * here keeps memory past a call.
@@ -151,6 +151,7 @@ ct_status ct_exp_resolve_paths(ct_ctx *ctx, ct_config *cfg) {
     CT_TRY(absolute(ctx, cfg, ct_config_find(root, "output_dir"), PATH_ONE));
     CT_TRY(absolute_plugins(ctx, cfg, root));
     CT_TRY(absolute(ctx, cfg, ct_config_find(root, "data.classes"), PATH_ONE));
+    CT_TRY(absolute(ctx, cfg, ct_config_find(root, "decode.prompts_file"), PATH_ONE));
     static const char *const splits[] = {"data.train", "data.valid", "data.test"};
     for (int i = 0; i < 3; i++) {
         const ct_cfg_node *d = ct_config_find(root, splits[i]);

@@ -47,7 +47,8 @@ static const ct_key_def k_schema[] = {
 
     {"data", S, NULL, 0, 0, NULL, REQ, "The datasets and how they are batched."},
     {"data.train", O, NULL, 0, 0, NULL, REQ,
-     "The training dataset: `type` (idx, cifar10, csv, npy, text, tokens, synthetic) and that "
+     "The training dataset: `type` (idx, cifar10, csv, npy, text, tokens, synthetic, "
+     "arithmetic) and that "
      "type's keys (docs/data.md), or `plugin` and `symbol` naming a ct_dataset_vtable."},
     {"data.valid", O, NULL, 0, 0, NULL, 0,
      "The validation dataset, as data.train; or `{split: FRACTION}` to hold out that share of "
@@ -231,8 +232,45 @@ static const ct_key_def k_schema[] = {
      "mse and mae; perplexity)."},
     {"metrics.valid", L, NULL, 0, 0, NULL, 0,
      "For data.valid: names (accuracy, topk, precision, recall, f1, confusion, mse, mae, rmse, "
-     "r2, perplexity) or `{type: NAME, name: SHOWN_AS, ...options}` or `{plugin, symbol}`."},
+     "r2, perplexity; exact_match, char_accuracy, edit_distance for decode.metrics) or `{type: "
+     "NAME, name: SHOWN_AS, ...options}` or `{plugin, symbol}`."},
     {"metrics.test", L, NULL, 0, 0, NULL, 0, "For data.test, as metrics.valid."},
+
+    {"decode", S, NULL, 0, 0, NULL, OPT,
+     "The decode engine (text models: byte-level language models; docs/trainer.md): text "
+     "generated from prompts during training, written to output_dir/decode/step-N.jsonl and "
+     "scored against references as decode/exact_match, decode/char_accuracy and "
+     "decode/edit_distance. Absent: off."},
+    {"decode.every_steps", I, "0", 0, 1e15, NULL, 0, "Decode every N steps; 0 = not by steps."},
+    {"decode.every_epochs", I, "0", 0, 1e12, NULL, 0,
+     "Decode after every N epochs; 0 = not by epochs."},
+    {"decode.at_end", B, "true", 0, 0, NULL, 0,
+     "Decode when training ends, unless the last step decoded already."},
+    {"decode.prompts", L, NULL, 0, 0, NULL, 0,
+     "The prompts, a list of texts (without references the metrics are NaN)."},
+    {"decode.prompts_file", STR, NULL, 0, 0, NULL, 0,
+     "A file of prompts (see Paths above): a text file, one prompt per line, or a .jsonl file "
+     "of `{\"prompt\": ..., \"reference\": ...}` objects (reference optional)."},
+    {"decode.data", E, "valid", 0, 0, "train|valid|test", 0,
+     "Without prompts or prompts_file: the examples of this dataset (a type that gives "
+     "prompts and references: arithmetic, text; docs/data.md)."},
+    {"decode.max_examples", I, "64", 1, 1e9, NULL, 0,
+     "Decode the first N prompts or examples at most."},
+    {"decode.max_tokens", I, "64", 1, 1e6, NULL, 0, "Bytes generated after each prompt, at most."},
+    {"decode.temperature", F, "0", 0, BIG, NULL, 0, "Sampling temperature; 0 = greedy decoding."},
+    {"decode.top_k", I, "0", 0, 1e9, NULL, 0, "Sample among the k likeliest bytes; 0 = all."},
+    {"decode.top_p", F, "1", 1e-9, 1, NULL, 0,
+     "Sample among the likeliest bytes whose probability reaches p (nucleus); 1 = all."},
+    {"decode.seed", I, "0", 0, 9.2e18, NULL, 0,
+     "Prompt i samples from the stream (seed, i): the same outputs for a checkpoint, whatever "
+     "the thread count and the training's random state."},
+    {"decode.stop", L, NULL, 0, 0, NULL, 0,
+     "Stop strings (`[\"\\n\"]`): a prompt's output ends after the first one appears in it; "
+     "metrics compare the output without it."},
+    {"decode.metrics", L, NULL, 0, 0, NULL, 0,
+     "As metrics.valid, over outputs and references (each a u8 [len] tensor of bytes). Absent: "
+     "exact_match, char_accuracy, edit_distance."},
+    {"decode.log_examples", I, "3", 0, 1e6, NULL, 0, "Outputs shown in the log after each decode."},
 
     {"checkpoint", S, NULL, 0, 0, NULL, 0, "Checkpoints under output_dir/checkpoints."},
     {"checkpoint.enabled", B, "true", 0, 0, NULL, RES, "Write checkpoints at all."},
@@ -241,7 +279,7 @@ static const ct_key_def k_schema[] = {
      "valid/loss when there is validation data, else none."},
     {"checkpoint.mode", E, "auto", 0, 0, "auto|min|max", 0,
      "Whether a lower or higher monitored value is better; auto: max for acc, top*, f1, "
-     "precision, recall and r2, else min."},
+     "precision, recall, r2, exact_match and char_accuracy, else min."},
     {"checkpoint.min_delta", F, "0", 0, BIG, NULL, 0, "How much better a value must be to count."},
     {"checkpoint.keep", I, "3", 0, 1e9, NULL, RES,
      "Keep the newest N checkpoints besides latest and best; 0 = all."},

@@ -10,18 +10,21 @@
 #include "ctrain/metrics.h"
 
 /* Built-in metric types (registry.c lists them). */
-extern const ct_metric_vtable ct_metric_accuracy;   /* classification.c */
-extern const ct_metric_vtable ct_metric_topk;       /* classification.c */
-extern const ct_metric_vtable ct_metric_precision;  /* prf.c */
-extern const ct_metric_vtable ct_metric_recall;     /* prf.c */
-extern const ct_metric_vtable ct_metric_f1;         /* prf.c */
-extern const ct_metric_vtable ct_metric_confusion;  /* confusion.c */
-extern const ct_metric_vtable ct_metric_loss;       /* loss.c */
-extern const ct_metric_vtable ct_metric_perplexity; /* loss.c */
-extern const ct_metric_vtable ct_metric_mse;        /* regression.c */
-extern const ct_metric_vtable ct_metric_mae;        /* regression.c */
-extern const ct_metric_vtable ct_metric_rmse;       /* regression.c */
-extern const ct_metric_vtable ct_metric_r2;         /* regression.c */
+extern const ct_metric_vtable ct_metric_accuracy;      /* classification.c */
+extern const ct_metric_vtable ct_metric_topk;          /* classification.c */
+extern const ct_metric_vtable ct_metric_precision;     /* prf.c */
+extern const ct_metric_vtable ct_metric_recall;        /* prf.c */
+extern const ct_metric_vtable ct_metric_f1;            /* prf.c */
+extern const ct_metric_vtable ct_metric_confusion;     /* confusion.c */
+extern const ct_metric_vtable ct_metric_loss;          /* loss.c */
+extern const ct_metric_vtable ct_metric_perplexity;    /* loss.c */
+extern const ct_metric_vtable ct_metric_mse;           /* regression.c */
+extern const ct_metric_vtable ct_metric_mae;           /* regression.c */
+extern const ct_metric_vtable ct_metric_rmse;          /* regression.c */
+extern const ct_metric_vtable ct_metric_r2;            /* regression.c */
+extern const ct_metric_vtable ct_metric_exact_match;   /* text.c */
+extern const ct_metric_vtable ct_metric_char_accuracy; /* text.c */
+extern const ct_metric_vtable ct_metric_edit_distance; /* text.c */
 
 /* Element i of any numeric tensor as double / as an index (integer dtypes). */
 CT_INTERNAL double ct_metric_real_at(const ct_tensor *t, int64_t i);

@@ -9,18 +9,21 @@
 
 static const ct_metric_vtable *const types[] = {
     /* one line per type; the comments keep clang-format from packing the table */
-    &ct_metric_accuracy,   /* classification.c */
-    &ct_metric_topk,       /* classification.c */
-    &ct_metric_precision,  /* prf.c */
-    &ct_metric_recall,     /* prf.c */
-    &ct_metric_f1,         /* prf.c */
-    &ct_metric_confusion,  /* confusion.c */
-    &ct_metric_loss,       /* loss.c */
-    &ct_metric_perplexity, /* loss.c */
-    &ct_metric_mse,        /* regression.c */
-    &ct_metric_mae,        /* regression.c */
-    &ct_metric_rmse,       /* regression.c */
-    &ct_metric_r2,         /* regression.c */
+    &ct_metric_accuracy,      /* classification.c */
+    &ct_metric_topk,          /* classification.c */
+    &ct_metric_precision,     /* prf.c */
+    &ct_metric_recall,        /* prf.c */
+    &ct_metric_f1,            /* prf.c */
+    &ct_metric_confusion,     /* confusion.c */
+    &ct_metric_loss,          /* loss.c */
+    &ct_metric_perplexity,    /* loss.c */
+    &ct_metric_mse,           /* regression.c */
+    &ct_metric_mae,           /* regression.c */
+    &ct_metric_rmse,          /* regression.c */
+    &ct_metric_r2,            /* regression.c */
+    &ct_metric_exact_match,   /* text.c */
+    &ct_metric_char_accuracy, /* text.c */
+    &ct_metric_edit_distance, /* text.c */
     NULL,
 };
 

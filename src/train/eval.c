@@ -119,7 +119,8 @@ static ct_status run_engine(ct_trainer *t, ct_train_engine *en, bool policies) {
     ct_graph_set_grad_enabled(g, false);
     ct_graph_set_training(g, false);
     ct_metrics_reset(en->m);
-    ct_status s = eval_batches(t, en);
+    ct_status s =
+        en->e.loader ? eval_batches(t, en) : t->p.evaluate(t->p.evaluate_user, t, en->e.key, en->m);
     ct_graph_reset(g);
     ct_graph_set_grad_enabled(g, true);
     ct_graph_set_training(g, true);

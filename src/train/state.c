@@ -88,6 +88,7 @@ static json_t *engines_json(const ct_trainer *t) {
     json_t *eng = json_object();
     int bad = !eng;
     for (int64_t i = 0; eng && i < t->n_engines; i++) {
+        if (!t->engines[i].e.loader) continue; /* an engine of its own pass has no position */
         ct_loader_state es = ct_loader_get_state(t->engines[i].e.loader);
         bad |= json_object_set_new(eng, t->engines[i].e.key,
                                    json_pack("{s:I, s:I, s:o}", "epoch", (json_int_t)es.epoch,
@@ -496,6 +497,7 @@ static const char *parse_policies(const ct_trainer *t, const json_t *st, saved_s
 static const char *parse_engines(ct_trainer *t, const json_t *st) {
     const json_t *eng = json_object_get(st, "engines");
     for (int64_t i = 0; i < t->n_engines; i++) {
+        if (!t->engines[i].e.loader) continue;
         const json_t *e = json_object_get(eng, t->engines[i].e.key);
         ct_loader_state els;
         if (!get_i64(e, "epoch", &els.epoch) || !get_i64(e, "next_batch", &els.next_batch) ||
@@ -620,7 +622,8 @@ static ct_status restore_positions(ct_trainer *t, saved_state *sv, const char *p
     if (ct_loader_set_state(t->train, &sv->loader) != CT_OK)
         return ct_err_wrap(ctx, "%s: restoring the training loader", path);
     for (int64_t i = 0; i < t->n_engines; i++)
-        if (ct_loader_set_state(t->engines[i].e.loader, &t->engines[i].resume_state) != CT_OK)
+        if (t->engines[i].e.loader &&
+            ct_loader_set_state(t->engines[i].e.loader, &t->engines[i].resume_state) != CT_OK)
             return ct_err_wrap(ctx, "%s: restoring the loader of engine '%s'", path,
                                t->engines[i].e.key);
     return CT_OK;

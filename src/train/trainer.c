@@ -120,7 +120,8 @@ static ct_status check_params(ct_ctx *ctx, const ct_trainer_params *p) {
 }
 
 /* Each engine's key (unique, not "train", no '/'), loader, metric specs and cadence. */
-static ct_status check_engines(ct_ctx *ctx, const ct_eval_engine *engines, int64_t n_engines) {
+static ct_status
+check_engines(ct_ctx *ctx, const ct_eval_engine *engines, int64_t n_engines, bool own_pass) {
     if (n_engines < 0 || (n_engines > 0 && !engines))
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: %lld engines at %p", (long long)n_engines,
                        (const void *)engines);
@@ -129,7 +130,8 @@ static ct_status check_engines(ct_ctx *ctx, const ct_eval_engine *engines, int64
         if (e->n_metrics < 0 || (e->n_metrics > 0 && !e->metrics))
             return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: engine '%s': %lld metric specs at %p",
                            e->key ? e->key : "", (long long)e->n_metrics, (const void *)e->metrics);
-        if (!e->key || !e->key[0] || strchr(e->key, '/') || !strcmp(e->key, "train") || !e->loader)
+        if (!e->key || !e->key[0] || strchr(e->key, '/') || !strcmp(e->key, "train") ||
+            (!e->loader && !own_pass))
             return CT_FAIL(ctx, CT_ERR_CONFIG,
                            "trainer: engine %lld ('%s') needs a key (not 'train', no '/') and a "
                            "loader",
@@ -199,7 +201,11 @@ static ct_status make_metrics(ct_trainer *t, ct_train_engine *en) {
     ct_ctx *ctx = t->ctx;
     int64_t nm = en->e.n_metrics;
     const ct_metric_spec *given = en->e.metrics;
-    if (nm == 0) given = task_default_metrics(t->task.kind, &nm);
+    if (nm == 0 && en->e.loader) given = task_default_metrics(t->task.kind, &nm);
+    if (!en->e.loader) /* its own pass reports no loss */
+        return ct_metrics_create(ctx, en->e.key, t->n_classes, given, nm, &en->m) == CT_OK
+                   ? CT_OK
+                   : ct_err_wrap(ctx, "trainer: engine '%s'", en->e.key);
     ct_metric_spec *specs = ct_alloc(ctx, (size_t)(nm + 1) * sizeof *specs);
     if (!specs) return CT_FAIL(ctx, CT_ERR_OOM, "trainer: engine '%s': metric specs", en->e.key);
     if (nm) memcpy(specs, given, (size_t)nm * sizeof *specs);
@@ -345,7 +351,7 @@ ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *p, ct_trainer 
                        "trainer: model, params, optimizer and training "
                        "loader are required");
     CT_TRY(check_params(ctx, p));
-    CT_TRY(check_engines(ctx, p->engines, p->n_engines));
+    CT_TRY(check_engines(ctx, p->engines, p->n_engines, p->evaluate != NULL));
     ct_trainer *t = ct_alloc(ctx, sizeof *t);
     if (!t) return CT_FAIL(ctx, CT_ERR_OOM, "allocating a trainer");
     memset(t, 0, sizeof *t);

@@ -1448,5 +1448,11 @@ if interrupt sigint SIGINT 130 sig_int; then
 fi
 interrupt sigterm SIGTERM 143 sig_term
 
+# ---- the decode engine: a misspelt key is exit 2 naming file:line:col, key and suggestion ----
+{ cat tiny.yaml && echo 'decode: {every_step: 5, prompts: [a]}'; } >e_decode.yaml
+expect error_decode_key 2 \
+    "e_decode\.yaml:[0-9]+:[0-9]+: unknown key 'decode\.every_step' \(did you mean 'decode\.every_steps'\?\)" \
+    -- "$ctrain" config e_decode.yaml
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 && $passed -gt 0 ]]

@@ -156,5 +156,21 @@ close_in_bf16 fashion_mnist_cnn "$src/examples/fashion_mnist_cnn.yaml" trainer.m
 close_in_bf16 char_gpt "$src/examples/char_gpt.yaml" trainer.max_steps=60 \
     trainer.valid_every_steps=60 scheduler.warmup=10 trainer.limit_eval_batches=5
 
+# 40 steps of the arithmetic GPT with a decode at step 20 and at the end: a decode file per
+# pass with a line per held-out problem, and the decode metrics recorded
+"$ctrain" fit "$src/examples/char_arithmetic.yaml" ++output_dir="$tmp/char_arithmetic" \
+    logging.progress=none logging.report=none trainer.max_steps=40 decode.every_steps=20 \
+    trainer.valid_every_steps=40 scheduler.warmup=10 >"$tmp/char_arithmetic.log" 2>&1
+rc=$?
+lines=$(wc -l <"$tmp/char_arithmetic/decode/step-40.jsonl" 2>/dev/null)
+if [[ $rc -eq 0 && -s $tmp/char_arithmetic/decode/step-20.jsonl && $lines -eq 200 ]] &&
+    grep -q '"decode/exact_match"' "$tmp/char_arithmetic/metrics.jsonl"; then
+    echo "ok   char_arithmetic: decode files and metrics"
+    passed=$((passed + 1))
+else
+    echo "FAIL char_arithmetic: exit $rc, $lines decode lines: $(tail -n 3 "$tmp/char_arithmetic.log" | tr '\n' '|')"
+    failed=$((failed + 1))
+fi
+
 echo "examples: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -89,10 +89,10 @@ static void experiment_check_should_name_unknown_types_and_keys_where_they_were_
     static const refusal cases[] = {
         {"data:\n  train: {type: synthtic, kind: blobs}\n" MLP, NULL,
          "exp.yaml:3:11: key 'data.train.type': unknown dataset type 'synthtic' (did you mean "
-         "'synthetic'?); known: csv, text, tokens, synthetic, idx, cifar10, npy"},
+         "'synthetic'?); known: csv, text, tokens, synthetic, idx, cifar10, npy, arithmetic"},
         {"data:\n  train: {kind: blobs}\n" MLP, NULL,
          "exp.yaml:3:3: key 'data.train.type': missing (one of: csv, text, tokens, synthetic, "
-         "idx, cifar10, npy; or plugin: and symbol:)"},
+         "idx, cifar10, npy, arithmetic; or plugin: and symbol:)"},
         {"data:\n  train: {type: synthetic, kind: blobs, n: 20, featurs: 4}\n" MLP, NULL,
          "exp.yaml:3:48: unknown key 'data.train.featurs' (did you mean "
          "'data.train.features'?); the keys of dataset type 'synthetic' are: type, kind, n, "
@@ -118,7 +118,7 @@ static void experiment_check_should_name_unknown_types_and_keys_where_they_were_
         {DATA SPLIT MLP "metrics: {valid: [acuracy]}\n", NULL,
          "exp.yaml:7:19: key 'metrics.valid.0': unknown metric type 'acuracy' (did you mean "
          "'accuracy'?); known: accuracy, topk, precision, recall, f1, confusion, loss, "
-         "perplexity, mse, mae, rmse, r2"},
+         "perplexity, mse, mae, rmse, r2, exact_match, char_accuracy, edit_distance"},
     };
     CHECK_REFUSED(cases);
 }
