@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages ctrain needs, when any is missing. Safe to run repeatedly:
-# with everything present it only checks. Pass --bench to add what bench/ needs (PyTorch).
+# with everything present it only checks.
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clang-format libomp-dev
       libopenblas-dev libdnnl-dev zlib1g-dev libjansson-dev libfyaml-dev libpng-dev
       dataset-fashion-mnist fortunes protobuf-compiler libopenmpi-dev openmpi-bin python3-sklearn
       chromium mpich libmpich-dev qemu-user)
-if [[ "${1:-}" == "--bench" ]]; then
-    pkgs+=(python3-torch python3-numpy)
-fi
+# PyTorch: make test's interop tests (tests/e2e/interop_*.py) and bench/; --bench is accepted
+pkgs+=(python3-torch python3-numpy)
 
 missing=()
 for p in "${pkgs[@]}"; do
