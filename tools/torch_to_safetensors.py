@@ -6,16 +6,19 @@ Usage: /usr/bin/python3 tools/torch_to_safetensors.py IN.pt OUT.safetensors [--d
 
 IN is what torch.save wrote: a state dict (model.state_dict()), a dict holding one under
 "model" (nanoGPT's ckpt.pt, whose "model_args" are printed as a ctrain model section) or
-"state_dict", or a whole nn.Module. Prefixes that torch.compile ("_orig_mod.") and
-DistributedDataParallel ("module.") add are stripped; nanoGPT's causal-mask buffers
-("*.attn.bias", [1, 1, T, T], not weights) are left out. Tensors keep their dtype (ctrain reads
-F32, F16, BF16 and F64 into f32) unless --dtype f32 converts floating-point ones.
+"state_dict", or a whole nn.Module (with --full-load: unpickling a module runs its class's
+code). Prefixes that torch.compile ("_orig_mod.") and DistributedDataParallel ("module.") add
+are stripped; nanoGPT's causal-mask buffers ("*.attn.bias", [1, 1, T, T], not weights) are
+left out. Tensors keep their dtype (ctrain reads F32, F16, BF16 and F64 into f32) unless
+--dtype f32 converts floating-point ones.
 
 The file is written from the format's definition (8-byte little-endian header length, a JSON
 header of dtype, shape and data_offsets per tensor, padded with spaces to 8 bytes, then the raw
 little-endian data), so only Debian's python3-torch is needed. The input is read with
-torch.load(weights_only=True), which runs no code from the file; --full-load reads a file that
-holds other Python objects (only for files you trust).
+torch.load(weights_only=True), or where an older torch's weights-only reader refuses plain
+numbers with an unpickler that builds only tensors, numbers, strings and containers: neither
+runs code from the file. --full-load reads a file that holds other Python objects (only for
+files you trust).
 """
 import argparse
 import json
@@ -40,8 +43,8 @@ def fail(msg):
 
 
 class SafeUnpickler(pickle.Unpickler):
-    """Tensors, numbers, strings and containers only: torch 1.13's weights_only unpickler
-    refuses plain floats (nanoGPT's ckpt.pt holds some), this one does not."""
+    """Tensors, numbers, strings and containers only (what torch.load's weights-only reader
+    accepts; torch < 2.0's refuses plain floats, which nanoGPT's ckpt.pt holds)."""
     ALLOWED = {("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"),
                ("torch._utils", "_rebuild_parameter"), ("torch", "Size"),
                ("torch._utils", "_rebuild_parameter_with_state"), ("torch", "device")}
@@ -53,9 +56,8 @@ class SafeUnpickler(pickle.Unpickler):
                                      "container")
 
 
-class safe_pickle:  # what torch.load asks of a pickle module
+class safe_pickle:  # the module interface torch.load's weights-only path calls
     Unpickler = SafeUnpickler
-    __name__ = "safe_pickle"
 
     @staticmethod
     def load(f, **kw):
@@ -67,15 +69,25 @@ def load(path, full):
         fail(f"{path}: no such file")
     if full:
         return torch.load(path, map_location="cpu")
+    hint = " (hint: --full-load for a file you trust that holds other objects)"
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
-        pass  # an older torch's weights_only unpickler refuses more than it must
+    except Exception as e:
+        first = e
+    # torch < 2.0 takes its weights-only reader from this module attribute (and ignores a
+    # pickle_module unless weights_only is false, where it would run any code): the same load
+    # with SafeUnpickler in its place
+    import torch.serialization as ser
+    saved = getattr(ser, "_weights_only_unpickler", None)
+    if saved is None:
+        fail(f"{path}: cannot load: {first}{hint}")
+    ser._weights_only_unpickler = safe_pickle
     try:
-        return torch.load(path, map_location="cpu", pickle_module=safe_pickle)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # the unpickler's own message names what it refused
-        fail(f"{path}: cannot load: {e} (hint: --full-load for a file you trust that holds "
-             "other objects)")
+        fail(f"{path}: cannot load: {e}{hint}")
+    finally:
+        ser._weights_only_unpickler = saved
 
 
 def state_dict_of(obj, path):

@@ -29,7 +29,7 @@ static void init_weight(ct_tensor *w, ct_rng *rng, float std) {
     ct_nn_init_normal(w, rng, 0.0f, std);
 }
 
-/* A bias of the model's, NULL without biases. */
+/* Fills t, a bias: NULL when the model has none. */
 static void fill(ct_tensor *t, float v) {
     if (t) ct_tensor_fill(t, v);
 }

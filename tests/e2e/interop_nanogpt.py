@@ -26,7 +26,7 @@ import struct
 import subprocess
 import sys
 import tempfile
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 
 try:
     import numpy as np
@@ -273,6 +273,30 @@ def torch_to_ctrain(tmp, ids, valid):
     return model  # the bias=False one, converted to bias_false.safetensors
 
 
+class RunsCode:
+    """A pickle that runs a command when loaded: the converter must refuse it."""
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def converter_refuses_code(tmp):
+    marker = os.path.join(tmp, "ran")
+    torch.save({"model": {"w": torch.zeros(2)}, "x": RunsCode(marker)},
+               os.path.join(tmp, "code.pt"))
+    err = io.StringIO()
+    try:
+        with redirect_stderr(err):
+            convert_in_process(os.path.join(tmp, "code.pt"), os.path.join(tmp, "code.st"))
+        rc = 0
+    except SystemExit as e:
+        rc = e.code
+    check("converter refuses a file that runs code", rc == 2 and not os.path.exists(marker)
+          and "posix.system is not a tensor" in err.getvalue(), f"rc {rc}: {err.getvalue()}")
+
+
 def init_from_and_tied(tmp, ids, model):
     sd = {k: v for k, v in model.state_dict().items()}
     # model.init_from: fit with learning rate 0 keeps the weights; predict then gives nanoGPT's
@@ -385,6 +409,7 @@ def main():
         np.save(os.path.join(tmp, "ids.npy"), ids)
         model = torch_to_ctrain(tmp, ids, valid)
         init_from_and_tied(tmp, ids, model)
+        converter_refuses_code(tmp)
         strict_false(tmp, model)
         dtypes(tmp, ids, model)
         ctrain_to_torch(tmp, ids)
