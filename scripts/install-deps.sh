@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages ctrain needs, when any is missing. Safe to run repeatedly:
-# with everything present it only checks. Pass --bench to add what bench/ needs (PyTorch).
+# with everything present it only checks.
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clang-format libomp-dev
@@ -15,9 +15,8 @@ command -v npm >/dev/null || pkgs+=(nodejs npm)
 # the Python package (python/) and its test: numpy for arrays, pip and setuptools to install it
 # offline, PyYAML for Run.config
 pkgs+=(python3-numpy python3-pip python3-setuptools python3-yaml)
-if [[ "${1:-}" == "--bench" ]]; then
-    pkgs+=(python3-torch python3-numpy)
-fi
+# PyTorch: make test's interop tests (tests/e2e/interop_*.py) and bench/; --bench is accepted
+pkgs+=(python3-torch python3-numpy)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -43,13 +43,24 @@
 extern "C" {
 #endif
 
-/* Writes every tensor of an allocated store (trainable and buffers, in declaration order) to
- * path. metadata (may be NULL) adds string pairs to "__metadata__" after "format": "pt". */
+/* Writes every tensor of an allocated store (trainable and buffers, in declaration order),
+ * then each alias (ct_params_alias) as a copy of its tensor under the alias's name, to path, so
+ * that PyTorch's load_state_dict(strict=True) finds a tied weight under both of its names.
+ * metadata (may be NULL) adds string pairs to "__metadata__" after "format": "pt". */
 CT_API ct_status ct_safetensors_save(ct_ctx *ctx,
                                      const ct_params *params,
                                      const char *path,
                                      const ct_option *metadata,
                                      int64_t n_metadata);
+/* ct_safetensors_save with the f32 tensors written as `dtype`: CT_F32, or CT_BF16 (rounded to
+ * nearest even: half the size, about 3 significant digits). Other dtypes are written as they
+ * are. CT_ERR_INVALID_ARG for another dtype. */
+CT_API ct_status ct_safetensors_save_as(ct_ctx *ctx,
+                                        const ct_params *params,
+                                        const char *path,
+                                        const ct_option *metadata,
+                                        int64_t n_metadata,
+                                        ct_dtype dtype);
 
 typedef struct ct_safetensors_load_params {
     bool strict;        /* every store tensor must be in the file and every file tensor in the
@@ -60,13 +71,23 @@ typedef struct ct_safetensors_load_params {
 CT_API ct_safetensors_load_params ct_safetensors_load_default_params(void);
 
 /*
- * Reads path into the tensors of an allocated store with the same names. Every header value is
- * checked before it is used (header length against the file, each range against the data,
- * each range's length against its dtype and shape, ranges disjoint and covering the data),
- * and a file tensor must have the store tensor's shape; F32 and BF16 load into f32 tensors,
- * I64 into i64. Errors name the file, the tensor and the offset or what differs. On failure
- * the store may be partly written (load again, or reinitialise). *loaded (may be NULL) is the
- * number of tensors read.
+ * Reads path into the tensors of an allocated store with the same names (a tensor's alias
+ * names it too). Every header value is checked before it is used (header length against the
+ * file, each range against the data, each range's length against its dtype and shape, ranges
+ * disjoint and covering the data), and a file tensor must have the store tensor's shape.
+ * F32 loads into f32 tensors as it is; BF16, F16 and F64 are converted to f32 (F64 rounded to
+ * nearest), with a CT_LOG_INFO note naming the file, the dtypes and how many tensors; I64
+ * loads into i64, I32 into i32, U8 into u8.
+ * A tensor the file holds under two of its names (a tied weight under both) must have equal
+ * values under both (else CT_ERR_FORMAT naming both and the first differing element).
+ * Strict loading: every store tensor must be in the file (under any of its names) and every
+ * file tensor must name one. Otherwise, as PyTorch's load_state_dict(strict=False) reports
+ * them, a CT_LOG_WARN message lists the missing keys (store tensors left as they were) and
+ * the unexpected keys (file tensors not used), and a file none of whose tensors matches is
+ * CT_ERR_FORMAT (with both lists' first names and a hint about `prefix`).
+ * Errors name the file, the tensor and the offset or what differs. On failure the store may be
+ * partly written (load again, or reinitialise). *loaded (may be NULL) is the number of file
+ * tensors read.
  */
 CT_API ct_status ct_safetensors_load(ct_ctx *ctx,
                                      ct_params *params,

@@ -201,7 +201,9 @@ CT_API ct_status ct_experiment_load_with(
  * data's sample shape; u8 or numbers) after the evaluation transforms and writes `output`:
  * .csv rows "index,class,p_0,...,p_{C-1}" (classification: the argmax and the softmax
  * probabilities) or "index,y_0,..." (regression), or a .npy float32 array [N, C] of those
- * probabilities or values. Language models are not supported (CT_ERR_CONFIG). Errors:
+ * probabilities or values. A language model gives its logits: with params->logits and a .npy
+ * output, for input token ids [N, T] (whole numbers below vocab; T the model's context) a
+ * float32 array [N, T, vocab]; otherwise CT_ERR_CONFIG. Errors:
  * CT_ERR_FORMAT / CT_ERR_IO for the input, CT_ERR_SHAPE for a sample shape that differs from
  * the model's, CT_ERR_IO for the output (written to a temporary name, then renamed).
  */
@@ -376,6 +378,17 @@ CT_API ct_status ct_experiment_predict_array(ct_experiment *e,
                                              bool logits,
                                              float *out,
                                              int64_t out_count);
+/*
+ * Writes the model's weights (whatever is in the model now: load a checkpoint first with
+ * ct_experiment_load) as a safetensors file at path, for PyTorch and other frameworks: every
+ * tensor of the store under its state_dict name, and a tied weight under each of its names
+ * (nanoGPT's transformer.wte.weight and lm_head.weight), so load_state_dict(strict=True) of
+ * the equivalent module accepts it. dtype CT_F32, or CT_BF16 for f32 tensors rounded to bf16
+ * (half the size); buffers keep their dtype. Metadata: "format": "pt", "exported_by": "ctrain",
+ * "dtype". Errors: CT_ERR_INVALID_ARG for another dtype, CT_ERR_IO naming the file (written
+ * to path.tmp, then renamed: a failure leaves no partial file at path).
+ */
+CT_API ct_status ct_experiment_export_weights(ct_experiment *e, const char *path, ct_dtype dtype);
 
 #ifdef __cplusplus
 }

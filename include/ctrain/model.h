@@ -86,13 +86,15 @@ CT_API ct_status ct_model_create(ct_ctx *ctx,
  *   cnn  channels ["32,64"], out (required). Input [C, H, W]. Per stage: conv2d 3x3 padding 1,
  *        batchnorm, relu, maxpool2d 2; then global_avg_pool and linear.
  *   gpt  n_layer [2], n_head [2], d_model [64], context [64], vocab (required), dropout [0],
- *        tied [true]. Input ids [T] (i32 or i64, T <= context at forward), output logits
+ *        tied [true], bias [true] (false: no biases in the linear and layer-norm layers, as
+ *        nanoGPT's bias=False). Input ids [T] (i32 or i64, T <= context at forward), output logits
  *        [T, vocab]. nanoGPT's architecture and names: token + learned position embeddings,
  *        pre-LayerNorm blocks (causal attention: c_attn, c_proj; MLP: c_fc, exact erf GELU as
  *        nanoGPT's nn.GELU(), c_proj), final ln_f, lm_head without bias. Dropout is applied
  *        after the embeddings and each residual branch (nanoGPT's attention-weight dropout is
  *        not). With tied, lm_head.weight is transformer.wte.weight: the store holds it once,
- *        under "transformer.wte.weight"; ct_model_param finds it under either name. (nanoGPT
+ *        under "transformer.wte.weight", with "lm_head.weight" its alias (ct_params_alias);
+ *        ct_model_param and ct_params_find find it under either name. (nanoGPT
  *        on torch < 2.0 also keeps causal-mask buffers "attn.bias" that are not weights.)
  *        ct_model_init_weights uses nanoGPT's init: N(0, 0.02) weights and embeddings, zero biases,
  *        c_proj weights N(0, 0.02 / sqrt(2 n_layer)).

@@ -49,8 +49,24 @@ CT_API ct_status ct_params_alloc(ct_params *p);
 CT_API int64_t ct_params_count(const ct_params *p);
 CT_API ct_tensor *ct_params_at(const ct_params *p, int64_t i);
 CT_API ct_param_kind ct_params_kind_at(const ct_params *p, int64_t i);
-/* The tensor of that name, or NULL. */
+/* The tensor of that name (a declared name or an alias), or NULL. */
 CT_API ct_tensor *ct_params_find(const ct_params *p, const char *name);
+
+/*
+ * Declares `alias` as a second name of the declared tensor `target`: one parameter known under
+ * two state_dict names, as nanoGPT's tied lm_head.weight is transformer.wte.weight. The store
+ * holds the tensor once (ct_params_count, the buffers and the optimizer see it once, under
+ * `target`); ct_params_find answers either name; safetensors writers (ct_safetensors_save,
+ * checkpoints) write it under both names, as PyTorch's state_dict lists it, and the reader
+ * accepts either name or both (equal values). Before or after ct_params_alloc.
+ * CT_ERR_INVALID_ARG when `alias` is already a tensor's or an alias's name, or `target` is not
+ * a declared tensor's name (aliases of aliases are not made).
+ */
+CT_API ct_status ct_params_alias(ct_params *p, const char *alias, const char *target);
+/* Number of aliases, and the i-th alias's name (NULL out of range), its tensor in *target
+ * (may be NULL; NULL out of range). Names are the store's, valid until ct_params_destroy. */
+CT_API int64_t ct_params_alias_count(const ct_params *p);
+CT_API const char *ct_params_alias_at(const ct_params *p, int64_t i, ct_tensor **target);
 
 /* The flat trainable values and gradients: ct_params_numel floats each (NULL before alloc). */
 CT_API int64_t ct_params_numel(const ct_params *p);

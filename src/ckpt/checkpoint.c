@@ -439,16 +439,12 @@ static ct_status
 save_store(ct_ctx *ctx, const char *dir, const char *name, const ct_params *store, json_t *files) {
     char path[CT_CKPT_PATH_SIZE];
     CT_TRY(ct_ckpt_join(ctx, path, dir, name));
-    int64_t n = ct_params_count(store);
-    size_t size = (size_t)(n ? n : 1) * sizeof(ct_tensor *);
-    const ct_tensor **list = ct_alloc(ctx, size);
-    if (!list) return CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %lld tensors", path, (long long)n);
-    for (int64_t i = 0; i < n; i++)
-        list[i] = ct_params_at(store, i);
+    ct_ckpt_list l; /* tensors and their aliases: the file loads elsewhere as it is */
+    if (ct_ckpt_store_list(ctx, store, &l) != CT_OK) return ct_err_wrap(ctx, "%s", path);
     uint64_t bytes = 0;
     uint32_t crc = 0;
-    ct_status s = ct_st_write(ctx, path, list, n, NULL, 0, &bytes, &crc);
-    ct_free(ctx, list, size);
+    ct_status s = ct_st_write(ctx, path, l.v, l.n, NULL, 0, &bytes, &crc);
+    ct_ckpt_list_fini(&l);
     CT_TRY(s);
     return add_file(ctx, files, name, bytes, crc);
 }

@@ -35,6 +35,32 @@ CT_INTERNAL ct_status ct_st_write(ct_ctx *ctx,
                                   uint64_t *bytes,
                                   uint32_t *crc);
 
+/* ct_st_write, with each f32 tensor written as f32_as (CT_F32, or CT_BF16 rounded to nearest
+ * even); other dtypes as they are. */
+CT_INTERNAL ct_status ct_st_write_as(ct_ctx *ctx,
+                                     const char *path,
+                                     const ct_tensor *const *tensors,
+                                     int64_t n,
+                                     const ct_option *metadata,
+                                     int64_t n_metadata,
+                                     ct_dtype f32_as,
+                                     uint64_t *bytes,
+                                     uint32_t *crc);
+
+/* What a store's file holds: its tensors in declaration order, then each alias as a view of
+ * its tensor under the alias's name (PyTorch's state_dict lists a tied weight under both). */
+typedef struct ct_ckpt_list {
+    ct_ctx *ctx;
+    const ct_tensor **v; /* n entries */
+    int64_t n;
+    ct_tensor *views; /* the aliases' views */
+    size_t v_size, views_size;
+} ct_ckpt_list;
+
+/* Lists store's tensors and aliases into *out (freed by ct_ckpt_list_fini, also on failure). */
+CT_INTERNAL ct_status ct_ckpt_store_list(ct_ctx *ctx, const ct_params *store, ct_ckpt_list *out);
+CT_INTERNAL void ct_ckpt_list_fini(ct_ckpt_list *l);
+
 /*
  * Reads path into the tensors of `params` (when not NULL) or else into the n tensors of `list`
  * (names and data borrowed, shapes as expected), with ct_safetensors_load's checks. `what`

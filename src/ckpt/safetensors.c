@@ -7,8 +7,10 @@
  * path; the directory is fsynced after the rename. The writer also returns the file's size and
  * CRC-32C, computed from the bytes as they go out, for a checkpoint's state.json. Reading: the
  * header is parsed with jansson and every number in it is checked against the file before it is
- * used; tensor data is read straight into the store's tensors (bf16 converted in small chunks), so
- * loading never holds a second copy of the model.
+ * used; tensor data is read straight into the store's tensors (BF16, F16 and F64 converted to
+ * f32 in small chunks), so loading never holds a second copy of the model. A store's aliases
+ * (tied weights) are written as copies under their own names and read under either name; a
+ * tensor read twice under two names is compared, not loaded twice.
  *
  * Ownership: all temporary memory comes from the context's allocator and is freed before
  * returning; jansson's own allocations are freed with json_decref.
@@ -32,10 +34,12 @@ typedef struct st_dtype {
     ct_dtype ct; /* the ctrain dtype it loads into, CT_DTYPE_COUNT when none */
 } st_dtype;
 
+/* F16 and F64 load into f32 tensors, converted on load (as BF16 is); the rest only as
+ * themselves. */
 static const st_dtype dtypes[] = {
     {"F32", 4, CT_F32},          {"BF16", 2, CT_F32},        {"I64", 8, CT_I64},
-    {"I32", 4, CT_I32},          {"U8", 1, CT_U8},           {"F16", 2, CT_DTYPE_COUNT},
-    {"F64", 8, CT_DTYPE_COUNT},  {"I8", 1, CT_DTYPE_COUNT},  {"I16", 2, CT_DTYPE_COUNT},
+    {"I32", 4, CT_I32},          {"U8", 1, CT_U8},           {"F16", 2, CT_F32},
+    {"F64", 8, CT_F32},          {"I8", 1, CT_DTYPE_COUNT},  {"I16", 2, CT_DTYPE_COUNT},
     {"U16", 2, CT_DTYPE_COUNT},  {"U32", 4, CT_DTYPE_COUNT}, {"U64", 8, CT_DTYPE_COUNT},
     {"BOOL", 1, CT_DTYPE_COUNT},
 };
@@ -151,7 +155,8 @@ static ct_status build_header(ct_ckpt_buf *b,
                               const ct_tensor *const *tensors,
                               int64_t n_tensors,
                               const ct_option *metadata,
-                              int64_t n_metadata) {
+                              int64_t n_metadata,
+                              ct_dtype f32_as) {
     sb_str(b, "{\"__metadata__\":{\"format\":\"pt\"");
     for (int64_t i = 0; i < n_metadata; i++) {
         sb_str(b, ",");
@@ -163,7 +168,8 @@ static ct_status build_header(ct_ckpt_buf *b,
     uint64_t offset = 0;
     for (int64_t i = 0; i < n_tensors; i++) {
         const ct_tensor *t = tensors[i];
-        const char *dn = dtype_name_of(t->dtype);
+        ct_dtype dt = t->dtype == CT_F32 ? f32_as : t->dtype;
+        const char *dn = dtype_name_of(dt);
         if (!dn)
             return CT_FAIL(b->ctx, CT_ERR_INVALID_ARG, "%s: tensor '%s' has dtype %d", path,
                            t->name, (int)t->dtype);
@@ -177,7 +183,7 @@ static ct_status build_header(ct_ckpt_buf *b,
             (void)snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)t->shape[d]);
             sb_str(b, num);
         }
-        uint64_t end = offset + (uint64_t)ct_tensor_nbytes(t);
+        uint64_t end = offset + (uint64_t)ct_tensor_numel(t) * ct_dtype_size(dt);
         (void)snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}",
                        (unsigned long long)offset, (unsigned long long)end);
         sb_str(b, num);
@@ -190,14 +196,29 @@ static ct_status build_header(ct_ckpt_buf *b,
     return CT_OK;
 }
 
-/* Writes the header's length, the header and the tensors' data into f (open on tmp), flushes
- * them to disk and closes f. *bytes and *crc count what went out. */
+/* An f32 tensor's data as bf16, rounded in chunks (no copy of the tensor is held). */
+static bool put_bf16(FILE *f, const ct_tensor *t, uint64_t *bytes, uint32_t *crc) {
+    ct_bf16 chunk[4096];
+    const float *x = t->data;
+    int64_t n = ct_tensor_numel(t);
+    bool ok = true;
+    for (int64_t i = 0; ok && i < n; i += 4096) {
+        int64_t k = n - i < 4096 ? n - i : 4096;
+        ct_bf16_from_f32_n(chunk, x + i, k);
+        ok = put(f, chunk, (size_t)k * sizeof *chunk, bytes, crc);
+    }
+    return ok;
+}
+
+/* Writes the header's length, the header and the tensors' data (f32 ones as f32_as) into f
+ * (open on tmp), flushes them to disk and closes f. *bytes and *crc count what went out. */
 static ct_status write_contents(ct_ctx *ctx,
                                 FILE *f,
                                 const char *tmp,
                                 const ct_ckpt_buf *b,
                                 const ct_tensor *const *tensors,
                                 int64_t n_tensors,
+                                ct_dtype f32_as,
                                 uint64_t *bytes,
                                 uint32_t *crc) {
     unsigned char len8[8];
@@ -205,7 +226,9 @@ static ct_status write_contents(ct_ctx *ctx,
         len8[i] = (unsigned char)((uint64_t)b->len >> (8 * i));
     bool ok = put(f, len8, 8, bytes, crc) && put(f, b->p, b->len, bytes, crc);
     for (int64_t i = 0; ok && i < n_tensors; i++)
-        ok = put(f, tensors[i]->data, ct_tensor_nbytes(tensors[i]), bytes, crc);
+        ok = tensors[i]->dtype == CT_F32 && f32_as == CT_BF16
+                 ? put_bf16(f, tensors[i], bytes, crc)
+                 : put(f, tensors[i]->data, ct_tensor_nbytes(tensors[i]), bytes, crc);
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ct_status s = ok ? CT_OK : ct_ckpt_io_fail(ctx, tmp, "writing");
     if (fclose(f) != 0 && s == CT_OK) s = ct_ckpt_io_fail(ctx, tmp, "closing");
@@ -220,11 +243,28 @@ ct_status ct_st_write(ct_ctx *ctx,
                       int64_t n_metadata,
                       uint64_t *bytes_out,
                       uint32_t *crc_out) {
+    return ct_st_write_as(ctx, path, tensors, n_tensors, metadata, n_metadata, CT_F32, bytes_out,
+                          crc_out);
+}
+
+ct_status ct_st_write_as(ct_ctx *ctx,
+                         const char *path,
+                         const ct_tensor *const *tensors,
+                         int64_t n_tensors,
+                         const ct_option *metadata,
+                         int64_t n_metadata,
+                         ct_dtype f32_as,
+                         uint64_t *bytes_out,
+                         uint32_t *crc_out) {
+    if (f32_as != CT_F32 && f32_as != CT_BF16)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG,
+                       "%s: f32 tensors are written as f32 or bf16, not %s", path,
+                       ct_dtype_name(f32_as));
     for (int64_t i = 0; i < n_metadata; i++)
         if (strcmp(metadata[i].key, "format") == 0)
             return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: metadata key 'format' is reserved", path);
     ct_ckpt_buf b = {ctx, NULL, 0, 0, false};
-    ct_status s = build_header(&b, path, tensors, n_tensors, metadata, n_metadata);
+    ct_status s = build_header(&b, path, tensors, n_tensors, metadata, n_metadata, f32_as);
     char tmp[4096];
     if (s == CT_OK && (size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
         s = CT_FAIL(ctx, CT_ERR_IO, "%s: path too long", path);
@@ -236,7 +276,7 @@ ct_status ct_st_write(ct_ctx *ctx,
     }
     uint64_t bytes = 0;
     uint32_t crc = 0;
-    s = write_contents(ctx, f, tmp, &b, tensors, n_tensors, &bytes, &crc);
+    s = write_contents(ctx, f, tmp, &b, tensors, n_tensors, f32_as, &bytes, &crc);
     ct_free(ctx, b.p, b.cap);
     if (s == CT_OK && rename(tmp, path) != 0)
         s = ct_ckpt_io_fail(ctx, path, "renaming the .tmp file to");
@@ -249,21 +289,56 @@ ct_status ct_st_write(ct_ctx *ctx,
     return sync_dir(ctx, path);
 }
 
+ct_status ct_ckpt_store_list(ct_ctx *ctx, const ct_params *store, ct_ckpt_list *out) {
+    memset(out, 0, sizeof *out);
+    out->ctx = ctx;
+    int64_t n = ct_params_count(store), na = ct_params_alias_count(store);
+    out->v_size = (size_t)(n + na + 1) * sizeof *out->v;
+    out->views_size = (size_t)(na + 1) * sizeof *out->views;
+    out->v = ct_alloc(ctx, out->v_size);
+    out->views = ct_alloc(ctx, out->views_size);
+    if (!out->v || !out->views) {
+        ct_ckpt_list_fini(out);
+        return CT_FAIL(ctx, CT_ERR_OOM, "listing %lld tensors", (long long)(n + na));
+    }
+    for (int64_t i = 0; i < n; i++)
+        out->v[out->n++] = ct_params_at(store, i);
+    for (int64_t i = 0; i < na; i++) {
+        ct_tensor *t;
+        const char *name = ct_params_alias_at(store, i, &t);
+        out->views[i] = *t;
+        out->views[i].name = name;
+        out->v[out->n++] = &out->views[i];
+    }
+    return CT_OK;
+}
+
+void ct_ckpt_list_fini(ct_ckpt_list *l) {
+    ct_free(l->ctx, l->v, l->v_size);
+    ct_free(l->ctx, l->views, l->views_size);
+    memset(l, 0, sizeof *l);
+}
+
 ct_status ct_safetensors_save(ct_ctx *ctx,
                               const ct_params *params,
                               const char *path,
                               const ct_option *metadata,
                               int64_t n_metadata) {
+    return ct_safetensors_save_as(ctx, params, path, metadata, n_metadata, CT_F32);
+}
+
+ct_status ct_safetensors_save_as(ct_ctx *ctx,
+                                 const ct_params *params,
+                                 const char *path,
+                                 const ct_option *metadata,
+                                 int64_t n_metadata,
+                                 ct_dtype dtype) {
     if (!ct_params_values(params) && ct_params_count(params) > 0)
         return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "%s: the parameter store is not allocated", path);
-    int64_t n = ct_params_count(params);
-    size_t size = (size_t)(n ? n : 1) * sizeof(ct_tensor *);
-    const ct_tensor **list = ct_alloc(ctx, size);
-    if (!list) return CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %lld tensors", path, (long long)n);
-    for (int64_t i = 0; i < n; i++)
-        list[i] = ct_params_at(params, i);
-    ct_status s = ct_st_write(ctx, path, list, n, metadata, n_metadata, NULL, NULL);
-    ct_free(ctx, list, size);
+    ct_ckpt_list l;
+    if (ct_ckpt_store_list(ctx, params, &l) != CT_OK) return ct_err_wrap(ctx, "%s", path);
+    ct_status s = ct_st_write_as(ctx, path, l.v, l.n, metadata, n_metadata, dtype, NULL, NULL);
+    ct_ckpt_list_fini(&l);
     return s;
 }
 
@@ -359,26 +434,81 @@ read_at(ct_ctx *ctx, FILE *f, const char *path, uint64_t pos, void *dst, size_t 
     return CT_OK;
 }
 
-/* Reads one entry's data into the store tensor t (shape already checked). */
-static ct_status
-load_entry(ct_ctx *ctx, FILE *f, const char *path, uint64_t base, const entry *e, ct_tensor *t) {
+/* IEEE 754 half precision to single, subnormals, infinities and NaN included. */
+static float f32_from_f16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else { /* man * 2^-24: normalised to 1.f * 2^(e - 127) */
+        exp = 113;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            exp--;
+        }
+        bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* k elements of a BF16, F16 or F64 tensor's little-endian bytes as f32 (F64 rounded). */
+static void convert_to_f32(const char *dtype, const unsigned char *src, float *dst, int64_t k) {
+    if (strcmp(dtype, "BF16") == 0) {
+        for (int64_t i = 0; i < k; i++) {
+            uint32_t bits = (uint32_t)(src[2 * i] | src[2 * i + 1] << 8) << 16;
+            memcpy(&dst[i], &bits, sizeof bits);
+        }
+    } else if (strcmp(dtype, "F16") == 0) {
+        for (int64_t i = 0; i < k; i++)
+            dst[i] = f32_from_f16((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
+    } else {
+        for (int64_t i = 0; i < k; i++) {
+            double d;
+            memcpy(&d, src + 8 * i, sizeof d);
+            dst[i] = (float)d;
+        }
+    }
+}
+
+/* Whether entry e converts to f32 on load (rather than being read as it is). */
+static bool converts(const entry *e, ct_dtype dst) {
+    return dst == CT_F32 && e->dt->ct == CT_F32 && strcmp(e->dt->name, "F32") != 0;
+}
+
+/* Reads entry e's data into dst, numel elements of dtype dt (t names the target in messages):
+ * the bytes as they are when the dtypes agree, else f32 from BF16, F16 or F64 in chunks. */
+static ct_status load_entry(ct_ctx *ctx,
+                            FILE *f,
+                            const char *path,
+                            uint64_t base,
+                            const entry *e,
+                            void *dst,
+                            ct_dtype dt,
+                            const ct_tensor *t) {
     size_t n = (size_t)(e->end - e->begin);
-    bool bf16 = strcmp(e->dt->name, "BF16") == 0;
-    if ((e->dt->ct == t->dtype && !bf16) || (bf16 && t->dtype == CT_BF16))
-        return n ? read_at(ctx, f, path, base + e->begin, t->data, n) : CT_OK;
-    if (strcmp(e->dt->name, "BF16") == 0 && t->dtype == CT_F32) {
-        ct_bf16 chunk[4096];
-        float *out = t->data;
-        int64_t total = (int64_t)(n / 2);
-        for (int64_t i = 0; i < total; i += 4096) {
-            int64_t k = total - i < 4096 ? total - i : 4096;
-            CT_TRY(read_at(ctx, f, path, base + e->begin + (uint64_t)i * 2, chunk, (size_t)k * 2));
-            ct_f32_from_bf16_n(out + i, chunk, k);
+    const char *own = dtype_name_of(dt);
+    if (own && strcmp(own, e->dt->name) == 0)
+        return n ? read_at(ctx, f, path, base + e->begin, dst, n) : CT_OK;
+    if (converts(e, dt)) {
+        unsigned char chunk[4096 * 8];
+        size_t esz = e->dt->size;
+        int64_t total = (int64_t)(n / esz), per = (int64_t)(sizeof chunk / esz);
+        for (int64_t i = 0; i < total; i += per) {
+            int64_t k = total - i < per ? total - i : per;
+            CT_TRY(
+                read_at(ctx, f, path, base + e->begin + (uint64_t)i * esz, chunk, (size_t)k * esz));
+            convert_to_f32(e->dt->name, chunk, (float *)dst + i, k);
         }
         return CT_OK;
     }
     return CT_FAIL(ctx, CT_ERR_FORMAT, "%s: tensor '%s': dtype %s cannot load into %s '%s'", path,
-                   e->name, e->dt->name, ct_dtype_name(t->dtype), t->name);
+                   e->name, e->dt->name, ct_dtype_name(dt), t->name);
 }
 
 /* The target of a read: a store (params) or else a plain list of tensors, matched by name
@@ -522,14 +652,68 @@ static ct_status check_tiling(st_file *sf) {
     return CT_OK;
 }
 
+/* What a read found: for each target tensor the file name it was loaded from (NULL: not
+ * loaded; a tied tensor met again under another name is compared, not loaded twice), and how
+ * many tensors were loaded and converted on the way (BF16, F16, F64 to f32). */
+typedef struct st_result {
+    const char **from; /* target_count entries */
+    size_t from_size;
+    int64_t n_loaded;
+    int64_t n_converted[3];
+} st_result;
+
+static const char *const converted_names[3] = {"BF16", "F16", "F64"};
+
+static int64_t target_index(const st_target *tg, const ct_tensor *t) {
+    for (int64_t i = 0; i < target_count(tg); i++)
+        if (target_at(tg, i) == t) return i;
+    return -1;
+}
+
+/* The target tensor entry e names (after the prefix), or NULL. */
+static ct_tensor *target_of(const st_target *tg, const entry *e) {
+    if (strncmp(e->name, tg->prefix, tg->plen) != 0) return NULL;
+    return target_find(tg, e->name + tg->plen);
+}
+
+/* A tensor the file holds again under another of its names (a tied weight under both): the
+ * values there must equal the ones loaded from `first`. */
+static ct_status
+check_same(const st_file *sf, const entry *e, const ct_tensor *t, const char *first) {
+    size_t es = ct_dtype_size(t->dtype), size = (size_t)ct_tensor_numel(t) * es;
+    unsigned char *tmp = ct_alloc(sf->ctx, size ? size : 1);
+    if (!tmp)
+        return CT_FAIL(sf->ctx, CT_ERR_OOM, "%s: tensor '%s': allocating %zu bytes to compare",
+                       sf->path, e->name, size);
+    ct_status s = load_entry(sf->ctx, sf->f, sf->path, sf->base, e, tmp, t->dtype, t);
+    const unsigned char *have = t->data;
+    if (s == CT_OK && size && memcmp(tmp, have, size) != 0) {
+        size_t i = 0;
+        while (memcmp(tmp + i * es, have + i * es, es) == 0)
+            i++;
+        char vals[96] = "";
+        if (t->dtype == CT_F32) {
+            float a, b;
+            memcpy(&a, have + i * es, sizeof a);
+            memcpy(&b, tmp + i * es, sizeof b);
+            (void)snprintf(vals, sizeof vals, " (%.9g and %.9g)", (double)a, (double)b);
+        }
+        s = CT_FAIL(sf->ctx, CT_ERR_FORMAT,
+                    "%s: tensors '%s' and '%s' name one tied parameter ('%s') but their values "
+                    "differ at element %zu%s (hint: keep one of the names, or save the tied "
+                    "model again)",
+                    sf->path, first, e->name, t->name, i, vals);
+    }
+    ct_free(sf->ctx, tmp, size ? size : 1);
+    return s;
+}
+
 /* Loads each entry into the target tensor of its name (shapes must agree); with strict, an
- * entry that names none is an error. *n_loaded counts the loaded ones. */
-static ct_status load_matching(const st_file *sf, const st_target *tg, int64_t *n_loaded) {
-    *n_loaded = 0;
+ * entry that names none is an error. */
+static ct_status load_matching(const st_file *sf, const st_target *tg, st_result *r) {
     for (size_t i = 0; i < sf->n_entries; i++) {
         const entry *e = &sf->entries[i];
-        ct_tensor *t = NULL;
-        if (strncmp(e->name, tg->prefix, tg->plen) == 0) t = target_find(tg, e->name + tg->plen);
+        ct_tensor *t = target_of(tg, e);
         if (!t) {
             if (tg->strict)
                 return CT_FAIL(sf->ctx, CT_ERR_FORMAT,
@@ -542,25 +726,89 @@ static ct_status load_matching(const st_file *sf, const st_target *tg, int64_t *
             return CT_FAIL(sf->ctx, CT_ERR_SHAPE, "%s: tensor '%s': shape %s, %s expects %s",
                            sf->path, e->name, shape_text(e->shape, e->ndim, a, sizeof a), tg->what,
                            ct_shape_str(t, b2, sizeof b2));
-        CT_TRY(load_entry(sf->ctx, sf->f, sf->path, sf->base, e, t));
-        (*n_loaded)++;
+        int64_t k = target_index(tg, t);
+        if (r->from[k]) {
+            CT_TRY(check_same(sf, e, t, r->from[k]));
+            continue;
+        }
+        CT_TRY(load_entry(sf->ctx, sf->f, sf->path, sf->base, e, t->data, t->dtype, t));
+        r->from[k] = e->name;
+        r->n_loaded++;
+        for (int c = 0; c < 3 && converts(e, t->dtype); c++)
+            if (strcmp(e->dt->name, converted_names[c]) == 0) r->n_converted[c]++;
     }
     return CT_OK;
 }
 
-/* With strict: the first target tensor the file lacks is an error. */
-static ct_status check_complete(const st_file *sf, const st_target *tg) {
-    for (int64_t i = 0; i < target_count(tg); i++) {
-        const ct_tensor *t = target_at(tg, i);
-        bool found = false;
-        for (size_t k = 0; k < sf->n_entries && !found; k++)
-            found = strncmp(sf->entries[k].name, tg->prefix, tg->plen) == 0 &&
-                    strcmp(sf->entries[k].name + tg->plen, t->name) == 0;
-        if (!found)
+/* With strict: the first target tensor the file lacks (under every name) is an error. */
+static ct_status check_complete(const st_file *sf, const st_target *tg, const st_result *r) {
+    for (int64_t i = 0; i < target_count(tg); i++)
+        if (!r->from[i])
             return CT_FAIL(sf->ctx, CT_ERR_FORMAT, "%s: %s's '%s%s' is missing (strict loading)",
-                           sf->path, tg->what, tg->prefix, t->name);
-    }
+                           sf->path, tg->what, tg->prefix, target_at(tg, i)->name);
     return CT_OK;
+}
+
+/* Appends name to a list of at most max names, then counts the rest in *more. */
+static void list_name(ct_ckpt_buf *b, const char *prefix, const char *name, int64_t *n, int max) {
+    if ((*n)++ >= max) return;
+    if (*n > 1) ct_ckpt_buf_put(b, ", ", 2);
+    ct_ckpt_buf_put(b, prefix, strlen(prefix));
+    ct_ckpt_buf_put(b, name, strlen(name));
+}
+
+static const char *list_text(ct_ckpt_buf *b, int64_t n, int max, char *tail, size_t size) {
+    tail[0] = '\0';
+    if (n > max) (void)snprintf(tail, size, ", and %lld more", (long long)(n - max));
+    return b->p ? b->p : "";
+}
+
+/* Without strict: what was left out, as PyTorch's load_state_dict(strict=False) returns it,
+ * in a warning; a file none of whose tensors fits is an error. */
+static ct_status report_partial(const st_file *sf, const st_target *tg, const st_result *r) {
+    ct_ctx *ctx = sf->ctx;
+    bool none = r->n_loaded == 0 && (sf->n_entries > 0 || target_count(tg) > 0);
+    int max = none ? 4 : 12;
+    ct_ckpt_buf miss = {ctx, NULL, 0, 0, false}, extra = {ctx, NULL, 0, 0, false};
+    int64_t n_miss = 0, n_extra = 0;
+    for (int64_t i = 0; i < target_count(tg); i++)
+        if (!r->from[i]) list_name(&miss, tg->prefix, target_at(tg, i)->name, &n_miss, max);
+    for (size_t i = 0; i < sf->n_entries; i++)
+        if (!target_of(tg, &sf->entries[i]))
+            list_name(&extra, "", sf->entries[i].name, &n_extra, max);
+    char t1[48], t2[48];
+    ct_status s = CT_OK;
+    if (miss.oom || extra.oom) {
+        s = CT_FAIL(ctx, CT_ERR_OOM, "%s: listing the tensors that were not loaded", sf->path);
+    } else if (none) {
+        s = CT_FAIL(ctx, CT_ERR_FORMAT,
+                    "%s: no tensor of the file is one of %s (the file's: %s%s; %s's: %s%s) "
+                    "(hint: a `prefix` prepended to %s's names, or the model of the file)",
+                    sf->path, tg->what, list_text(&extra, n_extra, max, t1, sizeof t1), t1,
+                    tg->what, list_text(&miss, n_miss, max, t2, sizeof t2), t2, tg->what);
+    } else if (n_miss || n_extra) {
+        ct_log(ctx, CT_LOG_WARN,
+               "%s: loaded %lld of %lld tensors of %s (strict: false); missing keys, left at "
+               "their initial values (%lld): [%s%s]; unexpected keys, not used (%lld): [%s%s]",
+               sf->path, (long long)r->n_loaded, (long long)target_count(tg), tg->what,
+               (long long)n_miss, list_text(&miss, n_miss, max, t1, sizeof t1), t1,
+               (long long)n_extra, list_text(&extra, n_extra, max, t2, sizeof t2), t2);
+    }
+    ct_free(ctx, miss.p, miss.cap);
+    ct_free(ctx, extra.p, extra.cap);
+    return s;
+}
+
+/* A CT_LOG_INFO note of the tensors converted to f32 on load. */
+static void note_conversions(const st_file *sf, const st_result *r) {
+    char text[160] = "";
+    size_t off = 0;
+    for (int c = 0; c < 3; c++)
+        if (r->n_converted[c] && off < sizeof text)
+            off += (size_t)snprintf(text + off, sizeof text - off, "%s%lld %s", off ? ", " : "",
+                                    (long long)r->n_converted[c], converted_names[c]);
+    if (off)
+        ct_log(sf->ctx, CT_LOG_INFO, "%s: converted to f32 on load: %s tensor(s)", sf->path, text);
 }
 
 ct_status ct_safetensors_load(ct_ctx *ctx,
@@ -586,20 +834,27 @@ ct_status ct_st_read(ct_ctx *ctx,
     st_target tg = {params, list, n_list, p.prefix ? p.prefix : "", 0, p.strict, what};
     tg.plen = strlen(tg.prefix);
     if (loaded) *loaded = 0;
+    st_result r;
+    memset(&r, 0, sizeof r);
+    r.from_size = (size_t)(target_count(&tg) + 1) * sizeof *r.from;
+    r.from = ct_alloc(ctx, r.from_size);
+    if (!r.from) return CT_FAIL(ctx, CT_ERR_OOM, "%s: listing %s's tensors", path, what);
+    memset(r.from, 0, r.from_size);
     st_file sf;
     memset(&sf, 0, sizeof sf);
     sf.ctx = ctx;
     sf.path = path;
     sf.f = fopen(path, "rb");
-    if (!sf.f) return ct_ckpt_io_fail(ctx, path, "opening");
-    int64_t n_loaded = 0;
-    ct_status s = read_header(&sf);
+    ct_status s = sf.f ? CT_OK : ct_ckpt_io_fail(ctx, path, "opening");
+    if (s == CT_OK) s = read_header(&sf);
     if (s == CT_OK) s = read_entries(&sf);
     if (s == CT_OK) s = check_tiling(&sf);
-    if (s == CT_OK) s = load_matching(&sf, &tg, &n_loaded);
-    if (s == CT_OK && tg.strict && n_loaded != target_count(&tg)) s = check_complete(&sf, &tg);
-    if (s == CT_OK && loaded) *loaded = n_loaded;
+    if (s == CT_OK) s = load_matching(&sf, &tg, &r);
+    if (s == CT_OK) s = tg.strict ? check_complete(&sf, &tg, &r) : report_partial(&sf, &tg, &r);
+    if (s == CT_OK) note_conversions(&sf, &r);
+    if (s == CT_OK && loaded) *loaded = r.n_loaded;
     close_file(&sf);
+    ct_free(ctx, r.from, r.from_size);
     return s;
 }
 

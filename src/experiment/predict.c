@@ -20,11 +20,15 @@
 #include "experiment_internal.h"
 
 /* The .npy header for a float32 [n, c] array, padded so the data starts at a multiple of 64. */
-static void write_npy_header(FILE *f, int64_t n, int64_t c) {
-    char dict[128];
+static void write_npy_header(FILE *f, int64_t n, int64_t t, int64_t c) {
+    char dict[128], shape[80];
+    if (t > 0) /* a language model's [N, T, vocab] */
+        (void)snprintf(shape, sizeof shape, "%lld, %lld, %lld", (long long)n, (long long)t,
+                       (long long)(c / t));
+    else
+        (void)snprintf(shape, sizeof shape, "%lld, %lld", (long long)n, (long long)c);
     int len = snprintf(dict, sizeof dict,
-                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
-                       (long long)n, (long long)c);
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", shape);
     size_t total = 10 + (size_t)len + 1;
     size_t pad = (64 - total % 64) % 64;
     size_t hlen = (size_t)len + pad + 1;
@@ -76,9 +80,12 @@ static ct_status check_paths(ct_experiment *e,
                              const ct_predict_params *pp,
                              bool *npy_out) {
     ct_ctx *ctx = e->ctx;
-    if (e->task.kind == CT_TASK_LANGUAGE_MODEL)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "predict: language models are not supported");
-    if (pp->logits && e->task.kind != CT_TASK_CLASSIFICATION)
+    bool lm = e->task.kind == CT_TASK_LANGUAGE_MODEL;
+    if (lm && (!pp->logits || pp->stream || !output || !ends_with(output, ".npy")))
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "predict: a language model gives its logits: --logits with a .npy output "
+                       "([N, T, vocab] float32 for token ids [N, T]); or --prompt TEXT to sample");
+    if (pp->logits && !lm && e->task.kind != CT_TASK_CLASSIFICATION)
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "predict: logits are a classifier's scores; this model's outputs are "
                        "its values");
@@ -113,10 +120,16 @@ static ct_status check_input(ct_experiment *e, const char *input, const ct_datas
 
 /* A CSV file's header line (index, the class and its name when data.classes gives names, then
  * a column per output), or the .npy header for n rows of c floats. */
-static void
-write_header(FILE *f, bool npy_out, bool classify, bool named, bool logits, int64_t n, int64_t c) {
+static void write_header(FILE *f,
+                         bool npy_out,
+                         bool classify,
+                         bool named,
+                         bool logits,
+                         int64_t n,
+                         int64_t t,
+                         int64_t c) {
     if (npy_out) {
-        write_npy_header(f, n, c);
+        write_npy_header(f, n, t, c);
         return;
     }
     (void)fputs(!classify ? "index" : named ? "index,class,class_name" : "index,class", f);
@@ -183,6 +196,29 @@ static void write_row(FILE *f,
     (void)fputc('\n', f);
 }
 
+/* A language model's input: the batch's numbers (f32 from the .npy) as i64 token ids, each a
+ * whole number in [0, vocab). */
+static ct_status token_ids(ct_experiment *e, ct_graph *g, const ct_batch *b, ct_tensor **x) {
+    int64_t shape[CT_MAX_DIMS];
+    int32_t nd = ct_model_output_shape(e->model, shape);
+    int64_t vocab = shape[nd - 1];
+    ct_tensor *ids = ct_graph_new(g, CT_I64, (*x)->ndim, (*x)->shape);
+    if (!ids) return forward_failed(e->ctx, g, "predict");
+    const float *v = (*x)->data;
+    int64_t *out = ids->data, n = ct_tensor_numel(ids), per = n / (*x)->shape[0];
+    for (int64_t i = 0; i < n; i++) {
+        if (!(v[i] >= 0.0f && v[i] < (float)vocab && v[i] == (float)(int64_t)v[i]))
+            return CT_FAIL(e->ctx, CT_ERR_FORMAT,
+                           "predict: sample %lld, position %lld: %.9g is not a token id in [0, "
+                           "%lld)",
+                           (long long)b->index[i / per], (long long)(i % per), (double)v[i],
+                           (long long)vocab);
+        out[i] = (int64_t)v[i];
+    }
+    *x = ids;
+    return CT_OK;
+}
+
 /* The model over every batch of l, a row per sample into f; row holds c floats. */
 static ct_status predict_batches(ct_experiment *e,
                                  ct_loader *l,
@@ -199,6 +235,7 @@ static ct_status predict_batches(ct_experiment *e,
     while ((s = ct_loader_next(l, &b)) == CT_OK && b.size > 0) {
         ct_graph_reset(g);
         ct_tensor *x = ct_graph_wrap(g, b.x.data, b.x.dtype, b.x.ndim, b.x.shape);
+        if (x && e->task.kind == CT_TASK_LANGUAGE_MODEL) CT_TRY(token_ids(e, g, &b, &x));
         ct_tensor *out = x ? ct_model_forward(e->model, g, x) : NULL;
         if (!out) return forward_failed(e->ctx, g, "predict");
         const float *outp = out->data;
@@ -273,7 +310,7 @@ ct_status ct_experiment_predict_with(ct_experiment *e,
         c *= oshape[i];
     if (s == CT_OK)
         write_header(f, npy_out, e->task.kind == CT_TASK_CLASSIFICATION, e->classes.n > 0,
-                     pp.logits, di->n, c);
+                     pp.logits, di->n, e->task.kind == CT_TASK_LANGUAGE_MODEL ? oshape[0] : 0, c);
     float *row = s == CT_OK ? ct_alloc(ctx, sizeof(float) * (size_t)c) : NULL;
     if (s == CT_OK && !row) s = CT_FAIL(ctx, CT_ERR_OOM, "predict: out of memory");
     if (s == CT_OK) s = predict_batches(e, l, g, f, npy_out, pp.logits, row, c);

@@ -92,7 +92,9 @@ static const ct_key_def k_schema[] = {
      "`layers:` a list of `{type: LAYER, ...options}` (residual blocks take `children:`). Or "
      "`plugin` and `symbol` naming a ct_model_vtable, with its own options. `init_from: "
      "FILE.safetensors` (or `{path, strict: true, prefix: \"\"}`) loads initial weights, e.g. "
-     "PyTorch's, by state_dict name; a resumed run loads its checkpoint instead. One sample of "
+     "PyTorch's, by state_dict name (`strict: false` loads what matches and warns with the "
+     "missing and unexpected keys; docs/interop.md); a resumed run loads its checkpoint "
+     "instead. One sample of "
      "data.train goes through the model before anything else: an output that does not fit the "
      "loss is a configuration error naming the layer and both shapes."},
     /* the values of task, loss.type and optimizer.type are the names in their kinds' tables

@@ -4,7 +4,9 @@
  *
  * The root node holds the embeddings, ln_f and (untied) lm_head; its children are the blocks.
  * With tied weights the head multiplies by transformer.wte.weight itself: one tensor in the
- * store, whose gradient gets both uses; the model answers "lm_head.weight" with it (an alias).
+ * store, whose gradient gets both uses, with "lm_head.weight" declared as its alias in the
+ * store, so files name it either way as PyTorch's state_dict does. Without biases (nanoGPT's
+ * bias=False) the bias slots stay NULL and the ops run without them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,8 +21,8 @@ enum { LN1_W = CT_GPT_LN1_W, LN1_B = CT_GPT_LN1_B, ATT_W = CT_GPT_ATT_W, ATT_B =
 enum { APR_W = CT_GPT_APR_W, APR_B = CT_GPT_APR_B, LN2_W = CT_GPT_LN2_W, LN2_B = CT_GPT_LN2_B };
 enum { FC_W = CT_GPT_FC_W, FC_B = CT_GPT_FC_B, MPR_W = CT_GPT_MPR_W, MPR_B = CT_GPT_MPR_B };
 
-static const char *const gpt_keys[] = {"n_layer", "n_head",  "d_model", "context",
-                                       "vocab",   "dropout", "tied",    NULL};
+static const char *const gpt_keys[] = {"n_layer", "n_head", "d_model", "context", "vocab",
+                                       "dropout", "tied",   "bias",    NULL};
 static const char *const no_keys[] = {NULL};
 
 #define LN_EPS CT_GPT_LN_EPS
@@ -29,23 +31,28 @@ static void init_weight(ct_tensor *w, ct_rng *rng, float std) {
     ct_nn_init_normal(w, rng, 0.0f, std);
 }
 
+/* Fills t, a bias: NULL when the model has none. */
+static void fill(ct_tensor *t, float v) {
+    if (t) ct_tensor_fill(t, v);
+}
+
 /* ---- a block: x + attn(ln_1(x)), then x + mlp(ln_2(x)) ---- */
 
 static void block_init(ct_layer *l, ct_rng *rng) {
     float std = 0.02f;
     float proj_std = 0.02f / sqrtf(2.0f * (float)l->i[I_LAYER]);
     ct_tensor_fill(l->t[LN1_W], 1.0f);
-    ct_tensor_fill(l->t[LN1_B], 0.0f);
+    fill(l->t[LN1_B], 0.0f);
     ct_tensor_fill(l->t[LN2_W], 1.0f);
-    ct_tensor_fill(l->t[LN2_B], 0.0f);
+    fill(l->t[LN2_B], 0.0f);
     init_weight(l->t[ATT_W], rng, std);
     init_weight(l->t[APR_W], rng, proj_std);
     init_weight(l->t[FC_W], rng, std);
     init_weight(l->t[MPR_W], rng, proj_std);
-    ct_tensor_fill(l->t[ATT_B], 0.0f);
-    ct_tensor_fill(l->t[APR_B], 0.0f);
-    ct_tensor_fill(l->t[FC_B], 0.0f);
-    ct_tensor_fill(l->t[MPR_B], 0.0f);
+    fill(l->t[ATT_B], 0.0f);
+    fill(l->t[APR_B], 0.0f);
+    fill(l->t[FC_B], 0.0f);
+    fill(l->t[MPR_B], 0.0f);
 }
 
 static ct_tensor *block_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
@@ -67,16 +74,19 @@ static ct_tensor *block_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
 
 static const ct_layer_type block_type = {"gpt_block", no_keys, NULL, block_init, block_forward};
 
-static ct_status block_declare(ct_layer_build *b, ct_layer *l, int64_t c) {
+static ct_status block_declare(ct_layer_build *b, ct_layer *l, int64_t c, bool bias) {
     static const char *const names[] = {
         "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
         "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
         "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
     const int64_t shapes[][2] = {{c, 0}, {c, 0}, {3 * c, c}, {3 * c, 0}, {c, c},     {c, 0},
                                  {c, 0}, {c, 0}, {4 * c, c}, {4 * c, 0}, {c, 4 * c}, {c, 0}};
-    for (int k = 0; k < 12; k++)
+    for (int k = 0; k < 12; k++) {
+        bool is_bias = k % 2 == 1; /* each weight is followed by its bias */
+        if (is_bias && !bias) continue;
         CT_TRY(ct_layer_declare(b, l, k, names[k], CT_F32, shapes[k][1] ? 2 : 1, shapes[k],
                                 CT_PARAM_TRAINABLE));
+    }
     l->norm_slots = 1u << LN1_W | 1u << LN1_B | 1u << LN2_W | 1u << LN2_B;
     return CT_OK;
 }
@@ -87,7 +97,7 @@ static void root_init(ct_layer *l, ct_rng *rng) {
     init_weight(l->t[WTE], rng, 0.02f);
     init_weight(l->t[WPE], rng, 0.02f);
     ct_tensor_fill(l->t[LNF_W], 1.0f);
-    ct_tensor_fill(l->t[LNF_B], 0.0f);
+    fill(l->t[LNF_B], 0.0f);
     if (l->t[HEAD]) init_weight(l->t[HEAD], rng, 0.02f);
 }
 
@@ -115,7 +125,7 @@ bool ct_gpt_is_root(const ct_layer *l) {
 typedef struct gpt_cfg {
     int64_t n_layer, n_head, c, context, vocab;
     double dropout;
-    bool tied;
+    bool tied, bias;
 } gpt_cfg;
 
 /* Reads and checks the options; vocab is required when need_vocab (else -1 when absent). */
@@ -129,6 +139,7 @@ static ct_status read_gpt(ct_ctx *ctx, const ct_options *opts, bool need_vocab, 
     CT_TRY(ct_options_int(ctx, opts, "vocab", -1, 1, INT32_MAX, &g->vocab));
     CT_TRY(ct_options_double(ctx, opts, "dropout", 0.0, 0.0, 0.999999, &g->dropout));
     CT_TRY(ct_options_bool(ctx, opts, "tied", true, &g->tied));
+    CT_TRY(ct_options_bool(ctx, opts, "bias", true, &g->bias));
     if (need_vocab && g->vocab < 0)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "%s: key 'vocab' is required", where);
     if (g->c % g->n_head != 0)
@@ -198,17 +209,18 @@ static ct_status build_gpt(ct_ctx *ctx,
         ct_layer_build bb = b;
         bb.prefix = prefix;
         bb.where = bwhere;
-        s = block_declare(&bb, blk, c);
+        s = block_declare(&bb, blk, c, g.bias);
     }
     if (s == CT_OK)
         s = ct_layer_declare(&b, root, LNF_W, "transformer.ln_f.weight", CT_F32, 1, &c,
                              CT_PARAM_TRAINABLE);
-    if (s == CT_OK)
+    if (s == CT_OK && g.bias)
         s = ct_layer_declare(&b, root, LNF_B, "transformer.ln_f.bias", CT_F32, 1, &c,
                              CT_PARAM_TRAINABLE);
     if (s == CT_OK && !tied)
         s = ct_layer_declare(&b, root, HEAD, "lm_head.weight", CT_F32, 2,
                              (const int64_t[]){vocab, c}, CT_PARAM_TRAINABLE);
+    if (s == CT_OK && tied) s = ct_params_alias(params, "lm_head.weight", "transformer.wte.weight");
     if (s != CT_OK) {
         ct_layer_free(ctx, root);
         return s;
@@ -217,8 +229,7 @@ static ct_status build_gpt(ct_ctx *ctx,
     b.out_ndim = 2;
     b.out_shape[0] = in_shape[0];
     b.out_shape[1] = vocab;
-    return ct_model_wrap(ctx, params, root, &b, tied ? "lm_head.weight" : NULL,
-                         tied ? "transformer.wte.weight" : NULL, true, out);
+    return ct_model_wrap(ctx, params, root, &b, true, out);
 }
 
 const ct_model_type ct_model_gpt = {"gpt", gpt_keys, check_gpt, build_gpt};

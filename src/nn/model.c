@@ -19,7 +19,6 @@ struct ct_model {
     ct_dtype in_dtype;
     int32_t in_ndim, out_ndim;
     int64_t in_shape[CT_MAX_DIMS], out_shape[CT_MAX_DIMS];
-    const char *alias, *target; /* a tied tensor's second name and its store name */
     bool var_len;
     const ct_model_vtable *vt; /* a user's model type instead of a root node */
     void *self;
@@ -279,8 +278,6 @@ ct_status ct_model_wrap(ct_ctx *ctx,
                         ct_params *params,
                         ct_layer *root,
                         const ct_layer_build *b,
-                        const char *alias,
-                        const char *target,
                         bool var_len,
                         ct_model **out) {
     *out = NULL;
@@ -298,8 +295,6 @@ ct_status ct_model_wrap(ct_ctx *ctx,
     memcpy(m->in_shape, b->in_shape, sizeof m->in_shape);
     m->out_ndim = b->out_ndim;
     memcpy(m->out_shape, b->out_shape, sizeof m->out_shape);
-    m->alias = alias;
-    m->target = target;
     m->var_len = var_len;
     collect_leaves(root, NULL, &m->n_leaves);
     if (m->n_leaves > 0) {
@@ -350,7 +345,7 @@ ct_status ct_model_create(ct_ctx *ctx,
         ct_layer_free(ctx, root);
         return s;
     }
-    return ct_model_wrap(ctx, params, root, &b, NULL, NULL, false, out);
+    return ct_model_wrap(ctx, params, root, &b, false, out);
 }
 
 ct_status ct_model_build(ct_ctx *ctx,
@@ -520,7 +515,6 @@ int32_t ct_model_output_shape(const ct_model *m, int64_t *shape) {
 }
 
 ct_tensor *ct_model_param(const ct_model *m, const char *name) {
-    if (m->alias && strcmp(name, m->alias) == 0) name = m->target;
     return ct_params_find(m->params, name);
 }
 

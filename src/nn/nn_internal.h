@@ -109,14 +109,13 @@ extern const ct_model_type ct_model_gpt; /* gpt.c */
 /* The error for a model type that is not one (layer_registry.c). */
 CT_INTERNAL ct_status ct_model_unknown(ct_ctx *ctx, const char *where, const char *type);
 
-/* A model around a root node made by a builder (model.c). alias/target name one tied tensor
- * (NULL for none); var_len lets the first sample dim be shorter than declared (sequences). */
+/* A model around a root node made by a builder (model.c). A tied tensor's second name is an
+ * alias in the store (ct_params_alias); var_len lets the first sample dim be shorter than declared
+ * (sequences). */
 CT_INTERNAL ct_status ct_model_wrap(ct_ctx *ctx,
                                     ct_params *params,
                                     ct_layer *root,
                                     const ct_layer_build *b,
-                                    const char *alias,
-                                    const char *target,
                                     bool var_len,
                                     ct_model **out);
 

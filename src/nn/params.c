@@ -3,6 +3,7 @@
  *
  * Entries are allocated one by one so that the tensor pointers handed out at ct_params_add stay
  * valid while the entry table grows. The store owns the entries, their names and the buffers.
+ * An alias is a second name of an entry (a tied weight): it holds no storage of its own.
  */
 #include <math.h>
 #include <string.h>
@@ -17,6 +18,12 @@ typedef struct param_entry {
     char *name;
 } param_entry;
 
+typedef struct param_alias {
+    char *name;
+    size_t name_size;
+    int64_t target; /* the entry it names */
+} param_alias;
+
 struct ct_params {
     ct_ctx *ctx;
     param_entry **entries;
@@ -27,6 +34,8 @@ struct ct_params {
     size_t value_bytes; /* allocated size of values and of grads */
     unsigned char *buffers;
     size_t buffer_bytes;
+    param_alias *aliases;
+    int64_t n_aliases, alias_cap;
     bool allocated;
 };
 
@@ -48,6 +57,9 @@ void ct_params_destroy(ct_params *p) {
         ct_free(ctx, p->entries[i], sizeof(param_entry));
     }
     ct_free(ctx, p->entries, (size_t)p->cap * sizeof *p->entries);
+    for (int64_t i = 0; i < p->n_aliases; i++)
+        ct_free(ctx, p->aliases[i].name, p->aliases[i].name_size);
+    ct_free(ctx, p->aliases, (size_t)p->alias_cap * sizeof *p->aliases);
     ct_free(ctx, p->values, p->value_bytes);
     ct_free(ctx, p->own_grads, p->value_bytes);
     ct_free(ctx, p->buffers, p->buffer_bytes);
@@ -57,7 +69,49 @@ void ct_params_destroy(ct_params *p) {
 ct_tensor *ct_params_find(const ct_params *p, const char *name) {
     for (int64_t i = 0; i < p->count; i++)
         if (strcmp(p->entries[i]->name, name) == 0) return &p->entries[i]->t;
+    for (int64_t i = 0; i < p->n_aliases; i++)
+        if (strcmp(p->aliases[i].name, name) == 0) return &p->entries[p->aliases[i].target]->t;
     return NULL;
+}
+
+ct_status ct_params_alias(ct_params *p, const char *alias, const char *target) {
+    ct_ctx *ctx = p->ctx;
+    if (!alias || !alias[0] || !target)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "an alias needs a non-empty name and a target");
+    if (ct_params_find(p, alias))
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "alias '%s': the name is already taken", alias);
+    int64_t k = -1;
+    for (int64_t i = 0; i < p->count && k < 0; i++)
+        if (strcmp(p->entries[i]->name, target) == 0) k = i;
+    if (k < 0)
+        return CT_FAIL(ctx, CT_ERR_INVALID_ARG, "alias '%s': '%s' is not a declared tensor", alias,
+                       target);
+    if (p->n_aliases == p->alias_cap) {
+        int64_t cap = p->alias_cap ? p->alias_cap * 2 : 4;
+        param_alias *a = ct_alloc(ctx, (size_t)cap * sizeof *a);
+        if (!a) return CT_FAIL(ctx, CT_ERR_OOM, "alias '%s': growing the alias table", alias);
+        if (p->n_aliases) memcpy(a, p->aliases, (size_t)p->n_aliases * sizeof *a);
+        ct_free(ctx, p->aliases, (size_t)p->alias_cap * sizeof *a);
+        p->aliases = a;
+        p->alias_cap = cap;
+    }
+    size_t nsz = strlen(alias) + 1;
+    char *nm = ct_alloc(ctx, nsz);
+    if (!nm) return CT_FAIL(ctx, CT_ERR_OOM, "alias '%s': allocating its name", alias);
+    memcpy(nm, alias, nsz);
+    p->aliases[p->n_aliases++] = (param_alias){nm, nsz, k};
+    return CT_OK;
+}
+
+int64_t ct_params_alias_count(const ct_params *p) {
+    return p->n_aliases;
+}
+
+const char *ct_params_alias_at(const ct_params *p, int64_t i, ct_tensor **target) {
+    if (target) *target = NULL;
+    if (i < 0 || i >= p->n_aliases) return NULL;
+    if (target) *target = &p->entries[p->aliases[i].target]->t;
+    return p->aliases[i].name;
 }
 
 ct_status ct_params_add(ct_params *p,

@@ -16,7 +16,7 @@
 #include "ctrain/checkpoint.h"
 #include "train/train_internal.h"
 
-/* A new allocated store with the same tensors (names, shapes, kinds) as src. */
+/* A new allocated store with the same tensors (names, shapes, kinds) and aliases as src. */
 ct_status ct_train_mirror_store(ct_ctx *ctx, const ct_params *src, ct_params **out) {
     ct_params *p;
     CT_TRY(ct_params_create(ctx, &p));
@@ -25,6 +25,11 @@ ct_status ct_train_mirror_store(ct_ctx *ctx, const ct_params *src, ct_params **o
         const ct_tensor *a = ct_params_at(src, i);
         ct_tensor *b;
         s = ct_params_add(p, a->name, a->dtype, a->ndim, a->shape, ct_params_kind_at(src, i), &b);
+    }
+    for (int64_t i = 0; s == CT_OK && i < ct_params_alias_count(src); i++) {
+        ct_tensor *t;
+        const char *alias = ct_params_alias_at(src, i, &t);
+        s = ct_params_alias(p, alias, t->name);
     }
     if (s == CT_OK) s = ct_params_alloc(p);
     if (s != CT_OK) {

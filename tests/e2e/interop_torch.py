@@ -24,7 +24,7 @@ try:
     import torch
 except ImportError as e:
     print(f"SKIP: interop_torch needs python3-torch and python3-numpy ({e}); "
-          "install them with scripts/install-deps.sh --bench")
+          "install them with scripts/install-deps.sh")
     sys.exit(77)
 
 CTRAIN = os.path.abspath(sys.argv[1])

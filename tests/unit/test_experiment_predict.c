@@ -62,6 +62,22 @@ static bool write_npy(const char *path, int rows, int cols) {
     return fclose(f) == 0 && ok;
 }
 
+/* A rows x cols f32 .npy of token ids (i * 7 mod 256). */
+static bool write_ids_npy(const char *path, int rows, int cols) {
+    if (!write_npy(path, rows, cols)) return false;
+    FILE *f = fopen(path, "r+b");
+    if (!f || fseek(f, -(long)(sizeof(float) * (size_t)(rows * cols)), SEEK_END) != 0) {
+        if (f) (void)fclose(f);
+        return false;
+    }
+    bool ok = true;
+    for (int i = 0; ok && i < rows * cols; i++) {
+        float v = (float)(i * 7 % 256);
+        ok = fwrite(&v, sizeof v, 1, f) == 1;
+    }
+    return fclose(f) == 0 && ok;
+}
+
 /* The float data of a .npy file written by predict (n of them at most); how many it holds. */
 static int read_npy(const char *path, float *out, int n) {
     FILE *f = fopen(path, "rb");
@@ -411,7 +427,25 @@ static void experiment_predict_should_sample_the_same_text_for_the_same_seed(voi
     path_in(x, sizeof x, "x16.npy");
     path_in(out, sizeof out, "lm.csv");
     CT_CHECK(write_npy(x, 2, 16));
-    check_refused(e, x, out, CT_ERR_CONFIG, "predict: language models are not supported");
+    check_refused(e, x, out, CT_ERR_CONFIG, "predict: a language model gives its logits");
+    /* its logits [N, T, vocab] for token ids; a number that is not one is refused */
+    ct_predict_params pp = ct_predict_default_params();
+    pp.logits = true;
+    path_in(out, sizeof out, "lm.npy");
+    CT_CHECK(e && ct_experiment_predict_with(e, x, out, &pp) == CT_ERR_FORMAT);
+    CT_CHECK_MSG(
+        strstr(ct_last_error(ctx), "sample 0, position 0: -1 is not a token id in [0, 256)"), "%s",
+        ct_last_error(ctx));
+    CT_CHECK(write_ids_npy(x, 2, 16));
+    CT_CHECK_MSG(e && ct_experiment_predict_with(e, x, out, &pp) == CT_OK, "%s",
+                 ct_last_error(ctx));
+    static float lg[2 * 16 * 256 + 1];
+    CT_CHECK_INT(read_npy(out, lg, 2 * 16 * 256 + 1), 2 * 16 * 256);
+    FILE *hf = fopen(out, "rb");
+    char head[128] = "";
+    CT_CHECK(hf && fread(head, 1, sizeof head - 1, hf) > 0);
+    if (hf) (void)fclose(hf);
+    CT_CHECK(strstr(head + 10, "'shape': (2, 16, 256)") != NULL);
     ct_experiment_destroy(e);
     ct_config_destroy(cfg);
     /* a classifier samples no text */

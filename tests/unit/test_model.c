@@ -360,7 +360,10 @@ static void model_should_init_like_pytorch(void) {
         CT_CHECK(max_abs(ct_model_param(f.m, "transformer.h.0.mlp.c_fc.bias")) == 0.0);
         CT_CHECK(ct_model_param(f.m, "lm_head.weight") ==
                  ct_params_find(f.params, "transformer.wte.weight"));
-        CT_CHECK(ct_params_find(f.params, "lm_head.weight") == NULL);
+        /* one tensor in the store, known under both names */
+        CT_CHECK(ct_params_find(f.params, "lm_head.weight") ==
+                 ct_params_find(f.params, "transformer.wte.weight"));
+        CT_CHECK_INT(ct_params_alias_count(f.params), 1);
         CT_CHECK_INT(ct_params_count(f.params), 2 + 4 * 12 + 2);
         /* ln_1, ln_2 and ln_f are norms; nothing else is */
         int64_t norms = 0;
@@ -388,6 +391,27 @@ static void model_should_init_like_pytorch(void) {
     CT_CHECK_INT(ct_model_build(f.ctx, "gpt", &ou, f.params, CT_I64, 1, (const int64_t[]){4}, &f.m),
                  CT_OK);
     CT_CHECK(f.m && ct_params_find(f.params, "lm_head.weight") != NULL);
+    CT_CHECK_INT(ct_params_alias_count(f.params), 0);
+    fx_close(&f);
+
+    /* bias: false declares nanoGPT's bias=False names only, and runs */
+    fx_open(&f);
+    ct_options ob = {(const ct_option[]){{"n_layer", "2"}, {"vocab", "7"}, {"bias", "false"}}, 3,
+                     "m"};
+    CT_CHECK_INT(
+        ct_model_build_alloc(f.ctx, "gpt", &ob, f.params, CT_I64, 1, (const int64_t[]){4}, 1, &f.m),
+        CT_OK);
+    if (f.m) {
+        CT_CHECK_INT(ct_params_count(f.params), 2 + 2 * 6 + 1);
+        for (int64_t i = 0; i < ct_params_count(f.params); i++)
+            CT_CHECK(strstr(ct_params_at(f.params, i)->name, "bias") == NULL);
+        CT_CHECK(ct_params_find(f.params, "transformer.h.1.ln_2.weight") != NULL);
+        CT_CHECK(ct_params_find(f.params, "transformer.ln_f.weight") != NULL);
+        int64_t ids[4] = {1, 2, 3, 6};
+        ct_tensor *y =
+            ct_model_forward(f.m, f.g, ct_graph_wrap(f.g, ids, CT_I64, 2, (const int64_t[]){1, 4}));
+        CT_CHECK(y && y->shape[2] == 7);
+    }
     fx_close(&f);
 }
 

@@ -1,7 +1,9 @@
 /*
  * test_safetensors.c - the safetensors writer and reader: byte layout, round trip, files from
- * another writer (other key order, padding, bf16, metadata), strict and non-strict loading,
- * prefixes, and every malformed header the reader must refuse with a located message.
+ * another writer (other key order, padding, bf16, metadata), strict and non-strict loading
+ * (with the missing and unexpected keys reported), prefixes, tied weights under two names,
+ * F16/BF16/F64 conversion, bf16 writing, and every malformed header the reader must refuse
+ * with a located message.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +261,219 @@ static void safetensors_save_should_keep_the_previous_file_on_failure(void) {
     ct_params_destroy(C);
 }
 
+/* Log messages of a context, collected for checks. */
+static char logged[4096];
+
+static void collect_log(void *user, ct_log_level level, const char *msg) {
+    (void)user;
+    (void)level;
+    size_t n = strlen(logged);
+    snprintf(logged + n, sizeof logged - n, "%s\n", msg);
+}
+
+static ct_ctx *logging_ctx(void) {
+    ct_ctx_params cp = ct_ctx_default_params();
+    cp.log = collect_log;
+    ct_ctx *c = NULL;
+    ct_ctx_create(&cp, &c);
+    logged[0] = '\0';
+    return c;
+}
+
+/* "wte.weight" [2, 2] known also as "head.weight" (tied), and "ln.weight" [2]. */
+static ct_params *make_tied(ct_ctx *c, float fill) {
+    ct_params *P;
+    ct_tensor *t;
+    ct_params_create(c, &P);
+    ct_params_add(P, "wte.weight", CT_F32, 2, (int64_t[]){2, 2}, CT_PARAM_TRAINABLE, &t);
+    ct_params_add(P, "ln.weight", CT_F32, 1, (int64_t[]){2}, CT_PARAM_TRAINABLE, &t);
+    CT_CHECK_INT(ct_params_alias(P, "head.weight", "wte.weight"), CT_OK);
+    ct_params_alloc(P);
+    for (int64_t i = 0; i < 6; i++)
+        ct_params_values(P)[i] = fill + (float)i;
+    return P;
+}
+
+static void params_should_know_a_tied_tensor_under_its_alias(void) {
+    ct_params *P = make_tied(ctx, 0.0f);
+    CT_CHECK(ct_params_find(P, "head.weight") == ct_params_find(P, "wte.weight"));
+    CT_CHECK_INT(ct_params_count(P), 2);
+    CT_CHECK_INT(ct_params_alias_count(P), 1);
+    ct_tensor *t = NULL;
+    CT_CHECK(strcmp(ct_params_alias_at(P, 0, &t), "head.weight") == 0);
+    CT_CHECK(t == ct_params_find(P, "wte.weight"));
+    CT_CHECK(ct_params_alias_at(P, 1, &t) == NULL && t == NULL);
+    CT_CHECK_INT(ct_params_alias(P, "head.weight", "ln.weight"), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_params_alias(P, "ln.weight", "wte.weight"), CT_ERR_INVALID_ARG);
+    CT_CHECK_INT(ct_params_alias(P, "x.weight", "missing.weight"), CT_ERR_INVALID_ARG);
+    CT_CHECK(strstr(ct_last_error(ctx), "'missing.weight' is not a declared tensor") != NULL);
+    ct_tensor *dup;
+    CT_CHECK_INT(
+        ct_params_add(P, "head.weight", CT_F32, 1, (int64_t[]){2}, CT_PARAM_TRAINABLE, &dup),
+        CT_ERR_INVALID_ARG);
+    ct_params_destroy(P);
+}
+
+static void safetensors_should_write_and_read_tied_weights_under_both_names(void) {
+    char p[128], q[128];
+    ct_params *A = make_tied(ctx, 1.0f), *B = make_tied(ctx, -5.0f);
+    CT_CHECK_INT(ct_safetensors_save(ctx, A, path_of("tied.safetensors", p), NULL, 0), CT_OK);
+    FILE *f = fopen(p, "rb");
+    unsigned char buf[512];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++)
+        hl |= (uint64_t)buf[i] << (8 * i);
+    CT_CHECK_INT(n, 8 + hl + (4 + 2 + 4) * 4); /* the tied matrix twice */
+    buf[8 + hl] = '\0';
+    CT_CHECK(
+        strstr((const char *)buf + 8,
+               "\"head.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[24,40]}") !=
+        NULL);
+    CT_CHECK(memcmp(buf + 8 + hl, buf + 8 + hl + 24, 16) == 0);
+    int64_t loaded = 0;
+    CT_CHECK_INT(ct_safetensors_load(ctx, B, p, NULL, &loaded), CT_OK);
+    CT_CHECK_INT(loaded, 2);
+    CT_CHECK(memcmp(ct_params_values(A), ct_params_values(B), 6 * sizeof(float)) == 0);
+    /* only the alias's name (safetensors.torch.save_model keeps one of tied names) */
+    const char *h1 = "{\"head.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+                     "\"ln.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}";
+    float d1[6] = {9, 8, 7, 6, 5, 4};
+    write_raw(path_of("head_only.safetensors", q), h1, d1, sizeof d1);
+    CT_CHECK_INT(ct_safetensors_load(ctx, B, q, NULL, &loaded), CT_OK);
+    CT_CHECK_ARRAYS("tied from the alias", ct_params_values(B), d1, 6, 0, 0);
+    /* only the tensor's own name */
+    const char *h2 = "{\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+                     "\"ln.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}";
+    write_raw(path_of("wte_only.safetensors", q), h2, d1, sizeof d1);
+    CT_CHECK_INT(ct_safetensors_load(ctx, A, q, NULL, &loaded), CT_OK);
+    CT_CHECK_ARRAYS("tied from its name", ct_params_values(A), d1, 6, 0, 0);
+    /* both names with different values: refused, naming both */
+    const char *h3 = "{\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+                     "\"head.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[16,32]},"
+                     "\"ln.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[32,40]}}";
+    float d3[10] = {1, 2, 3, 4, 1, 2, 3.5f, 4, 0, 0};
+    write_raw(path_of("tied_differ.safetensors", q), h3, d3, sizeof d3);
+    CT_CHECK_INT(ct_safetensors_load(ctx, A, q, NULL, NULL), CT_ERR_FORMAT);
+    CT_CHECK(strstr(ct_last_error(ctx), "'wte.weight' and 'head.weight' name one tied parameter "
+                                        "('wte.weight') but their values differ at element 2 "
+                                        "(3 and 3.5)") != NULL);
+    d3[6] = 3.0f;
+    write_raw(q, h3, d3, sizeof d3);
+    CT_CHECK_INT(ct_safetensors_load(ctx, A, q, NULL, NULL), CT_OK);
+    ct_params_destroy(A);
+    ct_params_destroy(B);
+}
+
+static void safetensors_should_convert_f16_bf16_and_f64_to_f32(void) {
+    char p[128];
+    ct_ctx *c = logging_ctx();
+    ct_params *P;
+    ct_tensor *a, *b, *d;
+    ct_params_create(c, &P);
+    ct_params_add(P, "a", CT_F32, 1, (int64_t[]){6}, CT_PARAM_TRAINABLE, &a);
+    ct_params_add(P, "b", CT_F32, 1, (int64_t[]){2}, CT_PARAM_TRAINABLE, &b);
+    ct_params_add(P, "d", CT_F32, 1, (int64_t[]){3}, CT_PARAM_TRAINABLE, &d);
+    ct_params_alloc(P);
+    const char *h = "{\"a\":{\"dtype\":\"F16\",\"shape\":[6],\"data_offsets\":[0,12]},"
+                    "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[12,16]},"
+                    "\"d\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[16,40]}}";
+    unsigned char data[40];
+    /* 1, -2, 0.5, 65504 (the largest half), 2^-24 (the smallest subnormal), -inf */
+    uint16_t f16[6] = {0x3C00, 0xC000, 0x3800, 0x7BFF, 0x0001, 0xFC00};
+    uint16_t bf16[2] = {0x3F80, 0xC040}; /* 1, -3 */
+    double f64[3] = {0.1, -1e300, 3.0};
+    memcpy(data, f16, 12);
+    memcpy(data + 12, bf16, 4);
+    memcpy(data + 16, f64, 24);
+    write_raw(path_of("dtypes.safetensors", p), h, data, sizeof data);
+    CT_CHECK_INT(ct_safetensors_load(c, P, p, NULL, NULL), CT_OK);
+    const float *v = a->data;
+    CT_CHECK(v[0] == 1.0f && v[1] == -2.0f && v[2] == 0.5f && v[3] == 65504.0f);
+    CT_CHECK(v[4] == 0x1p-24f && v[5] < 0 && v[5] * 0.0f != v[5] * 0.0f);
+    CT_CHECK(((float *)b->data)[0] == 1.0f && ((float *)b->data)[1] == -3.0f);
+    const float *w = d->data;
+    CT_CHECK(w[0] == 0.1f && w[1] < -3.0e38f && w[2] == 3.0f);
+    CT_CHECK(strstr(logged, "converted to f32 on load: 1 BF16, 1 F16, 1 F64 tensor(s)") != NULL);
+    /* an i64 buffer takes no float */
+    ct_params *Q;
+    ct_tensor *n;
+    ct_params_create(c, &Q);
+    ct_params_add(Q, "d", CT_I64, 1, (int64_t[]){3}, CT_PARAM_BUFFER, &n);
+    ct_params_alloc(Q);
+    ct_safetensors_load_params lp = ct_safetensors_load_default_params();
+    lp.strict = false;
+    CT_CHECK_INT(ct_safetensors_load(c, Q, p, &lp, NULL), CT_ERR_FORMAT);
+    CT_CHECK(strstr(ct_last_error(c), "dtype F64 cannot load into i64 'd'") != NULL);
+    ct_params_destroy(Q);
+    ct_params_destroy(P);
+    ct_ctx_destroy(c);
+}
+
+static void safetensors_should_list_missing_and_unexpected_keys_without_strict(void) {
+    char p[128];
+    ct_ctx *c = logging_ctx();
+    ct_params *A = make_store(1.0f);
+    CT_CHECK_INT(ct_safetensors_save(c, A, path_of("ns.safetensors", p), NULL, 0), CT_OK);
+    ct_params *C;
+    ct_tensor *t;
+    ct_params_create(c, &C);
+    ct_params_add(C, "fc.weight", CT_F32, 2, (int64_t[]){3, 2}, CT_PARAM_TRAINABLE, &t);
+    ct_params_add(C, "head.weight", CT_F32, 1, (int64_t[]){4}, CT_PARAM_TRAINABLE, &t);
+    ct_params_alloc(C);
+    ct_safetensors_load_params lp = ct_safetensors_load_default_params();
+    lp.strict = false;
+    int64_t loaded = 0;
+    CT_CHECK_INT(ct_safetensors_load(c, C, p, &lp, &loaded), CT_OK);
+    CT_CHECK_INT(loaded, 1);
+    CT_CHECK(strstr(logged, "loaded 1 of 2 tensors of the model (strict: false); missing keys, "
+                            "left at their initial values (1): [head.weight]; unexpected keys, "
+                            "not used (2): [fc.bias, bn.num_batches_tracked]") != NULL);
+    /* everything loaded: nothing to say */
+    logged[0] = '\0';
+    ct_params *B = make_store(0.0f);
+    CT_CHECK_INT(ct_safetensors_load(c, B, p, &lp, &loaded), CT_OK);
+    CT_CHECK(strstr(logged, "strict: false") == NULL);
+    /* nothing matches (a prefix too many): an error listing both sides */
+    lp.prefix = "model.";
+    CT_CHECK_INT(ct_safetensors_load(c, B, p, &lp, &loaded), CT_ERR_FORMAT);
+    CT_CHECK(strstr(ct_last_error(c), "no tensor of the file is one of the model (the file's: "
+                                      "fc.weight, fc.bias, bn.num_batches_tracked; the model's: "
+                                      "model.fc.weight") != NULL);
+    ct_params_destroy(A);
+    ct_params_destroy(B);
+    ct_params_destroy(C);
+    ct_ctx_destroy(c);
+}
+
+static void safetensors_save_as_should_write_bf16(void) {
+    char p[128];
+    ct_params *A = make_tied(ctx, 1.0f), *B = make_tied(ctx, 0.0f);
+    ct_params_values(A)[0] = 1.00390625f; /* 1 + 2^-8: rounds to even, 1 */
+    ct_params_values(A)[1] = 1.01171875f; /* 1 + 3 * 2^-8: rounds up to 1 + 2^-6 */
+    CT_CHECK_INT(ct_safetensors_save_as(ctx, A, path_of("bf16.safetensors", p), NULL, 0, CT_BF16),
+                 CT_OK);
+    FILE *f = fopen(p, "rb");
+    unsigned char buf[512];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++)
+        hl |= (uint64_t)buf[i] << (8 * i);
+    CT_CHECK_INT(n, 8 + hl + (4 + 2 + 4) * 2);
+    buf[8 + hl] = '\0';
+    CT_CHECK(strstr((const char *)buf + 8,
+                    "\"wte.weight\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]}") !=
+             NULL);
+    CT_CHECK_INT(ct_safetensors_load(ctx, B, p, NULL, NULL), CT_OK);
+    CT_CHECK(ct_params_values(B)[0] == 1.0f && ct_params_values(B)[1] == 1.015625f);
+    CT_CHECK(ct_params_values(B)[5] == 6.0f);
+    CT_CHECK_INT(ct_safetensors_save_as(ctx, A, p, NULL, 0, CT_I32), CT_ERR_INVALID_ARG);
+    ct_params_destroy(A);
+    ct_params_destroy(B);
+}
+
 int main(void) {
     if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     snprintf(dir, sizeof dir, "/tmp/ct_safetensors_XXXXXX");
@@ -269,6 +484,11 @@ int main(void) {
     CT_RUN(safetensors_should_refuse_malformed_files);
     CT_RUN(safetensors_should_accept_empty_tensors_in_any_key_order);
     CT_RUN(safetensors_save_should_keep_the_previous_file_on_failure);
+    CT_RUN(params_should_know_a_tied_tensor_under_its_alias);
+    CT_RUN(safetensors_should_write_and_read_tied_weights_under_both_names);
+    CT_RUN(safetensors_should_convert_f16_bf16_and_f64_to_f32);
+    CT_RUN(safetensors_should_list_missing_and_unexpected_keys_without_strict);
+    CT_RUN(safetensors_save_as_should_write_bf16);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -230,7 +230,6 @@ int cli_cmd_completion(int argc, char **argv);
 int cli_cmd_man(int argc, char **argv);
 /* verify.c: train twice, straight and interrupted, and compare */
 int cli_cmd_verify_resume(int argc, char **argv);
-
 /* export.c: the model as an ONNX file (or its weights as safetensors) */
 int cli_cmd_export(int argc, char **argv);
 void cli_export_usage(FILE *f);

@@ -1,7 +1,9 @@
 /*
  * export.c - `ctrain export`: a run's model written for other runtimes, as an ONNX model
- * (ct_experiment_export_onnx, docs/onnx.md) or its weights as a safetensors file. The run is
- * opened read-only, as eval opens it; nothing is written into it.
+ * (ct_experiment_export_onnx, docs/onnx.md) or its weights as a safetensors file under PyTorch
+ * state_dict names, tied weights under each of their names, in f32 or bf16
+ * (ct_experiment_export_weights, docs/interop.md). The run is opened read-only, as eval opens
+ * it; nothing is written into it.
  *
  * Ownership: the command opens and closes its context, configuration and experiment.
  */
@@ -18,22 +20,24 @@
 void cli_export_usage(FILE *f) {
     (void)fprintf(
         f,
-        "usage: ctrain export RUN|CHECKPOINT --format onnx|safetensors -o OUT\n"
-        "                     [--opset N] [--with-preprocessing] [--checkpoint WHICH] "
-        "[--no-ema]\n\n"
+        "usage: ctrain export RUN|CHECKPOINT -o OUT [--format safetensors|onnx]\n"
+        "                     [--dtype f32|bf16] [--opset N] [--with-preprocessing]\n"
+        "                     [--checkpoint WHICH] [--no-ema]\n\n"
         "Writes the model of a run directory (its best checkpoint, else latest; or WHICH),\n"
         "or of a checkpoint directory RUN/checkpoints/step-N, to OUT:\n"
         "  onnx         the model in evaluation mode as an ONNX graph (opset %d to %d,\n"
         "               default %d) with a dynamic batch dimension; --with-preprocessing\n"
         "               puts the evaluation transforms (scale, normalize) into the graph,\n"
         "               which then takes the raw features (u8 pixels) (docs/onnx.md)\n"
-        "  safetensors  the model's tensors under their PyTorch names\n"
+        "  safetensors  (the default) the model's tensors under their PyTorch names, a tied\n"
+        "               weight under each of its names, as f32 or, with --dtype bf16,\n"
+        "               rounded to bf16 (docs/interop.md)\n"
         "A run with trainer.ema exports its EMA weights unless --no-ema.\n",
         CT_ONNX_OPSET_MIN, CT_ONNX_OPSET_MAX, CT_ONNX_OPSET_DEFAULT);
 }
 
 typedef struct export_args {
-    const char *src, *format, *output, *which;
+    const char *src, *format, *output, *which, *dtype;
     long long opset;
     bool preprocessing, no_ema;
 } export_args;
@@ -46,9 +50,10 @@ static int parse(int argc, char **argv, export_args *a) {
                                          {"with-preprocessing", no_argument, NULL, 'p'},
                                          {"checkpoint", required_argument, NULL, 'c'},
                                          {"no-ema", no_argument, NULL, 'E'},
+                                         {"dtype", required_argument, NULL, 'd'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    *a = (export_args){.opset = CT_ONNX_OPSET_DEFAULT};
+    *a = (export_args){.opset = CT_ONNX_OPSET_DEFAULT, .format = "safetensors", .dtype = NULL};
     optind = 1;
     opterr = 0;
     int c;
@@ -70,6 +75,9 @@ static int parse(int argc, char **argv, export_args *a) {
         case 'E':
             a->no_ema = true;
             break;
+        case 'd':
+            a->dtype = optarg;
+            break;
         case 'h':
             cli_export_usage(stdout);
             return -1;
@@ -90,9 +98,12 @@ static int parse(int argc, char **argv, export_args *a) {
     if (optind < argc) a->src = argv[optind++];
     const char *bad = !a->src         ? "missing RUN or CHECKPOINT"
                       : optind < argc ? "one RUN or CHECKPOINT only"
-                      : !a->format    ? "missing --format onnx|safetensors"
                       : strcmp(a->format, "onnx") != 0 && strcmp(a->format, "safetensors") != 0
                           ? "--format: expected onnx or safetensors"
+                      : a->dtype && strcmp(a->dtype, "f32") != 0 && strcmp(a->dtype, "bf16") != 0
+                          ? "--dtype: expected f32 or bf16"
+                      : a->dtype && strcmp(a->format, "onnx") == 0
+                          ? "--dtype: only for --format safetensors (an ONNX graph computes in f32)"
                       : !a->output ? "missing -o OUT"
                                    : NULL;
     if (bad) {
@@ -150,7 +161,8 @@ int cli_cmd_export(int argc, char **argv) {
         p.with_preprocessing = a.preprocessing;
         st = ct_experiment_export_onnx(e, a.output, &p);
     } else if (!rc) {
-        st = ct_safetensors_save(ctx, ct_experiment_params_store(e), a.output, NULL, 0);
+        bool bf16 = a.dtype && strcmp(a.dtype, "bf16") == 0;
+        st = ct_experiment_export_weights(e, a.output, bf16 ? CT_BF16 : CT_F32);
     }
     if (!rc && st != CT_OK) rc = cli_fail(ctx, st == CT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILED);
     if (!rc)
