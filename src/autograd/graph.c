@@ -219,6 +219,10 @@ ct_graph_wrap(ct_graph *g, void *data, ct_dtype dtype, int32_t ndim, const int64
     return new_tensor(g, dtype, ndim, shape, false, data);
 }
 
+const ct_node *ct_graph_newest(const ct_graph *g) {
+    return g->tape;
+}
+
 bool ct_graph_is_newest(const ct_graph *g, const ct_tensor *t) {
     return t && t->node && t->node == g->tape;
 }
@@ -338,14 +342,14 @@ bool ct_graph_layer_timing(const ct_graph *g) {
 
 ct_graph_layer_mark ct_graph_begin_layer(ct_graph *g, int32_t i) {
     ct_graph_layer_mark m = {g->layer, 0.0};
-    if (!ct_graph_layer_timing(g) || i < 0 || i >= g->n_layer_times) return m;
-    g->layer = i;
-    m.start = clock_seconds();
+    if (i < 0) return m;
+    g->layer = i; /* the tag costs a store: an incident's examination reads it (ct_node.layer) */
+    if (ct_graph_layer_timing(g) && i < g->n_layer_times) m.start = clock_seconds();
     return m;
 }
 
 void ct_graph_end_layer(ct_graph *g, ct_graph_layer_mark mark) {
-    if (g->layer_fwd && g->layer >= 0 && mark.start > 0.0)
+    if (g->layer_fwd && g->layer >= 0 && g->layer < g->n_layer_times && mark.start > 0.0)
         g->layer_fwd[g->layer] += clock_seconds() - mark.start;
     g->layer = mark.prev;
 }

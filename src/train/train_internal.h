@@ -251,6 +251,12 @@ CT_INTERNAL ct_status ct_train_sync_replicas(ct_trainer *t, bool values);
  * after a step. */
 CT_INTERNAL ct_status ct_train_evaluate_due(ct_trainer *t, bool epoch_end, int64_t epoch);
 
+/* examine.c: an incident's examination, read off the graph's tape of the window's last
+ * micro-batch: in's activations (acts[0..n), n the model's layer count, or 0) and where the
+ * first inf or NaN appeared (nonfinite_*). */
+CT_INTERNAL void
+ct_train_examine(ct_trainer *t, ct_incident *in, const ct_tensor **acts, int64_t n);
+
 /* update.c: the rollback snapshot's size for the trainer's store and optimizer. */
 CT_INTERNAL size_t ct_train_snapshot_bytes(const ct_params *params, const ct_optim *opt);
 /* update.c: copies the store, the optimizer's buffers, step count and the schedule into the

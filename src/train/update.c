@@ -240,13 +240,21 @@ static ct_incident incident_of(const ct_trainer *t, ct_incident_kind kind, doubl
                       .threshold = (double)NAN,
                       .loss_finite = true,
                       .grads_finite = true,
-                      .rng = *ct_graph_rng(t->g)};
+                      .rng = *ct_graph_rng(t->g),
+                      .nonfinite_layer = -1};
     return in;
 }
 
-static void report_incident(ct_trainer *t, const ct_incident *in) {
+/* The incident to the caller, with the step's examination (examine.c), made only here: a
+ * step that goes well pays nothing for it. */
+static void report_incident(ct_trainer *t, ct_incident *in) {
     const ct_trainer_callbacks *cb = &t->p.callbacks;
-    if (cb->on_incident) cb->on_incident(cb->user, t, in);
+    if (!cb->on_incident) return;
+    int64_t n = ct_model_layer_count(t->model);
+    const ct_tensor **acts = n > 0 ? ct_alloc(t->ctx, (size_t)n * sizeof *acts) : NULL;
+    ct_train_examine(t, in, acts, acts ? n : 0);
+    cb->on_incident(cb->user, t, in);
+    if (acts) ct_free(t->ctx, acts, (size_t)n * sizeof *acts);
 }
 
 static const char *nonfinite_action_name(ct_nonfinite_action a) {

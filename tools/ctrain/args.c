@@ -45,6 +45,9 @@ void cli_usage(FILE *f) {
            "                                  several runs: one page comparing them\n"
            "  verify-resume CONFIG [--steps N] [--cuts K] [--dir D] [--keep] [key=value ...]\n"
            "                                  check that resuming reproduces a straight run\n"
+           "  replay RUN/incidents/step-N [--json]\n"
+           "                                  make an incident's step again and check it "
+           "reproduces\n"
            "  completion bash|zsh             print the shell completion script\n"
            "  man                             print the ctrain(1) man page (roff)\n"
            "\n"
@@ -326,6 +329,17 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                "/tmp), removed at the end unless\n--keep. Exit 0 all identical, 1 a "
                "difference or a failed run, 2 a usage or\nconfiguration error. One "
                "process: not under an MPI launcher.\n");
+    else if (strcmp(cmd, "replay") == 0)
+        (void)fprintf(f, "usage: ctrain replay RUN/incidents/step-N [--json]\n\n"
+                         "Makes the step of an incident bundle again: resumes the run's "
+                         "checkpoint the\nbundle names (the last one saved before the step; "
+                         "none: from the seed) in a\nscratch directory with the bundle's "
+                         "config.yaml, trains to the step, and checks\nthat it comes out bit "
+                         "for bit as recorded: the batch's samples, the loss, the\ndecision and "
+                         "the statistics of every weight, gradient and layer output.\nNothing is "
+                         "written into the run. --json prints one JSON object. Exit 0\n"
+                         "reproduced, 1 a difference (the first one is said), 2 a usage error, "
+                         "a path\nthat is not a bundle or a checkpoint that is gone.\n");
     else if (strcmp(cmd, "man") == 0)
         (void)fprintf(f, "usage: ctrain man\n\nPrints the ctrain(1) man page (roff), made "
                          "of these help texts: man <(ctrain man).\n");

@@ -184,6 +184,8 @@ int cli_cmd_completion(int argc, char **argv);
 int cli_cmd_man(int argc, char **argv);
 /* verify.c: train twice, straight and interrupted, and compare */
 int cli_cmd_verify_resume(int argc, char **argv);
+/* replay.c: an incident bundle's step made again and compared with the bundle */
+int cli_cmd_replay(int argc, char **argv);
 
 /* Whether the run's pointer file checkpoints/NAME is there, readable or not (eval.c). */
 bool cli_pointer_exists(const char *run, const char *name);

@@ -24,6 +24,7 @@ static const struct {
     {"diff", "--json --tolerance= --all --help"},
     {"report", "--output= --svg= --log --help"},
     {"verify-resume", "--steps= --cuts= --dir= --keep --help"},
+    {"replay", "--json --help"},
     {"completion", ""},
     {"man", ""},
 };
