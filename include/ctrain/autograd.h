@@ -126,6 +126,11 @@ CT_API ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss);
  * pass over the tape when set. */
 typedef void (*ct_grad_ready_fn)(void *user, ct_tensor *param);
 CT_API void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user);
+/* Called in the next backward passes after each node's backward (newest node first), while its
+ * inputs' gradients hold what it added and its output's gradient is still there: for examining
+ * a pass (the trainer's incidents). fn NULL: none (the default); costs a branch per node. */
+typedef void (*ct_node_hook_fn)(void *user, const ct_node *node);
+CT_API void ct_graph_set_node_hook(ct_graph *g, ct_node_hook_fn fn, void *user);
 /*
  * Per-layer timing (the trainer's profile, CT_PROFILE_MODE_LAYERS): with tables fwd and bwd of
  * n seconds each (borrowed; NULL: off, the default), the forward pass of layer i between

@@ -151,10 +151,13 @@ typedef struct ct_incident {
     const ct_tensor *const *activations;
     int64_t n_activations;
     /* Where the first inf or NaN appeared: nonfinite_pass "forward" for the oldest node whose
-       output holds one, else "backward" for the first parameter, in the backward pass's order
-       (from the loss down), whose gradient holds one; NULL when neither does. nonfinite_layer:
-       that node's model layer, -1 for one outside the model's layers (the loss);
-       nonfinite_op: its op's name; nonfinite_param: the parameter (backward only, else NULL). */
+       output holds one; else "backward" for the first node whose backward leaves one in a
+       gradient, the window's last backward pass run again over the step's graph (one process,
+       no update made yet), or failing that the first parameter, in the backward pass's order
+       (from the loss down), whose gradient holds one; NULL when neither. nonfinite_layer: that
+       node's model layer, -1 for one outside the model's layers (the loss); nonfinite_op: its
+       op's name; nonfinite_param: the parameter whose gradient it was (backward; NULL for an
+       activation's gradient and in the forward pass). */
     const char *nonfinite_pass;
     int64_t nonfinite_layer;
     const char *nonfinite_op;

@@ -45,6 +45,8 @@ struct ct_graph {
     ct_status status;
     ct_grad_ready_fn grad_ready;
     void *grad_ready_user;
+    ct_node_hook_fn node_hook;
+    void *node_hook_user;
     /* per-layer timing: the tables (NULL: off) and the layer recording now (-1: none) */
     double *layer_fwd, *layer_bwd;
     int64_t n_layer_times;
@@ -354,6 +356,11 @@ void ct_graph_end_layer(ct_graph *g, ct_graph_layer_mark mark) {
     g->layer = mark.prev;
 }
 
+void ct_graph_set_node_hook(ct_graph *g, ct_node_hook_fn fn, void *user) {
+    g->node_hook = fn;
+    g->node_hook_user = user;
+}
+
 void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user) {
     g->grad_ready = fn;
     g->grad_ready_user = user;
@@ -444,6 +451,7 @@ ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
     for (ct_node *node = g->tape; node && g->status == CT_OK; node = node->prev) {
         /* nothing flowed into this node: its parameters' gradients are final all the same */
         if (node->out->grad) node->op->backward(g, node);
+        if (g->node_hook) g->node_hook(g->node_hook_user, node);
         spare_output_grad(g, node);
         if (tab && g->status == CT_OK) report_ready(g, node, tab, mask);
         if (bwd) { /* one reading per node: the time since the last one is this node's */

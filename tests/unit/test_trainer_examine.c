@@ -23,7 +23,7 @@ static ct_ctx *ctx;
 /* What the first incident said. */
 typedef struct seen {
     int64_t incidents, step, n_activations, layer;
-    char pass[16], op[32], names[N_LAYERS][8];
+    char pass[16], op[32], param[32], names[N_LAYERS][8];
     bool recorded[N_LAYERS], finite[N_LAYERS];
 } seen;
 
@@ -53,6 +53,8 @@ static void on_incident(void *user, ct_trainer *t, const ct_incident *in) {
     r->s.layer = in->nonfinite_layer;
     (void)snprintf(r->s.pass, sizeof r->s.pass, "%s", in->nonfinite_pass ? in->nonfinite_pass : "");
     (void)snprintf(r->s.op, sizeof r->s.op, "%s", in->nonfinite_op ? in->nonfinite_op : "");
+    (void)snprintf(r->s.param, sizeof r->s.param, "%s",
+                   in->nonfinite_param ? in->nonfinite_param : "");
     for (int64_t i = 0; i < in->n_activations && i < N_LAYERS; i++) {
         const ct_tensor *a = in->activations[i];
         r->s.recorded[i] = a != NULL;
@@ -145,6 +147,75 @@ static void trainer_examine_should_name_the_layer_of_a_planted_nan(void) {
     check_planted("0.bias", 0);
 }
 
+/* A regression MLP (1 feature, layers 0 linear, 1 tanh, 2 linear, 1 output) whose output
+ * layer's weight is 3e38 and first layer's 1e-30, on batches of one sample: the forward pass
+ * stays finite (the output is about 3e8 x), but the backward pass of layer 2 overflows the
+ * gradient of its input (2 (out - y) * 3e38), which reaches layer 0's parameters only; layer
+ * 2's own gradients (1e-30 x times the loss's) are finite. on_nonfinite `mode`. */
+static void check_backward(const char *mode, int64_t layer, const char *param) {
+    ct_option d[] = {{"kind", "linear"}, {"n", "16"}, {"features", "1"}, {"seed", "2"}};
+    ct_options dopts = {d, 4, "test: data"};
+    ct_option m[] = {{"hidden", "1"}, {"out", "1"}, {"activation", "tanh"}};
+    ct_options mopts = {m, 3, "test: model"};
+    ct_option nf[] = {{"on_nonfinite", mode}};
+    ct_options nfopts = {nf, 1, "test: on_nonfinite"};
+    ct_loader_params lp = ct_loader_default_params();
+    lp.batch_size = 1;
+    lp.shuffle = false;
+    ct_optim_params op = ct_optim_default_params(CT_OPTIM_SGD);
+    run r;
+    memset(&r, 0, sizeof r);
+    if (ct_dataset_open(ctx, "synthetic", &dopts, &r.data) != CT_OK ||
+        ct_loader_create(ctx, r.data, &lp, &r.loader) != CT_OK ||
+        ct_params_create(ctx, &r.params) != CT_OK ||
+        ct_model_build_alloc(ctx, "mlp", &mopts, r.params, CT_F32, 1, (const int64_t[]){1}, 11,
+                             &r.model) != CT_OK ||
+        ct_optim_create(ctx, r.params, &op, &r.opt) != CT_OK) {
+        fprintf(stderr, "setup: %s\n", ct_last_error(ctx));
+        CT_CHECK(0);
+        return;
+    }
+    const float values[] = {1e-30f, 0.0f, 3e38f, 0.0f}; /* 0.weight, 0.bias, 2.weight, 2.bias */
+    CT_CHECK_INT(ct_params_count(r.params), 4);
+    for (int64_t i = 0; i < ct_params_count(r.params) && i < 4; i++)
+        ((float *)ct_params_at(r.params, i)->data)[0] = values[i];
+    ct_trainer_params p = ct_trainer_default_params();
+    p.model = r.model;
+    p.store = r.params;
+    p.optim = r.opt;
+    p.train = r.loader;
+    p.max_steps = 3;
+    p.task.kind = CT_TASK_REGRESSION;
+    p.nonfinite = &nfopts;
+    p.callbacks.user = &r;
+    p.callbacks.on_incident = on_incident;
+    if (ct_trainer_create(ctx, &p, &r.t) != CT_OK) {
+        fprintf(stderr, "setup: %s\n", ct_last_error(ctx));
+        CT_CHECK(0);
+        run_close(&r);
+        return;
+    }
+    (void)ct_trainer_fit(r.t);
+    CT_CHECK(r.s.incidents >= 1);
+    CT_CHECK_INT(r.s.step, 1);
+    CT_CHECK_MSG(strcmp(r.s.pass, "backward") == 0, "on_nonfinite %s: pass '%s'", mode, r.s.pass);
+    CT_CHECK_INT(r.s.layer, layer);
+    CT_CHECK_MSG(strcmp(r.s.param, param) == 0, "on_nonfinite %s: param '%s'", mode, r.s.param);
+    for (int64_t i = 0; i < N_LAYERS; i++)
+        CT_CHECK(r.s.recorded[i] && r.s.finite[i]);
+    run_close(&r);
+}
+
+/* Under skip the update waits for the decision: the backward pass is run again over the step's
+ * graph and names layer 2, whose backward made the first inf (in its input's gradient, no
+ * parameter's). Under stop the update was made before the decision (it checks the gradients as
+ * it applies them): the pass is judged by the parameters' gradients, the first bad one in
+ * backward order being layer 0's weight. */
+static void trainer_examine_should_find_where_the_backward_pass_overflowed(void) {
+    check_backward("skip", 2, "");
+    check_backward("stop", 0, "0.weight");
+}
+
 /* A spike has nothing non-finite: no layer named, every layer's output listed, in order. */
 static void trainer_examine_should_list_every_layer_of_a_spike(void) {
     ct_option sp[] = {{"action", "warn"}, {"window", "8"}, {"warmup", "8"}};
@@ -178,6 +249,7 @@ int main(void) {
     cp.log = quiet; /* the incidents' warnings are expected here */
     if (ct_ctx_create(&cp, &ctx) != CT_OK) return 1;
     CT_RUN(trainer_examine_should_name_the_layer_of_a_planted_nan);
+    CT_RUN(trainer_examine_should_find_where_the_backward_pass_overflowed);
     CT_RUN(trainer_examine_should_list_every_layer_of_a_spike);
     ct_ctx_destroy(ctx);
     return ct_test_finish();
