@@ -270,6 +270,8 @@ static void put_incident(FILE *f, ct_experiment *e, const ct_incident *in) {
                   (unsigned long long)in->rng.counter);
     put_first_layer(f, e, in);
     put_replay_from(f, e, in);
+    (void)fprintf(f, ",\n  \"world_size\": %lld",
+                  (long long)(e->p.comm ? ct_comm_world_size(e->p.comm) : 1));
     put_samples(f, e, in);
     put_tensors(f, e->params);
     put_activations(f, e, in);

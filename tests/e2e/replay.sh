@@ -38,7 +38,7 @@ YAML
 b2=nan/incidents/step-00000002 b4=nan/incidents/step-00000004
 why=
 for pat in '"first_nonfinite_layer": \{"pass": "forward", "index": 0, "name": "0", "type": "linear"' \
-    '"replay_from": null' '"loss_bits": "0x[0-9a-f]{16}"' \
+    '"replay_from": null' '"loss_bits": "0x[0-9a-f]{16}"' '"world_size": 1,' \
     '"activations": \[' '\{"name": "1", "type": "relu", "shape": \[2, 4\], "nonfinite": [1-9]'; do
     grep -Eq "$pat" $b2/incident.json || why+="no $pat in $b2; "
 done
@@ -82,6 +82,9 @@ rm -r nan_gone/checkpoints/step-00000003
 expect replay_should_refuse_when_the_checkpoint_is_gone 2 \
     'nan_gone/checkpoints/step-00000003: the checkpoint this incident replays from is gone' \
     -- "$ctrain" replay nan_gone/incidents/step-00000004
+sed -i 's/"world_size": 1/"world_size": 2/' nan_gone/incidents/step-00000002/incident.json
+expect replay_should_refuse_a_distributed_run 2 'an incident of a run of 2 processes' \
+    -- "$ctrain" replay nan_gone/incidents/step-00000002
 expect replay_help 0 'usage: ctrain replay RUN/incidents/step-N' -- "$ctrain" replay --help
 
 # ---- planted spikes: samples 1023 and 2047 scaled by 1000, steps 32, 64, 96, 128 ----

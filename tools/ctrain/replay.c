@@ -112,6 +112,11 @@ static int read_bundle(replay *r, const char *path) {
         return bad_input("%s: no key 'replay_from': expected the checkpoint to replay from (an "
                          "object with 'step' and 'checkpoint', or null)",
                          file);
+    json_t *world = json_object_get(r->want, "world_size");
+    if (json_is_integer(world) && json_integer_value(world) > 1)
+        return bad_input("%s: an incident of a run of %lld processes; replay makes the step in "
+                         "one, which would train on another share of the data",
+                         file, (long long)json_integer_value(world));
     r->step = (int64_t)json_integer_value(step);
     r->from = -1;
     if (!json_is_null(from)) {
@@ -473,6 +478,11 @@ int cli_cmd_replay(int argc, char **argv) {
     if (!r) return EXIT_RUN_FAILED;
     const char *path;
     int rc = read_args(argc, argv, r, &path);
+    if (rc < 0 && ct_comm_launched()) {
+        (void)fprintf(stderr, "ctrain replay: runs as one process; run it without an MPI "
+                              "launcher\n");
+        rc = EXIT_USAGE;
+    }
     if (rc < 0) rc = read_bundle(r, path);
     if (rc >= 0) {
         json_decref(r->want);
