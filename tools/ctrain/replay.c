@@ -229,7 +229,9 @@ static int make_scratch(replay *r, ct_ctx *ctx) {
 static void on_incident(void *user, ct_trainer *t, const ct_incident *in) {
     (void)t;
     replay *r = user;
-    if (in->step == r->step && !r->found) r->found = access(r->got_path, F_OK) == 0;
+    if (in->step != r->step || r->found) return;
+    r->found = access(r->got_path, F_OK) == 0;
+    r->first = -1; /* another window makes step N next (after a skip or a rollback) */
 }
 
 /* The batches of step N's window and their samples (the last window at step N: one that ends
