@@ -126,6 +126,11 @@ CT_API ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss);
  * pass over the tape when set. */
 typedef void (*ct_grad_ready_fn)(void *user, ct_tensor *param);
 CT_API void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user);
+/* Called in the next backward passes after each node's backward (newest node first), while its
+ * inputs' gradients hold what it added and its output's gradient is still there: for examining
+ * a pass (the trainer's incidents). fn NULL: none (the default); costs a branch per node. */
+typedef void (*ct_node_hook_fn)(void *user, const ct_node *node);
+CT_API void ct_graph_set_node_hook(ct_graph *g, ct_node_hook_fn fn, void *user);
 /*
  * Per-layer timing (the trainer's profile, CT_PROFILE_MODE_LAYERS): with tables fwd and bwd of
  * n seconds each (borrowed; NULL: off, the default), the forward pass of layer i between
@@ -136,14 +141,18 @@ CT_API void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user
 CT_API void ct_graph_set_layer_times(ct_graph *g, double *fwd, double *bwd, int64_t n);
 /* Whether layers are timed now (tables set, gradients on). */
 CT_API bool ct_graph_layer_timing(const ct_graph *g);
-/* The forward pass of layer i (< n) begins; ct_graph_end_layer with what this returns ends it
- * (layers nest: the outer one is current again after). */
+/* The forward pass of layer i begins; ct_graph_end_layer with what this returns ends it
+ * (layers nest: the outer one is current again after). The nodes recorded in between carry i in
+ * ct_node.layer whether or not layers are timed (only i < n is timed). */
 typedef struct ct_graph_layer_mark {
     int32_t prev;
     double start;
 } ct_graph_layer_mark;
 CT_API ct_graph_layer_mark ct_graph_begin_layer(ct_graph *g, int32_t i);
 CT_API void ct_graph_end_layer(ct_graph *g, ct_graph_layer_mark mark);
+/* The tape's newest node (follow ct_node.prev for the older ones), or NULL when none has been
+ * recorded since the last reset; valid until ct_graph_reset. */
+CT_API const ct_node *ct_graph_newest(const ct_graph *g);
 /* Backpropagates from any f32 tensor t that requires grad, with its gradient seeded from
  * seed[0..numel(t)) (added to what t already has). For vector-Jacobian products and tests. */
 CT_API ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed);

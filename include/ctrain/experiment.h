@@ -163,6 +163,16 @@ CT_API const ct_dataset_info *ct_experiment_train_info(const ct_experiment *e);
 /* The loader transforms applied to evaluation data, to apply to prediction inputs too. */
 CT_API const ct_loader_params *ct_experiment_eval_loader_params(const ct_experiment *e);
 CT_API ct_task_kind ct_experiment_task_kind(const ct_experiment *e);
+/* The dataset indices of the training batches batch_first..batch_last (inclusive, numbered from
+ * 0 in the epoch) of the training loader's current epoch, on this process, in the order they are
+ * read: the samples an accumulation window trains on, as incident bundles record them. Up to cap
+ * of them into out; *n receives the count. Errors: CT_ERR_OOM, the loader's. */
+CT_API ct_status ct_experiment_window_samples(const ct_experiment *e,
+                                              int64_t batch_first,
+                                              int64_t batch_last,
+                                              int64_t *out,
+                                              int64_t cap,
+                                              int64_t *n);
 
 /*
  * Trains (ct_trainer_fit), resuming from the run directory's latest checkpoint when it has

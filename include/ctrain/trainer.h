@@ -145,6 +145,24 @@ typedef struct ct_incident {
     bool loss_finite; /* nonfinite: which of the two held the NaN or inf */
     bool grads_finite;
     ct_rng rng; /* the dropout stream's state (ct_graph_rng) at the incident */
+    /* The step as the graph recorded the window's last micro-batch, read off its tape (valid
+       during on_incident only): activations[i] is model layer i's output (the newest node
+       ct_model_layer_name(i) recorded), NULL for a layer that recorded none or whose output
+       is not f32; n_activations is the model's layer count (0 when out of memory). */
+    const ct_tensor *const *activations;
+    int64_t n_activations;
+    /* Where the first inf or NaN appeared: nonfinite_pass "forward" for the oldest node whose
+       output holds one; else "backward" for the first node whose backward leaves one in a
+       gradient, the window's last backward pass run again over the step's graph (one process,
+       no update made yet), or failing that the first parameter, in the backward pass's order
+       (from the loss down), whose gradient holds one; NULL when neither. nonfinite_layer: that
+       node's model layer, -1 for one outside the model's layers (the loss); nonfinite_op: its
+       op's name; nonfinite_param: the parameter whose gradient it was (backward; NULL for an
+       activation's gradient and in the forward pass). */
+    const char *nonfinite_pass;
+    int64_t nonfinite_layer;
+    const char *nonfinite_op;
+    const char *nonfinite_param;
 } ct_incident;
 
 /* Events. Each returns CT_OK to go on or another status to end the run with it; CT_STOP

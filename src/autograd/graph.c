@@ -45,6 +45,8 @@ struct ct_graph {
     ct_status status;
     ct_grad_ready_fn grad_ready;
     void *grad_ready_user;
+    ct_node_hook_fn node_hook;
+    void *node_hook_user;
     /* per-layer timing: the tables (NULL: off) and the layer recording now (-1: none) */
     double *layer_fwd, *layer_bwd;
     int64_t n_layer_times;
@@ -219,6 +221,10 @@ ct_graph_wrap(ct_graph *g, void *data, ct_dtype dtype, int32_t ndim, const int64
     return new_tensor(g, dtype, ndim, shape, false, data);
 }
 
+const ct_node *ct_graph_newest(const ct_graph *g) {
+    return g->tape;
+}
+
 bool ct_graph_is_newest(const ct_graph *g, const ct_tensor *t) {
     return t && t->node && t->node == g->tape;
 }
@@ -338,16 +344,21 @@ bool ct_graph_layer_timing(const ct_graph *g) {
 
 ct_graph_layer_mark ct_graph_begin_layer(ct_graph *g, int32_t i) {
     ct_graph_layer_mark m = {g->layer, 0.0};
-    if (!ct_graph_layer_timing(g) || i < 0 || i >= g->n_layer_times) return m;
-    g->layer = i;
-    m.start = clock_seconds();
+    if (i < 0) return m;
+    g->layer = i; /* the tag costs a store: an incident's examination reads it (ct_node.layer) */
+    if (ct_graph_layer_timing(g) && i < g->n_layer_times) m.start = clock_seconds();
     return m;
 }
 
 void ct_graph_end_layer(ct_graph *g, ct_graph_layer_mark mark) {
-    if (g->layer_fwd && g->layer >= 0 && mark.start > 0.0)
+    if (g->layer_fwd && g->layer >= 0 && g->layer < g->n_layer_times && mark.start > 0.0)
         g->layer_fwd[g->layer] += clock_seconds() - mark.start;
     g->layer = mark.prev;
+}
+
+void ct_graph_set_node_hook(ct_graph *g, ct_node_hook_fn fn, void *user) {
+    g->node_hook = fn;
+    g->node_hook_user = user;
 }
 
 void ct_graph_set_grad_ready(ct_graph *g, ct_grad_ready_fn fn, void *user) {
@@ -440,6 +451,7 @@ ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *seed) {
     for (ct_node *node = g->tape; node && g->status == CT_OK; node = node->prev) {
         /* nothing flowed into this node: its parameters' gradients are final all the same */
         if (node->out->grad) node->op->backward(g, node);
+        if (g->node_hook) g->node_hook(g->node_hook_user, node);
         spare_output_grad(g, node);
         if (tab && g->status == CT_OK) report_ready(g, node, tab, mask);
         if (bwd) { /* one reading per node: the time since the last one is this node's */

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,9 +53,20 @@ static void put_num(FILE *f, double v) {
         (void)fputs("null", f);
 }
 
+/* s as a JSON string's contents (names come from the configuration: quotes and backslashes
+ * escaped, control characters dropped). */
+static void put_text(FILE *f, const char *s) {
+    for (; s && *s; s++) {
+        if (*s == '"' || *s == '\\') (void)fputc('\\', f);
+        if ((unsigned char)*s >= 0x20) (void)fputc(*s, f);
+    }
+}
+
+/* The statistics' entry of a tensor; l2 with 17 digits, which read back as the same double, so
+ * that `ctrain replay` compares them bit for bit (min and max are floats: 9 digits do). */
 static void put_tensor(FILE *f, const ct_tensor *t, const float *x) {
     ct_exp_stats s = ct_exp_stats_of(x, ct_tensor_numel(t));
-    (void)fprintf(f, "{\"name\": \"%s\", \"shape\": [", t->name ? t->name : "");
+    (void)fputs("\"shape\": [", f);
     for (int32_t d = 0; d < t->ndim; d++)
         (void)fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
     (void)fprintf(f, "], \"nonfinite\": %lld, \"min\": ", (long long)s.nonfinite);
@@ -62,7 +74,10 @@ static void put_tensor(FILE *f, const ct_tensor *t, const float *x) {
     (void)fputs(", \"max\": ", f);
     put_num(f, s.finite ? s.max : (double)NAN);
     (void)fputs(", \"l2\": ", f);
-    put_num(f, s.l2);
+    if (isfinite(s.l2))
+        (void)fprintf(f, "%.17g", s.l2);
+    else
+        (void)fputs("null", f);
     (void)fputc('}', f);
 }
 
@@ -75,10 +90,90 @@ static void put_tensors(FILE *f, const ct_params *p) {
             const float *x = pass ? t->grad : (const float *)t->data;
             if (!x || t->dtype != CT_F32) continue;
             (void)fputs(k++ ? ",\n    " : "\n    ", f);
+            (void)fputs("{\"name\": \"", f);
+            put_text(f, t->name);
+            (void)fputs("\", ", f);
             put_tensor(f, t, x);
         }
         (void)fputs("\n  ]", f);
     }
+}
+
+/* "activations": each model layer's output in the step's graph, in forward order (layers
+ * without one left out). */
+static void put_activations(FILE *f, ct_experiment *e, const ct_incident *in) {
+    (void)fputs(",\n  \"activations\": [", f);
+    for (int64_t i = 0, k = 0; i < in->n_activations; i++) {
+        const ct_tensor *t = in->activations[i];
+        if (!t) continue;
+        (void)fputs(k++ ? ",\n    " : "\n    ", f);
+        (void)fputs("{\"name\": \"", f);
+        put_text(f, ct_model_layer_name(e->model, i));
+        (void)fputs("\", \"type\": \"", f);
+        put_text(f, ct_model_layer_type(e->model, i));
+        (void)fputs("\", ", f);
+        put_tensor(f, t, (const float *)t->data);
+    }
+    (void)fputs("\n  ]", f);
+}
+
+/* "first_nonfinite_layer": where the first inf or NaN appeared, or null. */
+static void put_first_layer(FILE *f, ct_experiment *e, const ct_incident *in) {
+    (void)fputs(",\n  \"first_nonfinite_layer\": ", f);
+    if (!in->nonfinite_pass) {
+        (void)fputs("null", f);
+        return;
+    }
+    const char *name = ct_model_layer_name(e->model, in->nonfinite_layer);
+    (void)fprintf(f, "{\"pass\": \"%s\", \"index\": %lld, \"name\": ", in->nonfinite_pass,
+                  (long long)in->nonfinite_layer);
+    if (name) {
+        (void)fputc('"', f);
+        put_text(f, name);
+        (void)fputs("\", \"type\": \"", f);
+        put_text(f, ct_model_layer_type(e->model, in->nonfinite_layer));
+        (void)fputc('"', f);
+    } else {
+        (void)fputs("null, \"type\": null", f);
+    }
+    (void)fprintf(f, ", \"op\": \"%s\", \"param\": ", in->nonfinite_op ? in->nonfinite_op : "");
+    if (in->nonfinite_param) {
+        (void)fputc('"', f);
+        put_text(f, in->nonfinite_param);
+        (void)fputc('"', f);
+    } else {
+        (void)fputs("null", f);
+    }
+    (void)fputc('}', f);
+}
+
+/* The step of a checkpoint directory's name "step-N" (not "step-N.tmp"), or -1. */
+static int64_t checkpoint_step(const char *name) {
+    if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9') return -1;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(name + 5, &end, 10);
+    return errno || *end ? -1 : (int64_t)v;
+}
+
+/* "replay_from": the newest checkpoint of the run saved before the incident's step, which
+ * `ctrain replay` resumes from, or null when there is none (it trains from the seed). Read off
+ * the folder itself, so that the context's error (the run's, under on_nonfinite stop) stays. */
+static void put_replay_from(FILE *f, ct_experiment *e, const ct_incident *in) {
+    char dir[DIR_SIZE];
+    (void)snprintf(dir, sizeof dir, "%s/checkpoints", e->out_dir);
+    int64_t from = -1;
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        int64_t step = checkpoint_step(de->d_name);
+        if (step >= 0 && step < in->step && step > from) from = step;
+    }
+    if (d) (void)closedir(d);
+    if (from < 0)
+        (void)fputs(",\n  \"replay_from\": null", f);
+    else
+        (void)fprintf(f, ",\n  \"replay_from\": {\"step\": %lld, \"checkpoint\": \"step-%08lld\"}",
+                      (long long)from, (long long)from);
 }
 
 /* The first parameter (in model order) whose gradient holds an inf or a NaN, or NULL. */
@@ -91,6 +186,30 @@ static const char *first_nonfinite_grad(const ct_params *p) {
     return NULL;
 }
 
+ct_status ct_experiment_window_samples(const ct_experiment *e,
+                                       int64_t batch_first,
+                                       int64_t batch_last,
+                                       int64_t *out,
+                                       int64_t cap,
+                                       int64_t *n_out) {
+    *n_out = 0;
+    ct_loader *l = e->train_loader;
+    if (!l) return CT_FAIL(e->ctx, CT_ERR_INVALID_ARG, "window samples: no training data");
+    int64_t n = ct_loader_samples_per_epoch(l);
+    int64_t lo = batch_first * e->batch_size, hi = (batch_last + 1) * e->batch_size;
+    if (hi > n) hi = n;
+    if (lo >= hi) return CT_OK;
+    int64_t *idx = ct_alloc(e->ctx, (size_t)n * sizeof *idx);
+    if (!idx)
+        return CT_FAIL(e->ctx, CT_ERR_OOM, "window samples: %lld sample indices", (long long)n);
+    ct_status s = ct_loader_epoch_indices(l, ct_loader_get_state(l).epoch, idx);
+    for (int64_t i = lo; s == CT_OK && i < hi; i++)
+        if (i - lo < cap) out[i - lo] = idx[i];
+    if (s == CT_OK) *n_out = hi - lo;
+    ct_free(e->ctx, idx, (size_t)n * sizeof *idx);
+    return s;
+}
+
 /* The loader's position and the dataset indices of the window's samples on this rank. */
 static void put_samples(FILE *f, ct_experiment *e, const ct_incident *in) {
     ct_loader *l = e->train_loader;
@@ -100,20 +219,21 @@ static void put_samples(FILE *f, ct_experiment *e, const ct_incident *in) {
                   "\"batch_size\": %lld, \"batch_first\": %lld, \"batch_last\": %lld}",
                   (long long)st.epoch, (long long)st.next_batch, (unsigned long long)st.seed,
                   (long long)e->batch_size, (long long)in->batch_first, (long long)in->batch_last);
-    int64_t n = ct_loader_samples_per_epoch(l);
-    int64_t lo = in->batch_first * e->batch_size, hi = (in->batch_last + 1) * e->batch_size;
-    if (hi > n) hi = n;
-    int64_t *idx = n > 0 ? ct_alloc(e->ctx, (size_t)n * sizeof *idx) : NULL;
+    int64_t cap = (in->batch_last - in->batch_first + 1) * e->batch_size, n = 0;
+    int64_t *idx = cap > 0 ? ct_alloc(e->ctx, (size_t)cap * sizeof *idx) : NULL;
     (void)fputs(",\n  \"samples\": ", f);
-    if (!idx || lo >= hi || ct_loader_epoch_indices(l, st.epoch, idx) != CT_OK) {
+    /* out of memory is the one failure that may replace the context's error: said as null */
+    if (!idx ||
+        ct_experiment_window_samples(e, in->batch_first, in->batch_last, idx, cap, &n) != CT_OK ||
+        n == 0) {
         (void)fputs("null", f);
     } else {
         (void)fputc('[', f);
-        for (int64_t i = lo; i < hi; i++)
-            (void)fprintf(f, "%s%lld", i > lo ? ", " : "", (long long)idx[i]);
+        for (int64_t i = 0; i < n && i < cap; i++)
+            (void)fprintf(f, "%s%lld", i ? ", " : "", (long long)idx[i]);
         (void)fputc(']', f);
     }
-    if (idx) ct_free(e->ctx, idx, (size_t)n * sizeof *idx);
+    if (idx) ct_free(e->ctx, idx, (size_t)cap * sizeof *idx);
 }
 
 static void put_incident(FILE *f, ct_experiment *e, const ct_incident *in) {
@@ -123,6 +243,9 @@ static void put_incident(FILE *f, ct_experiment *e, const ct_incident *in) {
                   in->kind == CT_INCIDENT_SPIKE ? "spike" : "nonfinite", in->action,
                   (long long)in->step, (long long)in->epoch);
     put_num(f, in->loss);
+    uint64_t bits;
+    memcpy(&bits, &in->loss, sizeof bits);
+    (void)fprintf(f, ",\n  \"loss_bits\": \"0x%016llx\"", (unsigned long long)bits);
     (void)fputs(",\n  \"grad_norm\": ", f);
     put_num(f, in->grad_norm);
     if (in->kind == CT_INCIDENT_SPIKE) {
@@ -145,8 +268,13 @@ static void put_incident(FILE *f, ct_experiment *e, const ct_incident *in) {
     (void)fprintf(f, ",\n  \"rng\": {\"seed\": %llu, \"stream\": %llu, \"counter\": %llu}",
                   (unsigned long long)in->rng.seed, (unsigned long long)in->rng.stream,
                   (unsigned long long)in->rng.counter);
+    put_first_layer(f, e, in);
+    put_replay_from(f, e, in);
+    (void)fprintf(f, ",\n  \"world_size\": %lld",
+                  (long long)(e->p.comm ? ct_comm_world_size(e->p.comm) : 1));
     put_samples(f, e, in);
     put_tensors(f, e->params);
+    put_activations(f, e, in);
     (void)fputs("\n}\n", f);
 }
 

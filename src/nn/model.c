@@ -61,8 +61,9 @@ void ct_layer_init_tree(ct_layer *l, ct_rng *rng) {
         ct_layer_init_tree(l->children[i], rng);
 }
 
-/* A child's forward, timed as its layer when layers are timed (the trainer's profile). */
-static ct_tensor *timed_forward(ct_layer *c, ct_graph *g, ct_tensor *x) {
+/* A child's forward, its nodes tagged with its layer (an incident's examination reads the
+ * tags) and timed as its layer when layers are timed (the trainer's profile). */
+static ct_tensor *tagged_forward(ct_layer *c, ct_graph *g, ct_tensor *x) {
     ct_graph_layer_mark mark = ct_graph_begin_layer(g, c->leaf);
     x = c->type->forward(c, g, x);
     ct_graph_end_layer(g, mark);
@@ -70,10 +71,9 @@ static ct_tensor *timed_forward(ct_layer *c, ct_graph *g, ct_tensor *x) {
 }
 
 ct_tensor *ct_layer_forward_children(ct_layer *l, ct_graph *g, ct_tensor *x) {
-    bool timed = ct_graph_layer_timing(g);
     for (int64_t i = 0; i < l->n_children && x; i++) {
         ct_layer *c = l->children[i];
-        x = timed && c->leaf >= 0 ? timed_forward(c, g, x) : c->type->forward(c, g, x);
+        x = c->leaf >= 0 ? tagged_forward(c, g, x) : c->type->forward(c, g, x);
     }
     return x;
 }

@@ -159,6 +159,7 @@ train_batch(ct_trainer *t, const ct_batch *b, const ct_accum_pos *pos, int64_t b
     /* each micro-batch weighs 1/length of the window: a short last window is not
      * under-weighted, and the reported loss stays the unscaled mean */
     ct_tensor *scaled = pos->length > 1 ? ct_op_scale(g, l, 1.0f / (float)pos->length) : l;
+    t->root = scaled; /* where an incident's examination runs the backward pass again */
     if (pos->last && t->n_buckets) ct_train_arm_buckets(t);
     if (ct_graph_backward(g, scaled) != CT_OK) {
         /* no waiting for reductions in flight: the other ranks may never join them; the

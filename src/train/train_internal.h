@@ -190,6 +190,8 @@ struct ct_trainer {
     int64_t snap_step, snap_opt_steps;
     ct_schedule_state snap_sched;
     ct_train_profile *prof; /* NULL: profiling off */
+    ct_tensor *root;        /* the loss the last training backward pass started from (a step
+                               tensor: valid until the graph's next reset) */
 };
 
 /* profile.c: the profile's buffers when profiling is on (at create: none in the loop), and
@@ -250,6 +252,13 @@ CT_INTERNAL ct_status ct_train_sync_replicas(ct_trainer *t, bool values);
 /* eval.c: runs the engines due at an epoch's end (epoch: the number just finished, from 1) or
  * after a step. */
 CT_INTERNAL ct_status ct_train_evaluate_due(ct_trainer *t, bool epoch_end, int64_t epoch);
+
+/* examine.c: an incident's examination, read off the graph's tape of the window's last
+ * micro-batch: in's activations (acts[0..n), n the model's layer count, or 0) and where the
+ * first inf or NaN appeared (nonfinite_*); intact: the weights are still those the step's
+ * forward pass read (no update was made), so its backward pass can be run again. */
+CT_INTERNAL void
+ct_train_examine(ct_trainer *t, ct_incident *in, const ct_tensor **acts, int64_t n, bool intact);
 
 /* update.c: the rollback snapshot's size for the trainer's store and optimizer. */
 CT_INTERNAL size_t ct_train_snapshot_bytes(const ct_params *params, const ct_optim *opt);

@@ -240,13 +240,22 @@ static ct_incident incident_of(const ct_trainer *t, ct_incident_kind kind, doubl
                       .threshold = (double)NAN,
                       .loss_finite = true,
                       .grads_finite = true,
-                      .rng = *ct_graph_rng(t->g)};
+                      .rng = *ct_graph_rng(t->g),
+                      .nonfinite_layer = -1};
     return in;
 }
 
-static void report_incident(ct_trainer *t, const ct_incident *in) {
+/* The incident to the caller, with the step's examination (examine.c), made only here: a
+ * step that goes well pays nothing for it. intact: no update was made since the step's
+ * forward pass. */
+static void report_incident(ct_trainer *t, ct_incident *in, bool intact) {
     const ct_trainer_callbacks *cb = &t->p.callbacks;
-    if (cb->on_incident) cb->on_incident(cb->user, t, in);
+    if (!cb->on_incident) return;
+    int64_t n = ct_model_layer_count(t->model);
+    const ct_tensor **acts = n > 0 ? ct_alloc(t->ctx, (size_t)n * sizeof *acts) : NULL;
+    ct_train_examine(t, in, acts, acts ? n : 0, intact);
+    cb->on_incident(cb->user, t, in);
+    if (acts) ct_free(t->ctx, acts, (size_t)n * sizeof *acts);
 }
 
 static const char *nonfinite_action_name(ct_nonfinite_action a) {
@@ -325,7 +334,7 @@ static ct_status act_on_spike(ct_trainer *t, double sum, int64_t count, bool *do
     in.median = v.median;
     in.deviation = v.deviation;
     in.threshold = t->spike.threshold;
-    report_incident(t, &in);
+    report_incident(t, &in, false); /* nothing is non-finite: no backward pass to examine */
     if (t->spike.mode == CT_SPIKE_MODE_SKIP || again) {
         if (t->shard) CT_TRY(ct_train_shard_settle(t->shard));
         ct_params_zero_grad(t->params);
@@ -428,7 +437,7 @@ ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
         in.action = nonfinite_action_name(action);
         in.loss_finite = loss_ok;
         in.grads_finite = grads_ok;
-        report_incident(t, &in);
+        report_incident(t, &in, !applied);
     }
     switch (action) {
     case CT_NONFINITE_ACTION_CONTINUE:

@@ -50,6 +50,9 @@ void cli_usage(FILE *f) {
            "       [--opset N] [--with-preprocessing] [--checkpoint ...]\n"
            "                                  write the model for other runtimes "
            "(docs/interop.md, docs/onnx.md)\n"
+           "  replay RUN/incidents/step-N [--json]\n"
+           "                                  make an incident's step again and check it "
+           "reproduces\n"
            "  completion bash|zsh             print the shell completion script\n"
            "  man                             print the ctrain(1) man page (roff)\n"
            "\n"
@@ -387,6 +390,17 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                "\"mpirun -np {R}\", plus Open MPI's options for root and for more ranks\n"
                "than cores), each cut made by one rank or by every rank; verify-resume itself "
                "is not\nrun under a launcher.\n");
+    else if (strcmp(cmd, "replay") == 0)
+        (void)fprintf(f, "usage: ctrain replay RUN/incidents/step-N [--json]\n\n"
+                         "Makes the step of an incident bundle again: resumes the run's "
+                         "checkpoint the\nbundle names (the last one saved before the step; "
+                         "none: from the seed) in a\nscratch directory with the bundle's "
+                         "config.yaml, trains to the step, and checks\nthat it comes out bit "
+                         "for bit as recorded: the batch's samples, the loss, the\ndecision and "
+                         "the statistics of every weight, gradient and layer output.\nNothing is "
+                         "written into the run. --json prints one JSON object. Exit 0\n"
+                         "reproduced, 1 a difference (the first one is said), 2 a usage error, "
+                         "a path\nthat is not a bundle or a checkpoint that is gone.\n");
     else if (strcmp(cmd, "man") == 0)
         (void)fprintf(f, "usage: ctrain man\n\nPrints the ctrain(1) man page (roff), made "
                          "of these help texts: man <(ctrain man).\n");

@@ -241,6 +241,9 @@ int cli_load_weights(ct_ctx *ctx,
                      bool ema,
                      int64_t *step,
                      ct_weights_kind *kind);
+/* replay.c: an incident bundle's step made again and compared with the bundle */
+int cli_cmd_replay(int argc, char **argv);
+
 /* Whether the run's pointer file checkpoints/NAME is there, readable or not (eval.c). */
 bool cli_pointer_exists(const char *run, const char *name);
 

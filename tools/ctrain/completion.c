@@ -25,7 +25,9 @@ static const struct {
     {"diff", "--json --tolerance= --all --help"},
     {"report", "--output= --svg= --log --help"},
     {"verify-resume", "--steps= --cuts= --dir= --keep --ranks= --launcher= --help"},
-    {"export", "--format= --output= --dtype= --opset= --with-preprocessing --checkpoint= --no-ema --help"},
+    {"export",
+     "--format= --output= --dtype= --opset= --with-preprocessing --checkpoint= --no-ema --help"},
+    {"replay", "--json --help"},
     {"completion", ""},
     {"man", ""},
 };

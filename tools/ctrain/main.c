@@ -44,6 +44,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "man") == 0) return cli_cmd_man(argc - 1, argv + 1);
     if (strcmp(cmd, "verify-resume") == 0) return cli_cmd_verify_resume(argc - 1, argv + 1);
     if (strcmp(cmd, "export") == 0) return cli_cmd_export(argc - 1, argv + 1);
+    if (strcmp(cmd, "replay") == 0) return cli_cmd_replay(argc - 1, argv + 1);
     (void)fprintf(stderr, "ctrain: unknown %s '%s'\n", cmd[0] == '-' ? "option" : "command", cmd);
     cli_usage(stderr);
     return EXIT_USAGE;
