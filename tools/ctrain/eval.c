@@ -178,6 +178,13 @@ int cli_cmd_eval(int argc, char **argv) {
                       c.a.config);
         return ro_end(&c, EXIT_USAGE);
     }
+    if (c.a.follow) return ro_end(&c, cli_follow(c.ctx, c.cfg, c.e, &c.a));
+    const char *picked[16];
+    int n_picked = 0;
+    if (cli_choose_splits(c.e, c.a.split, picked, 16, &n_picked) != 0)
+        return ro_end(&c, EXIT_USAGE);
+    keys = picked;
+    n_eng = n_picked;
     const char *which = c.a.checkpoint;
     int64_t step = 0;
     ct_weights_kind kind = CT_WEIGHTS_TRAINED;
