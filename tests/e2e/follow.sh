@@ -188,6 +188,39 @@ cmp -s before.jsonl all/eval/metrics.jsonl && ok follow_should_leave_its_records
     fail follow_should_leave_its_records_as_they_were "$(diff before.jsonl all/eval/metrics.jsonl)"
 verdict follow_should_record_the_values_of_every_step "$(same_values all)" || true
 
+# ---- a new checkpoint wakes a waiting evaluator (inotify, and polling) ----
+# a copy of the finished run, unfinished again and without its last checkpoints; the evaluator
+# scores what is there, then each checkpoint renamed in as a save publishes one, then ends at
+# the mark
+wake() {
+    local run=$1
+    rm -rf "$run" "$run.stash"
+    cp -r all "$run"
+    rm -rf "$run/eval" "$run/finished.json"
+    mkdir "$run.stash"
+    mv "$run"/checkpoints/step-0000002[1-9] "$run"/checkpoints/step-00000030 "$run.stash"/
+    timeout 60 "$ctrain" eval "$run" --follow >"$run.out" 2>"$run.err" &
+    local pid=$! why="" s
+    bg_pid=$pid
+    for s in 18 21 24; do
+        [[ $s != 18 ]] && mv "$run.stash/step-000000$s" "$run/checkpoints/"
+        for _ in $(seq 250); do eval_steps "$run" | grep -qx "$s" && break; sleep 0.02; done
+        eval_steps "$run" | grep -qx "$s" || why+="step $s not evaluated within 5 s; "
+    done
+    cp all/finished.json "$run/finished.json.tmp" # published as fit does it
+    mv "$run/finished.json.tmp" "$run/finished.json"
+    wait "$pid"
+    local rc=$?
+    bg_pid=
+    [[ $rc == 0 ]] || why+="exit $rc; "
+    [[ $(eval_steps "$run" | tr '\n' ' ') == "3 6 9 12 15 18 21 24 " ]] ||
+        why+="records: $(eval_steps "$run" | tr '\n' ' '); "
+    echo "$why"
+}
+verdict follow_should_wake_for_a_new_checkpoint "$(wake woken)" || true
+verdict follow_polling_should_see_a_new_checkpoint "$(CTRAIN_FOLLOW_POLL=0.05 wake polled_woken)" ||
+    true
+
 # a last line cut short (an evaluator killed mid write) is cut off, and its step scored again
 head -c -20 before.jsonl >all/eval/metrics.jsonl
 expect follow_should_cut_off_a_torn_last_line 0 "last line is incomplete" \

@@ -371,7 +371,7 @@ static bool watch(follow *f) {
     if (f->ino_fd < 0) {
         f->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
         if (f->ino_fd < 0) return false;
-        f->run_wd = inotify_add_watch(f->ino_fd, f->run, IN_CREATE | IN_MOVED_TO);
+        f->run_wd = inotify_add_watch(f->ino_fd, f->run, IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
         if (f->run_wd < 0) return false;
     }
     if (f->ck_wd < 0) {
@@ -509,12 +509,21 @@ int cli_follow(ct_ctx *ctx, const ct_config *cfg, ct_experiment *e, const cmd_ar
                       f.n_done == 1 ? "" : "s", f.records);
     (void)fprintf(stderr, "\n");
     double last_new = mono_now();
+    bool bad_mark = false;
     for (;;) {
         /* the mark first: a run finished before the listing has all its checkpoints in it */
         bool finished = false;
         int64_t last = -1;
-        if (ct_experiment_run_finished(ctx, f.run, &finished, &last) != CT_OK)
-            return follow_close(&f, cli_fail(ctx, EXIT_RUN_FAILED));
+        if (ct_experiment_run_finished(ctx, f.run, &finished, &last) != CT_OK) {
+            /* fit renames it in whole: this one is being copied, or damaged */
+            if (!bad_mark) {
+                char text[2048];
+                (void)fprintf(stderr, "ctrain eval: warning: %s; the run is taken as unfinished\n",
+                              cli_error_text(ctx, text, sizeof text));
+            }
+            bad_mark = true;
+            ct_clear_error(ctx);
+        }
         int64_t news = 0;
         if (f.poll_s <= 0) (void)watch(&f); /* checkpoints/ may have appeared */
         if ((rc = score_new(&f, &news)) != 0) return follow_close(&f, rc);
