@@ -35,6 +35,10 @@ static ct_status sync_dir(ct_ctx *ctx, const char *dir) {
 
 ct_status ct_exp_unmark_finished(ct_experiment *e) {
     char path[1100];
+    /* what a fit killed while writing the mark left */
+    (void)snprintf(path, sizeof path, "%s/" MARK_NAME ".tmp", e->out_dir);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
     (void)snprintf(path, sizeof path, "%s/" MARK_NAME, e->out_dir);
     if (unlink(path) != 0) {
         if (errno == ENOENT) return CT_OK;
@@ -47,6 +51,8 @@ ct_status ct_exp_mark_finished(ct_experiment *e) {
     char tmp[1100], path[1100];
     (void)snprintf(path, sizeof path, "%s/" MARK_NAME, e->out_dir);
     (void)snprintf(tmp, sizeof tmp, "%s/" MARK_NAME ".tmp", e->out_dir);
+    /* never into a folder that took the run directory's name during the run */
+    CT_TRY(ct_exp_rundir_check(e->ctx, &e->run));
     const ct_early_stop *es = ct_trainer_early_stop(e->trainer);
     FILE *f = fopen(tmp, "w");
     if (!f) return CT_FAIL(e->ctx, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
