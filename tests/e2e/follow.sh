@@ -272,8 +272,13 @@ expect follow_should_stop_after_the_timeout 0 "no new checkpoint for 1 s" \
     "2 checkpoints evaluated" -- timeout 60 "$ctrain" eval open --follow --timeout 1
 [[ $(($(date +%s) - start)) -lt 20 ]] || fail follow_timeout_should_be_prompt "took too long"
 
-# fit takes the mark away while it trains again, and puts it back at its new end
-"$ctrain" fit exp.yaml output_dir=alone trainer.max_steps=33 >more.fit 2>&1
+# fit takes the mark away when it trains again (a run stopped by a signal has none), and puts
+# it back at its new end
+CTRAIN_VERIFY_CUT=term@31 "$ctrain" fit exp.yaml output_dir=alone trainer.max_steps=33 >more.fit 2>&1
+rc=$?
+[[ $rc == 143 && ! -e alone/finished.json ]] && ok fit_should_unmark_a_run_it_trains_again ||
+    fail fit_should_unmark_a_run_it_trains_again "exit $rc; $(ls alone | tr '\n' ' ')"
+"$ctrain" fit exp.yaml output_dir=alone trainer.max_steps=33 >>more.fit 2>&1
 [[ $("$jsonq" step alone/finished.json 2>&1) == 33 ]] && ok fit_should_mark_its_new_end ||
     fail fit_should_mark_its_new_end "$(cat alone/finished.json 2>&1) $(tail_of more.fit)"
 
