@@ -2,7 +2,7 @@
  * eval.c - the commands that open an experiment read-only: eval (score a checkpoint on every
  * evaluation dataset), predict (a checkpoint's predictions for a file, or text sampled from a
  * language model) and config (check a configuration and print it resolved). Nothing is
- * trained or written into the run directory.
+ * trained or written into the run directory; eval --follow (follow.c) writes RUN/eval/ only.
  *
  * Ownership: each command opens its context, configuration and experiment in ro_begin and
  * frees them in ro_end.
