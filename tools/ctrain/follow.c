@@ -547,7 +547,8 @@ int cli_follow(ct_ctx *ctx, const ct_config *cfg, ct_experiment *e, const cmd_ar
                           (long long)f.n_skipped, f.records);
             return follow_close(&f, f.n_damaged ? EXIT_RUN_FAILED : 0);
         }
-        wait_change(&f, a->timeout >= 0 ? a->timeout - (mono_now() - last_new) : -1);
+        double left = a->timeout >= 0 ? fmax(0, a->timeout - (mono_now() - last_new)) : -1;
+        wait_change(&f, left);
         if (cli_signal()) break;
     }
     (void)fprintf(stderr, "ctrain eval: stopped by %s: %lld checkpoint%s evaluated\n",
