@@ -204,7 +204,8 @@ wake() {
     bg_pid=$pid
     for s in 18 21 24; do
         [[ $s != 18 ]] && mv "$run.stash/step-000000$s" "$run/checkpoints/"
-        for _ in $(seq 750); do eval_steps "$run" | grep -qx "$s" && break; sleep 0.02; done
+        local until=$((SECONDS + 15))
+        while ((SECONDS < until)); do eval_steps "$run" | grep -qx "$s" && break; sleep 0.02; done
         eval_steps "$run" | grep -qx "$s" || why+="step $s not evaluated within 15 s; "
     done
     cp all/finished.json "$run/finished.json.tmp" # published as fit does it
