@@ -183,6 +183,19 @@ CT_API ct_status ct_experiment_window_samples(const ct_experiment *e,
  */
 CT_API ct_status ct_experiment_fit(ct_experiment *e);
 
+/*
+ * Whether the run in run_dir has finished: fit writes RUN/finished.json ({"step": N, "epoch":
+ * E, "early_stopped": B}) once training has ended by itself (its step or epoch limit, early
+ * stopping), after its last checkpoint, and removes it when a fit takes the directory again;
+ * a run stopped by a signal or an error has none. *finished receives the answer and *step (may
+ * be NULL) the run's last step (-1 when not finished); a missing mark is not an error.
+ * Errors: CT_ERR_FORMAT for a mark that is not that JSON, naming the file.
+ */
+CT_API ct_status ct_experiment_run_finished(ct_ctx *ctx,
+                                            const char *run_dir,
+                                            bool *finished,
+                                            int64_t *step);
+
 /* Loads a checkpoint ("latest", "best" or a path) into the model for evaluation: the EMA
  * weights when the run keeps an EMA, as its evaluations did. *step receives its step.
  * ct_experiment_load_with(e, which, true, step, NULL). */

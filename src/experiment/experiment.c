@@ -370,6 +370,7 @@ static ct_status prepare_run_dir(ct_experiment *e, bool *resume) {
                        "or start over with --restart",
                        e->out_dir);
     ct_exp_rundir_claim(ctx, &e->run);
+    CT_TRY(ct_exp_unmark_finished(e)); /* a resumed run is not finished until it ends again */
     return write_config(e);
 }
 
@@ -464,6 +465,11 @@ static ct_status fit(ct_experiment *e) {
 
 ct_status ct_experiment_fit(ct_experiment *e) {
     ct_status s = fit(e);
+    bool root = !e->p.comm || ct_comm_is_root(e->p.comm);
+    /* the mark comes after the last checkpoint and the final test */
+    if (s == CT_OK && root && !e->p.read_only && !e->tp.dev_run &&
+        !ct_trainer_interrupted(e->trainer))
+        s = ct_exp_mark_finished(e);
     ct_exp_end_tensorboard(e, s); /* the run's status in TensorBoard's HParams view */
     return s;
 }

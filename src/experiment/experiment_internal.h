@@ -345,6 +345,10 @@ CT_INTERNAL void ct_exp_release_records(ct_experiment *e);
 CT_INTERNAL void ct_exp_end_tensorboard(ct_experiment *e, ct_status s);
 /* The report at the end of a fit, finished or interrupted. */
 CT_INTERNAL void ct_exp_final_report(ct_experiment *e);
+/* finished.c: RUN/finished.json, the mark of a run that ended by itself (written crash-safely
+ * after its last checkpoint), and its removal when a fit takes the run directory. */
+CT_INTERNAL ct_status ct_exp_mark_finished(ct_experiment *e);
+CT_INTERNAL ct_status ct_exp_unmark_finished(ct_experiment *e);
 /* profile.c: the last fit's step profile (trainer.profile), when on: its table in the log and,
  * with writes, RUN/profile.json (a failure to write it is a warning). Fails only when the
  * profile cannot be read (CT_ERR_OOM). */

@@ -21,7 +21,7 @@ judge() {
     shift 6
     if [[ $rc -eq 1 ]]; then
         local file
-        file=$(grep -oE "[^ ]*(model|ema|optimizer)\.safetensors(\.tmp)?|[^ ]*(state\.json|latest|best)(\.tmp)?|[^ /]*metrics\.(jsonl|csv)|[^ /]*log\.txt" "$out" | head -n 1)
+        file=$(grep -oE "[^ ]*(model|ema|optimizer)\.safetensors(\.tmp)?|[^ ]*(state\.json|latest|best)(\.tmp)?|[^ /]*metrics\.(jsonl|csv)|[^ /]*log\.txt|[^ /]*finished\.json(\.tmp)?" "$out" | head -n 1)
         if ! grep -q "$reason" "$out" || [[ -z $file ]]; then
             bad "$name" "exit 1 without naming a file and '$reason': $(tail_of "$out")"
             return

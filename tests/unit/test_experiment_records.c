@@ -3,7 +3,8 @@
  * caller's handlers get every event through the experiment's, with the caller's user pointer;
  * per-batch events are wired only when someone listens; every on_log and every evaluation is
  * one record of metrics.jsonl, the same values as metrics.csv's rows; and a resume's cut of the
- * records keeps the steps up to its checkpoint, metrics.csv's header and no partial line.
+ * records keeps the steps up to its checkpoint, metrics.csv's header and no partial line; and
+ * the mark of a finished run reads back (finished.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,11 +326,41 @@ static void experiment_records_should_cut_the_records_back_to_a_step(void) {
     ct_config_destroy(cfg);
 }
 
+/* RUN/finished.json as ct_experiment_run_finished reads it: missing is "not finished", fit's
+ * JSON gives the step, anything else is CT_ERR_FORMAT naming the file. */
+static void experiment_should_read_the_finished_mark(void) {
+    char dir[128], path[160];
+    (void)snprintf(dir, sizeof dir, "%s/marked", root);
+    (void)snprintf(path, sizeof path, "%s/finished.json", dir);
+    CT_CHECK(mkdir(dir, 0777) == 0);
+    bool finished = true;
+    int64_t step = 0;
+    CT_CHECK(ct_experiment_run_finished(ctx, dir, &finished, &step) == CT_OK);
+    CT_CHECK(!finished && step == -1);
+    FILE *f = fopen(path, "w");
+    CT_CHECK(f != NULL);
+    if (!f) return;
+    (void)fputs("{\"step\":40,\"epoch\":2,\"early_stopped\":false}\n", f);
+    (void)fclose(f);
+    CT_CHECK(ct_experiment_run_finished(ctx, dir, &finished, &step) == CT_OK);
+    CT_CHECK(finished);
+    CT_CHECK_INT(step, 40);
+    f = fopen(path, "w"); /* cut short: what a copy in progress shows */
+    CT_CHECK(f != NULL);
+    if (!f) return;
+    (void)fputs("{\"step\":4", f);
+    (void)fclose(f);
+    CT_CHECK(ct_experiment_run_finished(ctx, dir, &finished, &step) == CT_ERR_FORMAT);
+    CT_CHECK(!finished && step == -1);
+    CT_CHECK(strstr(ct_last_error(ctx), "finished.json") != NULL);
+}
+
 int main(void) {
     if (!mkdtemp(root) || ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(experiment_records_should_pass_every_event_on_to_the_callers_handlers);
     CT_RUN(experiment_records_should_wire_only_the_events_someone_listens_to);
     CT_RUN(experiment_records_should_cut_the_records_back_to_a_step);
+    CT_RUN(experiment_should_read_the_finished_mark);
     ct_ctx_destroy(ctx);
     char cmd[128];
     (void)snprintf(cmd, sizeof cmd, "rm -rf %s", root);

@@ -31,6 +31,9 @@ void cli_usage(FILE *f) {
            "       [key=value ...]\n"
            "                                  evaluate a checkpoint on every evaluation "
            "dataset\n"
+           "  eval RUN --follow [--timeout S] [--split valid,test] [--no-ema] [--json]\n"
+           "                                  evaluate each checkpoint as a running fit saves "
+           "it\n"
            "  predict CONFIG --input X.npy --output OUT.csv|.npy|- [--logits] [--checkpoint ...]\n"
            "                                  write the model's predictions for X\n"
            "  config CONFIG [key=value ...]   check a configuration and print it resolved\n"
@@ -204,6 +207,23 @@ static int take_option(const char *cmd, int c, char **argv, cmd_args *a) {
     case 'h':
         a->help = true;
         return 0;
+    case 'W':
+        a->follow = true;
+        return 0;
+    case 'Y':
+        a->split = optarg;
+        return 0;
+    case 'X': {
+        char *end = NULL;
+        errno = 0;
+        a->timeout = strtod(optarg, &end);
+        if (end == optarg || *end || errno || !(a->timeout >= 0) || isinf(a->timeout)) {
+            (void)fprintf(stderr, "ctrain %s: --timeout: expected seconds >= 0, got '%s'\n", cmd,
+                          optarg);
+            return EXIT_USAGE;
+        }
+        return 0;
+    }
     default:
         (void)fprintf(stderr, "ctrain %s: unknown option '%s'\n", cmd, argv[optind - 1]);
         return EXIT_USAGE;
@@ -252,6 +272,18 @@ static int check_command_options(const char *cmd, const cmd_args *a) {
                       cmd);
         return EXIT_USAGE;
     }
+    if ((a->follow || a->timeout >= 0 || a->split) && strcmp(cmd, "eval") != 0) {
+        (void)fprintf(stderr, "ctrain %s: --follow, --timeout and --split are options of eval\n",
+                      cmd);
+        return EXIT_USAGE;
+    }
+    if ((a->timeout >= 0 && !a->follow) || (a->follow && strcmp(a->checkpoint, "best") != 0)) {
+        (void)fprintf(stderr,
+                      "ctrain %s: --timeout goes with --follow, which scores every "
+                      "checkpoint and takes no --checkpoint\n",
+                      cmd);
+        return EXIT_USAGE;
+    }
     if (a->reference && strcmp(cmd, "config") != 0) {
         (void)fprintf(stderr, "ctrain %s: --reference is an option of config\n", cmd);
         return EXIT_USAGE;
@@ -267,6 +299,7 @@ int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **o
     a->top_k = 40;
     a->top_p = 1.0;
     a->checkpoint = "best";
+    a->timeout = -1;
     static const struct option opts[] = {
         {"checkpoint", required_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},
@@ -287,6 +320,9 @@ int cli_parse_args(const char *cmd, int argc, char **argv, cmd_args *a, char **o
         {"top-p", required_argument, NULL, 'T'},
         {"stop", required_argument, NULL, 'S'},
         {"no-cache", no_argument, NULL, 'N'},
+        {"follow", no_argument, NULL, 'W'},
+        {"timeout", required_argument, NULL, 'X'},
+        {"split", required_argument, NULL, 'Y'},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -326,7 +362,19 @@ void cli_cmd_usage(FILE *f, const char *cmd) {
                       "runs every evaluation\ndataset once; prints the metrics (--json: one "
                       "JSON object). A run with trainer.ema\nis scored on its EMA weights, as "
                       "training was, unless --no-ema; stderr says which\nweights were scored. "
-                      "Writes nothing.\n");
+                      "Writes nothing.\n--split valid,test scores only those splits.\n\n"
+                      "       ctrain eval RUN --follow [--timeout S] [--split ...] [--no-ema] "
+                      "[--json]\n\n"
+                      "The continuous evaluator: scores each checkpoint of RUN as a fit in "
+                      "another process\nsaves it (inotify; CTRAIN_FOLLOW_POLL=SECONDS polls "
+                      "instead), oldest first, and\nappends a record per checkpoint to "
+                      "RUN/eval/metrics.jsonl (TensorBoard events in\nRUN/eval/ with "
+                      "logging.tensorboard). Nothing the fit owns is written. Steps already\n"
+                      "in RUN/eval/metrics.jsonl are not scored again; checkpoints deleted by "
+                      "checkpoint.keep\nbefore they could be read are skipped with a note. "
+                      "Ends when the run has finished\n(RUN/finished.json) and its kept "
+                      "checkpoints are scored, or after S seconds without\na new checkpoint. "
+                      "Exit 0 done, 1 a damaged checkpoint or a failed write, 2 usage.\n");
     else if (strcmp(cmd, "predict") == 0)
         (void)fprintf(f, "usage: ctrain predict CONFIG --input X.npy --output OUT.csv|OUT.npy|- "
                          "[--logits]\n                      [--checkpoint ...] [--no-ema] "

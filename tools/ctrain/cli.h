@@ -8,6 +8,7 @@
  * (completion scripts, man page), verify.c (verify-resume: its runs and table), verify_compare.c
  * (its comparisons), verify_cut.c (the cut points of its runs), verify_launch.c (its MPI
  * launcher) and preempt.c (fit's preemption signal and Slurm requeue).
+ * follow.c carries eval --follow, the continuous evaluator.
  *
  * A session belongs to the command that opened it; its log file, communicator and context are
  * closed by that command. The only process-wide state is signals.c's signal flag.
@@ -201,6 +202,10 @@ typedef struct cmd_args {
     const char *stop[16];     /* --stop, repeatable */
     int n_stop;
     bool no_cache; /* recompute each window instead of the key/value cache */
+
+    bool follow;       /* eval --follow: score each checkpoint as a fit saves it (follow.c) */
+    double timeout;    /* eval --follow --timeout: seconds without a new checkpoint; -1 none */
+    const char *split; /* eval --split: the evaluation splits to score, comma-separated */
 } cmd_args;
 
 /* Parses a command's arguments into a; ov (argc + 1 slots) receives the overrides. 0, or the
@@ -243,6 +248,14 @@ int cli_load_weights(ct_ctx *ctx,
                      ct_weights_kind *kind);
 /* replay.c: an incident bundle's step made again and compared with the bundle */
 int cli_cmd_replay(int argc, char **argv);
+
+/* follow.c: eval --follow, the continuous evaluator of the run e was opened on (read-only):
+ * returns the exit code. */
+int cli_follow(ct_ctx *ctx, const ct_config *cfg, ct_experiment *e, const cmd_args *a);
+/* The evaluation splits to score: every engine of e, or those `want` names (comma-separated;
+ * NULL: all), at most cap of them into out[0..*n). 0, or EXIT_USAGE once an unknown name is
+ * said with the valid ones. */
+int cli_choose_splits(ct_experiment *e, const char *want, const char **out, int cap, int *n);
 
 /* Whether the run's pointer file checkpoints/NAME is there, readable or not (eval.c). */
 bool cli_pointer_exists(const char *run, const char *name);

@@ -16,7 +16,7 @@ static const struct {
     const char *options;
 } k_commands[] = {
     {"fit", "--restart --profile --help"},
-    {"eval", "--checkpoint= --no-ema --json --help"},
+    {"eval", "--checkpoint= --no-ema --json --follow --timeout= --split= --help"},
     {"predict",
      "--input= --output= --logits --checkpoint= --no-ema --prompt= --tokens= "
      "--temperature= --top-k= --seed= --help --prompts-file= --top-p= --stop= --no-cache"},

@@ -2,7 +2,7 @@
  * eval.c - the commands that open an experiment read-only: eval (score a checkpoint on every
  * evaluation dataset), predict (a checkpoint's predictions for a file, or text sampled from a
  * language model) and config (check a configuration and print it resolved). Nothing is
- * trained or written into the run directory.
+ * trained or written into the run directory; eval --follow (follow.c) writes RUN/eval/ only.
  *
  * Ownership: each command opens its context, configuration and experiment in ro_begin and
  * frees them in ro_end.
@@ -170,6 +170,13 @@ int cli_cmd_eval(int argc, char **argv) {
                       c.a.config);
         return ro_end(&c, EXIT_USAGE);
     }
+    if (c.a.follow) return ro_end(&c, cli_follow(c.ctx, c.cfg, c.e, &c.a));
+    const char *picked[16];
+    int n_picked = 0;
+    if (cli_choose_splits(c.e, c.a.split, picked, 16, &n_picked) != 0)
+        return ro_end(&c, EXIT_USAGE);
+    keys = picked;
+    n_eng = n_picked;
     const char *which = c.a.checkpoint;
     int64_t step = 0;
     ct_weights_kind kind = CT_WEIGHTS_TRAINED;
