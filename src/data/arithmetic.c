@@ -35,7 +35,7 @@ typedef struct arith {
 
 static const char *const arith_keys[] = {"heldout",    "reverse", "problems", "min_digits",
                                          "max_digits", "ops",     "seed",     "heldout_fraction",
-                                         "context",    "stride",  NULL};
+                                         "context",    "stride",  "pad",      NULL};
 static const char *const arith_path_keys[] = {NULL};
 
 /* FNV-1a of the problem's text, then a finaliser so that nearby texts spread. */
@@ -57,7 +57,7 @@ static bool held_out(const char *s, size_t n, double fraction) {
 }
 
 typedef struct arith_options {
-    bool heldout, reverse;
+    bool heldout, reverse, pad;
     int64_t problems, min_digits, max_digits, seed, context, stride;
     double fraction;
     const char *ops;
@@ -78,6 +78,12 @@ static ct_status read_options(ct_ctx *ctx, const ct_options *opts, arith_options
     if (!o->ops[0] || strspn(o->ops, "+-") != strlen(o->ops))
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "%s: key 'ops': '%s', expected operators among + and - (\"+\", \"+-\")",
+                       where, o->ops);
+    CT_TRY(ct_options_bool(ctx, opts, "pad", false, &o->pad));
+    if (o->pad && strcmp(o->ops, "+") != 0)
+        return CT_FAIL(ctx, CT_ERR_CONFIG,
+                       "%s: key 'pad': padded problems are additions only (ops: \"+\"), got "
+                       "ops '%s'",
                        where, o->ops);
     CT_TRY(ct_options_int(ctx, opts, "seed", 0, 0, INT64_MAX, &o->seed));
     CT_TRY(ct_options_double(ctx, opts, "heldout_fraction", 0.1, 1e-9, 1 - 1e-9, &o->fraction));
@@ -127,9 +133,12 @@ static ct_status generate(ct_ctx *ctx, const ct_options *opts, const arith_optio
         int64_t x = draw_operand(&r, da), y = draw_operand(&r, db);
         char op = o->ops[ct_rng_below(&r, n_ops)];
         char buf[PROBLEM_MAX];
-        int len = snprintf(buf, sizeof buf, "%lld%c%lld", (long long)x, op, (long long)y);
+        /* padded: every operand max_digits wide and every sum one digit wider, so all
+           problems have one width and sit at the same positions of aligned windows */
+        int w = o->pad ? (int)o->max_digits : 0;
+        int len = snprintf(buf, sizeof buf, "%0*lld%c%0*lld", w, (long long)x, op, w, (long long)y);
         if (held_out(buf, (size_t)len, o->fraction) != o->heldout) continue;
-        int total = snprintf(buf + len, sizeof buf - (size_t)len, "=%lld\n",
+        int total = snprintf(buf + len, sizeof buf - (size_t)len, "=%0*lld\n", o->pad ? w + 1 : 0,
                              (long long)(op == '+' ? x + y : x - y));
         /* reversed: the result's digits from the lowest (a sign stays in front), so that each
            digit follows the carry it depends on */

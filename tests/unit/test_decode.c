@@ -169,6 +169,35 @@ static ct_dataset *arithmetic(const char *a, const char *b, const char *c) {
     return arithmetic_rev(a, b, c, NULL);
 }
 
+/* pad: every problem of one width (operands max_digits wide, the sum one digit wider), so that
+ * problems sit at the same positions of aligned windows; additions only. */
+static void arithmetic_should_pad_problems_to_one_width(void) {
+    ct_option items[5] = {{"problems", "500"}, {"min_digits", "1"}, {"max_digits", "3"},
+                          {"pad", "true"},     {"reverse", "true"}};
+    ct_options o = {items, 5, "test"};
+    ct_dataset *ds = NULL;
+    CT_CHECK_MSG(ct_dataset_open(ctx, "arithmetic", &o, &ds) == CT_OK, "%s", ct_last_error(ctx));
+    for (int64_t i = 0; ds && i < 500; i++) {
+        ct_text_example e;
+        CT_CHECK(ct_dataset_example(ds, i, &e) == CT_OK);
+        CT_CHECK_INT((int64_t)e.prompt_len, 8);
+        CT_CHECK_INT((int64_t)e.reference_len, 4);
+        long x = 0, y = 0, sum = 0;
+        char p[16], r[8];
+        (void)snprintf(p, sizeof p, "%.*s", (int)e.prompt_len, e.prompt);
+        for (int k = 0; k < 4; k++) /* lowest digit first */
+            r[k] = e.reference[3 - k];
+        r[4] = '\0';
+        sum = atol(r);
+        CT_CHECK_MSG(sscanf(p, "%3ld+%3ld=", &x, &y) == 2 && sum == x + y, "%s%.4s", p,
+                     e.reference);
+    }
+    ct_dataset_close(ds);
+    items[4] = (ct_option){"ops", "+-"};
+    CT_CHECK_INT(ct_dataset_open(ctx, "arithmetic", &o, &ds), CT_ERR_CONFIG);
+    CT_CHECK(strstr(ct_last_error(ctx), "padded problems are additions only") != NULL);
+}
+
 static void arithmetic_should_hold_out_problems_never_seen_in_training(void) {
     ct_dataset *train = arithmetic("false", "3000", "2"), *held = arithmetic("true", "300", "2");
     if (!train || !held) goto done;
@@ -381,6 +410,7 @@ int main(void) {
     if (!write_file("ab.txt", ab)) return 1;
     CT_RUN(metrics_should_score_text_against_references_by_hand);
     CT_RUN(arithmetic_should_hold_out_problems_never_seen_in_training);
+    CT_RUN(arithmetic_should_pad_problems_to_one_width);
     CT_RUN(decode_should_write_outputs_and_their_metrics);
     CT_RUN(decode_should_stop_after_a_stop_string_and_score_without_it);
     CT_RUN(decode_should_not_depend_on_threads_nor_touch_the_training_rng);
