@@ -172,8 +172,11 @@ static ct_dataset *arithmetic(const char *a, const char *b, const char *c) {
 /* pad: every problem of one width (operands max_digits wide, the sum one digit wider), so that
  * problems sit at the same positions of aligned windows; additions only. */
 static void arithmetic_should_pad_problems_to_one_width(void) {
-    ct_option items[5] = {{"problems", "500"}, {"min_digits", "1"}, {"max_digits", "3"},
-                          {"pad", "true"},     {"reverse", "true"}};
+    ct_option items[5] = {{"problems", "500"},
+                          {"min_digits", "1"},
+                          {"max_digits", "3"},
+                          {"pad", "true"},
+                          {"reverse", "true"}};
     ct_options o = {items, 5, "test"};
     ct_dataset *ds = NULL;
     CT_CHECK_MSG(ct_dataset_open(ctx, "arithmetic", &o, &ds) == CT_OK, "%s", ct_last_error(ctx));
