@@ -127,7 +127,7 @@ CTRAIN_VERIFY_CUT=term@8 "$ctrain" fit exp.yaml output_dir=cut >cut.fit 2>&1
 CTRAIN_FOLLOW_PAUSE=$PWD/cut.pause timeout 60 "$ctrain" eval cut --follow >cut.out 2>cut.err &
 pid=$!
 bg_pid=$pid
-for _ in $(seq 500); do [[ -f cut.pause ]] && break; sleep 0.02; done
+for _ in $(seq 1500); do [[ -f cut.pause ]] && break; sleep 0.02; done
 held=$(cat cut.pause 2>/dev/null)
 "$ctrain" fit exp.yaml output_dir=cut >cut.fit2 2>&1 || fail fit_cut_resumed "$(tail_of cut.fit2)"
 while kill -0 "$pid" 2>/dev/null; do

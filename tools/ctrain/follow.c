@@ -269,10 +269,13 @@ static void show(const follow *f, int64_t step, json_t *rec, const char *json) {
  * can delete the checkpoint at exactly that moment. */
 static void pause_for_test(const follow *f, const char *name) {
     if (!f->pause) return;
-    FILE *p = fopen(f->pause, "w");
+    /* written whole under another name, then renamed: the test never reads it half-written */
+    char tmp[4200];
+    (void)snprintf(tmp, sizeof tmp, "%s.tmp", f->pause);
+    FILE *p = fopen(tmp, "w");
     if (!p) return;
     (void)fprintf(p, "%s\n", name);
-    (void)fclose(p);
+    if (fclose(p) != 0 || rename(tmp, f->pause) != 0) return;
     double until = mono_now() + 60;
     while (access(f->pause, F_OK) == 0 && !cli_signal() && mono_now() < until)
         nap(0.01);
