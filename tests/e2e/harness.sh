@@ -3,7 +3,7 @@
 # mpi.sh: a temporary working directory, a counted "ok NAME" / "FAIL NAME: WHY" report, a
 # command's exit code and output checked against patterns (expect), the end of a command's
 # output on one line for failure messages, and metrics.jsonl records without the fields that
-# vary from run to run.
+# vary from run to run; for the MPI tests, a rank's pid and a wait for a job to end.
 passed=0
 failed=0
 ok() {
@@ -72,4 +72,31 @@ expect() {
         fi
     done
     ok "$name"
+}
+
+# rank_pid R DIR: the pid of rank R of the `$ctrain fit` job training into DIR (Open MPI and
+# MPICH put the rank in its environment), or nothing
+rank_pid() {
+    local p
+    for p in $(pgrep -f "$ctrain fit .*output_dir=$2"); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+            grep -qx "OMPI_COMM_WORLD_RANK=$1\|PMI_RANK=$1"; then
+            echo "$p"
+        fi
+    done
+}
+
+# wait_gone PID: waits up to 60 s for the background process PID to end; its exit code in
+# $rc, and $ended set to 1 when it ended in time
+wait_gone() {
+    ended=
+    for _ in $(seq 600); do
+        if ! kill -0 "$1" 2>/dev/null; then
+            ended=1
+            break
+        fi
+        sleep 0.1
+    done
+    wait "$1" 2>/dev/null
+    rc=$?
 }

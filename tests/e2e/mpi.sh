@@ -164,17 +164,6 @@ if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
     fi
 fi
 
-# rank_pid R DIR: the pid of rank R of the job training into DIR (Open MPI and MPICH put the
-# rank in its environment), or nothing
-rank_pid() {
-    for p in $(pgrep -f "$ctrain fit .*output_dir=$2"); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
-            grep -qx "OMPI_COMM_WORLD_RANK=$1\|PMI_RANK=$1"; then
-            echo "$p"
-        fi
-    done
-}
-
 long=(tiny.yaml trainer.max_epochs=100000 "data.train={type: synthetic, kind: blobs, n: 20000,
 features: 8, classes: 4, seed: 3}" scheduler.t_max=1000000)
 "${launch[@]}" -np 2 "$ctrain" fit "${long[@]}" output_dir=runs/k >out 2>&1 &
@@ -183,16 +172,7 @@ for _ in $(seq 200); do grep -q '^train epoch' out && break; sleep 0.1; done
 victim=$(rank_pid 1 runs/k)
 start=$SECONDS
 [[ -n $victim ]] && kill -KILL "$victim"
-ended=
-for _ in $(seq 600); do
-    if ! kill -0 "$bg_pid" 2>/dev/null; then
-        ended=1
-        break
-    fi
-    sleep 0.1
-done
-wait "$bg_pid" 2>/dev/null
-rc=$?
+wait_gone "$bg_pid"
 bg_pid=
 if [[ -z $victim ]]; then
     fail killed_rank_ends_job "found no rank 1 process to kill: $(tail_of out)"

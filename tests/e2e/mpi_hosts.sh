@@ -78,14 +78,6 @@ else
 fi
 
 # ---- one host's rank killed: the job ends within 60 s ----
-rank_pid() {
-    for p in $(pgrep -f "$ctrain fit .*output_dir=$2"); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
-            grep -qx "OMPI_COMM_WORLD_RANK=$1\|PMI_RANK=$1"; then
-            echo "$p"
-        fi
-    done
-}
 "${two[@]}" -np 2 "$ctrain" fit tiny.yaml output_dir=runs/k trainer.max_epochs=100000 \
     "data.train={type: synthetic, kind: blobs, n: 20000, features: 8, classes: 4, seed: 3}" \
     logging.progress=plain >out 2>&1 &
@@ -94,16 +86,7 @@ for _ in $(seq 300); do grep -q '^train epoch' out && break; sleep 0.1; done
 victim=$(rank_pid 1 runs/k)
 start=$SECONDS
 [[ -n $victim ]] && kill -KILL "$victim"
-ended=
-for _ in $(seq 600); do
-    if ! kill -0 "$bg_pid" 2>/dev/null; then
-        ended=1
-        break
-    fi
-    sleep 0.1
-done
-wait "$bg_pid" 2>/dev/null
-rc=$?
+wait_gone "$bg_pid"
 if [[ -z $ended ]]; then
     for p in $(pgrep -f "$ctrain fit .*output_dir=runs/k"); do kill -KILL "$p"; done
 fi
