@@ -321,7 +321,7 @@ static ct_status decode_pass(void *user, ct_trainer *t, const char *key, ct_metr
     bool writes = !e->p.read_only && !e->tp.dev_run;
     if (s == CT_OK && writes) s = write_outputs(e, step, outs);
     if (s == CT_OK) show_outputs(e, step, outs);
-    ct_experiment_free_texts(e, outs, s == CT_OK ? d->n : 0);
+    ct_experiment_free_texts(e, outs, d->n); /* NULL where generation failed */
     ct_free(e->ctx, outs, sizeof(char *) * (size_t)d->n);
     return s;
 }
