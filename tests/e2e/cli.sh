@@ -77,6 +77,10 @@ expect fit_without_config 2 'missing CONFIG' 'bundled examples' \
     'ctrain fit .*fashion_mnist_mlp\.yaml' -- "$ctrain" fit
 expect missing_config_file 2 'nothere\.yaml: cannot open' -- "$ctrain" fit nothere.yaml
 expect config_reference 0 '^# Experiment files' 'optimizer\.lr' -- "$ctrain" config --reference
+expect export_preprocessing_of_onnx_only 2 '--opset and --with-preprocessing: only for --format onnx' \
+    -- "$ctrain" export tiny_run -o w.safetensors --with-preprocessing
+expect export_opset_of_onnx_only 2 '--opset and --with-preprocessing: only for --format onnx' \
+    -- "$ctrain" export tiny_run -o w.safetensors --opset 13
 
 # ---- shell completion and the man page, made from the tool's own tables and help texts ----
 

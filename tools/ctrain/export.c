@@ -39,7 +39,7 @@ void cli_export_usage(FILE *f) {
 typedef struct export_args {
     const char *src, *format, *output, *which, *dtype;
     long long opset;
-    bool preprocessing, no_ema;
+    bool preprocessing, no_ema, opset_given;
 } export_args;
 
 /* 0, -1 after --help, or the exit code once the error is said. */
@@ -83,6 +83,7 @@ static int parse(int argc, char **argv, export_args *a) {
             return -1;
         case 'O':
             a->opset = strtoll(optarg, &end, 10);
+            a->opset_given = true;
             if (end == optarg || *end) {
                 (void)fprintf(stderr, "ctrain export: --opset: expected a number, got '%s'\n",
                               optarg);
@@ -104,6 +105,8 @@ static int parse(int argc, char **argv, export_args *a) {
                           ? "--dtype: expected f32 or bf16"
                       : a->dtype && strcmp(a->format, "onnx") == 0
                           ? "--dtype: only for --format safetensors (an ONNX graph computes in f32)"
+                      : (a->opset_given || a->preprocessing) && strcmp(a->format, "onnx") != 0
+                          ? "--opset and --with-preprocessing: only for --format onnx"
                       : !a->output ? "missing -o OUT"
                                    : NULL;
     if (bad) {
