@@ -81,6 +81,9 @@ expect export_preprocessing_of_onnx_only 2 '--opset and --with-preprocessing: on
     -- "$ctrain" export tiny_run -o w.safetensors --with-preprocessing
 expect export_opset_of_onnx_only 2 '--opset and --with-preprocessing: only for --format onnx' \
     -- "$ctrain" export tiny_run -o w.safetensors --opset 13
+mkdir -p export_src/checkpoints/step-00000001 && : >export_src/checkpoints/step-00000001/model.safetensors
+expect export_checkpoint_or_its_choice 2 'is a checkpoint; --checkpoint latest chooses one of a RUN' \
+    -- "$ctrain" export export_src/checkpoints/step-00000001 -o w.safetensors --checkpoint latest
 
 # ---- shell completion and the man page, made from the tool's own tables and help texts ----
 

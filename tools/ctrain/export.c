@@ -118,14 +118,23 @@ static int parse(int argc, char **argv, export_args *a) {
 }
 
 /* A checkpoint directory (one holding model.safetensors, RUN/checkpoints/NAME) stands for its
- * run, two levels up, and that checkpoint. run (size bytes) receives the run directory. */
-static void split_source(export_args *a, char *run, size_t size) {
+ * run, two levels up, and that checkpoint. run (size bytes) receives the run directory. 0, or
+ * the exit code once said (--checkpoint names another checkpoint than CHECKPOINT). */
+static int split_source(export_args *a, char *run, size_t size) {
     struct stat st;
     char model[4200];
     (void)snprintf(model, sizeof model, "%s/model.safetensors", a->src);
     bool checkpoint = stat(model, &st) == 0;
     (void)snprintf(run, size, checkpoint ? "%s/../.." : "%s", a->src);
-    if (checkpoint && !a->which) a->which = a->src;
+    if (checkpoint && a->which) {
+        (void)fprintf(stderr,
+                      "ctrain export: %s is a checkpoint; --checkpoint %s chooses one of a RUN "
+                      "(give one or the other)\n",
+                      a->src, a->which);
+        return EXIT_USAGE;
+    }
+    if (checkpoint) a->which = a->src;
+    return 0;
 }
 
 int cli_cmd_export(int argc, char **argv) {
@@ -139,7 +148,7 @@ int cli_cmd_export(int argc, char **argv) {
         return EXIT_USAGE;
     }
     char run[4200];
-    split_source(&a, run, sizeof run);
+    if ((rc = split_source(&a, run, sizeof run)) != 0) return rc;
     session s;
     ct_ctx *ctx = NULL;
     if ((rc = cli_open_session(&s, &ctx)) != 0) return rc;
