@@ -402,6 +402,14 @@ static void decode_should_refuse_bad_keys_and_sources_where_they_are(void) {
                  "%s", ct_last_error(ctx));
     ct_experiment_destroy(e);
     ct_config_destroy(cfg);
+    /* a metric of the model's outputs cannot score decoded text: refused where it is written */
+    CT_CHECK(make("bad5", "0.0", "decode: {prompts: [a], metrics: [accuracy]}\n", &cfg, &e) ==
+             CT_ERR_CONFIG);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "exp.yaml:10:") &&
+                     strstr(ct_last_error(ctx), "metric 'accuracy' scores the model's outputs"),
+                 "%s", ct_last_error(ctx));
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
     /* valid JSON that is no object: the line, no column */
     CT_CHECK(write_file("bad.jsonl", "{\"prompt\": \"ab\"}\n[1, 2]\n"));
     CT_CHECK(make("bad4", "0.0", extra, &cfg, &e) == CT_ERR_CONFIG);
