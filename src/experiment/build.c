@@ -790,6 +790,15 @@ static int64_t metric_classes(const ct_experiment *e) {
     return e->task.kind != CT_TASK_REGRESSION && nd > 0 ? shape[nd - 1] : 0;
 }
 
+/* Whether vt is one of the built-in metrics of decoded text, which score a decode engine's
+ * outputs (u8 texts) and nothing else; the other built-ins score the model's outputs. */
+static bool text_metric(const ct_metric_vtable *vt) {
+    static const char *const names[] = {"exact_match", "char_accuracy", "edit_distance"};
+    for (int i = 0; i < 3; i++)
+        if (vt == ct_metric_type_find(names[i])) return true;
+    return false;
+}
+
 ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine *en) {
     const ct_cfg_node *list = ct_exp_node(e, path);
     if (!list) return CT_OK;
@@ -820,6 +829,16 @@ ct_status ct_exp_metric_specs(ct_experiment *e, const char *path, ct_eval_engine
        k against the classes) is reported where it was written */
     for (int64_t i = 0; i < k; i++) {
         const ct_metric_vtable *vt = specs[i].vt ? specs[i].vt : ct_metric_type_find(specs[i].type);
+        bool decoding = strcmp(path, "decode.metrics") == 0;
+        /* found here, not at the first evaluation, which may be hours into the fit */
+        if (vt && !specs[i].vt && text_metric(vt) != decoding)
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                           decoding ? "%s: metric '%s' scores the model's outputs, not decoded "
+                                      "text; decode.metrics takes exact_match, char_accuracy "
+                                      "and edit_distance"
+                                    : "%s: metric '%s' scores decoded text: it belongs in "
+                                      "decode.metrics",
+                           specs[i].opts.where, specs[i].type);
         if (vt) CT_TRY(ct_exp_open_metric(e, vt, &specs[i].opts, metric_classes(e)));
     }
     en->metrics = specs;

@@ -116,9 +116,11 @@ static ct_status read_file(ct_experiment *e, const char *path, int64_t max) {
         json_t *obj = json_loadb(line, (size_t)len, 0, &err);
         const char *p = NULL, *r = NULL;
         size_t plen = 0, rlen = 0;
-        if (!obj || !json_is_object(obj))
+        if (!obj)
             s = CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s:%d: expected a JSON object: %s", where,
-                        err.column, obj ? "not an object" : err.text);
+                        err.column, err.text);
+        else if (!json_is_object(obj))
+            s = CT_FAIL(e->ctx, CT_ERR_CONFIG, "%s: expected a JSON object: not an object", where);
         if (s == CT_OK) s = json_text(e, obj, "prompt", where, true, &p, &plen);
         if (s == CT_OK) s = json_text(e, obj, "reference", where, false, &r, &rlen);
         if (s == CT_OK) s = add_example(e, where, p, plen, r ? r : NULL, rlen);
@@ -321,7 +323,7 @@ static ct_status decode_pass(void *user, ct_trainer *t, const char *key, ct_metr
     bool writes = !e->p.read_only && !e->tp.dev_run;
     if (s == CT_OK && writes) s = write_outputs(e, step, outs);
     if (s == CT_OK) show_outputs(e, step, outs);
-    ct_experiment_free_texts(e, outs, s == CT_OK ? d->n : 0);
+    ct_experiment_free_texts(e, outs, d->n); /* NULL where generation failed */
     ct_free(e->ctx, outs, sizeof(char *) * (size_t)d->n);
     return s;
 }

@@ -360,11 +360,14 @@ static const char *layer(gb *g, const ct_layer *l, const char *x) {
 
 /* ---- gpt ---- */
 
+/* A gpt's tensor; a bias may be absent (bias: false): NULL, which linear and layer_norm take. */
 static const ct_tensor *gpt_param(gb *g, const ct_model *m, const char *prefix, const char *name) {
     char full[256];
     (void)snprintf(full, sizeof full, "%s%s", prefix, name);
     const ct_tensor *t = ct_model_param(m, full);
-    if (!t && g->s == CT_OK)
+    size_t n = strlen(name);
+    bool bias = n >= 5 && strcmp(name + n - 5, ".bias") == 0;
+    if (!t && !bias && g->s == CT_OK)
         g->s = CT_FAIL(g->ctx, CT_ERR_INTERNAL, "export: gpt without '%s'", full);
     return t;
 }

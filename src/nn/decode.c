@@ -346,9 +346,9 @@ CT_HOT static void layer_norm(ct_ctx *ctx,
                               int64_t N,
                               int64_t D,
                               const ct_tensor *w, /* [D] */
-                              const ct_tensor *b, /* [D] */
+                              const ct_tensor *b, /* [D], NULL without bias */
                               float *y) {         /* [N, D] */
-    const float *wv = w->data, *bv = b->data;
+    const float *wv = w->data, *bv = b ? b->data : NULL;
     int nt = ct_threads_for(ctx, N, D * 8);
     CT_OMP_FOR(nt)
     for (int64_t r = 0; r < N; r++) {
@@ -363,7 +363,7 @@ CT_HOT static void layer_norm(ct_ctx *ctx,
         float mf = (float)m, rf = (float)(1.0 / sqrt(v + (double)CT_GPT_LN_EPS));
         float *yr = y + r * D;
         for (int64_t j = 0; j < D; j++)
-            yr[j] = (xr[j] - mf) * rf * wv[j] + bv[j];
+            yr[j] = bv ? (xr[j] - mf) * rf * wv[j] + bv[j] : (xr[j] - mf) * rf * wv[j];
     }
 }
 

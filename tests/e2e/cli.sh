@@ -77,6 +77,15 @@ expect fit_without_config 2 'missing CONFIG' 'bundled examples' \
     'ctrain fit .*fashion_mnist_mlp\.yaml' -- "$ctrain" fit
 expect missing_config_file 2 'nothere\.yaml: cannot open' -- "$ctrain" fit nothere.yaml
 expect config_reference 0 '^# Experiment files' 'optimizer\.lr' -- "$ctrain" config --reference
+expect text_metric_only_in_decode 2 "metrics.test.0: metric 'edit_distance' scores decoded text" \
+    -- "$ctrain" config tiny.yaml '+metrics.test=[edit_distance]'
+expect export_preprocessing_of_onnx_only 2 '--opset and --with-preprocessing: only for --format onnx' \
+    -- "$ctrain" export tiny_run -o w.safetensors --with-preprocessing
+expect export_opset_of_onnx_only 2 '--opset and --with-preprocessing: only for --format onnx' \
+    -- "$ctrain" export tiny_run -o w.safetensors --opset 13
+mkdir -p export_src/checkpoints/step-00000001 && : >export_src/checkpoints/step-00000001/model.safetensors
+expect export_checkpoint_or_its_choice 2 'is a checkpoint; --checkpoint latest chooses one of a RUN' \
+    -- "$ctrain" export export_src/checkpoints/step-00000001 -o w.safetensors --checkpoint latest
 
 # ---- shell completion and the man page, made from the tool's own tables and help texts ----
 

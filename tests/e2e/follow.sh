@@ -292,6 +292,8 @@ expect follow_should_refuse_a_bad_timeout 2 "--timeout: expected seconds >= 0, g
     "$ctrain" eval alone --follow --timeout soon
 expect follow_should_refuse_an_unknown_split 2 "'train' is not an evaluation split.*valid" -- \
     "$ctrain" eval alone --follow --split train
+expect eval_should_refuse_an_empty_split 2 "--split: '' is not an evaluation split.*valid" -- \
+    "$ctrain" eval alone --checkpoint latest --split ''
 expect follow_should_refuse_a_missing_run 2 "nowhere" -- "$ctrain" eval nowhere --follow
 expect follow_should_refuse_a_bad_poll_setting 2 "CTRAIN_FOLLOW_POLL='fast'" -- \
     env CTRAIN_FOLLOW_POLL=fast "$ctrain" eval alone --follow

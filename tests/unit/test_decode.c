@@ -402,6 +402,73 @@ static void decode_should_refuse_bad_keys_and_sources_where_they_are(void) {
                  "%s", ct_last_error(ctx));
     ct_experiment_destroy(e);
     ct_config_destroy(cfg);
+    /* a metric of the model's outputs cannot score decoded text: refused where it is written */
+    CT_CHECK(make("bad5", "0.0", "decode: {prompts: [a], metrics: [accuracy]}\n", &cfg, &e) ==
+             CT_ERR_CONFIG);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "exp.yaml:10:") &&
+                     strstr(ct_last_error(ctx), "metric 'accuracy' scores the model's outputs"),
+                 "%s", ct_last_error(ctx));
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+    /* valid JSON that is no object: the line, no column */
+    CT_CHECK(write_file("bad.jsonl", "{\"prompt\": \"ab\"}\n[1, 2]\n"));
+    CT_CHECK(make("bad4", "0.0", extra, &cfg, &e) == CT_ERR_CONFIG);
+    CT_CHECK_MSG(strstr(ct_last_error(ctx), "bad.jsonl:2: expected a JSON object: not an object"),
+                 "%s", ct_last_error(ctx));
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+}
+
+/* An allocator that counts the bytes it has out. */
+static void *count_alloc(void *user, size_t size) {
+    void *p = aligned_alloc(64, (size + 63) & ~(size_t)63);
+    if (p) *(size_t *)user += size;
+    return p;
+}
+
+static void count_free(void *user, void *ptr, size_t size) {
+    if (!ptr) return;
+    *(size_t *)user -= size;
+    free(ptr);
+}
+
+/* Puts a plain file where the decode engine's folder goes, before its first pass. */
+static ct_status block_decode_dir(void *user, ct_trainer *t, int64_t batch, double loss) {
+    (void)t;
+    (void)batch;
+    (void)loss;
+    (void)user;
+    return write_file("unwritable/decode", "not a folder") ? CT_OK : CT_ERR_IO;
+}
+
+static void decode_should_free_its_outputs_when_they_cannot_be_written(void) {
+    size_t live = 0;
+    ct_ctx_params cp = ct_ctx_default_params();
+    cp.allocator = (ct_allocator){count_alloc, count_free, &live};
+    cp.log_level = CT_LOG_ERROR;
+    ct_ctx *own = NULL, *shared = ctx;
+    CT_CHECK(ct_ctx_create(&cp, &own) == CT_OK);
+    if (!own) return;
+    ctx = own;
+    char text[4096];
+    int n = snprintf(text, sizeof text, AB_MODEL "%s", root, "0.0", 20, root, "unwritable",
+                     "decode: {every_steps: 10, prompts: [ab, ba], max_tokens: 4}\n");
+    ct_config *cfg = NULL;
+    ct_experiment *e = NULL;
+    ct_experiment_params ep = ct_experiment_default_params();
+    ep.callbacks.on_iteration_end = block_decode_dir;
+    ct_status s = ct_config_load_string(ctx, "exp.yaml", text, (size_t)n, &cfg);
+    if (s == CT_OK) s = ct_experiment_resolve(ctx, cfg);
+    if (s == CT_OK) s = ct_experiment_create(ctx, cfg, &ep, &e);
+    CT_CHECK_MSG(s == CT_OK, "%s", ct_last_error(ctx));
+    if (s == CT_OK) s = ct_experiment_fit(e);
+    CT_CHECK_MSG(s == CT_ERR_IO && strstr(ct_last_error(ctx), "unwritable/decode/step-10.jsonl"),
+                 "%d %s", (int)s, ct_last_error(ctx));
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+    ctx = shared;
+    ct_ctx_destroy(own);
+    CT_CHECK_MSG(live == 0, "%zu bytes never freed", live);
 }
 
 int main(void) {
@@ -418,6 +485,7 @@ int main(void) {
     CT_RUN(decode_should_stop_after_a_stop_string_and_score_without_it);
     CT_RUN(decode_should_not_depend_on_threads_nor_touch_the_training_rng);
     CT_RUN(decode_should_refuse_bad_keys_and_sources_where_they_are);
+    CT_RUN(decode_should_free_its_outputs_when_they_cannot_be_written);
     ct_ctx_destroy(ctx);
     char cmd[128];
     (void)snprintf(cmd, sizeof cmd, "rm -rf %s", root);

@@ -155,6 +155,54 @@ static void export_should_write_the_layers_as_operators_and_the_weights_as_initi
     ct_config_destroy(cfg);
 }
 
+/* A gpt without biases (nanoGPT's bias=False): its linears and layer norms export without the
+ * bias inputs, at the LayerNormalization opset and below it. */
+static void export_should_write_a_gpt_without_biases(void) {
+    char text[1024], path[256];
+    path_in(path, sizeof path, "ab.txt");
+    FILE *f = fopen(path, "w");
+    CT_CHECK(f != NULL);
+    if (!f) return;
+    for (int i = 0; i < 200; i++)
+        (void)fputs("ab", f);
+    (void)fclose(f);
+    (void)snprintf(text, sizeof text,
+                   "seed: 3\n"
+                   "data:\n"
+                   "  train: {type: text, files: %s, context: 8, stride: 4}\n"
+                   "  batch_size: 4\n"
+                   "model: {type: gpt, n_layer: 1, n_head: 2, d_model: 8, bias: false}\n"
+                   "optimizer: {type: adamw, lr: 0.01}\n"
+                   "trainer: {max_epochs: 0, max_steps: 2}\n"
+                   "logging: {progress: none}\n"
+                   "output_dir: %s/gpt_nobias\n",
+                   path, root);
+    ct_config *cfg = NULL;
+    ct_experiment *e = NULL;
+    ct_status s = ct_config_load_string(ctx, "exp.yaml", text, strlen(text), &cfg);
+    if (s == CT_OK) s = ct_experiment_resolve(ctx, cfg);
+    if (s == CT_OK) s = ct_experiment_create(ctx, cfg, NULL, &e);
+    if (s == CT_OK) s = ct_experiment_fit(e);
+    CT_CHECK_MSG(s == CT_OK, "%s", ct_last_error(ctx));
+    int64_t opsets[] = {17, 13};
+    for (int k = 0; s == CT_OK && k < 2; k++) {
+        path_in(path, sizeof path, "nobias.onnx");
+        ct_onnx_export_params p = ct_onnx_export_default_params();
+        p.opset = opsets[k];
+        ct_status x = ct_experiment_export_onnx(e, path, &p);
+        CT_CHECK_MSG(x == CT_OK, "opset %lld: %s", (long long)opsets[k], ct_last_error(ctx));
+        Onnx__ModelProto *m = x == CT_OK ? read_model(path) : NULL;
+        if (!m) continue;
+        const Onnx__GraphProto *g = m->graph;
+        CT_CHECK(initializer(g, "transformer.h.0.attn.c_attn.weight") != NULL);
+        for (size_t i = 0; i < g->n_initializer; i++)
+            CT_CHECK_MSG(!strstr(g->initializer[i]->name, ".bias"), "%s", g->initializer[i]->name);
+        onnx__model_proto__free_unpacked(m, NULL);
+    }
+    ct_experiment_destroy(e);
+    ct_config_destroy(cfg);
+}
+
 #endif
 
 static void export_should_refuse_an_opset_outside_13_to_17(void) {
@@ -184,6 +232,7 @@ int main(void) {
     if (!mkdtemp(root) || ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
 #ifdef CT_HAVE_ONNX
     CT_RUN(export_should_write_the_layers_as_operators_and_the_weights_as_initializers);
+    CT_RUN(export_should_write_a_gpt_without_biases);
 #endif
     CT_RUN(export_should_refuse_an_opset_outside_13_to_17);
     ct_ctx_destroy(ctx);

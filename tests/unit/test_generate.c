@@ -21,23 +21,30 @@
 static ct_ctx *ctx;
 static char root[] = "/tmp/ct_generate_XXXXXX";
 
-/* A gpt of random weights (all N(0, 0.3), so the logits are far from uniform). */
+/* A gpt of random weights (all N(0, 0.3), so the logits are far from uniform); without bias:
+ * nanoGPT's bias=False. */
 static ct_model *gpt(ct_params **params,
                      int64_t layers,
                      int64_t heads,
                      int64_t width,
                      int64_t context,
                      int64_t vocab,
-                     bool tied) {
+                     bool tied,
+                     bool bias) {
     char l[16], h[16], w[16], c[16], v[16];
     (void)snprintf(l, sizeof l, "%lld", (long long)layers);
     (void)snprintf(h, sizeof h, "%lld", (long long)heads);
     (void)snprintf(w, sizeof w, "%lld", (long long)width);
     (void)snprintf(c, sizeof c, "%lld", (long long)context);
     (void)snprintf(v, sizeof v, "%lld", (long long)vocab);
-    ct_option items[] = {{"n_layer", l}, {"n_head", h}, {"d_model", w},
-                         {"context", c}, {"vocab", v},  {"tied", tied ? "true" : "false"}};
-    ct_options o = {items, 6, "test"};
+    ct_option items[] = {{"n_layer", l},
+                         {"n_head", h},
+                         {"d_model", w},
+                         {"context", c},
+                         {"vocab", v},
+                         {"tied", tied ? "true" : "false"},
+                         {"bias", bias ? "true" : "false"}};
+    ct_options o = {items, 7, "test"};
     ct_model *m = NULL;
     *params = NULL;
     ct_status s = ct_params_create(ctx, params);
@@ -64,10 +71,10 @@ static double max_diff(const float *a, const float *b, int64_t n) {
 
 /* Feeds rows of different prompt lengths (one longer than the context), then 3 * context
  * tokens one by one, to a cached and a recomputing decoder: the same logits at every step. */
-static void check_logits_match(bool tied) {
+static void check_logits_match(bool tied, bool bias) {
     enum { ROWS = 3, T = 12, V = 11 };
     ct_params *p;
-    ct_model *m = gpt(&p, 2, 2, 16, T, V, tied);
+    ct_model *m = gpt(&p, 2, 2, 16, T, V, tied, bias);
     if (!m) return;
     ct_model_decoder_params dp = ct_model_decoder_default_params();
     dp.n_rows = ROWS;
@@ -116,8 +123,9 @@ static void check_logits_match(bool tied) {
 }
 
 static void model_decoder_should_give_the_recomputed_logits_past_the_context(void) {
-    check_logits_match(true);
-    check_logits_match(false);
+    check_logits_match(true, true);
+    check_logits_match(false, true);
+    check_logits_match(true, false); /* no biases: the layer norms' too */
 }
 
 /* Each row of a batch gets the very bits it gets decoded alone: prompts of 3, 9 and 20 tokens
@@ -125,7 +133,7 @@ static void model_decoder_should_give_the_recomputed_logits_past_the_context(voi
 static void model_decoder_should_give_a_row_the_bits_it_gets_alone(void) {
     enum { ROWS = 3, T = 12, V = 11 };
     ct_params *p;
-    ct_model *m = gpt(&p, 2, 2, 16, T, V, false);
+    ct_model *m = gpt(&p, 2, 2, 16, T, V, false, true);
     if (!m) return;
     ct_model_decoder_params dp = ct_model_decoder_default_params();
     dp.n_rows = ROWS;
@@ -171,7 +179,7 @@ static void model_decoder_should_give_a_row_the_bits_it_gets_alone(void) {
 static void model_generate_should_match_recomputing_and_one_prompt_at_a_time(void) {
     enum { N = 3, T = 8, V = 13, NEW = 30 };
     ct_params *p;
-    ct_model *m = gpt(&p, 2, 2, 16, T, V, true);
+    ct_model *m = gpt(&p, 2, 2, 16, T, V, true, true);
     if (!m) return;
     int64_t a[1] = {3}, b[4] = {1, 2, 3, 4}, c[20];
     for (int j = 0; j < 20; j++)
@@ -228,7 +236,7 @@ static void decode_with_threads(ct_model *m, int64_t threads, float *out) {
 
 static void model_decoder_should_give_the_same_bits_with_1_and_2_threads(void) {
     ct_params *p;
-    ct_model *m = gpt(&p, 2, 4, 64, 64, 32, true);
+    ct_model *m = gpt(&p, 2, 4, 64, 64, 32, true, true);
     if (!m) return;
     static float a[8 * 32], b[8 * 32];
     decode_with_threads(m, 1, a);
@@ -242,7 +250,7 @@ static void model_decoder_should_give_the_same_bits_with_1_and_2_threads(void) {
  * stack) or of another shape is refused. */
 static void model_decoder_should_recompute_in_bf16_and_refuse_other_models(void) {
     ct_params *p;
-    ct_model *m = gpt(&p, 1, 2, 8, 6, 9, true);
+    ct_model *m = gpt(&p, 1, 2, 8, 6, 9, true, true);
     if (!m) return;
     ct_model_decoder_params dp = ct_model_decoder_default_params();
     dp.autocast = CT_BF16;

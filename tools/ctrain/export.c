@@ -39,7 +39,7 @@ void cli_export_usage(FILE *f) {
 typedef struct export_args {
     const char *src, *format, *output, *which, *dtype;
     long long opset;
-    bool preprocessing, no_ema;
+    bool preprocessing, no_ema, opset_given;
 } export_args;
 
 /* 0, -1 after --help, or the exit code once the error is said. */
@@ -83,6 +83,7 @@ static int parse(int argc, char **argv, export_args *a) {
             return -1;
         case 'O':
             a->opset = strtoll(optarg, &end, 10);
+            a->opset_given = true;
             if (end == optarg || *end) {
                 (void)fprintf(stderr, "ctrain export: --opset: expected a number, got '%s'\n",
                               optarg);
@@ -104,6 +105,8 @@ static int parse(int argc, char **argv, export_args *a) {
                           ? "--dtype: expected f32 or bf16"
                       : a->dtype && strcmp(a->format, "onnx") == 0
                           ? "--dtype: only for --format safetensors (an ONNX graph computes in f32)"
+                      : (a->opset_given || a->preprocessing) && strcmp(a->format, "onnx") != 0
+                          ? "--opset and --with-preprocessing: only for --format onnx"
                       : !a->output ? "missing -o OUT"
                                    : NULL;
     if (bad) {
@@ -115,14 +118,23 @@ static int parse(int argc, char **argv, export_args *a) {
 }
 
 /* A checkpoint directory (one holding model.safetensors, RUN/checkpoints/NAME) stands for its
- * run, two levels up, and that checkpoint. run (size bytes) receives the run directory. */
-static void split_source(export_args *a, char *run, size_t size) {
+ * run, two levels up, and that checkpoint. run (size bytes) receives the run directory. 0, or
+ * the exit code once said (--checkpoint names another checkpoint than CHECKPOINT). */
+static int split_source(export_args *a, char *run, size_t size) {
     struct stat st;
     char model[4200];
     (void)snprintf(model, sizeof model, "%s/model.safetensors", a->src);
     bool checkpoint = stat(model, &st) == 0;
     (void)snprintf(run, size, checkpoint ? "%s/../.." : "%s", a->src);
-    if (checkpoint && !a->which) a->which = a->src;
+    if (checkpoint && a->which) {
+        (void)fprintf(stderr,
+                      "ctrain export: %s is a checkpoint; --checkpoint %s chooses one of a RUN "
+                      "(give one or the other)\n",
+                      a->src, a->which);
+        return EXIT_USAGE;
+    }
+    if (checkpoint) a->which = a->src;
+    return 0;
 }
 
 int cli_cmd_export(int argc, char **argv) {
@@ -136,7 +148,7 @@ int cli_cmd_export(int argc, char **argv) {
         return EXIT_USAGE;
     }
     char run[4200];
-    split_source(&a, run, sizeof run);
+    if ((rc = split_source(&a, run, sizeof run)) != 0) return rc;
     session s;
     ct_ctx *ctx = NULL;
     if ((rc = cli_open_session(&s, &ctx)) != 0) return rc;

@@ -435,7 +435,8 @@ int cli_choose_splits(ct_experiment *e, const char *want, const char **out, int 
         }
         if (take) out[(*n_out)++] = keys[i];
     }
-    for (const char *p = want; p && *p;) {
+    /* an empty --split is an empty name, refused as ',' is: it would score nothing */
+    for (const char *p = want; p && (*p || p == want);) {
         size_t len = strcspn(p, ",");
         bool known = false;
         for (int64_t i = 0; i < n; i++)
