@@ -3,7 +3,7 @@
 # mpi.sh: a temporary working directory, a counted "ok NAME" / "FAIL NAME: WHY" report, a
 # command's exit code and output checked against patterns (expect), the end of a command's
 # output on one line for failure messages, and metrics.jsonl records without the fields that
-# vary from run to run; for the MPI tests, a rank's pid and a wait for a job to end.
+# vary from run to run; for the MPI tests, the launcher, a rank's pid and a wait for a job to end.
 passed=0
 failed=0
 ok() {
@@ -99,4 +99,14 @@ wait_gone() {
     done
     wait "$1" 2>/dev/null
     rc=$?
+}
+
+# mpi_launch MPIRUN: the launcher command for the MPI tests into the array `launch`. Open MPI
+# refuses root without --allow-run-as-root and more ranks than cores without --oversubscribe
+# (docs/distributed.md); MPICH's mpiexec needs neither.
+mpi_launch() {
+    launch=("$1")
+    if "$1" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
+        launch+=(--allow-run-as-root --oversubscribe --mca btl self,vader)
+    fi
 }

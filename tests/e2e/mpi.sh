@@ -17,12 +17,7 @@ if [[ $# -ne 2 ]]; then
 fi
 ctrain=$(realpath "$1")
 mpirun=$2
-launch=("$mpirun")
-# Open MPI refuses root without these and more ranks than cores without --oversubscribe
-# (docs/distributed.md); MPICH's mpiexec needs neither.
-if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
-    launch+=(--allow-run-as-root --oversubscribe --mca btl self,vader)
-fi
+mpi_launch "$mpirun"
 enter_workdir mpi
 
 # run NP ARGS...: ctrain fit under mpirun with NP processes; output in out, exit code in $rc

@@ -22,10 +22,7 @@ if [[ $# -ne 2 ]]; then
 fi
 ctrain=$(realpath "$1")
 mpirun=$2
-launch=("$mpirun")
-if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
-    launch+=(--allow-run-as-root --oversubscribe --mca btl self,vader)
-fi
+mpi_launch "$mpirun"
 enter_workdir mpi_resize
 
 # run NP ARGS...: ctrain fit with NP processes (under mpirun when NP > 1); exit code in $rc

@@ -123,10 +123,7 @@ if [[ -z $mpirun ]]; then
     check preempt_should_take_usr2_and_requeue_false 143 "" "stopped by SIGUSR2 at step"
 else
     # ---- 2 ranks, the signal to rank 1 only ----
-    launch=("$mpirun")
-    if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
-        launch+=(--allow-run-as-root --oversubscribe --mca btl self,vader)
-    fi
+    mpi_launch "$mpirun"
     launch+=(-np 2)
     fit_cmd=("${launch[@]}" "$ctrain" fit tiny.yaml)
     # the pid of rank 1 of the job training into DIR (Open MPI and MPICH put the rank in its
