@@ -230,6 +230,20 @@ typedef struct ct_trainer_callbacks {
     void (*on_incident)(void *user, ct_trainer *t, const ct_incident *info);
 } ct_trainer_callbacks;
 
+/* ct_trainer_params.strategy: how the ranks of an MPI run combine their work
+ * (docs/distributed.md). */
+typedef enum ct_trainer_strategy {
+    /* every step: every rank's gradients combined, every rank's weights the same (default) */
+    CT_STRATEGY_SYNC = 0,
+    /* server ranks hold shards of the weights and optimizer state and apply each worker's
+       gradient as it arrives; workers pull weights and push gradients asynchronously */
+    CT_STRATEGY_PARAMETER_SERVER,
+    /* every rank takes local steps with its own optimizer; the weights are averaged every few
+       steps */
+    CT_STRATEGY_LOCAL_SGD,
+    CT_STRATEGY_COUNT
+} ct_trainer_strategy;
+
 /* ct_trainer_params.bucket_bytes: chosen from the communicator's layout. */
 #define CT_BUCKET_BYTES_AUTO (-1)
 
@@ -396,6 +410,12 @@ typedef struct ct_trainer_params {
        are not collective. Under AUTO a fit whose shared memory cannot be made on some rank
        all-reduces instead, with a warning. Default CT_UPDATE_SHARDING_AUTO. */
     ct_update_sharding shard_optimizer;
+    /* How the ranks combine their work. Default CT_STRATEGY_SYNC. */
+    ct_trainer_strategy strategy;
+    /* For benchmarks of uneven machines: the rank that, after each of its training steps,
+       sleeps as long as the step took (so it runs at half speed whatever the machine's
+       noise); -1 (default): none. */
+    int64_t straggler_rank;
     /* Measure where each step's time goes (ct_trainer_profile). Default CT_PROFILE_MODE_OFF. */
     ct_profile_mode profile;
     /* The pass of each engine without a loader (an experiment's decode engine): adds what it

@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -156,6 +157,14 @@ static void distributed_params(ct_experiment *e, ct_trainer_params *tp) {
     tp->shard_optimizer = shard && strcmp(shard, "always") == 0  ? CT_UPDATE_SHARDING_ALWAYS
                           : shard && strcmp(shard, "never") == 0 ? CT_UPDATE_SHARDING_NEVER
                                                                  : CT_UPDATE_SHARDING_AUTO;
+    const char *strategy = ct_exp_str_at(e, "trainer.strategy");
+    tp->strategy = strategy && strcmp(strategy, "parameter_server") == 0
+                       ? CT_STRATEGY_PARAMETER_SERVER
+                   : strategy && strcmp(strategy, "local_sgd") == 0 ? CT_STRATEGY_LOCAL_SGD
+                                                                    : CT_STRATEGY_SYNC;
+    /* benchmarks of uneven machines (bench/async.py): CTRAIN_STRAGGLER=RANK */
+    const char *straggler = getenv("CTRAIN_STRAGGLER");
+    if (straggler && *straggler) tp->straggler_rank = strtoll(straggler, NULL, 10);
 }
 
 static ct_status build_trainer(ct_experiment *e) {

@@ -155,6 +155,11 @@ static const ct_key_def k_schema[] = {
      "layers and convolutions multiply operands rounded to bf16 with f32 accumulation, forward "
      "and backward, in training, evaluation and prediction; weights, gradients, optimizer "
      "state, losses and norms stay f32 (docs/trainer.md, Mixed precision)."},
+    {"trainer.strategy", E, "sync", 0, 0, "sync|parameter_server|local_sgd", RES,
+     "MPI runs: how the ranks combine their work. sync = every step all-reduces every rank's "
+     "gradients; parameter_server = server ranks hold shards of the weights and apply each "
+     "worker's gradient as it arrives (trainer.ps); local_sgd = each rank takes local steps and "
+     "the weights are averaged every trainer.local_sgd.steps steps (docs/distributed.md)."},
     {"trainer.bucket_mb", F, "auto", 0, 1e6, "auto", RES,
      "MPI runs: gradients are all-reduced in buckets of about this many MiB, each started "
      "during the backward pass as soon as its gradients are final; 0 = one all-reduce after "

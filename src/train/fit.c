@@ -265,6 +265,7 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             CT_TRY(ct_train_event(t, cb->on_iteration_start(cb->user, t, i)));
             ct_train_mark(t); /* the callback's time is overhead, not the forward pass's */
         }
+        if (i == pos.start) ct_train_straggle_start(t);
         double loss = 0.0;
         CT_TRY(train_batch(t, &b, &pos, bpe, &loss));
         window_ok = window_ok && isfinite(loss);
@@ -274,6 +275,7 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             CT_TRY(end_window(t, window_ok, i + 1 >= bpe));
             window_ok = true;
         }
+        if (pos.last) ct_train_straggle_end(t);
         if (pos.last) ct_train_profile_step(t); /* ends at the last reading: no new one */
         if (cb->on_iteration_end) {
             CT_TRY(ct_train_event(t, cb->on_iteration_end(cb->user, t, i, loss)));

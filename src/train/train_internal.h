@@ -149,6 +149,7 @@ struct ct_trainer {
                                  stop where the ranks agree (ct_train_agree_interrupt) */
     bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
     double comm_seconds;      /* spent in the gradient all-reduce (several ranks only) */
+    double straggle_since;    /* p.straggler_rank: when this rank's step began */
     bool want_shard;          /* shard_optimizer decided for sharding (at create) */
     ct_train_shard *shard;    /* the sharded update's window during a fit, or NULL */
     bool moments_whole;       /* the sharded moments were shared since the last update */
@@ -207,6 +208,11 @@ CT_INTERNAL void ct_train_profile_end(ct_trainer *t);
 /* profile.c: a step (window) has ended at the profile's mark (the last reading): its times into
  * the totals and the ring. */
 CT_INTERNAL void ct_train_profile_step(ct_trainer *t);
+
+/* straggle.c: around each training step (window) of p.straggler_rank, which then sleeps as
+ * long as the step took; nothing on the other ranks. */
+CT_INTERNAL void ct_train_straggle_start(ct_trainer *t);
+CT_INTERNAL void ct_train_straggle_end(ct_trainer *t);
 
 /* The profile's mark set to now, so that the next ct_train_lap measures from here. */
 static inline void ct_train_mark(ct_trainer *t) {

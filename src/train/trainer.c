@@ -28,6 +28,8 @@ ct_trainer_params ct_trainer_default_params(void) {
     p.check_grads = true;
     p.save_every_epochs = 1;
     p.bucket_bytes = CT_BUCKET_BYTES_AUTO;
+    p.strategy = CT_STRATEGY_SYNC;
+    p.straggler_rank = -1;
     return p;
 }
 
@@ -113,6 +115,11 @@ static ct_status check_params(ct_ctx *ctx, const ct_trainer_params *p) {
                        ct_dtype_name(p->precision));
     if ((int)p->task.kind < 0 || p->task.kind >= CT_TASK_KIND_COUNT)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: task kind %d is unknown", (int)p->task.kind);
+    if ((int)p->strategy < 0 || p->strategy >= CT_STRATEGY_COUNT)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: strategy %d is not a ct_trainer_strategy",
+                       (int)p->strategy);
+    if (p->strategy != CT_STRATEGY_SYNC)
+        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: strategy %d is not built", (int)p->strategy);
     if ((int)p->profile < 0 || p->profile >= CT_PROFILE_MODE_COUNT)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: profile %d is not a ct_profile_mode",
                        (int)p->profile);
