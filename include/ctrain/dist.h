@@ -74,6 +74,31 @@ typedef struct ct_comm_vtable {
     ct_status (*set_timeout)(void *self, ct_ctx *ctx, double seconds);
     /* Optional (NULL: ignored). What ct_comm_set_step says, for the timeout's message. */
     void (*set_step)(void *self, int64_t step, const char *what);
+    /* Optional, all four or none (NULL: no point-to-point messages, which the
+       parameter-server strategy needs). Messages of bytes between two ranks, matched by
+       source and tag (>= 0); between one pair of ranks with one tag they arrive in the order
+       sent. isend starts a send with its handle in impl (32 bytes), buf borrowed until
+       wait_send completes it; probe waits for a message from source (-1: any) with tag (-1:
+       any) and gives its source, tag and size without receiving it; recv receives the one of
+       exactly `bytes` from source with tag. None counts for the collective timeout: a server
+       waits for work as long as it takes. */
+    ct_status (*isend)(void *self,
+                       ct_ctx *ctx,
+                       const void *buf,
+                       size_t bytes,
+                       int64_t dest,
+                       int32_t tag,
+                       void *impl);
+    ct_status (*wait_send)(void *self, ct_ctx *ctx, void *impl);
+    ct_status (*probe)(void *self,
+                       ct_ctx *ctx,
+                       int64_t source,
+                       int32_t tag,
+                       int64_t *from,
+                       int32_t *tag_out,
+                       size_t *bytes);
+    ct_status (*recv)(
+        void *self, ct_ctx *ctx, void *buf, size_t bytes, int64_t source, int32_t tag);
 } ct_comm_vtable;
 
 /* The one-process communicator: rank 0 of 1. */
@@ -187,6 +212,32 @@ CT_API void ct_comm_abort(ct_comm *c, int code);
  * such as "training" or "evaluation", borrowed until the next call: a literal; NULL for none).
  * Two stores, no communication: cheap enough for every batch.
  */
+/*
+ * Point-to-point messages (the parameter-server strategy's): bytes sent by one rank to another
+ * with a tag, not collective. Between one pair of ranks with one tag, messages are received in
+ * the order sent. No wait here counts for the collective timeout. Floats travel as the sender
+ * stores them: the ranks must share a byte order.
+ *
+ * ct_comm_has_p2p: whether the communicator offers them (MPI does; one process does not).
+ * ct_comm_isend: starts sending buf (borrowed until ct_comm_wait_send(req)) to dest with tag
+ * (>= 0); ct_comm_send: the same, waited for.
+ * ct_comm_probe: waits for a message from source (CT_COMM_ANY_SOURCE: any) with tag
+ * (CT_COMM_ANY_TAG: any) and gives its source, tag and size in bytes; it stays to be received.
+ * ct_comm_recv: receives the message of exactly `bytes` from source with tag.
+ * Errors: CT_ERR_DIST (no point-to-point, or the implementation's failure), CT_ERR_INVALID_ARG
+ * (a rank out of range, a negative tag, a NULL buffer).
+ */
+#define CT_COMM_ANY_SOURCE (-1)
+#define CT_COMM_ANY_TAG    (-1)
+CT_API bool ct_comm_has_p2p(const ct_comm *c);
+CT_API ct_status ct_comm_isend(
+    ct_comm *c, const void *buf, size_t bytes, int64_t dest, int32_t tag, ct_comm_request *req);
+CT_API ct_status ct_comm_wait_send(ct_comm *c, ct_comm_request *req);
+CT_API ct_status ct_comm_send(ct_comm *c, const void *buf, size_t bytes, int64_t dest, int32_t tag);
+CT_API ct_status ct_comm_probe(
+    ct_comm *c, int64_t source, int32_t tag, int64_t *from, int32_t *tag_out, size_t *bytes);
+CT_API ct_status ct_comm_recv(ct_comm *c, void *buf, size_t bytes, int64_t source, int32_t tag);
+
 #define CT_COMM_DEFAULT_TIMEOUT_S 600.0
 CT_API ct_status ct_comm_set_timeout(ct_comm *c, double seconds);
 CT_API void ct_comm_set_step(ct_comm *c, int64_t step, const char *what);

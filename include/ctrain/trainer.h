@@ -416,6 +416,14 @@ typedef struct ct_trainer_params {
        sleeps as long as the step took (so it runs at half speed whatever the machine's
        noise); -1 (default): none. */
     int64_t straggler_rank;
+    /* strategy CT_STRATEGY_PARAMETER_SERVER (docs/distributed.md): the last ps_servers ranks
+       (default 1, fewer than the world size) are servers holding contiguous shards of the
+       weights and optimizer state; the others are workers. A worker whose weights are more than
+       ps_max_staleness updates behind waits (0: synchronous rounds; default -1: no bound); a
+       worker other than rank 0 pulls the weights every ps_pull_every steps (default 1). */
+    int64_t ps_servers;
+    int64_t ps_max_staleness;
+    int64_t ps_pull_every;
     /* Measure where each step's time goes (ct_trainer_profile). Default CT_PROFILE_MODE_OFF. */
     ct_profile_mode profile;
     /* The pass of each engine without a loader (an experiment's decode engine): adds what it
@@ -508,6 +516,8 @@ CT_API int64_t ct_trainer_buckets(const ct_trainer *t);
 /* Whether the ranks split the optimizer update (shard_optimizer, decided at create): false in
  * one process, and after a fit that fell back to the all-reduce. */
 CT_API bool ct_trainer_sharded(const ct_trainer *t);
+/* The server ranks under strategy CT_STRATEGY_PARAMETER_SERVER (ps_servers); 0 otherwise. */
+CT_API int64_t ct_trainer_ps_servers(const ct_trainer *t);
 /* The latest values of an engine (`key`) or of training ("train"); NULL/0 before any. */
 CT_API const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n);
 /* The monitor (for its best value), the early-stopping state and the EMA (NULL when off), to

@@ -71,6 +71,10 @@ static const ct_comm_vtable single_vt = {
     NULL,
     NULL,
     NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 /* ---- front end ---- */
@@ -272,4 +276,58 @@ void ct_comm_shared_destroy(ct_comm_shared *s) {
     s->comm->vt->shared_destroy(s->comm->self, s->handle);
     ct_free(ctx, s->segments, (size_t)s->world * sizeof *s->segments);
     ct_free(ctx, s, sizeof *s);
+}
+
+/* ---- point-to-point ---- */
+
+bool ct_comm_has_p2p(const ct_comm *c) {
+    return c->vt->isend && c->vt->wait_send && c->vt->probe && c->vt->recv;
+}
+
+/* A rank (or, with any, CT_COMM_ANY_SOURCE) and a tag (or CT_COMM_ANY_TAG) that can be used. */
+static ct_status check_peer(ct_comm *c, const char *what, int64_t rank, int32_t tag, bool any) {
+    if (!ct_comm_has_p2p(c))
+        return CT_FAIL(c->ctx, CT_ERR_DIST, "%s: communicator '%s' has no point-to-point messages",
+                       what, ct_comm_name(c));
+    int64_t w = ct_comm_world_size(c);
+    if ((rank < 0 || rank >= w) && !(any && rank == CT_COMM_ANY_SOURCE))
+        return CT_FAIL(c->ctx, CT_ERR_INVALID_ARG, "%s: rank %lld of world size %lld", what,
+                       (long long)rank, (long long)w);
+    if (tag < 0 && !(any && tag == CT_COMM_ANY_TAG))
+        return CT_FAIL(c->ctx, CT_ERR_INVALID_ARG, "%s: tag %d, expected >= 0", what, (int)tag);
+    return CT_OK;
+}
+
+ct_status ct_comm_isend(
+    ct_comm *c, const void *buf, size_t bytes, int64_t dest, int32_t tag, ct_comm_request *req) {
+    req->active = false;
+    CT_TRY(check_peer(c, "send", dest, tag, false));
+    if (bytes && !buf) return CT_FAIL(c->ctx, CT_ERR_INVALID_ARG, "send: NULL buffer");
+    CT_TRY(c->vt->isend(c->self, c->ctx, buf, bytes, dest, tag, req->impl));
+    req->active = true;
+    return CT_OK;
+}
+
+ct_status ct_comm_wait_send(ct_comm *c, ct_comm_request *req) {
+    if (!req->active) return CT_OK;
+    req->active = false;
+    return c->vt->wait_send(c->self, c->ctx, req->impl);
+}
+
+ct_status ct_comm_send(ct_comm *c, const void *buf, size_t bytes, int64_t dest, int32_t tag) {
+    ct_comm_request req;
+    CT_TRY(ct_comm_isend(c, buf, bytes, dest, tag, &req));
+    return ct_comm_wait_send(c, &req);
+}
+
+ct_status ct_comm_probe(
+    ct_comm *c, int64_t source, int32_t tag, int64_t *from, int32_t *tag_out, size_t *bytes) {
+    CT_TRY(check_peer(c, "probe", source, tag, true));
+    return c->vt->probe(c->self, c->ctx, source, tag, from, tag_out, bytes);
+}
+
+ct_status ct_comm_recv(ct_comm *c, void *buf, size_t bytes, int64_t source, int32_t tag) {
+    CT_TRY(check_peer(c, "receive", source, tag, false));
+    if (bytes && !buf) return CT_FAIL(c->ctx, CT_ERR_INVALID_ARG, "receive: NULL buffer");
+    return c->vt->recv(c->self, c->ctx, buf, bytes, source, tag);
 }

@@ -17,7 +17,7 @@
 #include "ctrain/dist.h"
 
 /* Raised whenever ct_mpi_host, ct_mpi_module or the vtable they carry change shape. */
-#define CT_MPI_ABI   1
+#define CT_MPI_ABI   2
 /* The name of the const ct_mpi_module that libctrain_mpi exports. */
 #define CT_MPI_ENTRY "ct_mpi_exports"
 

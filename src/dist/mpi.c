@@ -249,6 +249,63 @@ static void mpi_set_step(void *self, int64_t step, const char *what) {
     ct_watchdog_set_step(((mpi_comm *)self)->wd, step, what);
 }
 
+/* Point-to-point (the parameter-server strategy): on the same duplicate as the collectives,
+ * which MPI matches apart from them; not marked for the watchdog, since a server waits for work
+ * as long as the workers take. */
+static ct_status mpi_isend(
+    void *self, ct_ctx *ctx, const void *buf, size_t bytes, int64_t dest, int32_t tag, void *impl) {
+    mpi_comm *m = self;
+    if (bytes > INT_MAX)
+        return HOST_FAIL(m->host, ctx, CT_ERR_DIST,
+                         "MPI rank %d of %d: a message of %zu bytes to rank %lld exceeds MPI's "
+                         "count of %d",
+                         m->rank, m->size, bytes, (long long)dest, INT_MAX);
+    MPI_Request r;
+    int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, (int)dest, tag, m->comm, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(ctx, m, rc, "MPI_Isend");
+    memcpy(impl, &r, sizeof r);
+    return CT_OK;
+}
+
+static ct_status mpi_wait_send(void *self, ct_ctx *ctx, void *impl) {
+    MPI_Request r;
+    memcpy(&r, impl, sizeof r);
+    int rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, self, rc, "MPI_Wait (a send)");
+}
+
+static ct_status mpi_probe(void *self,
+                           ct_ctx *ctx,
+                           int64_t source,
+                           int32_t tag,
+                           int64_t *from,
+                           int32_t *tag_out,
+                           size_t *bytes) {
+    mpi_comm *m = self;
+    MPI_Status st;
+    int count = 0;
+    int rc = MPI_Probe(source < 0 ? MPI_ANY_SOURCE : (int)source, tag < 0 ? MPI_ANY_TAG : tag,
+                       m->comm, &st);
+    if (rc == MPI_SUCCESS) rc = MPI_Get_count(&st, MPI_BYTE, &count);
+    if (rc != MPI_SUCCESS) return mpi_fail(ctx, m, rc, "MPI_Probe");
+    *from = st.MPI_SOURCE;
+    *tag_out = st.MPI_TAG;
+    *bytes = (size_t)count;
+    return CT_OK;
+}
+
+static ct_status
+mpi_recv(void *self, ct_ctx *ctx, void *buf, size_t bytes, int64_t source, int32_t tag) {
+    mpi_comm *m = self;
+    if (bytes > INT_MAX)
+        return HOST_FAIL(m->host, ctx, CT_ERR_DIST,
+                         "MPI rank %d of %d: a message of %zu bytes exceeds MPI's count of %d",
+                         m->rank, m->size, bytes, INT_MAX);
+    MPI_Status st;
+    int rc = MPI_Recv(buf, (int)bytes, MPI_BYTE, (int)source, tag, m->comm, &st);
+    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(ctx, m, rc, "MPI_Recv");
+}
+
 static void mpi_destroy(void *self) {
     mpi_comm *m = self;
     if (!m) return;
@@ -268,7 +325,8 @@ static const ct_comm_vtable mpi_vt = {
     mpi_sum_f64,     mpi_broadcast,     mpi_barrier,     mpi_destroy,
     mpi_abort,       mpi_isum_f32,      mpi_wait,        mpi_test,
     mpi_local_size,  mpi_shared_create, mpi_shared_sync, mpi_shared_destroy,
-    mpi_set_timeout, mpi_set_step,
+    mpi_set_timeout, mpi_set_step,      mpi_isend,       mpi_wait_send,
+    mpi_probe,       mpi_recv,
 };
 
 static ct_status mpi_create(const ct_mpi_host *host, ct_ctx *ctx, void **self) {

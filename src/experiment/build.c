@@ -294,6 +294,16 @@ ct_status ct_exp_build_data(ct_experiment *e) {
         lp.rank = ct_comm_rank(e->p.comm);
         lp.world_size = ct_comm_world_size(e->p.comm);
     }
+    /* parameter servers: the workers (the first ranks) share the data, the servers read none */
+    const char *strategy = ct_exp_str_at(e, "trainer.strategy");
+    int64_t servers =
+        ct_exp_str_at(e, "trainer.ps.servers") ? ct_exp_int_at(e, "trainer.ps.servers") : 1;
+    bool ps = strategy && strcmp(strategy, "parameter_server") == 0 && servers >= 1 &&
+              servers < lp.world_size;
+    if (ps) {
+        lp.world_size -= servers;
+        if (lp.rank >= lp.world_size) lp.rank = 0;
+    }
     int64_t global = ct_exp_int_at(e, "data.global_batch_size");
     if (global > 0) {
         if (global % lp.world_size != 0) {
@@ -315,6 +325,10 @@ ct_status ct_exp_build_data(ct_experiment *e) {
     el.shuffle = false;
     el.drop_last = false;
     el.shard = CT_SHARD_EVAL;
+    if (ps) { /* rank 0 evaluates alone, on the whole sets */
+        el.rank = 0;
+        el.world_size = 1;
+    }
     CT_TRY(ct_exp_add_transforms(e, "data.augment", &lp, true, true));
     e->train_lp = lp;
     e->eval_lp = el;

@@ -165,6 +165,12 @@ static void distributed_params(ct_experiment *e, ct_trainer_params *tp) {
     /* benchmarks of uneven machines (bench/async.py): CTRAIN_STRAGGLER=RANK */
     const char *straggler = getenv("CTRAIN_STRAGGLER");
     if (straggler && *straggler) tp->straggler_rank = strtoll(straggler, NULL, 10);
+    if (ct_exp_str_at(e, "trainer.ps.servers"))
+        tp->ps_servers = ct_exp_int_at(e, "trainer.ps.servers");
+    if (ct_exp_str_at(e, "trainer.ps.max_staleness"))
+        tp->ps_max_staleness = ct_exp_int_at(e, "trainer.ps.max_staleness");
+    if (ct_exp_str_at(e, "trainer.ps.pull_every"))
+        tp->ps_pull_every = ct_exp_int_at(e, "trainer.ps.pull_every");
 }
 
 static ct_status build_trainer(ct_experiment *e) {

@@ -160,6 +160,18 @@ static const ct_key_def k_schema[] = {
      "gradients; parameter_server = server ranks hold shards of the weights and apply each "
      "worker's gradient as it arrives (trainer.ps); local_sgd = each rank takes local steps and "
      "the weights are averaged every trainer.local_sgd.steps steps (docs/distributed.md)."},
+    {"trainer.ps", S, NULL, 0, 0, NULL, 0,
+     "trainer.strategy parameter_server: its servers and staleness (docs/distributed.md, "
+     "Parameter servers)."},
+    {"trainer.ps.servers", I, "1", 1, 1e6, NULL, 0,
+     "Server ranks: the last this many ranks hold contiguous shards of the weights and "
+     "optimizer state; the others are workers. Fewer than the number of processes."},
+    {"trainer.ps.max_staleness", I, NULL, 0, 1e12, NULL, RES,
+     "A worker more than this many pushes ahead of the slowest worker waits for it; 0 = "
+     "synchronous rounds; unset = no bound."},
+    {"trainer.ps.pull_every", I, "1", 1, 1e12, NULL, RES,
+     "Workers other than rank 0 pull the weights every this many steps (rank 0 pulls every "
+     "step)."},
     {"trainer.bucket_mb", F, "auto", 0, 1e6, "auto", RES,
      "MPI runs: gradients are all-reduced in buckets of about this many MiB, each started "
      "during the backward pass as soon as its gradients are final; 0 = one all-reduce after "

@@ -139,6 +139,14 @@ static ct_status run_engine(ct_trainer *t, ct_train_engine *en, bool policies) {
 ct_status ct_trainer_evaluate(ct_trainer *t, const char *key) {
     ct_train_engine *en = find_engine(t, key);
     if (!en) return CT_FAIL(t->ctx, CT_ERR_CONFIG, "evaluate: no engine '%s'", key);
+    if (t->ps) { /* outside fit: rank 0 alone, on the whole set (its loaders are not sharded) */
+        if (ct_comm_rank(t->comm) != 0) return CT_OK;
+        ct_comm *world = t->comm;
+        t->comm = ct_train_ps_solo(t);
+        ct_status s = run_engine(t, en, false);
+        t->comm = world;
+        return s;
+    }
     return run_engine(t, en, false);
 }
 
@@ -150,7 +158,7 @@ ct_status ct_train_evaluate_due(ct_trainer *t, bool epoch_end, int64_t epoch) {
         ct_train_engine *en = &t->engines[i];
         bool due = t->p.dev_run ? epoch_end
                    : epoch_end  ? en->e.every_epochs > 0 && epoch % en->e.every_epochs == 0
-                                : en->e.every_steps > 0 && t->step % en->e.every_steps == 0;
+                                : ct_train_crossed(t, en->e.every_steps);
         if (!due || en->last_step == t->step) continue;
         en->last_step = t->step;
         CT_TRY(run_engine(t, en, true));

@@ -77,6 +77,7 @@ static ct_status log_window(ct_trainer *t) {
             t->train_values[k].name = t->part_log[p];
             t->train_values[k++].value = t->part_sum[p] / (double)t->part_count[p];
         }
+    if (t->ps) k = ct_train_ps_values(t, k);
     t->n_train_values = k;
     ct_train_reset_window(t);
     if (t->p.callbacks.on_log)
@@ -196,13 +197,13 @@ static ct_status end_window(ct_trainer *t, bool window_ok, bool epoch_last) {
     if (t->step <= before) return CT_OK; /* a skipped or rolled-back step triggers nothing */
     /* the clock is read after what ran only: a step without a record or a checkpoint pays
        two readings fewer */
-    if (t->step % t->p.steps_per_loop == 0) {
+    if (ct_train_crossed(t, t->p.steps_per_loop)) {
         CT_TRY(log_window(t));
         ct_train_lap(t, CT_PROFILE_LOGGING);
     }
     CT_TRY(ct_train_evaluate_due(t, false, 0));
     ct_train_lap(t, CT_PROFILE_EVAL);
-    if (t->p.save_every_steps && t->step % t->p.save_every_steps == 0) t->save_due = true;
+    if (ct_train_crossed(t, t->p.save_every_steps)) t->save_due = true;
     if (!epoch_last && !run_ends(t) && (t->save_due || t->save_best)) {
         CT_TRY(ct_train_flush_checkpoint(t));
         ct_train_lap(t, CT_PROFILE_CHECKPOINT);
@@ -335,7 +336,7 @@ static ct_status end_epoch(ct_trainer *t) {
     return CT_OK;
 }
 
-static ct_status fit(ct_trainer *t) {
+ct_status ct_train_fit_loop(ct_trainer *t) {
     const ct_trainer_callbacks *cb = &t->p.callbacks;
     t->stop = t->has_es && t->es.state.stopped; /* a resumed early-stopped run stays stopped */
     t->interrupt = false;
@@ -368,6 +369,7 @@ static ct_status fit(ct_trainer *t) {
     }
     /* the final state, so `latest` is where this run ended (a failed run saves nothing) */
     ct_comm_set_step(t->comm, t->step, "end of fit");
+    if (t->ps) CT_TRY(ct_train_ps_stop(t));
     t->save_due = true;
     ct_train_mark(t);
     CT_TRY(ct_train_flush_checkpoint(t));
@@ -379,8 +381,8 @@ static ct_status fit(ct_trainer *t) {
 
 ct_status ct_trainer_fit(ct_trainer *t) {
     ct_train_profile_begin(t);
-    ct_status s = ct_train_open_shard(t);
-    if (s == CT_OK) s = fit(t);
+    ct_status s = t->ps ? CT_OK : ct_train_open_shard(t);
+    if (s == CT_OK) s = t->ps ? ct_train_ps_fit(t) : ct_train_fit_loop(t);
     ct_train_close_shard(t, s == CT_OK);
     ct_train_profile_end(t);
     if (s != CT_OK && t->p.callbacks.on_exception)

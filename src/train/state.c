@@ -174,8 +174,9 @@ static json_t *trainer_state(const ct_trainer *t) {
                                   json_integer((json_int_t)ls.sample));
     if (t->p.fingerprint && t->p.fingerprint[0])
         bad |= json_object_set_new(tr, "fingerprint", json_string(t->p.fingerprint));
-    bad |= json_object_set_new(tr, "world_size",
-                               json_integer((json_int_t)ct_comm_world_size(t->comm)));
+    bad |= json_object_set_new(
+        tr, "world_size",
+        json_integer((json_int_t)ct_comm_world_size(t->ps ? ct_train_ps_world(t) : t->comm)));
     if (t->record_marks[0] >= 0)
         bad |= json_object_set_new(
             tr, "records",
@@ -207,7 +208,8 @@ static ct_status gather_positions(ct_trainer *t) {
     mine[1] = (uint64_t)ls.next_batch;
     mine[2] = r->stream;
     mine[3] = r->counter;
-    for (int64_t k = 0; k < t->n_rank_pos; k++)
+    /* parameter servers: the servers have given rank 0 the others' (ct_train_ps_gather) */
+    for (int64_t k = 0; k < t->n_rank_pos && !t->ps; k++)
         CT_TRY(ct_comm_broadcast(t->comm, t->rank_pos + 4 * k, 4 * sizeof(uint64_t), k));
     return CT_OK;
 }
@@ -293,7 +295,12 @@ static ct_status save_now(ct_trainer *t, bool best) {
 ct_status ct_train_flush_checkpoint(ct_trainer *t) {
     bool best = t->save_best, due = t->save_due;
     t->save_best = t->save_due = false;
-    if (!t->p.checkpoint_dir || (!best && !due) || t->last_saved_step == t->step) return CT_OK;
+    if (!t->p.checkpoint_dir || (!best && !due) || (t->last_saved_step == t->step && !t->ps))
+        return CT_OK;
+    if (t->ps) { /* the servers' state at one global step, which may be later than this one */
+        CT_TRY(ct_train_ps_gather(t));
+        if (t->last_saved_step == t->step) return CT_OK;
+    }
     ct_comm_set_step(t->comm, t->step, "checkpoint"); /* the others wait while rank 0 writes */
     ct_status s = CT_OK;
     CT_TRY(ct_train_window_sums(t, t->saved_window));
@@ -555,6 +562,11 @@ parse_own_stream(const ct_trainer *t, const json_t *st, const char *path, saved_
         !get_u64(mr, "stream", 10, &sv->own_rng.stream) ||
         !get_u64(mr, "counter", 10, &sv->own_rng.counter))
         return malformed(t, path, "ranks");
+    if (t->ps) { /* the workers' positions differ: each takes its own */
+        sv->loader.epoch = e0;
+        sv->loader.next_batch = b0;
+        sv->loader.sample = -1;
+    }
     if (e0 != sv->loader.epoch || b0 != sv->loader.next_batch)
         return CT_FAIL(t->ctx, CT_ERR_FORMAT,
                        "%s/state.json: rank %lld's saved position (epoch %lld, batch %lld) "

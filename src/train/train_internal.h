@@ -77,7 +77,14 @@ typedef struct ct_train_engine {
 
 /* The training values on_log reports: train/loss, train/lr, train/grad_norm, train/skipped,
  * train/spikes, one per loss part. */
-#define CT_TRAIN_VALUES (5 + CT_LOSS_MAX_PARTS)
+#define CT_TRAIN_VALUES    (5 + CT_LOSS_MAX_PARTS + CT_TRAIN_PS_VALUES)
+/* The parameter-server strategy's: staleness mean and max, pull and push waits, and the share
+ * of updates of each of the first CT_PS_MAX_SHARES workers. */
+#define CT_PS_MAX_SHARES   32
+#define CT_TRAIN_PS_VALUES (4 + CT_PS_MAX_SHARES)
+
+/* The parameter-server strategy's state (ps.c). */
+typedef struct ct_train_ps ct_train_ps;
 
 /* A gradient bucket (buckets.c). */
 typedef struct ct_train_bucket {
@@ -193,7 +200,39 @@ struct ct_trainer {
     ct_train_profile *prof; /* NULL: profiling off */
     ct_tensor *root;        /* the loss the last training backward pass started from (a step
                                tensor: valid until the graph's next reset) */
+    ct_train_ps *ps;        /* strategy parameter_server: its state; NULL otherwise */
+    int64_t step_before;    /* under it, the global step before rank 0's last exchange */
 };
+
+/* Whether the step just made crossed a multiple of every (> 0): the step grows by one, or under
+ * the parameter-server strategy by every update the servers applied since rank 0's last one. */
+static inline bool ct_train_crossed(const ct_trainer *t, int64_t every) {
+    int64_t before = t->ps ? t->step_before : t->step - 1;
+    return every > 0 && t->step / every != before / every;
+}
+
+/* ps.c: the strategy's checks and state at create (none for another strategy), and its end. */
+CT_INTERNAL ct_status ct_train_ps_create(ct_trainer *t);
+CT_INTERNAL void ct_train_ps_destroy(ct_trainer *t);
+/* ps.c: fit under the strategy: rank 0 runs fit.c's loop (ct_train_fit_loop) alone, the other
+ * workers their own, the servers their service loop; then every rank gets rank 0's result. */
+CT_INTERNAL ct_status ct_train_ps_fit(ct_trainer *t);
+/* ps.c: rank 0's window end: its gradient checked, clipped and pushed, the weights pulled. */
+CT_INTERNAL ct_status ct_train_ps_step(ct_trainer *t, bool loss_ok);
+/* ps.c: rank 0, before a checkpoint: every shard's weights, optimizer state and the workers'
+ * positions, consistent at one global step (t->step becomes it). */
+CT_INTERNAL ct_status ct_train_ps_gather(ct_trainer *t);
+/* ps.c: rank 0, at the end of its loop: the servers take no more updates. */
+CT_INTERNAL ct_status ct_train_ps_stop(ct_trainer *t);
+/* ps.c: rank 0's log window: the strategy's values appended to train_values from k on; the new
+ * count. */
+CT_INTERNAL int64_t ct_train_ps_values(ct_trainer *t, int64_t k);
+/* ps.c: the run's communicator (the world size checkpoints record), and the one-process one
+ * that rank 0's loop and evaluations run on. */
+CT_INTERNAL ct_comm *ct_train_ps_world(const ct_trainer *t);
+CT_INTERNAL ct_comm *ct_train_ps_solo(const ct_trainer *t);
+/* fit.c: the loop itself (fit without the sharded update's window). */
+CT_INTERNAL ct_status ct_train_fit_loop(ct_trainer *t);
 
 /* profile.c: the profile's buffers when profiling is on (at create: none in the loop), and
  * their release. */

@@ -30,6 +30,9 @@ ct_trainer_params ct_trainer_default_params(void) {
     p.bucket_bytes = CT_BUCKET_BYTES_AUTO;
     p.strategy = CT_STRATEGY_SYNC;
     p.straggler_rank = -1;
+    p.ps_servers = 1;
+    p.ps_max_staleness = -1;
+    p.ps_pull_every = 1;
     return p;
 }
 
@@ -118,7 +121,7 @@ static ct_status check_params(ct_ctx *ctx, const ct_trainer_params *p) {
     if ((int)p->strategy < 0 || p->strategy >= CT_STRATEGY_COUNT)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: strategy %d is not a ct_trainer_strategy",
                        (int)p->strategy);
-    if (p->strategy != CT_STRATEGY_SYNC)
+    if (p->strategy != CT_STRATEGY_SYNC && p->strategy != CT_STRATEGY_PARAMETER_SERVER)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: strategy %d is not built", (int)p->strategy);
     if ((int)p->profile < 0 || p->profile >= CT_PROFILE_MODE_COUNT)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: profile %d is not a ct_profile_mode",
@@ -380,6 +383,7 @@ ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *p, ct_trainer 
     if (s == CT_OK) s = parse_parts(t);
     if (s == CT_OK) s = make_engines(t, p->engines, p->n_engines);
     if (s == CT_OK) s = watch_metrics(t);
+    if (s == CT_OK) s = ct_train_ps_create(t);
     if (s == CT_OK) s = plan_exchange(t);
     if (s == CT_OK) s = ct_train_profile_create(t);
     if (s != CT_OK) {
@@ -400,6 +404,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_ema_destroy(t->ema);
     ct_params_destroy(t->ema_store);
     ct_graph_destroy(t->g);
+    ct_train_ps_destroy(t);
     if (t->own_comm) ct_comm_destroy(t->comm);
     ct_free(ctx, t->part_text, t->part_text_size);
     ct_free(ctx, t->rank_pos, (size_t)t->n_rank_pos * 4 * sizeof(uint64_t));

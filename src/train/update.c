@@ -417,6 +417,7 @@ static ct_status end_step(ct_trainer *t) {
 }
 
 ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
+    if (t->ps) return ct_train_ps_step(t, loss_ok);
     bool grads_ok = true;
     double spike_sum = t->spike_sum; /* the window's, whatever becomes of it */
     int64_t spike_count = t->spike_count;

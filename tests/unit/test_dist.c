@@ -79,10 +79,10 @@ static void fake_destroy(void *s) {
     (*((fake *)s)->destroyed)++;
 }
 
-static const ct_comm_vtable fake_vt = {"fake",     fake_rank,    fake_world,   fake_f32, fake_f64,
-                                       fake_bcast, fake_barrier, fake_destroy, NULL,     NULL,
-                                       NULL,       NULL,         NULL,         NULL,     NULL,
-                                       NULL,       NULL,         NULL};
+static const ct_comm_vtable fake_vt = {
+    "fake", fake_rank, fake_world, fake_f32, fake_f64, fake_bcast, fake_barrier, fake_destroy,
+    NULL,   NULL,      NULL,       NULL,     NULL,     NULL,       NULL,         NULL,
+    NULL,   NULL,      NULL,       NULL,     NULL,     NULL};
 
 /* What the communicator was told, by the hooks below. */
 static double g_timeout = -1.0;

@@ -55,11 +55,19 @@ static int load(session *s, const cmd_args *a, ct_config **cfg, const char **out
     cli_apply_logging(s, *cfg);
     cli_read_preemption(s, *cfg);
     if (s->silent) s->progress = PROGRESS_NONE;
-    if (s->world > 1) { /* progress counts the samples of every rank */
+    const ct_cfg_node *root = ct_config_root(*cfg);
+    if (s->world > 1 &&
+        strcmp(ct_config_find(root, "trainer.strategy")->value, "parameter_server") == 0) {
+        /* progress counts rank 0's own batches (of the workers' global batch) and evaluations */
+        const ct_cfg_node *global = ct_config_find(root, "data.global_batch_size");
+        const ct_cfg_node *servers = ct_config_find(root, "trainer.ps.servers");
+        long long workers = s->world - (servers ? atoll(servers->value) : 1);
+        if (global && atoll(global->value) > 0 && workers > 0)
+            s->batch_size = atoll(global->value) / workers;
+    } else if (s->world > 1) { /* progress counts the samples of every rank */
         s->batch_size *= s->world;
         s->eval_batch_size *= s->world;
     }
-    const ct_cfg_node *root = ct_config_root(*cfg);
     (void)ct_ctx_set_threads(s->ctx, atoll(ct_config_find(root, "threads")->value));
     *out_dir = ct_config_find(root, "output_dir")->value;
     /* a dev run is a smoke test that writes nothing, log.txt included */
@@ -89,10 +97,16 @@ static int create(session *s, const cmd_args *a, ct_config *cfg, ct_experiment *
 static void say_start(session *s, const char *config, const char *out_dir, ct_experiment *e) {
     if (s->world > 1) {
         const ct_trainer *t = ct_experiment_trainer(e);
-        char hosts[48] = "", exchange[64] = ", optimizer update sharded";
+        char hosts[48] = "", exchange[96] = ", optimizer update sharded";
         if (s->hosts > 1)
             (void)snprintf(hosts, sizeof hosts, " on %lld hosts", (long long)s->hosts);
-        if (!ct_trainer_sharded(t) && ct_trainer_buckets(t) > 0)
+        int64_t servers = ct_trainer_ps_servers(t), batch = s->batch_size;
+        if (servers > 0) {
+            batch *= s->world - servers;
+            (void)snprintf(exchange, sizeof exchange, ", %lld parameter server%s, %lld workers",
+                           (long long)servers, servers == 1 ? "" : "s",
+                           (long long)(s->world - servers));
+        } else if (!ct_trainer_sharded(t) && ct_trainer_buckets(t) > 0)
             (void)snprintf(exchange, sizeof exchange, ", gradients all-reduced in %lld bucket%s",
                            (long long)ct_trainer_buckets(t), ct_trainer_buckets(t) == 1 ? "" : "s");
         else if (!ct_trainer_sharded(t))
@@ -102,7 +116,7 @@ static void say_start(session *s, const char *config, const char *out_dir, ct_ex
                 "ctrain %s: fit %s -> %s on %lld processes%s (%lld training samples each, global "
                 "batch %lld, %lld parameters%s)",
                 ct_version(), config, out_dir, (long long)s->world, hosts,
-                (long long)ct_experiment_train_samples(e), (long long)s->batch_size,
+                (long long)ct_experiment_train_samples(e), (long long)batch,
                 (long long)ct_params_numel(ct_experiment_params_store(e)), exchange);
         cli_to_log(s, "ranks: ", s->rank_map); /* printed when the job started */
     } else {
