@@ -298,8 +298,8 @@ ct_status ct_exp_build_data(ct_experiment *e) {
     const char *strategy = ct_exp_str_at(e, "trainer.strategy");
     int64_t servers =
         ct_exp_str_at(e, "trainer.ps.servers") ? ct_exp_int_at(e, "trainer.ps.servers") : 1;
-    bool ps = strategy && strcmp(strategy, "parameter_server") == 0 && servers >= 1 &&
-              servers < lp.world_size;
+    bool ps = !e->p.read_only && strategy && strcmp(strategy, "parameter_server") == 0 &&
+              servers >= 1 && servers < lp.world_size;
     if (ps) {
         lp.world_size -= servers;
         if (lp.rank >= lp.world_size) lp.rank = 0;

@@ -158,7 +158,9 @@ static void distributed_params(ct_experiment *e, ct_trainer_params *tp) {
                           : shard && strcmp(shard, "never") == 0 ? CT_UPDATE_SHARDING_NEVER
                                                                  : CT_UPDATE_SHARDING_AUTO;
     const char *strategy = ct_exp_str_at(e, "trainer.strategy");
-    tp->strategy = strategy && strcmp(strategy, "parameter_server") == 0
+    /* evaluation and export read a run's checkpoints in one process: the strategy is fit's */
+    tp->strategy = e->p.read_only ? CT_STRATEGY_SYNC
+                   : strategy && strcmp(strategy, "parameter_server") == 0
                        ? CT_STRATEGY_PARAMETER_SERVER
                    : strategy && strcmp(strategy, "local_sgd") == 0 ? CT_STRATEGY_LOCAL_SGD
                                                                     : CT_STRATEGY_SYNC;
