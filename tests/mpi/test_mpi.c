@@ -102,6 +102,48 @@ static bool same_on_every_rank(const void *buf, size_t bytes) {
     return differs == 0.0f;
 }
 
+/* Every other rank sends rank 0 three messages of growing size with one tag; rank 0 takes
+ * them from any source as they come, each rank's in the order sent, and answers each. */
+static void point_to_point_should_keep_each_senders_order(void) {
+    enum { TAG = 5, ANSWER = 6, EACH = 3 };
+    if (g_rank == 0) {
+        int64_t next[16] = {0};
+        for (int64_t k = 0; k < EACH * (g_world - 1); k++) {
+            int64_t from = -1;
+            int32_t tag = -1;
+            size_t bytes = 0;
+            CT_CHECK_INT(
+                ct_comm_probe(g_comm, CT_COMM_ANY_SOURCE, CT_COMM_ANY_TAG, &from, &tag, &bytes),
+                CT_OK);
+            CT_CHECK(from >= 1 && from < g_world && from < 16 && tag == TAG);
+            if (!(from >= 1 && from < 16)) break;
+            int64_t msg[EACH + 1];
+            CT_CHECK_INT((int64_t)bytes, (int64_t)((size_t)(next[from] + 1) * sizeof(int64_t)));
+            CT_CHECK_INT(ct_comm_recv(g_comm, msg, bytes, from, TAG), CT_OK);
+            CT_CHECK_INT(msg[0], from * 100 + next[from]);
+            next[from]++;
+            CT_CHECK_INT(ct_comm_send(g_comm, msg, sizeof msg[0], from, ANSWER), CT_OK);
+        }
+    } else {
+        int64_t msg[EACH][EACH];
+        ct_comm_request req[EACH];
+        for (int64_t k = 0; k < EACH; k++) {
+            msg[k][0] = g_rank * 100 + k;
+            CT_CHECK_INT(
+                ct_comm_isend(g_comm, msg[k], (size_t)(k + 1) * sizeof(int64_t), 0, TAG, &req[k]),
+                CT_OK);
+        }
+        for (int64_t k = 0; k < EACH; k++) {
+            int64_t answer = -1;
+            CT_CHECK_INT(ct_comm_recv(g_comm, &answer, sizeof answer, 0, ANSWER), CT_OK);
+            CT_CHECK_INT(answer, g_rank * 100 + k);
+        }
+        for (int64_t k = 0; k < EACH; k++)
+            CT_CHECK_INT(ct_comm_wait_send(g_comm, &req[k]), CT_OK);
+    }
+    CT_CHECK_INT(ct_comm_recv(g_comm, NULL, 0, g_world, 0), CT_ERR_INVALID_ARG);
+}
+
 static void mpi_sum_should_be_exact_and_identical_on_every_rank(void) {
     CT_CHECK(ct_comm_world_size(g_comm) == g_world && g_world >= 2);
     CT_CHECK_MSG(strcmp(ct_comm_name(g_comm), "mpi") == 0, "name %s", ct_comm_name(g_comm));
@@ -399,6 +441,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     CT_RUN(mpi_sum_should_be_exact_and_identical_on_every_rank);
+    CT_RUN(point_to_point_should_keep_each_senders_order);
     CT_RUN(training_should_match_one_process_with_the_global_batch);
     CT_RUN(auto_buckets_should_follow_the_machine_layout);
     CT_RUN(sharded_update_should_equal_the_all_reduce);

@@ -37,6 +37,22 @@ static void single_comm_should_be_rank_0_of_1(void) {
     ct_comm_destroy(NULL);
 }
 
+/* One process has nobody to send to: point-to-point calls fail, naming the communicator. */
+static void single_comm_should_refuse_point_to_point(void) {
+    ct_comm *c = NULL;
+    CT_CHECK_INT(ct_comm_create_single(ctx, &c), CT_OK);
+    CT_CHECK(!ct_comm_has_p2p(c));
+    char byte = 1;
+    CT_CHECK_INT(ct_comm_send(c, &byte, 1, 0, 0), CT_ERR_DIST);
+    CT_CHECK(strstr(ct_last_error(ctx), "communicator 'single' has no point-to-point") != NULL);
+    int64_t from;
+    int32_t tag;
+    size_t bytes;
+    CT_CHECK_INT(ct_comm_probe(c, CT_COMM_ANY_SOURCE, CT_COMM_ANY_TAG, &from, &tag, &bytes),
+                 CT_ERR_DIST);
+    ct_comm_destroy(c);
+}
+
 /* Three ranks holding the same data: a sum is 3x the buffer. */
 typedef struct fake {
     int64_t rank, world;
@@ -244,6 +260,7 @@ static void mpi_library_should_load_on_demand(void) {
 int main(void) {
     if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     CT_RUN(single_comm_should_be_rank_0_of_1);
+    CT_RUN(single_comm_should_refuse_point_to_point);
     CT_RUN(custom_comm_should_reduce_and_report_errors);
     CT_RUN(launch_should_be_read_from_the_environment);
     CT_RUN(mpi_library_should_load_on_demand);
