@@ -420,7 +420,10 @@ typedef struct ct_trainer_params {
        (default 1, fewer than the world size) are servers holding contiguous shards of the
        weights and optimizer state; the others are workers. A worker whose weights are more than
        ps_max_staleness updates behind waits (0: synchronous rounds; default -1: no bound); a
-       worker other than rank 0 pulls the weights every ps_pull_every steps (default 1). */
+       worker other than rank 0 pulls the weights every ps_pull_every steps (default 1). Rank 0
+       runs the loop's evaluations, records and checkpoints alone, and ct_trainer_evaluate runs
+       on rank 0 alone (the others return CT_OK at once): its evaluation loaders are to be
+       unsharded, its training loader sharded over the workers. */
     int64_t ps_servers;
     int64_t ps_max_staleness;
     int64_t ps_pull_every;

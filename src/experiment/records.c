@@ -183,7 +183,10 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
     int64_t steps = ct_trainer_step(t) - e->step_last_log;
     double dt = now - e->t_last_log - e->paused - (e->pause_from > 0 ? now - e->pause_from : 0);
     int64_t world = e->p.comm ? ct_comm_world_size(e->p.comm) : 1;
-    double extra[2] = {dt > 0 ? (double)(steps * e->batch_size * e->accum * world) / dt : 0.0};
+    /* parameter servers: a step is one worker's batch, and no gradient is all-reduced */
+    bool ps = ct_trainer_ps_servers(t) > 0;
+    int64_t per_step = e->batch_size * e->accum * (ps ? 1 : world);
+    double extra[2] = {dt > 0 ? (double)(steps * per_step) / dt : 0.0};
     reset_clock(e, now);
     e->step_last_log = ct_trainer_step(t);
     /* distributed: rank 0's time in the gradient all-reduce per step since the last record */
@@ -191,7 +194,7 @@ static ct_status on_log(void *user, ct_trainer *t, const ct_metric_value *v, int
     extra[1] = steps > 0 ? (comm - e->comm_last_log) * 1e3 / (double)steps : 0.0;
     e->comm_last_log = comm;
     static const char *const names[] = {"samples_per_sec", "comm_ms_per_step"};
-    CT_TRY(record(e, t, v, n, names, extra, world > 1 ? 2 : 1));
+    CT_TRY(record(e, t, v, n, names, extra, world > 1 && !ps ? 2 : 1));
     const ct_trainer_callbacks *cb = &e->p.callbacks;
     return cb->on_log ? cb->on_log(cb->user, t, v, n) : CT_OK;
 }

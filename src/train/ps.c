@@ -549,15 +549,18 @@ exchange(ct_trainer *t, bool push, bool pull, int64_t *step, float *lr, bool *st
         CT_TRY(ct_comm_isend(ps->world, at, bytes, ps->first + j, TAG_REQ, &ps->reqs[j]));
         at += bytes;
     }
-    double pushed = start, pulling = 0.0;
+    /* pushing: until each server has taken the push and answered (a staleness hold included);
+       pulling: receiving the answers with the weights */
+    double pushing = now_ms() - start, pulling = 0.0;
     *stop = false;
     for (int64_t j = 0; j < ps->servers; j++) {
         size_t bytes;
         int64_t from;
         int32_t tag;
+        double asked = now_ms();
         CT_TRY(ct_comm_probe(ps->world, ps->first + j, TAG_REPLY, &from, &tag, &bytes));
         double arrived = now_ms();
-        pushed = arrived;
+        pushing += arrived - asked;
         if (bytes > ps->in_cap) return short_message(t, from, bytes, ps->in_cap);
         CT_TRY(ct_comm_recv(ps->world, ps->in, bytes, from, TAG_REPLY));
         pulling += now_ms() - arrived;
@@ -592,7 +595,7 @@ exchange(ct_trainer *t, bool push, bool pull, int64_t *step, float *lr, bool *st
     }
     for (int64_t j = 0; j < ps->servers; j++)
         CT_TRY(ct_comm_wait_send(ps->world, &ps->reqs[j]));
-    ps->push_ms = pushed - start - pulling;
+    ps->push_ms = pushing;
     ps->pull_ms = pulling;
     if (pull) ps->since_pull = 0;
     return CT_OK;

@@ -103,9 +103,9 @@ static void say_start(session *s, const char *config, const char *out_dir, ct_ex
         int64_t servers = ct_trainer_ps_servers(t), batch = s->batch_size;
         if (servers > 0) {
             batch *= s->world - servers;
-            (void)snprintf(exchange, sizeof exchange, ", %lld parameter server%s, %lld workers",
+            (void)snprintf(exchange, sizeof exchange, ", %lld parameter server%s, %lld worker%s",
                            (long long)servers, servers == 1 ? "" : "s",
-                           (long long)(s->world - servers));
+                           (long long)(s->world - servers), s->world - servers == 1 ? "" : "s");
         } else if (!ct_trainer_sharded(t) && ct_trainer_buckets(t) > 0)
             (void)snprintf(exchange, sizeof exchange, ", gradients all-reduced in %lld bucket%s",
                            (long long)ct_trainer_buckets(t), ct_trainer_buckets(t) == 1 ? "" : "s");
