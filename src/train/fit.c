@@ -72,6 +72,7 @@ static ct_status log_window(ct_trainer *t) {
         t->train_values[k].name = "train/spikes";
         t->train_values[k++].value = (double)t->spike.state.spikes;
     }
+    if (t->lsgd) k = ct_train_lsgd_values(t, t->train_values, k);
     for (int64_t p = 0; p < t->n_parts; p++)
         if (t->part_count[p] > 0) {
             t->train_values[k].name = t->part_log[p];
@@ -196,7 +197,9 @@ static ct_status end_window(ct_trainer *t, bool window_ok, bool epoch_last) {
     if (t->step <= before) return CT_OK; /* a skipped or rolled-back step triggers nothing */
     /* the clock is read after what ran only: a step without a record or a checkpoint pays
        two readings fewer */
-    if (t->step % t->p.steps_per_loop == 0) {
+    bool log = t->step % t->p.steps_per_loop == 0;
+    if (t->lsgd) CT_TRY(ct_train_lsgd_after_step(t, epoch_last, &log));
+    if (log) {
         CT_TRY(log_window(t));
         ct_train_lap(t, CT_PROFILE_LOGGING);
     }
@@ -341,6 +344,7 @@ static ct_status fit(ct_trainer *t) {
     t->interrupt = false;
     ct_comm_set_step(t->comm, t->step, "start of fit");
     CT_TRY(ct_train_sync_replicas(t, true));
+    if (t->lsgd) ct_train_lsgd_begin(t);
     if (cb->on_fit_start) CT_TRY(ct_train_event(t, cb->on_fit_start(cb->user, t)));
     CT_TRY(ct_train_agree_interrupt(t));
     if (t->snap) ct_train_snapshot(t, true);

@@ -64,6 +64,9 @@ CT_INTERNAL ct_status ct_train_shard_share_buffer(ct_train_shard *sh, float *buf
 
 /* ---- the trainer ---- */
 
+/* CT_STRATEGY_LOCAL_SGD's state (local_sgd.c). */
+typedef struct ct_train_lsgd ct_train_lsgd;
+
 /* An evaluation engine as the trainer runs it: the engine given, its metric set and state. */
 typedef struct ct_train_engine {
     ct_eval_engine e;
@@ -76,8 +79,8 @@ typedef struct ct_train_engine {
 } ct_train_engine;
 
 /* The training values on_log reports: train/loss, train/lr, train/grad_norm, train/skipped,
- * train/spikes, one per loss part. */
-#define CT_TRAIN_VALUES (5 + CT_LOSS_MAX_PARTS)
+ * train/spikes, local SGD's train/averages and train/average_ms, one per loss part. */
+#define CT_TRAIN_VALUES (7 + CT_LOSS_MAX_PARTS)
 
 /* A gradient bucket (buckets.c). */
 typedef struct ct_train_bucket {
@@ -152,6 +155,7 @@ struct ct_trainer {
     double straggle_since;    /* p.straggler_rank: when this rank's step began */
     bool want_shard;          /* shard_optimizer decided for sharding (at create) */
     ct_train_shard *shard;    /* the sharded update's window during a fit, or NULL */
+    ct_train_lsgd *lsgd;      /* CT_STRATEGY_LOCAL_SGD's state (local_sgd.c), or NULL */
     bool moments_whole;       /* the sharded moments were shared since the last update */
     /* gradient buckets (several ranks, bucket_bytes > 0): ranges of the flat gradient buffer,
        the last parameters first, as the backward pass finishes them */
@@ -293,5 +297,33 @@ CT_INTERNAL ct_rng ct_train_rank_stream(ct_rng base, int64_t rank);
 CT_INTERNAL ct_status ct_train_flush_checkpoint(ct_trainer *t);
 /* state.c: a sharded update's optimizer moments made whole on every rank. */
 CT_INTERNAL ct_status ct_train_share_moments(ct_trainer *t);
+
+/* Whether this rank's gradients are its own to check and apply: one process, or local SGD
+ * (nothing is exchanged between two averages). */
+static inline bool ct_train_solo(const ct_trainer *t) {
+    return ct_comm_world_size(t->comm) == 1 || t->lsgd != NULL;
+}
+
+/* local_sgd.c: the strategy's checks against the other parameters (CT_ERR_CONFIG) and its
+ * buffers, at create before the exchange is planned (which it turns off); their release. */
+CT_INTERNAL ct_status ct_train_lsgd_create(ct_trainer *t);
+CT_INTERNAL void ct_train_lsgd_destroy(ct_trainer *t);
+/* local_sgd.c: at a fit's start, the weights (every rank's the same) are the anchor. */
+CT_INTERNAL void ct_train_lsgd_begin(ct_trainer *t);
+/* local_sgd.c: after each step; collective at an average point (every `steps` steps, an
+ * epoch's last step, max_steps): the average, the outer step and the agreement on stops
+ * asked for since the last one. *log (a record falls due at this step) is deferred to the
+ * next average point. */
+CT_INTERNAL ct_status ct_train_lsgd_after_step(ct_trainer *t, bool epoch_last, bool *log);
+/* local_sgd.c: the log window's train/averages and train/average_ms from v[k]; returns the
+ * new count; the window's sums start again. */
+CT_INTERNAL int64_t ct_train_lsgd_values(ct_trainer *t, ct_metric_value *v, int64_t k);
+struct json_t; /* jansson's JSON value */
+/* local_sgd.c: the outer optimizer's state for state.json ({} without outer momentum), NULL
+ * when out of memory; and its restore from a checkpoint's (o may be NULL: missing). */
+CT_INTERNAL struct json_t *ct_train_lsgd_state(const ct_trainer *t);
+CT_INTERNAL ct_status ct_train_lsgd_restore(ct_trainer *t,
+                                            const struct json_t *o,
+                                            const char *path);
 
 #endif /* CT_TRAIN_INTERNAL_H */

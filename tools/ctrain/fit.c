@@ -92,7 +92,10 @@ static void say_start(session *s, const char *config, const char *out_dir, ct_ex
         char hosts[48] = "", exchange[64] = ", optimizer update sharded";
         if (s->hosts > 1)
             (void)snprintf(hosts, sizeof hosts, " on %lld hosts", (long long)s->hosts);
-        if (!ct_trainer_sharded(t) && ct_trainer_buckets(t) > 0)
+        if (ct_trainer_local_sgd_steps(t) > 0)
+            (void)snprintf(exchange, sizeof exchange, ", weights averaged every %lld steps",
+                           (long long)ct_trainer_local_sgd_steps(t));
+        else if (!ct_trainer_sharded(t) && ct_trainer_buckets(t) > 0)
             (void)snprintf(exchange, sizeof exchange, ", gradients all-reduced in %lld bucket%s",
                            (long long)ct_trainer_buckets(t), ct_trainer_buckets(t) == 1 ? "" : "s");
         else if (!ct_trainer_sharded(t))
