@@ -197,15 +197,14 @@ static ct_status end_window(ct_trainer *t, bool window_ok, bool epoch_last) {
     if (t->step <= before) return CT_OK; /* a skipped or rolled-back step triggers nothing */
     /* the clock is read after what ran only: a step without a record or a checkpoint pays
        two readings fewer */
-    bool log = t->step % t->p.steps_per_loop == 0;
-    if (t->lsgd) CT_TRY(ct_train_lsgd_after_step(t, epoch_last, &log));
-    if (log) {
+    if (t->lsgd) CT_TRY(ct_train_lsgd_after_step(t, epoch_last));
+    if (ct_train_due(t, t->p.steps_per_loop)) {
         CT_TRY(log_window(t));
         ct_train_lap(t, CT_PROFILE_LOGGING);
     }
     CT_TRY(ct_train_evaluate_due(t, false, 0));
     ct_train_lap(t, CT_PROFILE_EVAL);
-    if (t->p.save_every_steps && t->step % t->p.save_every_steps == 0) t->save_due = true;
+    if (t->p.save_every_steps && ct_train_due(t, t->p.save_every_steps)) t->save_due = true;
     if (!epoch_last && !run_ends(t) && (t->save_due || t->save_best)) {
         CT_TRY(ct_train_flush_checkpoint(t));
         ct_train_lap(t, CT_PROFILE_CHECKPOINT);

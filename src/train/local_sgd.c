@@ -26,14 +26,15 @@
 struct ct_train_lsgd {
     int64_t steps;
     float outer_lr, outer_momentum;
-    bool outer;       /* an outer step other than plain averaging: the anchor is kept */
-    int64_t n;        /* floats in the flat weight buffer */
-    float *anchor;    /* outer: the weights of the last average (every rank's the same) */
-    float *momentum;  /* outer_momentum > 0: the outer optimizer's momentum */
-    bool interrupt;   /* an on_batch stop on this rank since the last average */
-    bool log_owed;    /* a training record fell due since the last average */
-    int64_t averages; /* in the log window */
-    double seconds;   /* spent averaging, in the log window */
+    bool outer;             /* an outer step other than plain averaging: the anchor is kept */
+    int64_t n;              /* floats in the flat weight buffer */
+    float *anchor;          /* outer: the weights of the last average (every rank's the same) */
+    float *momentum;        /* outer_momentum > 0: the outer optimizer's momentum */
+    bool interrupt;         /* an on_batch stop on this rank since the last average */
+    bool at_average;        /* the step just made ended with an average */
+    int64_t last, previous; /* the steps of the last two averages (or of the fit's start) */
+    int64_t averages;       /* in the log window */
+    double seconds;         /* spent averaging, in the log window */
 };
 
 /* The parameters that local SGD cannot honour: CT_ERR_CONFIG naming them. */
@@ -70,21 +71,6 @@ static ct_status check(ct_trainer *t) {
         return CT_FAIL(ctx, CT_ERR_CONFIG,
                        "trainer: on_spike is not available with strategy local_sgd (its "
                        "detector follows every rank's loss at every step)");
-    if (p->checkpoint_dir && p->save_every_steps > 0 && p->save_every_steps % l->steps != 0)
-        return CT_FAIL(ctx, CT_ERR_CONFIG,
-                       "trainer: save_every_steps %lld is not a multiple of local_sgd.steps "
-                       "%lld: checkpoints are written at averages, where every rank holds the "
-                       "same weights",
-                       (long long)p->save_every_steps, (long long)l->steps);
-    for (int64_t i = 0; i < t->n_engines; i++) {
-        int64_t every = t->engines[i].e.every_steps;
-        if (every > 0 && every % l->steps != 0)
-            return CT_FAIL(ctx, CT_ERR_CONFIG,
-                           "trainer: engine '%s' evaluates every %lld steps, not a multiple of "
-                           "local_sgd.steps %lld: evaluations run at averages, on the averaged "
-                           "weights",
-                           t->engines[i].e.key, (long long)every, (long long)l->steps);
-    }
     return CT_OK;
 }
 
@@ -128,7 +114,8 @@ void ct_train_lsgd_destroy(ct_trainer *t) {
 void ct_train_lsgd_begin(ct_trainer *t) {
     ct_train_lsgd *l = t->lsgd;
     l->interrupt = false;
-    l->log_owed = false;
+    l->at_average = true;
+    l->last = l->previous = t->step;
     if (l->anchor) memcpy(l->anchor, ct_params_values(t->params), (size_t)l->n * sizeof(float));
 }
 
@@ -187,20 +174,23 @@ static ct_status average(ct_trainer *t) {
     return CT_OK;
 }
 
-ct_status ct_train_lsgd_after_step(ct_trainer *t, bool epoch_last, bool *log) {
+ct_status ct_train_lsgd_after_step(ct_trainer *t, bool epoch_last) {
     ct_train_lsgd *l = t->lsgd;
-    l->log_owed = l->log_owed || *log;
-    if (!average_due(t, epoch_last)) {
+    l->at_average = average_due(t, epoch_last);
+    if (!l->at_average) {
         /* this rank's stop waits for the next average, where every rank leaves together */
         l->interrupt = l->interrupt || t->interrupt;
         t->interrupt = false;
-        *log = false;
         return CT_OK;
     }
-    CT_TRY(average(t));
-    *log = l->log_owed;
-    l->log_owed = false;
-    return CT_OK;
+    l->previous = l->last;
+    l->last = t->step;
+    return average(t);
+}
+
+bool ct_train_lsgd_due(const ct_trainer *t, int64_t every) {
+    const ct_train_lsgd *l = t->lsgd;
+    return l->at_average && t->step / every > l->previous / every;
 }
 
 int64_t ct_train_lsgd_values(ct_trainer *t, ct_metric_value *v, int64_t k) {

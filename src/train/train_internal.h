@@ -312,12 +312,20 @@ CT_INTERNAL void ct_train_lsgd_destroy(ct_trainer *t);
 CT_INTERNAL void ct_train_lsgd_begin(ct_trainer *t);
 /* local_sgd.c: after each step; collective at an average point (every `steps` steps, an
  * epoch's last step, max_steps): the average, the outer step and the agreement on stops
- * asked for since the last one. *log (a record falls due at this step) is deferred to the
- * next average point. */
-CT_INTERNAL ct_status ct_train_lsgd_after_step(ct_trainer *t, bool epoch_last, bool *log);
+ * asked for since the last one. */
+CT_INTERNAL ct_status ct_train_lsgd_after_step(ct_trainer *t, bool epoch_last);
+/* local_sgd.c: whether a multiple of `every` lies between the last average but one
+ * (excluded) and the step just made, which ended with an average. */
+CT_INTERNAL bool ct_train_lsgd_due(const ct_trainer *t, int64_t every);
 /* local_sgd.c: the log window's train/averages and train/average_ms from v[k]; returns the
  * new count; the window's sums start again. */
 CT_INTERNAL int64_t ct_train_lsgd_values(ct_trainer *t, ct_metric_value *v, int64_t k);
+/* Whether a cadence of `every` steps (records, evaluations, checkpoints) falls due at the step
+ * just made: at its multiples; under local SGD at the first average at or after one, so that
+ * what is recorded, evaluated and saved are the averaged weights. */
+static inline bool ct_train_due(const ct_trainer *t, int64_t every) {
+    return t->lsgd ? ct_train_lsgd_due(t, every) : t->step % every == 0;
+}
 struct json_t; /* jansson's JSON value */
 /* local_sgd.c: the outer optimizer's state for state.json ({} without outer momentum), NULL
  * when out of memory; and its restore from a checkpoint's (o may be NULL: missing). */
