@@ -4,19 +4,59 @@
 # Nesterov optimizer, Adam inside and an EMA give the same bits, whatever the thread count; a
 # run stopped mid-epoch and resumed equals the uninterrupted run bit for bit; one process
 # equals sync bit for bit; what local SGD cannot honour is a configuration error (exit 2).
-#     usage: local_sgd.sh PATH/TO/ctrain PATH/TO/mpirun
+# With `verify`, instead: `ctrain verify-resume --ranks 2` on a local SGD run passes.
+#     usage: local_sgd.sh PATH/TO/ctrain PATH/TO/mpirun [verify]
 # Prints "ok   NAME" or "FAIL NAME: WHY" per check and "local_sgd: N passed, M failed".
 set -uo pipefail
 # shellcheck source=tests/e2e/harness.sh
 source "$(dirname "$(realpath "$0")")/harness.sh"
 
-if [[ $# -ne 2 ]]; then
-    echo "usage: $0 CTRAIN MPIRUN" >&2
+if [[ $# -lt 2 || $# -gt 3 || ${3:-verify} != verify ]]; then
+    echo "usage: $0 CTRAIN MPIRUN [verify]" >&2
     exit 2
 fi
 ctrain=$(realpath "$1")
 mpi_launch "$2"
 enter_workdir local-sgd
+
+# ---- with `verify`: ctrain verify-resume --ranks 2 on a local SGD run, each fit a job of this
+# launcher (an `mpirun` on PATH that is it), cut mid window, at an epoch's end, after an
+# evaluation and inside a checkpoint write; every checkpoint and record the straight run's ----
+if [[ ${3:-} == verify ]]; then
+    export TMPDIR=$work/tmp
+    mkdir -p "$TMPDIR" bin
+    printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$2")" >bin/mpirun
+    chmod +x bin/mpirun
+    cat >exp.yaml <<'YAML'
+seed: 7
+threads: 1
+data:
+  train: {type: synthetic, kind: blobs, n: 640, features: 16, classes: 4, seed: 2}
+  valid: {split: 0.125}
+  batch_size: 16
+model: {type: mlp, hidden: [32], dropout: 0.1}
+optimizer: {type: adam, lr: 0.01}
+trainer:
+  max_epochs: 10
+  accum_steps: 2
+  valid_every_steps: 7
+  ema: {decay: 0.99}
+  strategy: local_sgd
+  local_sgd: {steps: 4, outer_lr: 0.8, outer_momentum: 0.5}
+metrics:
+  valid: [accuracy]
+YAML
+    expect verify_resume_should_pass_under_local_sgd 0 \
+        'SIGKILL mid accumulation window on rank 1 +[0-9]+-[0-9]+ +identical' \
+        'SIGTERM at the last step of epoch [0-9]+ on rank 0 +[0-9]+-[0-9]+ +identical' \
+        'SIGKILL right after an evaluation on every rank +[0-9]+-[0-9]+ +identical' \
+        'SIGKILL during a checkpoint write on rank 0 +[0-9]+-[0-9]+ +identical' \
+        'every checkpoint file and metrics record equals' '!differs|failed' -- \
+        env PATH="$work/bin:$PATH" "$ctrain" verify-resume exp.yaml --steps 24 --cuts 4 --ranks 2
+    echo "local_sgd verify: $passed passed, $failed failed"
+    [[ $failed -eq 0 ]]
+    exit
+fi
 
 # run NP ARGS...: ctrain fit under mpirun with NP processes; output in out, exit code in $rc
 run() {
