@@ -165,8 +165,8 @@ static const ct_key_def k_schema[] = {
      "(docs/distributed.md, Local SGD)."},
     {"trainer.local_sgd.steps", I, "16", 1, 1e12, NULL, 0,
      "Optimizer steps each rank takes alone between two averages of the weights (also "
-     "averaged: at each epoch's end and the run's). valid_every_steps and "
-     "checkpoint.save_every_steps must be multiples of it."},
+     "averaged: at each epoch's end and the run's). Records, evaluations and checkpoints due "
+     "by steps between two averages are made at the next one."},
     {"trainer.local_sgd.outer_lr", F, "1", 0, BIG, NULL, 0,
      "The outer optimizer's rate (> 0) on the averaged change of the weights since the last "
      "average "
