@@ -92,7 +92,7 @@ ct_status ct_train_event(ct_trainer *t, ct_status s) {
     if (s == CT_STOP) {
         /* with several ranks a stop takes effect where they agree, so that every rank leaves
            at the same point */
-        if (ct_comm_world_size(t->comm) > 1)
+        if (ct_comm_world_size(t->comm) > 1 || t->lsgd) /* local SGD: at an average */
             t->stop_asked = true;
         else
             t->stop = true;
@@ -306,7 +306,7 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
 
 /* Whether any rank was interrupted (every rank then ends at the same point). */
 ct_status ct_train_agree_interrupt(ct_trainer *t) {
-    if (ct_comm_world_size(t->comm) < 2) return CT_OK;
+    if (ct_comm_world_size(t->comm) < 2 && !t->lsgd) return CT_OK;
     float flags[2] = {t->interrupt ? 1.0f : 0.0f, t->stop_asked ? 1.0f : 0.0f};
     CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 2));
     t->interrupt = flags[0] != 0.0f;

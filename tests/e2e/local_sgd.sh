@@ -21,7 +21,8 @@ enter_workdir local-sgd
 
 # ---- with `verify`: ctrain verify-resume --ranks 2 on a local SGD run, each fit a job of this
 # launcher (an `mpirun` on PATH that is it), cut mid window, at an epoch's end, after an
-# evaluation and inside a checkpoint write; every checkpoint and record the straight run's ----
+# evaluation and inside a checkpoint write; every checkpoint and record the straight run's; and
+# in one process ----
 if [[ ${3:-} == verify ]]; then
     export TMPDIR=$work/tmp
     mkdir -p "$TMPDIR" bin
@@ -53,6 +54,13 @@ YAML
         'SIGKILL during a checkpoint write on rank 0 +[0-9]+-[0-9]+ +identical' \
         'every checkpoint file and metrics record equals' '!differs|failed' -- \
         env PATH="$work/bin:$PATH" "$ctrain" verify-resume exp.yaml --steps 24 --cuts 4 --ranks 2
+    # one process, 18 steps an epoch: checkpoints at averages only leave room for 3 of the 5
+    # cuts asked for, a SIGTERM's stop at the next average being one
+    expect verify_resume_should_fit_its_cuts_to_the_averages 0 \
+        'SIGTERM at the last step of epoch 1 +[0-9-]+ +identical' \
+        'SIGKILL during a checkpoint write +[0-9]+-[0-9]+ +identical' \
+        '24 steps, 3 cuts: every checkpoint file and metrics record equals' '!differs|failed' -- \
+        "$ctrain" verify-resume exp.yaml --steps 24 --cuts 5
     echo "local_sgd verify: $passed passed, $failed failed"
     [[ $failed -eq 0 ]]
     exit

@@ -393,12 +393,22 @@ static int read_straight(verify_run *r) {
     return 0;
 }
 
+/* Where a graceful stop asked for during step s takes effect: at the end of the first step
+ * from s on with a checkpoint in the straight run (s itself, but under local SGD the next
+ * average); r->n when none. */
+static int64_t stop_step(const verify_run *r, int64_t s) {
+    while (s < r->n && !(r->at[s] & AT_SAVE))
+        s++;
+    return s;
+}
+
 /* Whether step s can take a cut of kind k. */
 static bool suits(const verify_run *r, cut_kind k, int64_t s) {
     if (k == K_WINDOW) return !(r->at[s] & AT_EPOCH_END); /* an epoch's last window may be short */
     if (k == K_EPOCH) return r->at[s] & AT_EPOCH_END;
     if (k == K_EVAL) return r->at[s] & AT_EVAL;
     if (k == K_SAVE) return r->at[s] & AT_SAVE;
+    if (k == K_TERM) return stop_step(r, s) < r->n; /* a stop before the run's end */
     return true;
 }
 
@@ -413,7 +423,7 @@ static int64_t pick(const verify_run *r, cut_kind k, int64_t target, int64_t lo,
 
 /* Chooses the cuts: the kinds this run has, in turn, at steps spread over the run, each the
  * nearest step that suits its kind (else a checkpoint-write kill at the nearest step with a
- * checkpoint, else a SIGTERM). */
+ * checkpoint, else a SIGTERM; fewer cuts when none fits). */
 static void plan(verify_run *r) {
     cut_kind avail[K_COUNT];
     int na = 0;
@@ -430,11 +440,16 @@ static void plan(verify_run *r) {
         int64_t lo = prev + 1, hi = r->n - 1 - (r->n_cuts - 1 - i);
         int64_t target = (int64_t)(i + 1) * r->n / (r->n_cuts + 1);
         target = target < lo ? lo : target > hi ? hi : target;
-        int64_t s = pick(r, k, target, lo, hi);
-        if (s < 0) k = K_SAVE, s = pick(r, K_SAVE, target, lo, hi);
-        if (s < 0) k = K_TERM, s = target;
+        int64_t s = lo <= hi ? pick(r, k, target, lo, hi) : -1;
+        if (s < 0 && lo <= hi) k = K_SAVE, s = pick(r, K_SAVE, target, lo, hi);
+        if (s < 0 && lo <= hi) k = K_TERM, s = pick(r, K_TERM, target, lo, hi);
+        if (s < 0) { /* no room for more (local SGD's checkpoints are only at averages) */
+            r->n_cuts = i;
+            break;
+        }
         r->kind[i] = k;
-        r->step[i] = prev = s;
+        r->step[i] = s;
+        prev = kind_how[k] == CUT_TERM ? stop_step(r, s) : s; /* the next cut comes after */
         /* the ranks in turn, the last first (not the one that writes), then every rank at once;
            only rank 0 writes a checkpoint, so only it can be cut inside one */
         int64_t turn = i % (ranks + 1);
