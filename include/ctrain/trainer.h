@@ -512,7 +512,8 @@ CT_API int64_t ct_trainer_spikes(const ct_trainer *t);
  * resumed), not because it was done. */
 CT_API bool ct_trainer_interrupted(const ct_trainer *t);
 /* Seconds this rank has spent exchanging gradients: the all-reduce, or the sharded update's
- * sums, copies and waits (waiting for the slowest rank included); 0 for one process. */
+ * sums, copies and waits, or under local SGD the weights' averages (waiting for the slowest
+ * rank included); 0 for one process. */
 CT_API double ct_trainer_comm_seconds(const ct_trainer *t);
 /* The profile of the last fit (trainer params' profile; docs/trainer.md) into *out: zeroed with
  * mode CT_PROFILE_MODE_OFF when profiling is off or before a fit. Each rank measures its own

@@ -7,18 +7,17 @@
  *
  * The average points are the same on every rank and in every run of one configuration: every
  * `steps` optimizer steps (of the run's count), each epoch's last step and max_steps' step.
- * Evaluations and checkpoints by steps must fall on them (checked at create), so the weights
- * evaluated and saved are the averaged ones. The optimizer's moments and the EMA are averaged
- * with the weights, so at an average point every rank holds the same whole state: a checkpoint
- * written by rank 0 is every rank's, and a resume is exact. Stops asked for between two average
- * points (a signal, a callback's CT_STOP) are agreed at the next one, where the ranks leave
- * together; so is a training record that falls due between two (steps_per_loop).
+ * A record, an evaluation or a checkpoint due by steps between two of them is made at the next
+ * (ct_train_due), so what is recorded, evaluated and saved are the averaged weights. The
+ * optimizer's moments and the EMA are averaged with the weights, so at an average point every
+ * rank holds the same whole state: a checkpoint written by rank 0 is every rank's, and a resume
+ * is exact. Stops asked for between two average points (a signal, a callback's CT_STOP) are
+ * agreed at the next one, where the ranks leave together.
  *
  * Ownership: the state and its buffers are the trainer's (ct_train_lsgd_destroy).
  */
 #include <jansson.h>
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "train/train_internal.h"
