@@ -6,8 +6,8 @@
  * The trainer's files: trainer.c (create, destroy, queries), fit.c (the loop), task.c (a batch's
  * forward pass and loss), eval.c (evaluation engines), update.c (the optimizer step at a window's
  * end), buckets.c (gradient buckets), state.c (checkpoints and resume), and the policies'
- * monitor.c, ema.c, nonfinite.c, spike.c, accum.c, policy_common.c, shard.c, and profile.c (the
- * step profile).
+ * monitor.c, ema.c, nonfinite.c, spike.c, accum.c, policy_common.c, shard.c, profile.c (the
+ * step profile) and local_sgd.c (trainer.strategy local_sgd).
  */
 #ifndef CT_TRAIN_INTERNAL_H
 #define CT_TRAIN_INTERNAL_H
