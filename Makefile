@@ -11,7 +11,7 @@ JOBS ?= 2
 
 .PHONY: all deps build demo test test-release test-asan test-noomp test-mpich test-tsan test-fuzz \
 	fuzz-config fuzz-checkpoint fuzz-report format-check bench bench-pytorch chaos clean \
-	bench-generate
+	bench-generate bench-async
 
 all: build
 
@@ -124,6 +124,14 @@ bench-generate:
 	cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build build -j $(JOBS) --target bench_generate
 	/usr/bin/python3 bench/generate.py --build build
+
+# The strategies of combining the ranks' work (trainer.strategy): the accuracy each reaches in
+# the same epochs, and the throughput each keeps with one worker at half speed
+# (bench/async.py; docs/benchmarks.md).
+bench-async:
+	cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake --build build -j $(JOBS)
+	/usr/bin/python3 bench/async.py --build build
 
 bench:
 	@scripts/install-deps.sh --bench

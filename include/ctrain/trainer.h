@@ -244,6 +244,19 @@ typedef enum ct_trainer_strategy {
     CT_STRATEGY_COUNT
 } ct_trainer_strategy;
 
+/* ct_trainer_params.local_sgd: CT_STRATEGY_LOCAL_SGD's cadence and outer optimizer
+ * (docs/distributed.md, Local SGD). Each rank steps its own optimizer on its own shard; every
+ * `steps` steps (and at each epoch's and the run's end) the ranks average their weights, their
+ * optimizer's moments and their EMA. The outer optimizer then moves the weights of the last
+ * average (the anchor) along the averaged change: g = anchor - mean(weights); m = momentum * m
+ * + g; anchor -= lr * (g + momentum * m) (Nesterov, as DiLoCo); every rank continues from the
+ * anchor. lr 1 and momentum 0 (the defaults) are plain averaging. */
+typedef struct ct_local_sgd_params {
+    int64_t steps;        /* optimizer steps between averages, >= 1; default 16 */
+    float outer_lr;       /* > 0; default 1 */
+    float outer_momentum; /* in [0, 1); default 0 */
+} ct_local_sgd_params;
+
 /* ct_trainer_params.bucket_bytes: chosen from the communicator's layout. */
 #define CT_BUCKET_BYTES_AUTO (-1)
 
@@ -412,6 +425,8 @@ typedef struct ct_trainer_params {
     ct_update_sharding shard_optimizer;
     /* How the ranks combine their work. Default CT_STRATEGY_SYNC. */
     ct_trainer_strategy strategy;
+    /* CT_STRATEGY_LOCAL_SGD's cadence and outer optimizer (ct_local_sgd_params). */
+    ct_local_sgd_params local_sgd;
     /* For benchmarks of uneven machines: the rank that, after each of its training steps,
        sleeps as long as the step took (so it runs at half speed whatever the machine's
        noise); -1 (default): none. */
@@ -508,7 +523,8 @@ CT_API int64_t ct_trainer_spikes(const ct_trainer *t);
  * resumed), not because it was done. */
 CT_API bool ct_trainer_interrupted(const ct_trainer *t);
 /* Seconds this rank has spent exchanging gradients: the all-reduce, or the sharded update's
- * sums, copies and waits (waiting for the slowest rank included); 0 for one process. */
+ * sums, copies and waits, or under local SGD the weights' averages (waiting for the slowest
+ * rank included); 0 for one process. */
 CT_API double ct_trainer_comm_seconds(const ct_trainer *t);
 /* The profile of the last fit (trainer params' profile; docs/trainer.md) into *out: zeroed with
  * mode CT_PROFILE_MODE_OFF when profiling is off or before a fit. Each rank measures its own
@@ -521,6 +537,9 @@ CT_API int64_t ct_trainer_buckets(const ct_trainer *t);
 CT_API bool ct_trainer_sharded(const ct_trainer *t);
 /* The server ranks under strategy CT_STRATEGY_PARAMETER_SERVER (ps_servers); 0 otherwise. */
 CT_API int64_t ct_trainer_ps_servers(const ct_trainer *t);
+/* Under CT_STRATEGY_LOCAL_SGD the optimizer steps between two averages
+ * (ct_local_sgd_params.steps); 0 under the other strategies. */
+CT_API int64_t ct_trainer_local_sgd_steps(const ct_trainer *t);
 /* The latest values of an engine (`key`) or of training ("train"); NULL/0 before any. */
 CT_API const ct_metric_value *ct_trainer_metrics(const ct_trainer *t, const char *key, int64_t *n);
 /* The monitor (for its best value), the early-stopping state and the EMA (NULL when off), to

@@ -164,6 +164,10 @@ static void distributed_params(ct_experiment *e, ct_trainer_params *tp) {
                        ? CT_STRATEGY_PARAMETER_SERVER
                    : strategy && strcmp(strategy, "local_sgd") == 0 ? CT_STRATEGY_LOCAL_SGD
                                                                     : CT_STRATEGY_SYNC;
+    tp->local_sgd.steps = ct_exp_int_at(e, "trainer.local_sgd.steps");
+    tp->local_sgd.outer_lr = (float)ct_exp_float_at(e, "trainer.local_sgd.outer_lr", 1.0);
+    tp->local_sgd.outer_momentum =
+        (float)ct_exp_float_at(e, "trainer.local_sgd.outer_momentum", 0.0);
     /* benchmarks of uneven machines (bench/async.py): CTRAIN_STRAGGLER=RANK */
     const char *straggler = getenv("CTRAIN_STRAGGLER");
     if (straggler && *straggler) tp->straggler_rank = strtoll(straggler, NULL, 10);

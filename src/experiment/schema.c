@@ -172,6 +172,19 @@ static const ct_key_def k_schema[] = {
     {"trainer.ps.pull_every", I, "1", 1, 1e12, NULL, RES,
      "Workers other than rank 0 pull the weights every this many steps (rank 0 pulls every "
      "step)."},
+    {"trainer.local_sgd", S, NULL, 0, 0, NULL, 0,
+     "trainer.strategy local_sgd: the averaging cadence and the outer optimizer "
+     "(docs/distributed.md, Local SGD)."},
+    {"trainer.local_sgd.steps", I, "16", 1, 1e12, NULL, 0,
+     "Optimizer steps each rank takes alone between two averages of the weights (also "
+     "averaged: at each epoch's end and the run's). Records, evaluations and checkpoints due "
+     "by steps between two averages are made at the next one."},
+    {"trainer.local_sgd.outer_lr", F, "1", 0, BIG, NULL, 0,
+     "The outer optimizer's rate (> 0) on the averaged change of the weights since the last "
+     "average "
+     "(DiLoCo); 1 with outer_momentum 0 = plain averaging."},
+    {"trainer.local_sgd.outer_momentum", F, "0", 0, 1, NULL, 0,
+     "The outer optimizer's Nesterov momentum, in [0, 1); saved in checkpoints."},
     {"trainer.bucket_mb", F, "auto", 0, 1e6, "auto", RES,
      "MPI runs: gradients are all-reduced in buckets of about this many MiB, each started "
      "during the backward pass as soon as its gradients are final; 0 = one all-reduce after "

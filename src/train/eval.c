@@ -158,7 +158,7 @@ ct_status ct_train_evaluate_due(ct_trainer *t, bool epoch_end, int64_t epoch) {
         ct_train_engine *en = &t->engines[i];
         bool due = t->p.dev_run ? epoch_end
                    : epoch_end  ? en->e.every_epochs > 0 && epoch % en->e.every_epochs == 0
-                                : ct_train_crossed(t, en->e.every_steps);
+                                : ct_train_due(t, en->e.every_steps);
         if (!due || en->last_step == t->step) continue;
         en->last_step = t->step;
         CT_TRY(run_engine(t, en, true));

@@ -72,6 +72,7 @@ static ct_status log_window(ct_trainer *t) {
         t->train_values[k].name = "train/spikes";
         t->train_values[k++].value = (double)t->spike.state.spikes;
     }
+    if (t->lsgd) k = ct_train_lsgd_values(t, t->train_values, k);
     for (int64_t p = 0; p < t->n_parts; p++)
         if (t->part_count[p] > 0) {
             t->train_values[k].name = t->part_log[p];
@@ -92,7 +93,7 @@ ct_status ct_train_event(ct_trainer *t, ct_status s) {
     if (s == CT_STOP) {
         /* with several ranks a stop takes effect where they agree, so that every rank leaves
            at the same point */
-        if (ct_comm_world_size(t->comm) > 1)
+        if (ct_comm_world_size(t->comm) > 1 || t->lsgd) /* local SGD: at an average */
             t->stop_asked = true;
         else
             t->stop = true;
@@ -197,13 +198,14 @@ static ct_status end_window(ct_trainer *t, bool window_ok, bool epoch_last) {
     if (t->step <= before) return CT_OK; /* a skipped or rolled-back step triggers nothing */
     /* the clock is read after what ran only: a step without a record or a checkpoint pays
        two readings fewer */
-    if (ct_train_crossed(t, t->p.steps_per_loop)) {
+    if (t->lsgd) CT_TRY(ct_train_lsgd_after_step(t, epoch_last));
+    if (ct_train_due(t, t->p.steps_per_loop)) {
         CT_TRY(log_window(t));
         ct_train_lap(t, CT_PROFILE_LOGGING);
     }
     CT_TRY(ct_train_evaluate_due(t, false, 0));
     ct_train_lap(t, CT_PROFILE_EVAL);
-    if (ct_train_crossed(t, t->p.save_every_steps)) t->save_due = true;
+    if (ct_train_due(t, t->p.save_every_steps)) t->save_due = true;
     if (!epoch_last && !run_ends(t) && (t->save_due || t->save_best)) {
         CT_TRY(ct_train_flush_checkpoint(t));
         ct_train_lap(t, CT_PROFILE_CHECKPOINT);
@@ -305,7 +307,7 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
 
 /* Whether any rank was interrupted (every rank then ends at the same point). */
 ct_status ct_train_agree_interrupt(ct_trainer *t) {
-    if (ct_comm_world_size(t->comm) < 2) return CT_OK;
+    if (ct_comm_world_size(t->comm) < 2 && !t->lsgd) return CT_OK;
     float flags[2] = {t->interrupt ? 1.0f : 0.0f, t->stop_asked ? 1.0f : 0.0f};
     CT_TRY(ct_comm_allreduce_sum_f32(t->comm, flags, 2));
     t->interrupt = flags[0] != 0.0f;
@@ -342,6 +344,7 @@ ct_status ct_train_fit_loop(ct_trainer *t) {
     t->interrupt = false;
     ct_comm_set_step(t->comm, t->step, "start of fit");
     CT_TRY(ct_train_sync_replicas(t, true));
+    if (t->lsgd) ct_train_lsgd_begin(t);
     if (cb->on_fit_start) CT_TRY(ct_train_event(t, cb->on_fit_start(cb->user, t)));
     CT_TRY(ct_train_agree_interrupt(t));
     if (t->snap) ct_train_snapshot(t, true);

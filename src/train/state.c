@@ -191,6 +191,7 @@ static json_t *trainer_state(const ct_trainer *t) {
     bad |= json_object_set_new(st, "nonfinite", nonfinite_json(&t->nf.state));
     if (t->spike.mode != CT_SPIKE_MODE_NONE)
         bad |= json_object_set_new(st, "spike", spike_json(&t->spike));
+    if (t->lsgd) bad |= json_object_set_new(st, "local_sgd", ct_train_lsgd_state(t));
     if (bad) {
         json_decref(st);
         return NULL;
@@ -677,6 +678,7 @@ static ct_status restore_state(ct_trainer *t, const json_t *st, const char *path
     saved_state sv;
     memset(&sv, 0, sizeof sv);
     CT_TRY(parse_state(t, st, path, &sv));
+    if (t->lsgd) CT_TRY(ct_train_lsgd_restore(t, json_object_get(st, "local_sgd"), path));
     if (t->task.load_state && t->task.load_state(t->task.user, sv.extra) != CT_OK)
         return ct_err_wrap(t->ctx, "%s: the task's load_state", path);
     CT_TRY(restore_positions(t, &sv, path));

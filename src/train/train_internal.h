@@ -7,7 +7,8 @@
  * forward pass and loss), eval.c (evaluation engines), update.c (the optimizer step at a window's
  * end), buckets.c (gradient buckets), state.c (checkpoints and resume), and the policies'
  * monitor.c, ema.c, nonfinite.c, spike.c, accum.c, policy_common.c, shard.c, profile.c (the
- * step profile) and ps.c (the parameter-server strategy).
+ * step profile), ps.c (the parameter-server strategy) and local_sgd.c (trainer.strategy
+ * local_sgd).
  */
 #ifndef CT_TRAIN_INTERNAL_H
 #define CT_TRAIN_INTERNAL_H
@@ -64,6 +65,9 @@ CT_INTERNAL ct_status ct_train_shard_share_buffer(ct_train_shard *sh, float *buf
 
 /* ---- the trainer ---- */
 
+/* CT_STRATEGY_LOCAL_SGD's state (local_sgd.c). */
+typedef struct ct_train_lsgd ct_train_lsgd;
+
 /* An evaluation engine as the trainer runs it: the engine given, its metric set and state. */
 typedef struct ct_train_engine {
     ct_eval_engine e;
@@ -76,8 +80,9 @@ typedef struct ct_train_engine {
 } ct_train_engine;
 
 /* The training values on_log reports: train/loss, train/lr, train/grad_norm, train/skipped,
- * train/spikes, one per loss part. */
-#define CT_TRAIN_VALUES    (5 + CT_LOSS_MAX_PARTS + CT_TRAIN_PS_VALUES)
+ * train/spikes, local SGD's train/averages and train/average_ms, one per loss part, and the
+ * parameter-server strategy's. */
+#define CT_TRAIN_VALUES    (7 + CT_LOSS_MAX_PARTS + CT_TRAIN_PS_VALUES)
 /* The parameter-server strategy's: staleness mean and max, pull and push waits, and the share
  * of updates of each of the first CT_PS_MAX_SHARES workers. */
 #define CT_PS_MAX_SHARES   32
@@ -159,6 +164,7 @@ struct ct_trainer {
     double straggle_since;    /* p.straggler_rank: when this rank's step began */
     bool want_shard;          /* shard_optimizer decided for sharding (at create) */
     ct_train_shard *shard;    /* the sharded update's window during a fit, or NULL */
+    ct_train_lsgd *lsgd;      /* CT_STRATEGY_LOCAL_SGD's state (local_sgd.c), or NULL */
     bool moments_whole;       /* the sharded moments were shared since the last update */
     /* gradient buckets (several ranks, bucket_bytes > 0): ranges of the flat gradient buffer,
        the last parameters first, as the backward pass finishes them */
@@ -332,5 +338,42 @@ CT_INTERNAL ct_rng ct_train_rank_stream(ct_rng base, int64_t rank);
 CT_INTERNAL ct_status ct_train_flush_checkpoint(ct_trainer *t);
 /* state.c: a sharded update's optimizer moments made whole on every rank. */
 CT_INTERNAL ct_status ct_train_share_moments(ct_trainer *t);
+
+/* Whether this rank's gradients are its own to check and apply: one process, or local SGD
+ * (nothing is exchanged between two averages). */
+static inline bool ct_train_solo(const ct_trainer *t) {
+    return ct_comm_world_size(t->comm) == 1 || t->lsgd != NULL;
+}
+
+/* local_sgd.c: the strategy's checks against the other parameters (CT_ERR_CONFIG) and its
+ * buffers, at create before the exchange is planned (which it turns off); their release. */
+CT_INTERNAL ct_status ct_train_lsgd_create(ct_trainer *t);
+CT_INTERNAL void ct_train_lsgd_destroy(ct_trainer *t);
+/* local_sgd.c: at a fit's start, the weights (every rank's the same) are the anchor. */
+CT_INTERNAL void ct_train_lsgd_begin(ct_trainer *t);
+/* local_sgd.c: after each step; collective at an average point (every `steps` steps, an
+ * epoch's last step, max_steps): the average, the outer step and the agreement on stops
+ * asked for since the last one. */
+CT_INTERNAL ct_status ct_train_lsgd_after_step(ct_trainer *t, bool epoch_last);
+/* local_sgd.c: whether a multiple of `every` lies between the last average but one
+ * (excluded) and the step just made, which ended with an average. */
+CT_INTERNAL bool ct_train_lsgd_due(const ct_trainer *t, int64_t every);
+/* local_sgd.c: the log window's train/averages and train/average_ms from v[k]; returns the
+ * new count; the window's sums start again. */
+CT_INTERNAL int64_t ct_train_lsgd_values(ct_trainer *t, ct_metric_value *v, int64_t k);
+/* Whether a cadence of `every` steps (records, evaluations, checkpoints) falls due at the step
+ * just made: at its multiples; under local SGD at the first average at or after one, so that
+ * what is recorded, evaluated and saved are the averaged weights. */
+static inline bool ct_train_due(const ct_trainer *t, int64_t every) {
+    if (every <= 0) return false;
+    return t->lsgd ? ct_train_lsgd_due(t, every) : ct_train_crossed(t, every);
+}
+struct json_t; /* jansson's JSON value */
+/* local_sgd.c: the outer optimizer's state for state.json ({} without outer momentum), NULL
+ * when out of memory; and its restore from a checkpoint's (o may be NULL: missing). */
+CT_INTERNAL struct json_t *ct_train_lsgd_state(const ct_trainer *t);
+CT_INTERNAL ct_status ct_train_lsgd_restore(ct_trainer *t,
+                                            const struct json_t *o,
+                                            const char *path);
 
 #endif /* CT_TRAIN_INTERNAL_H */

@@ -33,6 +33,8 @@ ct_trainer_params ct_trainer_default_params(void) {
     p.ps_servers = 1;
     p.ps_max_staleness = -1;
     p.ps_pull_every = 1;
+    p.local_sgd.steps = 16;
+    p.local_sgd.outer_lr = 1.0f;
     return p;
 }
 
@@ -121,8 +123,6 @@ static ct_status check_params(ct_ctx *ctx, const ct_trainer_params *p) {
     if ((int)p->strategy < 0 || p->strategy >= CT_STRATEGY_COUNT)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: strategy %d is not a ct_trainer_strategy",
                        (int)p->strategy);
-    if (p->strategy != CT_STRATEGY_SYNC && p->strategy != CT_STRATEGY_PARAMETER_SERVER)
-        return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: strategy %d is not built", (int)p->strategy);
     if ((int)p->profile < 0 || p->profile >= CT_PROFILE_MODE_COUNT)
         return CT_FAIL(ctx, CT_ERR_CONFIG, "trainer: profile %d is not a ct_profile_mode",
                        (int)p->profile);
@@ -384,6 +384,7 @@ ct_status ct_trainer_create(ct_ctx *ctx, const ct_trainer_params *p, ct_trainer 
     if (s == CT_OK) s = make_engines(t, p->engines, p->n_engines);
     if (s == CT_OK) s = watch_metrics(t);
     if (s == CT_OK) s = ct_train_ps_create(t);
+    if (s == CT_OK && p->strategy == CT_STRATEGY_LOCAL_SGD) s = ct_train_lsgd_create(t);
     if (s == CT_OK) s = plan_exchange(t);
     if (s == CT_OK) s = ct_train_profile_create(t);
     if (s != CT_OK) {
@@ -413,6 +414,7 @@ void ct_trainer_destroy(ct_trainer *t) {
     ct_free(ctx, t->buckets, (size_t)t->n_trainable * sizeof(ct_train_bucket));
     ct_free(ctx, t->snap, t->snap_bytes ? t->snap_bytes : 1);
     ct_train_profile_destroy(t);
+    ct_train_lsgd_destroy(t);
     ct_free(ctx, t, sizeof *t);
 }
 

@@ -143,7 +143,7 @@ static bool update_checks(const ct_trainer *t, bool loss_ok) {
     /* a spike's update is decided on before it is made, and the norm read before the update */
     bool spike_first = t->spike.mode == CT_SPIKE_MODE_SKIP ||
                        t->spike.mode == CT_SPIKE_MODE_ROLLBACK || spike_on_norm(t);
-    return ct_comm_world_size(t->comm) == 1 && t->p.check_grads && !(t->p.grad_clip_norm > 0.0f) &&
+    return ct_train_solo(t) && t->p.check_grads && !(t->p.grad_clip_norm > 0.0f) &&
            !(t->p.grad_clip_value > 0.0f) && !t->p.callbacks.on_grads && loss_ok && !spike_first;
 }
 
@@ -167,7 +167,7 @@ static ct_status check_gradients(ct_trainer *t, bool loss_ok, bool *grads_ok, bo
     } else if (update_checked) {
         *grads_ok = ct_optim_step_checked(t->opt); /* undone by the policy when false */
         *applied = true;
-    } else if (t->p.check_grads && ct_comm_world_size(t->comm) == 1) {
+    } else if (t->p.check_grads && ct_train_solo(t)) {
         CT_TRY(ct_nonfinite_check(t->ctx, ct_params_grads(t->params), ct_params_numel(t->params),
                                   grads_ok));
     }
@@ -425,7 +425,7 @@ ct_status ct_train_finish_window(ct_trainer *t, bool loss_ok) {
     t->spike_count = 0;
     if (t->shard)
         CT_TRY(reduce_sharded(t, &loss_ok, &grads_ok));
-    else if (ct_comm_world_size(t->comm) > 1)
+    else if (!ct_train_solo(t))
         CT_TRY(allreduce_grads(t, &loss_ok, &grads_ok));
     bool applied = false;
     CT_TRY(check_gradients(t, loss_ok, &grads_ok, &applied));

@@ -106,7 +106,10 @@ static void say_start(session *s, const char *config, const char *out_dir, ct_ex
             (void)snprintf(exchange, sizeof exchange, ", %lld parameter server%s, %lld worker%s",
                            (long long)servers, servers == 1 ? "" : "s",
                            (long long)(s->world - servers), s->world - servers == 1 ? "" : "s");
-        } else if (!ct_trainer_sharded(t) && ct_trainer_buckets(t) > 0)
+        } else if (ct_trainer_local_sgd_steps(t) > 0)
+            (void)snprintf(exchange, sizeof exchange, ", weights averaged every %lld steps",
+                           (long long)ct_trainer_local_sgd_steps(t));
+        else if (!ct_trainer_sharded(t) && ct_trainer_buckets(t) > 0)
             (void)snprintf(exchange, sizeof exchange, ", gradients all-reduced in %lld bucket%s",
                            (long long)ct_trainer_buckets(t), ct_trainer_buckets(t) == 1 ? "" : "s");
         else if (!ct_trainer_sharded(t))

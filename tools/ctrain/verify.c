@@ -35,7 +35,7 @@ extern char **environ;
 #define VR_OWN   9 /* the overrides verify-resume adds to the user's */
 #define MAX_CUTS 64
 
-enum { AT_EPOCH_END = 1, AT_EVAL = 2 };
+enum { AT_EPOCH_END = 1, AT_EVAL = 2, AT_SAVE = 4 };
 
 /* The kinds of cut, in the order a plan takes them. */
 typedef enum cut_kind { K_WINDOW, K_EPOCH, K_EVAL, K_SAVE, K_TERM, K_COUNT } cut_kind;
@@ -371,8 +371,19 @@ static int read_straight(verify_run *r) {
     }
     free(line);
     if (f) (void)fclose(f);
-    for (int64_t s = 1; r->epoch && s < r->n; s++)
-        if (r->epoch[s] > 0 && r->epoch[s + 1] > r->epoch[s]) r->at[s] |= AT_EPOCH_END;
+    /* the next step with a record: under local SGD records wait for the weights' averages */
+    for (int64_t s = 1, next; r->epoch && s < r->n; s = next) {
+        for (next = s + 1; next < r->n && r->epoch[next] == 0;)
+            next++;
+        if (r->epoch[s] > 0 && r->epoch[next] > r->epoch[s]) r->at[s] |= AT_EPOCH_END;
+    }
+    /* the steps with a checkpoint: every step, but under local SGD only the averages */
+    for (int64_t s = 1; r->at && s <= r->n; s++) {
+        char ck[VR_PATH + 64];
+        struct stat sb;
+        (void)snprintf(ck, sizeof ck, "%s/checkpoints/step-%08lld", r->straight, (long long)s);
+        if (stat(ck, &sb) == 0) r->at[s] |= AT_SAVE;
+    }
     if (r->n < 2 || !r->at || !r->epoch) {
         (void)fprintf(stderr, "ctrain verify-resume: %s: %s\n", path,
                       r->n < 2 ? "the straight run made fewer than 2 steps: nothing to cut"
@@ -382,11 +393,22 @@ static int read_straight(verify_run *r) {
     return 0;
 }
 
+/* Where a graceful stop asked for during step s takes effect: at the end of the first step
+ * from s on with a checkpoint in the straight run (s itself, but under local SGD the next
+ * average); r->n when none. */
+static int64_t stop_step(const verify_run *r, int64_t s) {
+    while (s < r->n && !(r->at[s] & AT_SAVE))
+        s++;
+    return s;
+}
+
 /* Whether step s can take a cut of kind k. */
 static bool suits(const verify_run *r, cut_kind k, int64_t s) {
     if (k == K_WINDOW) return !(r->at[s] & AT_EPOCH_END); /* an epoch's last window may be short */
     if (k == K_EPOCH) return r->at[s] & AT_EPOCH_END;
     if (k == K_EVAL) return r->at[s] & AT_EVAL;
+    if (k == K_SAVE) return r->at[s] & AT_SAVE;
+    if (k == K_TERM) return stop_step(r, s) < r->n; /* a stop before the run's end */
     return true;
 }
 
@@ -400,7 +422,8 @@ static int64_t pick(const verify_run *r, cut_kind k, int64_t target, int64_t lo,
 }
 
 /* Chooses the cuts: the kinds this run has, in turn, at steps spread over the run, each the
- * nearest step that suits its kind (else a checkpoint-write kill there). */
+ * nearest step that suits its kind (else a checkpoint-write kill at the nearest step with a
+ * checkpoint, else a SIGTERM; fewer cuts when none fits). */
 static void plan(verify_run *r) {
     cut_kind avail[K_COUNT];
     int na = 0;
@@ -417,10 +440,16 @@ static void plan(verify_run *r) {
         int64_t lo = prev + 1, hi = r->n - 1 - (r->n_cuts - 1 - i);
         int64_t target = (int64_t)(i + 1) * r->n / (r->n_cuts + 1);
         target = target < lo ? lo : target > hi ? hi : target;
-        int64_t s = pick(r, k, target, lo, hi);
-        if (s < 0) k = K_SAVE, s = target;
+        int64_t s = lo <= hi ? pick(r, k, target, lo, hi) : -1;
+        if (s < 0 && lo <= hi) k = K_SAVE, s = pick(r, K_SAVE, target, lo, hi);
+        if (s < 0 && lo <= hi) k = K_TERM, s = pick(r, K_TERM, target, lo, hi);
+        if (s < 0) { /* no room for more (local SGD's checkpoints are only at averages) */
+            r->n_cuts = i;
+            break;
+        }
         r->kind[i] = k;
-        r->step[i] = prev = s;
+        r->step[i] = s;
+        prev = kind_how[k] == CUT_TERM ? stop_step(r, s) : s; /* the next cut comes after */
         /* the ranks in turn, the last first (not the one that writes), then every rank at once;
            only rank 0 writes a checkpoint, so only it can be cut inside one */
         int64_t turn = i % (ranks + 1);
@@ -443,16 +472,19 @@ static int64_t latest_step(const char *run) {
 /* Whether fit i of the interrupted run ended as its cut makes it end: killed, stopped by
  * SIGTERM (exit 143), or for the last one, done. A job of several ranks with one killed is
  * ended by its launcher, with a code of the launcher's: there the fit must have failed with
- * the last checkpoint the one before the cut's step, or that step's own (the ranks not killed
- * may finish it before the launcher ends them). */
+ * the last checkpoint the straight run's last one before the cut's step (the step before it,
+ * but under local SGD the last average), or that step's own (the ranks not killed may finish
+ * it before the launcher ends them). */
 static bool ended_as_planned(const verify_run *r, int i, int status) {
     if (status == -1) return false;
     if (i == r->n_cuts) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (kind_how[r->kind[i]] == CUT_TERM)
         return WIFEXITED(status) && WEXITSTATUS(status) == EXIT_SIGTERM;
     if (!r->launcher.argc) return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-    int64_t latest = latest_step(r->resumed);
-    return !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && latest >= r->step[i] - 1 &&
+    int64_t latest = latest_step(r->resumed), before = r->step[i] - 1;
+    while (before > 0 && !(r->at[before] & AT_SAVE))
+        before--;
+    return !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && latest >= before &&
            latest <= r->step[i];
 }
 

@@ -23,7 +23,7 @@
 /* The values of a record that are wall-clock, not training: left out of the comparison. */
 static bool wall_clock(const char *key) {
     return strcmp(key, "time") == 0 || strcmp(key, "samples_per_sec") == 0 ||
-           strcmp(key, "comm_ms_per_step") == 0;
+           strcmp(key, "comm_ms_per_step") == 0 || strcmp(key, "train/average_ms") == 0;
 }
 
 /* Charges a difference at `step` to its segment (the last for INT64_MAX), keeping the first
