@@ -20,7 +20,9 @@
  *
  * Under bf16 autocast (ct_graph_set_autocast) x and the weight are rounded to bf16 into
  * scratch copies that every path convolves; the backward pass rounds them again (the same
- * bits) and dy the same way, and takes all three gradients from those.
+ * bits) and dy the same way, and takes all three gradients from those. Where the CPU has bf16
+ * dot products (ct_k_onednn_bf16_native), oneDNN's bf16 primitives take them (f32
+ * accumulation, f32 results); elsewhere the f32 kernels multiply the rounded values.
  *
  * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups;
  * iarg[7] = 1 when the forward pass ran under autocast; saved = NULL.
@@ -221,6 +223,7 @@ static int onednn_threads(ct_graph *g, const ct_k_conv2d_geom *s) {
 
 static int onednn_forward(ct_graph *g,
                           const ct_k_conv2d_geom *s,
+                          bool bf16,
                           const float *x,
                           const float *w,
                           const float *bias,
@@ -230,11 +233,11 @@ static int onednn_forward(ct_graph *g,
     size_t bytes;
     /* the oneDNN caches are built outside parallel regions only */
     if (ctx->kernels == CT_KERNELS_BLAS || ct_omp_level() != 0 ||
-        !ct_k_conv2d_onednn_scratch(ctx, s, bias != NULL, false, nt, &bytes))
+        !ct_k_conv2d_onednn_scratch(ctx, s, bias != NULL, bf16, false, nt, &bytes))
         return 0;
     void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
     if (bytes && !scratch) return -1;
-    int r = ct_k_conv2d_onednn_fwd(ctx, s, x, w, bias, y, scratch, nt);
+    int r = ct_k_conv2d_onednn_fwd(ctx, s, bf16, x, w, bias, y, scratch, nt);
     if (r < 0) CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d: a oneDNN forward call failed");
     return r;
 }
@@ -242,6 +245,7 @@ static int onednn_forward(ct_graph *g,
 static int onednn_backward(ct_graph *g,
                            const ct_k_conv2d_geom *s,
                            bool has_bias,
+                           bool bf16,
                            const float *x,
                            const float *w,
                            const float *dy,
@@ -252,13 +256,21 @@ static int onednn_backward(ct_graph *g,
     int nt = onednn_threads(g, s);
     size_t bytes;
     if (ctx->kernels == CT_KERNELS_BLAS || ct_omp_level() != 0 ||
-        !ct_k_conv2d_onednn_scratch(ctx, s, has_bias, true, nt, &bytes))
+        !ct_k_conv2d_onednn_scratch(ctx, s, has_bias, bf16, true, nt, &bytes))
         return 0;
     void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
     if (bytes && !scratch) return -1;
-    int r = ct_k_conv2d_onednn_bwd(ctx, s, has_bias, x, w, dy, dx, dw, db, scratch, nt);
+    int r = ct_k_conv2d_onednn_bwd(ctx, s, has_bias, bf16, x, w, dy, dx, dw, db, scratch, nt);
     if (r < 0) CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d: a oneDNN backward call failed");
     return r;
+}
+
+/* Whether a convolution whose operands bf16 autocast rounded (rounded) runs on oneDNN's bf16
+ * primitives: where the CPU multiplies bf16 natively. They compute the same products as the
+ * f32 ones on the rounded values (exact in f32) and accumulate in f32, in their own order. */
+static bool native_bf16(ct_graph *g, bool rounded) {
+    ct_ctx *ctx = ct_graph_ctx(g);
+    return rounded && ctx->kernels == CT_KERNELS_FAST && ct_k_onednn_bf16_native(ctx);
 }
 
 /* db [O] += sum over n and the plane of dy [N, O, L], in double, in a fixed order. */
@@ -318,8 +330,11 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
         return;
     }
     int r = 0;
-    if ((dx || dw || db) && s.c > 0)
-        r = onednn_backward(g, &s, bias != NULL, xv, wv, dy, dx, dw, db);
+    bool bf16 = native_bf16(g, ct_ops_ran_autocast(n));
+    if ((dx || dw || db) && s.c > 0 && bf16)
+        r = onednn_backward(g, &s, bias != NULL, true, xv, wv, dy, dx, dw, db);
+    if ((dx || dw || db) && s.c > 0 && r == 0)
+        r = onednn_backward(g, &s, bias != NULL, false, xv, wv, dy, dx, dw, db);
     if (r == 0) { /* not taken by oneDNN (done, or failed and recorded, otherwise) */
         if (db) bias_backward(g, &s, dy, db);
         fast_backward(g, &s, xv, wv, dy, dx, dw);
@@ -491,14 +506,16 @@ ct_tensor *ct_op_conv2d(
             return NULL;
         }
         const float *bv = bias ? bias->data : NULL;
+        bool bf16 = native_bf16(g, ct_graph_autocast(g) == CT_BF16);
         int r = 0;
         bool ok = true;
-        if (ct_ops_reference(g))
+        if (ct_ops_reference(g)) {
             ct_k_conv2d_ref_fwd(&s, xv, wv, bv, y->data);
-        else if (s.c > 0 && (r = onednn_forward(g, &s, xv, wv, bv, y->data)) != 0)
-            ok = r > 0;
-        else
-            ok = fast_forward(g, &s, xv, wv, bv, y->data);
+        } else {
+            if (s.c > 0 && bf16) r = onednn_forward(g, &s, true, xv, wv, bv, y->data);
+            if (s.c > 0 && r == 0) r = onednn_forward(g, &s, false, xv, wv, bv, y->data);
+            ok = r != 0 ? r > 0 : fast_forward(g, &s, xv, wv, bv, y->data);
+        }
         if (!ok) return NULL;
     }
     ct_graph_scratch_release(g, mark);
