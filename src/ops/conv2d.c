@@ -21,8 +21,9 @@
  * Under bf16 autocast (ct_graph_set_autocast) x and the weight are rounded to bf16 into
  * scratch copies that every path convolves; the backward pass rounds them again (the same
  * bits) and dy the same way, and takes all three gradients from those. Where the CPU has bf16
- * dot products (ct_k_onednn_bf16_native), oneDNN's bf16 primitives take them (f32
- * accumulation, f32 results); elsewhere the f32 kernels multiply the rounded values.
+ * dot products (ct_k_onednn_bf16_native), oneDNN's bf16 primitives run instead, with f32
+ * accumulation and f32 results: they round x, the weight and dy to bf16 themselves while
+ * converting them to their layouts (the same rounding, so no rounded copies are made).
  *
  * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups;
  * iarg[7] = 1 when the forward pass ran under autocast; saved = NULL.
@@ -321,6 +322,15 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
     if (ct_graph_status(g) != CT_OK || ct_tensor_numel(n->out) == 0) return;
     /* all scratch below is released at the end: the gradients were allocated above */
     ct_graph_mark mark = ct_graph_scratch_mark(g);
+    bool any = (dx || dw || db) && s.c > 0;
+    int r = 0;
+    /* oneDNN's bf16 primitives round x, w and dy themselves (as forward) */
+    if (any && native_bf16(g, ct_ops_ran_autocast(n)))
+        r = onednn_backward(g, &s, bias != NULL, true, x->data, w->data, n->out->grad, dx, dw, db);
+    if (r != 0) {
+        ct_graph_scratch_release(g, mark);
+        return;
+    }
     const float *dy = ct_ops_round_dy(g, n, n->out->grad, ct_tensor_numel(n->out));
     const float *xv = ct_ops_operand(g, n, 0), *wv = ct_ops_operand(g, n, 1);
     if (!dy || !xv || !wv) return;
@@ -329,12 +339,7 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
         ct_graph_scratch_release(g, mark);
         return;
     }
-    int r = 0;
-    bool bf16 = native_bf16(g, ct_ops_ran_autocast(n));
-    if ((dx || dw || db) && s.c > 0 && bf16)
-        r = onednn_backward(g, &s, bias != NULL, true, xv, wv, dy, dx, dw, db);
-    if ((dx || dw || db) && s.c > 0 && r == 0)
-        r = onednn_backward(g, &s, bias != NULL, false, xv, wv, dy, dx, dw, db);
+    if (any) r = onednn_backward(g, &s, bias != NULL, false, xv, wv, dy, dx, dw, db);
     if (r == 0) { /* not taken by oneDNN (done, or failed and recorded, otherwise) */
         if (db) bias_backward(g, &s, dy, db);
         fast_backward(g, &s, xv, wv, dy, dx, dw);
@@ -488,9 +493,6 @@ ct_tensor *ct_op_conv2d(
     if (!y) return NULL;
     /* scratch only from here (the rounded operands too): y is out */
     ct_graph_mark mark = ct_graph_scratch_mark(g);
-    const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
-    const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
-    if (!xv || !wv) return NULL;
     if (ct_tensor_numel(y) > 0) {
         /* y is non-empty, so N, O, OH, OW >= 1; x and weight bound the remaining factors unless
          * C == 0, where im2col is skipped. One sample's im2col must fit a BLAS int. */
@@ -506,17 +508,25 @@ ct_tensor *ct_op_conv2d(
             return NULL;
         }
         const float *bv = bias ? bias->data : NULL;
-        bool bf16 = native_bf16(g, ct_graph_autocast(g) == CT_BF16);
         int r = 0;
-        bool ok = true;
-        if (ct_ops_reference(g)) {
-            ct_k_conv2d_ref_fwd(&s, xv, wv, bv, y->data);
-        } else {
-            if (s.c > 0 && bf16) r = onednn_forward(g, &s, true, xv, wv, bv, y->data);
-            if (s.c > 0 && r == 0) r = onednn_forward(g, &s, false, xv, wv, bv, y->data);
-            ok = r != 0 ? r > 0 : fast_forward(g, &s, xv, wv, bv, y->data);
+        /* oneDNN's bf16 primitives round x and the weight on their way in (to nearest even,
+         * as ct_ops_autocast), so they take the values as they are: no rounded copies */
+        if (s.c > 0 && native_bf16(g, ct_graph_autocast(g) == CT_BF16))
+            r = onednn_forward(g, &s, true, x->data, weight->data, bv, y->data);
+        if (r < 0) return NULL;
+        if (r == 0) {
+            const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
+            const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
+            if (!xv || !wv) return NULL;
+            bool ok = true;
+            if (ct_ops_reference(g)) {
+                ct_k_conv2d_ref_fwd(&s, xv, wv, bv, y->data);
+            } else {
+                if (s.c > 0) r = onednn_forward(g, &s, false, xv, wv, bv, y->data);
+                ok = r != 0 ? r > 0 : fast_forward(g, &s, xv, wv, bv, y->data);
+            }
+            if (!ok) return NULL;
         }
-        if (!ok) return NULL;
     }
     ct_graph_scratch_release(g, mark);
     int32_t n_in = bias ? 3 : 2;
