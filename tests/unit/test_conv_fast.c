@@ -8,7 +8,8 @@
  * and the fast path must agree to f32 accumulation-order error. A result rounded to bf16, or
  * products of unrounded operands, would miss by 2^-9 relative or more, far outside the
  * tolerances. 1 and 2 threads must give the same bits. Then a small CNN trains in bf16 with
- * the bf16 primitives taken.
+ * the default kernel choice, which takes the bf16 primitives where the CPU has bf16 dot
+ * products.
  */
 #include <math.h>
 #include <string.h>
@@ -133,11 +134,12 @@ static bool same_bits(const float *a, const float *b, int64_t n) {
     return a && b && memcmp(a, b, (size_t)n * sizeof(float)) == 0;
 }
 
-/* Whether oneDNN has bf16 convolutions here (native, or emulated on AVX-512). */
+/* Whether the CPU has bf16 dot products, where oneDNN must have bf16 convolutions (it may
+ * emulate them on other AVX-512 CPUs, or not: there the test does not insist). */
 static bool onednn_has_bf16(void) {
 #ifdef _OPENMP
-    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), avx512 = dnnl_cpu_isa_avx512_core;
-    return (isa & avx512) == avx512;
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = dnnl_cpu_isa_avx512_core_bf16;
+    return (isa & bf16) == bf16;
 #else
     return false;
 #endif
@@ -145,7 +147,7 @@ static bool onednn_has_bf16(void) {
 
 static void conv_should_match_the_reference_on_bf16_primitives(void) {
     if (!onednn_has_bf16())
-        printf("  (no oneDNN bf16 convolution here: the f32 kernels on rounded values ran)\n");
+        printf("  (no bf16 dot products here: the bf16 convolutions may not have run)\n");
     for (size_t k = 0; k < sizeof geoms / sizeof geoms[0]; k++) {
         const geom_case *gc = &geoms[k];
         ct_k_conv2d_geom s = {gc->n,
@@ -196,15 +198,88 @@ static void conv_should_match_the_reference_on_bf16_primitives(void) {
             CT_CHECK_MSG(one.bf16_convs >= 2 && two.bf16_convs >= 2,
                          "%s: %lld and %lld chunks on oneDNN's bf16 convolution", gc->name,
                          (long long)one.bf16_convs, (long long)two.bf16_convs);
-        else
-            CT_CHECK_INT(two.bf16_convs, 0);
+        else if (k == 0)
+            printf("  (%lld chunks on oneDNN's bf16 convolution)\n", (long long)two.bf16_convs);
         free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
         outputs_free(&one);
         outputs_free(&two);
     }
 }
 
+/* Images of 12x12: class 0 has a bright 4x4 square in the top-left quadrant, class 1 in the
+ * bottom-right, both on noise; labels alternate. */
+static void make_batch(ct_rng *r, float *x, int32_t *label, int64_t n) {
+    ct_rng_normal(r, x, n * 144, 0.0f, 0.5f);
+    for (int64_t i = 0; i < n; i++) {
+        label[i] = (int32_t)(i % 2);
+        int64_t at = label[i] ? 7 : 1;
+        for (int64_t h = at; h < at + 4; h++)
+            for (int64_t w = at; w < at + 4; w++)
+                x[i * 144 + h * 12 + w] += 2.0f;
+    }
+}
+
+/* A small CNN (conv-relu-pool twice, then linear) trains by SGD under bf16 autocast with the
+ * default kernel choice, and on a CPU with bf16 dot products its convolutions ran on oneDNN's
+ * bf16 primitives. */
+static void conv_should_train_a_cnn_in_bf16(void) {
+    ct_ctx_params cp = ct_ctx_default_params();
+    cp.n_threads = 2;
+    ct_ctx *ctx = NULL;
+    ct_params *ps = NULL;
+    ct_graph *g = NULL;
+    if (ct_ctx_create(&cp, &ctx) != CT_OK) abort();
+    ct_tensor *t[6];
+    static const char *const names[6] = {"c1.w", "c1.b", "c2.w", "c2.b", "fc.w", "fc.b"};
+    static const int32_t ndim[6] = {4, 1, 4, 1, 2, 1};
+    static const int64_t shapes[6][4] = {{8, 1, 3, 3}, {8}, {16, 8, 3, 3}, {16}, {2, 144}, {2}};
+    CT_CHECK(ct_params_create(ctx, &ps) == CT_OK);
+    for (int i = 0; i < 6; i++)
+        CT_CHECK(ct_params_add(ps, names[i], CT_F32, ndim[i], shapes[i], CT_PARAM_TRAINABLE,
+                               &t[i]) == CT_OK);
+    CT_CHECK(ct_params_alloc(ps) == CT_OK && ct_graph_create(ctx, NULL, &g) == CT_OK);
+    ct_rng init = ct_rng_init(5, 0), data = ct_rng_init(6, 0);
+    for (int i = 0; i < 6; i += 2)
+        ct_nn_init_linear(t[i], t[i + 1], &init);
+    enum { BATCH = 32, STEPS = 40 };
+    float first = 0.0f, last = 0.0f;
+    ct_conv2d_params conv = ct_conv2d_default_params();
+    conv.padding[0] = conv.padding[1] = 1;
+    ct_pool2d_params pool = {{2, 2}, {0, 0}, {0, 0}};
+    for (int step = 0; step < STEPS; step++) {
+        ct_graph_reset(g);
+        CT_CHECK(ct_graph_set_autocast(g, CT_BF16) == CT_OK);
+        ct_tensor *x = ct_graph_new(g, CT_F32, 4, (int64_t[]){BATCH, 1, 12, 12});
+        ct_tensor *y = ct_graph_new(g, CT_I32, 1, (int64_t[]){BATCH});
+        make_batch(&data, x->data, y->data, BATCH);
+        ct_tensor *h =
+            ct_op_max_pool2d(g, ct_op_relu(g, ct_op_conv2d(g, x, t[0], t[1], &conv)), &pool);
+        h = ct_op_max_pool2d(g, ct_op_relu(g, ct_op_conv2d(g, h, t[2], t[3], &conv)), &pool);
+        ct_tensor *logits = ct_op_linear(g, ct_op_flatten(g, h, 1), t[4], t[5]);
+        ct_cross_entropy_params ce = ct_cross_entropy_default_params();
+        ct_tensor *loss = ct_loss_cross_entropy(g, logits, y, &ce);
+        CT_CHECK_MSG(loss != NULL, "step %d: %s", step, ct_last_error(ctx));
+        if (!loss) break;
+        ct_params_zero_grad(ps);
+        CT_CHECK(ct_graph_backward(g, loss) == CT_OK);
+        float *v = ct_params_values(ps), *gr = ct_params_grads(ps);
+        for (int64_t i = 0; i < ct_params_numel(ps); i++)
+            v[i] -= 0.1f * gr[i];
+        float l = *(float *)loss->data;
+        if (step == 0) first = l;
+        last = l;
+    }
+    printf("  loss %.4f -> %.4f; %lld chunks on oneDNN's bf16 convolution\n", first, last,
+           (long long)ct_k_onednn_bf16_convs(ctx));
+    CT_CHECK_MSG(last < 0.25f * first, "loss %.4f -> %.4f", first, last);
+    if (onednn_has_bf16()) CT_CHECK(ct_k_onednn_bf16_convs(ctx) >= 3 * STEPS);
+    ct_graph_destroy(g);
+    ct_params_destroy(ps);
+    ct_ctx_destroy(ctx);
+}
+
 int main(void) {
     CT_RUN(conv_should_match_the_reference_on_bf16_primitives);
+    CT_RUN(conv_should_train_a_cnn_in_bf16);
     return ct_test_finish();
 }
