@@ -68,6 +68,7 @@ CT_INTERNAL bool ct_k_conv2d_onednn_scratch(ct_ctx *ctx,
 CT_INTERNAL int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
                                        const ct_k_conv2d_geom *s,
                                        bool bf16,
+                                       bool relu,      /* then y = relu(y), ct_k_relu_inplace */
                                        const float *x, /* [N, C, H, W] */
                                        const float *w, /* [O, C/groups, KH, KW] */
                                        const float *b, /* [O] or NULL */
@@ -86,6 +87,12 @@ CT_INTERNAL int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                                        float *db,       /* += ; or NULL */
                                        void *scratch,
                                        int nt);
+/* y[0..n) = relu(y) as ct_op_relu computes it (0 > v ? 0 : v: NaN and -0 pass through). */
+static inline void ct_k_relu_inplace(float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = 0.0f > y[i] ? 0.0f : y[i];
+}
+
 /* How many batch chunks (forward or backward) ran on bf16 plans in this context (for tests). */
 CT_INTERNAL int64_t ct_k_onednn_bf16_convs(const ct_ctx *ctx);
 

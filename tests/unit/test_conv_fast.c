@@ -81,18 +81,28 @@ static float *copy_out(const float *src, int64_t n) {
     return d;
 }
 
-/* One forward and backward of case gc under bf16 autocast, with the fast kernels and oneDNN's
- * bf16 primitives asked for. */
-static outputs run_op(const geom_case *gc, int64_t threads, const ct_k_conv2d_geom *s) {
+/* How run_op computes: conv2d, fused with relu or followed by ct_op_relu or alone; in f32 or
+ * under bf16 autocast (with oneDNN's bf16 primitives asked for). */
+typedef struct op_mode {
+    bool bf16;
+    bool relu;  /* relu(conv2d) */
+    bool fused; /* with relu: ct_op_conv2d_relu, else ct_op_relu(ct_op_conv2d) */
+    ct_kernels kernels;
+    int64_t threads;
+} op_mode;
+
+/* One forward and backward of case gc. */
+static outputs run_op(const geom_case *gc, op_mode m, const ct_k_conv2d_geom *s) {
     outputs out;
     memset(&out, 0, sizeof out);
     ct_ctx_params p = ct_ctx_default_params();
-    p.n_threads = threads;
+    p.n_threads = m.threads;
+    p.kernels = m.kernels;
     p.bf16_kernels = CT_BF16_KERNELS_ONEDNN;
     ct_ctx *ctx = NULL;
     ct_graph *g = NULL;
     if (ct_ctx_create(&p, &ctx) != CT_OK || ct_graph_create(ctx, NULL, &g) != CT_OK) abort();
-    CT_CHECK(ct_graph_set_autocast(g, CT_BF16) == CT_OK);
+    if (m.bf16) CT_CHECK(ct_graph_set_autocast(g, CT_BF16) == CT_OK);
     ct_tensor *x = ct_graph_new(g, CT_F32, 4, (int64_t[]){gc->n, gc->c, gc->h, gc->w});
     ct_tensor *w =
         ct_graph_new(g, CT_F32, 4, (int64_t[]){gc->o, gc->c / gc->groups, gc->kh, gc->kw});
@@ -110,7 +120,9 @@ static outputs run_op(const geom_case *gc, int64_t threads, const ct_k_conv2d_ge
         cp.dilation[i] = gc->dilation[i];
     }
     cp.groups = gc->groups;
-    ct_tensor *y = ct_op_conv2d(g, x, w, b, &cp);
+    ct_tensor *y = m.relu && m.fused ? ct_op_conv2d_relu(g, x, w, b, &cp)
+                   : m.relu          ? ct_op_relu(g, ct_op_conv2d(g, x, w, b, &cp))
+                                     : ct_op_conv2d(g, x, w, b, &cp);
     CT_CHECK_MSG(y != NULL, "%s: %s", gc->name, ct_last_error(ctx));
     if (y) {
         int64_t ny = ct_tensor_numel(y);
@@ -145,64 +157,112 @@ static bool onednn_has_bf16(void) {
 #endif
 }
 
-static void conv_should_match_the_reference_on_bf16_primitives(void) {
-    if (!onednn_has_bf16())
-        printf("  (no bf16 dot products here: the bf16 convolutions may not have run)\n");
+static ct_k_conv2d_geom geom_of(const geom_case *gc) {
+    ct_k_conv2d_geom s;
+    s.n = gc->n, s.c = gc->c, s.h = gc->h, s.w = gc->w, s.o = gc->o, s.kh = gc->kh, s.kw = gc->kw;
+    for (int i = 0; i < 2; i++) {
+        s.stride[i] = gc->stride[i];
+        s.padding[i] = gc->padding[i];
+        s.dilation[i] = gc->dilation[i];
+    }
+    s.groups = gc->groups;
+    s.oh = (s.h + 2 * s.padding[0] - (s.kh - 1) * s.dilation[0] - 1) / s.stride[0] + 1;
+    s.ow = (s.w + 2 * s.padding[1] - (s.kw - 1) * s.dilation[1] - 1) / s.stride[1] + 1;
+    return s;
+}
+
+/* Checks run_op's outputs in mode m against the reference twin on the same inputs (rounded
+ * under bf16; with relu, the gradient masked by the op's own output, so that an output near 0
+ * cannot flip the mask), and 1 against 2 threads. */
+static void check_against_reference(op_mode m) {
     for (size_t k = 0; k < sizeof geoms / sizeof geoms[0]; k++) {
         const geom_case *gc = &geoms[k];
-        ct_k_conv2d_geom s = {gc->n,
-                              gc->c,
-                              gc->h,
-                              gc->w,
-                              gc->o,
-                              gc->kh,
-                              gc->kw,
-                              0,
-                              0,
-                              {gc->stride[0], gc->stride[1]},
-                              {gc->padding[0], gc->padding[1]},
-                              {gc->dilation[0], gc->dilation[1]},
-                              gc->groups};
-        s.oh = (s.h + 2 * s.padding[0] - (s.kh - 1) * s.dilation[0] - 1) / s.stride[0] + 1;
-        s.ow = (s.w + 2 * s.padding[1] - (s.kw - 1) * s.dilation[1] - 1) / s.stride[1] + 1;
+        ct_k_conv2d_geom s = geom_of(gc);
         int64_t nx = s.n * s.c * s.h * s.w, nw = s.o * (s.c / s.groups) * s.kh * s.kw;
         int64_t ny = s.n * s.o * s.oh * s.ow;
-        outputs one = run_op(gc, 1, &s), two = run_op(gc, 2, &s);
-        /* the reference on the same inputs, operands and dy rounded */
-        float *x = malloc((size_t)nx * 4), *w = malloc((size_t)nw * 4),
-              *b = malloc((size_t)s.o * 4);
-        float *dy = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4);
-        float *dx = calloc((size_t)nx, 4), *dw = calloc((size_t)nw, 4),
-              *db = calloc((size_t)s.o, 4);
-        fill(x, nx, 1, true);
-        fill(w, nw, 2, true);
+        op_mode m2 = m;
+        m.threads = 1;
+        m2.threads = 2;
+        outputs one = run_op(gc, m, &s), two = run_op(gc, m2, &s);
+        float *x = malloc((size_t)nx * 4), *w = malloc((size_t)nw * 4);
+        float *b = malloc((size_t)s.o * 4), *dy = malloc((size_t)ny * 4);
+        float *y = malloc((size_t)ny * 4), *dx = calloc((size_t)nx, 4);
+        float *dw = calloc((size_t)nw, 4), *db = calloc((size_t)s.o, 4);
+        fill(x, nx, 1, m.bf16);
+        fill(w, nw, 2, m.bf16);
         fill(b, s.o, 3, false);
-        fill(dy, ny, 4, true);
+        fill(dy, ny, 4, false);
         ct_k_conv2d_ref_fwd(&s, x, w, gc->bias ? b : NULL, y);
+        for (int64_t i = 0; m.relu && i < ny; i++) {
+            y[i] = y[i] < 0.0f ? 0.0f : y[i];
+            dy[i] = one.y && one.y[i] <= 0.0f ? 0.0f : dy[i];
+        }
+        for (int64_t i = 0; m.bf16 && i < ny; i++)
+            dy[i] = round_bf16(dy[i]);
         ct_k_conv2d_ref_bwd(&s, x, w, dy, dx, dw, gc->bias ? db : NULL);
         /* f32 accumulation of k terms of size ~1 (sums ~sqrt(k)): a few ulps of the largest
          * partial sums; 2^-9 relative (one bf16 rounding) is 20 times more */
         int64_t k_fwd = (s.c / s.groups) * s.kh * s.kw, k_dw = s.n * s.oh * s.ow;
-        double tol_fwd = 4e-6 * sqrt((double)k_fwd) * 4, tol_dw = 4e-6 * sqrt((double)k_dw) * 4;
+        double tol_fwd = 1.6e-5 * sqrt((double)k_fwd), tol_dw = 1.6e-5 * sqrt((double)k_dw);
+        char what[160];
+        snprintf(what, sizeof what, "%s (%s%s, kernels %d)", gc->name, m.bf16 ? "bf16" : "f32",
+                 m.relu ? (m.fused ? ", fused relu" : ", relu") : "", (int)m.kernels);
         if (one.y && one.dx && one.dw) {
-            CT_CHECK_ARRAYS(gc->name, one.y, y, ny, tol_fwd, 1e-5);
-            CT_CHECK_ARRAYS(gc->name, one.dx, dx, nx, tol_fwd * 2, 1e-5);
-            CT_CHECK_ARRAYS(gc->name, one.dw, dw, nw, tol_dw, 1e-5);
-            if (gc->bias) CT_CHECK_ARRAYS(gc->name, one.db, db, s.o, tol_dw, 1e-5);
+            CT_CHECK_ARRAYS(what, one.y, y, ny, tol_fwd, 1e-5);
+            CT_CHECK_ARRAYS(what, one.dx, dx, nx, tol_fwd * 2, 1e-5);
+            CT_CHECK_ARRAYS(what, one.dw, dw, nw, tol_dw, 1e-5);
+            if (gc->bias) CT_CHECK_ARRAYS(what, one.db, db, s.o, tol_dw, 1e-5);
         }
         CT_CHECK_MSG(same_bits(one.y, two.y, ny) && same_bits(one.dx, two.dx, nx) &&
                          same_bits(one.dw, two.dw, nw) &&
                          (!gc->bias || same_bits(one.db, two.db, s.o)),
-                     "%s: 1 and 2 threads differ", gc->name);
-        if (onednn_has_bf16())
+                     "%s: 1 and 2 threads differ", what);
+        if (m.bf16 && m.kernels == CT_KERNELS_FAST && onednn_has_bf16())
             CT_CHECK_MSG(one.bf16_convs >= 2 && two.bf16_convs >= 2,
-                         "%s: %lld and %lld chunks on oneDNN's bf16 convolution", gc->name,
+                         "%s: %lld and %lld chunks on oneDNN's bf16 convolution", what,
                          (long long)one.bf16_convs, (long long)two.bf16_convs);
-        else if (k == 0)
+        else if (m.bf16 && m.kernels == CT_KERNELS_FAST && k == 0)
             printf("  (%lld chunks on oneDNN's bf16 convolution)\n", (long long)two.bf16_convs);
         free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
         outputs_free(&one);
         outputs_free(&two);
+    }
+}
+
+static void conv_should_match_the_reference_on_bf16_primitives(void) {
+    if (!onednn_has_bf16())
+        printf("  (no bf16 dot products here: the bf16 convolutions may not have run)\n");
+    check_against_reference((op_mode){true, false, false, CT_KERNELS_FAST, 1});
+}
+
+static void conv_relu_should_match_the_reference(void) {
+    static const ct_kernels sets[] = {CT_KERNELS_FAST, CT_KERNELS_BLAS, CT_KERNELS_REFERENCE};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        check_against_reference((op_mode){false, true, true, sets[i], 1});
+        check_against_reference((op_mode){true, true, true, sets[i], 1});
+    }
+}
+
+/* The fused op gives relu(conv2d)'s bits, forward and backward, on every path. */
+static void conv_relu_should_equal_relu_of_conv_bit_for_bit(void) {
+    static const ct_kernels sets[] = {CT_KERNELS_FAST, CT_KERNELS_BLAS, CT_KERNELS_REFERENCE};
+    for (size_t k = 0; k < sizeof geoms / sizeof geoms[0]; k++) {
+        const geom_case *gc = &geoms[k];
+        ct_k_conv2d_geom s = geom_of(gc);
+        int64_t nx = s.n * s.c * s.h * s.w, nw = s.o * (s.c / s.groups) * s.kh * s.kw;
+        int64_t ny = s.n * s.o * s.oh * s.ow;
+        for (size_t i = 0; i < 2 * sizeof sets / sizeof sets[0]; i++) {
+            op_mode m = {i % 2 == 1, true, true, sets[i / 2], 2};
+            outputs f = run_op(gc, m, &s);
+            m.fused = false;
+            outputs u = run_op(gc, m, &s);
+            CT_CHECK_MSG(same_bits(f.y, u.y, ny) && same_bits(f.dx, u.dx, nx) &&
+                             same_bits(f.dw, u.dw, nw) && (!gc->bias || same_bits(f.db, u.db, s.o)),
+                         "%s (%s, kernels %d): fused and unfused differ", gc->name,
+                         m.bf16 ? "bf16" : "f32", (int)m.kernels);
+            outputs_free(&f);
+            outputs_free(&u);
+        }
     }
 }
 
@@ -219,7 +279,8 @@ static void make_batch(ct_rng *r, float *x, int32_t *label, int64_t n) {
     }
 }
 
-/* A small CNN (conv-relu-pool twice, then linear) trains by SGD under bf16 autocast with the
+/* A small CNN (conv-relu-pool twice, the first fused, then linear) trains by SGD under bf16
+ * autocast with the
  * default kernel choice, and on a CPU with bf16 dot products its convolutions ran on oneDNN's
  * bf16 primitives. */
 static void conv_should_train_a_cnn_in_bf16(void) {
@@ -252,8 +313,7 @@ static void conv_should_train_a_cnn_in_bf16(void) {
         ct_tensor *x = ct_graph_new(g, CT_F32, 4, (int64_t[]){BATCH, 1, 12, 12});
         ct_tensor *y = ct_graph_new(g, CT_I32, 1, (int64_t[]){BATCH});
         make_batch(&data, x->data, y->data, BATCH);
-        ct_tensor *h =
-            ct_op_max_pool2d(g, ct_op_relu(g, ct_op_conv2d(g, x, t[0], t[1], &conv)), &pool);
+        ct_tensor *h = ct_op_max_pool2d(g, ct_op_conv2d_relu(g, x, t[0], t[1], &conv), &pool);
         h = ct_op_max_pool2d(g, ct_op_relu(g, ct_op_conv2d(g, h, t[2], t[3], &conv)), &pool);
         ct_tensor *logits = ct_op_linear(g, ct_op_flatten(g, h, 1), t[4], t[5]);
         ct_cross_entropy_params ce = ct_cross_entropy_default_params();
@@ -280,6 +340,8 @@ static void conv_should_train_a_cnn_in_bf16(void) {
 
 int main(void) {
     CT_RUN(conv_should_match_the_reference_on_bf16_primitives);
+    CT_RUN(conv_relu_should_match_the_reference);
+    CT_RUN(conv_relu_should_equal_relu_of_conv_bit_for_bit);
     CT_RUN(conv_should_train_a_cnn_in_bf16);
     return ct_test_finish();
 }

@@ -41,13 +41,15 @@ int64_t ct_k_onednn_bf16_convs(const ct_ctx *ctx) {
 int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
                            const ct_k_conv2d_geom *s,
                            bool bf16,
+                           bool relu,
                            const float *x,
                            const float *w,
                            const float *b,
                            float *y,
                            void *scratch,
                            int nt) {
-    (void)ctx, (void)s, (void)bf16, (void)x, (void)w, (void)b, (void)y, (void)scratch, (void)nt;
+    (void)ctx, (void)s, (void)bf16, (void)relu, (void)x, (void)w, (void)b, (void)y, (void)scratch;
+    (void)nt;
     return 0;
 }
 
@@ -471,6 +473,7 @@ static void count_bf16(onednn_state *st, const conv_plan *c) {
 int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
                            const ct_k_conv2d_geom *s,
                            bool bf16,
+                           bool relu,
                            const float *x,
                            const float *w,
                            const float *b,
@@ -516,6 +519,7 @@ int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
             ok = run_conv(st, tid, c->fwd, &c->sp_f, b ? 4 : 3, ids, mds, ptrs);
         }
         if (ok && c->r_y_f) ok = run_reorder(st, stream, c->r_y_f, &c->dst_f, dst, &c->y_md, yc);
+        if (ok && relu) ct_k_relu_inplace(yc, len * out_sample); /* while the chunk is cached */
         if (ok) count_bf16(st, c);
         chunk_ok[i] = ok;
     }
