@@ -113,6 +113,12 @@ CT_API ct_conv2d_params ct_conv2d_default_params(void);
 /* x [N, C, H, W], weight [O, C/groups, KH, KW], bias [O] or NULL -> [N, O, OH, OW]. */
 CT_API ct_tensor *ct_op_conv2d(
     ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, const ct_conv2d_params *p);
+/* relu(conv2d(x, weight, bias)) as one op: the values and gradients of
+ * ct_op_relu(g, ct_op_conv2d(...)) bit for bit (NaN included), without the intermediate
+ * tensor; the ReLU runs on each batch chunk while the convolution's output is in cache, and
+ * the backward pass masks the gradient by the output (y > 0, or NaN). */
+CT_API ct_tensor *ct_op_conv2d_relu(
+    ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, const ct_conv2d_params *p);
 
 typedef struct ct_pool2d_params {
     int64_t kernel[2];  /* (h, w) */

@@ -83,9 +83,10 @@ typedef enum ct_kernels {
     CT_KERNELS_COUNT
 } ct_kernels;
 
-/* How bf16 autocast (ct_graph_set_autocast) multiplies its bf16-rounded operands in matmul and
- * linear. Every choice computes the same products with f32 accumulation; they differ only in
- * the summation order inside a GEMM, so results agree to f32 rounding. Append-only. */
+/* How bf16 autocast (ct_graph_set_autocast) multiplies its bf16-rounded operands in matmul,
+ * linear and conv2d. Every choice computes the same products with f32 accumulation; they differ
+ * only in the summation order inside a GEMM or convolution, so results agree to f32 rounding.
+ * "oneDNN's bf16 GEMM" below stands for its bf16 convolutions too. Append-only. */
 typedef enum ct_bf16_kernels {
     CT_BF16_KERNELS_AUTO = 0, /* oneDNN's bf16 GEMM where the CPU has bf16 dot products
                                  (AVX512_BF16 or AMX), else the f32 kernels (the default) */

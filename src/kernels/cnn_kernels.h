@@ -51,11 +51,24 @@ CT_INTERNAL void ct_k_conv2d_ref_bwd(const ct_k_conv2d_geom *s,
  * 1 when done, 0 when they did nothing (use another path), -1 when a oneDNN call failed midway
  * (outputs may be partly written: report an internal error). Gradients accumulate (+=); a NULL
  * destination is skipped.
+ *
+ * bf16 (the plan key, as has_bias): x, w and dy are converted to bf16 on their way into the
+ * primitives (rounded to nearest even, exact for values bf16 autocast already rounded) and
+ * multiplied by oneDNN's bf16 kernels with f32 accumulation; y, dx, dw and db stay f32, so
+ * nothing is rounded after the products. Only ask for it where ct_k_onednn_bf16_native says
+ * so: elsewhere oneDNN emulates it slowly, or declines (then the call returns false/0).
  */
-CT_INTERNAL bool ct_k_conv2d_onednn_scratch(
-    ct_ctx *ctx, const ct_k_conv2d_geom *s, bool has_bias, bool backward, int nt, size_t *bytes);
+CT_INTERNAL bool ct_k_conv2d_onednn_scratch(ct_ctx *ctx,
+                                            const ct_k_conv2d_geom *s,
+                                            bool has_bias,
+                                            bool bf16,
+                                            bool backward,
+                                            int nt,
+                                            size_t *bytes);
 CT_INTERNAL int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
                                        const ct_k_conv2d_geom *s,
+                                       bool bf16,
+                                       bool relu,      /* then y = relu(y), ct_k_relu_inplace */
                                        const float *x, /* [N, C, H, W] */
                                        const float *w, /* [O, C/groups, KH, KW] */
                                        const float *b, /* [O] or NULL */
@@ -65,6 +78,7 @@ CT_INTERNAL int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
 CT_INTERNAL int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                                        const ct_k_conv2d_geom *s,
                                        bool has_bias,   /* as in the forward (plan key) */
+                                       bool bf16,       /* likewise */
                                        const float *x,  /* [N, C, H, W] */
                                        const float *w,  /* [O, C/groups, KH, KW] */
                                        const float *dy, /* [N, O, OH, OW] */
@@ -73,5 +87,13 @@ CT_INTERNAL int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                                        float *db,       /* += ; or NULL */
                                        void *scratch,
                                        int nt);
+/* y[0..n) = relu(y) as ct_op_relu computes it (0 > v ? 0 : v: NaN and -0 pass through). */
+static inline void ct_k_relu_inplace(float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = 0.0f > y[i] ? 0.0f : y[i];
+}
+
+/* How many batch chunks (forward or backward) ran on bf16 plans in this context (for tests). */
+CT_INTERNAL int64_t ct_k_onednn_bf16_convs(const ct_ctx *ctx);
 
 #endif /* CT_CNN_KERNELS_H */

@@ -87,13 +87,23 @@ static ct_status conv2d_create(ct_layer_build *b, const ct_options *opts, ct_lay
     return CT_OK;
 }
 
-static ct_tensor *conv2d_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
+static ct_conv2d_params conv2d_params(const ct_layer *l) {
     ct_conv2d_params p = ct_conv2d_default_params();
     p.stride[0] = p.stride[1] = l->i[CV_STRIDE];
     p.padding[0] = p.padding[1] = l->i[CV_PAD];
     p.dilation[0] = p.dilation[1] = l->i[CV_DIL];
     p.groups = l->i[CV_GROUPS];
+    return p;
+}
+
+static ct_tensor *conv2d_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
+    ct_conv2d_params p = conv2d_params(l);
     return ct_op_conv2d(g, x, l->t[W], l->t[B], &p);
+}
+
+ct_tensor *ct_layer_conv2d_relu_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
+    ct_conv2d_params p = conv2d_params(l);
+    return ct_op_conv2d_relu(g, x, l->t[W], l->t[B], &p);
 }
 
 const ct_layer_type ct_layer_conv2d = {"conv2d", conv2d_keys, conv2d_create, init_linear,

@@ -73,6 +73,15 @@ static ct_tensor *tagged_forward(ct_layer *c, ct_graph *g, ct_tensor *x) {
 ct_tensor *ct_layer_forward_children(ct_layer *l, ct_graph *g, ct_tensor *x) {
     for (int64_t i = 0; i < l->n_children && x; i++) {
         ct_layer *c = l->children[i];
+        if (c->type == &ct_layer_conv2d && i + 1 < l->n_children &&
+            l->children[i + 1]->type == &ct_layer_relu) {
+            /* one fused op, the same values; tagged and timed as the convolution's */
+            ct_graph_layer_mark mark = ct_graph_begin_layer(g, c->leaf);
+            x = ct_layer_conv2d_relu_forward(c, g, x);
+            ct_graph_end_layer(g, mark);
+            i++;
+            continue;
+        }
         x = c->leaf >= 0 ? tagged_forward(c, g, x) : c->type->forward(c, g, x);
     }
     return x;

@@ -80,6 +80,9 @@ CT_INTERNAL void ct_layer_free(ct_ctx *ctx, ct_layer *l);
 CT_INTERNAL void ct_layer_init_tree(ct_layer *l, ct_rng *rng);
 /* Runs the children of l in order. */
 CT_INTERNAL ct_tensor *ct_layer_forward_children(ct_layer *l, ct_graph *g, ct_tensor *x);
+/* A conv2d layer's forward followed by ReLU, as one op (ct_op_conv2d_relu): what
+ * ct_layer_forward_children runs for a conv2d layer that a relu layer follows. */
+CT_INTERNAL ct_tensor *ct_layer_conv2d_relu_forward(ct_layer *l, ct_graph *g, ct_tensor *x);
 
 /* Built-in layer types (listed in layer_registry.c). */
 extern const ct_layer_type ct_layer_linear;          /* layers_linear.c */

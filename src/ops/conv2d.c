@@ -20,7 +20,10 @@
  *
  * Under bf16 autocast (ct_graph_set_autocast) x and the weight are rounded to bf16 into
  * scratch copies that every path convolves; the backward pass rounds them again (the same
- * bits) and dy the same way, and takes all three gradients from those.
+ * bits) and dy the same way, and takes all three gradients from those. Where the CPU has bf16
+ * dot products (ct_k_onednn_bf16_native), oneDNN's bf16 primitives run instead, with f32
+ * accumulation and f32 results: they round x, the weight and dy to bf16 themselves while
+ * converting them to their layouts (the same rounding, so no rounded copies are made).
  *
  * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups;
  * iarg[7] = 1 when the forward pass ran under autocast; saved = NULL.
@@ -221,6 +224,8 @@ static int onednn_threads(ct_graph *g, const ct_k_conv2d_geom *s) {
 
 static int onednn_forward(ct_graph *g,
                           const ct_k_conv2d_geom *s,
+                          bool bf16,
+                          bool relu,
                           const float *x,
                           const float *w,
                           const float *bias,
@@ -230,11 +235,11 @@ static int onednn_forward(ct_graph *g,
     size_t bytes;
     /* the oneDNN caches are built outside parallel regions only */
     if (ctx->kernels == CT_KERNELS_BLAS || ct_omp_level() != 0 ||
-        !ct_k_conv2d_onednn_scratch(ctx, s, bias != NULL, false, nt, &bytes))
+        !ct_k_conv2d_onednn_scratch(ctx, s, bias != NULL, bf16, false, nt, &bytes))
         return 0;
     void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
     if (bytes && !scratch) return -1;
-    int r = ct_k_conv2d_onednn_fwd(ctx, s, x, w, bias, y, scratch, nt);
+    int r = ct_k_conv2d_onednn_fwd(ctx, s, bf16, relu, x, w, bias, y, scratch, nt);
     if (r < 0) CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d: a oneDNN forward call failed");
     return r;
 }
@@ -242,6 +247,7 @@ static int onednn_forward(ct_graph *g,
 static int onednn_backward(ct_graph *g,
                            const ct_k_conv2d_geom *s,
                            bool has_bias,
+                           bool bf16,
                            const float *x,
                            const float *w,
                            const float *dy,
@@ -252,13 +258,21 @@ static int onednn_backward(ct_graph *g,
     int nt = onednn_threads(g, s);
     size_t bytes;
     if (ctx->kernels == CT_KERNELS_BLAS || ct_omp_level() != 0 ||
-        !ct_k_conv2d_onednn_scratch(ctx, s, has_bias, true, nt, &bytes))
+        !ct_k_conv2d_onednn_scratch(ctx, s, has_bias, bf16, true, nt, &bytes))
         return 0;
     void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
     if (bytes && !scratch) return -1;
-    int r = ct_k_conv2d_onednn_bwd(ctx, s, has_bias, x, w, dy, dx, dw, db, scratch, nt);
+    int r = ct_k_conv2d_onednn_bwd(ctx, s, has_bias, bf16, x, w, dy, dx, dw, db, scratch, nt);
     if (r < 0) CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d: a oneDNN backward call failed");
     return r;
+}
+
+/* Whether a convolution whose operands bf16 autocast rounded (rounded) runs on oneDNN's bf16
+ * primitives: where the CPU multiplies bf16 natively. They compute the same products as the
+ * f32 ones on the rounded values (exact in f32) and accumulate in f32, in their own order. */
+static bool native_bf16(ct_graph *g, bool rounded) {
+    ct_ctx *ctx = ct_graph_ctx(g);
+    return rounded && ctx->kernels == CT_KERNELS_FAST && ct_k_onednn_bf16_native(ctx);
 }
 
 /* db [O] += sum over n and the plane of dy [N, O, L], in double, in a fixed order. */
@@ -299,6 +313,37 @@ static void geom_init(ct_k_conv2d_geom *s,
     s->ow = (s->w + 2 * s->padding[1] - ext_w) / s->stride[1] + 1;
 }
 
+static const ct_op_def conv2d_relu_def;
+
+/* y [N, O, L] = relu(y) over (sample, channel) planes (the paths that do not fuse it). */
+CT_HOT static void relu_planes(ct_graph *g, const ct_k_conv2d_geom *s, float *y) {
+    int64_t l = s->oh * s->ow;
+    int nt = ct_ops_threads(g, s->n * s->o, l);
+    CT_OMP_FOR(nt)
+    for (int64_t t = 0; t < s->n * s->o; t++)
+        ct_k_relu_inplace(y + t * l, l);
+}
+
+/* The incoming gradient of conv2d_relu's convolution: dy where y > 0 (or NaN), else 0, as
+ * ct_op_relu's backward gives it into a zeroed gradient (hence 0.0f + : -0 becomes +0), so
+ * the fused op's gradients are those of relu(conv2d(...)) bit for bit. NULL on arena
+ * failure. */
+CT_HOT static const float *masked_dy(ct_graph *g, const ct_k_conv2d_geom *s, const ct_tensor *y) {
+    int64_t l = s->oh * s->ow, count = s->n * s->o * l;
+    float *m = ct_graph_alloc(g, (size_t)count * sizeof(float));
+    if (!m) return NULL;
+    const float *yv = y->data, *dy = y->grad;
+    int nt = ct_ops_threads(g, s->n * s->o, l);
+    CT_OMP_FOR(nt)
+    for (int64_t t = 0; t < s->n * s->o; t++) {
+        for (int64_t i = t * l; i < (t + 1) * l; i++) {
+            float d = dy[i]; /* read unconditionally: a select, which vectorises, not a branch */
+            m[i] = 0.0f + (yv[i] <= 0.0f ? 0.0f : d);
+        }
+    }
+    return m;
+}
+
 static void conv2d_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->n_in > 2 ? n->in[2] : NULL;
     ct_k_conv2d_geom s;
@@ -309,7 +354,18 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
     if (ct_graph_status(g) != CT_OK || ct_tensor_numel(n->out) == 0) return;
     /* all scratch below is released at the end: the gradients were allocated above */
     ct_graph_mark mark = ct_graph_scratch_mark(g);
-    const float *dy = ct_ops_round_dy(g, n, n->out->grad, ct_tensor_numel(n->out));
+    const float *dy_in = n->op == &conv2d_relu_def ? masked_dy(g, &s, n->out) : n->out->grad;
+    if (!dy_in) return;
+    bool any = (dx || dw || db) && s.c > 0;
+    int r = 0;
+    /* oneDNN's bf16 primitives round x, w and dy themselves (as forward) */
+    if (any && native_bf16(g, ct_ops_ran_autocast(n)))
+        r = onednn_backward(g, &s, bias != NULL, true, x->data, w->data, dy_in, dx, dw, db);
+    if (r != 0) {
+        ct_graph_scratch_release(g, mark);
+        return;
+    }
+    const float *dy = ct_ops_round_dy(g, n, dy_in, ct_tensor_numel(n->out));
     const float *xv = ct_ops_operand(g, n, 0), *wv = ct_ops_operand(g, n, 1);
     if (!dy || !xv || !wv) return;
     if (ct_ops_reference(g)) {
@@ -317,9 +373,7 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
         ct_graph_scratch_release(g, mark);
         return;
     }
-    int r = 0;
-    if ((dx || dw || db) && s.c > 0)
-        r = onednn_backward(g, &s, bias != NULL, xv, wv, dy, dx, dw, db);
+    if (any) r = onednn_backward(g, &s, bias != NULL, false, xv, wv, dy, dx, dw, db);
     if (r == 0) { /* not taken by oneDNN (done, or failed and recorded, otherwise) */
         if (db) bias_backward(g, &s, dy, db);
         fast_backward(g, &s, xv, wv, dy, dx, dw);
@@ -328,6 +382,7 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
 }
 
 static const ct_op_def conv2d_def = {"conv2d", conv2d_backward};
+static const ct_op_def conv2d_relu_def = {"conv2d_relu", conv2d_backward};
 
 /* Stride, padding and dilation in range. */
 static bool check_params(ct_graph *g, const ct_conv2d_params *p) {
@@ -460,8 +515,12 @@ static bool conv2d_check(ct_graph *g,
     return true;
 }
 
-ct_tensor *ct_op_conv2d(
-    ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, const ct_conv2d_params *p) {
+static ct_tensor *conv2d_apply(ct_graph *g,
+                               ct_tensor *x,
+                               ct_tensor *weight,
+                               ct_tensor *bias,
+                               const ct_conv2d_params *p,
+                               bool relu) {
     ct_tensor *in[3] = {x, weight, bias};
     if (!ct_ops_begin(g, "conv2d", 2, in)) return NULL;
     ct_conv2d_params defaults = ct_conv2d_default_params();
@@ -473,9 +532,6 @@ ct_tensor *ct_op_conv2d(
     if (!y) return NULL;
     /* scratch only from here (the rounded operands too): y is out */
     ct_graph_mark mark = ct_graph_scratch_mark(g);
-    const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
-    const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
-    if (!xv || !wv) return NULL;
     if (ct_tensor_numel(y) > 0) {
         /* y is non-empty, so N, O, OH, OW >= 1; x and weight bound the remaining factors unless
          * C == 0, where im2col is skipped. One sample's im2col must fit a BLAS int. */
@@ -492,22 +548,43 @@ ct_tensor *ct_op_conv2d(
         }
         const float *bv = bias ? bias->data : NULL;
         int r = 0;
-        bool ok = true;
-        if (ct_ops_reference(g))
-            ct_k_conv2d_ref_fwd(&s, xv, wv, bv, y->data);
-        else if (s.c > 0 && (r = onednn_forward(g, &s, xv, wv, bv, y->data)) != 0)
-            ok = r > 0;
-        else
-            ok = fast_forward(g, &s, xv, wv, bv, y->data);
-        if (!ok) return NULL;
+        /* oneDNN's bf16 primitives round x and the weight on their way in (to nearest even,
+         * as ct_ops_autocast), so they take the values as they are: no rounded copies */
+        if (s.c > 0 && native_bf16(g, ct_graph_autocast(g) == CT_BF16))
+            r = onednn_forward(g, &s, true, relu, x->data, weight->data, bv, y->data);
+        if (r < 0) return NULL;
+        if (r == 0) {
+            const float *xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
+            const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
+            if (!xv || !wv) return NULL;
+            bool ok = true;
+            if (ct_ops_reference(g)) {
+                ct_k_conv2d_ref_fwd(&s, xv, wv, bv, y->data);
+            } else {
+                if (s.c > 0) r = onednn_forward(g, &s, false, relu, xv, wv, bv, y->data);
+                ok = r != 0 ? r > 0 : fast_forward(g, &s, xv, wv, bv, y->data);
+            }
+            if (!ok) return NULL;
+            if (relu && r == 0) relu_planes(g, &s, y->data); /* oneDNN's chunks did their own */
+        }
     }
     ct_graph_scratch_release(g, mark);
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {
-        ct_node *node = ct_graph_record(g, &conv2d_def, y, n_in, in);
+        ct_node *node = ct_graph_record(g, relu ? &conv2d_relu_def : &conv2d_def, y, n_in, in);
         if (!node) return NULL;
         ct_ops_note_autocast(g, node);
         memcpy(node->iarg, args, sizeof args);
     }
     return y;
+}
+
+ct_tensor *ct_op_conv2d(
+    ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, const ct_conv2d_params *p) {
+    return conv2d_apply(g, x, weight, bias, p, false);
+}
+
+ct_tensor *ct_op_conv2d_relu(
+    ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, const ct_conv2d_params *p) {
+    return conv2d_apply(g, x, weight, bias, p, true);
 }

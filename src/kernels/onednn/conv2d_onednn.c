@@ -21,28 +21,42 @@
 
 /* oneDNN here runs on OpenMP; without OpenMP we cannot pin it to one thread per chunk, so the
  * op keeps to im2col + GEMM. */
-bool ct_k_conv2d_onednn_scratch(
-    ct_ctx *ctx, const ct_k_conv2d_geom *s, bool has_bias, bool backward, int nt, size_t *bytes) {
-    (void)ctx, (void)s, (void)has_bias, (void)backward, (void)nt;
+bool ct_k_conv2d_onednn_scratch(ct_ctx *ctx,
+                                const ct_k_conv2d_geom *s,
+                                bool has_bias,
+                                bool bf16,
+                                bool backward,
+                                int nt,
+                                size_t *bytes) {
+    (void)ctx, (void)s, (void)has_bias, (void)bf16, (void)backward, (void)nt;
     *bytes = 0;
     return false;
 }
 
+int64_t ct_k_onednn_bf16_convs(const ct_ctx *ctx) {
+    (void)ctx;
+    return 0;
+}
+
 int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
                            const ct_k_conv2d_geom *s,
+                           bool bf16,
+                           bool relu,
                            const float *x,
                            const float *w,
                            const float *b,
                            float *y,
                            void *scratch,
                            int nt) {
-    (void)ctx, (void)s, (void)x, (void)w, (void)b, (void)y, (void)scratch, (void)nt;
+    (void)ctx, (void)s, (void)bf16, (void)relu, (void)x, (void)w, (void)b, (void)y, (void)scratch;
+    (void)nt;
     return 0;
 }
 
 int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                            const ct_k_conv2d_geom *s,
                            bool has_bias,
+                           bool bf16,
                            const float *x,
                            const float *w,
                            const float *dy,
@@ -51,7 +65,7 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                            float *db,
                            void *scratch,
                            int nt) {
-    (void)ctx, (void)s, (void)has_bias, (void)x, (void)w, (void)dy, (void)dx, (void)dw;
+    (void)ctx, (void)s, (void)has_bias, (void)bf16, (void)x, (void)w, (void)dy, (void)dx, (void)dw;
     (void)db, (void)scratch, (void)nt;
     return 0;
 }
@@ -71,8 +85,13 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
 typedef struct conv_plan {
     ct_k_conv2d_geom key; /* key.n is the chunk size */
     bool has_bias;
+    bool bf16; /* bf16 src/weights/diff_dst; dst, diff_src, diff_weights and diff_bias f32 */
     bool ok_fwd, ok_bwd;
     dnnl_primitive_t fwd, bwd_data, bwd_w;
+    /* the primitives' scratchpads (bf16 kernels keep transposed copies there), run on the
+     * thread's own scratchpad in the oneDNN state; f32 plans take only kernels without one */
+    dnnl_memory_desc_t sp_f, sp_b, sp_w;
+    size_t sp_bytes; /* the largest of the three */
     /* plain (PyTorch) descriptors */
     dnnl_memory_desc_t x_md, w_md, b_md, y_md;
     /* the layouts the primitives chose */
@@ -163,6 +182,15 @@ static bool make_reorder(onednn_state *st,
     return ok;
 }
 
+/* Whether a primitive with this scratchpad can run in the plan; records the largest size. */
+static bool scratchpad_ok(conv_plan *c, const dnnl_memory_desc_t *sp) {
+    size_t bytes = dnnl_memory_desc_get_size(sp);
+    /* f32 plans keep to the kernels they always had (none of them needs one) */
+    if (bytes && !c->bf16) return false;
+    if (bytes > c->sp_bytes) c->sp_bytes = bytes;
+    return true;
+}
+
 static bool plan_build(onednn_state *st, conv_plan *c) {
     const ct_k_conv2d_geom *s = &c->key;
     int64_t grp = s->groups;
@@ -183,11 +211,18 @@ static bool plan_build(onednn_state *st, conv_plan *c) {
                        : dnnl_memory_desc_init_by_tag(&c->w_md, 4, wd4, dnnl_f32, dnnl_oihw)) ==
                   dnnl_success;
     if (!ok) return false;
-    dnnl_memory_desc_t x_any, y_any, w_any;
+    /* The operands (lo) are bf16 in a bf16 plan, the results always f32: the primitives
+     * accumulate in f32 and nothing is rounded after the products. */
+    dnnl_data_type_t lo = c->bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t x_any, y_any, w_any, x_lo, y_lo, w_lo;
     if (dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any) ||
         dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any) ||
         (grp > 1 ? dnnl_memory_desc_init_by_tag(&w_any, 5, wd5, dnnl_f32, dnnl_format_tag_any)
-                 : dnnl_memory_desc_init_by_tag(&w_any, 4, wd4, dnnl_f32, dnnl_format_tag_any)))
+                 : dnnl_memory_desc_init_by_tag(&w_any, 4, wd4, dnnl_f32, dnnl_format_tag_any)) ||
+        dnnl_memory_desc_init_by_tag(&x_lo, 4, xd, lo, dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&y_lo, 4, yd, lo, dnnl_format_tag_any) ||
+        (grp > 1 ? dnnl_memory_desc_init_by_tag(&w_lo, 5, wd5, lo, dnnl_format_tag_any)
+                 : dnnl_memory_desc_init_by_tag(&w_lo, 4, wd4, lo, dnnl_format_tag_any)))
         return false;
 
     /* Everything is created as for one thread (ct_k_onednn_pd_create): the kernels' blocking
@@ -198,27 +233,25 @@ static bool plan_build(onednn_state *st, conv_plan *c) {
     ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
          dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
          dnnl_dilated_convolution_forward_desc_init(
-             &fd, dnnl_forward_training, dnnl_convolution_direct, &x_any, &w_any,
+             &fd, dnnl_forward_training, dnnl_convolution_direct, &x_lo, &w_lo,
              c->has_bias ? &c->b_md : NULL, &y_any, strides, dil, pl, pr) == dnnl_success &&
          ct_k_onednn_pd_create(&fpd, &fd, attr, st->engine, NULL);
     if (ok) {
         c->src_f = query(fpd, dnnl_query_src_md);
         c->wei_f = query(fpd, dnnl_query_weights_md);
         c->dst_f = query(fpd, dnnl_query_dst_md);
-        /* a user scratchpad per thread would be needed otherwise; one-thread plans use none */
-        ok = dnnl_memory_desc_get_size(
-                 dnnl_primitive_desc_query_md(fpd, dnnl_query_scratchpad_md, 0)) == 0 &&
-             dnnl_primitive_create(&c->fwd, fpd) == dnnl_success;
+        c->sp_f = query(fpd, dnnl_query_scratchpad_md);
+        ok = scratchpad_ok(c, &c->sp_f) && dnnl_primitive_create(&c->fwd, fpd) == dnnl_success;
     }
     c->ok_fwd = ok;
     bool okb = ok &&
                dnnl_dilated_convolution_backward_data_desc_init(&bdd, dnnl_convolution_direct,
-                                                                &x_any, &w_any, &y_any, strides,
-                                                                dil, pl, pr) == dnnl_success &&
+                                                                &x_any, &w_lo, &y_lo, strides, dil,
+                                                                pl, pr) == dnnl_success &&
                ct_k_onednn_pd_create(&bdpd, &bdd, attr, st->engine, fpd) &&
                dnnl_dilated_convolution_backward_weights_desc_init(
-                   &bwd, dnnl_convolution_direct, &x_any, &w_any, &c->b_md, &y_any, strides, dil,
-                   pl, pr) == dnnl_success &&
+                   &bwd, dnnl_convolution_direct, &x_lo, &w_any, &c->b_md, &y_lo, strides, dil, pl,
+                   pr) == dnnl_success &&
                ct_k_onednn_pd_create(&bwpd, &bwd, attr, st->engine, fpd);
     if (okb) {
         c->dsrc_b = query(bdpd, dnnl_query_diff_src_md);
@@ -227,10 +260,9 @@ static bool plan_build(onednn_state *st, conv_plan *c) {
         c->src_w = query(bwpd, dnnl_query_src_md);
         c->dwei_w = query(bwpd, dnnl_query_diff_weights_md);
         c->ddst_w = query(bwpd, dnnl_query_diff_dst_md);
-        okb = dnnl_memory_desc_get_size(
-                  dnnl_primitive_desc_query_md(bdpd, dnnl_query_scratchpad_md, 0)) == 0 &&
-              dnnl_memory_desc_get_size(
-                  dnnl_primitive_desc_query_md(bwpd, dnnl_query_scratchpad_md, 0)) == 0 &&
+        c->sp_b = query(bdpd, dnnl_query_scratchpad_md);
+        c->sp_w = query(bwpd, dnnl_query_scratchpad_md);
+        okb = scratchpad_ok(c, &c->sp_b) && scratchpad_ok(c, &c->sp_w) &&
               dnnl_primitive_create(&c->bwd_data, bdpd) == dnnl_success &&
               dnnl_primitive_create(&c->bwd_w, bwpd) == dnnl_success;
     }
@@ -264,14 +296,19 @@ static bool plan_build(onednn_state *st, conv_plan *c) {
     return true;
 }
 
-static conv_plan *
-plan_get(ct_ctx *ctx, onednn_state *st, const ct_k_conv2d_geom *s, int64_t nb, bool has_bias) {
+static conv_plan *plan_get(ct_ctx *ctx,
+                           onednn_state *st,
+                           const ct_k_conv2d_geom *s,
+                           int64_t nb,
+                           bool has_bias,
+                           bool bf16) {
     ct_k_conv2d_geom key = *s;
     key.n = nb;
     int count = 0;
     conv_plan *last = NULL, *before_last = NULL;
     for (conv_plan *c = st->conv_plans; c; c = c->next) {
-        if (c->has_bias == has_bias && geom_equal(&c->key, &key)) return c->ok_fwd ? c : NULL;
+        if (c->has_bias == has_bias && c->bf16 == bf16 && geom_equal(&c->key, &key))
+            return c->ok_fwd ? c : NULL;
         count++;
         before_last = last;
         last = c;
@@ -286,6 +323,7 @@ plan_get(ct_ctx *ctx, onednn_state *st, const ct_k_conv2d_geom *s, int64_t nb, b
     memset(c, 0, sizeof *c);
     c->key = key;
     c->has_bias = has_bias;
+    c->bf16 = bf16;
     plan_build(st, c); /* a failed plan is cached too, so we do not retry every step */
     c->next = st->conv_plans;
     st->conv_plans = c;
@@ -369,21 +407,49 @@ static char *take(char **cursor, size_t bytes) {
     return p;
 }
 
-bool ct_k_conv2d_onednn_scratch(
-    ct_ctx *ctx, const ct_k_conv2d_geom *s, bool has_bias, bool backward, int nt, size_t *bytes) {
+/* Runs a convolution primitive on n (md, ptr) arguments (arrays with room for one more) and,
+ * when the plan's kernels need one, the thread's scratchpad (ct_k_conv2d_onednn_scratch
+ * reserved it for every plan). */
+static bool run_conv(onednn_state *st,
+                     int tid,
+                     dnnl_primitive_t prim,
+                     const dnnl_memory_desc_t *sp,
+                     int n,
+                     int *ids,
+                     const dnnl_memory_desc_t **mds,
+                     void **ptrs) {
+    if (dnnl_memory_desc_get_size(sp) > 0) {
+        ids[n] = DNNL_ARG_SCRATCHPAD;
+        mds[n] = sp;
+        ptrs[n] = st->scratch[tid];
+        n++;
+    }
+    return run(st, st->streams[tid], prim, n, ids, mds, ptrs);
+}
+
+bool ct_k_conv2d_onednn_scratch(ct_ctx *ctx,
+                                const ct_k_conv2d_geom *s,
+                                bool has_bias,
+                                bool bf16,
+                                bool backward,
+                                int nt,
+                                size_t *bytes) {
     *bytes = 0;
     onednn_state *st = ct_k_onednn_state(ctx, nt);
     if (!st || s->n == 0) return false;
     int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
-    conv_plan *c = plan_get(ctx, st, s, nb, has_bias);
+    conv_plan *c = plan_get(ctx, st, s, nb, has_bias, bf16);
     if (!c || (backward && !c->ok_bwd)) return false;
+    size_t sp_bytes = c->sp_bytes;
     if (s->n % nb) {
         /* The tail chunk needs its own plan. Scratch is carved and weights are reordered with
          * the main plan's layouts, so the tail must have chosen the same ones (the batch size
          * does not change them in oneDNN 2.6; if it ever did, we keep to im2col). */
-        conv_plan *t = plan_get(ctx, st, s, s->n % nb, has_bias);
+        conv_plan *t = plan_get(ctx, st, s, s->n % nb, has_bias, bf16);
         if (!t || (backward && !t->ok_bwd) || !same_layouts(t, c, backward)) return false;
+        if (t->sp_bytes > sp_bytes) sp_bytes = t->sp_bytes;
     }
+    if (!ct_k_onednn_reserve_scratch(ctx, st, sp_bytes)) return false;
     if (!backward) {
         *bytes = c->shared_fwd + (size_t)nt * c->per_thread_fwd;
     } else {
@@ -395,8 +461,19 @@ bool ct_k_conv2d_onednn_scratch(
     return true;
 }
 
+int64_t ct_k_onednn_bf16_convs(const ct_ctx *ctx) {
+    const onednn_state *st = ctx->onednn;
+    return st ? __atomic_load_n(&st->bf16_convs, __ATOMIC_RELAXED) : 0;
+}
+
+static void count_bf16(onednn_state *st, const conv_plan *c) {
+    if (c->bf16) __atomic_add_fetch(&st->bf16_convs, 1, __ATOMIC_RELAXED);
+}
+
 int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
                            const ct_k_conv2d_geom *s,
+                           bool bf16,
+                           bool relu,
                            const float *x,
                            const float *w,
                            const float *b,
@@ -405,7 +482,7 @@ int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
                            int nt) {
     onednn_state *st = ct_k_onednn_state(ctx, nt);
     int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
-    conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, b != NULL) : NULL;
+    conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, b != NULL, bf16) : NULL;
     if (!main_plan) return 0;
     char *cursor = scratch;
     const float *wf = w;
@@ -423,7 +500,7 @@ int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
     for (int64_t i = 0; i < n_chunks; i++) {
         int tid = omp_get_thread_num();
         int64_t n0 = i * nb, len = s->n - n0 < nb ? s->n - n0 : nb;
-        conv_plan *c = len == nb ? main_plan : plan_get(ctx, st, s, len, b != NULL);
+        conv_plan *c = len == nb ? main_plan : plan_get(ctx, st, s, len, b != NULL, bf16);
         dnnl_stream_t stream = st->streams[tid];
         char *mine = per_thread + (size_t)tid * main_plan->per_thread_fwd;
         const float *xc = x + n0 * in_sample;
@@ -436,12 +513,14 @@ int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
         }
         if (ok && c->r_y_f) dst = take(&mine, md_bytes(&main_plan->dst_f));
         if (ok) {
-            const int ids[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
-            const dnnl_memory_desc_t *mds[4] = {&c->src_f, &c->wei_f, &c->dst_f, &c->b_md};
-            void *ptrs[4] = {src, (void *)(uintptr_t)wf, dst, (void *)(uintptr_t)b};
-            ok = run(st, stream, c->fwd, b ? 4 : 3, ids, mds, ptrs);
+            int ids[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
+            const dnnl_memory_desc_t *mds[5] = {&c->src_f, &c->wei_f, &c->dst_f, &c->b_md};
+            void *ptrs[5] = {src, (void *)(uintptr_t)wf, dst, (void *)(uintptr_t)b};
+            ok = run_conv(st, tid, c->fwd, &c->sp_f, b ? 4 : 3, ids, mds, ptrs);
         }
         if (ok && c->r_y_f) ok = run_reorder(st, stream, c->r_y_f, &c->dst_f, dst, &c->y_md, yc);
+        if (ok && relu) ct_k_relu_inplace(yc, len * out_sample); /* while the chunk is cached */
+        if (ok) count_bf16(st, c);
         chunk_ok[i] = ok;
     }
     ct_omp_swap_threads(saved);
@@ -453,6 +532,7 @@ int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
 int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                            const ct_k_conv2d_geom *s,
                            bool has_bias,
+                           bool bf16,
                            const float *x,
                            const float *w,
                            const float *dy,
@@ -463,7 +543,7 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                            int nt) {
     onednn_state *st = ct_k_onednn_state(ctx, nt);
     int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
-    conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, has_bias) : NULL;
+    conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, has_bias, bf16) : NULL;
     if (!main_plan || !main_plan->ok_bwd) return 0;
     int64_t wn = s->o * (s->c / s->groups) * s->kh * s->kw;
     size_t wbytes = align64((size_t)wn * 4), bbytes = align64((size_t)s->o * 4);
@@ -488,7 +568,7 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
     for (int64_t i = 0; i < n_chunks; i++) {
         int tid = omp_get_thread_num();
         int64_t n0 = i * nb, len = s->n - n0 < nb ? s->n - n0 : nb;
-        conv_plan *c = len == nb ? main_plan : plan_get(ctx, st, s, len, has_bias);
+        conv_plan *c = len == nb ? main_plan : plan_get(ctx, st, s, len, has_bias, bf16);
         dnnl_stream_t stream = st->streams[tid];
         char *mine = per_thread + (size_t)tid * main_plan->per_thread_bwd;
         const float *xc = x + n0 * in_sample, *dyc = dy + n0 * out_sample;
@@ -501,11 +581,11 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                 ddst = take(&mine, md_bytes(&main_plan->ddst_b));
                 ok = run_reorder(st, stream, c->r_dy_b, &c->y_md, dyc, &c->ddst_b, ddst);
             }
-            const int ids[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
-            const dnnl_memory_desc_t *mds[3] = {&c->ddst_b, &c->wei_b, &c->dsrc_b};
-            void *ptrs[3] = {ddst, (void *)(uintptr_t)wb, dsrc};
+            int ids[4] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
+            const dnnl_memory_desc_t *mds[4] = {&c->ddst_b, &c->wei_b, &c->dsrc_b};
+            void *ptrs[4] = {ddst, (void *)(uintptr_t)wb, dsrc};
             ok =
-                ok && run(st, stream, c->bwd_data, 3, ids, mds, ptrs) &&
+                ok && run_conv(st, tid, c->bwd_data, &c->sp_b, 3, ids, mds, ptrs) &&
                 run_reorder(st, stream, c->r_dx_b, &c->dsrc_b, dsrc, &c->x_md, dx + n0 * in_sample);
             ddst_data = ddst;
         }
@@ -524,14 +604,15 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                 ok = run_reorder(st, stream, c->r_dy_w, &c->y_md, dyc, &c->ddst_w, ddst);
             }
             if (c->r_dw_w) dwei = take(&mine, md_bytes(&main_plan->dwei_w));
-            const int ids[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
-                                DNNL_ARG_DIFF_BIAS};
-            const dnnl_memory_desc_t *mds[4] = {&c->src_w, &c->ddst_w, &c->dwei_w, &c->b_md};
-            void *ptrs[4] = {src, ddst, dwei, db_parts + i * (int64_t)(bbytes / 4)};
-            ok = ok && run(st, stream, c->bwd_w, 4, ids, mds, ptrs);
+            int ids[5] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
+                          DNNL_ARG_DIFF_BIAS};
+            const dnnl_memory_desc_t *mds[5] = {&c->src_w, &c->ddst_w, &c->dwei_w, &c->b_md};
+            void *ptrs[5] = {src, ddst, dwei, db_parts + i * (int64_t)(bbytes / 4)};
+            ok = ok && run_conv(st, tid, c->bwd_w, &c->sp_w, 4, ids, mds, ptrs);
             if (ok && c->r_dw_w)
                 ok = run_reorder(st, stream, c->r_dw_w, &c->dwei_w, dwei, &c->w_md, dwc);
         }
+        if (ok) count_bf16(st, c);
         chunk_ok[i] = ok;
     }
     ct_omp_swap_threads(saved);
