@@ -4,17 +4,19 @@
 # nor GOMP_SPINCOUNT; the user's settings are kept; CTRAIN_OMP_REEXEC stops a second execution;
 # the process keeps its pid and the run's environment has the setting; under qemu's user-mode
 # emulation and valgrind it does not execute again (which would leave the emulator).
-#     usage: omp_wait.sh PATH/TO/ctrain
-# Checks that need qemu-x86_64 or valgrind say "skip" without them.
+#     usage: omp_wait.sh PATH/TO/ctrain [--sanitized]
+# Checks that need qemu-x86_64 or valgrind say "skip" without them, and with --sanitized (a
+# sanitizer's shadow memory runs under neither).
 set -uo pipefail
 # shellcheck source=tests/e2e/harness.sh
 source "$(dirname "$(realpath "$0")")/harness.sh"
 
-if [[ $# -ne 1 ]]; then
-    echo "usage: $0 CTRAIN" >&2
+if [[ $# -lt 1 || $# -gt 2 || ($# -eq 2 && $2 != --sanitized) ]]; then
+    echo "usage: $0 CTRAIN [--sanitized]" >&2
     exit 2
 fi
 ctrain=$(realpath "$1")
+sanitized=${2:-}
 enter_workdir omp_wait
 # what the user may have set is the tests' to choose
 clean=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u CTRAIN_OMP_REEXEC)
@@ -102,14 +104,18 @@ bg_pid=
 
 # Under an emulator /proc/self/exe names the program but runs the emulator: executing it again
 # would run natively, out of the emulated CPU (here: one without AVX-512).
-if qemu=$(command -v qemu-x86_64) && [[ $(uname -m) == x86_64 ]]; then
+if [[ -n $sanitized ]]; then
+    echo "skip qemu_should_not_execute_again: a sanitized build"
+elif qemu=$(command -v qemu-x86_64) && [[ $(uname -m) == x86_64 ]]; then
     expect qemu_should_not_execute_again 0 '^cpu: AVX-512 no' \
         "^OpenMP wait: libgomp's default \(not executed again" -- \
         "${clean[@]}" "$qemu" -cpu Nehalem "$ctrain" --version
 else
     echo "skip qemu_should_not_execute_again: no qemu-x86_64 (Debian package qemu-user)"
 fi
-if valgrind=$(command -v valgrind); then
+if [[ -n $sanitized ]]; then
+    echo "skip valgrind_should_not_execute_again: a sanitized build"
+elif valgrind=$(command -v valgrind); then
     expect valgrind_should_not_execute_again 0 "^OpenMP wait: libgomp's default \(not executed again" \
         -- "${clean[@]}" "$valgrind" -q "$ctrain" --version
 else

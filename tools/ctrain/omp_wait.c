@@ -27,6 +27,7 @@
 
 #include "cli.h"
 
+#ifdef _OPENMP
 /* GOMP_SPINCOUNT that the tool sets: the rounds a waiting thread spins before it sleeps
    (libgomp's own default: 300,000; OMP_WAIT_POLICY=passive: 0). */
 #define OMP_SPINCOUNT 10000
@@ -63,6 +64,7 @@ static bool computes(const char *cmd) {
         if (strcmp(cmd, names[i]) == 0) return true;
     return false;
 }
+#endif
 
 void cli_omp_wait_setup(int argc, char **argv) {
 #ifdef _OPENMP
