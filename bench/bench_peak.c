@@ -27,7 +27,7 @@
 
 /* Independent accumulators per thread: enough to cover the FMA latency (4 cycles) on two
    pipes, so the loop is bound by throughput. */
-#define ACCS 12
+#define ACCS  12
 /* Inner iterations between checks of the clock. */
 #define CHUNK 4096
 
@@ -44,12 +44,15 @@ static volatile float sink;
 
 static double fma_scalar(long chunks, float seed) {
     float acc[ACCS], a = 1.0f - 1e-7f * seed, b = 1e-7f;
-    for (int k = 0; k < ACCS; k++) acc[k] = seed + (float)k;
+    for (int k = 0; k < ACCS; k++)
+        acc[k] = seed + (float)k;
     for (long c = 0; c < chunks; c++)
         for (int i = 0; i < CHUNK; i++)
-            for (int k = 0; k < ACCS; k++) acc[k] = acc[k] * a + b;
+            for (int k = 0; k < ACCS; k++)
+                acc[k] = acc[k] * a + b;
     float s = 0;
-    for (int k = 0; k < ACCS; k++) s += acc[k];
+    for (int k = 0; k < ACCS; k++)
+        s += acc[k];
     sink = s;
     return 2.0 * ACCS * (double)CHUNK * (double)chunks;
 }
@@ -58,12 +61,15 @@ static double fma_scalar(long chunks, float seed) {
 __attribute__((target("avx2,fma"))) static double fma_avx2(long chunks, float seed) {
     __m256 acc[ACCS];
     const __m256 a = _mm256_set1_ps(1.0f - 1e-7f * seed), b = _mm256_set1_ps(1e-7f);
-    for (int k = 0; k < ACCS; k++) acc[k] = _mm256_set1_ps(seed + (float)k);
+    for (int k = 0; k < ACCS; k++)
+        acc[k] = _mm256_set1_ps(seed + (float)k);
     for (long c = 0; c < chunks; c++)
         for (int i = 0; i < CHUNK; i++)
-            for (int k = 0; k < ACCS; k++) acc[k] = _mm256_fmadd_ps(acc[k], a, b);
+            for (int k = 0; k < ACCS; k++)
+                acc[k] = _mm256_fmadd_ps(acc[k], a, b);
     __m256 s = acc[0];
-    for (int k = 1; k < ACCS; k++) s = _mm256_add_ps(s, acc[k]);
+    for (int k = 1; k < ACCS; k++)
+        s = _mm256_add_ps(s, acc[k]);
     float out[8];
     _mm256_storeu_ps(out, s);
     sink = out[0];
@@ -73,12 +79,15 @@ __attribute__((target("avx2,fma"))) static double fma_avx2(long chunks, float se
 __attribute__((target("avx512f"))) static double fma_avx512(long chunks, float seed) {
     __m512 acc[ACCS];
     const __m512 a = _mm512_set1_ps(1.0f - 1e-7f * seed), b = _mm512_set1_ps(1e-7f);
-    for (int k = 0; k < ACCS; k++) acc[k] = _mm512_set1_ps(seed + (float)k);
+    for (int k = 0; k < ACCS; k++)
+        acc[k] = _mm512_set1_ps(seed + (float)k);
     for (long c = 0; c < chunks; c++)
         for (int i = 0; i < CHUNK; i++)
-            for (int k = 0; k < ACCS; k++) acc[k] = _mm512_fmadd_ps(acc[k], a, b);
+            for (int k = 0; k < ACCS; k++)
+                acc[k] = _mm512_fmadd_ps(acc[k], a, b);
     __m512 s = acc[0];
-    for (int k = 1; k < ACCS; k++) s = _mm512_add_ps(s, acc[k]);
+    for (int k = 1; k < ACCS; k++)
+        s = _mm512_add_ps(s, acc[k]);
     sink = _mm512_reduce_add_ps(s);
     return 2.0 * 16 * ACCS * (double)CHUNK * (double)chunks;
 }
@@ -88,12 +97,15 @@ __attribute__((target("avx512f,avx512bf16"))) static double dot_bf16(long chunks
     __m512 acc[ACCS];
     const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(seed * 1e-3f));
     const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-4f), _mm512_set1_ps(1e-4f));
-    for (int k = 0; k < ACCS; k++) acc[k] = _mm512_set1_ps(seed + (float)k);
+    for (int k = 0; k < ACCS; k++)
+        acc[k] = _mm512_set1_ps(seed + (float)k);
     for (long c = 0; c < chunks; c++)
         for (int i = 0; i < CHUNK; i++)
-            for (int k = 0; k < ACCS; k++) acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
+            for (int k = 0; k < ACCS; k++)
+                acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
     __m512 s = acc[0];
-    for (int k = 1; k < ACCS; k++) s = _mm512_add_ps(s, acc[k]);
+    for (int k = 1; k < ACCS; k++)
+        s = _mm512_add_ps(s, acc[k]);
     sink = _mm512_reduce_add_ps(s);
     return 4.0 * 16 * ACCS * (double)CHUNK * (double)chunks;
 }
