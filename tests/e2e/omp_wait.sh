@@ -64,6 +64,13 @@ for _ in $(seq 200); do
     if environ_of "$bg_pid" | grep -qE '^GOMP_SPINCOUNT=[0-9]+$'; then
         why=
         environ_of "$bg_pid" | grep -qx 'CTRAIN_OMP_REEXEC=1' || why="no CTRAIN_OMP_REEXEC=1"
+        # ps, top, pgrep and killall see the program's name, not /proc/self/exe's
+        for _ in $(seq 100); do
+            [[ $(cat "/proc/$bg_pid/comm" 2>/dev/null) == ctrain ]] && break
+            sleep 0.05
+        done
+        comm=$(cat "/proc/$bg_pid/comm" 2>/dev/null)
+        [[ $comm == ctrain ]] || why="${why:+$why; }named '$comm', not ctrain"
         break
     fi
     kill -0 "$bg_pid" 2>/dev/null || {

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -66,8 +67,18 @@ static bool computes(const char *cmd) {
 }
 #endif
 
+/* The kernel names a process after the file it executes, "exe" for /proc/self/exe: the name
+   goes back to the program's, the one ps, top, pgrep and killall show, from argv[0] as the
+   first execution had it from its path. */
+static void keep_the_name(const char *argv0) {
+    const char *slash = argv0 ? strrchr(argv0, '/') : NULL;
+    const char *name = slash ? slash + 1 : argv0;
+    if (name && *name) (void)prctl(PR_SET_NAME, name, 0, 0, 0);
+}
+
 void cli_omp_wait_setup(int argc, char **argv) {
 #ifdef _OPENMP
+    if (getenv(REEXEC_MARKER) != NULL && getenv("GOMP_SPINCOUNT") != NULL) keep_the_name(argv[0]);
     if (argc < 2 || !computes(argv[1]) || user_chose() || getenv(REEXEC_MARKER) != NULL ||
         !self_is_native())
         return;
