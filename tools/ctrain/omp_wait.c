@@ -65,7 +65,6 @@ static bool computes(const char *cmd) {
         if (strcmp(cmd, names[i]) == 0) return true;
     return false;
 }
-#endif
 
 /* The kernel names a process after the file it executes, "exe" for /proc/self/exe: the name
    goes back to the program's, the one ps, top, pgrep and killall show, from argv[0] as the
@@ -75,6 +74,7 @@ static void keep_the_name(const char *argv0) {
     const char *name = slash ? slash + 1 : argv0;
     if (name && *name) (void)prctl(PR_SET_NAME, name, 0, 0, 0);
 }
+#endif
 
 void cli_omp_wait_setup(int argc, char **argv) {
 #ifdef _OPENMP
