@@ -4,19 +4,33 @@
 For each model of examples/ (the Fashion-MNIST MLP and CNN, the byte-level GPT), `ctrain fit`
 runs the experiment file for a fixed number of steps with evaluation and checkpoints off, and a
 PyTorch twin (Debian's python3-torch; same architecture, PyTorch's default initialisation, same
-optimizer and batch, the data preloaded as tensors and reshuffled each epoch) trains the same
-number of steps. They alternate, several times; the table shows each side's median training
-throughput (samples/s; tokens/s for the GPT), the ratio ctrain / PyTorch (above 1: ctrain is
-faster) and each process's peak RSS. PyTorch runs with 1 and with 2 threads in the first round
-and with the faster of the two after that; the faster is reported (ctrain uses the config's
-`threads`, default: every core). The whole table takes about 13 minutes here.
+optimizer and batch) trains the same number of steps. They alternate, several times; the table
+shows each side's median training throughput (samples/s; tokens/s for the GPT), the ratio
+ctrain / PyTorch (above 1: ctrain is faster), the GFLOP/s ctrain achieves and its share of the
+machine's peak, and each process's peak RSS.
+
+The run opens with the machine: the CPU model and flags, what `ctrain --version` says of the
+instruction sets and OpenMP's waiting threads, and the arithmetic peak measured by
+build/bench/bench_peak on ctrain's threads (f32 FMAs; bf16 dot products where the CPU has
+AVX512_BF16). A bf16 row's share is of the bf16 peak where there is one.
+
+PyTorch runs at its best setting: in the first round its twin is tried with 1 and with 2 threads
+(all cores), each with OMP_WAIT_POLICY unset and =passive in its environment, and the fastest
+of the four runs the later rounds; the row names it. The twin's data are in tensors before the
+clock starts (the batches are views of a shuffled copy), so its timed loop is the step alone.
+ctrain runs with its defaults (every core; the config's `threads`).
 
 With --precision bf16 (the default runs fp32 then bf16) ctrain trains with
 `trainer.precision=bf16` and the twin under `torch.autocast("cpu", dtype=torch.bfloat16)`, the
 PyTorch way to the same mixed precision (f32 master weights, bf16 matmuls and convolutions).
 
     /usr/bin/python3 bench/models.py [--build build] [--models mlp,cnn,gpt] [--repeats 3]
-                                     [--precision fp32,bf16]
+                                     [--precision fp32,bf16] [--busy] [--quick] [--steps N]
+
+--busy keeps one core busy for the whole run with a spinning process (both sides under the
+same load, the peak measured before it starts); --quick runs a quarter of the steps once (a
+whole table in a few minutes); --steps N sets every model's steps (to check the script).
+The full table takes about 15 minutes on a 2-core machine.
 
 Throughput is measured the same way on both sides: wall time over the steps after a warm-up
 (ctrain: the samples_per_sec records of metrics.jsonl after the first; PyTorch: the steps
@@ -36,6 +50,68 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FMNIST = "/usr/share/datasets/fashion-mnist/"
 STEPS = {"mlp": 600, "cnn": 120, "gpt": 80}
+
+# FLOPs per sample (per token for the GPT), two per multiply-add, from the shapes: the forward
+# pass, the weight gradients (as many as the forward pass) and the input gradients of every
+# layer but the first (whose input needs none). Elementwise work is not counted.
+# MLP 784-512-256-10: 2 * (3 * (784*512 + 512*256 + 256*10) - 784*512) = 2,407,424
+MLP_FLOPS_PER_SAMPLE = 2 * (3 * (784 * 512 + 512 * 256 + 256 * 10) - 784 * 512)
+# CNN conv 1->32 (3x3, 28x28 out), pool, conv 32->64 (3x3, 14x14 out), pool, 3136->128->10:
+# multiply-adds conv1 28*28*32*9, conv2 14*14*64*32*9, fc 3136*128 + 128*10;
+# 2 * (3 * all - conv1) = 24,995,328
+CNN_CONV1 = 28 * 28 * 32 * 9
+CNN_FLOPS_PER_SAMPLE = 2 * (3 * (CNN_CONV1 + 14 * 14 * 64 * 32 * 9 + 3136 * 128 + 128 * 10)
+                            - CNN_CONV1)
+# GPT, 4 layers of width C=128, context T=128, 256 symbols, per token: each layer's linears
+# C*3C + C*C + C*4C + 4C*C, its attention scores and weighted sum over the full T x T square
+# (masked half included) 2*T*C, the tied head C*256; every matmul's input is an activation, so
+# backward is twice forward: 2 * 3 * (4 * (12*C*C + 2*T*C) + C*256) = 5,701,632
+GPT_FLOPS_PER_TOKEN = 2 * 3 * (4 * (12 * 128 * 128 + 2 * 128 * 128) + 128 * 256)
+FLOPS = {"mlp": MLP_FLOPS_PER_SAMPLE, "cnn": CNN_FLOPS_PER_SAMPLE, "gpt": GPT_FLOPS_PER_TOKEN}
+# PyTorch's settings tried in the first round: (threads, OMP_WAIT_POLICY or None for unset)
+TORCH_SETTINGS = [(t, w) for t in sorted({1, os.cpu_count() or 1}) for w in (None, "passive")]
+
+
+def cpu_line():
+    model, flags = "?", []
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name") and model == "?":
+            model = line.split(":", 1)[1].strip()
+        if line.startswith("flags"):
+            have = line.split(":", 1)[1].split()
+            flags = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if f in have]
+            break
+    return "cpu: %s (%d cores; %s)" % (model, os.cpu_count(), " ".join(flags))
+
+
+def version_lines(ctrain):
+    """`ctrain --version`'s lines on the instruction sets and OpenMP's waiting threads."""
+    res = subprocess.run([ctrain, "--version"], capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit("models.py: %s --version failed:\n%s" % (ctrain, res.stderr[-2000:]))
+    keep = ("ctrain ", "cpu:", "oneDNN:", "OpenMP", "compiler:")
+    return [l for l in res.stdout.splitlines() if l.startswith(keep)]
+
+
+def peak(build, threads, ms):
+    """{"fp32": (isa, GFLOP/s), "bf16": (isa, GFLOP/s) or None} from bench_peak."""
+    exe = os.path.join(build, "bench", "bench_peak")
+    if not os.path.exists(exe):
+        sys.exit("models.py: %s not found: build first (cmake --build %s)" % (exe, build))
+    res = subprocess.run([exe, "--threads", str(threads), "--ms", str(ms)],
+                         capture_output=True, text=True, check=True)
+    out = {}
+    for line in res.stdout.splitlines():
+        _, kind, isa, _, gflops = line.split()
+        out[kind] = (isa, float(gflops)) if isa != "none" else None
+    return out
+
+
+def start_busy():
+    """One process spinning on one core until killed, or until this one is gone."""
+    spin = ("import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
+            "    for _ in range(1000000):\n        pass\n")
+    return subprocess.Popen([sys.executable, "-c", spin])
 
 
 def ctrain_run(ctrain, name, steps, tmp, precision):
@@ -77,7 +153,9 @@ def load_fmnist(torch):
         x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
     with gzip.open(FMNIST + "train-labels-idx1-ubyte.gz") as f:
         y = np.frombuffer(f.read(), np.uint8, offset=8)
-    x = (torch.from_numpy(x.copy()).float() / 255.0 - 0.2860) / 0.3530
+    perm = torch.randperm(x.shape[0]).numpy()  # shuffled once, as bytes
+    x, y = x[perm], y[perm]
+    x = (torch.from_numpy(x).float() / 255.0 - 0.2860) / 0.3530
     return x, torch.from_numpy(y.astype(np.int64))
 
 
@@ -104,7 +182,7 @@ def torch_twin(name, steps, threads, precision):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     if name in ("mlp", "cnn"):
-        x, y = load_fmnist(torch)
+        x, y = load_fmnist(torch)  # shuffled
         batch = 128
         if name == "mlp":
             model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(),
@@ -116,12 +194,9 @@ def torch_twin(name, steps, threads, precision):
                                   nn.Linear(128, 10))
         opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
 
-        def batches():
-            while True:
-                perm = torch.randperm(x.shape[0])
-                for i in range(0, x.shape[0] - batch + 1, batch):
-                    idx = perm[i:i + batch]
-                    yield x[idx], y[idx]
+        # views of the shuffled data: the timed loop only takes the next
+        batches = [(x[i:i + batch], y[i:i + batch])
+                   for i in range(0, x.shape[0] - batch + 1, batch)]
 
         def loss_of(xb, yb):
             return F.cross_entropy(model(xb), yb)
@@ -179,14 +254,13 @@ def torch_twin(name, steps, threads, precision):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
         n_win = (ids.shape[0] - 1) // T
 
-        def batches():
-            while True:
-                perm = torch.randperm(n_win)
-                for i in range(0, n_win - batch + 1, batch):
-                    starts = perm[i:i + batch] * T
-                    rows = starts[:, None] + torch.arange(T + 1)[None, :]
-                    w = ids[rows]
-                    yield w[:, :-1], w[:, 1:]
+        batches = []  # every batch the run takes, gathered before the clock starts
+        while len(batches) < steps:
+            perm = torch.randperm(n_win)
+            for i in range(0, n_win - batch + 1, batch):
+                starts = perm[i:i + batch] * T
+                w = ids[starts[:, None] + torch.arange(T + 1)[None, :]]
+                batches.append((w[:, :-1], w[:, 1:]))
 
         def loss_of(xb, yb):
             return F.cross_entropy(model(xb).view(-1, 256), yb.reshape(-1))
@@ -197,13 +271,12 @@ def torch_twin(name, steps, threads, precision):
             return torch.autocast("cpu", dtype=torch.bfloat16)
     else:
         autocast = contextlib.nullcontext
-    it = batches()
     warm = max(steps // 10, 1)
     t0 = None
     for s in range(steps):
         if s == warm:
             t0 = time.perf_counter()
-        xb, yb = next(it)
+        xb, yb = batches[s % len(batches)]
         opt.zero_grad(set_to_none=True)
         with autocast():
             loss = loss_of(xb, yb)
@@ -215,16 +288,27 @@ def torch_twin(name, steps, threads, precision):
     print(json.dumps({"sps": (steps - warm) * per_step / dt}))
 
 
-def torch_run(name, steps, threads, tmp, precision):
+def torch_run(name, steps, setting, tmp, precision):
+    threads, wait = setting
+    env = dict(os.environ)
+    env.pop("OMP_WAIT_POLICY", None)
+    env.pop("GOMP_SPINCOUNT", None)  # a setting for ctrain's side (docs/performance.md)
+    if wait:
+        env["OMP_WAIT_POLICY"] = wait
     rss_file = os.path.join(tmp, "rss-torch")
     res = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss_file, sys.executable,
                           os.path.abspath(__file__), "--torch", name, str(steps), str(threads),
                           precision],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=env)
     if res.returncode != 0:
         sys.exit("models.py: the PyTorch twin failed:\n" + res.stderr[-3000:])
     sps = json.loads(res.stdout.strip().splitlines()[-1])["sps"]
     return sps, int(open(rss_file).read().split()[-1]) / 1024.0
+
+
+def setting_name(setting):
+    threads, wait = setting
+    return "%dt%s" % (threads, " " + wait if wait else "")
 
 
 def main():
@@ -234,43 +318,67 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--models", default="mlp,cnn,gpt")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=None, help="rounds (default 3; 1 with --quick)")
     ap.add_argument("--precision", default="fp32,bf16")
+    ap.add_argument("--busy", action="store_true", help="one core kept busy for the whole run")
+    ap.add_argument("--quick", action="store_true", help="a quarter of the steps, one round")
+    ap.add_argument("--steps", type=int, default=None, help="every model's steps")
     a = ap.parse_args()
+    repeats = a.repeats or (1 if a.quick else 3)
     ctrain = os.path.join(a.build, "ctrain")
     tmp = tempfile.mkdtemp(prefix="ctrain-models-")
     started = time.perf_counter()
     unit = {"mlp": "samples/s", "cnn": "samples/s", "gpt": "tokens/s"}
-    print("%-9s %6s %10s %10s %8s %7s %11s %11s" % ("", "steps", "ctrain", "PyTorch", "threads",
-                                                    "ratio", "ctrain MiB", "PyTorch MiB"))
+    ncpu = os.cpu_count() or 1
+    print(cpu_line())
+    print("%s --version:" % ctrain)
+    for line in version_lines(ctrain):
+        print("  " + line)
+    pk = peak(a.build, ncpu, 50 if a.quick else 200)
+    print("peak: fp32 %.1f GFLOP/s (%s FMA, %d threads); bf16 %s" % (
+        pk["fp32"][1], pk["fp32"][0], ncpu,
+        "%.1f GFLOP/s (%s dot products)" % (pk["bf16"][1], pk["bf16"][0]) if pk.get("bf16")
+        else "none (no AVX512_BF16)"))
+    busy = start_busy() if a.busy else None
+    if busy:
+        print("busy: one spinning process (pid %d) for the whole run" % busy.pid)
+    print("%-9s %6s %10s %10s %11s %7s %8s %6s %11s %11s" % (
+        "", "steps", "ctrain", "PyTorch", "PyTorch at", "ratio", "GFLOP/s", "peak",
+        "ctrain MiB", "PyTorch MiB"))
+    sys.stdout.flush()
     try:
         for precision, name in [(p, n) for p in a.precision.split(",")
                                 for n in a.models.split(",")]:
-            steps = STEPS[name]
-            mine, theirs = [], {1: [], 2: []}
+            steps = a.steps or (max(STEPS[name] // 4, 10) if a.quick else STEPS[name])
+            mine, theirs = [], {s: [] for s in TORCH_SETTINGS}
             rss_mine, rss_theirs = [], []
-            for _ in range(a.repeats):
+            for _ in range(repeats):
                 sps, rss = ctrain_run(ctrain, name, steps, tmp, precision)
                 mine.append(sps * (128 if name == "gpt" else 1))
                 rss_mine.append(rss)
-                # both thread settings in the first round, then only the faster one (the
-                # whole table stays under 15 minutes)
-                tried = [th for th in (1, 2) if theirs[th]]
-                settings = (1, 2) if not tried else (
+                # every setting in the first round, then only the fastest (the whole table
+                # stays near 15 minutes)
+                tried = [k for k in theirs if theirs[k]]
+                settings = TORCH_SETTINGS if not tried else (
                     max(tried, key=lambda k: statistics.median(theirs[k])),)
-                for th in settings:
-                    sps, rss = torch_run(name, steps, th, tmp, precision)
-                    theirs[th].append(sps)
+                for setting in settings:
+                    sps, rss = torch_run(name, steps, setting, tmp, precision)
+                    theirs[setting].append(sps)
                     rss_theirs.append(rss)
-            best_th = max((k for k in theirs if theirs[k]),
-                          key=lambda k: statistics.median(theirs[k]))
-            m, t = statistics.median(mine), statistics.median(theirs[best_th])
-            print("%-9s %6d %10.0f %10.0f %8d %7.2f %11.0f %11.0f  (%s)" % (
-                name + " " + precision, steps, m, t, best_th, m / t, max(rss_mine),
-                max(rss_theirs), unit[name]))
+            best = max((k for k in theirs if theirs[k]),
+                       key=lambda k: statistics.median(theirs[k]))
+            m, t = statistics.median(mine), statistics.median(theirs[best])
+            gflops = m * FLOPS[name] * 1e-9
+            top = pk["bf16"] if precision == "bf16" and pk.get("bf16") else pk["fp32"]
+            print("%-9s %6d %10.0f %10.0f %11s %7.2f %8.1f %5.0f%% %11.0f %11.0f  (%s)" % (
+                name + " " + precision, steps, m, t, setting_name(best), m / t, gflops,
+                100.0 * gflops / top[1], max(rss_mine), max(rss_theirs), unit[name]))
             sys.stdout.flush()
         print("(%.1f minutes)" % ((time.perf_counter() - started) / 60.0))
     finally:
+        if busy:
+            busy.kill()
+            busy.wait()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -5,6 +5,9 @@
  * destroyed before it. Error messages are formatted into a fixed buffer inside the context, so
  * reporting an error never allocates (it must work when allocation is what failed).
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +65,14 @@ ct_ctx_params ct_ctx_default_params(void) {
     return p;
 }
 
+/* The cores this process may run on: its CPU affinity (taskset, a cgroup's cpuset, a Slurm
+   binding), where threads beyond it would only queue; else every online core. */
 static int64_t online_cores(void) {
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return (int64_t)CPU_COUNT(&set);
+#endif
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int64_t)n : 1;
 }

@@ -43,7 +43,8 @@ static const ct_key_def k_schema[] = {
      "The run directory (config.yaml, metrics.jsonl, checkpoints/), a path (see Paths above). "
      "Default: `runs/NAME` in the current directory."},
     {"threads", I, "0", 0, 1024, NULL, RES,
-     "Threads for the kernels; 0 = all cores. Results do not depend on it."},
+     "Threads for the kernels; 0 = every core the process may run on (its CPU affinity: "
+     "taskset, a cpuset, a Slurm binding). Results do not depend on it."},
 
     {"data", S, NULL, 0, 0, NULL, REQ, "The datasets and how they are batched."},
     {"data.train", O, NULL, 0, 0, NULL, REQ,

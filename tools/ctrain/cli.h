@@ -8,7 +8,8 @@
  * (completion scripts, man page), verify.c (verify-resume: its runs and table), verify_compare.c
  * (its comparisons), verify_cut.c (the cut points of its runs), verify_launch.c (its MPI
  * launcher) and preempt.c (fit's preemption signal and Slurm requeue).
- * follow.c carries eval --follow, the continuous evaluator.
+ * follow.c carries eval --follow, the continuous evaluator; omp_wait.c sets how long OpenMP's
+ * idle threads spin.
  *
  * A session belongs to the command that opened it; its log file, communicator and context are
  * closed by that command. The only process-wide state is signals.c's signal flag.
@@ -259,5 +260,15 @@ int cli_choose_splits(ct_experiment *e, const char *want, const char **out, int 
 
 /* Whether the run's pointer file checkpoints/NAME is there, readable or not (eval.c). */
 bool cli_pointer_exists(const char *run, const char *name);
+
+/* ---- OpenMP's waiting threads (omp_wait.c) ---- */
+
+/* For the commands that train or evaluate (and --version), executes the tool again with
+ * GOMP_SPINCOUNT set, once, unless the environment sets OMP_WAIT_POLICY, GOMP_SPINCOUNT or
+ * CTRAIN_OMP_REEXEC; returns when it does not (nor could). argc, argv: main's. Call it first
+ * in main, before any thread starts. */
+void cli_omp_wait_setup(int argc, char **argv);
+/* The `OpenMP wait:` line of --version: the setting the run's threads have, and from where. */
+void cli_omp_wait_print(FILE *f);
 
 #endif /* CT_CLI_H */

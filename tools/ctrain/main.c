@@ -16,6 +16,7 @@
 #include "cli.h"
 
 int main(int argc, char **argv) {
+    cli_omp_wait_setup(argc, argv);
     /* a file size limit (ulimit -f) makes a write fail with EFBIG, reported with the file's name
        like a full disk, instead of killing the process with no word */
     (void)signal(SIGXFSZ, SIG_IGN);
@@ -26,6 +27,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
         ct_experiment_write_build_info(stdout);
+        cli_omp_wait_print(stdout);
         return 0;
     }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
