@@ -42,19 +42,14 @@
 
 #define BLOCK CT_K_ATTN_BLOCK
 
-/* s[0..n): scores of query i; becomes the probabilities over j <= i and 0 beyond. */
+/* s[0..n): scores of query i; becomes the probabilities over j <= i and 0 beyond. The max,
+ * the exponentials and the sum (in double, in vmath.h's fixed order) each in a loop that
+ * vectorises. */
 CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t n) {
-    float mx = s[0];
-    for (int64_t j = 1; j <= i; j++)
-        if (s[j] > mx) mx = s[j];
-    /* the exponentials in one loop (it vectorises, on vmath.h's exp), the sum in another: in
-       double and in order */
+    float mx = ct_vmax(s, i + 1);
     for (int64_t j = 0; j <= i; j++)
         s[j] = ct_vexpf(s[j] - mx);
-    double sum = 0.0;
-    for (int64_t j = 0; j <= i; j++)
-        sum += (double)s[j];
-    float inv = (float)(1.0 / sum);
+    float inv = (float)(1.0 / ct_vsum(s, i + 1));
     for (int64_t j = 0; j <= i; j++)
         s[j] *= inv;
     for (int64_t j = i + 1; j < n; j++)
@@ -64,10 +59,7 @@ CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t n) {
 /* ds[0..n): dP of query i; becomes dS = scale * P (dP - sum_j P dP), 0 beyond the diagonal. */
 CT_HOT static void
 causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t n, float scale) {
-    double dot = 0.0;
-    for (int64_t j = 0; j <= i; j++)
-        dot += (double)p[j] * (double)ds[j];
-    float fdot = (float)dot;
+    float fdot = (float)ct_vdot(p, ds, i + 1);
     for (int64_t j = 0; j <= i; j++)
         ds[j] = scale * p[j] * (ds[j] - fdot);
     for (int64_t j = i + 1; j < n; j++)

@@ -2,8 +2,9 @@
  * test_attention.c - the blocked causal attention kernels (src/ops/attention.c) against their
  * naive twin (src/kernels/ref/attention_ref.c): shapes around the block edges (T = 1, one row
  * short of or past a block, several blocks with a partial last one), several heads and
- * batches, in f32 and under bf16 autocast; the same bits for 1 and 2 threads; and the blocks
- * above the diagonal neither written nor read.
+ * batches, in f32 and under bf16 autocast; the same bits for 1 and 2 threads; the blocks
+ * above the diagonal neither written nor read; and the softmax rows' vectorised max, sum and
+ * dot product (vmath.h) against plain loops.
  */
 #include <math.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "ctrain/ctrain.h"
 #include "harness.h"
 #include "kernels/attn_kernels.h"
+#include "kernels/vmath.h"
 
 enum { BLK = CT_K_ATTN_BLOCK };
 
@@ -145,9 +147,27 @@ static void attention_should_skip_the_blocks_above_the_diagonal(void) {
     free(att_ref), free(ds_ref);
 }
 
+static void softmax_reductions_should_match_plain_loops(void) {
+    float *x = rand_array(100, 60, -30.0f, 30.0f), *y = rand_array(100, 61, -1.0f, 1.0f);
+    for (int64_t n = 1; n <= 100; n++) {
+        float mx = x[0];
+        double sum = 0.0, dot = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            mx = x[i] > mx ? x[i] : mx;
+            sum += (double)x[i];
+            dot += (double)x[i] * (double)y[i];
+        }
+        CT_CHECK(ct_vmax(x, n) == mx);
+        CT_CHECK_CLOSE(ct_vsum(x, n), sum, 1e-12, 1e-13);
+        CT_CHECK_CLOSE(ct_vdot(x, y, n), dot, 1e-12, 1e-13);
+    }
+    free(x), free(y);
+}
+
 int main(void) {
     CT_RUN(attention_should_match_reference_around_block_edges);
     CT_RUN(attention_should_give_the_same_bits_for_1_and_2_threads);
     CT_RUN(attention_should_skip_the_blocks_above_the_diagonal);
+    CT_RUN(softmax_reductions_should_match_plain_loops);
     return ct_test_finish();
 }
