@@ -30,7 +30,7 @@
  * of qkv; backward rounds qkv again rather than keeping it) and so is the incoming gradient in
  * backward; the probabilities and the softmax gradient stay f32 inside the fused kernel, as a
  * fused attention kernel keeps them. The products are the same blocked f32 GEMMs on those
- * values (bf16 x bf16 products are exact in f32, accumulated in f32). Node: iarg = B, T, C, H,
+ * values, accumulated in f32. Node: iarg = B, T, C, H,
  * autocast flag.
  */
 #include <math.h>
