@@ -14,7 +14,8 @@
  * it, as ct_f32_from_bf16(ct_bf16_from_f32(x)) (its reference twin) but without a branch;
  * NaN stays a quiet NaN. Tested on every 2^16th bit pattern plus the rounding boundaries.
  * ct_vsum_squares: a sum of squares in a fixed order; ct_vnonfinite: whether a buffer holds an
- * inf or a NaN (below). Internal.
+ * inf or a NaN; ct_vmax, ct_vsum, ct_vdot: the largest element, a sum and a dot product in
+ * double, for softmax rows (below). Internal.
  */
 #ifndef CT_VMATH_H
 #define CT_VMATH_H
@@ -137,6 +138,58 @@ static inline unsigned ct_vnonfinite(const float *x, int64_t n) {
         m = u > m ? u : m;
     }
     return m == exp_mask;
+}
+
+/* The largest of x[0, n) (n >= 1): 16 running maxima, so that it vectorises. The maximum
+ * does not depend on the order (NaNs aside, which a softmax row turns into NaN either way). */
+static inline float ct_vmax(const float *x, int64_t n) {
+    enum { LANES = 16 };
+    float m[LANES];
+    for (int k = 0; k < LANES; k++)
+        m[k] = x[0];
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    for (int k = 0; i < n; i++, k++)
+        m[k] = x[i] > m[k] ? x[i] : m[k];
+    float r = m[0];
+    for (int k = 1; k < LANES; k++)
+        r = m[k] > r ? m[k] : r;
+    return r;
+}
+
+/* sum x[0, n) and sum a[i] b[i] in double, in ct_vsum_squares' fixed order (8 running sums,
+ * the tail spread over them, added in order at the end): a function of n only, and a loop the
+ * compiler vectorises, where a sum in order would be one long chain of dependent adds. */
+static inline double ct_vsum(const float *x, int64_t n) {
+    enum { LANES = 8 };
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            acc[k] += (double)x[i + k];
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += (double)x[i];
+    double s = 0.0;
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+static inline double ct_vdot(const float *a, const float *b, int64_t n) {
+    enum { LANES = 8 };
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            acc[k] += (double)a[i + k] * (double)b[i + k];
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += (double)a[i] * (double)b[i];
+    double s = 0.0;
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
+    return s;
 }
 
 #endif /* CT_VMATH_H */

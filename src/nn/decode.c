@@ -392,15 +392,10 @@ CT_HOT static void gelu(ct_ctx *ctx, float *x, int64_t n) {
 /* s[0..n): the scores of the query at position i; becomes its probabilities over j <= i
  * and 0 beyond (attention.c's causal_softmax_row). */
 CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t n) {
-    float mx = s[0];
-    for (int64_t j = 1; j <= i; j++)
-        if (s[j] > mx) mx = s[j];
+    float mx = ct_vmax(s, i + 1);
     for (int64_t j = 0; j <= i; j++)
         s[j] = ct_vexpf(s[j] - mx);
-    double sum = 0.0;
-    for (int64_t j = 0; j <= i; j++)
-        sum += (double)s[j];
-    float inv = (float)(1.0 / sum);
+    float inv = (float)(1.0 / ct_vsum(s, i + 1));
     for (int64_t j = 0; j <= i; j++)
         s[j] *= inv;
     for (int64_t j = i + 1; j < n; j++)

@@ -2,24 +2,36 @@
  * attention.c - causal multi-head self-attention with a fused masked softmax, and its fast
  * kernel pair (the reference twin is src/kernels/ref/attention_ref.c).
  *
+ * Only the causal lower triangle is computed. Each head is cut into blocks of BLOCK query rows
+ * (and, in the key/value gradients, BLOCK key columns); row block r meets only the keys up to
+ * its own last row, so of the nb x nb score blocks only the nb (nb + 1) / 2 on or below the
+ * diagonal are multiplied, forward and backward (at T = 128: 10 of 16; the saving tends to
+ * half as T grows). Each block is a few ct_k_gemm calls (OpenBLAS, head slices read in place
+ * through the row stride 3C) with the scale folded into the score product and the mask and
+ * softmax applied to the block's rows right after it, while they are in cache. Inside the
+ * diagonal block the entries above the diagonal are set to exact zeros, which add nothing to
+ * P v or to the backward products; blocks above it are never read or written.
+ *
  * Forward does not keep the probabilities P [B, H, T, T]: backward computes them again from
  * qkv by the same code (attn_kernels.h), which PyTorch's math path would keep (16 MiB of the
- * GPT example's step at batch 16). The fast path parallelises over the
- * B*H heads; each head is two GEMMs (ct_k_gemm, head slices read in place through the row
- * stride 3C) around its softmax rows. With a single head, or too little work to split, the
- * head loop runs on one thread and the GEMM tiles and softmax rows inside spread over the
- * threads instead (nested regions inside the head loop are inactive). Either way each element
- * comes from the same calls in the same order, so results do not depend on the thread count.
- * Entering ct_k_gemm from several threads at once is safe because OpenBLAS runs single-threaded
- * (ct_ctx_set_threads) and ct_k_gemm_blas does its own tiling.
+ * GPT example's step at batch 16).
  *
- * The GEMMs compute full T x T score blocks; entries above the diagonal are overwritten with
- * exact zeros, which contribute nothing to P v or to the backward products.
+ * Parallel work items are (head, pair of blocks): block p with block nb-1-p, so that every
+ * item does about the same work (a row block's cost grows with its index, a key block's
+ * shrinks). Forward and the first backward loop own query row blocks (their P, dS, out and dq
+ * rows); the second backward loop owns key blocks (their dk and dv rows). Every element thus
+ * comes from the same calls in the same order whatever the thread count, and the nested
+ * ct_k_gemm calls always run inside a parallel region (possibly of one thread), so their
+ * choice of kernel does not depend on it either. Entering ct_k_gemm from several threads at
+ * once is safe because OpenBLAS runs single-threaded (ct_ctx_set_threads) and ct_k_gemm_blas
+ * does its own tiling.
  *
  * Under bf16 autocast (ct_graph_set_autocast) q, k and v are rounded to bf16 (a scratch copy
  * of qkv; backward rounds qkv again rather than keeping it) and so is the incoming gradient in
  * backward; the probabilities and the softmax gradient stay f32 inside the fused kernel, as a
- * fused attention kernel keeps them. Node: iarg = B, T, C, H, autocast flag.
+ * fused attention kernel keeps them. The products are the same blocked f32 GEMMs on those
+ * values, accumulated in f32. Node: iarg = B, T, C, H,
+ * autocast flag.
  */
 #include <math.h>
 
@@ -28,86 +40,154 @@
 #include "kernels/vmath.h"
 #include "ops/ops_internal.h"
 
-/* s[0..T): scores of query i; becomes the probabilities over j <= i and 0 beyond. */
-CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t T) {
-    float mx = s[0];
-    for (int64_t j = 1; j <= i; j++)
-        if (s[j] > mx) mx = s[j];
-    /* the exponentials in one loop (it vectorises, on vmath.h's exp), the sum in another: in
-       double and in order, as before */
+#define BLOCK CT_K_ATTN_BLOCK
+
+/* s[0..n): scores of query i; becomes the probabilities over j <= i and 0 beyond. The max,
+ * the exponentials and the sum (in double, in vmath.h's fixed order) each in a loop that
+ * vectorises. */
+CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t n) {
+    float mx = ct_vmax(s, i + 1);
     for (int64_t j = 0; j <= i; j++)
         s[j] = ct_vexpf(s[j] - mx);
-    double sum = 0.0;
-    for (int64_t j = 0; j <= i; j++)
-        sum += (double)s[j];
-    float inv = (float)(1.0 / sum);
+    float inv = (float)(1.0 / ct_vsum(s, i + 1));
     for (int64_t j = 0; j <= i; j++)
         s[j] *= inv;
-    for (int64_t j = i + 1; j < T; j++)
+    for (int64_t j = i + 1; j < n; j++)
         s[j] = 0.0f;
 }
 
-/* ds[0..T): dP of query i; becomes dS = scale * P (dP - sum_j P dP), 0 beyond the diagonal. */
+/* ds[0..n): dP of query i; becomes dS = scale * P (dP - sum_j P dP), 0 beyond the diagonal. */
 CT_HOT static void
-causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t T, float scale) {
-    double dot = 0.0;
-    for (int64_t j = 0; j <= i; j++)
-        dot += (double)p[j] * (double)ds[j];
-    float fdot = (float)dot;
+causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t n, float scale) {
+    float fdot = (float)ct_vdot(p, ds, i + 1);
     for (int64_t j = 0; j <= i; j++)
         ds[j] = scale * p[j] * (ds[j] - fdot);
-    for (int64_t j = i + 1; j < T; j++)
+    for (int64_t j = i + 1; j < n; j++)
         ds[j] = 0.0f;
 }
 
-/* One (b, h) of the forward. Called from a parallel loop over heads, the nested regions
- * (rows here, tiles in ct_k_gemm) are inactive and run on the calling thread; called alone,
- * they spread over the threads. Either way the same calls produce the same bits. */
-/* One head's probabilities P = softmax(q k^T * scale) into att [T, T]: the forward's, and
- * again the backward's, by the same calls (so the same bits). */
-CT_HOT static void probs_head(
-    ct_ctx *ctx, float *att, const float *qkv, int64_t T, int64_t C, int64_t hd, float scale) {
-    const float *q = qkv, *k = q + C;
-    ct_k_gemm(ctx, false, true, T, T, hd, scale, q, 3 * C, k, 3 * C, 0.0f, att, T);
-    int nt = ct_threads_for(ctx, T, T * 8);
-    CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < T; i++)
-        causal_softmax_row(att + i * T, i, T);
+/* The head's geometry, shared by its work items. q, k and v are the head's slices of qkv (row
+ * stride 3C); dq, dk, dv those of dqkv; o and dout the head's slices of [B, T, C] (stride C);
+ * att and ds the head's [T, T] blocks. */
+typedef struct head {
+    const float *q, *k, *v, *dout;
+    float *o, *dq, *dk, *dv, *att, *ds;
+    int64_t T, C, hd;
+    float scale;
+} head;
+
+static head head_at(float *out,
+                    float *dqkv,
+                    float *att,
+                    float *ds,
+                    const float *dout,
+                    const float *qkv,
+                    int64_t bh,
+                    int64_t T,
+                    int64_t C,
+                    int64_t H) {
+    int64_t b = bh / H, hd = C / H, off = b * T * 3 * C + (bh % H) * hd;
+    int64_t ooff = b * T * C + (bh % H) * hd;
+    head h = {qkv + off,
+              qkv + off + C,
+              qkv + off + 2 * C,
+              dout ? dout + ooff : NULL,
+              out ? out + ooff : NULL,
+              dqkv ? dqkv + off : NULL,
+              dqkv ? dqkv + off + C : NULL,
+              dqkv ? dqkv + off + 2 * C : NULL,
+              att + bh * T * T,
+              ds ? ds + bh * T * T : NULL,
+              T,
+              C,
+              hd,
+              (float)(1.0 / sqrt((double)hd))};
+    return h;
 }
 
-static void forward_head(ct_ctx *ctx,
-                         float *out,
-                         float *att,
-                         const float *qkv,
-                         int64_t T,
-                         int64_t C,
-                         int64_t hd,
-                         float scale) {
-    probs_head(ctx, att, qkv, T, C, hd, scale);
-    ct_k_gemm(ctx, false, false, T, hd, T, 1.0f, att, T, qkv + 2 * C, 3 * C, 0.0f, out, C);
+/* Rows [r0, r1) of the probabilities, over the keys [0, r1): the forward's, and again the
+ * backward's, by the same calls (so the same bits). */
+CT_HOT static void probs_block(ct_ctx *ctx, const head *h, int64_t r0, int64_t r1) {
+    int64_t T = h->T, C3 = 3 * h->C;
+    float *p = h->att + r0 * T;
+    ct_k_gemm(ctx, false, true, r1 - r0, r1, h->hd, h->scale, h->q + r0 * C3, C3, h->k, C3, 0.0f, p,
+              T);
+    for (int64_t i = r0; i < r1; i++)
+        causal_softmax_row(p + (i - r0) * T, i, r1);
 }
 
-CT_HOT static void backward_head(ct_ctx *ctx,
-                                 float *dqkv,
-                                 float *ds,
-                                 const float *dout,
-                                 const float *qkv,
-                                 const float *p,
-                                 int64_t T,
-                                 int64_t C,
-                                 int64_t hd,
-                                 float scale) {
-    const float *q = qkv, *k = q + C, *v = q + 2 * C;
-    /* dP = dout v^T; dv += P^T dout */
-    ct_k_gemm(ctx, false, true, T, T, hd, 1.0f, dout, C, v, 3 * C, 0.0f, ds, T);
-    ct_k_gemm(ctx, true, false, T, hd, T, 1.0f, p, T, dout, C, 1.0f, dqkv + 2 * C, 3 * C);
-    int nt = ct_threads_for(ctx, T, T * 4);
+/* Row block [r0, r1) of the forward: its probabilities, then out = P v over the keys [0, r1). */
+static void forward_block(ct_ctx *ctx, const head *h, int64_t r0, int64_t r1) {
+    probs_block(ctx, h, r0, r1);
+    ct_k_gemm(ctx, false, false, r1 - r0, h->hd, r1, 1.0f, h->att + r0 * h->T, h->T, h->v, 3 * h->C,
+              0.0f, h->o + r0 * h->C, h->C);
+}
+
+/* Row block [r0, r1) of the backward: P again, dP = dout v^T and dS over the keys [0, r1),
+ * then dq += dS k (dS already carries the 1/sqrt(hd)). */
+CT_HOT static void backward_rows(ct_ctx *ctx, const head *h, int64_t r0, int64_t r1) {
+    int64_t T = h->T, C = h->C, C3 = 3 * C;
+    probs_block(ctx, h, r0, r1);
+    float *ds = h->ds + r0 * T;
+    const float *p = h->att + r0 * T;
+    ct_k_gemm(ctx, false, true, r1 - r0, r1, h->hd, 1.0f, h->dout + r0 * C, C, h->v, C3, 0.0f, ds,
+              T);
+    for (int64_t i = r0; i < r1; i++)
+        causal_softmax_bwd_row(ds + (i - r0) * T, p + (i - r0) * T, i, r1, h->scale);
+    ct_k_gemm(ctx, false, false, r1 - r0, h->hd, r1, 1.0f, ds, T, h->k, C3, 1.0f, h->dq + r0 * C3,
+              C3);
+}
+
+/* Key block [c0, c1) of the backward, over the queries [c0, T) (the earlier ones do not see
+ * these keys): dv += P^T dout, dk += dS^T q. */
+CT_HOT static void backward_keys(ct_ctx *ctx, const head *h, int64_t c0, int64_t c1) {
+    int64_t T = h->T, C = h->C, C3 = 3 * C, n = T - c0;
+    const float *p = h->att + c0 * T + c0, *ds = h->ds + c0 * T + c0;
+    ct_k_gemm(ctx, true, false, c1 - c0, h->hd, n, 1.0f, p, T, h->dout + c0 * C, C, 1.0f,
+              h->dv + c0 * C3, C3);
+    ct_k_gemm(ctx, true, false, c1 - c0, h->hd, n, 1.0f, ds, T, h->q + c0 * C3, C3, 1.0f,
+              h->dk + c0 * C3, C3);
+}
+
+typedef enum pass { PASS_FORWARD, PASS_BACKWARD_ROWS, PASS_BACKWARD_KEYS } pass;
+
+/* One work item: blocks p and nb-1-p of head bh (p alone in the middle of an odd nb). */
+static void run_item(ct_ctx *ctx, pass ps, const head *h, int64_t p, int64_t nb) {
+    for (int64_t r = p;; r = nb - 1 - p) {
+        int64_t lo = r * BLOCK, hi = lo + BLOCK < h->T ? lo + BLOCK : h->T;
+        if (ps == PASS_FORWARD)
+            forward_block(ctx, h, lo, hi);
+        else if (ps == PASS_BACKWARD_ROWS)
+            backward_rows(ctx, h, lo, hi);
+        else
+            backward_keys(ctx, h, lo, hi);
+        if (r == nb - 1 - p) break;
+    }
+}
+
+/* Every (head, block pair) item of one pass, over the threads. CT_OMP_FOR rather than
+ * CT_PAR_FOR even for one thread: the GEMMs inside must always see a parallel region. */
+static void run_pass(ct_ctx *ctx,
+                     pass ps,
+                     float *out,
+                     float *dqkv,
+                     float *att,
+                     float *ds,
+                     const float *dout,
+                     const float *qkv,
+                     int64_t B,
+                     int64_t T,
+                     int64_t C,
+                     int64_t H) {
+    int64_t nb = (T + BLOCK - 1) / BLOCK, pairs = (nb + 1) / 2, items = B * H * pairs;
+    /* flops per item: two or four products of BLOCK x (T + BLOCK) x hd */
+    int64_t work = (ps == PASS_FORWARD ? 4 : 8) * BLOCK * (T + BLOCK) * (C / H);
+    int nt = ct_threads_for(ctx, items, work);
     CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < T; i++)
-        causal_softmax_bwd_row(ds + i * T, p + i * T, i, T, scale);
-    /* dq += dS k; dk += dS^T q (dS already carries the 1/sqrt(hd)) */
-    ct_k_gemm(ctx, false, false, T, hd, T, 1.0f, ds, T, k, 3 * C, 1.0f, dqkv, 3 * C);
-    ct_k_gemm(ctx, true, false, T, hd, T, 1.0f, ds, T, q, 3 * C, 1.0f, dqkv + C, 3 * C);
+    for (int64_t it = 0; it < items; it++) {
+        head h = head_at(out, dqkv, att, ds, dout, qkv, it / pairs, T, C, H);
+        run_item(ctx, ps, &h, it % pairs, nb);
+    }
 }
 
 CT_HOT void ct_k_attention_fwd(ct_ctx *ctx,
@@ -118,15 +198,7 @@ CT_HOT void ct_k_attention_fwd(ct_ctx *ctx,
                                int64_t T,
                                int64_t C,
                                int64_t H) {
-    int64_t hd = C / H;
-    float scale = (float)(1.0 / sqrt((double)hd));
-    int nt = ct_threads_for(ctx, B * H, 4 * T * T * hd);
-    CT_OMP_FOR(nt)
-    for (int64_t bh = 0; bh < B * H; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        forward_head(ctx, out + b * T * C + h * hd, att + bh * T * T, qkv + b * T * 3 * C + h * hd,
-                     T, C, hd, scale);
-    }
+    run_pass(ctx, PASS_FORWARD, out, NULL, att, NULL, NULL, qkv, B, T, C, H);
 }
 
 CT_HOT void ct_k_attention_bwd(ct_ctx *ctx,
@@ -139,17 +211,9 @@ CT_HOT void ct_k_attention_bwd(ct_ctx *ctx,
                                int64_t T,
                                int64_t C,
                                int64_t H) {
-    int64_t hd = C / H;
-    float scale = (float)(1.0 / sqrt((double)hd));
-    int nt = ct_threads_for(ctx, B * H, 8 * T * T * hd);
-    CT_OMP_FOR(nt)
-    for (int64_t bh = 0; bh < B * H; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        int64_t off = b * T * 3 * C + h * hd;
-        probs_head(ctx, att + bh * T * T, qkv + off, T, C, hd, scale);
-        backward_head(ctx, dqkv + off, scratch + bh * T * T, dout + b * T * C + h * hd, qkv + off,
-                      att + bh * T * T, T, C, hd, scale);
-    }
+    /* the key blocks read P and dS rows of later row blocks: all rows first */
+    run_pass(ctx, PASS_BACKWARD_ROWS, NULL, dqkv, att, scratch, dout, qkv, B, T, C, H);
+    run_pass(ctx, PASS_BACKWARD_KEYS, NULL, dqkv, att, scratch, dout, qkv, B, T, C, H);
 }
 
 static void attention_backward(ct_graph *g, ct_node *n) {
