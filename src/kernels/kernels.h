@@ -117,5 +117,8 @@ CT_INTERNAL bool ct_k_onednn_gemm_run(ct_ctx *ctx,
  * OpenBLAS's configuration ("OpenBLAS 0.3.21 DYNAMIC_ARCH ... SkylakeX MAX_THREADS=64"). */
 CT_INTERNAL void ct_k_onednn_version(char *buf, size_t size);
 CT_INTERNAL void ct_k_blas_version(char *buf, size_t size);
+/* The kernels ctx runs, into buf: "oneDNN avx512_core_bf16 (bf16 native)" (the ISA oneDNN chose
+ * here), "OpenBLAS (...)" or "reference (...)", with how bf16 products run. */
+CT_INTERNAL void ct_k_describe(ct_ctx *ctx, char *buf, size_t size);
 
 #endif /* CT_KERNELS_H */
