@@ -65,18 +65,38 @@ const uint16_t *ct_ops_bf16_tensor(ct_graph *g, const ct_tensor *t) {
     return copy;
 }
 
-double ct_ops_sum_bf16_f64(const uint16_t *x, int64_t n, int64_t stride) {
-    double total = 0.0;
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        int64_t i1 = i0 + 256 < n ? i0 + 256 : n;
-        double part = 0.0;
-        for (int64_t i = i0; i < i1; i++) {
-            uint32_t u = (uint32_t)x[i * stride] << 16;
-            float v;
-            memcpy(&v, &u, sizeof v);
-            part += (double)v;
-        }
-        total += part;
+static float widen(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* Columns [j0, j0 + w) of ct_ops_colsum_bf16 (w <= COLS), summed row by row: each column in
+ * ct_ops_sum_f64's order (blocks of 256 rows) while reading whole cache lines of rows. */
+#define COLS 64
+static void
+colsum_block(const uint16_t *x, int64_t rows, int64_t cols, int64_t j0, int64_t w, float *db) {
+    double total[COLS] = {0.0}, part[COLS];
+    for (int64_t i0 = 0; i0 < rows; i0 += 256) {
+        int64_t i1 = i0 + 256 < rows ? i0 + 256 : rows;
+        for (int64_t j = 0; j < w; j++)
+            part[j] = 0.0;
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = 0; j < w; j++)
+                part[j] += (double)widen(x[i * cols + j0 + j]);
+        for (int64_t j = 0; j < w; j++)
+            total[j] += part[j];
     }
-    return total;
+    for (int64_t j = 0; j < w; j++)
+        db[j0 + j] += (float)total[j];
+}
+
+void ct_ops_colsum_bf16(ct_graph *g, const uint16_t *x, int64_t rows, int64_t cols, float *db) {
+    int64_t blocks = (cols + COLS - 1) / COLS;
+    int nt = ct_ops_threads(g, blocks, rows * COLS);
+    CT_PAR_FOR(nt, b, blocks, {
+        int64_t j0 = b * COLS;
+        colsum_block(x, rows, cols, j0, j0 + COLS <= cols ? COLS : cols - j0, db);
+    });
 }

@@ -220,11 +220,12 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
     if (dw) gemm(ctx, true, false, out, in, rows, dyr, 0, out, xv, 0, in, 1.0f, dw, in);
     if (db) {
-        int nt = ct_ops_threads(g, out, rows);
-        if (dyr.h)
-            CT_PAR_FOR(nt, j, out, db[j] += (float)ct_ops_sum_bf16_f64(dyr.h + j, rows, out););
-        else
+        if (dyr.h) {
+            ct_ops_colsum_bf16(g, dyr.h, rows, out, db);
+        } else {
+            int nt = ct_ops_threads(g, out, rows);
             CT_PAR_FOR(nt, j, out, db[j] += (float)ct_ops_sum_f64(dyr.f + j, rows, out););
+        }
     }
     ct_graph_scratch_release(g, mark);
 }

@@ -80,8 +80,10 @@ CT_INTERNAL const uint16_t *ct_ops_bf16(ct_graph *g, const float *x, int64_t n);
  * kept to ct_graph_reset or the next ct_ctx_weights_changed (so it must not be written between
  * uses without one of those); for any other tensor ct_ops_bf16's scratch copy. */
 CT_INTERNAL const uint16_t *ct_ops_bf16_tensor(ct_graph *g, const ct_tensor *t);
-/* ct_ops_sum_f64 over bf16 values: the same order, so the same bits as on their f32 values. */
-CT_INTERNAL double ct_ops_sum_bf16_f64(const uint16_t *x, int64_t n, int64_t stride);
+/* db[j] += the sum of column j of x [rows, cols] (bf16), each summed as ct_ops_sum_f64 sums a
+ * column of their f32 values (so the same bits), whatever the thread count. */
+CT_INTERNAL void
+ct_ops_colsum_bf16(ct_graph *g, const uint16_t *x, int64_t rows, int64_t cols, float *db);
 
 /* Checked arithmetic on non-negative sizes: false (and *r untouched) on overflow or a negative
  * operand. */

@@ -219,10 +219,52 @@ static void linear_should_build_no_gemm_plans_on_a_repeated_step(void) {
     free_net(t);
 }
 
+/* The bias gradient of a linear layer (300 rows: two blocks of the f64 sum; 70 outputs: a
+ * partial block of columns) under bf16 autocast, with the given bf16 kernels. */
+static float *bias_grad(ct_bf16_kernels kernels, int64_t threads) {
+    ct_ctx_params p = ct_ctx_default_params();
+    p.n_threads = threads;
+    p.bf16_kernels = kernels;
+    ct_ctx *ctx = NULL;
+    ct_graph *g = NULL;
+    if (ct_ctx_create(&p, &ctx) != CT_OK || ct_graph_create(ctx, NULL, &g) != CT_OK) abort();
+    CT_CHECK_INT(ct_graph_set_autocast(g, CT_BF16), CT_OK);
+    const int64_t xs[2] = {300, 40}, ws[2] = {70, 40}, bs = 70;
+    ct_tensor *in[3] = {ct_graph_new(g, CT_F32, 2, xs), ct_graph_new(g, CT_F32, 2, ws),
+                        ct_graph_new(g, CT_F32, 1, &bs)};
+    for (int i = 0; i < 3; i++) {
+        ct_rng r = ct_rng_init(40 + (uint64_t)i, 1);
+        ct_rng_normal(&r, in[i]->data, ct_tensor_numel(in[i]), 0.0f, 1.0f);
+        in[i]->flags |= CT_TENSOR_REQUIRES_GRAD;
+    }
+    ct_tensor *y = ct_op_linear(g, in[0], in[1], in[2]);
+    float *seed = malloc(300 * 70 * sizeof(float)), *out = calloc(70, sizeof(float));
+    ct_rng r = ct_rng_init(9, 9);
+    ct_rng_normal(&r, seed, 300 * 70, 0.0f, 1.0f);
+    CT_CHECK(y != NULL && ct_graph_backward_seed(g, y, seed) == CT_OK);
+    if (in[2]->grad) memcpy(out, in[2]->grad, 70 * sizeof(float));
+    free(seed);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+    return out;
+}
+
+static void linear_should_sum_the_bf16_bias_gradient_as_the_f32_kernels_do(void) {
+    float *f = bias_grad(CT_BF16_KERNELS_F32, 2);
+    for (int64_t threads = 1; threads <= 2; threads++) {
+        float *n = bias_grad(CT_BF16_KERNELS_ONEDNN, threads);
+        CT_CHECK_MSG(memcmp(f, n, 70 * sizeof(float)) == 0, "%lld threads: bias gradients differ",
+                     (long long)threads);
+        free(n);
+    }
+    free(f);
+}
+
 int main(void) {
     CT_RUN(gemm_bf16_should_match_the_reference_on_odd_shapes);
     CT_RUN(linear_should_see_a_weight_changed_by_the_optimizer);
     CT_RUN(linear_should_round_a_weight_once_per_update);
     CT_RUN(linear_should_build_no_gemm_plans_on_a_repeated_step);
+    CT_RUN(linear_should_sum_the_bf16_bias_gradient_as_the_f32_kernels_do);
     return ct_test_finish();
 }
