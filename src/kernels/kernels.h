@@ -43,9 +43,9 @@ CT_INTERNAL ct_k_gemm_fn ct_k_gemm_blas;
 /*
  * C = alpha * op(A) @ op(B) + beta * C for operands held as bf16 (the bit patterns, as
  * ct_bf16_from_f32 gives them; lda/ldb count elements), with f32 accumulation into the f32 C.
- * The same shape-fixed tiles as ct_k_gemm_blas, each on oneDNN's bf16 matmul; a product too
- * small for a primitive, or called inside a parallel region, widens its operands to f32 (exact)
- * for ct_k_gemm_blas. For contexts where ct_k_gemm_bf16_native holds; its twin is
+ * The same shape-fixed tiles as ct_k_gemm_blas, each on oneDNN's bf16 matmul; a product called
+ * inside a parallel region, or one oneDNN refuses, widens its operands to f32 (exact) for
+ * ct_k_gemm_blas. For contexts where ct_k_gemm_bf16_native holds; its twin is
  * ct_k_gemm_bf16_ref.
  */
 typedef void ct_k_gemm_bf16_fn(ct_ctx *ctx,

@@ -124,11 +124,12 @@ static bool gemm_tiled(ct_ctx *ctx,
     int64_t t = (d + tiles - 1) / tiles;
     tiles = (d + t - 1) / t;
     int nt = ct_threads_for(ctx, tiles, (split_n ? m : n) * t * k);
-    /* oneDNN for products worth a primitive, from outside any parallel region (nesting level,
-     * not team size, decides: the choice must not depend on the thread count) */
+    /* oneDNN for products worth a primitive (any bf16 one: the alternative widens it to f32),
+     * from outside any parallel region (nesting level, not team size, decides: the choice must
+     * not depend on the thread count) */
     int64_t tail = d - (tiles - 1) * t;
     bool dnn = ctx->kernels == CT_KERNELS_FAST && ct_omp_level() == 0 &&
-               2.0 * (double)m * (double)n * (double)k >= 1e6;
+               (bf16 || 2.0 * (double)m * (double)n * (double)k >= 1e6);
     if (dnn)
         dnn = ct_k_onednn_gemm_prepare(ctx, nt, bf16, trans_a, trans_b, split_n ? m : t,
                                        split_n ? t : n, k, alpha, lda, ldb, beta, ldc) &&
