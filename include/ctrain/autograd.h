@@ -76,7 +76,10 @@ CT_API ct_rng *ct_graph_rng(ct_graph *g);
  * operands to bf16 (nearest, ties to even) and multiply them with f32 accumulation into f32
  * outputs; their backward passes round the incoming gradient the same way and take the op's
  * gradients from it and the operands rounded again (the forward's rounded copies are scratch;
- * the same inputs round to the same bits). causal_attention
+ * the same inputs round to the same bits). With native bf16 GEMMs (ct_ctx_params.bf16_kernels)
+ * a parameter's rounded copy is kept to the next ct_graph_reset or optimizer update and shared
+ * by the passes in between: reset the graph before writing parameter values yourself between
+ * forward passes. causal_attention
  * rounds q, k, v and its incoming gradient (the probabilities stay f32 inside the fused
  * kernel). Every other op, the losses, the norms and the parameters (the master weights) and
  * their gradients stay f32. Any other dtype is a CT_ERR_INVALID_ARG (recorded as the graph's

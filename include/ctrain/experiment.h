@@ -98,6 +98,10 @@ CT_API void ct_experiment_write_reference(FILE *f);
  * build type, whether the CPU it runs on has AVX-512, AVX512_BF16 and AMX (found at run time),
  * and the versions of oneDNN (with the ISA it uses here), OpenBLAS, MPI and OpenMP. */
 CT_API void ct_experiment_write_build_info(FILE *f);
+/* The kernels ctx runs on, for a run's first lines: "oneDNN avx512_core_bf16 (bf16 native)"
+ * (the instruction set oneDNN uses on this CPU), "OpenBLAS (...)" or "reference (...)", then
+ * whether bf16 products have native kernels or run on the f32 ones. Always NUL-terminated. */
+CT_API void ct_experiment_kernels_text(ct_ctx *ctx, char *buf, size_t size);
 
 typedef struct ct_experiment ct_experiment;
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "autograd/autograd_internal.h"
 #include "core/core_internal.h"
 #include "ctrain/autograd.h"
 
@@ -51,6 +52,7 @@ struct ct_graph {
     double *layer_fwd, *layer_bwd;
     int64_t n_layer_times;
     int32_t layer;
+    void *casts; /* the ops' bf16 copies of weights (src/ops/bf16_cast.c), in the arena */
 };
 
 ct_graph_params ct_graph_default_params(void) {
@@ -105,6 +107,7 @@ void ct_graph_reset(ct_graph *g) {
     g->scratch_depth = 0;
     g->spare = NULL;
     g->tape = NULL;
+    g->casts = NULL;
     g->status = CT_OK;
 }
 
@@ -169,6 +172,16 @@ void *ct_graph_alloc(ct_graph *g, size_t size) {
     void *p = ct_arena_alloc(g->scratch_depth > 0 ? &g->scratch : &g->arena, size);
     if (!p) CT_GRAPH_FAIL(g, CT_ERR_OOM, "graph arena: out of memory allocating %zu bytes", size);
     return p;
+}
+
+void *ct_graph_alloc_kept(ct_graph *g, size_t size) {
+    void *p = ct_arena_alloc(&g->arena, size);
+    if (!p) CT_GRAPH_FAIL(g, CT_ERR_OOM, "graph arena: out of memory allocating %zu bytes", size);
+    return p;
+}
+
+void **ct_graph_casts(ct_graph *g) {
+    return &g->casts;
 }
 
 ct_graph_mark ct_graph_scratch_mark(ct_graph *g) {

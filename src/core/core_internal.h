@@ -30,7 +30,15 @@ struct ct_ctx {
      * src/kernels/onednn and freed through onednn_free at ct_ctx_destroy. */
     void *onednn;
     void (*onednn_free)(struct ct_ctx *ctx, void *state);
+    /* Bumped whenever parameter values change in bulk (optimizer updates, EMA swaps): the ops'
+     * bf16 copies of weights (src/ops/bf16_cast.c) are valid within one version. */
+    uint64_t weights_version;
 };
+
+/* Parameter values changed: drops every graph's cached bf16 copies of them. */
+static inline void ct_ctx_weights_changed(struct ct_ctx *ctx) {
+    ctx->weights_version++;
+}
 
 /* Invariant checks: a failure is a bug in ctrain, never a consequence of user input. */
 #define CT_ASSERT(cond)                                                                            \

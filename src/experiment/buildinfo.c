@@ -47,3 +47,7 @@ void ct_experiment_write_build_info(FILE *f) {
                   b.avx512_bf16 ? "yes" : "no", b.amx ? "yes" : "no", onednn, blas, mpi,
                   openmp_version());
 }
+
+void ct_experiment_kernels_text(ct_ctx *ctx, char *buf, size_t size) {
+    ct_k_describe(ctx, buf, size);
+}

@@ -41,26 +41,47 @@ CT_INTERNAL ct_k_gemm_fn ct_k_gemm_ref;
 CT_INTERNAL ct_k_gemm_fn ct_k_gemm_blas;
 
 /*
- * ct_k_gemm for operands that hold bf16 values (bf16 autocast rounded them): with the fast
- * kernels and a context whose bf16_kernels choose it (ct_k_onednn_bf16_native), the same tiles
- * as ct_k_gemm_blas through oneDNN's bf16 matmul with f32 accumulation, each tile's operands
- * converted to bf16 (exactly) on the thread that runs it; otherwise ct_k_gemm itself.
+ * C = alpha * op(A) @ op(B) + beta * C for operands held as bf16 (the bit patterns, as
+ * ct_bf16_from_f32 gives them; lda/ldb count elements), with f32 accumulation into the f32 C.
+ * The same shape-fixed tiles as ct_k_gemm_blas, each on oneDNN's bf16 matmul; a product called
+ * inside a parallel region, or one oneDNN refuses, widens its operands to f32 (exact) for
+ * ct_k_gemm_blas. For contexts where ct_k_gemm_bf16_native holds; its twin is
+ * ct_k_gemm_bf16_ref.
  */
-CT_INTERNAL ct_k_gemm_fn ct_k_gemm_bf16;
+typedef void ct_k_gemm_bf16_fn(ct_ctx *ctx,
+                               bool trans_a,
+                               bool trans_b,
+                               int64_t m,
+                               int64_t n,
+                               int64_t k,
+                               float alpha,
+                               const uint16_t *a, /* op(A) [M, K] */
+                               int64_t lda,
+                               const uint16_t *b, /* op(B) [K, N] */
+                               int64_t ldb,
+                               float beta,
+                               float *c, /* [M, N] */
+                               int64_t ldc);
+CT_INTERNAL ct_k_gemm_bf16_fn ct_k_gemm_bf16;
+CT_INTERNAL ct_k_gemm_bf16_fn ct_k_gemm_bf16_ref;
 
-/* Whether ct_k_gemm_bf16 uses oneDNN's bf16 matmul in this context: CT_BF16_KERNELS_ONEDNN,
- * or AUTO on a CPU with bf16 dot products (AVX512_BF16, AMX); never without OpenMP. */
+/* Whether products of bf16 values run on ct_k_gemm_bf16 in this context: the fast kernels and
+ * ct_k_onednn_bf16_native. Otherwise callers multiply the rounded f32 values with ct_k_gemm. */
+CT_INTERNAL bool ct_k_gemm_bf16_native(ct_ctx *ctx);
+/* Whether oneDNN's bf16 matmul is chosen in this context: CT_BF16_KERNELS_ONEDNN, or AUTO on a
+ * CPU with bf16 dot products (AVX512_BF16, AMX); never without OpenMP. */
 CT_INTERNAL bool ct_k_onednn_bf16_native(ct_ctx *ctx);
 /* How many GEMM tiles ran on oneDNN's bf16 matmul in this context (for tests). */
 CT_INTERNAL int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx);
+/* How many GEMM primitives this context has created (for tests: a repeated step makes none). */
+CT_INTERNAL int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx);
 
 /*
  * oneDNN matmul tiles (src/kernels/onednn/gemm_onednn.c). prepare builds or finds the cached
  * one-thread primitive for that tile geometry (call it outside parallel regions, with the
  * number of threads that will run tiles); false means use OpenBLAS. run executes one tile on
- * the calling thread; false means it did nothing (use OpenBLAS for that tile). With bf16 the
- * primitive takes bf16 operands, packed per tile (lda and ldb are then the caller's, for
- * reading the f32 values, and the plan's own strides are the packed tile's).
+ * the calling thread; false means it did nothing (use another kernel for that tile). With bf16
+ * the primitive takes bf16 operands (a and b point at uint16_t), else f32 ones.
  */
 CT_INTERNAL bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                                           int nt,
@@ -83,9 +104,9 @@ CT_INTERNAL bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                                       int64_t n,
                                       int64_t k,
                                       float alpha,
-                                      const float *a,
+                                      const void *a,
                                       int64_t lda,
-                                      const float *b,
+                                      const void *b,
                                       int64_t ldb,
                                       float beta,
                                       float *c,
@@ -96,5 +117,8 @@ CT_INTERNAL bool ct_k_onednn_gemm_run(ct_ctx *ctx,
  * OpenBLAS's configuration ("OpenBLAS 0.3.21 DYNAMIC_ARCH ... SkylakeX MAX_THREADS=64"). */
 CT_INTERNAL void ct_k_onednn_version(char *buf, size_t size);
 CT_INTERNAL void ct_k_blas_version(char *buf, size_t size);
+/* The kernels ctx runs, into buf: "oneDNN avx512_core_bf16 (bf16 native)" (the ISA oneDNN chose
+ * here), "OpenBLAS (...)" or "reference (...)", with how bf16 products run. */
+CT_INTERNAL void ct_k_describe(ct_ctx *ctx, char *buf, size_t size);
 
 #endif /* CT_KERNELS_H */

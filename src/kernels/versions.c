@@ -1,7 +1,8 @@
 /*
  * versions.c - the versions of the libraries the kernels run on, as the libraries loaded at run
  * time report them (not the headers the build saw): oneDNN's, with the instruction set it
- * chose for this CPU, and OpenBLAS's configuration. For `ctrain --version`.
+ * chose for this CPU, and OpenBLAS's configuration. For `ctrain --version`, and the kernels a
+ * context runs on, for the line `ctrain fit` starts with.
  */
 #include <cblas.h>
 #include <dnnl.h>
@@ -45,6 +46,26 @@ void ct_k_onednn_version(char *buf, size_t size) {
                    "; unused: this build has no OpenMP"
 #endif
     );
+}
+
+void ct_k_describe(ct_ctx *ctx, char *buf, size_t size) {
+    const char *bf16 = ct_k_gemm_bf16_native(ctx) ? "bf16 native" : "bf16 on the f32 kernels";
+    if (ctx->kernels == CT_KERNELS_REFERENCE) {
+        (void)snprintf(buf, size, "reference (%s)", bf16);
+        return;
+    }
+#ifdef _OPENMP
+    if (ctx->kernels == CT_KERNELS_FAST) {
+        unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+        const char *name = isa_name(isa);
+        if (name)
+            (void)snprintf(buf, size, "oneDNN %s (%s)", name, bf16);
+        else
+            (void)snprintf(buf, size, "oneDNN ISA 0x%x (%s)", isa, bf16);
+        return;
+    }
+#endif
+    (void)snprintf(buf, size, "OpenBLAS (%s)", bf16);
 }
 
 void ct_k_blas_version(char *buf, size_t size) {

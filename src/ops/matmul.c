@@ -9,8 +9,9 @@
  * Under bf16 autocast (ct_graph_set_autocast) the operands are rounded to bf16 into scratch
  * copies; the backward pass rounds them again (and the incoming gradient) into scratch and
  * computes every gradient of the op from those (the bias gradient too, summed in f64 as in
- * f32 mode). Those products of bf16 values go to ct_k_gemm_bf16 (oneDNN's bf16 matmul where
- * the context chooses it, else the f32 GEMM).
+ * f32 mode). Where the context has a native bf16 GEMM (ct_ops_bf16_native) the copies are bf16
+ * for ct_k_gemm_bf16, each operand rounded once per product and each weight once per update
+ * (ct_ops_bf16_tensor); elsewhere they are f32 values for ct_k_gemm.
  *
  * gelu_linear is linear(gelu(x)) keeping only x: the activation is computed into scratch in
  * the forward pass and again in the backward pass (by ct_op_gelu's own loops), so a GPT's MLP
@@ -22,9 +23,77 @@
 #include "kernels/kernels.h"
 #include "ops/ops_internal.h"
 
-/* The GEMM for operands that bf16 autocast rounded (bf16 set), or the f32 one. */
-static ct_k_gemm_fn *gemm_for(bool bf16) {
-    return bf16 ? ct_k_gemm_bf16 : ct_k_gemm;
+/* An operand of a product: f32 values (rounded when autocast ran), or bf16 ones (h) for the
+ * native bf16 GEMM. NULL in both: the arena failed. */
+typedef struct operand {
+    const float *f;
+    const uint16_t *h;
+} operand;
+
+static bool missing(operand o) {
+    return !o.f && !o.h;
+}
+
+/* A tensor as a product under the graph's autocast setting (forward pass) multiplies it. */
+static operand forward_operand(ct_graph *g, const ct_tensor *t) {
+    operand o = {NULL, NULL};
+    if (ct_graph_autocast(g) == CT_BF16 && ct_ops_bf16_native(g))
+        o.h = ct_ops_bf16_tensor(g, t);
+    else
+        o.f = ct_ops_autocast(g, t->data, ct_tensor_numel(t));
+    return o;
+}
+
+/* Input i of node n as its forward pass multiplied it (backward pass). */
+static operand backward_operand(ct_graph *g, const ct_node *n, int i) {
+    operand o = {NULL, NULL};
+    if (ct_ops_ran_autocast(n) && ct_ops_bf16_native(g))
+        o.h = ct_ops_bf16_tensor(g, n->in[i]);
+    else
+        o.f = ct_ops_operand(g, n, i);
+    return o;
+}
+
+/* n's incoming gradient dy[0..count), rounded as its forward pass rounded. */
+static operand backward_dy(ct_graph *g, const ct_node *n, const float *dy, int64_t count) {
+    operand o = {NULL, NULL};
+    if (ct_ops_ran_autocast(n) && ct_ops_bf16_native(g))
+        o.h = ct_ops_bf16(g, dy, count);
+    else
+        o.f = ct_ops_round_dy(g, n, dy, count);
+    return o;
+}
+
+/* f32 values that autocast rounded (or not): bf16 ones for the native GEMM when asked. */
+static operand values(ct_graph *g, const float *x, int64_t count, bool bf16) {
+    operand o = {NULL, NULL};
+    if (bf16)
+        o.h = ct_ops_bf16(g, x, count);
+    else
+        o.f = x;
+    return o;
+}
+
+/* C = alpha op(A) op(B) + beta C on operands a and b from element offsets ao and bo. */
+static void gemm(ct_ctx *ctx,
+                 bool ta,
+                 bool tb,
+                 int64_t m,
+                 int64_t n,
+                 int64_t k,
+                 operand a,
+                 int64_t ao,
+                 int64_t lda,
+                 operand b,
+                 int64_t bo,
+                 int64_t ldb,
+                 float beta,
+                 float *c,
+                 int64_t ldc) {
+    if (a.h)
+        ct_k_gemm_bf16(ctx, ta, tb, m, n, k, 1.0f, a.h + ao, lda, b.h + bo, ldb, beta, c, ldc);
+    else
+        ct_k_gemm(ctx, ta, tb, m, n, k, 1.0f, a.f + ao, lda, b.f + bo, ldb, beta, c, ldc);
 }
 
 /* iarg: [0] batch count (1 for plain), [1] M, [2] K, [3] N, [4] batched b */
@@ -35,23 +104,25 @@ static void matmul_backward(ct_graph *g, ct_node *n) {
     bool batched_b = n->iarg[4] != 0;
     float *da = ct_graph_grad(g, a), *db = ct_graph_grad(g, b);
     ct_graph_mark mark = ct_graph_scratch_mark(g);
-    const float *av = db ? ct_ops_operand(g, n, 0) : NULL; /* only dB reads A */
-    const float *bv = da ? ct_ops_operand(g, n, 1) : NULL; /* only dA reads B */
-    const float *dc = ct_ops_round_dy(g, n, n->out->grad, batch * m * nn);
-    if (!dc || (db && !av) || (da && !bv)) return;
-    ct_k_gemm_fn *gemm = gemm_for(ct_ops_ran_autocast(n));
+    operand none = {NULL, NULL};
+    operand av = db ? backward_operand(g, n, 0) : none; /* only dB reads A */
+    operand bv = da ? backward_operand(g, n, 1) : none; /* only dA reads B */
+    operand dc = backward_dy(g, n, n->out->grad, batch * m * nn);
+    if (missing(dc) || (db && missing(av)) || (da && missing(bv))) return;
     if (!batched_b) {
         /* a is [batch*m, k] */
-        if (da) gemm(ctx, false, true, batch * m, k, nn, 1.0f, dc, nn, bv, nn, 1.0f, da, k);
-        if (db) gemm(ctx, true, false, k, nn, batch * m, 1.0f, av, k, dc, nn, 1.0f, db, nn);
+        if (da) gemm(ctx, false, true, batch * m, k, nn, dc, 0, nn, bv, 0, nn, 1.0f, da, k);
+        if (db) gemm(ctx, true, false, k, nn, batch * m, av, 0, k, dc, 0, nn, 1.0f, db, nn);
         ct_graph_scratch_release(g, mark);
         return;
     }
     for (int64_t i = 0; i < batch; i++) {
-        const float *dci = dc + i * m * nn;
-        const float *ai = av ? av + i * m * k : NULL, *bi = bv ? bv + i * k * nn : NULL;
-        if (da) gemm(ctx, false, true, m, k, nn, 1.0f, dci, nn, bi, nn, 1.0f, da + i * m * k, k);
-        if (db) gemm(ctx, true, false, k, nn, m, 1.0f, ai, k, dci, nn, 1.0f, db + i * k * nn, nn);
+        if (da)
+            gemm(ctx, false, true, m, k, nn, dc, i * m * nn, nn, bv, i * k * nn, nn, 1.0f,
+                 da + i * m * k, k);
+        if (db)
+            gemm(ctx, true, false, k, nn, m, av, i * m * k, k, dc, i * m * nn, nn, 1.0f,
+                 db + i * k * nn, nn);
     }
     ct_graph_scratch_release(g, mark);
 }
@@ -87,16 +158,14 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
     ct_tensor *c = ct_graph_new(g, CT_F32, a->ndim, shape);
     if (!c) return NULL;
     ct_graph_mark mark = ct_graph_scratch_mark(g); /* the rounded operands die with the product */
-    const float *av = ct_ops_autocast(g, a->data, ct_tensor_numel(a));
-    const float *bv = ct_ops_autocast(g, b->data, ct_tensor_numel(b));
-    if (!av || !bv) return NULL;
+    operand av = forward_operand(g, a), bv = forward_operand(g, b);
+    if (missing(av) || missing(bv)) return NULL;
     ct_ctx *ctx = ct_graph_ctx(g);
-    ct_k_gemm_fn *gemm = gemm_for(ct_graph_autocast(g) == CT_BF16);
     if (!batched_b) {
-        gemm(ctx, false, false, batch * m, n, k, 1.0f, av, k, bv, n, 0.0f, c->data, n);
+        gemm(ctx, false, false, batch * m, n, k, av, 0, k, bv, 0, n, 0.0f, c->data, n);
     } else {
         for (int64_t i = 0; i < batch; i++)
-            gemm(ctx, false, false, m, n, k, 1.0f, av + i * m * k, k, bv + i * k * n, n, 0.0f,
+            gemm(ctx, false, false, m, n, k, av, i * m * k, k, bv, i * k * n, n, 0.0f,
                  (float *)c->data + i * m * n, n);
     }
     ct_graph_scratch_release(g, mark);
@@ -123,35 +192,40 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     const float *dy = n->out->grad;
     float *dx = ct_graph_grad(g, x), *dw = ct_graph_grad(g, w), *db = ct_graph_grad(g, bias);
     ct_graph_mark mark = ct_graph_scratch_mark(g);
-    const float *xv = NULL, *wv = NULL;
+    bool native = ct_ops_ran_autocast(n) && ct_ops_bf16_native(g);
+    operand xv = {NULL, NULL}, wv = {NULL, NULL};
     float *da = dx; /* where dy W goes: dx itself, or (gelu) the activation's gradient */
     if (gelu) {
         size_t bytes = (size_t)(rows * in > 0 ? rows * in : 1) * sizeof(float);
-        if (dw) { /* the activation again, rounded in place as the forward pass rounded it */
+        if (dw) { /* the activation again, rounded as the forward pass rounded it */
             float *a = ct_graph_alloc(g, bytes);
             if (!a) return;
             ct_ops_gelu_fwd(g, approx, x->data, a, rows * in);
-            if (ct_ops_ran_autocast(n)) ct_ops_round_bf16(g, a, a, rows * in);
-            xv = a;
+            if (ct_ops_ran_autocast(n) && !native) ct_ops_round_bf16(g, a, a, rows * in);
+            xv = values(g, a, rows * in, native);
+            if (missing(xv)) return;
         }
         da = dx ? ct_graph_alloc(g, bytes) : NULL;
         if (dx && !da) return;
         if (da) memset(da, 0, (size_t)(rows * in) * sizeof(float)); /* as a fresh gradient */
     } else if (dw) {
-        xv = ct_ops_operand(g, n, 0); /* only dW reads x */
+        xv = backward_operand(g, n, 0); /* only dW reads x */
     }
-    if (dx) wv = ct_ops_operand(g, n, 1); /* only dx reads W */
-    const float *dyr = ct_ops_round_dy(g, n, dy, rows * out);
-    if (!dyr || (dw && !xv) || (dx && !wv)) return;
-    ct_k_gemm_fn *gemm = gemm_for(ct_ops_ran_autocast(n));
+    if (dx) wv = backward_operand(g, n, 1); /* only dx reads W */
+    operand dyr = backward_dy(g, n, dy, rows * out);
+    if (missing(dyr) || (dw && missing(xv)) || (dx && missing(wv))) return;
     /* dx [R, in] += dy [R, out] @ W [out, in] (for gelu_linear into da, then through gelu') */
-    if (dx) gemm(ctx, false, false, rows, in, out, 1.0f, dyr, out, wv, in, 1.0f, da, in);
+    if (dx) gemm(ctx, false, false, rows, in, out, dyr, 0, out, wv, 0, in, 1.0f, da, in);
     if (dx && gelu) ct_ops_gelu_bwd(g, approx, x->data, da, dx, rows * in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
-    if (dw) gemm(ctx, true, false, out, in, rows, 1.0f, dyr, out, xv, in, 1.0f, dw, in);
+    if (dw) gemm(ctx, true, false, out, in, rows, dyr, 0, out, xv, 0, in, 1.0f, dw, in);
     if (db) {
-        int nt = ct_ops_threads(g, out, rows);
-        CT_PAR_FOR(nt, j, out, db[j] += (float)ct_ops_sum_f64(dyr + j, rows, out););
+        if (dyr.h) {
+            ct_ops_colsum_bf16(g, dyr.h, rows, out, db);
+        } else {
+            int nt = ct_ops_threads(g, out, rows);
+            CT_PAR_FOR(nt, j, out, db[j] += (float)ct_ops_sum_f64(dyr.f + j, rows, out););
+        }
     }
     ct_graph_scratch_release(g, mark);
 }
@@ -202,21 +276,22 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
         beta = 1.0f;
     }
     ct_graph_mark mark = ct_graph_scratch_mark(g); /* the rounded operands die with the product */
-    const float *xv = x->data;
-    if (gelu) { /* the activation, in scratch (rounded in place): backward computes it again */
+    bool native = ct_graph_autocast(g) == CT_BF16 && ct_ops_bf16_native(g);
+    operand xv;
+    if (gelu) { /* the activation, in scratch (rounded): backward computes it again */
         float *a =
             ct_graph_alloc(g, (size_t)(rows * fan_in > 0 ? rows * fan_in : 1) * sizeof(float));
         if (!a) return NULL;
         ct_ops_gelu_fwd(g, (ct_gelu_approx)(gelu - 1), x->data, a, rows * fan_in);
-        if (ct_graph_autocast(g) == CT_BF16) ct_ops_round_bf16(g, a, a, rows * fan_in);
-        xv = a;
+        if (ct_graph_autocast(g) == CT_BF16 && !native) ct_ops_round_bf16(g, a, a, rows * fan_in);
+        xv = values(g, a, rows * fan_in, native);
     } else {
-        xv = ct_ops_autocast(g, x->data, rows * fan_in);
+        xv = forward_operand(g, x);
     }
-    const float *wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
-    if (!xv || !wv) return NULL;
-    gemm_for(ct_graph_autocast(g) == CT_BF16)(ct_graph_ctx(g), false, true, rows, fan_out, fan_in,
-                                              1.0f, xv, fan_in, wv, fan_in, beta, yv, fan_out);
+    operand wv = forward_operand(g, weight);
+    if (missing(xv) || missing(wv)) return NULL;
+    gemm(ct_graph_ctx(g), false, true, rows, fan_out, fan_in, xv, 0, fan_in, wv, 0, fan_in, beta,
+         yv, fan_out);
     ct_graph_scratch_release(g, mark);
     int32_t n_in = bias ? 3 : 2;
     if (ct_graph_needs_grad(g, n_in, in)) {

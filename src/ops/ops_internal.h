@@ -71,6 +71,20 @@ CT_INTERNAL const float *ct_ops_operand(ct_graph *g, const ct_node *n, int i);
 CT_INTERNAL const float *
 ct_ops_round_dy(ct_graph *g, const ct_node *n, const float *dy, int64_t count);
 
+/* bf16 operands (bf16_cast.c). Whether this graph's bf16 products run on ct_k_gemm_bf16 (its
+ * context's ct_k_gemm_bf16_native); when not, ops multiply f32 copies rounded as above. */
+CT_INTERNAL bool ct_ops_bf16_native(ct_graph *g);
+/* x[0..n) rounded to bf16 into scratch (take a mark first); NULL on arena failure. */
+CT_INTERNAL const uint16_t *ct_ops_bf16(ct_graph *g, const float *x, int64_t n);
+/* t's values rounded to bf16: for a parameter, the graph's copy of them, made on first use and
+ * kept to ct_graph_reset or the next ct_ctx_weights_changed (so it must not be written between
+ * uses without one of those); for any other tensor ct_ops_bf16's scratch copy. */
+CT_INTERNAL const uint16_t *ct_ops_bf16_tensor(ct_graph *g, const ct_tensor *t);
+/* db[j] += the sum of column j of x [rows, cols] (bf16), each summed as ct_ops_sum_f64 sums a
+ * column of their f32 values (so the same bits), whatever the thread count. */
+CT_INTERNAL void
+ct_ops_colsum_bf16(ct_graph *g, const uint16_t *x, int64_t rows, int64_t cols, float *db);
+
 /* Checked arithmetic on non-negative sizes: false (and *r untouched) on overflow or a negative
  * operand. */
 CT_INTERNAL bool ct_ops_mul_ok(int64_t a, int64_t b, int64_t *r);

@@ -556,6 +556,7 @@ void ct_optim_step_range(ct_optim *o, int64_t lo, int64_t hi) {
         if (s.n > 0) (void)span_fns[o->p.kind](o, &s);
     }
     o->steps++;
+    ct_ctx_weights_changed(o->ctx);
 }
 
 /* s's elements [n t / T, n (t + 1) / T): thread t's share of it, for that thread alone. */
@@ -604,6 +605,7 @@ bool ct_optim_step_checked(ct_optim *o) {
 #endif
     }
     o->steps++;
+    ct_ctx_weights_changed(o->ctx);
     return top != EXP_MASK;
 }
 
@@ -663,6 +665,7 @@ CT_HOT bool ct_optim_step_if_finite(ct_optim *o) {
     }
     if (bad) return false;
     o->steps++;
+    ct_ctx_weights_changed(o->ctx);
     return true;
 }
 

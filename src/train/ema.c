@@ -156,6 +156,7 @@ CT_HOT static void exchange(ct_ema *e) {
     }
     buffers_move(e, false, true);
     e->swapped = !e->swapped;
+    ct_ctx_weights_changed(e->ctx);
 }
 
 ct_status ct_ema_swap_in(ct_ema *ema) {

@@ -210,6 +210,9 @@ static int close_log(session *s, int rc) {
 /* Trains e to its end or to a stop: the exit code. */
 static int train(session *s, const cmd_args *a, const char *out_dir, ct_experiment *e) {
     say_start(s, a->config, out_dir, e);
+    char kernels[128];
+    ct_experiment_kernels_text(s->ctx, kernels, sizeof kernels);
+    cli_say(s, "kernels: %s", kernels);
     cli_catch_stop_signals();
     cli_catch_preempt_signal(s->preempt_signal);
     ct_status st = ct_experiment_fit(e);

@@ -8,8 +8,12 @@
  * depends only on the shape, each tile is one single-threaded sgemm, and OpenMP spreads the
  * tiles over the context's threads. Every C element is then computed by the same call with the
  * same operands whatever the thread count.
+ *
+ * bf16 operands (ct_k_gemm_bf16) take the same tiles on oneDNN's bf16 matmul, reading the
+ * caller's bf16 matrices in place.
  */
 #include <cblas.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 
@@ -48,9 +52,9 @@ typedef struct gemm_job {
     bool bf16, dnn, trans_a, trans_b, split_n;
     int64_t m, n, k, t, d;
     float alpha;
-    const float *a;
+    const void *a; /* float, or uint16_t (bf16) */
     int64_t lda;
-    const float *b;
+    const void *b;
     int64_t ldb;
     float beta;
     float *c;
@@ -60,27 +64,35 @@ typedef struct gemm_job {
 /* Tile i of the job, on the calling thread. */
 static void gemm_tile(const gemm_job *j, int64_t i) {
     int64_t lo = i * j->t, len = lo + j->t <= j->d ? j->t : j->d - lo;
-    const float *at = j->a, *bt = j->b;
+    size_t es = j->bf16 ? sizeof(uint16_t) : sizeof(float);
+    const char *at = j->a, *bt = j->b;
     float *ct = j->c;
     int64_t tm = j->m, tn = j->n;
     if (j->split_n) {
-        bt = j->trans_b ? j->b + lo * j->ldb : j->b + lo;
+        bt += (size_t)(j->trans_b ? lo * j->ldb : lo) * es;
         ct = j->c + lo;
         tn = len;
     } else {
-        at = j->trans_a ? j->a + lo : j->a + lo * j->lda;
+        at += (size_t)(j->trans_a ? lo : lo * j->lda) * es;
         ct = j->c + lo * j->ldc;
         tm = len;
     }
-    if (!j->dnn || !ct_k_onednn_gemm_run(j->ctx, j->bf16, j->trans_a, j->trans_b, tm, tn, j->k,
-                                         j->alpha, at, j->lda, bt, j->ldb, j->beta, ct, j->ldc))
-        sgemm(j->trans_a, j->trans_b, tm, tn, j->k, j->alpha, at, j->lda, bt, j->ldb, j->beta, ct,
-              j->ldc);
+    if (j->dnn && ct_k_onednn_gemm_run(j->ctx, j->bf16, j->trans_a, j->trans_b, tm, tn, j->k,
+                                       j->alpha, at, j->lda, bt, j->ldb, j->beta, ct, j->ldc))
+        return;
+    if (j->bf16) /* oneDNN refused at run time (out of memory): C is untouched */
+        ct_k_gemm_bf16_ref(j->ctx, j->trans_a, j->trans_b, tm, tn, j->k, j->alpha,
+                           (const uint16_t *)(const void *)at, j->lda,
+                           (const uint16_t *)(const void *)bt, j->ldb, j->beta, ct, j->ldc);
+    else
+        sgemm(j->trans_a, j->trans_b, tm, tn, j->k, j->alpha, (const float *)(const void *)at,
+              j->lda, (const float *)(const void *)bt, j->ldb, j->beta, ct, j->ldc);
 }
 
-/* The tiles of C, each one single-threaded call: oneDNN's matmul (in bf16 when bf16 is set:
- * the operands hold bf16 values) where it takes the tile, else OpenBLAS on the f32 values. */
-static void gemm_tiled(ct_ctx *ctx,
+/* The tiles of C, each one single-threaded call: oneDNN's matmul where it takes the tile, else
+ * OpenBLAS on the f32 values. With bf16 the operands are uint16_t bf16 and oneDNN's bf16 matmul
+ * runs each tile; false (nothing done) when oneDNN does not take the product. */
+static bool gemm_tiled(ct_ctx *ctx,
                        bool bf16,
                        bool trans_a,
                        bool trans_b,
@@ -88,19 +100,22 @@ static void gemm_tiled(ct_ctx *ctx,
                        int64_t n,
                        int64_t k,
                        float alpha,
-                       const float *a,
+                       const void *a,
                        int64_t lda,
-                       const float *b,
+                       const void *b,
                        int64_t ldb,
                        float beta,
                        float *c,
                        int64_t ldc) {
-    if (m == 0 || n == 0) return;
+    if (m == 0 || n == 0) return true;
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
         ldc > INT32_MAX) {
         /* beyond 32-bit BLAS integers: correct but slow */
-        ct_k_gemm_ref(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return;
+        if (bf16)
+            ct_k_gemm_bf16_ref(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        else
+            ct_k_gemm_ref(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return true;
     }
     /* Split the larger of M and N; small products stay one call. */
     bool split_n = n >= m;
@@ -109,17 +124,19 @@ static void gemm_tiled(ct_ctx *ctx,
     int64_t t = (d + tiles - 1) / tiles;
     tiles = (d + t - 1) / t;
     int nt = ct_threads_for(ctx, tiles, (split_n ? m : n) * t * k);
-    /* oneDNN for products worth a primitive, from outside any parallel region (nesting level,
-     * not team size, decides: the choice must not depend on the thread count) */
+    /* oneDNN for products worth a primitive (any bf16 one: the alternative widens it to f32),
+     * from outside any parallel region (nesting level, not team size, decides: the choice must
+     * not depend on the thread count) */
     int64_t tail = d - (tiles - 1) * t;
     bool dnn = ctx->kernels == CT_KERNELS_FAST && ct_omp_level() == 0 &&
-               2.0 * (double)m * (double)n * (double)k >= 1e6;
+               (bf16 || 2.0 * (double)m * (double)n * (double)k >= 1e6);
     if (dnn)
         dnn = ct_k_onednn_gemm_prepare(ctx, nt, bf16, trans_a, trans_b, split_n ? m : t,
                                        split_n ? t : n, k, alpha, lda, ldb, beta, ldc) &&
               (tail == t ||
                ct_k_onednn_gemm_prepare(ctx, nt, bf16, trans_a, trans_b, split_n ? m : tail,
                                         split_n ? tail : n, k, alpha, lda, ldb, beta, ldc));
+    if (bf16 && !dnn) return false;
     /* oneDNN inside a one-thread (inactive) region, or outside any, would otherwise fork its
      * own team */
     int saved = dnn ? ct_omp_swap_threads(nt) : 0;
@@ -134,6 +151,7 @@ static void gemm_tiled(ct_ctx *ctx,
             gemm_tile(&job, i);
     }
     if (dnn) ct_omp_swap_threads(saved);
+    return true;
 }
 
 void ct_k_gemm_blas(ct_ctx *ctx,
@@ -150,7 +168,20 @@ void ct_k_gemm_blas(ct_ctx *ctx,
                     float beta,
                     float *c,
                     int64_t ldc) {
-    gemm_tiled(ctx, false, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    (void)gemm_tiled(ctx, false, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+bool ct_k_gemm_bf16_native(ct_ctx *ctx) {
+    return ctx->kernels == CT_KERNELS_FAST && ct_k_onednn_bf16_native(ctx);
+}
+
+/* rows x cols bf16 values at stride ld, widened (exactly) to f32 rows of cols. */
+static void widen(float *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t ld) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            uint32_t u = (uint32_t)src[r * ld + c] << 16;
+            memcpy(&dst[r * cols + c], &u, sizeof u);
+        }
 }
 
 void ct_k_gemm_bf16(ct_ctx *ctx,
@@ -160,17 +191,28 @@ void ct_k_gemm_bf16(ct_ctx *ctx,
                     int64_t n,
                     int64_t k,
                     float alpha,
-                    const float *a,
+                    const uint16_t *a,
                     int64_t lda,
-                    const float *b,
+                    const uint16_t *b,
                     int64_t ldb,
                     float beta,
                     float *c,
                     int64_t ldc) {
-    if (ctx->kernels == CT_KERNELS_FAST && ct_k_onednn_bf16_native(ctx))
-        gemm_tiled(ctx, true, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    else
-        ct_k_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (gemm_tiled(ctx, true, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+        return;
+    /* small or nested: the f32 GEMM on the widened operands (the same products) */
+    int64_t ar = trans_a ? k : m, ac = trans_a ? m : k, br = trans_b ? n : k, bc = trans_b ? k : n;
+    size_t bytes = (size_t)(ar * ac + br * bc) * sizeof(float);
+    float *wa = bytes ? ct_alloc(ctx, bytes) : NULL;
+    if (!wa) {
+        ct_k_gemm_bf16_ref(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    float *wb = wa + ar * ac;
+    widen(wa, a, ar, ac, lda);
+    widen(wb, b, br, bc, ldb);
+    ct_k_gemm_blas(ctx, trans_a, trans_b, m, n, k, alpha, wa, ac, wb, bc, beta, c, ldc);
+    ct_free(ctx, wa, bytes);
 }
 
 void ct_k_gemm(ct_ctx *ctx,

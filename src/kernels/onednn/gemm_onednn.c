@@ -7,10 +7,8 @@
  * context's oneDNN state; running it inside our OpenMP loop keeps oneDNN on the calling thread,
  * so a tile's result never depends on the thread count (oneDNN's own threading would split K).
  *
- * bf16 plans (ct_k_gemm_bf16) take bf16 operands: run packs the tile's share of A and B, whose
- * f32 values bf16 autocast has rounded, into bf16 rows in the thread's scratch, after
- * oneDNN's own scratchpad (the top half of each f32: exact for such values), and multiplies
- * them with f32 accumulation into the f32 C.
+ * bf16 plans (ct_k_gemm_bf16) read A and B as bf16 where the caller holds them (rounded once
+ * per operand, not per tile) and multiply them with f32 accumulation into the f32 C.
  */
 #include "kernels/kernels.h"
 #include "kernels/onednn/onednn_internal.h"
@@ -23,7 +21,7 @@
 #define PLAN_CAP 256 /* tile geometries kept per context */
 
 typedef struct gemm_key {
-    int64_t m, n, k, lda, ldb, ldc; /* bf16: lda and ldb are the packed tile's */
+    int64_t m, n, k, lda, ldb, ldc;
     int32_t trans_a, trans_b, bf16;
     float alpha, beta;
 } gemm_key;
@@ -33,7 +31,6 @@ typedef struct gemm_plan {
     dnnl_primitive_t prim; /* NULL: oneDNN cannot do it (cached so we do not retry) */
     dnnl_memory_desc_t a_md, b_md, c_md, scratch_md;
     size_t scratch_bytes;
-    size_t packed_at; /* bf16: where the packed operands start in the thread's scratch */
     struct gemm_plan *next;
 } gemm_plan;
 
@@ -75,7 +72,6 @@ static void plan_build(onednn_state *st, gemm_plan *p) {
         /* brgemm packs B into a scratchpad: each thread gets its own (onednn_state) */
         p->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
         p->scratch_bytes = dnnl_memory_desc_get_size(&p->scratch_md);
-        p->packed_at = (p->scratch_bytes + 63) & ~(size_t)63;
         ok = dnnl_primitive_create(&p->prim, pd) == dnnl_success;
     }
     if (!ok && p->prim) {
@@ -132,32 +128,8 @@ static gemm_key make_key(bool bf16,
     key.trans_b = tb;
     key.alpha = alpha;
     key.beta = beta;
-    if (bf16) { /* the tile's operands packed into rows of their own */
-        key.bf16 = 1;
-        key.lda = ta ? m : k;
-        key.ldb = tb ? k : n;
-    }
+    key.bf16 = bf16;
     return key;
-}
-
-/* Bytes of a bf16 plan's packed operands: op(A) m x k and op(B) k x n, each 64-byte aligned. */
-static size_t packed_bytes(int64_t m, int64_t n, int64_t k) {
-    size_t a = ((size_t)(m * k) * 2 + 63) & ~(size_t)63;
-    return a + (size_t)(k * n) * 2;
-}
-
-/* rows x cols f32 values (bf16-exact) with row stride ld, as bf16 rows of cols: the top half
- * of each f32's bits (NaN stays NaN: rounding made it quiet in those bits). */
-static void pack_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *s = src + r * ld;
-        uint16_t *d = dst + r * cols;
-        for (int64_t c = 0; c < cols; c++) {
-            uint32_t u;
-            memcpy(&u, &s[c], sizeof u);
-            d[c] = (uint16_t)(u >> 16);
-        }
-    }
 }
 
 bool ct_k_onednn_bf16_native(ct_ctx *ctx) {
@@ -178,6 +150,11 @@ bool ct_k_onednn_bf16_native(ct_ctx *ctx) {
 int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx) {
     const onednn_state *st = ctx->onednn;
     return st ? __atomic_load_n(&st->bf16_gemms, __ATOMIC_RELAXED) : 0;
+}
+
+int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx) {
+    const onednn_state *st = ctx->onednn;
+    return st ? st->gemm_plans_built : 0;
 }
 
 bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
@@ -204,11 +181,11 @@ bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
         memset(p, 0, sizeof *p);
         p->key = key;
         plan_build(st, p);
+        st->gemm_plans_built++;
         p->next = st->gemm_plans;
         st->gemm_plans = p;
     }
-    size_t need = bf16 ? p->packed_at + packed_bytes(m, n, k) : p->scratch_bytes;
-    return p->prim != NULL && ct_k_onednn_reserve_scratch(ctx, st, need);
+    return p->prim != NULL && ct_k_onednn_reserve_scratch(ctx, st, p->scratch_bytes);
 }
 
 bool ct_k_onednn_gemm_run(ct_ctx *ctx,
@@ -219,9 +196,9 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                           int64_t n,
                           int64_t k,
                           float alpha,
-                          const float *a,
+                          const void *a,
                           int64_t lda,
-                          const float *b,
+                          const void *b,
                           int64_t ldb,
                           float beta,
                           float *c,
@@ -232,16 +209,7 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
     if (!p || !p->prim) return false;
     int tid = omp_get_thread_num();
     if (tid >= st->n_streams) return false;
-    size_t need = bf16 ? p->packed_at + packed_bytes(m, n, k) : p->scratch_bytes;
-    if (need > st->scratch_size) return false;
-    if (bf16) { /* this tile's operands as the plan's packed bf16 rows */
-        uint16_t *pa = (uint16_t *)(void *)((char *)st->scratch[tid] + p->packed_at);
-        uint16_t *pb = pa + (((size_t)(m * k) * 2 + 63) & ~(size_t)63) / 2;
-        pack_bf16(pa, a, ta ? k : m, ta ? m : k, lda);
-        pack_bf16(pb, b, tb ? n : k, tb ? k : n, ldb);
-        a = (const float *)(const void *)pa;
-        b = (const float *)(const void *)pb;
-    }
+    if (p->scratch_bytes > st->scratch_size) return false;
     dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
     bool ok = dnnl_memory_create(&ma, &p->a_md, st->engine, (void *)(uintptr_t)a) == dnnl_success &&
               dnnl_memory_create(&mb, &p->b_md, st->engine, (void *)(uintptr_t)b) == dnnl_success &&
@@ -277,6 +245,11 @@ int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx) {
     return 0;
 }
 
+int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx) {
+    (void)ctx;
+    return 0;
+}
+
 bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                               int nt,
                               bool bf16,
@@ -304,9 +277,9 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                           int64_t n,
                           int64_t k,
                           float alpha,
-                          const float *a,
+                          const void *a,
                           int64_t lda,
-                          const float *b,
+                          const void *b,
                           int64_t ldb,
                           float beta,
                           float *c,

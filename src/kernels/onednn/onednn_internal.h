@@ -26,6 +26,7 @@ typedef struct onednn_state {
     void *gemm_plans;                     /* gemm_onednn.c's cache */
     int64_t bf16_gemms;                   /* tiles run on bf16 plans (tests; atomic) */
     int64_t bf16_convs;                   /* conv chunks run on bf16 plans (tests; atomic) */
+    int64_t gemm_plans_built;             /* GEMM primitives created (tests) */
 } onednn_state;
 
 /* The context's state with at least nt streams, made on first use; NULL when oneDNN cannot

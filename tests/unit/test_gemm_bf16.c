@@ -1,0 +1,276 @@
+/*
+ * test_gemm_bf16.c - the GEMM on bf16 operands (ct_k_gemm_bf16, oneDNN's bf16 matmul per tile)
+ * against its naive twin on odd shapes, every transpose, padded strides and both betas, with
+ * the same bits for 1 and 2 threads; and the ops' cache of bf16 weight copies: shared within
+ * one update, dropped by an optimizer step, and no GEMM primitive made twice for a step.
+ */
+#include <string.h>
+
+#include "ctrain/ctrain.h"
+#include "harness.h"
+#include "kernels/kernels.h"
+
+#ifdef _OPENMP
+#include <dnnl.h>
+#endif
+
+static ct_ctx *bf16_ctx(int64_t threads) {
+    ct_ctx_params p = ct_ctx_default_params();
+    p.kernels = CT_KERNELS_FAST;
+    p.n_threads = threads;
+    p.bf16_kernels = CT_BF16_KERNELS_ONEDNN;
+    ct_ctx *ctx = NULL;
+    if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
+    return ctx;
+}
+
+/* Whether oneDNN has a bf16 matmul on this CPU (AVX-512 and up; emulated without AVX512_BF16). */
+static bool onednn_has_bf16(void) {
+#ifdef _OPENMP
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), avx512 = dnnl_cpu_isa_avx512_core;
+    return (isa & avx512) == avx512;
+#else
+    return false;
+#endif
+}
+
+/* n bf16 values of N(0, 1) numbers. */
+static uint16_t *random_bf16(int64_t n, uint64_t seed) {
+    float *f = malloc((size_t)n * sizeof(float));
+    uint16_t *h = malloc((size_t)n * sizeof(uint16_t));
+    ct_rng r = ct_rng_init(seed, 3);
+    ct_rng_normal(&r, f, n, 0.0f, 1.0f);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = ct_bf16_from_f32(f[i]);
+    free(f);
+    return h;
+}
+
+static void gemm_bf16_should_match_the_reference_on_odd_shapes(void) {
+    /* oneDNN's tiles, some with a tail; inside a parallel region the operands widen for BLAS */
+    static const int64_t shapes[][3] = {{7, 5, 3},      {37, 45, 29},   {67, 129, 131},
+                                        {130, 257, 65}, {301, 33, 127}, {1, 513, 1023},
+                                        {129, 1, 2049}};
+    ct_ctx *one = bf16_ctx(1), *two = bf16_ctx(2);
+    int64_t count = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        count++;
+        for (int t = 0; t < 8; t++) {
+            bool ta = t & 1, tb = t & 2;
+            float beta = (t & 4) ? 1.0f : 0.0f;
+            /* padded strides: each stored row 3 wider than it needs */
+            int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 3, ldc = n + 2;
+            int64_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
+            uint16_t *a = random_bf16(na, 10 + s), *b = random_bf16(nb, 20 + s);
+            float *c[4];
+            ct_rng r = ct_rng_init(30 + s, 4);
+            for (int i = 0; i < 4; i++)
+                c[i] = malloc((size_t)nc * sizeof(float));
+            ct_rng_normal(&r, c[0], nc, 0.0f, 1.0f);
+            for (int i = 1; i < 4; i++)
+                memcpy(c[i], c[0], (size_t)nc * sizeof(float));
+            ct_k_gemm_bf16(one, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c[0], ldc);
+            ct_k_gemm_bf16(two, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c[1], ldc);
+            ct_k_gemm_bf16_ref(one, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c[2], ldc);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(1)
+#endif
+            ct_k_gemm_bf16(one, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c[3], ldc);
+            CT_CHECK_MSG(memcmp(c[0], c[1], (size_t)nc * sizeof(float)) == 0,
+                         "%lldx%lldx%lld ta %d tb %d beta %g: 1 and 2 threads differ", (long long)m,
+                         (long long)n, (long long)k, ta, tb, (double)beta);
+            /* f32 accumulation of k exact products: order-dependent rounding only */
+            CT_CHECK_ARRAYS("bf16 gemm", c[1], c[2], nc, 2e-6 * (double)k, 1e-5);
+            CT_CHECK_ARRAYS("bf16 gemm, nested", c[3], c[2], nc, 2e-6 * (double)k, 1e-5);
+            for (int i = 0; i < 4; i++)
+                free(c[i]);
+            free(a);
+            free(b);
+        }
+    }
+    if (onednn_has_bf16())
+        CT_CHECK_MSG(ct_k_onednn_bf16_gemms(two) >= count * 8, "%lld tiles on oneDNN's bf16 matmul",
+                     (long long)ct_k_onednn_bf16_gemms(two));
+    ct_ctx_destroy(one);
+    ct_ctx_destroy(two);
+}
+
+enum { R = 64, IN = 128, OUT = 96 }; /* every GEMM of the linear layer: 1.6 MFLOP, oneDNN's */
+
+typedef struct net {
+    ct_ctx *ctx;
+    ct_params *params;
+    ct_tensor *w, *bias;
+    ct_graph *g;
+    float x[R * IN];
+} net;
+
+/* linear IN -> OUT over R rows under bf16 autocast, weights in a parameter store. */
+static net *make_net(void) {
+    net *t = calloc(1, sizeof *t);
+    t->ctx = bf16_ctx(2);
+    const int64_t wshape[2] = {OUT, IN}, bshape = OUT;
+    CT_CHECK_INT(ct_params_create(t->ctx, &t->params), CT_OK);
+    CT_CHECK_INT(
+        ct_params_add(t->params, "fc.weight", CT_F32, 2, wshape, CT_PARAM_TRAINABLE, &t->w), CT_OK);
+    CT_CHECK_INT(
+        ct_params_add(t->params, "fc.bias", CT_F32, 1, &bshape, CT_PARAM_TRAINABLE, &t->bias),
+        CT_OK);
+    CT_CHECK_INT(ct_params_alloc(t->params), CT_OK);
+    ct_rng r = ct_rng_init(5, 6);
+    ct_rng_normal(&r, ct_params_values(t->params), ct_params_numel(t->params), 0.0f, 0.1f);
+    ct_rng_normal(&r, t->x, R * IN, 0.0f, 1.0f);
+    CT_CHECK_INT(ct_graph_create(t->ctx, NULL, &t->g), CT_OK);
+    CT_CHECK_INT(ct_graph_set_autocast(t->g, CT_BF16), CT_OK);
+    return t;
+}
+
+static void free_net(net *t) {
+    ct_graph_destroy(t->g);
+    ct_params_destroy(t->params);
+    ct_ctx_destroy(t->ctx);
+    free(t);
+}
+
+/* The layer's output on the inputs, in the graph's current step (NULL on failure). */
+static ct_tensor *layer(net *t, bool grad) {
+    const int64_t xshape[2] = {R, IN};
+    ct_tensor *x = ct_graph_new(t->g, CT_F32, 2, xshape);
+    if (!x) return NULL;
+    memcpy(x->data, t->x, sizeof t->x);
+    if (grad) x->flags |= CT_TENSOR_REQUIRES_GRAD;
+    return ct_op_linear(t->g, x, t->w, t->bias);
+}
+
+/* The forward pass's output, copied out. */
+static float *forward(net *t) {
+    ct_tensor *y = layer(t, false);
+    CT_CHECK(y != NULL);
+    float *out = calloc(R * OUT, sizeof(float));
+    if (y) memcpy(out, y->data, R * OUT * sizeof(float));
+    return out;
+}
+
+/* The same forward pass in a fresh graph and context on the weights as they are now. */
+static float *forward_fresh(const net *t) {
+    net *f = make_net();
+    memcpy(ct_params_values(f->params), ct_params_values(t->params),
+           (size_t)ct_params_numel(t->params) * sizeof(float));
+    float *out = forward(f);
+    free_net(f);
+    return out;
+}
+
+static bool same(const float *a, const float *b) {
+    return memcmp(a, b, R * OUT * sizeof(float)) == 0;
+}
+
+static void linear_should_see_a_weight_changed_by_the_optimizer(void) {
+    net *t = make_net();
+    float *before = forward(t);
+    ct_optim_params op = ct_optim_default_params(CT_OPTIM_SGD);
+    op.lr = 0.5f;
+    ct_optim *o = NULL;
+    CT_CHECK_INT(ct_optim_create(t->ctx, t->params, &op, &o), CT_OK);
+    float *grads = ct_params_grads(t->params);
+    for (int64_t i = 0; i < ct_params_numel(t->params); i++)
+        grads[i] = (float)(i % 7) * 0.01f;
+    ct_optim_step(o);
+    /* the same graph, not reset: the weight copy of the first forward pass must not serve */
+    float *after = forward(t), *expected = forward_fresh(t);
+    CT_CHECK(!same(before, after));
+    CT_CHECK_MSG(same(after, expected), "the forward pass after the update used stale weights");
+    free(before);
+    free(after);
+    free(expected);
+    ct_optim_destroy(o);
+    free_net(t);
+}
+
+static void linear_should_round_a_weight_once_per_update(void) {
+    net *t = make_net();
+    float *first = forward(t);
+    /* written behind the cache's back: the copy the first pass made still serves */
+    float *w = t->w->data;
+    for (int64_t i = 0; i < ct_tensor_numel(t->w); i++)
+        w[i] *= 2.0f;
+    float *again = forward(t);
+    /* without native bf16 GEMMs (no OpenMP: no oneDNN) the f32 kernels round per use */
+    CT_CHECK(same(first, again) == ct_k_gemm_bf16_native(t->ctx));
+    ct_graph_reset(t->g); /* a new step rounds the new values */
+    float *next = forward(t), *expected = forward_fresh(t);
+    CT_CHECK(same(next, expected));
+    CT_CHECK(!same(next, first));
+    free(first);
+    free(again);
+    free(next);
+    free(expected);
+    free_net(t);
+}
+
+static void linear_should_build_no_gemm_plans_on_a_repeated_step(void) {
+    net *t = make_net();
+    int64_t built = 0;
+    for (int step = 0; step < 3; step++) {
+        ct_graph_reset(t->g);
+        ct_tensor *y = layer(t, true);
+        ct_tensor *loss = y ? ct_op_sum(t->g, y, -1, false) : NULL;
+        loss = loss ? ct_op_sum(t->g, loss, 0, false) : NULL;
+        CT_CHECK(loss != NULL && ct_graph_backward(t->g, loss) == CT_OK);
+        if (step == 0) built = ct_k_onednn_gemm_plans_built(t->ctx);
+    }
+    if (onednn_has_bf16()) CT_CHECK(built >= 3); /* forward, dx and dW */
+    CT_CHECK_INT(ct_k_onednn_gemm_plans_built(t->ctx), built);
+    free_net(t);
+}
+
+/* The bias gradient of a linear layer (300 rows: two blocks of the f64 sum; 70 outputs: a
+ * partial block of columns) under bf16 autocast, with the given bf16 kernels. */
+static float *bias_grad(ct_bf16_kernels kernels, int64_t threads) {
+    ct_ctx_params p = ct_ctx_default_params();
+    p.n_threads = threads;
+    p.bf16_kernels = kernels;
+    ct_ctx *ctx = NULL;
+    ct_graph *g = NULL;
+    if (ct_ctx_create(&p, &ctx) != CT_OK || ct_graph_create(ctx, NULL, &g) != CT_OK) abort();
+    CT_CHECK_INT(ct_graph_set_autocast(g, CT_BF16), CT_OK);
+    const int64_t xs[2] = {300, 40}, ws[2] = {70, 40}, bs = 70;
+    ct_tensor *in[3] = {ct_graph_new(g, CT_F32, 2, xs), ct_graph_new(g, CT_F32, 2, ws),
+                        ct_graph_new(g, CT_F32, 1, &bs)};
+    for (int i = 0; i < 3; i++) {
+        ct_rng r = ct_rng_init(40 + (uint64_t)i, 1);
+        ct_rng_normal(&r, in[i]->data, ct_tensor_numel(in[i]), 0.0f, 1.0f);
+        in[i]->flags |= CT_TENSOR_REQUIRES_GRAD;
+    }
+    ct_tensor *y = ct_op_linear(g, in[0], in[1], in[2]);
+    float *seed = malloc(300 * 70 * sizeof(float)), *out = calloc(70, sizeof(float));
+    ct_rng r = ct_rng_init(9, 9);
+    ct_rng_normal(&r, seed, 300 * 70, 0.0f, 1.0f);
+    CT_CHECK(y != NULL && ct_graph_backward_seed(g, y, seed) == CT_OK);
+    if (in[2]->grad) memcpy(out, in[2]->grad, 70 * sizeof(float));
+    free(seed);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+    return out;
+}
+
+static void linear_should_sum_the_bf16_bias_gradient_as_the_f32_kernels_do(void) {
+    float *f = bias_grad(CT_BF16_KERNELS_F32, 2);
+    for (int64_t threads = 1; threads <= 2; threads++) {
+        float *n = bias_grad(CT_BF16_KERNELS_ONEDNN, threads);
+        CT_CHECK_MSG(memcmp(f, n, 70 * sizeof(float)) == 0, "%lld threads: bias gradients differ",
+                     (long long)threads);
+        free(n);
+    }
+    free(f);
+}
+
+int main(void) {
+    CT_RUN(gemm_bf16_should_match_the_reference_on_odd_shapes);
+    CT_RUN(linear_should_see_a_weight_changed_by_the_optimizer);
+    CT_RUN(linear_should_round_a_weight_once_per_update);
+    CT_RUN(linear_should_build_no_gemm_plans_on_a_repeated_step);
+    CT_RUN(linear_should_sum_the_bf16_bias_gradient_as_the_f32_kernels_do);
+    return ct_test_finish();
+}
