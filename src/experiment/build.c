@@ -302,6 +302,7 @@ ct_status ct_exp_build_data(ct_experiment *e) {
               servers >= 1 && servers < lp.world_size;
     if (ps) {
         lp.world_size -= servers;
+        e->ps_workers = lp.world_size;
         if (lp.rank >= lp.world_size) lp.rank = 0;
     }
     int64_t global = ct_exp_int_at(e, "data.global_batch_size");
@@ -690,6 +691,9 @@ static int64_t total_steps(ct_experiment *e, const char **from) {
     int64_t bpe = e->train_loader ? ct_loader_batches_per_epoch(e->train_loader) : 0;
     if (limit > 0 && limit < bpe) bpe = limit;
     int64_t per_epoch = accum > 0 ? (bpe + accum - 1) / accum : bpe;
+    /* parameter servers: every worker's push is a global step, and an epoch (rank 0's pass
+       over its shard) takes about one pass of each worker over its own */
+    if (e->ps_workers > 1) per_epoch *= e->ps_workers;
     e->steps_per_epoch = per_epoch;
     int64_t by_epochs = epochs > 0 ? epochs * per_epoch : 0;
     if (max_steps > 0 && (by_epochs == 0 || max_steps < by_epochs)) {

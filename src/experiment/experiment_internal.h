@@ -163,6 +163,7 @@ struct ct_experiment {
     const char *sched_metric;
     const char *sched_auto; /* "scheduler.t_max=150": what `auto` gave, or NULL */
     int64_t steps_per_epoch;
+    int64_t ps_workers; /* trainer.strategy parameter_server: the workers; 0 otherwise */
     ct_task task;
     ct_exp_loss_kind loss;
     float label_smoothing, beta, delta;
