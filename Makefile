@@ -116,6 +116,7 @@ bench-pytorch:
 	/usr/bin/python3 bench/models.py --build build
 	/usr/bin/python3 bench/run.py --build build --cases mlp32_step
 	/usr/bin/python3 bench/time_to_accuracy.py --build build
+	/usr/bin/python3 bench/eval_rss.py --build build
 
 # Greedy generation from the char GPT: ctrain's key/value cache against nanoGPT's generate loop
 # and a PyTorch key/value-cache twin (bench/generate.py; docs/benchmarks.md).

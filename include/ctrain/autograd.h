@@ -10,9 +10,12 @@
  *
  * Ownership and lifetime: every tensor, node and buffer the graph hands out lives in its arena
  * and dies at ct_graph_reset, which is O(1) and keeps the arena's memory, so that after the
- * first step a step makes no heap allocation. Errors are sticky: an op that fails records the
- * message in the context, returns NULL, and every later op given a NULL input or called on a
- * failed graph returns NULL too; ct_graph_status tells what happened. ct_graph_reset clears it.
+ * first step a step makes no heap allocation. With gradients off, a container of layers frees
+ * each layer's activations once the next layer has read them (the no-grad layer scopes below),
+ * so an evaluation holds about two layers' activations at a time. Errors are sticky: an op that
+ * fails records the message in the context, returns NULL, and every later op given a NULL input or
+ * called on a failed graph returns NULL too; ct_graph_status tells what happened. ct_graph_reset
+ * clears it.
  */
 #ifndef CTRAIN_AUTOGRAD_H
 #define CTRAIN_AUTOGRAD_H
@@ -94,6 +97,16 @@ CT_API ct_status ct_graph_status(const ct_graph *g);
 /* Bytes the arena holds (capacity) and how many heap allocations it made in its life. */
 CT_API size_t ct_graph_arena_capacity(const ct_graph *g);
 CT_API int64_t ct_graph_arena_allocations(const ct_graph *g);
+/* Bytes of the arena handed out and not yet freed (by a reset, a scratch release or a no-grad
+ * scope moving on), and the most there were at once since the graph was created or
+ * ct_graph_reset_high_water (which starts it again from what is in use now). */
+CT_API size_t ct_graph_arena_in_use(const ct_graph *g);
+CT_API size_t ct_graph_arena_high_water(const ct_graph *g);
+CT_API void ct_graph_reset_high_water(ct_graph *g);
+/* ct_graph_reset, then gives every chunk of the arena back to the allocator: the next steps
+ * allocate afresh. For a change of workload (the trainer calls it around an evaluation, whose
+ * batches differ in size and kind from the training steps'). */
+CT_API void ct_graph_trim(ct_graph *g);
 
 /* A step tensor with uninitialised (ct_graph_new) or zeroed (ct_graph_zeros) data. */
 CT_API ct_tensor *ct_graph_new(ct_graph *g, ct_dtype dtype, int32_t ndim, const int64_t *shape);
@@ -174,9 +187,44 @@ CT_API ct_status ct_graph_backward_seed(ct_graph *g, ct_tensor *t, const float *
 typedef struct ct_graph_mark {
     void *chunk;
     size_t used;
+    size_t in_use;
 } ct_graph_mark;
 CT_API ct_graph_mark ct_graph_scratch_mark(ct_graph *g);
 CT_API void ct_graph_scratch_release(ct_graph *g, ct_graph_mark mark);
+
+/*
+ * No-grad layer scopes: how a container of layers run one after the other (a sequential stack,
+ * the children of a residual block) lets the graph free each child's activations once the
+ * next child has read them, instead of keeping every activation until ct_graph_reset. With
+ * gradients off, each child's allocations go to one of a few evaluation arenas, the one the
+ * scope picks and resets before the child runs: one that holds nothing that may still be read
+ * (the child's input, the scope's input, what enclosing layers made, earlier scopes' results).
+ * A deep stack then holds about two layers' activations at a time. The scope's result lives
+ * until the enclosing scope moves to its next child, or until ct_graph_reset for an outermost
+ * scope. With gradients on (every activation is needed by backward) the calls do nothing.
+ *
+ *     ct_graph_scope s = ct_graph_scope_begin(g, x);
+ *     for (i = 0; i < n && x; i++) { ct_graph_scope_next(g, &s, x); x = child_i(g, x); }
+ *     ct_graph_scope_end(g, s, x);
+ *
+ * The contract for a child: it reads its input and what it makes, nothing an earlier child made
+ * except through its input. Scopes nest (end them in reverse order).
+ */
+typedef struct ct_graph_scope {
+    bool active;        /* gradients were off at begin */
+    int32_t target;     /* the enclosing allocation target, restored at end */
+    int32_t pin_base;   /* the pin stack at begin */
+    int32_t child_base; /* the pin stack after the scope's own pins */
+} ct_graph_scope;
+CT_API ct_graph_scope ct_graph_scope_begin(ct_graph *g, const ct_tensor *x);
+/* Before each child, with the child's input x (which may be the scope's input). */
+CT_API void ct_graph_scope_next(ct_graph *g, ct_graph_scope *s, const ct_tensor *x);
+/* After the last child, with the scope's result y (NULL on failure). */
+CT_API void ct_graph_scope_end(ct_graph *g, ct_graph_scope s, const ct_tensor *y);
+/* For an op writing its result over its input: true when x is the input ct_graph_scope_next
+ * was given, made by an earlier child of the scope and read by no one else, and nothing has
+ * been allocated since (the child's first op reads it). Always false with gradients on. */
+CT_API bool ct_graph_donated(const ct_graph *g, const ct_tensor *x);
 
 /* True when an op with these inputs must record a node: grad mode is on and one requires grad. */
 CT_API bool ct_graph_needs_grad(const ct_graph *g, int32_t n_in, ct_tensor *const *in);

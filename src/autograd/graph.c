@@ -28,6 +28,11 @@ typedef struct spare_grad {
     struct spare_grad *next;
 } spare_grad;
 
+/* No-grad layer scopes: the arenas their children's activations take turns in, and how many
+ * pins (live tensors, an enclosing allocation target) the pin stack holds on each. */
+#define EVAL_ARENAS 8
+#define EVAL_PINS   64
+
 struct ct_graph {
     ct_ctx *ctx;
     spare_grad *spare; /* recycled gradient buffers of this backward pass */
@@ -53,6 +58,16 @@ struct ct_graph {
     int64_t n_layer_times;
     int32_t layer;
     void *casts; /* the ops' bf16 copies of weights (src/ops/bf16_cast.c), in the arena */
+    /* no-grad scopes: where allocations go (-1: the arena), and the pins keeping arenas from
+     * being reset while something in them may still be read */
+    ct_arena eval[EVAL_ARENAS];
+    int32_t target;
+    int32_t pins[EVAL_ARENAS];
+    int32_t pin_stack[EVAL_PINS];
+    int32_t n_pins;
+    bool pins_full;           /* a pin did not fit: no arena is reset until ct_graph_reset */
+    const ct_tensor *donated; /* a child's input that no one else reads (ct_graph_scope_next) */
+    size_t high_water;        /* the most bytes in use at once (ct_graph_arena_high_water) */
 };
 
 ct_graph_params ct_graph_default_params(void) {
@@ -70,6 +85,9 @@ ct_status ct_graph_create(ct_ctx *ctx, const ct_graph_params *params, ct_graph *
     g->ctx = ctx;
     ct_arena_init(&g->arena, ctx, p.arena_chunk);
     ct_arena_init(&g->scratch, ctx, p.arena_chunk);
+    for (int i = 0; i < EVAL_ARENAS; i++)
+        ct_arena_init(&g->eval[i], ctx, p.arena_chunk);
+    g->target = -1;
     g->grad_enabled = true;
     g->training = true;
     g->autocast = CT_F32;
@@ -88,6 +106,8 @@ void ct_graph_destroy(ct_graph *g) {
     }
     ct_arena_fini(&g->arena);
     ct_arena_fini(&g->scratch);
+    for (int i = 0; i < EVAL_ARENAS; i++)
+        ct_arena_fini(&g->eval[i]);
     ct_free(ctx, g, sizeof *g);
 }
 
@@ -104,6 +124,14 @@ void ct_graph_reset(ct_graph *g) {
     g->outside = NULL;
     ct_arena_reset(&g->arena);
     ct_arena_reset(&g->scratch);
+    for (int i = 0; i < EVAL_ARENAS; i++) {
+        ct_arena_reset(&g->eval[i]);
+        g->pins[i] = 0;
+    }
+    g->target = -1;
+    g->n_pins = 0;
+    g->pins_full = false;
+    g->donated = NULL;
     g->scratch_depth = 0;
     g->spare = NULL;
     g->tape = NULL;
@@ -149,11 +177,44 @@ ct_status ct_graph_status(const ct_graph *g) {
 }
 
 size_t ct_graph_arena_capacity(const ct_graph *g) {
-    return g->arena.capacity + g->scratch.capacity;
+    size_t c = g->arena.capacity + g->scratch.capacity;
+    for (int i = 0; i < EVAL_ARENAS; i++)
+        c += g->eval[i].capacity;
+    return c;
 }
 
 int64_t ct_graph_arena_allocations(const ct_graph *g) {
-    return g->arena.n_allocations + g->scratch.n_allocations;
+    int64_t n = g->arena.n_allocations + g->scratch.n_allocations;
+    for (int i = 0; i < EVAL_ARENAS; i++)
+        n += g->eval[i].n_allocations;
+    return n;
+}
+
+static size_t in_use(const ct_graph *g) {
+    size_t u = g->arena.in_use + g->scratch.in_use;
+    for (int i = 0; i < EVAL_ARENAS; i++)
+        u += g->eval[i].in_use;
+    return u;
+}
+
+size_t ct_graph_arena_in_use(const ct_graph *g) {
+    return in_use(g);
+}
+
+size_t ct_graph_arena_high_water(const ct_graph *g) {
+    return g->high_water;
+}
+
+void ct_graph_reset_high_water(ct_graph *g) {
+    g->high_water = in_use(g);
+}
+
+void ct_graph_trim(ct_graph *g) {
+    ct_graph_reset(g);
+    ct_arena_trim(&g->arena);
+    ct_arena_trim(&g->scratch);
+    for (int i = 0; i < EVAL_ARENAS; i++)
+        ct_arena_trim(&g->eval[i]);
 }
 
 ct_status
@@ -169,8 +230,14 @@ ct_graph_fail_at(ct_graph *g, ct_status code, const char *file, int line, const 
 }
 
 void *ct_graph_alloc(ct_graph *g, size_t size) {
-    void *p = ct_arena_alloc(g->scratch_depth > 0 ? &g->scratch : &g->arena, size);
+    ct_arena *a = g->scratch_depth > 0 ? &g->scratch
+                  : g->target >= 0     ? &g->eval[g->target]
+                                       : &g->arena;
+    g->donated = NULL; /* an op made something: the donation was for the op before it */
+    void *p = ct_arena_alloc(a, size);
     if (!p) CT_GRAPH_FAIL(g, CT_ERR_OOM, "graph arena: out of memory allocating %zu bytes", size);
+    size_t u = in_use(g);
+    if (u > g->high_water) g->high_water = u;
     return p;
 }
 
@@ -186,14 +253,94 @@ void **ct_graph_casts(ct_graph *g) {
 
 ct_graph_mark ct_graph_scratch_mark(ct_graph *g) {
     ct_graph_mark m;
-    ct_arena_mark(&g->scratch, &m.chunk, &m.used);
+    ct_arena_mark(&g->scratch, &m.chunk, &m.used, &m.in_use);
     g->scratch_depth++;
     return m;
 }
 
 void ct_graph_scratch_release(ct_graph *g, ct_graph_mark mark) {
-    ct_arena_rewind(&g->scratch, mark.chunk, mark.used);
+    ct_arena_rewind(&g->scratch, mark.chunk, mark.used, mark.in_use);
     if (g->scratch_depth > 0) g->scratch_depth--;
+}
+
+/* ---- no-grad layer scopes ---- */
+
+/* The evaluation arena holding p, or -1 (the arena, the scratch arena or outside the graph:
+ * none of those is reset by a scope). */
+static int32_t eval_arena_of(const ct_graph *g, const void *p) {
+    if (!p) return -1;
+    for (int32_t i = 0; i < EVAL_ARENAS; i++)
+        if (g->eval[i].head && ct_arena_holds(&g->eval[i], p)) return i;
+    return -1;
+}
+
+static void pin(ct_graph *g, int32_t i) {
+    if (i < 0) return;
+    if (g->n_pins == EVAL_PINS) {
+        g->pins_full = true; /* from now on nothing is reset: safe, only less frugal */
+        return;
+    }
+    g->pin_stack[g->n_pins++] = i;
+    g->pins[i]++;
+}
+
+/* A tensor's struct and its data, which may lie in different arenas (a view). */
+static void pin_tensor(ct_graph *g, const ct_tensor *t) {
+    if (!t) return;
+    pin(g, eval_arena_of(g, t));
+    pin(g, eval_arena_of(g, t->data));
+}
+
+static void unpin_to(ct_graph *g, int32_t n) {
+    while (g->n_pins > n)
+        g->pins[g->pin_stack[--g->n_pins]]--;
+}
+
+ct_graph_scope ct_graph_scope_begin(ct_graph *g, const ct_tensor *x) {
+    ct_graph_scope s = {false, -1, 0, 0};
+    if (g->grad_enabled || g->status != CT_OK) return s;
+    s.active = true;
+    s.target = g->target;
+    s.pin_base = g->n_pins;
+    pin(g, g->target); /* what the enclosing layer made before calling us may be read after */
+    pin_tensor(g, x);
+    s.child_base = g->n_pins;
+    return s;
+}
+
+void ct_graph_scope_next(ct_graph *g, ct_graph_scope *s, const ct_tensor *x) {
+    g->donated = NULL;
+    if (!s->active || g->status != CT_OK) return;
+    /* the previous child's input and what it pinned are dead: only x is read from now on */
+    unpin_to(g, s->child_base);
+    if (g->pins_full) return; /* keep allocating where we are; nothing is reset */
+    int32_t xs = eval_arena_of(g, x), xd = x ? eval_arena_of(g, x->data) : -1;
+    /* x was made by an earlier child of this scope (its arenas hold no pin of anyone's): the
+     * child may write its result over it */
+    if (x && xd >= 0 && g->pins[xd] == 0 && (xs < 0 || g->pins[xs] == 0)) g->donated = x;
+    pin_tensor(g, x);
+    int32_t free_arena = -1;
+    for (int32_t i = 0; i < EVAL_ARENAS && free_arena < 0; i++)
+        if (g->pins[i] == 0) free_arena = i;
+    if (free_arena < 0) {
+        g->target = s->target; /* pinned, so never reset under us: only less frugal */
+        return;
+    }
+    ct_arena_reset(&g->eval[free_arena]);
+    g->target = free_arena;
+}
+
+void ct_graph_scope_end(ct_graph *g, ct_graph_scope s, const ct_tensor *y) {
+    g->donated = NULL;
+    if (!s.active) return;
+    unpin_to(g, s.pin_base);
+    g->target = s.target;
+    /* y lives until the enclosing scope moves to its next child, or until ct_graph_reset */
+    pin_tensor(g, y);
+}
+
+bool ct_graph_donated(const ct_graph *g, const ct_tensor *x) {
+    return x && g->donated == x && !g->grad_enabled;
 }
 
 static ct_tensor *

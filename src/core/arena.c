@@ -5,6 +5,7 @@
  * chunk. A step that makes the same requests as the previous one therefore lands in the same
  * chunks and allocates nothing; a larger step inserts chunks where it needs them.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "core_internal.h"
@@ -73,6 +74,7 @@ void *ct_arena_alloc(ct_arena *a, size_t size) {
     }
     char *p = (char *)a->current + CT_ARENA_HEADER + a->current->used;
     a->current->used += need;
+    a->in_use += need;
     return p;
 }
 
@@ -80,18 +82,39 @@ void ct_arena_reset(ct_arena *a) {
     /* O(1): later chunks get used = 0 when the bump pointer moves onto them. */
     if (a->head) a->head->used = 0;
     a->current = a->head;
+    a->in_use = 0;
 }
 
-void ct_arena_mark(const ct_arena *a, void **chunk, size_t *used) {
+void ct_arena_mark(const ct_arena *a, void **chunk, size_t *used, size_t *in_use) {
     *chunk = a->current;
     *used = a->current ? a->current->used : 0;
+    *in_use = a->in_use;
 }
 
-void ct_arena_rewind(ct_arena *a, void *chunk, size_t used) {
+void ct_arena_rewind(ct_arena *a, void *chunk, size_t used, size_t in_use) {
     if (!chunk) {
         ct_arena_reset(a); /* marked before the first allocation */
         return;
     }
     a->current = chunk;
     a->current->used = used; /* later chunks get used = 0 when the bump pointer reaches them */
+    a->in_use = in_use;
+}
+
+bool ct_arena_holds(const ct_arena *a, const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    for (const ct_arena_chunk *c = a->head; c; c = c->next) {
+        uintptr_t start = (uintptr_t)c + CT_ARENA_HEADER;
+        if (u >= start && u - start < c->size) return true;
+    }
+    return false;
+}
+
+void ct_arena_trim(ct_arena *a) {
+    ct_ctx *ctx = a->ctx;
+    size_t chunk_size = a->chunk_size;
+    int64_t n_allocations = a->n_allocations;
+    ct_arena_fini(a);
+    ct_arena_init(a, ctx, chunk_size);
+    a->n_allocations = n_allocations;
 }

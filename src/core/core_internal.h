@@ -65,6 +65,7 @@ typedef struct ct_arena {
     ct_arena_chunk *current; /* chunk being filled */
     size_t capacity;         /* total usable bytes */
     int64_t n_allocations;   /* heap allocations made in the arena's life */
+    size_t in_use;           /* bytes handed out since the last reset (the high-water count) */
 } ct_arena;
 
 CT_INTERNAL void ct_arena_init(ct_arena *a, ct_ctx *ctx, size_t chunk_size);
@@ -72,8 +73,12 @@ CT_INTERNAL void ct_arena_fini(ct_arena *a);
 CT_INTERNAL void *ct_arena_alloc(ct_arena *a, size_t size);
 CT_INTERNAL void ct_arena_reset(ct_arena *a);
 /* The current fill point, and a rewind to it: everything allocated after the mark is freed. */
-CT_INTERNAL void ct_arena_mark(const ct_arena *a, void **chunk, size_t *used);
-CT_INTERNAL void ct_arena_rewind(ct_arena *a, void *chunk, size_t used);
+CT_INTERNAL void ct_arena_mark(const ct_arena *a, void **chunk, size_t *used, size_t *in_use);
+CT_INTERNAL void ct_arena_rewind(ct_arena *a, void *chunk, size_t used, size_t in_use);
+/* Whether p points into one of the arena's chunks (used or not). */
+CT_INTERNAL bool ct_arena_holds(const ct_arena *a, const void *p);
+/* Frees every chunk: the arena is as after init (everything allocated from it is gone). */
+CT_INTERNAL void ct_arena_trim(ct_arena *a);
 
 /*
  * CT_HOT goes before the definition of a function whose loops carry the arithmetic of a step

@@ -70,9 +70,13 @@ static ct_tensor *tagged_forward(ct_layer *c, ct_graph *g, ct_tensor *x) {
     return x;
 }
 
+/* With gradients off, each child's activations are freed once the next child has read them
+ * (ct_graph_scope_begin). */
 ct_tensor *ct_layer_forward_children(ct_layer *l, ct_graph *g, ct_tensor *x) {
+    ct_graph_scope s = ct_graph_scope_begin(g, x);
     for (int64_t i = 0; i < l->n_children && x; i++) {
         ct_layer *c = l->children[i];
+        ct_graph_scope_next(g, &s, x);
         if (c->type == &ct_layer_conv2d && i + 1 < l->n_children &&
             l->children[i + 1]->type == &ct_layer_relu) {
             /* one fused op, the same values; tagged and timed as the convolution's */
@@ -84,6 +88,7 @@ ct_tensor *ct_layer_forward_children(ct_layer *l, ct_graph *g, ct_tensor *x) {
         }
         x = c->leaf >= 0 ? tagged_forward(c, g, x) : c->type->forward(c, g, x);
     }
+    ct_graph_scope_end(g, s, x);
     return x;
 }
 

@@ -160,7 +160,9 @@ _Static_assert(sizeof(act_defs) / sizeof(act_defs[0]) == ACT_KIND_COUNT,
 CT_HOT static ct_tensor *activation(ct_graph *g, act_kind k, ct_tensor *x, float slope) {
     const char *name = act_defs[k].name;
     if (!ct_ops_begin(g, name, 1, &x) || !ct_ops_f32(g, name, "x", x)) return NULL;
-    ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, x->shape);
+    /* an evaluation's activation no one else reads is overwritten: each element is read
+     * before it is written, so the values are those of a fresh output */
+    ct_tensor *y = ct_graph_donated(g, x) ? x : ct_graph_new(g, CT_F32, x->ndim, x->shape);
     if (!y) return NULL;
     const float *xv = x->data;
     float *yv = y->data;

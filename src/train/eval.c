@@ -116,12 +116,15 @@ static ct_status run_engine(ct_trainer *t, ct_train_engine *en, bool policies) {
     CT_TRY(ct_train_sync_replicas(t, false));
     if (cb->on_eval_start) CT_TRY(ct_train_event(t, cb->on_eval_start(cb->user, t, en->e.key)));
     if (t->ema) CT_TRY(ct_ema_begin_eval(t->ema));
+    /* the training step's arena is given back for the pass, and the pass's after it: an
+     * evaluation's batches (often larger, no gradients) would otherwise keep both resident */
+    ct_graph_trim(g);
     ct_graph_set_grad_enabled(g, false);
     ct_graph_set_training(g, false);
     ct_metrics_reset(en->m);
     ct_status s =
         en->e.loader ? eval_batches(t, en) : t->p.evaluate(t->p.evaluate_user, t, en->e.key, en->m);
-    ct_graph_reset(g);
+    ct_graph_trim(g);
     ct_graph_set_grad_enabled(g, true);
     ct_graph_set_training(g, true);
     if (t->ema) ct_ema_end_eval(t->ema); /* the raw weights are back on every path */
