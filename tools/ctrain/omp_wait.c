@@ -31,7 +31,7 @@
 #ifdef _OPENMP
 /* GOMP_SPINCOUNT that the tool sets: the rounds a waiting thread spins before it sleeps
    (libgomp's own default: 300,000; OMP_WAIT_POLICY=passive: 0). */
-#define OMP_SPINCOUNT 10000
+#define OMP_SPINCOUNT 3000
 
 /* Set in the environment of the executed-again tool: it never executes itself a second time,
    and a user can set it to keep libgomp's defaults. */
