@@ -129,5 +129,17 @@ else
     echo "skip valgrind_should_not_execute_again: no valgrind"
 fi
 
+# started as `ld.so ctrain ...`, /proc/self/exe is the loader: executing it again with the
+# command's arguments would make the loader try to load the command as a program
+loader=$(ls /lib64/ld-linux-x86-64.so.2 /lib/ld-linux-aarch64.so.1 2>/dev/null | head -1)
+if [[ -n $sanitized ]]; then
+    echo "skip loader_should_not_execute_again: a sanitized build"
+elif [[ -n $loader ]]; then
+    expect loader_should_not_execute_again 0 "^OpenMP wait: libgomp's default \(not executed again" \
+        -- "${clean[@]}" "$loader" "$ctrain" --version
+else
+    echo "skip loader_should_not_execute_again: no dynamic loader at a known path"
+fi
+
 echo "omp_wait: $passed passed, $failed failed"
 [[ $failed -eq 0 && $passed -gt 0 ]]

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -38,8 +39,12 @@
 #define REEXEC_MARKER "CTRAIN_OMP_REEXEC"
 
 /* Whether /proc/self/exe, read by its name, is the file the kernel runs: an emulator answers
-   the name with the program it runs, but not a link read through the directory. */
+   the name with the program it runs, but not a link read through the directory. And whether
+   the kernel started the program itself: started as `ld.so ./ctrain ...` (AT_BASE 0 then, the
+   loader being the program), /proc/self/exe is the loader, which would take the command for the
+   program to load. */
 static bool self_is_native(void) {
+    if (getauxval(AT_BASE) == 0) return false;
     char by_name[4096], by_dir[4096];
     ssize_t n = readlink("/proc/self/exe", by_name, sizeof by_name - 1);
     if (n <= 0) return false;
@@ -109,7 +114,8 @@ void cli_omp_wait_print(FILE *f) {
         (void)fprintf(f, "OpenMP wait: libgomp's default (%s)\n",
                       marker              ? REEXEC_MARKER " is set"
                       : !self_is_native() ? "not executed again: /proc/self/exe is not this "
-                                            "program, as under an emulator or valgrind"
+                                            "program, as under an emulator, valgrind or "
+                                            "the dynamic loader"
                                           : "executing again failed");
 #else
     (void)fprintf(f, "OpenMP wait: none (built without OpenMP)\n");
