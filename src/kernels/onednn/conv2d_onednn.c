@@ -307,8 +307,15 @@ static conv_plan *plan_get(ct_ctx *ctx,
     int count = 0;
     conv_plan *last = NULL, *before_last = NULL;
     for (conv_plan *c = st->conv_plans; c; c = c->next) {
-        if (c->has_bias == has_bias && c->bf16 == bf16 && geom_equal(&c->key, &key))
+        if (c->has_bias == has_bias && c->bf16 == bf16 && geom_equal(&c->key, &key)) {
+            if (last) { /* to the front: the plans a call holds are never the oldest, so the
+                           eviction below cannot free one the caller still uses */
+                last->next = c->next;
+                c->next = st->conv_plans;
+                st->conv_plans = c;
+            }
             return c->ok_fwd ? c : NULL;
+        }
         count++;
         before_last = last;
         last = c;
@@ -484,6 +491,8 @@ int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
     int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
     conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, b != NULL, bf16) : NULL;
     if (!main_plan) return 0;
+    /* the tail chunk's plan, looked up here: the cache is not touched inside the loop */
+    conv_plan *tail = s->n % nb ? plan_get(ctx, st, s, s->n % nb, b != NULL, bf16) : NULL;
     char *cursor = scratch;
     const float *wf = w;
     if (main_plan->r_w_f) {
@@ -500,7 +509,7 @@ int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
     for (int64_t i = 0; i < n_chunks; i++) {
         int tid = omp_get_thread_num();
         int64_t n0 = i * nb, len = s->n - n0 < nb ? s->n - n0 : nb;
-        conv_plan *c = len == nb ? main_plan : plan_get(ctx, st, s, len, b != NULL, bf16);
+        conv_plan *c = len == nb ? main_plan : tail;
         dnnl_stream_t stream = st->streams[tid];
         char *mine = per_thread + (size_t)tid * main_plan->per_thread_fwd;
         const float *xc = x + n0 * in_sample;
@@ -545,6 +554,7 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
     int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
     conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, has_bias, bf16) : NULL;
     if (!main_plan || !main_plan->ok_bwd) return 0;
+    conv_plan *tail = s->n % nb ? plan_get(ctx, st, s, s->n % nb, has_bias, bf16) : NULL;
     int64_t wn = s->o * (s->c / s->groups) * s->kh * s->kw;
     size_t wbytes = align64((size_t)wn * 4), bbytes = align64((size_t)s->o * 4);
     char *cursor = scratch;
@@ -568,7 +578,7 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
     for (int64_t i = 0; i < n_chunks; i++) {
         int tid = omp_get_thread_num();
         int64_t n0 = i * nb, len = s->n - n0 < nb ? s->n - n0 : nb;
-        conv_plan *c = len == nb ? main_plan : plan_get(ctx, st, s, len, has_bias, bf16);
+        conv_plan *c = len == nb ? main_plan : tail;
         dnnl_stream_t stream = st->streams[tid];
         char *mine = per_thread + (size_t)tid * main_plan->per_thread_bwd;
         const float *xc = x + n0 * in_sample, *dyc = dy + n0 * out_sample;
