@@ -147,7 +147,7 @@ static void checkpoint_params(ct_experiment *e, ct_trainer_params *tp) {
 }
 
 /* MPI runs: a resume on another number of processes, gradient buckets, the sharded update. */
-static void distributed_params(ct_experiment *e, ct_trainer_params *tp) {
+static ct_status distributed_params(ct_experiment *e, ct_trainer_params *tp) {
     tp->allow_world_size_change = ct_exp_bool_at(e, "trainer.allow_world_size_change");
     const char *bucket_mb = ct_exp_str_at(e, "trainer.bucket_mb");
     tp->bucket_bytes = bucket_mb && strcmp(bucket_mb, "auto") == 0
@@ -170,13 +170,25 @@ static void distributed_params(ct_experiment *e, ct_trainer_params *tp) {
         (float)ct_exp_float_at(e, "trainer.local_sgd.outer_momentum", 0.0);
     /* benchmarks of uneven machines (bench/async.py): CTRAIN_STRAGGLER=RANK */
     const char *straggler = getenv("CTRAIN_STRAGGLER");
-    if (straggler && *straggler) tp->straggler_rank = strtoll(straggler, NULL, 10);
+    if (straggler && *straggler) {
+        int64_t world = e->p.comm ? ct_comm_world_size(e->p.comm) : 1;
+        char *end = NULL;
+        errno = 0;
+        long long r = strtoll(straggler, &end, 10);
+        if (errno != 0 || *end != '\0' || r < 0 || r >= world)
+            return CT_FAIL(e->ctx, CT_ERR_CONFIG,
+                           "environment variable CTRAIN_STRAGGLER='%s': expected a rank from 0 "
+                           "to %lld",
+                           straggler, (long long)world - 1);
+        tp->straggler_rank = r;
+    }
     if (ct_exp_str_at(e, "trainer.ps.servers"))
         tp->ps_servers = ct_exp_int_at(e, "trainer.ps.servers");
     if (ct_exp_str_at(e, "trainer.ps.max_staleness"))
         tp->ps_max_staleness = ct_exp_int_at(e, "trainer.ps.max_staleness");
     if (ct_exp_str_at(e, "trainer.ps.pull_every"))
         tp->ps_pull_every = ct_exp_int_at(e, "trainer.ps.pull_every");
+    return CT_OK;
 }
 
 static ct_status build_trainer(ct_experiment *e) {
@@ -190,7 +202,7 @@ static ct_status build_trainer(ct_experiment *e) {
     ct_experiment_fingerprint(e->cfg, e->fingerprint);
     tp.fingerprint = e->fingerprint;
     ct_exp_wire_callbacks(e, &tp.callbacks);
-    distributed_params(e, &tp);
+    CT_TRY(distributed_params(e, &tp));
     e->tp = tp;
     if (e->p.comm) /* the communicator's watchdog: from now on, the configured limit */
         CT_TRY(ct_comm_set_timeout(e->p.comm, ct_exp_float_at(e, "trainer.collective_timeout_s",

@@ -1463,5 +1463,9 @@ expect error_decode_key 2 \
     "e_decode\.yaml:[0-9]+:[0-9]+: unknown key 'decode\.every_step' \(did you mean 'decode\.every_steps'\?\)" \
     -- "$ctrain" config e_decode.yaml
 
+# ---- the benchmarks' straggler: a rank that is not one is exit 2 naming the variable ----
+expect error_straggler 2 "CTRAIN_STRAGGLER='1x': expected a rank from 0 to 0" \
+    -- env CTRAIN_STRAGGLER=1x "$ctrain" fit tiny.yaml ++output_dir=straggler
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 && $passed -gt 0 ]]
