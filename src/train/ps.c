@@ -41,7 +41,7 @@
 
 /* The tags of requests (a worker's push or pull), their replies, rank 0's control messages to
  * the servers and their answers. */
-enum { TAG_REQ = 71, TAG_REPLY = 72, TAG_CTRL = 73, TAG_CTRL_REPLY = 74 };
+enum { TAG_REQ = 71, TAG_REPLY = 72, TAG_CTRL = 73, TAG_CTRL_REPLY = 74, TAG_DONE = 75 };
 enum { PS_PUSH = 1, PS_PULL, PS_BYE, PS_HOLD, PS_CATCHUP, PS_RESUME, PS_STOP, PS_FINISH };
 enum { PART_ALIGN = 16 };
 
@@ -106,6 +106,7 @@ struct ct_train_ps {
        at the window's start */
     double stale_sum, stale_max, stale_n, push_ms_sum, pull_ms_sum, waits_n;
     double *shares, *shares_start;
+    int64_t gathered_from; /* rank 0: the step before a checkpoint's catch-up moved it; -1 */
     char share_names[CT_PS_MAX_SHARES][CT_METRIC_NAME_MAX];
 };
 
@@ -169,6 +170,19 @@ ct_status ct_train_ps_create(ct_trainer *t) {
     if (t->p.strategy != CT_STRATEGY_PARAMETER_SERVER) return CT_OK;
     ct_ctx *ctx = t->ctx;
     CT_TRY(check_settings(t));
+    int64_t rank = ct_comm_rank(t->comm), servers = t->p.ps_servers;
+    if (rank < ct_comm_world_size(t->comm) - servers && t->train) {
+        int64_t total = ct_loader_batches_per_epoch(t->train);
+        if (t->p.limit_train_batches > 0 && t->p.limit_train_batches < total)
+            total = t->p.limit_train_batches;
+        if (total < 1) /* the worker would never push, nor hear that the run is over */
+            return CT_FAIL(ctx, CT_ERR_CONFIG,
+                           "trainer: strategy parameter_server: worker rank %lld has no batch "
+                           "in its shard of the training data: fewer workers, a smaller "
+                           "data.batch_size or data.drop_last false (docs/distributed.md, "
+                           "Parameter servers)",
+                           (long long)rank);
+    }
     ct_train_ps *ps = zalloc(ctx, sizeof *ps);
     if (!ps) return CT_FAIL(ctx, CT_ERR_OOM, "parameter servers: their state");
     t->ps = ps;
@@ -179,6 +193,7 @@ ct_status ct_train_ps_create(ct_trainer *t) {
     ps->workers = ps->size - ps->servers;
     ps->first = ps->workers;
     ps->n = ct_params_numel(t->params);
+    ps->gathered_from = -1;
     CT_TRY(ct_comm_create_single(ctx, &ps->solo));
     size_t w = (size_t)ps->size;
     ps->bounds = zalloc(ctx, (size_t)(ps->servers + 1) * sizeof *ps->bounds);
@@ -639,7 +654,10 @@ static ct_status prepare_push(ct_trainer *t, bool loss_ok, bool *push) {
 
 ct_status ct_train_ps_step(ct_trainer *t, bool loss_ok) {
     bool push;
-    t->step_before = t->step;
+    /* the cadences count from the step they last saw: one a checkpoint's catch-up moved on
+       (ct_train_ps_gather) still fires at the multiples it passed */
+    t->step_before = t->ps->gathered_from >= 0 ? t->ps->gathered_from : t->step;
+    t->ps->gathered_from = -1;
     CT_TRY(prepare_push(t, loss_ok, &push));
     if (!push) return CT_OK;
     int64_t step = t->step;
@@ -687,6 +705,8 @@ static ct_status work(ct_trainer *t) {
             bool pull = ++ps->since_pull >= t->p.ps_pull_every;
             CT_TRY(exchange(t, true, pull, &step, &lr, &stop));
             ct_params_zero_grad(t->params);
+        } else { /* a skipped push: the weights again, and whether the run is over */
+            CT_TRY(exchange(t, false, true, &step, &lr, &stop));
         }
         ct_train_straggle_end(t);
     }
@@ -810,6 +830,7 @@ ct_status ct_train_ps_gather(ct_trainer *t) {
     for (int64_t j = 0; j < ps->servers; j++)
         CT_TRY(take_state(t, j, &step));
     CT_TRY(control(t, PS_RESUME));
+    if (step != t->step && ps->gathered_from < 0) ps->gathered_from = t->step;
     t->step = step;
     return CT_OK;
 }
@@ -844,6 +865,10 @@ ct_status ct_train_ps_fit(ct_trainer *t) {
         s = serve(t);
     } else if (ps->rank != 0) {
         s = work(t);
+        size_t bytes;
+        int64_t from;
+        int32_t tag;
+        if (s == CT_OK) s = receive(t, 0, TAG_DONE, &bytes, &from, &tag);
     } else {
         int64_t step = t->step;
         float lr;
@@ -854,6 +879,11 @@ ct_status ct_train_ps_fit(ct_trainer *t) {
         if (s == CT_OK) s = ct_train_fit_loop(t);
         t->comm = ps->world;
         if (s == CT_OK) s = control(t, PS_FINISH);
+        /* the other workers wait for this before the collective below: rank 0's last
+           evaluations and checkpoint may outlast the collective timeout */
+        int64_t done = 1;
+        for (int64_t k = 1; k < ps->workers && s == CT_OK; k++)
+            s = ct_comm_send(ps->world, &done, sizeof done, k, TAG_DONE);
     }
     /* a failed rank ends the job (the command line aborts it): no collective after it */
     if (s != CT_OK) return s;

@@ -181,6 +181,7 @@ config_error ps_all_servers 2 "trainer.ps.servers is 2; expected from 1 to 1" tr
 config_error ps_shard_always 2 "shard_optimizer 'always'" trainer.shard_optimizer=always
 config_error ps_accum 2 "accum_steps above 1" trainer.accum_steps=2
 config_error ps_rollback 2 "on_nonfinite rollback" trainer.on_nonfinite=rollback
+config_error ps_empty_shard 3 "has no batch in its shard" data.batch_size=1000 data.drop_last=true
 
 echo "mpi_ps: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
