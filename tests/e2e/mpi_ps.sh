@@ -66,12 +66,13 @@ fi
 
 # ---- 2 workers: the loss falls, the strategy's metrics are recorded, the report shows them ----
 run 3 tiny.yaml trainer.max_steps=150 trainer.max_epochs=0 output_dir=runs/two
-loss=$(grep '"train/loss"' runs/two/metrics.jsonl 2>/dev/null | tail -1 |
-    grep -oE '"train/loss":[0-9.e+-]+' | cut -d: -f2)
+# the validation loss: the last training window can be one noisy batch of rank 0's
+loss=$(grep '"valid/loss"' runs/two/metrics.jsonl 2>/dev/null | tail -1 |
+    grep -oE '"valid/loss":[0-9.e+-]+' | cut -d: -f2)
 if [[ $rc -ne 0 ]]; then
     fail two_workers "exit $rc: $(tail_of out)"
 elif [[ -z $loss ]] || ! awk -v l="$loss" 'BEGIN { exit !(l < 0.6) }'; then
-    fail two_workers "the last train/loss is '$loss', expected below 0.6"
+    fail two_workers "the last valid/loss is '$loss', expected below 0.6"
 elif ! grep -q '"train/staleness_mean"' runs/two/metrics.jsonl ||
     ! grep -q '"train/staleness_max"' runs/two/metrics.jsonl ||
     ! grep -q '"train/pull_wait_ms"' runs/two/metrics.jsonl ||
