@@ -442,6 +442,13 @@ typedef struct ct_trainer_params {
     int64_t ps_servers;
     int64_t ps_max_staleness;
     int64_t ps_pull_every;
+    /* Fit the context's thread count to the cores the run gets (src/train/tune.h,
+       docs/performance.md): during each fit, from the count the context has at its start down
+       to 1 and back, by measuring training steps at both counts when this process's threads
+       wait for a core (another process is using it), and restored at the fit's end. Results
+       do not depend on it. Not under CT_STRATEGY_PARAMETER_SERVER. Default false; an
+       experiment sets it when its `threads` is 0. */
+    bool adapt_threads;
     /* Measure where each step's time goes (ct_trainer_profile). Default CT_PROFILE_MODE_OFF. */
     ct_profile_mode profile;
     /* The pass of each engine without a loader (an experiment's decode engine): adds what it

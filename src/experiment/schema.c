@@ -44,7 +44,9 @@ static const ct_key_def k_schema[] = {
      "Default: `runs/NAME` in the current directory."},
     {"threads", I, "0", 0, 1024, NULL, RES,
      "Threads for the kernels; 0 = every core the process may run on (its CPU affinity: "
-     "taskset, a cpuset, a Slurm binding). Results do not depend on it."},
+     "taskset, a cpuset, a Slurm binding), fewer during training while other processes keep "
+     "some of those cores busy (docs/performance.md, \"Sharing the cores\"). Results do not "
+     "depend on it."},
 
     {"data", S, NULL, 0, 0, NULL, REQ, "The datasets and how they are batched."},
     {"data.train", O, NULL, 0, 0, NULL, REQ,

@@ -196,6 +196,7 @@ static ct_status end_window(ct_trainer *t, bool window_ok, bool epoch_last) {
         t->prof->cur[CT_PROFILE_COMM] += t->comm_seconds - comm;
     }
     if (t->step <= before) return CT_OK; /* a skipped or rolled-back step triggers nothing */
+    ct_train_tune_end(t);                /* the step's time: its passes and its update */
     /* the clock is read after what ran only: a step without a record or a checkpoint pays
        two readings fewer */
     if (t->lsgd) CT_TRY(ct_train_lsgd_after_step(t, epoch_last));
@@ -268,7 +269,10 @@ static ct_status train_epoch(ct_trainer *t, bool *completed) {
             CT_TRY(ct_train_event(t, cb->on_iteration_start(cb->user, t, i)));
             ct_train_mark(t); /* the callback's time is overhead, not the forward pass's */
         }
-        if (i == pos.start) ct_train_straggle_start(t);
+        if (i == pos.start) {
+            ct_train_straggle_start(t);
+            ct_train_tune_start(t);
+        }
         double loss = 0.0;
         CT_TRY(train_batch(t, &b, &pos, bpe, &loss));
         window_ok = window_ok && isfinite(loss);
@@ -384,9 +388,11 @@ ct_status ct_train_fit_loop(ct_trainer *t) {
 
 ct_status ct_trainer_fit(ct_trainer *t) {
     ct_train_profile_begin(t);
+    ct_train_tune_begin(t);
     ct_status s = t->ps ? CT_OK : ct_train_open_shard(t);
     if (s == CT_OK) s = t->ps ? ct_train_ps_fit(t) : ct_train_fit_loop(t);
     ct_train_close_shard(t, s == CT_OK);
+    ct_train_tune_finish(t);
     ct_train_profile_end(t);
     if (s != CT_OK && t->p.callbacks.on_exception)
         t->p.callbacks.on_exception(t->p.callbacks.user, t, s);

@@ -17,6 +17,7 @@
 #include "ctrain/dist.h"
 #include "ctrain/options.h"
 #include "ctrain/trainer.h"
+#include "train/tune.h"
 
 /* Copies the string option key (fallback when absent) into out[cap]; a longer value or an
  * empty one is a CT_ERR_CONFIG. */
@@ -162,10 +163,13 @@ struct ct_trainer {
     bool interrupt;           /* on_batch's CT_STOP: end after this step and its evaluations */
     double comm_seconds;      /* spent in the gradient all-reduce (several ranks only) */
     double straggle_since;    /* p.straggler_rank: when this rank's step began */
-    bool want_shard;          /* shard_optimizer decided for sharding (at create) */
-    ct_train_shard *shard;    /* the sharded update's window during a fit, or NULL */
-    ct_train_lsgd *lsgd;      /* CT_STRATEGY_LOCAL_SGD's state (local_sgd.c), or NULL */
-    bool moments_whole;       /* the sharded moments were shared since the last update */
+    bool tuning;              /* p.adapt_threads in this fit (tune.c) */
+    ct_tune tune;
+    double tune_since, tune_comm; /* the step's start: the clock and comm_seconds */
+    bool want_shard;              /* shard_optimizer decided for sharding (at create) */
+    ct_train_shard *shard;        /* the sharded update's window during a fit, or NULL */
+    ct_train_lsgd *lsgd;          /* CT_STRATEGY_LOCAL_SGD's state (local_sgd.c), or NULL */
+    bool moments_whole;           /* the sharded moments were shared since the last update */
     /* gradient buckets (several ranks, bucket_bytes > 0): ranges of the flat gradient buffer,
        the last parameters first, as the backward pass finishes them */
     ct_train_bucket *buckets;
