@@ -18,7 +18,9 @@ PyTorch runs at its best setting: in the first round its twin is tried with 1 an
 (all cores), each with OMP_WAIT_POLICY unset and =passive in its environment, and the fastest
 of the four runs the later rounds; the row names it. The twin's data are in tensors before the
 clock starts (the batches are views of a shuffled copy), so its timed loop is the step alone.
-ctrain runs with its defaults (every core; the config's `threads`).
+ctrain runs with its defaults (the config's `threads`: 0, every core, fewer while other
+processes keep cores busy); the "ctrain at" column shows the thread counts its runs went
+through (the most common), e.g. "2t>1t" for a run that started on 2 threads and settled on 1.
 
 With --precision bf16 (the default runs fp32 then bf16) ctrain trains with
 `trainer.precision=bf16` and the twin under `torch.autocast("cpu", dtype=torch.bfloat16)`, the
@@ -140,7 +142,13 @@ def ctrain_run(ctrain, name, steps, tmp, precision):
     recs = recs[1:] if len(recs) > 1 else recs
     sps = statistics.median(r["samples_per_sec"] for r in recs)
     rss_mib = int(open(rss_file).read().split()[-1]) / 1024.0
-    return sps, rss_mib
+    # the thread counts the run went through (`threads: 2 -> 1 at step ...` lines)
+    counts = [l.split("threads: ", 1)[1].split(" at ")[0] for l in res.stderr.splitlines()
+              if "info: threads: " in l]
+    at = "%dt" % len(os.sched_getaffinity(0))
+    for c in counts:
+        at += ">" + c.split(" -> ")[1] + "t"
+    return sps, rss_mib, at
 
 
 # ---- the PyTorch twins: run in a child process
@@ -342,8 +350,8 @@ def main():
     busy = start_busy() if a.busy else None
     if busy:
         print("busy: one spinning process (pid %d) for the whole run" % busy.pid)
-    print("%-9s %6s %10s %10s %11s %7s %8s %6s %11s %11s" % (
-        "", "steps", "ctrain", "PyTorch", "PyTorch at", "ratio", "GFLOP/s", "peak",
+    print("%-9s %6s %10s %9s %10s %11s %7s %8s %6s %11s %11s" % (
+        "", "steps", "ctrain", "ctrain at", "PyTorch", "PyTorch at", "ratio", "GFLOP/s", "peak",
         "ctrain MiB", "PyTorch MiB"))
     sys.stdout.flush()
     try:
@@ -351,9 +359,10 @@ def main():
                                 for n in a.models.split(",")]:
             steps = a.steps or (max(STEPS[name] // 4, 10) if a.quick else STEPS[name])
             mine, theirs = [], {s: [] for s in TORCH_SETTINGS}
-            rss_mine, rss_theirs = [], []
+            rss_mine, rss_theirs, ats = [], [], []
             for _ in range(repeats):
-                sps, rss = ctrain_run(ctrain, name, steps, tmp, precision)
+                sps, rss, at = ctrain_run(ctrain, name, steps, tmp, precision)
+                ats.append(at)
                 mine.append(sps * (128 if name == "gpt" else 1))
                 rss_mine.append(rss)
                 # every setting in the first round, then only the fastest (the whole table
@@ -370,8 +379,9 @@ def main():
             m, t = statistics.median(mine), statistics.median(theirs[best])
             gflops = m * FLOPS[name] * 1e-9
             top = pk["bf16"] if precision == "bf16" and pk.get("bf16") else pk["fp32"]
-            print("%-9s %6d %10.0f %10.0f %11s %7.2f %8.1f %5.0f%% %11.0f %11.0f  (%s)" % (
-                name + " " + precision, steps, m, t, setting_name(best), m / t, gflops,
+            print("%-9s %6d %10.0f %9s %10.0f %11s %7.2f %8.1f %5.0f%% %11.0f %11.0f  (%s)" % (
+                name + " " + precision, steps, m, max(set(ats), key=ats.count), t,
+                setting_name(best), m / t, gflops,
                 100.0 * gflops / top[1], max(rss_mine), max(rss_theirs), unit[name]))
             sys.stdout.flush()
         print("(%.1f minutes)" % ((time.perf_counter() - started) / 60.0))
