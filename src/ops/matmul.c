@@ -183,6 +183,30 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
 }
 
 /* iarg: [0] rows R, [1] in, [2] out, [3] 0, or 1 + ct_gelu_approx for gelu_linear */
+/* db[j] += the sum of column j of dy [rows, cols], each column in ct_ops_sum_f64's order
+ * (blocks of 256 rows, in double) so the bits are the strided sum's, but read row by row in
+ * blocks of COLSUM_W columns: whole cache lines, and the double sums vectorise across
+ * columns. */
+#define COLSUM_W 64
+CT_HOT static void colsum_f32(const float *dy, int64_t rows, int64_t cols, int64_t j0, float *db) {
+    int64_t w = j0 + COLSUM_W <= cols ? COLSUM_W : cols - j0;
+    double total[COLSUM_W] = {0.0}, part[COLSUM_W];
+    for (int64_t i0 = 0; i0 < rows; i0 += 256) {
+        int64_t i1 = i0 + 256 < rows ? i0 + 256 : rows;
+        for (int64_t j = 0; j < w; j++)
+            part[j] = 0.0;
+        for (int64_t i = i0; i < i1; i++) {
+            const float *r = dy + i * cols + j0;
+            for (int64_t j = 0; j < w; j++)
+                part[j] += (double)r[j];
+        }
+        for (int64_t j = 0; j < w; j++)
+            total[j] += part[j];
+    }
+    for (int64_t j = 0; j < w; j++)
+        db[j0 + j] += (float)total[j];
+}
+
 CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
@@ -223,8 +247,9 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
         if (dyr.h) {
             ct_ops_colsum_bf16(g, dyr.h, rows, out, db);
         } else {
-            int nt = ct_ops_threads(g, out, rows);
-            CT_PAR_FOR(nt, j, out, db[j] += (float)ct_ops_sum_f64(dyr.f + j, rows, out););
+            int64_t blocks = (out + COLSUM_W - 1) / COLSUM_W;
+            int nt = ct_ops_threads(g, blocks, rows * COLSUM_W);
+            CT_PAR_FOR(nt, b, blocks, colsum_f32(dyr.f, rows, out, b * COLSUM_W, db););
         }
     }
     ct_graph_scratch_release(g, mark);

@@ -148,6 +148,44 @@ static void linear_should_match_reference_kernels(void) {
     ct_ctx_destroy(ref);
 }
 
+/* A linear layer's bias gradient is each column of dy summed in double in blocks of 256 rows
+ * (ct_ops_sum_f64's order), bit for bit, whatever the blocks of columns it is computed in. The
+ * columns hold 1e20 in row 0 and -1e20 in row 256 between small values, which the order
+ * decides: each block's small values vanish into its big one (a sum without blocks keeps
+ * those after row 256). */
+static void linear_bias_gradient_should_sum_columns_in_blocks_of_256_rows(void) {
+    ct_ctx *ctx = new_ctx(2, 0, NULL);
+    int64_t R = 600, IN = 3, OUT = 70;
+    ct_graph *g;
+    ct_graph_create(ctx, NULL, &g);
+    ct_tensor *x = filled(g, 2, (int64_t[]){R, IN}, 5);
+    ct_tensor *w = filled(g, 2, (int64_t[]){OUT, IN}, 6);
+    ct_tensor *b = filled(g, 1, (int64_t[]){OUT}, 7);
+    ct_tensor *r = filled(g, 2, (int64_t[]){R, OUT}, 8); /* dy, exactly */
+    for (int64_t j = 0; j < OUT; j++) {
+        ((float *)r->data)[j] = 1e20f;
+        ((float *)r->data)[256 * OUT + j] = -1e20f;
+    }
+    b->flags |= CT_TENSOR_REQUIRES_GRAD;
+    ct_tensor *loss = ct_op_sum_all(g, ct_op_mul(g, ct_op_linear(g, x, w, b), r));
+    CT_CHECK_INT(ct_graph_backward(g, loss), CT_OK);
+    const float *dy = r->data, *db = b->grad;
+    int64_t differ = 0;
+    for (int64_t j = 0; j < OUT; j++) {
+        double total = 0.0;
+        for (int64_t i0 = 0; i0 < R; i0 += 256) {
+            double part = 0.0;
+            for (int64_t i = i0; i < R && i < i0 + 256; i++)
+                part += (double)dy[i * OUT + j];
+            total += part;
+        }
+        differ += db[j] != (float)total;
+    }
+    CT_CHECK_INT(differ, 0);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+}
+
 typedef struct mlp {
     ct_params *P;
     ct_tensor *w1, *b1, *w2, *b2;
@@ -507,6 +545,7 @@ int main(void) {
     CT_RUN(ops_should_compute_known_values);
     CT_RUN(ops_should_reject_bad_input_with_context);
     CT_RUN(linear_should_match_reference_kernels);
+    CT_RUN(linear_bias_gradient_should_sum_columns_in_blocks_of_256_rows);
     CT_RUN(training_should_be_bitwise_identical_for_1_and_2_threads);
     CT_RUN(training_step_should_not_allocate_after_the_first);
     CT_RUN(no_grad_mode_should_record_nothing);
