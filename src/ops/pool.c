@@ -8,10 +8,12 @@
  * window in a fixed order, so results are bitwise the same for any thread count.
  *
  * Max pooling's backward routes each output's gradient to the element that won the forward
- * (PyTorch's rule: the first maximum in row-major window order, or the last NaN); the winners'
- * plane offsets are saved in the node (arena memory).
+ * (PyTorch's rule: the first maximum in row-major window order, or the last NaN); the winners
+ * are saved in the node (arena memory): for the common 2x2 window with stride 2 and no
+ * padding one byte each (the place in the window), else their plane offsets.
  *
- * Node: in = {x}; iarg = kernel h,w, stride h,w, padding h,w; saved = max winners [N,C,OH,OW].
+ * Node: in = {x}; iarg = kernel h,w, stride h,w, padding h,w, 2x2 codes (0/1); saved = max
+ * winners [N,C,OH,OW] (uint8 codes or int64 offsets).
  */
 #include <math.h>
 #include <string.h>
@@ -115,36 +117,81 @@ static bool pool_check(ct_graph *g,
 
 /* ---- max pooling ---- */
 
-/* y [OH, OW] and the winners' offsets idx [OH, OW] (or NULL) from one plane xp [H, W]. With
- * padding <= kernel/2 every window holds at least one element of the plane. */
-/* The common 2x2 window with stride 2 and no padding, without the general loop nest: the
- * same candidates in the same order (row-major) and the same rule, so the same maximum and
- * index (a tie to the first, a NaN winning and the last NaN kept, as PyTorch's CPU kernel). */
-static void max_plane_2x2(const pool_geom *s, const float *xp, float *yp, int64_t *idx) {
-    const int64_t w = s->w;
+/* The common window: 2x2, stride 2, no padding (every window inside the plane). */
+static bool is_2x2(const pool_geom *s) {
+    return s->k[0] == 2 && s->k[1] == 2 && s->s[0] == 2 && s->s[1] == 2 && s->p[0] == 0 &&
+           s->p[1] == 0 && s->oh * 2 <= s->h && s->ow * 2 <= s->w;
+}
+
+/* Outputs per chunk of the 2x2 path: the outputs of a plane are made in chunks of this many
+ * along each row, through small local arrays of a fixed size, so that the loop over a chunk
+ * has a constant trip count and vectorises whole (a small CNN's rows, 14 or 7 outputs, are
+ * shorter than a vector loop's minimum). A chunk reads and writes whole: past the end of its
+ * row it reads the next row and writes outputs of the next row that are made again after it,
+ * by the same thread; only the end of the plane is copied element by element. */
+#define PW 16
+
+/* The 2x2 windows of the row pair at a[0..2 PW), b[0..2 PW) into yo, each winner as a code
+ * in ko: its row-major place in the window, 0..3. The same candidates in the same order and
+ * the same rule as the general loop (a tie to the first, a NaN winning and the last NaN kept,
+ * as PyTorch's CPU kernel), as selects rather than branches: random data would mispredict half
+ * of them. */
+static inline void max_chunk_2x2(const float *a, const float *b, float *yo, int32_t *ko) {
+    for (int j = 0; j < PW; j++) {
+        float v = a[2 * j], v1 = a[2 * j + 1], v2 = b[2 * j], v3 = b[2 * j + 1];
+        int32_t k = 0;
+        bool t = (v1 > v) | isnan(v1);
+        v = t ? v1 : v;
+        k = t ? 1 : k;
+        t = (v2 > v) | isnan(v2);
+        v = t ? v2 : v;
+        k = t ? 2 : k;
+        t = (v3 > v) | isnan(v3);
+        yo[j] = t ? v3 : v;
+        ko[j] = t ? 3 : k;
+    }
+}
+
+/* The 2x2 window over one plane xp [H, W] into y [OH, OW] and the winners' codes (or none). */
+CT_HOT static void max_plane_2x2(const pool_geom *s, const float *xp, float *yp, uint8_t *code) {
+    const int64_t w = s->w, ow_n = s->ow, lo = s->oh * ow_n;
+    const float *x_end = xp + s->h * w;
+    float a[2 * PW], b[2 * PW], yo[PW];
+    int32_t ko[PW]; /* as wide as the floats: the chunk's loop vectorises at their width */
     for (int64_t oh = 0; oh < s->oh; oh++) {
         const float *r0 = xp + 2 * oh * w, *r1 = r0 + w;
-        float *yr = yp + oh * s->ow;
-        int64_t *ir = idx ? idx + oh * s->ow : NULL;
-        for (int64_t ow = 0; ow < s->ow; ow++) {
-            float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
-            float m = a;
-            int64_t mi = 0;
-            if (b > m || isnan(b)) m = b, mi = 1;
-            if (c > m || isnan(c)) m = c, mi = w;
-            if (d > m || isnan(d)) m = d, mi = w + 1;
-            yr[ow] = m;
-            if (ir) ir[ow] = 2 * oh * w + 2 * ow + mi;
+        for (int64_t o0 = 0; o0 < ow_n; o0 += PW) {
+            const float *p0 = r0 + 2 * o0, *p1 = r1 + 2 * o0;
+            int64_t o = oh * ow_n + o0;
+            if (p1 + 2 * PW <= x_end) {
+                memcpy(a, p0, sizeof a);
+                memcpy(b, p1, sizeof b);
+            } else {
+                for (int64_t i = 0; i < 2 * PW; i++) {
+                    a[i] = p0 + i < x_end ? p0[i] : 0.0f;
+                    b[i] = p1 + i < x_end ? p1[i] : 0.0f;
+                }
+            }
+            max_chunk_2x2(a, b, yo, ko);
+            int64_t m = ow_n - o0 < PW ? ow_n - o0 : PW;
+            if (o + PW <= lo) { /* past the row: outputs made again by the next row */
+                memcpy(yp + o, yo, sizeof yo);
+                if (code)
+                    for (int j = 0; j < PW; j++)
+                        code[o + j] = (uint8_t)ko[j];
+            } else {
+                for (int64_t j = 0; j < m; j++) {
+                    yp[o + j] = yo[j];
+                    if (code) code[o + j] = (uint8_t)ko[j];
+                }
+            }
         }
     }
 }
 
+/* y [OH, OW] and the winners' offsets idx [OH, OW] (or NULL) from one plane xp [H, W], any
+ * window. With padding <= kernel/2 every window holds at least one element of the plane. */
 CT_HOT static void max_plane(const pool_geom *s, const float *xp, float *yp, int64_t *idx) {
-    if (s->k[0] == 2 && s->k[1] == 2 && s->s[0] == 2 && s->s[1] == 2 && s->p[0] == 0 &&
-        s->p[1] == 0 && s->oh * 2 <= s->h && s->ow * 2 <= s->w) {
-        max_plane_2x2(s, xp, yp, idx);
-        return;
-    }
     for (int64_t oh = 0; oh < s->oh; oh++) {
         int64_t h0 = oh * s->s[0] - s->p[0], h1 = h0 + s->k[0];
         if (h0 < 0) h0 = 0;
@@ -170,6 +217,17 @@ CT_HOT static void max_plane(const pool_geom *s, const float *xp, float *yp, int
     }
 }
 
+/* dx [H, W] += dy [OH, OW] at the 2x2 winners the codes name. */
+static void
+max_plane_2x2_backward(const pool_geom *s, const float *dyp, const uint8_t *code, float *dxp) {
+    const int64_t w = s->w;
+    for (int64_t oh = 0; oh < s->oh; oh++)
+        for (int64_t ow = 0; ow < s->ow; ow++) {
+            int64_t i = oh * s->ow + ow, k = code[i];
+            dxp[2 * oh * w + 2 * ow + (k & 1) + (k >> 1) * w] += dyp[i];
+        }
+}
+
 CT_HOT static void max_pool2d_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0];
     float *dx = ct_graph_grad(g, x);
@@ -177,9 +235,16 @@ CT_HOT static void max_pool2d_backward(ct_graph *g, ct_node *n) {
     pool_geom s;
     geom_init(&s, x, n->iarg);
     const float *dy = n->out->grad;
-    const int64_t *idx = n->saved;
     int64_t planes = s.n * s.c, lo = s.oh * s.ow, li = s.h * s.w;
     int nt = ct_ops_threads(g, planes, lo);
+    if (n->iarg[6]) { /* the 2x2 window's codes */
+        const uint8_t *code = n->saved;
+        CT_OMP_FOR(nt)
+        for (int64_t pl = 0; pl < planes; pl++)
+            max_plane_2x2_backward(&s, dy + pl * lo, code + pl * lo, dx + pl * li);
+        return;
+    }
+    const int64_t *idx = n->saved;
     CT_OMP_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         float *dxp = dx + pl * li;
@@ -197,24 +262,33 @@ CT_HOT ct_tensor *ct_op_max_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_pa
     if (!pool_check(g, "max_pool2d", x, p, args, &s)) return NULL;
     ct_tensor *y = ct_graph_new(g, CT_F32, 4, (int64_t[]){s.n, s.c, s.oh, s.ow});
     if (!y) return NULL;
-    bool record = ct_graph_needs_grad(g, 1, &x);
+    bool record = ct_graph_needs_grad(g, 1, &x), fast = is_2x2(&s);
     int64_t planes = s.n * s.c, lo = s.oh * s.ow, li = s.h * s.w;
-    int64_t *idx = NULL;
+    void *saved = NULL; /* the winners: codes (2x2) or plane offsets */
     if (record) {
-        idx = ct_graph_alloc(g, (size_t)ct_tensor_numel(y) * sizeof(int64_t));
-        if (!idx) return NULL;
+        saved = ct_graph_alloc(g, (size_t)ct_tensor_numel(y) * (fast ? 1 : sizeof(int64_t)));
+        if (!saved) return NULL;
     }
     const float *xv = x->data;
     float *yv = y->data;
     int nt = ct_ops_threads(g, planes, lo * s.k[0] * s.k[1]);
-    CT_OMP_FOR(nt)
-    for (int64_t pl = 0; pl < planes; pl++)
-        max_plane(&s, xv + pl * li, yv + pl * lo, idx ? idx + pl * lo : NULL);
+    if (fast) {
+        uint8_t *code = saved;
+        CT_OMP_FOR(nt)
+        for (int64_t pl = 0; pl < planes; pl++)
+            max_plane_2x2(&s, xv + pl * li, yv + pl * lo, code ? code + pl * lo : NULL);
+    } else {
+        int64_t *idx = saved;
+        CT_OMP_FOR(nt)
+        for (int64_t pl = 0; pl < planes; pl++)
+            max_plane(&s, xv + pl * li, yv + pl * lo, idx ? idx + pl * lo : NULL);
+    }
     if (record) {
         ct_node *node = ct_graph_record(g, &max_pool2d_def, y, 1, &x);
         if (!node) return NULL;
         memcpy(node->iarg, args, sizeof args);
-        node->saved = idx;
+        node->iarg[6] = fast;
+        node->saved = saved;
     }
     return y;
 }

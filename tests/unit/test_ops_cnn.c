@@ -417,6 +417,65 @@ static void max_pool2d_should_route_ties_to_the_first_maximum(void) {
     ct_ctx_destroy(ctx);
 }
 
+/* The 2x2 stride-2 path against the rule written out here, on planes of odd sizes (the last
+ * row and column dropped; rows of 5 outputs, and of 18, more than one chunk of the fast
+ * loop) full of ties, signed zeros, infinities and NaNs, on 2 threads: outputs (with and
+ * without gradients) and the routed gradients bit for bit. */
+static void max_pool2d_2x2_case(int64_t N, int64_t C, int64_t H, int64_t W) {
+    ct_ctx *ctx = make_ctx(2, 0);
+    ct_graph *g = make_graph(ctx);
+    int64_t OH = H / 2, OW = W / 2, nx = N * C * H * W, ny = N * C * OH * OW;
+    float *v = malloc((size_t)nx * sizeof(float)), *dx = calloc((size_t)nx, sizeof(float));
+    float *seed = malloc((size_t)ny * sizeof(float));
+    const float pick[7] = {-1.0f, 0.0f, -0.0f, 1.0f, 2.0f, INFINITY, NAN};
+    ct_rng r = ct_rng_init(11, 0);
+    for (int64_t i = 0; i < nx; i++)
+        v[i] = pick[ct_rng_below(&r, 7)];
+    for (int64_t i = 0; i < ny; i++)
+        seed[i] = (float)(i % 13) + 0.5f;
+    ct_tensor *x = leaf(g, v, 4, (int64_t[]){N, C, H, W});
+    ct_pool2d_params k2 = {{2, 2}, {2, 2}, {0, 0}};
+    ct_tensor *y = ct_op_max_pool2d(g, x, &k2);
+    /* and without gradients (no winners kept): the same outputs */
+    ct_tensor *yn =
+        ct_op_max_pool2d(g, ct_graph_wrap(g, v, CT_F32, 4, (int64_t[]){N, C, H, W}), &k2);
+    CT_CHECK(y && ct_graph_backward_seed(g, y, seed) == CT_OK);
+    CT_CHECK(yn && y && memcmp(yn->data, y->data, (size_t)ny * sizeof(float)) == 0);
+    int64_t bad_y = 0, bad_dx = 0;
+    for (int64_t pl = 0; pl < N * C; pl++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const float *xp = v + pl * H * W;
+                float m = -INFINITY;
+                int64_t mi = 2 * oh * W + 2 * ow;
+                for (int64_t ih = 2 * oh; ih < 2 * oh + 2; ih++)
+                    for (int64_t iw = 2 * ow; iw < 2 * ow + 2; iw++)
+                        if (xp[ih * W + iw] > m || isnan(xp[ih * W + iw])) {
+                            m = xp[ih * W + iw];
+                            mi = ih * W + iw;
+                        }
+                int64_t o = (pl * OH + oh) * OW + ow;
+                float got = y ? ((const float *)y->data)[o] : 0.0f;
+                bad_y += memcmp(&got, &m, sizeof m) != 0;
+                dx[pl * H * W + mi] += seed[o];
+            }
+    for (int64_t i = 0; x->grad && i < nx; i++)
+        bad_dx += memcmp(&((const float *)x->grad)[i], &dx[i], sizeof dx[i]) != 0;
+    CT_CHECK_INT(bad_y, 0);
+    CT_CHECK(x->grad != NULL);
+    CT_CHECK_INT(bad_dx, 0);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
+    free(v);
+    free(dx);
+    free(seed);
+}
+
+static void max_pool2d_2x2_should_follow_the_rule_on_every_window(void) {
+    max_pool2d_2x2_case(3, 5, 9, 11);
+    max_pool2d_2x2_case(2, 3, 7, 37);
+}
+
 /* The general window loop (kernel 3, stride 1, padding 1) follows PyTorch's CPU rule too: a
  * window holding a NaN gives NaN, and its gradient goes to the window's last NaN. */
 static void max_pool2d_should_propagate_nan_through_padded_windows(void) {
@@ -748,6 +807,7 @@ int main(void) {
     CT_RUN(cnn_ops_should_give_same_bits_for_any_thread_count);
     CT_RUN(pools_should_compute_known_windows);
     CT_RUN(max_pool2d_should_route_ties_to_the_first_maximum);
+    CT_RUN(max_pool2d_2x2_should_follow_the_rule_on_every_window);
     CT_RUN(max_pool2d_should_propagate_nan_through_padded_windows);
     CT_RUN(batch_norm_should_update_running_stats_in_training);
     CT_RUN(batch_norm_should_use_batch_stats_over_n_h_w);
