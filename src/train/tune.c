@@ -102,10 +102,13 @@ static void start_probe(ct_tune *tu, int dir, double step_seconds) {
 }
 
 /* A check: a trial of more threads (when below the most) or of fewer (when cores are
- * contended), else another steady period. */
+ * contended, and at the first check), else another steady period. */
 static void check(ct_tune *tu, double step_seconds, double now, bool slower) {
     tu->waiting = waited_share(tu, now);
-    bool up = tu->cur < tu->max, down = !up && try_fewer(tu, now, slower);
+    /* the first check tries fewer threads whatever the load: a model too small for its
+       threads runs faster on fewer, on a quiet machine too */
+    bool first = tu->phase == CT_TUNE_WARM;
+    bool up = tu->cur < tu->max, down = !up && (first || try_fewer(tu, now, slower));
     if (!up && !down) {
         tu->base_time = tu->phase == CT_TUNE_STEADY ? tu->ewma : step_seconds;
         go_steady(tu, now);

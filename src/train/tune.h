@@ -7,11 +7,13 @@
  * cores then run faster. The tuner finds the count by measuring, since nothing else tells
  * reliably how much of a core another process takes:
  *
- *  - after a warm-up (3 steps and 50 ms), and then every CT_TUNE_PERIOD seconds or when the
- *    step time drifts by a quarter, it checks: with fewer threads than the most it tries more;
- *    at the most it tries fewer when this process's threads waited for a core (the kernel's
- *    run-queue time, read by the caller) for at least a tenth of the wall time since the last
- *    check, or every CT_TUNE_BLIND_PERIOD seconds where that reading is not available;
+ *  - after a warm-up (3 steps and 50 ms) it tries fewer threads once, whatever the load (a
+ *    model too small for its threads runs faster on fewer);
+ *  - then every CT_TUNE_PERIOD seconds, or when the step time drifts by a quarter, it checks:
+ *    with fewer threads than the most it tries more; at the most it tries fewer when this
+ *    process's threads waited for a core (the kernel's run-queue time, read by the caller) for
+ *    at least a tenth of the wall time since the last check, or every CT_TUNE_BLIND_PERIOD
+ *    seconds (and when the steps got slower) where that reading is not available;
  *  - a trial measures a few steps (at least 3 and 30 ms) at the current count, then the same
  *    at the candidate after one step to settle; the candidate is kept if it is at least 5%
  *    faster, and the tuner goes on in that direction while it gains; otherwise the old count

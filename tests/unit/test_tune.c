@@ -2,10 +2,11 @@
  * test_tune.c - the thread tuner's policy (src/train/tune.h) on a simulated machine: a step's
  * time and the share of wall time its threads wait for a core are functions of the thread
  * count and of whether another process keeps cores busy, and the clock advances by the step
- * times. Checks: a quiet machine is never tried at fewer threads; a busy core brings the count
- * down within a second of steps and the free core brings it back; fewer threads that do not
- * pay are undone; without run-queue times trials come no oftener than the blind period; many
- * cores step down one candidate at a time while it pays; one thread is left alone.
+ * times. Checks: a quiet machine is tried once at fewer threads, which stay when they pay; a
+ * busy core brings the count down within a second of steps and the free core brings it back;
+ * fewer threads that do not pay are undone; without run-queue times trials come no oftener
+ * than the blind period; many cores drop as many threads as wait for a core; one thread is
+ * left alone.
  */
 #include <math.h>
 #include <string.h>
@@ -64,13 +65,31 @@ static machine make_machine(int64_t cores) {
     return m;
 }
 
-static void tune_should_never_try_fewer_threads_on_a_quiet_machine(void) {
+static void tune_should_try_fewer_threads_once_on_a_quiet_machine(void) {
     machine m = make_machine(2);
     ct_tune tu;
     double now = 0.0;
     ct_tune_init(&tu, 2, now, machine_wait, &m);
     CT_CHECK(run_for(&tu, &m, &now, 60.0) == 2);
-    CT_CHECK(m.steps_at[1] == 0);
+    /* the first check's trial: 30 ms of 2 ms steps (16) and one to settle, then never again */
+    CT_CHECK(m.steps_at[1] > 0);
+    CT_CHECK(m.steps_at[1] <= 17);
+}
+
+static void tune_should_drop_threads_that_do_not_pay_on_a_quiet_machine(void) {
+    machine m = make_machine(2);
+    m.threads_pay = false; /* a model too small to share: 2 threads only add their overhead */
+    ct_tune tu;
+    double now = 0.0;
+    ct_tune_init(&tu, 2, now, machine_wait, &m);
+    int64_t n = ct_tune_threads(&tu);
+    for (int i = 0; i < 200; i++) {
+        double t = n == 2 ? 0.0011 : 0.001;
+        m.steps_at[n]++;
+        now += t;
+        n = ct_tune_step(&tu, t, now);
+    }
+    CT_CHECK(n == 1);
 }
 
 static void tune_should_drop_a_busy_core_and_take_it_back_when_free(void) {
@@ -159,7 +178,8 @@ static void tune_should_read_this_process_run_queue_time(void) {
 }
 
 int main(void) {
-    CT_RUN(tune_should_never_try_fewer_threads_on_a_quiet_machine);
+    CT_RUN(tune_should_try_fewer_threads_once_on_a_quiet_machine);
+    CT_RUN(tune_should_drop_threads_that_do_not_pay_on_a_quiet_machine);
     CT_RUN(tune_should_drop_a_busy_core_and_take_it_back_when_free);
     CT_RUN(tune_should_undo_fewer_threads_that_do_not_pay);
     CT_RUN(tune_should_try_blind_no_oftener_than_its_period);
