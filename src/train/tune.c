@@ -238,7 +238,11 @@ double ct_tune_read_schedstat(void *user) {
 /* ---- the trainer's use of it (fit.c) ---- */
 
 void ct_train_tune_begin(ct_trainer *t) {
+#ifdef _OPENMP
     t->tuning = t->p.adapt_threads && !t->ps && ct_ctx_threads(t->ctx) > 1;
+#else
+    t->tuning = false; /* one thread whatever the count */
+#endif
     if (t->tuning)
         ct_tune_init(&t->tune, ct_ctx_threads(t->ctx), ct_train_clock(), ct_tune_read_schedstat,
                      NULL);
