@@ -34,6 +34,7 @@
  * autocast flag.
  */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/attn_kernels.h"
 #include "kernels/kernels.h"
@@ -68,152 +69,246 @@ causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t n, float sc
 
 /* The head's geometry, shared by its work items. q, k and v are the head's slices of qkv (row
  * stride 3C); dq, dk, dv those of dqkv; o and dout the head's slices of [B, T, C] (stride C);
- * att and ds the head's [T, T] blocks. */
+ * att and ds the head's [T, T] blocks. From the work buffer: kt and vt, k and v transposed
+ * ([hd, T]); or, for bf16 dot products (native), kt2 and vt2 as bf16 pairs along hd ([hp, T])
+ * and qb and dob the rows of q and dout as pairs ([T, hp]). */
 typedef struct head {
     const float *q, *k, *v, *dout;
-    float *o, *dq, *dk, *dv, *att, *ds;
-    int64_t T, C, hd;
+    float *o, *dq, *dk, *dv, *att, *ds, *kt, *vt;
+    uint32_t *kt2, *vt2, *qb, *dob;
+    int64_t T, C, hd, hp;
     float scale;
+    ct_k_attn_isa isa;
+    bool native;
 } head;
 
-static head head_at(float *out,
-                    float *dqkv,
-                    float *att,
-                    float *ds,
-                    const float *dout,
-                    const float *qkv,
-                    int64_t bh,
-                    int64_t T,
-                    int64_t C,
-                    int64_t H) {
-    int64_t b = bh / H, hd = C / H, off = b * T * 3 * C + (bh % H) * hd;
-    int64_t ooff = b * T * C + (bh % H) * hd;
-    head h = {qkv + off,
-              qkv + off + C,
-              qkv + off + 2 * C,
-              dout ? dout + ooff : NULL,
-              out ? out + ooff : NULL,
-              dqkv ? dqkv + off : NULL,
-              dqkv ? dqkv + off + C : NULL,
-              dqkv ? dqkv + off + 2 * C : NULL,
-              att + bh * T * T,
-              ds ? ds + bh * T * T : NULL,
-              T,
-              C,
-              hd,
-              (float)(1.0 / sqrt((double)hd))};
+/* The arguments of one pass. */
+typedef struct pass_args {
+    float *out, *dqkv, *att, *ds, *work;
+    const float *dout, *qkv;
+    int64_t B, T, C, H;
+    ct_k_attn_isa isa;
+    bool native;
+} pass_args;
+
+static head head_at(const pass_args *pa, int64_t bh) {
+    int64_t T = pa->T, C = pa->C, H = pa->H, hd = C / H, hp = hd / 2, btc = pa->B * T * C;
+    int64_t b = bh / H, off = b * T * 3 * C + (bh % H) * hd, ooff = b * T * C + (bh % H) * hd;
+    head h;
+    memset(&h, 0, sizeof h);
+    h.q = pa->qkv + off;
+    h.k = h.q + C;
+    h.v = h.q + 2 * C;
+    h.dout = pa->dout ? pa->dout + ooff : NULL;
+    h.o = pa->out ? pa->out + ooff : NULL;
+    if (pa->dqkv) {
+        h.dq = pa->dqkv + off;
+        h.dk = h.dq + C;
+        h.dv = h.dq + 2 * C;
+    }
+    h.att = pa->att + bh * T * T;
+    h.ds = pa->ds ? pa->ds + bh * T * T : NULL;
+    if (pa->native) { /* words: kt2, qb, then backward's vt2, dob; btc / 2 each */
+        uint32_t *w = (uint32_t *)(void *)pa->work;
+        h.kt2 = w + bh * hp * T;
+        h.qb = w + btc / 2 + bh * T * hp;
+        if (pa->dout) {
+            h.vt2 = w + btc + bh * hp * T;
+            h.dob = w + 3 * btc / 2 + bh * T * hp;
+        }
+    } else { /* floats: kt, then backward's vt; btc each */
+        h.kt = pa->work + bh * hd * T;
+        if (pa->dout) h.vt = pa->work + btc + bh * hd * T;
+    }
+    h.T = T;
+    h.C = C;
+    h.hd = hd;
+    h.hp = hp;
+    h.scale = (float)(1.0 / sqrt((double)hd));
+    h.isa = pa->isa;
+    h.native = pa->native;
     return h;
+}
+
+/* src [T, hd] at row stride ld into dst: transposed [hd, T], or bf16 pairs along hd, [hp, T]
+ * (pairs) or [T, hp] (rows). */
+static void transpose(float *dst, const float *src, int64_t ld, int64_t T, int64_t hd) {
+    for (int64_t j = 0; j < T; j++)
+        for (int64_t d = 0; d < hd; d++)
+            dst[d * T + j] = src[j * ld + d];
+}
+
+static void pairs(uint32_t *dst, const float *src, int64_t ld, int64_t T, int64_t hp) {
+    for (int64_t j = 0; j < T; j++)
+        for (int64_t p = 0; p < hp; p++)
+            dst[p * T + j] = ct_k_attn_bf16_pair(src[j * ld + 2 * p], src[j * ld + 2 * p + 1]);
+}
+
+static void pair_rows(uint32_t *dst, const float *src, int64_t ld, int64_t T, int64_t hp) {
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t p = 0; p < hp; p++)
+            dst[i * hp + p] = ct_k_attn_bf16_pair(src[i * ld + 2 * p], src[i * ld + 2 * p + 1]);
+}
+
+/* The head's operands in the layouts the block products read (head's comment). */
+static void prepare_head(const head *h) {
+    int64_t T = h->T, C3 = 3 * h->C;
+    if (h->native) {
+        pairs(h->kt2, h->k, C3, T, h->hp);
+        pair_rows(h->qb, h->q, C3, T, h->hp);
+        if (h->vt2) pairs(h->vt2, h->v, C3, T, h->hp);
+        if (h->dob) pair_rows(h->dob, h->dout, h->C, T, h->hp);
+    } else {
+        transpose(h->kt, h->k, C3, T, h->hd);
+        if (h->vt) transpose(h->vt, h->v, C3, T, h->hd);
+    }
 }
 
 /* Rows [r0, r1) of the probabilities, over the keys [0, r1): the forward's, and again the
  * backward's, by the same calls (so the same bits). */
-CT_HOT static void probs_block(ct_ctx *ctx, const head *h, int64_t r0, int64_t r1) {
+CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1) {
     int64_t T = h->T, C3 = 3 * h->C;
     float *p = h->att + r0 * T;
-    ct_k_gemm(ctx, false, true, r1 - r0, r1, h->hd, h->scale, h->q + r0 * C3, C3, h->k, C3, 0.0f, p,
-              T);
+    if (h->native)
+        ct_k_attn_mm_bf16(h->isa, r1 - r0, r1, h->hp, h->scale, h->qb + r0 * h->hp, h->hp, h->kt2,
+                          T, p, T);
+    else
+        ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, h->scale, h->q + r0 * C3, C3, 1, h->kt, T, false,
+                     p, T);
     for (int64_t i = r0; i < r1; i++)
         causal_softmax_row(p + (i - r0) * T, i, r1);
 }
 
 /* Row block [r0, r1) of the forward: its probabilities, then out = P v over the keys [0, r1). */
-static void forward_block(ct_ctx *ctx, const head *h, int64_t r0, int64_t r1) {
-    probs_block(ctx, h, r0, r1);
-    ct_k_gemm(ctx, false, false, r1 - r0, h->hd, r1, 1.0f, h->att + r0 * h->T, h->T, h->v, 3 * h->C,
-              0.0f, h->o + r0 * h->C, h->C);
+static void forward_block(const head *h, int64_t r0, int64_t r1) {
+    probs_block(h, r0, r1);
+    ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, h->att + r0 * h->T, h->T, 1, h->v, 3 * h->C,
+                 false, h->o + r0 * h->C, h->C);
 }
 
 /* Row block [r0, r1) of the backward: P again, dP = dout v^T and dS over the keys [0, r1),
  * then dq += dS k (dS already carries the 1/sqrt(hd)). */
-CT_HOT static void backward_rows(ct_ctx *ctx, const head *h, int64_t r0, int64_t r1) {
+CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
     int64_t T = h->T, C = h->C, C3 = 3 * C;
-    probs_block(ctx, h, r0, r1);
+    probs_block(h, r0, r1);
     float *ds = h->ds + r0 * T;
     const float *p = h->att + r0 * T;
-    ct_k_gemm(ctx, false, true, r1 - r0, r1, h->hd, 1.0f, h->dout + r0 * C, C, h->v, C3, 0.0f, ds,
-              T);
+    if (h->native)
+        ct_k_attn_mm_bf16(h->isa, r1 - r0, r1, h->hp, 1.0f, h->dob + r0 * h->hp, h->hp, h->vt2, T,
+                          ds, T);
+    else
+        ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, 1.0f, h->dout + r0 * C, C, 1, h->vt, T, false, ds,
+                     T);
     for (int64_t i = r0; i < r1; i++)
         causal_softmax_bwd_row(ds + (i - r0) * T, p + (i - r0) * T, i, r1, h->scale);
-    ct_k_gemm(ctx, false, false, r1 - r0, h->hd, r1, 1.0f, ds, T, h->k, C3, 1.0f, h->dq + r0 * C3,
-              C3);
+    ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, ds, T, 1, h->k, C3, true, h->dq + r0 * C3, C3);
 }
 
 /* Key block [c0, c1) of the backward, over the queries [c0, T) (the earlier ones do not see
  * these keys): dv += P^T dout, dk += dS^T q. */
-CT_HOT static void backward_keys(ct_ctx *ctx, const head *h, int64_t c0, int64_t c1) {
+CT_HOT static void backward_keys(const head *h, int64_t c0, int64_t c1) {
     int64_t T = h->T, C = h->C, C3 = 3 * C, n = T - c0;
     const float *p = h->att + c0 * T + c0, *ds = h->ds + c0 * T + c0;
-    ct_k_gemm(ctx, true, false, c1 - c0, h->hd, n, 1.0f, p, T, h->dout + c0 * C, C, 1.0f,
-              h->dv + c0 * C3, C3);
-    ct_k_gemm(ctx, true, false, c1 - c0, h->hd, n, 1.0f, ds, T, h->q + c0 * C3, C3, 1.0f,
-              h->dk + c0 * C3, C3);
+    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, p, 1, T, h->dout + c0 * C, C, true,
+                 h->dv + c0 * C3, C3);
+    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, ds, 1, T, h->q + c0 * C3, C3, true,
+                 h->dk + c0 * C3, C3);
 }
 
 typedef enum pass { PASS_FORWARD, PASS_BACKWARD_ROWS, PASS_BACKWARD_KEYS } pass;
 
 /* One work item: blocks p and nb-1-p of head bh (p alone in the middle of an odd nb). */
-static void run_item(ct_ctx *ctx, pass ps, const head *h, int64_t p, int64_t nb) {
+static void run_item(pass ps, const head *h, int64_t p, int64_t nb) {
     for (int64_t r = p;; r = nb - 1 - p) {
         int64_t lo = r * BLOCK, hi = lo + BLOCK < h->T ? lo + BLOCK : h->T;
         if (ps == PASS_FORWARD)
-            forward_block(ctx, h, lo, hi);
+            forward_block(h, lo, hi);
         else if (ps == PASS_BACKWARD_ROWS)
-            backward_rows(ctx, h, lo, hi);
+            backward_rows(h, lo, hi);
         else
-            backward_keys(ctx, h, lo, hi);
+            backward_keys(h, lo, hi);
         if (r == nb - 1 - p) break;
     }
 }
 
-/* Every (head, block pair) item of one pass, over the threads. CT_OMP_FOR rather than
- * CT_PAR_FOR even for one thread: the GEMMs inside must always see a parallel region. */
-static void run_pass(ct_ctx *ctx,
-                     pass ps,
-                     float *out,
-                     float *dqkv,
-                     float *att,
-                     float *ds,
-                     const float *dout,
-                     const float *qkv,
-                     int64_t B,
-                     int64_t T,
-                     int64_t C,
-                     int64_t H) {
-    int64_t nb = (T + BLOCK - 1) / BLOCK, pairs = (nb + 1) / 2, items = B * H * pairs;
+/* Every (head, block pair) item of one pass, over the threads. */
+static void run_pass(ct_ctx *ctx, pass ps, const pass_args *pa) {
+    int64_t T = pa->T, nb = (T + BLOCK - 1) / BLOCK, pairs_ = (nb + 1) / 2;
+    int64_t items = pa->B * pa->H * pairs_;
     /* flops per item: two or four products of BLOCK x (T + BLOCK) x hd */
-    int64_t work = (ps == PASS_FORWARD ? 4 : 8) * BLOCK * (T + BLOCK) * (C / H);
+    int64_t work = (ps == PASS_FORWARD ? 4 : 8) * BLOCK * (T + BLOCK) * (pa->C / pa->H);
     int nt = ct_threads_for(ctx, items, work);
-    CT_OMP_FOR(nt)
-    for (int64_t it = 0; it < items; it++) {
-        head h = head_at(out, dqkv, att, ds, dout, qkv, it / pairs, T, C, H);
-        run_item(ctx, ps, &h, it % pairs, nb);
-    }
+    CT_PAR_FOR(nt, it, items, {
+        head h = head_at(pa, it / pairs_);
+        run_item(ps, &h, it % pairs_, nb);
+    });
+}
+
+/* The work buffer's layouts, one head per item. */
+static void run_prepare(ct_ctx *ctx, const pass_args *pa) {
+    int64_t heads = pa->B * pa->H;
+    int nt = ct_threads_for(ctx, heads, 4 * pa->T * (pa->C / pa->H));
+    CT_PAR_FOR(nt, bh, heads, {
+        head h = head_at(pa, bh);
+        prepare_head(&h);
+    });
+}
+
+bool ct_k_attention_bf16_native(ct_ctx *ctx, int64_t hd) {
+    return ctx->kernels == CT_KERNELS_FAST && ctx->bf16_kernels != CT_BF16_KERNELS_F32 &&
+           hd % 2 == 0 && ct_k_attn_isa_get() == CT_K_ATTN_ISA_AVX512_BF16;
+}
+
+static pass_args make_args(ct_ctx *ctx,
+                           float *out,
+                           float *dqkv,
+                           float *att,
+                           float *ds,
+                           float *work,
+                           const float *dout,
+                           const float *qkv,
+                           bool bf16,
+                           int64_t B,
+                           int64_t T,
+                           int64_t C,
+                           int64_t H) {
+    pass_args pa = {out, dqkv, att, ds, work, dout, qkv, B, T, C, H, ct_k_attn_isa_get(), false};
+    pa.native = bf16 && ct_k_attention_bf16_native(ctx, C / H);
+    return pa;
 }
 
 CT_HOT void ct_k_attention_fwd(ct_ctx *ctx,
                                float *out,
                                float *att,
+                               float *work,
                                const float *qkv,
+                               bool bf16,
                                int64_t B,
                                int64_t T,
                                int64_t C,
                                int64_t H) {
-    run_pass(ctx, PASS_FORWARD, out, NULL, att, NULL, NULL, qkv, B, T, C, H);
+    pass_args pa = make_args(ctx, out, NULL, att, NULL, work, NULL, qkv, bf16, B, T, C, H);
+    run_prepare(ctx, &pa);
+    run_pass(ctx, PASS_FORWARD, &pa);
 }
 
 CT_HOT void ct_k_attention_bwd(ct_ctx *ctx,
                                float *dqkv,
                                float *scratch,
+                               float *work,
                                const float *dout,
                                const float *qkv,
                                float *att,
+                               bool bf16,
                                int64_t B,
                                int64_t T,
                                int64_t C,
                                int64_t H) {
+    pass_args pa = make_args(ctx, NULL, dqkv, att, scratch, work, dout, qkv, bf16, B, T, C, H);
+    run_prepare(ctx, &pa);
     /* the key blocks read P and dS rows of later row blocks: all rows first */
-    run_pass(ctx, PASS_BACKWARD_ROWS, NULL, dqkv, att, scratch, dout, qkv, B, T, C, H);
-    run_pass(ctx, PASS_BACKWARD_KEYS, NULL, dqkv, att, scratch, dout, qkv, B, T, C, H);
+    run_pass(ctx, PASS_BACKWARD_ROWS, &pa);
+    run_pass(ctx, PASS_BACKWARD_KEYS, &pa);
 }
 
 static void attention_backward(ct_graph *g, ct_node *n) {
@@ -224,7 +319,8 @@ static void attention_backward(ct_graph *g, ct_node *n) {
     ct_graph_mark mark = ct_graph_scratch_mark(g); /* dqkv was allocated above */
     float *scratch = ct_graph_alloc(g, (size_t)(B * H * T * T) * sizeof(float));
     float *att = ct_graph_alloc(g, (size_t)(B * H * T * T) * sizeof(float));
-    if (!scratch || !att) return;
+    float *work = ct_graph_alloc(g, (size_t)ct_k_attention_work(B, T, C, true) * sizeof(float));
+    if (!scratch || !att || !work) return;
     const float *dout = n->out->grad, *qkv = n->in[0]->data;
     if (n->iarg[4]) { /* q, k, v and dout rounded as the forward pass rounded q, k, v */
         float *r = ct_graph_alloc(g, (size_t)(B * T * C) * sizeof(float));
@@ -238,7 +334,8 @@ static void attention_backward(ct_graph *g, ct_node *n) {
     if (ct_ops_reference(g))
         ct_k_attention_ref_bwd(ct_graph_ctx(g), dqkv, scratch, dout, qkv, att, B, T, C, H);
     else
-        ct_k_attention_bwd(ct_graph_ctx(g), dqkv, scratch, dout, qkv, att, B, T, C, H);
+        ct_k_attention_bwd(ct_graph_ctx(g), dqkv, scratch, work, dout, qkv, att, n->iarg[4] != 0, B,
+                           T, C, H);
     ct_graph_scratch_release(g, mark);
 }
 
@@ -277,10 +374,15 @@ ct_tensor *ct_op_causal_attention(ct_graph *g, ct_tensor *qkv, int64_t n_head) {
     if (!qv) return NULL;
     bool rounded = qv != qkv->data;
     if (B * T > 0) {
-        if (ct_ops_reference(g))
+        float *work = NULL;
+        if (!ct_ops_reference(g)) {
+            work = ct_graph_alloc(g, (size_t)ct_k_attention_work(B, T, C, false) * sizeof(float));
+            if (!work) return NULL;
+        }
+        if (!work)
             ct_k_attention_ref_fwd(ct_graph_ctx(g), y->data, att->data, qv, B, T, C, H);
         else
-            ct_k_attention_fwd(ct_graph_ctx(g), y->data, att->data, qv, B, T, C, H);
+            ct_k_attention_fwd(ct_graph_ctx(g), y->data, att->data, work, qv, rounded, B, T, C, H);
     }
     ct_graph_scratch_release(g, mark);
     if (ct_graph_needs_grad(g, 1, &qkv)) {
