@@ -247,14 +247,143 @@ AVX512_BF static void mm_bf16(int64_t m,
             STRIP_ROWS_BF16(1);
     }
 }
+
+/* A 16 x 16 transpose in registers: pairs of rows interleaved, then pairs of pairs, then the
+ * 128-bit lanes gathered. r[i] holds row i; on return r[c] holds column c. */
+INLINE AVX512 void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    /* u[4i + c], lane L: column 4L + c of rows 4i .. 4i+3 */
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        __m512 v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
+        r[4 + c] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
+    }
+}
+
+/* Stores the transposed block: column c of the rows loaded (nr of them) to dst + c * ldd. */
+INLINE AVX512 void store_columns(float *dst, int64_t ldd, __m512 r[16], int64_t nc, int64_t nr) {
+    __mmask16 m = lanes(nr);
+    for (int64_t c = 0; c < nc; c++)
+        _mm512_mask_storeu_ps(dst + c * ldd, m, r[c]);
+}
+
+AVX512 static void transpose_avx512(
+    float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols) {
+    for (int64_t j0 = 0; j0 < rows; j0 += 16)
+        for (int64_t d0 = 0; d0 < cols; d0 += 16) {
+            int64_t nr = rows - j0 < 16 ? rows - j0 : 16, nc = cols - d0 < 16 ? cols - d0 : 16;
+            __mmask16 m = lanes(nc);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + (j0 + i) * lds + d0)
+                              : _mm512_setzero_ps();
+            transpose16(r);
+            store_columns(dst + d0 * ldd + j0, ldd, r, nc, nr);
+        }
+}
+
+/* 32 floats from p (n of them) as 16 pairs of bf16. */
+INLINE AVX512_BF __m512 load_pairs(const float *p, int64_t n) {
+    __m512 lo = _mm512_maskz_loadu_ps(lanes(n), p),
+           hi = _mm512_maskz_loadu_ps(lanes(n - 16), p + 16);
+    return (__m512)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+AVX512_BF static void pairs_t_avx512(
+    uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t np) {
+    for (int64_t j0 = 0; j0 < rows; j0 += 16)
+        for (int64_t p0 = 0; p0 < np; p0 += 16) {
+            int64_t nr = rows - j0 < 16 ? rows - j0 : 16, nc = np - p0 < 16 ? np - p0 : 16;
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i < nr ? load_pairs(src + (j0 + i) * lds + 2 * p0, 2 * nc)
+                              : _mm512_setzero_ps();
+            transpose16(r);
+            store_columns((float *)(void *)(dst + p0 * ldd + j0), ldd, r, nc, nr);
+        }
+}
+
+AVX512_BF static void
+pairs_avx512(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t np) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t p0 = 0; p0 < np; p0 += 16) {
+            int64_t nc = np - p0 < 16 ? np - p0 : 16;
+            _mm512_mask_storeu_ps((float *)(void *)(dst + i * ldd + p0), lanes(nc),
+                                  load_pairs(src + i * lds + 2 * p0, 2 * nc));
+        }
+}
 #endif /* ATTN_X86 */
 
-ct_k_attn_isa ct_k_attn_isa_get(void) {
-    ct_build b;
-    ct_build_get(&b);
+void ct_k_attn_transpose(ct_k_attn_isa isa,
+                         float *dst,
+                         int64_t ldd,
+                         const float *src,
+                         int64_t lds,
+                         int64_t rows,
+                         int64_t cols) {
 #if ATTN_X86
-    if (b.avx512_bf16) return CT_K_ATTN_ISA_AVX512_BF16;
-    if (b.avx512) return CT_K_ATTN_ISA_AVX512;
+    if (isa != CT_K_ATTN_ISA_PORTABLE) {
+        transpose_avx512(dst, ldd, src, lds, rows, cols);
+        return;
+    }
+#endif
+    (void)isa;
+    for (int64_t j = 0; j < rows; j++)
+        for (int64_t d = 0; d < cols; d++)
+            dst[d * ldd + j] = src[j * lds + d];
+}
+
+void ct_k_attn_pairs(ct_k_attn_isa isa,
+                     bool transposed,
+                     uint32_t *dst,
+                     int64_t ldd,
+                     const float *src,
+                     int64_t lds,
+                     int64_t rows,
+                     int64_t np) {
+#if ATTN_X86
+    if (isa == CT_K_ATTN_ISA_AVX512_BF16) {
+        if (transposed)
+            pairs_t_avx512(dst, ldd, src, lds, rows, np);
+        else
+            pairs_avx512(dst, ldd, src, lds, rows, np);
+        return;
+    }
+#endif
+    (void)isa;
+    for (int64_t j = 0; j < rows; j++)
+        for (int64_t p = 0; p < np; p++) {
+            uint32_t w = ct_k_attn_bf16_pair(src[j * lds + 2 * p], src[j * lds + 2 * p + 1]);
+            dst[transposed ? p * ldd + j : j * ldd + p] = w;
+        }
+}
+
+/* The compiler's run-time check reads what its start-up code found once (the CPU's features,
+ * less those whose registers the operating system does not save), where ct_build_get asks the
+ * CPU each time: cheap enough for every call. */
+ct_k_attn_isa ct_k_attn_isa_get(void) {
+#if ATTN_X86
+    if (__builtin_cpu_supports("avx512f")) {
+        if (__builtin_cpu_supports("avx512bf16")) return CT_K_ATTN_ISA_AVX512_BF16;
+        return CT_K_ATTN_ISA_AVX512;
+    }
 #endif
     return CT_K_ATTN_ISA_PORTABLE;
 }

@@ -136,6 +136,25 @@ CT_INTERNAL void ct_k_attn_mm_bf16(ct_k_attn_isa isa,
                                    float *c, /* [m, n], overwritten */
                                    int64_t ldc);
 
+/* dst[d * ldd + j] = src[j * lds + d]: src [rows, cols] transposed. */
+CT_INTERNAL void ct_k_attn_transpose(ct_k_attn_isa isa,
+                                     float *dst, /* [cols, rows] at row stride ldd */
+                                     int64_t ldd,
+                                     const float *src, /* [rows, cols] at row stride lds */
+                                     int64_t lds,
+                                     int64_t rows,
+                                     int64_t cols);
+/* The np pairs along each row of src (bf16 values, 2 np of them) as ct_k_attn_bf16_pair
+ * packs them: dst[j * ldd + p], or dst[p * ldd + j] when transposed. */
+CT_INTERNAL void ct_k_attn_pairs(ct_k_attn_isa isa,
+                                 bool transposed,
+                                 uint32_t *dst,
+                                 int64_t ldd,
+                                 const float *src, /* [rows, 2 np] at row stride lds */
+                                 int64_t lds,
+                                 int64_t rows,
+                                 int64_t np);
+
 /* Two f32 holding bf16 values (low 16 bits zero) as the pair (lo, hi) of bf16 in one word, lo
  * first in memory. */
 static inline uint32_t ct_k_attn_bf16_pair(float lo, float hi) {

@@ -130,37 +130,17 @@ static head head_at(const pass_args *pa, int64_t bh) {
     return h;
 }
 
-/* src [T, hd] at row stride ld into dst: transposed [hd, T], or bf16 pairs along hd, [hp, T]
- * (pairs) or [T, hp] (rows). */
-static void transpose(float *dst, const float *src, int64_t ld, int64_t T, int64_t hd) {
-    for (int64_t j = 0; j < T; j++)
-        for (int64_t d = 0; d < hd; d++)
-            dst[d * T + j] = src[j * ld + d];
-}
-
-static void pairs(uint32_t *dst, const float *src, int64_t ld, int64_t T, int64_t hp) {
-    for (int64_t j = 0; j < T; j++)
-        for (int64_t p = 0; p < hp; p++)
-            dst[p * T + j] = ct_k_attn_bf16_pair(src[j * ld + 2 * p], src[j * ld + 2 * p + 1]);
-}
-
-static void pair_rows(uint32_t *dst, const float *src, int64_t ld, int64_t T, int64_t hp) {
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t p = 0; p < hp; p++)
-            dst[i * hp + p] = ct_k_attn_bf16_pair(src[i * ld + 2 * p], src[i * ld + 2 * p + 1]);
-}
-
 /* The head's operands in the layouts the block products read (head's comment). */
 static void prepare_head(const head *h) {
     int64_t T = h->T, C3 = 3 * h->C;
     if (h->native) {
-        pairs(h->kt2, h->k, C3, T, h->hp);
-        pair_rows(h->qb, h->q, C3, T, h->hp);
-        if (h->vt2) pairs(h->vt2, h->v, C3, T, h->hp);
-        if (h->dob) pair_rows(h->dob, h->dout, h->C, T, h->hp);
+        ct_k_attn_pairs(h->isa, true, h->kt2, T, h->k, C3, T, h->hp);
+        ct_k_attn_pairs(h->isa, false, h->qb, h->hp, h->q, C3, T, h->hp);
+        if (h->vt2) ct_k_attn_pairs(h->isa, true, h->vt2, T, h->v, C3, T, h->hp);
+        if (h->dob) ct_k_attn_pairs(h->isa, false, h->dob, h->hp, h->dout, h->C, T, h->hp);
     } else {
-        transpose(h->kt, h->k, C3, T, h->hd);
-        if (h->vt) transpose(h->vt, h->v, C3, T, h->hd);
+        ct_k_attn_transpose(h->isa, h->kt, T, h->k, C3, T, h->hd);
+        if (h->vt) ct_k_attn_transpose(h->isa, h->vt, T, h->v, C3, T, h->hd);
     }
 }
 

@@ -200,6 +200,45 @@ static void attention_block_product_should_give_the_same_bits_on_every_isa(void)
     }
 }
 
+static void attention_operand_layouts_should_match_plain_loops(void) {
+    /* the transposes and bf16 pairs the block products read, around the 16 x 16 blocks */
+    static const int64_t cases[][2] = {{1, 2}, {16, 32}, {17, 8}, {128, 32}, {33, 66}, {5, 40}};
+    ct_k_attn_isa isa = ct_k_attn_isa_get();
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t rows = cases[c][0], cols = cases[c][1], np = cols / 2, lds = cols + 5;
+        float *src = rand_array(rows * lds, 140 + c, -3.0f, 3.0f);
+        for (int64_t i = 0; i < rows * lds; i++)
+            src[i] = ct_f32_from_bf16(ct_bf16_from_f32(src[i]));
+        int64_t n = cols * (rows + 3);
+        float *t = malloc((size_t)n * 4);
+        uint32_t *w = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++)
+            t[i] = -7.0f;
+        ct_k_attn_transpose(isa, t, rows + 3, src, lds, rows, cols);
+        int64_t bad = 0;
+        for (int64_t d = 0; d < cols; d++)
+            for (int64_t j = 0; j < rows + 3; j++)
+                bad += t[d * (rows + 3) + j] != (j < rows ? src[j * lds + d] : -7.0f);
+        CT_CHECK_INT(bad, 0);
+        for (int tr = 0; tr <= 1; tr++) {
+            if (isa != CT_K_ATTN_ISA_AVX512_BF16) break; /* the AVX-512 pairs need AVX512_BF16 */
+            int64_t ldd = tr ? rows + 3 : np + 3;
+            memset(w, 0xAB, (size_t)n * 4);
+            ct_k_attn_pairs(isa, tr, w, ldd, src, lds, rows, np);
+            bad = 0;
+            for (int64_t j = 0; j < rows; j++)
+                for (int64_t p = 0; p < np; p++) {
+                    uint32_t want =
+                        ct_k_attn_bf16_pair(src[j * lds + 2 * p], src[j * lds + 2 * p + 1]);
+                    bad += w[tr ? p * ldd + j : j * ldd + p] != want;
+                }
+            bad += tr ? w[rows] != 0xABABABABu : w[np] != 0xABABABABu; /* no more written */
+            CT_CHECK_INT(bad, 0);
+        }
+        free(src), free(t), free(w);
+    }
+}
+
 static void attention_bf16_product_should_match_the_f32_product_of_the_same_values(void) {
     if (ct_k_attn_isa_get() != CT_K_ATTN_ISA_AVX512_BF16) {
         printf("skip: no AVX512_BF16 here\n");
@@ -292,6 +331,7 @@ int main(void) {
     CT_RUN(attention_should_skip_the_blocks_above_the_diagonal);
     CT_RUN(softmax_reductions_should_match_plain_loops);
     CT_RUN(attention_block_product_should_give_the_same_bits_on_every_isa);
+    CT_RUN(attention_operand_layouts_should_match_plain_loops);
     CT_RUN(attention_bf16_product_should_match_the_f32_product_of_the_same_values);
     CT_RUN(attention_should_use_bf16_dot_products_within_summation_order_of_f32);
     return ct_test_finish();
