@@ -31,10 +31,10 @@
  * skipping most of the upper triangle at the GPT example's T = 128. */
 #define CT_K_ATTN_BLOCK 32
 
-/* The work buffer of the fast path, in floats: [B, T, C] forward, twice that backward (keys
- * and values transposed per head, or their bf16 pairs and those of q and dout). */
+/* The work buffer of the fast path, in floats: two [B, T, C] forward, five backward (the
+ * heads' operands copied into the layouts the block products read best). */
 static inline int64_t ct_k_attention_work(int64_t B, int64_t T, int64_t C, bool backward) {
-    return (backward ? 2 : 1) * B * T * C;
+    return (backward ? 5 : 2) * B * T * C;
 }
 
 /*

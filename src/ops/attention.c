@@ -43,38 +43,43 @@
 
 #define BLOCK CT_K_ATTN_BLOCK
 
-/* s[0..n): scores of query i; becomes the probabilities over j <= i and 0 beyond. The max,
- * the exponentials and the sum (in double, in vmath.h's fixed order) each in a loop that
+/* s[0..n): scores of query i against the keys of its row block's products (n, the block's
+ * last row + 1, is a multiple of BLOCK except at the end of T); becomes the probabilities over
+ * j <= i and 0 beyond. The keys past i are set to -inf, whose exponential is 0: every loop then
+ * runs over the same n for the block's rows, whole vectors without scalar tails. The max, the
+ * exponentials and the sum (in double, in vmath.h's fixed order) each in a loop that
  * vectorises. */
 CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t n) {
-    float mx = ct_vmax(s, i + 1);
-    for (int64_t j = 0; j <= i; j++)
-        s[j] = ct_vexpf(s[j] - mx);
-    float inv = (float)(1.0 / ct_vsum(s, i + 1));
-    for (int64_t j = 0; j <= i; j++)
-        s[j] *= inv;
     for (int64_t j = i + 1; j < n; j++)
-        s[j] = 0.0f;
+        s[j] = -INFINITY;
+    float mx = ct_vmax(s, n);
+    for (int64_t j = 0; j < n; j++)
+        s[j] = ct_vexpf(s[j] - mx);
+    float inv = (float)(1.0 / ct_vsum(s, n));
+    for (int64_t j = 0; j < n; j++)
+        s[j] *= inv;
 }
 
-/* ds[0..n): dP of query i; becomes dS = scale * P (dP - sum_j P dP), 0 beyond the diagonal. */
+/* ds[0..n): dP of query i; becomes dS = scale * P (dP - sum_j P dP), 0 beyond the diagonal
+ * (where P is 0). */
 CT_HOT static void
 causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t n, float scale) {
-    float fdot = (float)ct_vdot(p, ds, i + 1);
-    for (int64_t j = 0; j <= i; j++)
-        ds[j] = scale * p[j] * (ds[j] - fdot);
-    for (int64_t j = i + 1; j < n; j++)
-        ds[j] = 0.0f;
+    float fdot = (float)ct_vdot(p, ds, n);
+    for (int64_t j = 0; j < n; j++)
+        ds[j] = j <= i ? scale * p[j] * (ds[j] - fdot) : 0.0f;
 }
 
 /* The head's geometry, shared by its work items. q, k and v are the head's slices of qkv (row
  * stride 3C); dq, dk, dv those of dqkv; o and dout the head's slices of [B, T, C] (stride C);
  * att and ds the head's [T, T] blocks. From the work buffer: kt and vt, k and v transposed
- * ([hd, T]); or, for bf16 dot products (native), kt2 and vt2 as bf16 pairs along hd ([hp, T])
- * and qb and dob the rows of q and dout as pairs ([T, hp]). */
+ * ([hd, T]), or for bf16 dot products (native) kt2 and vt2, the same as bf16 pairs along hd
+ * ([hp, T]), with qb and dob, the rows of q and dout as pairs ([T, hp]); and vc, kc, qc and dc,
+ * v, k, q and dout as contiguous rows ([T, hd]). The products stream rows of their B operand:
+ * at the row strides of qkv (3C floats, a multiple of 2 KiB in the GPT example) all of them
+ * fall in a few sets of the L1 cache and evict each other, contiguous rows spread over all. */
 typedef struct head {
     const float *q, *k, *v, *dout;
-    float *o, *dq, *dk, *dv, *att, *ds, *kt, *vt;
+    float *o, *dq, *dk, *dv, *att, *ds, *kt, *vt, *vc, *kc, *qc, *dc;
     uint32_t *kt2, *vt2, *qb, *dob;
     int64_t T, C, hd, hp;
     float scale;
@@ -108,18 +113,29 @@ static head head_at(const pass_args *pa, int64_t bh) {
     }
     h.att = pa->att + bh * T * T;
     h.ds = pa->ds ? pa->ds + bh * T * T : NULL;
-    if (pa->native) { /* words: kt2, qb, then backward's vt2, dob; btc / 2 each */
-        uint32_t *w = (uint32_t *)(void *)pa->work;
-        h.kt2 = w + bh * hp * T;
-        h.qb = w + btc / 2 + bh * T * hp;
-        if (pa->dout) {
-            h.vt2 = w + btc + bh * hp * T;
-            h.dob = w + 3 * btc / 2 + bh * T * hp;
-        }
-    } else { /* floats: kt, then backward's vt; btc each */
-        h.kt = pa->work + bh * hd * T;
-        if (pa->dout) h.vt = pa->work + btc + bh * hd * T;
+    /* slots of [B, T, C] floats, each head's T * hd of them in turn: forward kt (or kt2 and
+     * qb), vc; backward kt (kt2, qb), vt (vt2, dob), kc, qc, dc */
+#define slot(i) (pa->work + (i)*btc + bh * T * hd)
+    if (pa->native) {
+        h.kt2 = (uint32_t *)(void *)slot(0);
+        h.qb = h.kt2 + hp * T;
+    } else {
+        h.kt = slot(0);
     }
+    if (!pa->dout) {
+        h.vc = slot(1);
+    } else {
+        if (pa->native) {
+            h.vt2 = (uint32_t *)(void *)slot(1);
+            h.dob = h.vt2 + hp * T;
+        } else {
+            h.vt = slot(1);
+        }
+        h.kc = slot(2);
+        h.qc = slot(3);
+        h.dc = slot(4);
+    }
+#undef slot
     h.T = T;
     h.C = C;
     h.hd = hd;
@@ -130,18 +146,28 @@ static head head_at(const pass_args *pa, int64_t bh) {
     return h;
 }
 
+/* src [T, hd] at row stride ld as contiguous rows. */
+static void rows(float *dst, const float *src, int64_t ld, int64_t T, int64_t hd) {
+    for (int64_t i = 0; i < T; i++)
+        memcpy(dst + i * hd, src + i * ld, (size_t)hd * sizeof(float));
+}
+
 /* The head's operands in the layouts the block products read (head's comment). */
 static void prepare_head(const head *h) {
-    int64_t T = h->T, C3 = 3 * h->C;
+    int64_t T = h->T, C3 = 3 * h->C, hd = h->hd, hp = h->hp;
     if (h->native) {
-        ct_k_attn_pairs(h->isa, true, h->kt2, T, h->k, C3, T, h->hp);
-        ct_k_attn_pairs(h->isa, false, h->qb, h->hp, h->q, C3, T, h->hp);
-        if (h->vt2) ct_k_attn_pairs(h->isa, true, h->vt2, T, h->v, C3, T, h->hp);
-        if (h->dob) ct_k_attn_pairs(h->isa, false, h->dob, h->hp, h->dout, h->C, T, h->hp);
+        ct_k_attn_pairs(h->isa, true, h->kt2, T, h->k, C3, T, hp);
+        ct_k_attn_pairs(h->isa, false, h->qb, hp, h->q, C3, T, hp);
+        if (h->vt2) ct_k_attn_pairs(h->isa, true, h->vt2, T, h->v, C3, T, hp);
+        if (h->dob) ct_k_attn_pairs(h->isa, false, h->dob, hp, h->dout, h->C, T, hp);
     } else {
-        ct_k_attn_transpose(h->isa, h->kt, T, h->k, C3, T, h->hd);
-        if (h->vt) ct_k_attn_transpose(h->isa, h->vt, T, h->v, C3, T, h->hd);
+        ct_k_attn_transpose(h->isa, h->kt, T, h->k, C3, T, hd);
+        if (h->vt) ct_k_attn_transpose(h->isa, h->vt, T, h->v, C3, T, hd);
     }
+    if (h->vc) rows(h->vc, h->v, C3, T, hd);
+    if (h->kc) rows(h->kc, h->k, C3, T, hd);
+    if (h->qc) rows(h->qc, h->q, C3, T, hd);
+    if (h->dc) rows(h->dc, h->dout, h->C, T, hd);
 }
 
 /* Rows [r0, r1) of the probabilities, over the keys [0, r1): the forward's, and again the
@@ -162,8 +188,8 @@ CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1) {
 /* Row block [r0, r1) of the forward: its probabilities, then out = P v over the keys [0, r1). */
 static void forward_block(const head *h, int64_t r0, int64_t r1) {
     probs_block(h, r0, r1);
-    ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, h->att + r0 * h->T, h->T, 1, h->v, 3 * h->C,
-                 false, h->o + r0 * h->C, h->C);
+    ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, h->att + r0 * h->T, h->T, 1, h->vc, h->hd, false,
+                 h->o + r0 * h->C, h->C);
 }
 
 /* Row block [r0, r1) of the backward: P again, dP = dout v^T and dS over the keys [0, r1),
@@ -181,7 +207,8 @@ CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
                      T);
     for (int64_t i = r0; i < r1; i++)
         causal_softmax_bwd_row(ds + (i - r0) * T, p + (i - r0) * T, i, r1, h->scale);
-    ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, ds, T, 1, h->k, C3, true, h->dq + r0 * C3, C3);
+    ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, ds, T, 1, h->kc, h->hd, true, h->dq + r0 * C3,
+                 C3);
 }
 
 /* Key block [c0, c1) of the backward, over the queries [c0, T) (the earlier ones do not see
@@ -189,9 +216,9 @@ CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
 CT_HOT static void backward_keys(const head *h, int64_t c0, int64_t c1) {
     int64_t T = h->T, C = h->C, C3 = 3 * C, n = T - c0;
     const float *p = h->att + c0 * T + c0, *ds = h->ds + c0 * T + c0;
-    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, p, 1, T, h->dout + c0 * C, C, true,
+    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, p, 1, T, h->dc + c0 * h->hd, h->hd, true,
                  h->dv + c0 * C3, C3);
-    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, ds, 1, T, h->q + c0 * C3, C3, true,
+    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, ds, 1, T, h->qc + c0 * h->hd, h->hd, true,
                  h->dk + c0 * C3, C3);
 }
 
