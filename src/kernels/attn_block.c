@@ -4,7 +4,8 @@
  * no packing, and accumulate in registers. An AVX-512 version (chosen at run time where the CPU
  * and the operating system have it) and a portable one (CT_HOT: vectorised for the ISA the
  * loader picks) give the same bits: both sum each element over k in order, by fused
- * multiply-adds, from zero or from C, then multiply by alpha once. The bf16 product multiplies
+ * multiply-adds, from zero or from C, then multiply by alpha once. An AVX2 version does the
+ * same at 8 lanes for CPUs without AVX-512. The bf16 product multiplies
  * pairs of bf16 values with vdpbf16ps (AVX512_BF16), f32 accumulation, in its own order.
  */
 #include <math.h>
@@ -248,6 +249,109 @@ AVX512_BF static void mm_bf16(int64_t m,
     }
 }
 
+/* The AVX2 version (x86-64-v3 CPUs without AVX-512): the same tiles at 8 lanes, R rows by NV
+ * vectors, AVX2's masked loads and stores cutting the last strip. */
+#define AVX2 __attribute__((target("avx2,fma")))
+
+INLINE AVX2 __m256i lanes8(int64_t n) {
+    int32_t k = n < 0 ? 0 : n > 8 ? 8 : (int32_t)n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+INLINE AVX2 void tile8_rn(int R,
+                          int NV,
+                          int64_t k,
+                          float alpha,
+                          const float *a,
+                          int64_t rsa,
+                          int64_t csa,
+                          const float *b,
+                          int64_t ldb,
+                          bool acc,
+                          float *c,
+                          int64_t ldc,
+                          __m256i m0,
+                          __m256i m1) {
+    __m256 s0[6], s1[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        s0[r] = acc ? _mm256_maskload_ps(c + r * ldc, m0) : _mm256_setzero_ps();
+        s1[r] = acc && NV == 2 ? _mm256_maskload_ps(c + r * ldc + 8, m1) : _mm256_setzero_ps();
+    }
+    for (int64_t kk = 0; kk < k; kk++) {
+        const float *bk = b + kk * ldb, *ak = a + kk * csa;
+        __m256 b0 = _mm256_maskload_ps(bk, m0);
+        __m256 b1 = NV == 2 ? _mm256_maskload_ps(bk + 8, m1) : b0;
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            __m256 av = _mm256_broadcast_ss(ak + r * rsa);
+            s0[r] = _mm256_fmadd_ps(av, b0, s0[r]);
+            if (NV == 2) s1[r] = _mm256_fmadd_ps(av, b1, s1[r]);
+        }
+    }
+    __m256 va = _mm256_set1_ps(alpha);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        _mm256_maskstore_ps(c + r * ldc, m0, _mm256_mul_ps(va, s0[r]));
+        if (NV == 2) _mm256_maskstore_ps(c + r * ldc + 8, m1, _mm256_mul_ps(va, s1[r]));
+    }
+}
+
+#define TILE8_FN(R, NV)                                                                            \
+    AVX2 __attribute__((noinline)) static void tile8_##R##_##NV(                                   \
+        int64_t k, float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,          \
+        int64_t ldb, bool acc, float *c, int64_t ldc, __m256i m0, __m256i m1) {                    \
+        tile8_rn(R, NV, k, alpha, a, rsa, csa, b, ldb, acc, c, ldc, m0, m1);                       \
+    }
+TILE8_FN(6, 1)
+TILE8_FN(4, 1)
+TILE8_FN(2, 1)
+TILE8_FN(1, 1)
+TILE8_FN(6, 2)
+TILE8_FN(4, 2)
+TILE8_FN(2, 2)
+TILE8_FN(1, 2)
+#define tile8(R, NV, ...) tile8_##R##_##NV(__VA_ARGS__)
+
+/* One strip of up to 16 columns, its rows by 6, then 4, 2, 1. */
+#define STRIP8_ROWS(NV)                                                                            \
+    do {                                                                                           \
+        int64_t r = 0;                                                                             \
+        for (; r + 6 <= m; r += 6)                                                                 \
+            tile8(6, NV, k, alpha, a + r * rsa, rsa, csa, b, ldb, acc, c + r * ldc, ldc, m0, m1);  \
+        if (r + 4 <= m) {                                                                          \
+            tile8(4, NV, k, alpha, a + r * rsa, rsa, csa, b, ldb, acc, c + r * ldc, ldc, m0, m1);  \
+            r += 4;                                                                                \
+        }                                                                                          \
+        if (r + 2 <= m) {                                                                          \
+            tile8(2, NV, k, alpha, a + r * rsa, rsa, csa, b, ldb, acc, c + r * ldc, ldc, m0, m1);  \
+            r += 2;                                                                                \
+        }                                                                                          \
+        if (r < m)                                                                                 \
+            tile8(1, NV, k, alpha, a + r * rsa, rsa, csa, b, ldb, acc, c + r * ldc, ldc, m0, m1);  \
+    } while (0)
+
+AVX2 static void mm_avx2(int64_t m,
+                         int64_t n,
+                         int64_t k,
+                         float alpha,
+                         const float *a,
+                         int64_t rsa,
+                         int64_t csa,
+                         const float *b,
+                         int64_t ldb,
+                         bool acc,
+                         float *c,
+                         int64_t ldc) {
+    for (int64_t j0 = 0; j0 < n; j0 += 16, b += 16, c += 16) {
+        __m256i m0 = lanes8(n - j0), m1 = lanes8(n - j0 - 8);
+        if (n - j0 > 8)
+            STRIP8_ROWS(2);
+        else
+            STRIP8_ROWS(1);
+    }
+}
+
 /* A 16 x 16 transpose in registers: pairs of rows interleaved, then pairs of pairs, then the
  * 128-bit lanes gathered. r[i] holds row i; on return r[c] holds column c. */
 INLINE AVX512 void transpose16(__m512 r[16]) {
@@ -339,7 +443,7 @@ void ct_k_attn_transpose(ct_k_attn_isa isa,
                          int64_t rows,
                          int64_t cols) {
 #if ATTN_X86
-    if (isa != CT_K_ATTN_ISA_PORTABLE) {
+    if (isa >= CT_K_ATTN_ISA_AVX512) {
         transpose_avx512(dst, ldd, src, lds, rows, cols);
         return;
     }
@@ -384,6 +488,7 @@ ct_k_attn_isa ct_k_attn_isa_get(void) {
         if (__builtin_cpu_supports("avx512bf16")) return CT_K_ATTN_ISA_AVX512_BF16;
         return CT_K_ATTN_ISA_AVX512;
     }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CT_K_ATTN_ISA_AVX2;
 #endif
     return CT_K_ATTN_ISA_PORTABLE;
 }
@@ -402,8 +507,12 @@ void ct_k_attn_mm(ct_k_attn_isa isa,
                   float *c,
                   int64_t ldc) {
 #if ATTN_X86
-    if (isa != CT_K_ATTN_ISA_PORTABLE) {
+    if (isa >= CT_K_ATTN_ISA_AVX512) {
         mm_avx512(m, n, k, alpha, a, rsa, csa, b, ldb, acc, c, ldc);
+        return;
+    }
+    if (isa == CT_K_ATTN_ISA_AVX2) {
+        mm_avx2(m, n, k, alpha, a, rsa, csa, b, ldb, acc, c, ldc);
         return;
     }
 #endif

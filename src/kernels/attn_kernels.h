@@ -79,6 +79,7 @@ CT_INTERNAL bool ct_k_attention_bf16_native(ct_ctx *ctx, int64_t hd);
 /* The instruction sets of the block products, as this CPU and operating system allow. */
 typedef enum ct_k_attn_isa {
     CT_K_ATTN_ISA_PORTABLE,
+    CT_K_ATTN_ISA_AVX2, /* and FMA */
     CT_K_ATTN_ISA_AVX512,
     CT_K_ATTN_ISA_AVX512_BF16,
     CT_K_ATTN_ISA_COUNT
@@ -89,8 +90,8 @@ CT_INTERNAL ct_k_attn_isa ct_k_attn_isa_get(void);
  * The block product (attn_block.c): C = alpha * (C0 + A B), C0 = C if acc, else 0, where
  * A(r, i) = a[r * rsa + i * csa] is [m, k] (so A^T by swapping the strides) and B is [k, n]
  * at row stride ldb. Each element is C0 plus its k products in order, by fused multiply-adds,
- * then times alpha: the same bits for every isa; ct_k_attn_mm_portable is the C version that
- * ct_k_attn_mm runs without AVX-512.
+ * then times alpha: the same bits for every isa up to the one given (AVX2, AVX-512);
+ * ct_k_attn_mm_portable is the C version that ct_k_attn_mm runs on other CPUs.
  */
 typedef void ct_k_attn_mm_fn(int64_t m,
                              int64_t n,
