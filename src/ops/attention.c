@@ -6,11 +6,13 @@
  * (and, in the key/value gradients, BLOCK key columns); row block r meets only the keys up to
  * its own last row, so of the nb x nb score blocks only the nb (nb + 1) / 2 on or below the
  * diagonal are multiplied, forward and backward (at T = 128: 10 of 16; the saving tends to
- * half as T grows). Each block is a few ct_k_gemm calls (OpenBLAS, head slices read in place
- * through the row stride 3C) with the scale folded into the score product and the mask and
- * softmax applied to the block's rows right after it, while they are in cache. Inside the
- * diagonal block the entries above the diagonal are set to exact zeros, which add nothing to
- * P v or to the backward products; blocks above it are never read or written.
+ * half as T grows). Each block is a few block products (src/kernels/attn_block.c: register
+ * tiles, no packing) with the scale folded into the score product and the mask and softmax
+ * applied to the block's rows right after it, while they are in cache. Inside the diagonal
+ * block the entries above the diagonal are set to exact zeros, which add nothing to P v or to
+ * the backward products; blocks above it are never read or written. A pass first copies each
+ * head's operands into the layouts the products stream (struct head): k and v transposed, and
+ * contiguous rows of k, q, v and dout.
  *
  * Forward does not keep the probabilities P [B, H, T, T]: backward computes them again from
  * qkv by the same code (attn_kernels.h), which PyTorch's math path would keep (16 MiB of the
@@ -20,24 +22,21 @@
  * item does about the same work (a row block's cost grows with its index, a key block's
  * shrinks). Forward and the first backward loop own query row blocks (their P, dS, out and dq
  * rows); the second backward loop owns key blocks (their dk and dv rows). Every element thus
- * comes from the same calls in the same order whatever the thread count, and the nested
- * ct_k_gemm calls always run inside a parallel region (possibly of one thread), so their
- * choice of kernel does not depend on it either. Entering ct_k_gemm from several threads at
- * once is safe because OpenBLAS runs single-threaded (ct_ctx_set_threads) and ct_k_gemm_blas
- * does its own tiling.
+ * comes from the same calls in the same order whatever the thread count, and the block
+ * products sum in an order fixed by the shape (the same on every ISA).
  *
  * Under bf16 autocast (ct_graph_set_autocast) q, k and v are rounded to bf16 (a scratch copy
  * of qkv; backward rounds qkv again rather than keeping it) and so is the incoming gradient in
  * backward; the probabilities and the softmax gradient stay f32 inside the fused kernel, as a
- * fused attention kernel keeps them. The products are the same blocked f32 GEMMs on those
- * values, accumulated in f32. Node: iarg = B, T, C, H,
- * autocast flag.
+ * fused attention kernel keeps them. Where the CPU has AVX512_BF16 (ct_k_attention_bf16_native)
+ * q k^T and dout v^T multiply bf16 copies of their operands by bf16 dot products with f32
+ * accumulation; every other product is the f32 block product of the rounded values. Node:
+ * iarg = B, T, C, H, autocast flag.
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/attn_kernels.h"
-#include "kernels/kernels.h"
 #include "kernels/vmath.h"
 #include "ops/ops_internal.h"
 
