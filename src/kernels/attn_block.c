@@ -10,6 +10,8 @@
  */
 #include <math.h>
 
+#include "kernels/vmath.h"
+
 #include "kernels/attn_kernels.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -388,8 +390,25 @@ INLINE AVX512 void store_columns(float *dst, int64_t ldd, __m512 r[16], int64_t 
         _mm512_mask_storeu_ps(dst + c * ldd, m, r[c]);
 }
 
-AVX512 static void transpose_avx512(
-    float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols) {
+/* ct_vround_bf16 on 16 lanes: the same integer steps. */
+INLINE AVX512 __m512 round_bf16(__m512 x) {
+    __m512i u = _mm512_castps_si512(x), hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+    r = _mm512_and_si512(r, hi);
+    __m512i nan = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
+    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 isnan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7F800000));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(isnan, r, nan));
+}
+
+AVX512 static void transpose_avx512(bool round,
+                                    float *dst,
+                                    int64_t ldd,
+                                    const float *src,
+                                    int64_t lds,
+                                    int64_t rows,
+                                    int64_t cols) {
     for (int64_t j0 = 0; j0 < rows; j0 += 16)
         for (int64_t d0 = 0; d0 < cols; d0 += 16) {
             int64_t nr = rows - j0 < 16 ? rows - j0 : 16, nc = cols - d0 < 16 ? cols - d0 : 16;
@@ -398,6 +417,9 @@ AVX512 static void transpose_avx512(
             for (int i = 0; i < 16; i++)
                 r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + (j0 + i) * lds + d0)
                               : _mm512_setzero_ps();
+            if (round)
+                for (int i = 0; i < 16; i++)
+                    r[i] = round_bf16(r[i]);
             transpose16(r);
             store_columns(dst + d0 * ldd + j0, ldd, r, nc, nr);
         }
@@ -436,6 +458,7 @@ pairs_avx512(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int64_t 
 #endif /* ATTN_X86 */
 
 void ct_k_attn_transpose(ct_k_attn_isa isa,
+                         bool round,
                          float *dst,
                          int64_t ldd,
                          const float *src,
@@ -444,14 +467,14 @@ void ct_k_attn_transpose(ct_k_attn_isa isa,
                          int64_t cols) {
 #if ATTN_X86
     if (isa >= CT_K_ATTN_ISA_AVX512) {
-        transpose_avx512(dst, ldd, src, lds, rows, cols);
+        transpose_avx512(round, dst, ldd, src, lds, rows, cols);
         return;
     }
 #endif
     (void)isa;
     for (int64_t j = 0; j < rows; j++)
         for (int64_t d = 0; d < cols; d++)
-            dst[d * ldd + j] = src[j * lds + d];
+            dst[d * ldd + j] = round ? ct_vround_bf16(src[j * lds + d]) : src[j * lds + d];
 }
 
 void ct_k_attn_pairs(ct_k_attn_isa isa,
@@ -474,7 +497,8 @@ void ct_k_attn_pairs(ct_k_attn_isa isa,
     (void)isa;
     for (int64_t j = 0; j < rows; j++)
         for (int64_t p = 0; p < np; p++) {
-            uint32_t w = ct_k_attn_bf16_pair(src[j * lds + 2 * p], src[j * lds + 2 * p + 1]);
+            uint32_t w = ct_k_attn_bf16_pair(ct_vround_bf16(src[j * lds + 2 * p]),
+                                             ct_vround_bf16(src[j * lds + 2 * p + 1]));
             dst[transposed ? p * ldd + j : j * ldd + p] = w;
         }
 }

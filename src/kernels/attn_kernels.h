@@ -31,20 +31,22 @@
  * skipping most of the upper triangle at the GPT example's T = 128. */
 #define CT_K_ATTN_BLOCK 32
 
-/* The work buffer of the fast path, in floats: two [B, T, C] forward, five backward (the
+/* The work buffer of the fast path, in floats: three [B, T, C] forward, five backward (the
  * heads' operands copied into the layouts the block products read best). */
 static inline int64_t ct_k_attention_work(int64_t B, int64_t T, int64_t C, bool backward) {
-    return (backward ? 5 : 2) * B * T * C;
+    return (backward ? 5 : 3) * B * T * C;
 }
 
 /*
  * Forward, fast path (defined in src/ops/attention.c): per (b, h) and block of CT_K_ATTN_BLOCK
  * query rows, S = q k^T / sqrt(hd) and out = P v over the keys up to the block's last row, by
- * the block products around the masked softmax rows; OpenMP over (head, block) items. bf16:
- * qkv holds bf16 values (rounded by autocast); where the CPU has AVX512_BF16 and the context's
- * bf16_kernels is not CT_BF16_KERNELS_F32, q k^T (and backward's dout v^T) then run as bf16
- * dot products with f32 accumulation (the same products, exact in f32, summed in another
- * order); the products with P and dS (f32) stay f32 products.
+ * the block products around the masked softmax rows; OpenMP over (head, block) items. bf16
+ * (autocast): q, k and v (and backward's dout) are rounded to bf16 (nearest even) as they are
+ * copied into the work buffer; where the CPU has AVX512_BF16 and the context's bf16_kernels
+ * is not CT_BF16_KERNELS_F32, q k^T (and backward's dout v^T) then run as bf16 dot products
+ * with f32 accumulation (the same products, exact in f32, summed in another order); the
+ * products with P and dS (f32) stay f32 products. The reference twins take values rounded
+ * beforehand.
  */
 CT_INTERNAL void ct_k_attention_fwd(ct_ctx *ctx,
                                     float *out,  /* [B, T, C], overwritten */
@@ -58,7 +60,7 @@ CT_INTERNAL void ct_k_attention_fwd(ct_ctx *ctx,
                                     int64_t H);
 /*
  * Backward, fast path: adds (+=) the gradient of qkv given that of out. bf16 as in the forward
- * (dout then holds bf16 values too).
+ * (dout rounded too).
  */
 CT_INTERNAL void ct_k_attention_bwd(ct_ctx *ctx,
                                     float *dqkv,    /* [B, T, 3C], accumulated */
@@ -137,16 +139,20 @@ CT_INTERNAL void ct_k_attn_mm_bf16(ct_k_attn_isa isa,
                                    float *c, /* [m, n], overwritten */
                                    int64_t ldc);
 
-/* dst[d * ldd + j] = src[j * lds + d]: src [rows, cols] transposed. */
+/* dst[d * ldd + j] = src[j * lds + d]: src [rows, cols] transposed, each value rounded to bf16
+ * (as ct_vround_bf16) if round. */
 CT_INTERNAL void ct_k_attn_transpose(ct_k_attn_isa isa,
+                                     bool round,
                                      float *dst, /* [cols, rows] at row stride ldd */
                                      int64_t ldd,
                                      const float *src, /* [rows, cols] at row stride lds */
                                      int64_t lds,
                                      int64_t rows,
                                      int64_t cols);
-/* The np pairs along each row of src (bf16 values, 2 np of them) as ct_k_attn_bf16_pair
- * packs them: dst[j * ldd + p], or dst[p * ldd + j] when transposed. */
+/* The np pairs along each row of src (2 np values, rounded to bf16, nearest even) as
+ * ct_k_attn_bf16_pair packs them: dst[j * ldd + p], or dst[p * ldd + j] when transposed. With
+ * AVX512_BF16 the conversion instruction counts values below 2^-126 in magnitude as zero, as
+ * the dot product instruction does anyway. */
 CT_INTERNAL void ct_k_attn_pairs(ct_k_attn_isa isa,
                                  bool transposed,
                                  uint32_t *dst,

@@ -83,7 +83,7 @@ typedef struct head {
     int64_t T, C, hd, hp;
     float scale;
     ct_k_attn_isa isa;
-    bool native;
+    bool native, round;
 } head;
 
 /* The arguments of one pass. */
@@ -92,7 +92,7 @@ typedef struct pass_args {
     const float *dout, *qkv;
     int64_t B, T, C, H;
     ct_k_attn_isa isa;
-    bool native;
+    bool native, round;
 } pass_args;
 
 static head head_at(const pass_args *pa, int64_t bh) {
@@ -113,7 +113,7 @@ static head head_at(const pass_args *pa, int64_t bh) {
     h.att = pa->att + bh * T * T;
     h.ds = pa->ds ? pa->ds + bh * T * T : NULL;
     /* slots of [B, T, C] floats, each head's T * hd of them in turn: forward kt (or kt2 and
-     * qb), vc; backward kt (kt2, qb), vt (vt2, dob), kc, qc, dc */
+     * qb), vc, qc; backward kt (kt2, qb), vt (vt2, dob), kc, qc, dc */
 #define slot(i) (pa->work + (i)*btc + bh * T * hd)
     if (pa->native) {
         h.kt2 = (uint32_t *)(void *)slot(0);
@@ -123,6 +123,7 @@ static head head_at(const pass_args *pa, int64_t bh) {
     }
     if (!pa->dout) {
         h.vc = slot(1);
+        if (!pa->native) h.qc = slot(2);
     } else {
         if (pa->native) {
             h.vt2 = (uint32_t *)(void *)slot(1);
@@ -142,16 +143,26 @@ static head head_at(const pass_args *pa, int64_t bh) {
     h.scale = (float)(1.0 / sqrt((double)hd));
     h.isa = pa->isa;
     h.native = pa->native;
+    h.round = pa->round;
     return h;
 }
 
-/* src [T, hd] at row stride ld as contiguous rows. */
-static void rows(float *dst, const float *src, int64_t ld, int64_t T, int64_t hd) {
-    for (int64_t i = 0; i < T; i++)
-        memcpy(dst + i * hd, src + i * ld, (size_t)hd * sizeof(float));
+/* src [T, hd] at row stride ld as contiguous rows, rounded to bf16 if round. */
+CT_HOT static void
+rows(float *dst, const float *src, int64_t ld, int64_t T, int64_t hd, bool round) {
+    for (int64_t i = 0; i < T; i++) {
+        float *d = dst + i * hd;
+        const float *x = src + i * ld;
+        if (round)
+            for (int64_t j = 0; j < hd; j++)
+                d[j] = ct_vround_bf16(x[j]);
+        else
+            memcpy(d, x, (size_t)hd * sizeof(float));
+    }
 }
 
-/* The head's operands in the layouts the block products read (head's comment). */
+/* The head's operands in the layouts the block products read (head's comment), rounded to
+ * bf16 under autocast: no product reads qkv or dout themselves. */
 static void prepare_head(const head *h) {
     int64_t T = h->T, C3 = 3 * h->C, hd = h->hd, hp = h->hp;
     if (h->native) {
@@ -160,26 +171,26 @@ static void prepare_head(const head *h) {
         if (h->vt2) ct_k_attn_pairs(h->isa, true, h->vt2, T, h->v, C3, T, hp);
         if (h->dob) ct_k_attn_pairs(h->isa, false, h->dob, hp, h->dout, h->C, T, hp);
     } else {
-        ct_k_attn_transpose(h->isa, h->kt, T, h->k, C3, T, hd);
-        if (h->vt) ct_k_attn_transpose(h->isa, h->vt, T, h->v, C3, T, hd);
+        ct_k_attn_transpose(h->isa, h->round, h->kt, T, h->k, C3, T, hd);
+        if (h->vt) ct_k_attn_transpose(h->isa, h->round, h->vt, T, h->v, C3, T, hd);
     }
-    if (h->vc) rows(h->vc, h->v, C3, T, hd);
-    if (h->kc) rows(h->kc, h->k, C3, T, hd);
-    if (h->qc) rows(h->qc, h->q, C3, T, hd);
-    if (h->dc) rows(h->dc, h->dout, h->C, T, hd);
+    if (h->vc) rows(h->vc, h->v, C3, T, hd, h->round);
+    if (h->kc) rows(h->kc, h->k, C3, T, hd, h->round);
+    if (h->qc) rows(h->qc, h->q, C3, T, hd, h->round);
+    if (h->dc) rows(h->dc, h->dout, h->C, T, hd, h->round);
 }
 
 /* Rows [r0, r1) of the probabilities, over the keys [0, r1): the forward's, and again the
  * backward's, by the same calls (so the same bits). */
 CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1) {
-    int64_t T = h->T, C3 = 3 * h->C;
+    int64_t T = h->T;
     float *p = h->att + r0 * T;
     if (h->native)
         ct_k_attn_mm_bf16(h->isa, r1 - r0, r1, h->hp, h->scale, h->qb + r0 * h->hp, h->hp, h->kt2,
                           T, p, T);
     else
-        ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, h->scale, h->q + r0 * C3, C3, 1, h->kt, T, false,
-                     p, T);
+        ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, h->scale, h->qc + r0 * h->hd, h->hd, 1, h->kt, T,
+                     false, p, T);
     for (int64_t i = r0; i < r1; i++)
         causal_softmax_row(p + (i - r0) * T, i, r1);
 }
@@ -202,8 +213,8 @@ CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
         ct_k_attn_mm_bf16(h->isa, r1 - r0, r1, h->hp, 1.0f, h->dob + r0 * h->hp, h->hp, h->vt2, T,
                           ds, T);
     else
-        ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, 1.0f, h->dout + r0 * C, C, 1, h->vt, T, false, ds,
-                     T);
+        ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, 1.0f, h->dc + r0 * h->hd, h->hd, 1, h->vt, T,
+                     false, ds, T);
     for (int64_t i = r0; i < r1; i++)
         causal_softmax_bwd_row(ds + (i - r0) * T, p + (i - r0) * T, i, r1, h->scale);
     ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, ds, T, 1, h->kc, h->hd, true, h->dq + r0 * C3,
@@ -278,7 +289,8 @@ static pass_args make_args(ct_ctx *ctx,
                            int64_t T,
                            int64_t C,
                            int64_t H) {
-    pass_args pa = {out, dqkv, att, ds, work, dout, qkv, B, T, C, H, ct_k_attn_isa_get(), false};
+    pass_args pa = {out,   dqkv, att, ds, work, dout, qkv, B, T, C, H, ct_k_attn_isa_get(),
+                    false, bf16};
     pa.native = bf16 && ct_k_attention_bf16_native(ctx, C / H);
     return pa;
 }
@@ -325,9 +337,16 @@ static void attention_backward(ct_graph *g, ct_node *n) {
     ct_graph_mark mark = ct_graph_scratch_mark(g); /* dqkv was allocated above */
     float *scratch = ct_graph_alloc(g, (size_t)(B * H * T * T) * sizeof(float));
     float *att = ct_graph_alloc(g, (size_t)(B * H * T * T) * sizeof(float));
-    float *work = ct_graph_alloc(g, (size_t)ct_k_attention_work(B, T, C, true) * sizeof(float));
-    if (!scratch || !att || !work) return;
+    if (!scratch || !att) return;
     const float *dout = n->out->grad, *qkv = n->in[0]->data;
+    if (!ct_ops_reference(g)) { /* which rounds as it lays out q, k, v and dout */
+        float *work = ct_graph_alloc(g, (size_t)ct_k_attention_work(B, T, C, true) * sizeof(float));
+        if (work)
+            ct_k_attention_bwd(ct_graph_ctx(g), dqkv, scratch, work, dout, qkv, att,
+                               n->iarg[4] != 0, B, T, C, H);
+        ct_graph_scratch_release(g, mark);
+        return;
+    }
     if (n->iarg[4]) { /* q, k, v and dout rounded as the forward pass rounded q, k, v */
         float *r = ct_graph_alloc(g, (size_t)(B * T * C) * sizeof(float));
         float *rq = ct_graph_alloc(g, (size_t)(B * T * 3 * C) * sizeof(float));
@@ -337,11 +356,7 @@ static void attention_backward(ct_graph *g, ct_node *n) {
         dout = r;
         qkv = rq;
     }
-    if (ct_ops_reference(g))
-        ct_k_attention_ref_bwd(ct_graph_ctx(g), dqkv, scratch, dout, qkv, att, B, T, C, H);
-    else
-        ct_k_attention_bwd(ct_graph_ctx(g), dqkv, scratch, work, dout, qkv, att, n->iarg[4] != 0, B,
-                           T, C, H);
+    ct_k_attention_ref_bwd(ct_graph_ctx(g), dqkv, scratch, dout, qkv, att, B, T, C, H);
     ct_graph_scratch_release(g, mark);
 }
 
@@ -376,19 +391,17 @@ ct_tensor *ct_op_causal_attention(ct_graph *g, ct_tensor *qkv, int64_t n_head) {
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     ct_tensor *att = ct_graph_new(g, CT_F32, 4, (int64_t[]){B, H, T, T});
     if (!att) return NULL;
-    const float *qv = ct_ops_autocast(g, qkv->data, ct_tensor_numel(qkv));
-    if (!qv) return NULL;
-    bool rounded = qv != qkv->data;
-    if (B * T > 0) {
-        float *work = NULL;
-        if (!ct_ops_reference(g)) {
-            work = ct_graph_alloc(g, (size_t)ct_k_attention_work(B, T, C, false) * sizeof(float));
-            if (!work) return NULL;
-        }
-        if (!work)
-            ct_k_attention_ref_fwd(ct_graph_ctx(g), y->data, att->data, qv, B, T, C, H);
-        else
-            ct_k_attention_fwd(ct_graph_ctx(g), y->data, att->data, work, qv, rounded, B, T, C, H);
+    bool rounded = ct_graph_autocast(g) == CT_BF16;
+    if (B * T > 0 && ct_ops_reference(g)) {
+        const float *qv = ct_ops_autocast(g, qkv->data, ct_tensor_numel(qkv));
+        if (!qv) return NULL;
+        ct_k_attention_ref_fwd(ct_graph_ctx(g), y->data, att->data, qv, B, T, C, H);
+    } else if (B * T > 0) { /* the fast path rounds as it lays out q, k and v */
+        float *work =
+            ct_graph_alloc(g, (size_t)ct_k_attention_work(B, T, C, false) * sizeof(float));
+        if (!work) return NULL;
+        ct_k_attention_fwd(ct_graph_ctx(g), y->data, att->data, work, qkv->data, rounded, B, T, C,
+                           H);
     }
     ct_graph_scratch_release(g, mark);
     if (ct_graph_needs_grad(g, 1, &qkv)) {
