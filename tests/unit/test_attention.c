@@ -221,12 +221,10 @@ static void attention_operand_layouts_should_match_plain_loops(void) {
             int64_t bad = 0;
             for (int64_t d = 0; d < cols; d++)
                 for (int64_t j = 0; j < rows + 3; j++) {
-                    float x = src[j * lds + d], want = round ? ct_vround_bf16(x) : x;
-                    float got = t[d * (rows + 3) + j];
-                    if (j >= rows)
-                        bad += got != -7.0f;
-                    else
-                        bad += memcmp(&got, &want, 4) != 0;
+                    float got = t[d * (rows + 3) + j], want = -7.0f;
+                    if (j < rows)
+                        want = round ? ct_vround_bf16(src[j * lds + d]) : src[j * lds + d];
+                    bad += memcmp(&got, &want, 4) != 0;
                 }
             CT_CHECK_INT(bad, 0);
         }
