@@ -18,10 +18,11 @@
  * qkv by the same code (attn_kernels.h), which PyTorch's math path would keep (16 MiB of the
  * GPT example's step at batch 16).
  *
- * Parallel work items are (head, pair of blocks): block p with block nb-1-p, so that every
- * item does about the same work (a row block's cost grows with its index, a key block's
- * shrinks). Forward and the first backward loop own query row blocks (their P, dS, out and dq
- * rows); the second backward loop owns key blocks (their dk and dv rows). Every element thus
+ * Parallel work items are whole heads where there are at least 4 per thread (whole_heads);
+ * otherwise (head, pair of blocks): block p with block nb-1-p, so that every item does about
+ * the same work (a row block's cost grows with its index, a key block's shrinks), in passes
+ * over all heads. Forward and the first backward loop own query row blocks (their P, dS, out
+ * and dq rows); the second backward loop owns key blocks (their dk and dv rows). Every element thus
  * comes from the same calls in the same order whatever the thread count, and the block
  * products sum in an order fixed by the shape (the same on every ISA).
  *
@@ -271,6 +272,32 @@ static void run_prepare(ct_ctx *ctx, const pass_args *pa) {
     });
 }
 
+/* Whole heads as the work items, when there are enough of them to keep every thread busy: a
+ * head's layouts, its probabilities and their gradient (64 KiB each at T = 128) then stay in
+ * the core's cache from the pass that writes them to the one that reads them, where passes
+ * over all heads leave them to the next level. Each element comes from the same calls either
+ * way, so the bits do not depend on the choice. */
+static bool whole_heads(ct_ctx *ctx, const pass_args *pa, int *nt) {
+    int64_t heads = pa->B * pa->H, T = pa->T;
+    *nt = ct_threads_for(ctx, heads, 8 * T * T * (pa->C / pa->H));
+    return heads >= 4 * (int64_t)*nt;
+}
+
+static void run_head(const pass_args *pa, int64_t bh) {
+    head h = head_at(pa, bh);
+    prepare_head(&h);
+    for (int64_t lo = 0; lo < h.T; lo += BLOCK) {
+        int64_t hi = lo + BLOCK < h.T ? lo + BLOCK : h.T;
+        if (!pa->dout)
+            forward_block(&h, lo, hi);
+        else
+            backward_rows(&h, lo, hi);
+    }
+    if (pa->dout)
+        for (int64_t lo = 0; lo < h.T; lo += BLOCK)
+            backward_keys(&h, lo, lo + BLOCK < h.T ? lo + BLOCK : h.T);
+}
+
 bool ct_k_attention_bf16_native(ct_ctx *ctx, int64_t hd) {
     return ctx->kernels == CT_KERNELS_FAST && ctx->bf16_kernels != CT_BF16_KERNELS_F32 &&
            hd % 2 == 0 && ct_k_attn_isa_get() == CT_K_ATTN_ISA_AVX512_BF16;
@@ -306,6 +333,11 @@ CT_HOT void ct_k_attention_fwd(ct_ctx *ctx,
                                int64_t C,
                                int64_t H) {
     pass_args pa = make_args(ctx, out, NULL, att, NULL, work, NULL, qkv, bf16, B, T, C, H);
+    int nt;
+    if (whole_heads(ctx, &pa, &nt)) {
+        CT_PAR_FOR(nt, bh, B * H, { run_head(&pa, bh); });
+        return;
+    }
     run_prepare(ctx, &pa);
     run_pass(ctx, PASS_FORWARD, &pa);
 }
@@ -323,6 +355,11 @@ CT_HOT void ct_k_attention_bwd(ct_ctx *ctx,
                                int64_t C,
                                int64_t H) {
     pass_args pa = make_args(ctx, NULL, dqkv, att, scratch, work, dout, qkv, bf16, B, T, C, H);
+    int nt;
+    if (whole_heads(ctx, &pa, &nt)) {
+        CT_PAR_FOR(nt, bh, B * H, { run_head(&pa, bh); });
+        return;
+    }
     run_prepare(ctx, &pa);
     /* the key blocks read P and dS rows of later row blocks: all rows first */
     run_pass(ctx, PASS_BACKWARD_ROWS, &pa);

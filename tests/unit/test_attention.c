@@ -87,8 +87,10 @@ static void attention_should_match_reference_around_block_edges(void) {
 }
 
 static void attention_should_give_the_same_bits_for_1_and_2_threads(void) {
-    /* one head of several blocks (the threads share its block pairs), and many heads */
-    static const int64_t cases[][4] = {{1, 4 * BLK + 9, 32, 1}, {2, 3 * BLK - 1, 64, 4}};
+    /* one head of several blocks (the threads share its block pairs), many heads (whole heads
+     * as the items), and 4 heads: whole heads for 1 thread, block pairs for 2 */
+    static const int64_t cases[][4] = {
+        {1, 4 * BLK + 9, 32, 1}, {2, 3 * BLK - 1, 64, 4}, {1, 3 * BLK, 64, 4}};
     for (int ac = 0; ac <= 1; ac++) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             const int64_t *s = cases[c];
