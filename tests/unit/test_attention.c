@@ -58,10 +58,12 @@ static void run(ct_ctx *ctx,
     ct_graph_destroy(g);
 }
 
-/* B, T, C, H: T at and around the block edges, one head and several, one batch and several */
+/* B, T, C, H: T at and around the block edges, one head and several, one batch and several;
+ * head sizes from 8 to 80 (the products' tiles are 32 columns wide, the layouts' 16 x 16) */
 static const int64_t shapes[][4] = {
     {2, 1, 16, 2},           {1, BLK - 1, 24, 3}, {2, BLK, 32, 4},         {1, BLK + 1, 16, 1},
     {3, 2 * BLK + 5, 24, 2}, {1, 3 * BLK, 64, 2}, {2, 4 * BLK - 3, 32, 4}, {1, 5 * BLK + 7, 16, 2},
+    {2, BLK + 7, 96, 2},     {1, 40, 80, 1},
 };
 
 static void attention_should_match_reference_around_block_edges(void) {
