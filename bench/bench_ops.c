@@ -4,8 +4,9 @@
  *   bench_ops CASE [--threads N] [--iters N]
  *
  * CASE is linear, conv2d, attention, mlp_step or mlp32_step (see bench/run.py for the shapes, which
- * both sides share). Prints one line: "CASE median_ms min_ms iters". Each iteration is a forward
- * and backward (mlp_step: a whole training step with Adam) on a reset graph, after warm-up.
+ * both sides share), or attention_bf16 (attention's shapes under bf16 autocast, ctrain only).
+ * Prints one line: "CASE median_ms min_ms iters". Each iteration is a forward and backward
+ * (mlp_step: a whole training step with Adam) on a reset graph, after warm-up.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -63,7 +64,7 @@ static void setup(bench *b, const char *name) {
         b->w[0] = param(b, "weight", 4, (int64_t[]){64, 32, 3, 3});
         b->w[1] = param(b, "bias", 1, (int64_t[]){64});
         b->x = randn(128 * 32 * 28 * 28, 1);
-    } else if (strcmp(name, "attention") == 0) {
+    } else if (strcmp(name, "attention") == 0 || strcmp(name, "attention_bf16") == 0) {
         b->x = randn(16 * 128 * 3 * 128, 1);
     } else if (strcmp(name, "mlp_step") == 0) {
         b->w[0] = param(b, "fc1.weight", 2, (int64_t[]){128, 784});
@@ -86,8 +87,8 @@ static void setup(bench *b, const char *name) {
             b->labels[i] = i % 10;
     } else {
         fprintf(stderr,
-                "bench_ops: unknown case '%s' (linear, conv2d, attention, mlp_step, "
-                "mlp32_step)\n",
+                "bench_ops: unknown case '%s' (linear, conv2d, attention, attention_bf16, "
+                "mlp_step, mlp32_step)\n",
                 name);
         exit(2);
     }
@@ -114,7 +115,8 @@ static void run_once(bench *b, const char *name) {
         ct_conv2d_params p = ct_conv2d_default_params();
         p.padding[0] = p.padding[1] = 1;
         out = ct_op_sum_all(g, ct_op_conv2d(g, x, b->w[0], b->w[1], &p));
-    } else if (strcmp(name, "attention") == 0) {
+    } else if (strncmp(name, "attention", 9) == 0) {
+        if (strcmp(name, "attention_bf16") == 0) ct_graph_set_autocast(g, CT_BF16);
         ct_tensor *x = ct_graph_wrap(g, b->x, CT_F32, 3, (int64_t[]){16, 128, 384});
         x->flags |= CT_TENSOR_REQUIRES_GRAD;
         out = ct_op_sum_all(g, ct_op_causal_attention(g, x, 4));

@@ -58,10 +58,12 @@ static void run(ct_ctx *ctx,
     ct_graph_destroy(g);
 }
 
-/* B, T, C, H: T at and around the block edges, one head and several, one batch and several */
+/* B, T, C, H: T at and around the block edges, one head and several, one batch and several;
+ * head sizes from 8 to 80 (the products' tiles are 32 columns wide, the layouts' 16 x 16) */
 static const int64_t shapes[][4] = {
     {2, 1, 16, 2},           {1, BLK - 1, 24, 3}, {2, BLK, 32, 4},         {1, BLK + 1, 16, 1},
     {3, 2 * BLK + 5, 24, 2}, {1, 3 * BLK, 64, 2}, {2, 4 * BLK - 3, 32, 4}, {1, 5 * BLK + 7, 16, 2},
+    {2, BLK + 7, 96, 2},     {1, 40, 80, 1},
 };
 
 static void attention_should_match_reference_around_block_edges(void) {
@@ -87,8 +89,10 @@ static void attention_should_match_reference_around_block_edges(void) {
 }
 
 static void attention_should_give_the_same_bits_for_1_and_2_threads(void) {
-    /* one head of several blocks (the threads share its block pairs), and many heads */
-    static const int64_t cases[][4] = {{1, 4 * BLK + 9, 32, 1}, {2, 3 * BLK - 1, 64, 4}};
+    /* one head of several blocks (the threads share its block pairs), many heads (whole heads
+     * as the items), and 4 heads: whole heads for 1 thread, block pairs for 2 */
+    static const int64_t cases[][4] = {
+        {1, 4 * BLK + 9, 32, 1}, {2, 3 * BLK - 1, 64, 4}, {1, 3 * BLK, 64, 4}};
     for (int ac = 0; ac <= 1; ac++) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             const int64_t *s = cases[c];
@@ -126,8 +130,10 @@ static void attention_should_skip_the_blocks_above_the_diagonal(void) {
     float *g = calloc((size_t)n_in, 4), *g_ref = calloc((size_t)n_in, 4);
     for (int64_t e = 0; e < n_att; e++)
         att[e] = ds[e] = NAN;
-    ct_k_attention_fwd(ctx, o, att, qkv, B, T, C, H);
-    ct_k_attention_bwd(ctx, g, ds, dout, qkv, att, B, T, C, H);
+    float *work = malloc((size_t)ct_k_attention_work(B, T, C, true) * 4);
+    ct_k_attention_fwd(ctx, o, att, work, qkv, false, B, T, C, H);
+    ct_k_attention_bwd(ctx, g, ds, work, dout, qkv, att, false, B, T, C, H);
+    free(work);
     int64_t kept = 0, above = 0;
     for (int64_t e = 0; e < n_att; e++) {
         int64_t i = (e / T) % T, j = e % T;
@@ -145,6 +151,174 @@ static void attention_should_skip_the_blocks_above_the_diagonal(void) {
     ct_ctx_destroy(ctx);
     free(qkv), free(dout), free(att), free(ds), free(o), free(o_ref), free(g), free(g_ref);
     free(att_ref), free(ds_ref);
+}
+
+/* a(r, i) = a[r * rsa + i * csa] for [m, k]; b [k, n] at row stride ldb: the product in double. */
+static double product_ref(const float *a,
+                          int64_t rsa,
+                          int64_t csa,
+                          const float *b,
+                          int64_t ldb,
+                          int64_t k,
+                          int64_t r,
+                          int64_t j) {
+    double s = 0.0;
+    for (int64_t i = 0; i < k; i++)
+        s += (double)a[r * rsa + i * csa] * (double)b[i * ldb + j];
+    return s;
+}
+
+static void attention_block_product_should_give_the_same_bits_on_every_isa(void) {
+    /* m, n, k around the tiles (8 or 6, 4, 2, 1 rows; 8, 16 and 32 columns), A read both ways */
+    static const int64_t cases[][3] = {{1, 1, 1},    {32, 32, 32}, {7, 17, 5},   {13, 33, 64},
+                                       {32, 96, 32}, {3, 16, 129}, {15, 50, 31}, {9, 8, 2}};
+    ct_k_attn_isa best = ct_k_attn_isa_get();
+    if (best < CT_K_ATTN_ISA_AVX512) printf("skip: no AVX-512 here (AVX2 and portable only)\n");
+    for (ct_k_attn_isa isa = CT_K_ATTN_ISA_AVX2; isa <= best && isa <= CT_K_ATTN_ISA_AVX512; isa++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int64_t m = cases[c][0], n = cases[c][1], k = cases[c][2], ld = n + 3;
+            float *a = rand_array(m * k, 70 + c, -2.0f, 2.0f),
+                  *b = rand_array(k * ld, 80 + c, -2.0f, 2.0f);
+            float *c0 = rand_array(m * ld, 90 + c, -1.0f, 1.0f);
+            float *c1 = malloc((size_t)(m * ld) * 4), *c2 = malloc((size_t)(m * ld) * 4);
+            for (int mode = 0; mode < 4; mode++) {
+                bool acc = mode & 1, trans = mode & 2;
+                int64_t rsa = trans ? 1 : k, csa = trans ? m : 1;
+                float alpha = acc ? 1.0f : 0.375f;
+                memcpy(c1, c0, (size_t)(m * ld) * 4);
+                memcpy(c2, c0, (size_t)(m * ld) * 4);
+                ct_k_attn_mm(isa, m, n, k, alpha, a, rsa, csa, b, ld, acc, c1, ld);
+                ct_k_attn_mm_portable(m, n, k, alpha, a, rsa, csa, b, ld, acc, c2, ld);
+                CT_CHECK_MSG(memcmp(c1, c2, (size_t)(m * ld) * 4) == 0,
+                             "isa %d m %lld n %lld k %lld mode %d", (int)isa, (long long)m,
+                             (long long)n, (long long)k, mode);
+                int64_t bad = 0;
+                for (int64_t r = 0; r < m; r++)
+                    for (int64_t j = 0; j < ld; j++) {
+                        double want = j >= n ? (double)c0[r * ld + j]
+                                             : alpha * ((acc ? (double)c0[r * ld + j] : 0.0) +
+                                                        product_ref(a, rsa, csa, b, ld, k, r, j));
+                        bad += !(fabs((double)c1[r * ld + j] - want) <= 1e-5 * (1.0 + (double)k));
+                    }
+                CT_CHECK_INT(bad, 0);
+            }
+            free(a), free(b), free(c0), free(c1), free(c2);
+        }
+}
+
+static void attention_operand_layouts_should_match_plain_loops(void) {
+    /* the transposes and bf16 pairs the block products read, around the 16 x 16 blocks, with
+     * and without rounding to bf16 on the way */
+    static const int64_t cases[][2] = {{1, 2}, {16, 32}, {17, 8}, {128, 32}, {33, 66}, {5, 40}};
+    ct_k_attn_isa isa = ct_k_attn_isa_get();
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t rows = cases[c][0], cols = cases[c][1], np = cols / 2, lds = cols + 5;
+        float *src = rand_array(rows * lds, 140 + c, -3.0f, 3.0f);
+        src[0] = NAN;
+        int64_t n = cols * (rows + 3);
+        float *t = malloc((size_t)n * 4);
+        uint32_t *w = malloc((size_t)n * 4);
+        for (int round = 0; round <= 1; round++) {
+            for (int64_t i = 0; i < n; i++)
+                t[i] = -7.0f;
+            ct_k_attn_transpose(isa, round, t, rows + 3, src, lds, rows, cols);
+            int64_t bad = 0;
+            for (int64_t d = 0; d < cols; d++)
+                for (int64_t j = 0; j < rows + 3; j++) {
+                    float got = t[d * (rows + 3) + j], want = -7.0f;
+                    if (j < rows)
+                        want = round ? ct_vround_bf16(src[j * lds + d]) : src[j * lds + d];
+                    bad += memcmp(&got, &want, 4) != 0;
+                }
+            CT_CHECK_INT(bad, 0);
+        }
+        for (int tr = 0; tr <= 1; tr++) {
+            if (isa != CT_K_ATTN_ISA_AVX512_BF16) break; /* the AVX-512 pairs need AVX512_BF16 */
+            int64_t ldd = tr ? rows + 3 : np + 3, bad = 0;
+            memset(w, 0xAB, (size_t)n * 4);
+            ct_k_attn_pairs(isa, tr, w, ldd, src, lds, rows, np);
+            for (int64_t j = 0; j < rows; j++)
+                for (int64_t p = 0; p < np; p++) {
+                    uint32_t want = ct_k_attn_bf16_pair(ct_vround_bf16(src[j * lds + 2 * p]),
+                                                        ct_vround_bf16(src[j * lds + 2 * p + 1]));
+                    uint32_t got = w[tr ? p * ldd + j : j * ldd + p];
+                    bool nan = (got & 0x7F80u) == 0x7F80u && (got & 0x7Fu); /* any quiet NaN */
+                    bad += j == 0 && p == 0 ? !nan || (got >> 16) != (want >> 16) : got != want;
+                }
+            bad += tr ? w[rows] != 0xABABABABu : w[np] != 0xABABABABu; /* no more written */
+            CT_CHECK_INT(bad, 0);
+        }
+        free(src), free(t), free(w);
+    }
+}
+
+static void attention_bf16_product_should_match_the_f32_product_of_the_same_values(void) {
+    if (ct_k_attn_isa_get() != CT_K_ATTN_ISA_AVX512_BF16) {
+        printf("skip: no AVX512_BF16 here\n");
+        return;
+    }
+    static const int64_t cases[][3] = {{32, 32, 16}, {7, 17, 3}, {13, 33, 32}, {1, 100, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t m = cases[c][0], n = cases[c][1], kp = cases[c][2], k = 2 * kp;
+        float *a = rand_array(m * k, 100 + c, -2.0f, 2.0f),
+              *b = rand_array(k * n, 110 + c, -2.0f, 2.0f);
+        for (int64_t i = 0; i < m * k; i++)
+            a[i] = ct_f32_from_bf16(ct_bf16_from_f32(a[i]));
+        for (int64_t i = 0; i < k * n; i++)
+            b[i] = ct_f32_from_bf16(ct_bf16_from_f32(b[i]));
+        uint32_t *a2 = malloc((size_t)(m * kp) * 4), *b2 = malloc((size_t)(kp * n) * 4);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t p = 0; p < kp; p++)
+                a2[r * kp + p] = ct_k_attn_bf16_pair(a[r * k + 2 * p], a[r * k + 2 * p + 1]);
+        for (int64_t p = 0; p < kp; p++)
+            for (int64_t j = 0; j < n; j++)
+                b2[p * n + j] = ct_k_attn_bf16_pair(b[2 * p * n + j], b[(2 * p + 1) * n + j]);
+        float *got = malloc((size_t)(m * n) * 4), *want = malloc((size_t)(m * n) * 4);
+        ct_k_attn_mm_bf16(CT_K_ATTN_ISA_AVX512_BF16, m, n, kp, 0.5f, a2, kp, b2, n, got, n);
+        ct_k_attn_mm_portable(m, n, k, 0.5f, a, k, 1, b, n, false, want, n);
+        /* the same exact products summed in another order: within k roundings of the sum of
+         * their magnitudes (|a b| <= 4), 2^-24 each */
+        CT_CHECK_ARRAYS("bf16 product", got, want, m * n,
+                        0.5 * 2.0 * 4.0 * (double)(k * k) * 0x1p-24, 0.0);
+        free(a), free(b), free(a2), free(b2), free(got), free(want);
+    }
+}
+
+static void attention_should_use_bf16_dot_products_within_summation_order_of_f32(void) {
+    /* Under bf16 autocast, bf16_kernels AUTO on a CPU with AVX512_BF16 multiplies q k^T and
+     * dout v^T as bf16 dot products; CT_BF16_KERNELS_F32 multiplies the same rounded values in
+     * f32. The products are exact in f32 either way: only their summation order differs. */
+    ct_ctx_params p = ct_ctx_default_params();
+    p.n_threads = 2;
+    ct_ctx *native = NULL, *f32 = NULL;
+    if (ct_ctx_create(&p, &native) != CT_OK) abort();
+    p.bf16_kernels = CT_BF16_KERNELS_F32;
+    if (ct_ctx_create(&p, &f32) != CT_OK) abort();
+    bool has = ct_k_attn_isa_get() == CT_K_ATTN_ISA_AVX512_BF16;
+    CT_CHECK(ct_k_attention_bf16_native(native, 32) == has);
+    CT_CHECK(!ct_k_attention_bf16_native(native, 33)); /* pairs along hd */
+    CT_CHECK(!ct_k_attention_bf16_native(f32, 32));
+    if (!has) printf("skip: no AVX512_BF16 here, both runs take the f32 products\n");
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int64_t *s = shapes[c];
+        int64_t n_in = s[0] * s[1] * 3 * s[2], n_out = s[0] * s[1] * s[2];
+        float *qkv = rand_array(n_in, 120 + c, -2.0f, 2.0f);
+        float *seed = rand_array(n_out, 130 + c, -1.0f, 1.0f);
+        float *o_n = malloc((size_t)n_out * 4), *o_f = malloc((size_t)n_out * 4);
+        float *g_n = malloc((size_t)n_in * 4), *g_f = malloc((size_t)n_in * 4);
+        run(native, CT_BF16, qkv, s, seed, o_n, g_n);
+        run(f32, CT_BF16, qkv, s, seed, o_f, g_f);
+        /* scores differ by a few f32 roundings of sums of at most hd products of magnitude 4:
+         * hd 32 gives 2e-6 relative to the score range; softmax and the products after it
+         * carry that, not much amplified at these magnitudes */
+        CT_CHECK_ARRAYS("out", o_n, o_f, n_out, 2e-6, 2e-5);
+        CT_CHECK_ARRAYS("dqkv", g_n, g_f, n_in, 2e-6, 2e-5);
+        if (has && s[1] > 1)
+            CT_CHECK_MSG(memcmp(g_n, g_f, (size_t)n_in * 4) != 0, "shape %zu: the same bits", c);
+        free(qkv), free(seed), free(o_n), free(o_f), free(g_n), free(g_f);
+    }
+    ct_ctx_destroy(native);
+    ct_ctx_destroy(f32);
 }
 
 static void softmax_reductions_should_match_plain_loops(void) {
@@ -169,5 +343,9 @@ int main(void) {
     CT_RUN(attention_should_give_the_same_bits_for_1_and_2_threads);
     CT_RUN(attention_should_skip_the_blocks_above_the_diagonal);
     CT_RUN(softmax_reductions_should_match_plain_loops);
+    CT_RUN(attention_block_product_should_give_the_same_bits_on_every_isa);
+    CT_RUN(attention_operand_layouts_should_match_plain_loops);
+    CT_RUN(attention_bf16_product_should_match_the_f32_product_of_the_same_values);
+    CT_RUN(attention_should_use_bf16_dot_products_within_summation_order_of_f32);
     return ct_test_finish();
 }
