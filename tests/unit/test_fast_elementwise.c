@@ -1,8 +1,10 @@
 /*
  * test_fast_elementwise.c - the elementwise fast paths of a transformer step against their
  * one-element-at-a-time twins: Philox drawn many blocks at a time (ct_rng_bits,
- * ct_rng_uniform) against ct_rng_block and ct_rng_uniform_at, bit for bit, and dropout's
- * integer comparison against the float decision u_i >= p it stands for.
+ * ct_rng_uniform) against ct_rng_block and ct_rng_uniform_at, bit for bit; dropout's
+ * integer comparison against the float decision u_i >= p it stands for; and the broadcasting
+ * binary ops' contiguous paths against their general loops (CT_KERNELS_REFERENCE), bit for bit,
+ * forward and backward, with 1 and 2 threads.
  */
 #include <math.h>
 #include <string.h>
@@ -123,8 +125,99 @@ static void dropout_should_keep_exactly_the_elements_whose_uniform_reaches_p(voi
     }
 }
 
+static float *rand_array(int64_t n, uint64_t seed, float lo, float hi) {
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    ct_rng r = ct_rng_init(seed, 3);
+    ct_rng_uniform(&r, x, n);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * x[i];
+    return x;
+}
+
+static int64_t numel_of(int32_t nd, const int64_t *shape) {
+    int64_t n = 1;
+    for (int32_t d = 0; d < nd; d++)
+        n *= shape[d];
+    return n;
+}
+
+/* y = a op b with a seeded backward; y, da and db copied out (bytes compared by the caller). */
+static void run_binary(ct_ctx *ctx,
+                       int op,
+                       int32_t na,
+                       const int64_t *sa,
+                       int32_t nb,
+                       const int64_t *sb,
+                       float *y,
+                       float *da,
+                       float *db) {
+    ct_tensor *(*const fns[4])(ct_graph *, ct_tensor *, ct_tensor *) = {ct_op_add, ct_op_sub,
+                                                                        ct_op_mul, ct_op_div};
+    int64_t ca = numel_of(na, sa), cb = numel_of(nb, sb);
+    float *av = rand_array(ca, 1, 0.5f, 2.0f), *bv = rand_array(cb, 2, 0.5f, 2.0f);
+    ct_graph *g = make_graph(ctx, 0);
+    ct_tensor *at = ct_graph_wrap(g, av, CT_F32, na, sa);
+    ct_tensor *bt = ct_graph_wrap(g, bv, CT_F32, nb, sb);
+    at->flags |= CT_TENSOR_REQUIRES_GRAD;
+    bt->flags |= CT_TENSOR_REQUIRES_GRAD;
+    ct_tensor *yt = fns[op](g, at, bt);
+    CT_CHECK(yt != NULL);
+    if (yt) {
+        int64_t cy = ct_tensor_numel(yt);
+        float *seed = rand_array(cy, 3, -1.0f, 1.0f);
+        CT_CHECK_INT(ct_graph_backward_seed(g, yt, seed), CT_OK);
+        memcpy(y, yt->data, (size_t)cy * sizeof(float));
+        memcpy(da, at->grad, (size_t)ca * sizeof(float));
+        memcpy(db, bt->grad, (size_t)cb * sizeof(float));
+        free(seed);
+    }
+    ct_graph_destroy(g);
+    free(av);
+    free(bv);
+}
+
+static void binary_ops_should_give_the_general_loops_bits_on_their_fast_paths(void) {
+    typedef struct {
+        int32_t na, nb;
+        int64_t sa[3], sb[3];
+    } shapes;
+    const shapes cases[] = {
+        {3, 3, {3, 37, 70}, {3, 37, 70}}, /* equal */
+        {3, 1, {3, 37, 70}, {1}},         /* scalar */
+        {3, 2, {3, 37, 70}, {37, 70}},    /* suffix: position embedding */
+        {3, 1, {3, 37, 70}, {70}},        /* suffix: bias */
+        {3, 3, {3, 37, 70}, {1, 37, 70}}, /* suffix with a leading 1 */
+        {2, 3, {37, 70}, {3, 37, 70}},    /* a is the suffix */
+        {1, 3, {1}, {3, 37, 70}},         /* a scalar: the general loops */
+        {3, 3, {3, 37, 70}, {3, 1, 70}},  /* a middle dim stretched: the general loops */
+        {3, 2, {3, 37, 70}, {37, 1}},     /* not a suffix: the general loops */
+        {3, 1, {3, 37, 5000}, {5000}},    /* rows longer than a span */
+    };
+    static float ref[3][3 * 37 * 5000], got[3][3 * 37 * 5000];
+    ct_ctx *rctx = make_ctx(1, 1);
+    for (int64_t threads = 1; threads <= 2; threads++) {
+        ct_ctx *ctx = make_ctx(threads, 0);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int op = 0; op < 4; op++) {
+                const shapes *k = &cases[c];
+                run_binary(rctx, op, k->na, k->sa, k->nb, k->sb, ref[0], ref[1], ref[2]);
+                run_binary(ctx, op, k->na, k->sa, k->nb, k->sb, got[0], got[1], got[2]);
+                int64_t ca = numel_of(k->na, k->sa), cb = numel_of(k->nb, k->sb);
+                int64_t cy = ca > cb ? ca : cb;
+                CT_CHECK_MSG(memcmp(ref[0], got[0], (size_t)cy * sizeof(float)) == 0 &&
+                                 memcmp(ref[1], got[1], (size_t)ca * sizeof(float)) == 0 &&
+                                 memcmp(ref[2], got[2], (size_t)cb * sizeof(float)) == 0,
+                             "case %zu, op %d, %ld threads: y, da or db differ", c, op,
+                             (long)threads);
+            }
+        ct_ctx_destroy(ctx);
+    }
+    ct_ctx_destroy(rctx);
+}
+
 int main(void) {
     CT_RUN(rng_should_draw_in_bulk_the_words_of_single_blocks);
     CT_RUN(dropout_should_keep_exactly_the_elements_whose_uniform_reaches_p);
+    CT_RUN(binary_ops_should_give_the_general_loops_bits_on_their_fast_paths);
     return ct_test_finish();
 }
