@@ -223,8 +223,7 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
         if (dyr.h) {
             ct_ops_colsum_bf16(g, dyr.h, rows, out, db);
         } else {
-            int nt = ct_ops_threads(g, out, rows);
-            CT_PAR_FOR(nt, j, out, db[j] += (float)ct_ops_sum_f64(dyr.f + j, rows, out););
+            ct_ops_colsum(g, dyr.f, rows, out, db);
         }
     }
     ct_graph_scratch_release(g, mark);

@@ -85,6 +85,11 @@ CT_INTERNAL const uint16_t *ct_ops_bf16_tensor(ct_graph *g, const ct_tensor *t);
 CT_INTERNAL void
 ct_ops_colsum_bf16(ct_graph *g, const uint16_t *x, int64_t rows, int64_t cols, float *db);
 
+/* db[j] += the sum of column j of x [rows, cols], each column summed as ct_ops_sum_f64 sums it
+ * (so the same bits), whatever the thread count; row-major blocks of columns on the fast path,
+ * a column at a time with CT_KERNELS_REFERENCE. */
+CT_INTERNAL void ct_ops_colsum(ct_graph *g, const float *x, int64_t rows, int64_t cols, float *db);
+
 /* Checked arithmetic on non-negative sizes: false (and *r untouched) on overflow or a negative
  * operand. */
 CT_INTERNAL bool ct_ops_mul_ok(int64_t a, int64_t b, int64_t *r);

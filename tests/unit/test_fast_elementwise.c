@@ -4,7 +4,8 @@
  * ct_rng_uniform) against ct_rng_block and ct_rng_uniform_at, bit for bit; dropout's
  * integer comparison against the float decision u_i >= p it stands for; and the broadcasting
  * binary ops' contiguous paths against their general loops (CT_KERNELS_REFERENCE), bit for bit,
- * forward and backward, with 1 and 2 threads.
+ * forward and backward, with 1 and 2 threads; linear's f32 bias gradient (column sums by row
+ * blocks) against the column-at-a-time sums.
  */
 #include <math.h>
 #include <string.h>
@@ -215,9 +216,40 @@ static void binary_ops_should_give_the_general_loops_bits_on_their_fast_paths(vo
     ct_ctx_destroy(rctx);
 }
 
+/* The bias gradient of linear (f32) sums dy's columns in the same order on both paths. */
+static void linear_should_sum_the_bias_gradient_as_the_reference_does(void) {
+    enum { R = 600, IN = 3, OUT = 130 };
+    float *x = rand_array(R * IN, 4, -1.0f, 1.0f), *w = rand_array(OUT * IN, 5, -1.0f, 1.0f);
+    float *b = rand_array(OUT, 6, -1.0f, 1.0f), *seed = rand_array(R * OUT, 7, -1.0f, 1.0f);
+    float db[3][OUT];
+    for (int run = 0; run < 3; run++) { /* reference, fast with 1 thread, fast with 2 */
+        ct_ctx *ctx = make_ctx(run == 2 ? 2 : 1, run == 0);
+        ct_graph *g = make_graph(ctx, 0);
+        ct_tensor *xt = ct_graph_wrap(g, x, CT_F32, 2, (int64_t[]){R, IN});
+        ct_tensor *wt = ct_graph_wrap(g, w, CT_F32, 2, (int64_t[]){OUT, IN});
+        ct_tensor *bt = ct_graph_wrap(g, b, CT_F32, 1, (int64_t[]){OUT});
+        bt->flags |= CT_TENSOR_REQUIRES_GRAD;
+        ct_tensor *y = ct_op_linear(g, xt, wt, bt);
+        CT_CHECK(y != NULL);
+        if (y) {
+            CT_CHECK_INT(ct_graph_backward_seed(g, y, seed), CT_OK);
+            memcpy(db[run], bt->grad, sizeof db[run]);
+        }
+        ct_graph_destroy(g);
+        ct_ctx_destroy(ctx);
+    }
+    CT_CHECK(memcmp(db[0], db[1], sizeof db[0]) == 0);
+    CT_CHECK(memcmp(db[0], db[2], sizeof db[0]) == 0);
+    free(x);
+    free(w);
+    free(b);
+    free(seed);
+}
+
 int main(void) {
     CT_RUN(rng_should_draw_in_bulk_the_words_of_single_blocks);
     CT_RUN(dropout_should_keep_exactly_the_elements_whose_uniform_reaches_p);
     CT_RUN(binary_ops_should_give_the_general_loops_bits_on_their_fast_paths);
+    CT_RUN(linear_should_sum_the_bias_gradient_as_the_reference_does);
     return ct_test_finish();
 }
