@@ -5,7 +5,8 @@
  * integer comparison against the float decision u_i >= p it stands for; and the broadcasting
  * binary ops' contiguous paths against their general loops (CT_KERNELS_REFERENCE), bit for bit,
  * forward and backward, with 1 and 2 threads; linear's f32 bias gradient (column sums by row
- * blocks) against the column-at-a-time sums.
+ * blocks) against the column-at-a-time sums; layer_norm's vectorised row sums against the
+ * left-to-right ones.
  */
 #include <math.h>
 #include <string.h>
@@ -246,10 +247,59 @@ static void linear_should_sum_the_bias_gradient_as_the_reference_does(void) {
     free(seed);
 }
 
+/* layer_norm's vectorised row sums against the left-to-right ones: the same values to within
+ * the last bits (rows of 203 = 25 * 8 + 3 elements, off-centre, with and without the affine
+ * parameters), and the same bits for 1 and 2 threads. */
+static void layer_norm_should_match_the_reference_sums(void) {
+    enum { N = 61, D = 203 };
+    float *x = rand_array(N * D, 8, 2.0f, 4.0f), *w = rand_array(D, 9, 0.5f, 1.5f);
+    float *b = rand_array(D, 10, -1.0f, 1.0f), *seed = rand_array(N * D, 11, -1.0f, 1.0f);
+    static float out[3][4][N * D];
+    for (int affine = 0; affine < 2; affine++) {
+        for (int run = 0; run < 3; run++) { /* reference, fast with 1 thread, fast with 2 */
+            ct_ctx *ctx = make_ctx(run == 2 ? 2 : 1, run == 0);
+            ct_graph *g = make_graph(ctx, 0);
+            ct_tensor *xt = ct_graph_wrap(g, x, CT_F32, 2, (int64_t[]){N, D});
+            ct_tensor *wt = affine ? ct_graph_wrap(g, w, CT_F32, 1, (int64_t[]){D}) : NULL;
+            ct_tensor *bt = affine ? ct_graph_wrap(g, b, CT_F32, 1, (int64_t[]){D}) : NULL;
+            xt->flags |= CT_TENSOR_REQUIRES_GRAD;
+            if (affine) {
+                wt->flags |= CT_TENSOR_REQUIRES_GRAD;
+                bt->flags |= CT_TENSOR_REQUIRES_GRAD;
+            }
+            ct_tensor *y = ct_op_layer_norm(g, xt, wt, bt, 1e-5f);
+            CT_CHECK(y != NULL);
+            if (y) {
+                CT_CHECK_INT(ct_graph_backward_seed(g, y, seed), CT_OK);
+                memcpy(out[run][0], y->data, sizeof out[run][0]);
+                memcpy(out[run][1], xt->grad, sizeof out[run][1]);
+                if (affine) {
+                    memcpy(out[run][2], wt->grad, D * sizeof(float));
+                    memcpy(out[run][3], bt->grad, D * sizeof(float));
+                }
+            }
+            ct_graph_destroy(g);
+            ct_ctx_destroy(ctx);
+        }
+        CT_CHECK_ARRAYS("y", out[1][0], out[0][0], N * D, 1e-5, 1e-5);
+        CT_CHECK_ARRAYS("dx", out[1][1], out[0][1], N * D, 1e-4, 1e-4);
+        if (affine) {
+            CT_CHECK_ARRAYS("dw", out[1][2], out[0][2], D, 1e-4, 1e-4);
+            CT_CHECK_ARRAYS("db", out[1][3], out[0][3], D, 1e-5, 1e-5);
+        }
+        CT_CHECK(memcmp(out[1], out[2], sizeof out[1]) == 0);
+    }
+    free(x);
+    free(w);
+    free(b);
+    free(seed);
+}
+
 int main(void) {
     CT_RUN(rng_should_draw_in_bulk_the_words_of_single_blocks);
     CT_RUN(dropout_should_keep_exactly_the_elements_whose_uniform_reaches_p);
     CT_RUN(binary_ops_should_give_the_general_loops_bits_on_their_fast_paths);
     CT_RUN(linear_should_sum_the_bias_gradient_as_the_reference_does);
+    CT_RUN(layer_norm_should_match_the_reference_sums);
     return ct_test_finish();
 }
