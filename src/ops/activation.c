@@ -94,8 +94,11 @@ static inline float gelu_fast(float x) {
     return 0.5f * x * (1.0f + ct_verff(x * INV_SQRT_2));
 }
 
+/* exp(-z^2) with z = x / sqrt(2) is both erf's exponential and the density's exp(-x^2 / 2):
+ * one exp for the two */
 static inline float gelu_grad_fast(float x) {
-    return 0.5f * (1.0f + ct_verff(x * INV_SQRT_2)) + x * INV_SQRT_2PI * ct_vexpf(-0.5f * x * x);
+    float z = x * INV_SQRT_2, e = ct_vexpf(-z * z);
+    return 0.5f * (1.0f + ct_verff_exp(z, e)) + x * INV_SQRT_2PI * e;
 }
 
 CT_HOT void
