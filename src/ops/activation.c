@@ -12,6 +12,7 @@
  * leaky_relu's backward scales dy by the slope there; the others' derivatives are NaN.
  */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/vmath.h"
 #include "ops/ops_internal.h"
@@ -114,6 +115,28 @@ ct_ops_gelu_fwd(ct_graph *g, ct_gelu_approx approx, const float *x, float *y, in
     CT_OMP_FOR(nt)
     for (int64_t i = 0; i < n; i++)
         y[i] = act_fwd(k, x[i], 0.0f);
+}
+
+static inline uint16_t bf16_bits(float x) {
+    float r = ct_vround_bf16(x);
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+CT_HOT void
+ct_ops_gelu_fwd_bf16(ct_graph *g, ct_gelu_approx approx, const float *x, uint16_t *y, int64_t n) {
+    int nt = ct_ops_threads(g, n, 16);
+    if (approx == CT_GELU_ERF && !ct_ops_reference(g)) {
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < n; i++)
+            y[i] = bf16_bits(gelu_fast(x[i]));
+        return;
+    }
+    act_kind k = approx == CT_GELU_TANH ? ACT_GELU_TANH : ACT_GELU_ERF;
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = bf16_bits(act_fwd(k, x[i], 0.0f));
 }
 
 CT_HOT void ct_ops_gelu_bwd(

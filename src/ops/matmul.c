@@ -16,7 +16,9 @@
  * gelu_linear is linear(gelu(x)) keeping only x: the activation is computed into scratch in
  * the forward pass and again in the backward pass (by ct_op_gelu's own loops), so a GPT's MLP
  * holds its [R, 4C] pre-activation but not a second [R, 4C] tensor; its results are the
- * unfused pair's, bit for bit.
+ * unfused pair's, bit for bit. For the native bf16 GEMM the activation is computed and rounded
+ * to bf16 in one pass (ct_ops_gelu_fwd_bf16); in backward, dy W goes into a scratch buffer
+ * that the GEMM overwrites (beta 0) before gelu's derivative takes it into dx.
  */
 #include <string.h>
 
@@ -64,13 +66,23 @@ static operand backward_dy(ct_graph *g, const ct_node *n, const float *dy, int64
     return o;
 }
 
-/* f32 values that autocast rounded (or not): bf16 ones for the native GEMM when asked. */
-static operand values(ct_graph *g, const float *x, int64_t count, bool bf16) {
+/* gelu(x[0..count)) into scratch as a product's operand: rounded to bf16 under autocast,
+ * bf16 values for the native GEMM (one pass), else f32 ones. */
+static operand gelu_operand(
+    ct_graph *g, ct_gelu_approx approx, const float *x, int64_t count, bool autocast, bool bf16) {
     operand o = {NULL, NULL};
-    if (bf16)
-        o.h = ct_ops_bf16(g, x, count);
-    else
-        o.f = x;
+    size_t n = (size_t)(count > 0 ? count : 1);
+    if (bf16) {
+        uint16_t *h = ct_graph_alloc(g, n * sizeof(uint16_t));
+        if (h) ct_ops_gelu_fwd_bf16(g, approx, x, h, count);
+        o.h = h;
+        return o;
+    }
+    float *a = ct_graph_alloc(g, n * sizeof(float));
+    if (!a) return o;
+    ct_ops_gelu_fwd(g, approx, x, a, count);
+    if (autocast) ct_ops_round_bf16(g, a, a, count);
+    o.f = a;
     return o;
 }
 
@@ -198,16 +210,11 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     if (gelu) {
         size_t bytes = (size_t)(rows * in > 0 ? rows * in : 1) * sizeof(float);
         if (dw) { /* the activation again, rounded as the forward pass rounded it */
-            float *a = ct_graph_alloc(g, bytes);
-            if (!a) return;
-            ct_ops_gelu_fwd(g, approx, x->data, a, rows * in);
-            if (ct_ops_ran_autocast(n) && !native) ct_ops_round_bf16(g, a, a, rows * in);
-            xv = values(g, a, rows * in, native);
+            xv = gelu_operand(g, approx, x->data, rows * in, ct_ops_ran_autocast(n), native);
             if (missing(xv)) return;
         }
-        da = dx ? ct_graph_alloc(g, bytes) : NULL;
+        da = dx ? ct_graph_alloc(g, bytes) : NULL; /* written whole by the GEMM (beta 0) */
         if (dx && !da) return;
-        if (da) memset(da, 0, (size_t)(rows * in) * sizeof(float)); /* as a fresh gradient */
     } else if (dw) {
         xv = backward_operand(g, n, 0); /* only dW reads x */
     }
@@ -215,7 +222,8 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     operand dyr = backward_dy(g, n, dy, rows * out);
     if (missing(dyr) || (dw && missing(xv)) || (dx && missing(wv))) return;
     /* dx [R, in] += dy [R, out] @ W [out, in] (for gelu_linear into da, then through gelu') */
-    if (dx) gemm(ctx, false, false, rows, in, out, dyr, 0, out, wv, 0, in, 1.0f, da, in);
+    if (dx)
+        gemm(ctx, false, false, rows, in, out, dyr, 0, out, wv, 0, in, gelu ? 0.0f : 1.0f, da, in);
     if (dx && gelu) ct_ops_gelu_bwd(g, approx, x->data, da, dx, rows * in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
     if (dw) gemm(ctx, true, false, out, in, rows, dyr, 0, out, xv, 0, in, 1.0f, dw, in);
@@ -278,12 +286,8 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
     bool native = ct_graph_autocast(g) == CT_BF16 && ct_ops_bf16_native(g);
     operand xv;
     if (gelu) { /* the activation, in scratch (rounded): backward computes it again */
-        float *a =
-            ct_graph_alloc(g, (size_t)(rows * fan_in > 0 ? rows * fan_in : 1) * sizeof(float));
-        if (!a) return NULL;
-        ct_ops_gelu_fwd(g, (ct_gelu_approx)(gelu - 1), x->data, a, rows * fan_in);
-        if (ct_graph_autocast(g) == CT_BF16 && !native) ct_ops_round_bf16(g, a, a, rows * fan_in);
-        xv = values(g, a, rows * fan_in, native);
+        xv = gelu_operand(g, (ct_gelu_approx)(gelu - 1), x->data, rows * fan_in,
+                          ct_graph_autocast(g) == CT_BF16, native);
     } else {
         xv = forward_operand(g, x);
     }

@@ -47,6 +47,10 @@ CT_INTERNAL void ct_ops_round_bf16(ct_graph *g, const float *x, float *dst, int6
  * shared with ct_op_gelu_linear so that the two give the same bits. */
 CT_INTERNAL void
 ct_ops_gelu_fwd(ct_graph *g, ct_gelu_approx approx, const float *x, float *y, int64_t n);
+/* y = gelu(x) rounded to bf16 (as ct_ops_bf16 rounds ct_ops_gelu_fwd's output, bit for bit) in
+ * one pass, for gelu_linear's operand of the native bf16 GEMM. */
+CT_INTERNAL void
+ct_ops_gelu_fwd_bf16(ct_graph *g, ct_gelu_approx approx, const float *x, uint16_t *y, int64_t n);
 CT_INTERNAL void ct_ops_gelu_bwd(
     ct_graph *g, ct_gelu_approx approx, const float *x, const float *dy, float *dx, int64_t n);
 
