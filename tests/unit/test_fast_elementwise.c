@@ -6,7 +6,7 @@
  * binary ops' contiguous paths against their general loops (CT_KERNELS_REFERENCE), bit for bit,
  * forward and backward, with 1 and 2 threads; linear's f32 bias gradient (column sums by row
  * blocks) against the column-at-a-time sums; layer_norm's vectorised row sums against the
- * left-to-right ones.
+ * left-to-right ones; cross_entropy's vmath.h exp against libm's.
  */
 #include <math.h>
 #include <string.h>
@@ -295,11 +295,48 @@ static void layer_norm_should_match_the_reference_sums(void) {
     free(seed);
 }
 
+/* cross_entropy's vectorised exp and row sums against libm's expf and one running sum: the
+ * same loss and gradients to within the exp's error (rows of 300 = a chunk of 256 and a tail
+ * that is not a multiple of 8, label smoothing, an ignored row), and the same bits for 1 and 2
+ * threads. */
+static void cross_entropy_should_match_the_reference_exp(void) {
+    enum { N = 37, C = 300 };
+    float *x = rand_array(N * C, 12, -6.0f, 6.0f);
+    int32_t target[N];
+    for (int i = 0; i < N; i++)
+        target[i] = (i * 53) % C;
+    target[5] = -100;
+    float loss[3], grad[3][N * C];
+    for (int run = 0; run < 3; run++) { /* reference, fast with 1 thread, fast with 2 */
+        ct_ctx *ctx = make_ctx(run == 2 ? 2 : 1, run == 0);
+        ct_graph *g = make_graph(ctx, 0);
+        ct_tensor *xt = ct_graph_wrap(g, x, CT_F32, 2, (int64_t[]){N, C});
+        ct_tensor *tt = ct_graph_wrap(g, target, CT_I32, 1, (int64_t[]){N});
+        xt->flags |= CT_TENSOR_REQUIRES_GRAD;
+        ct_cross_entropy_params p = ct_cross_entropy_default_params();
+        p.label_smoothing = 0.1f;
+        ct_tensor *l = ct_loss_cross_entropy(g, xt, tt, &p);
+        CT_CHECK(l != NULL);
+        if (l) {
+            CT_CHECK_INT(ct_graph_backward(g, l), CT_OK);
+            loss[run] = *(float *)l->data;
+            memcpy(grad[run], xt->grad, sizeof grad[run]);
+        }
+        ct_graph_destroy(g);
+        ct_ctx_destroy(ctx);
+    }
+    CT_CHECK_CLOSE(loss[1], loss[0], 0.0, 1e-6);
+    CT_CHECK_ARRAYS("dx", grad[1], grad[0], N * C, 1e-9, 1e-5);
+    CT_CHECK(loss[1] == loss[2] && memcmp(grad[1], grad[2], sizeof grad[1]) == 0);
+    free(x);
+}
+
 int main(void) {
     CT_RUN(rng_should_draw_in_bulk_the_words_of_single_blocks);
     CT_RUN(dropout_should_keep_exactly_the_elements_whose_uniform_reaches_p);
     CT_RUN(binary_ops_should_give_the_general_loops_bits_on_their_fast_paths);
     CT_RUN(linear_should_sum_the_bias_gradient_as_the_reference_does);
     CT_RUN(layer_norm_should_match_the_reference_sums);
+    CT_RUN(cross_entropy_should_match_the_reference_exp);
     return ct_test_finish();
 }
