@@ -154,6 +154,53 @@ CT_HOT void ct_ops_gelu_bwd(
         dx[i] += dy[i] * act_grad(k, x[i], 0.0f, 0.0f); /* GELU's derivative reads x only */
 }
 
+CT_HOT void ct_ops_gelu_bwd_act(ct_graph *g,
+                                ct_gelu_approx approx,
+                                const float *x,
+                                const float *da,
+                                float *dx,
+                                float *a,
+                                bool round,
+                                uint16_t *h,
+                                int64_t n) {
+    int nt = ct_ops_threads(g, n, 24);
+    bool fast = approx == CT_GELU_ERF && !ct_ops_reference(g);
+    /* erf and exp once for both: gelu_fast and gelu_grad_fast's expressions, so their bits */
+    if (fast && dx && h && !a) {
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < n; i++) {
+            float z = x[i] * INV_SQRT_2, e = ct_vexpf(-z * z), erf = ct_verff_exp(z, e);
+            h[i] = bf16_bits(0.5f * x[i] * (1.0f + erf));
+            dx[i] += da[i] * (0.5f * (1.0f + erf) + x[i] * INV_SQRT_2PI * e);
+        }
+        return;
+    }
+    if (fast && dx && a && !h && round) {
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < n; i++) {
+            float z = x[i] * INV_SQRT_2, e = ct_vexpf(-z * z), erf = ct_verff_exp(z, e);
+            a[i] = ct_vround_bf16(0.5f * x[i] * (1.0f + erf));
+            dx[i] += da[i] * (0.5f * (1.0f + erf) + x[i] * INV_SQRT_2PI * e);
+        }
+        return;
+    }
+    if (fast && dx && a && !h) {
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < n; i++) {
+            float z = x[i] * INV_SQRT_2, e = ct_vexpf(-z * z), erf = ct_verff_exp(z, e);
+            a[i] = 0.5f * x[i] * (1.0f + erf);
+            dx[i] += da[i] * (0.5f * (1.0f + erf) + x[i] * INV_SQRT_2PI * e);
+        }
+        return;
+    }
+    if (h) ct_ops_gelu_fwd_bf16(g, approx, x, h, n);
+    if (a) {
+        ct_ops_gelu_fwd(g, approx, x, a, n);
+        if (round) ct_ops_round_bf16(g, a, a, n);
+    }
+    if (dx) ct_ops_gelu_bwd(g, approx, x, da, dx, n);
+}
+
 CT_HOT static void act_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;

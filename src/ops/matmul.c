@@ -17,8 +17,10 @@
  * the forward pass and again in the backward pass (by ct_op_gelu's own loops), so a GPT's MLP
  * holds its [R, 4C] pre-activation but not a second [R, 4C] tensor; its results are the
  * unfused pair's, bit for bit. For the native bf16 GEMM the activation is computed and rounded
- * to bf16 in one pass (ct_ops_gelu_fwd_bf16); in backward, dy W goes into a scratch buffer
- * that the GEMM overwrites (beta 0) before gelu's derivative takes it into dx.
+ * to bf16 in one pass (ct_ops_gelu_fwd_bf16). In backward, dy W goes into a scratch buffer
+ * that the GEMM overwrites (beta 0), and then one pass over x computes the activation again
+ * (for dW) and takes that buffer through gelu's derivative into dx, sharing erf and exp
+ * (ct_ops_gelu_bwd_act).
  */
 #include <string.h>
 
@@ -207,13 +209,18 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     bool native = ct_ops_ran_autocast(n) && ct_ops_bf16_native(g);
     operand xv = {NULL, NULL}, wv = {NULL, NULL};
     float *da = dx; /* where dy W goes: dx itself, or (gelu) the activation's gradient */
+    float *act = NULL;
+    uint16_t *act_h = NULL;
     if (gelu) {
-        size_t bytes = (size_t)(rows * in > 0 ? rows * in : 1) * sizeof(float);
-        if (dw) { /* the activation again, rounded as the forward pass rounded it */
-            xv = gelu_operand(g, approx, x->data, rows * in, ct_ops_ran_autocast(n), native);
+        size_t count = (size_t)(rows * in > 0 ? rows * in : 1);
+        if (dw) { /* the activation again (computed below, with gelu's derivative) */
+            if (native)
+                xv.h = act_h = ct_graph_alloc(g, count * sizeof(uint16_t));
+            else
+                xv.f = act = ct_graph_alloc(g, count * sizeof(float));
             if (missing(xv)) return;
         }
-        da = dx ? ct_graph_alloc(g, bytes) : NULL; /* written whole by the GEMM (beta 0) */
+        da = dx ? ct_graph_alloc(g, count * sizeof(float)) : NULL; /* the GEMM writes it whole */
         if (dx && !da) return;
     } else if (dw) {
         xv = backward_operand(g, n, 0); /* only dW reads x */
@@ -224,7 +231,10 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     /* dx [R, in] += dy [R, out] @ W [out, in] (for gelu_linear into da, then through gelu') */
     if (dx)
         gemm(ctx, false, false, rows, in, out, dyr, 0, out, wv, 0, in, gelu ? 0.0f : 1.0f, da, in);
-    if (dx && gelu) ct_ops_gelu_bwd(g, approx, x->data, da, dx, rows * in);
+    /* the activation, rounded as the forward pass rounded it, and dx += da gelu'(x): one pass */
+    if (gelu)
+        ct_ops_gelu_bwd_act(g, approx, x->data, da, dx, act, ct_ops_ran_autocast(n) && !native,
+                            act_h, rows * in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
     if (dw) gemm(ctx, true, false, out, in, rows, dyr, 0, out, xv, 0, in, 1.0f, dw, in);
     if (db) {

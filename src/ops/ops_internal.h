@@ -54,6 +54,20 @@ ct_ops_gelu_fwd_bf16(ct_graph *g, ct_gelu_approx approx, const float *x, uint16_
 CT_INTERNAL void ct_ops_gelu_bwd(
     ct_graph *g, ct_gelu_approx approx, const float *x, const float *dy, float *dx, int64_t n);
 
+/* gelu_linear's backward over x[0..n) in one pass where it can (the erf form on the fast path;
+ * otherwise the passes above): the activation again, as the forward pass multiplied it, into
+ * a (f32, rounded to bf16 values when `round`) or h (bf16), either may be NULL; and, when dx is
+ * not NULL, dx += da * gelu'(x). The same bits as the separate passes. */
+CT_INTERNAL void ct_ops_gelu_bwd_act(ct_graph *g,
+                                     ct_gelu_approx approx,
+                                     const float *x,
+                                     const float *da,
+                                     float *dx,
+                                     float *a,
+                                     bool round,
+                                     uint16_t *h,
+                                     int64_t n);
+
 /* The node iarg that ct_ops_note_autocast sets to 1 (matmul, linear and conv2d leave it free). */
 #define CT_OPS_AUTOCAST_ARG 7
 /* Under bf16 autocast, marks the node (iarg[CT_OPS_AUTOCAST_ARG]) so that its backward pass

@@ -6,7 +6,8 @@
  * binary ops' contiguous paths against their general loops (CT_KERNELS_REFERENCE), bit for bit,
  * forward and backward, with 1 and 2 threads; linear's f32 bias gradient (column sums by row
  * blocks) against the column-at-a-time sums; layer_norm's vectorised row sums against the
- * left-to-right ones; cross_entropy's vmath.h exp against libm's.
+ * left-to-right ones; cross_entropy's vmath.h exp against libm's; gelu_linear's one-pass
+ * backward against gelu then linear.
  */
 #include <math.h>
 #include <string.h>
@@ -331,6 +332,49 @@ static void cross_entropy_should_match_the_reference_exp(void) {
     free(x);
 }
 
+/* gelu_linear's one-pass backward (the activation again and gelu's derivative together) gives
+ * the bits of gelu then linear, for each form of the activation it writes: f32, f32 rounded to
+ * bf16 values (bf16 autocast without the native bf16 GEMM: the BLAS kernel set) and bf16 (the
+ * native GEMM, where the CPU has one). */
+static void gelu_linear_should_give_the_unfused_bits_in_one_backward_pass(void) {
+    enum { R = 45, IN = 40, OUT = 9 };
+    float *x = rand_array(R * IN, 13, -4.0f, 4.0f), *w = rand_array(OUT * IN, 14, -0.5f, 0.5f);
+    float *b = rand_array(OUT, 15, -0.5f, 0.5f), *seed = rand_array(R * OUT, 16, -1.0f, 1.0f);
+    static float out[2][4][R * IN];
+    for (int cfg = 0; cfg < 4; cfg++) {
+        bool bf16 = cfg & 1;
+        ct_ctx *ctx = make_ctx(2, cfg & 2 ? CT_KERNELS_BLAS : CT_KERNELS_FAST);
+        for (int fused = 0; fused < 2; fused++) {
+            ct_graph *g = make_graph(ctx, 0);
+            if (bf16) ct_graph_set_autocast(g, CT_BF16);
+            ct_tensor *xt = ct_graph_wrap(g, x, CT_F32, 2, (int64_t[]){R, IN});
+            ct_tensor *wt = ct_graph_wrap(g, w, CT_F32, 2, (int64_t[]){OUT, IN});
+            ct_tensor *bt = ct_graph_wrap(g, b, CT_F32, 1, (int64_t[]){OUT});
+            xt->flags |= CT_TENSOR_REQUIRES_GRAD;
+            wt->flags |= CT_TENSOR_REQUIRES_GRAD;
+            bt->flags |= CT_TENSOR_REQUIRES_GRAD;
+            ct_tensor *y = fused ? ct_op_gelu_linear(g, xt, CT_GELU_ERF, wt, bt)
+                                 : ct_op_linear(g, ct_op_gelu(g, xt, CT_GELU_ERF), wt, bt);
+            CT_CHECK(y != NULL);
+            if (y) {
+                CT_CHECK_INT(ct_graph_backward_seed(g, y, seed), CT_OK);
+                memcpy(out[fused][0], y->data, R * OUT * sizeof(float));
+                memcpy(out[fused][1], xt->grad, R * IN * sizeof(float));
+                memcpy(out[fused][2], wt->grad, OUT * IN * sizeof(float));
+                memcpy(out[fused][3], bt->grad, OUT * sizeof(float));
+            }
+            ct_graph_destroy(g);
+        }
+        CT_CHECK_MSG(memcmp(out[0], out[1], sizeof out[0]) == 0, "cfg %d: y, dx, dw or db differ",
+                     cfg);
+        ct_ctx_destroy(ctx);
+    }
+    free(x);
+    free(w);
+    free(b);
+    free(seed);
+}
+
 int main(void) {
     CT_RUN(rng_should_draw_in_bulk_the_words_of_single_blocks);
     CT_RUN(dropout_should_keep_exactly_the_elements_whose_uniform_reaches_p);
@@ -338,5 +382,6 @@ int main(void) {
     CT_RUN(linear_should_sum_the_bias_gradient_as_the_reference_does);
     CT_RUN(layer_norm_should_match_the_reference_sums);
     CT_RUN(cross_entropy_should_match_the_reference_exp);
+    CT_RUN(gelu_linear_should_give_the_unfused_bits_in_one_backward_pass);
     return ct_test_finish();
 }
