@@ -16,19 +16,27 @@
  */
 #include <math.h>
 
+#include "autograd/autograd_internal.h"
 #include "ops/ops_internal.h"
 
 /* Elements per parallel work item; a multiple of 4 so that items start on a Philox block. */
 #define DROP_CHUNK 1024
 
 CT_HOT static void dropout_backward(ct_graph *g, ct_node *n) {
-    float *dx = ct_graph_grad(g, n->in[0]);
+    bool fresh;
+    float *dx = ct_graph_grad_fresh(g, n->in[0], &fresh);
     if (!dx) return;
     const uint8_t *mask = n->saved;
     const float *dy = n->out->grad;
     float scale = n->farg[0];
     int64_t count = n->iarg[0];
     int nt = ct_ops_threads(g, count, 2);
+    if (fresh) { /* every element written: 0 + the term, as adding to a zeroed buffer */
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < count; i++)
+            dx[i] = 0.0f + dy[i] * (mask[i] ? scale : 0.0f);
+        return;
+    }
     CT_OMP_FOR(nt)
     for (int64_t i = 0; i < count; i++)
         dx[i] += dy[i] * (mask[i] ? scale : 0.0f);

@@ -13,6 +13,7 @@
  */
 #include <string.h>
 
+#include "autograd/autograd_internal.h"
 #include "ops/ops_internal.h"
 
 typedef enum binop { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV } binop;
@@ -149,50 +150,57 @@ CT_HOT static void fwd_span_scalar(binop op, const float *a, float s, float *y, 
     }
 }
 
+/* dst[i] += expr (i the loop index), or with `fresh` dst[i] = 0.0f + expr: the bits of adding
+ * to a zeroed buffer without reading it (ct_graph_grad_fresh) */
+#define ADD_INTO(fresh, dst, n, expr)                                                              \
+    do {                                                                                           \
+        if (fresh)                                                                                 \
+            for (int64_t i = 0; i < (n); i++)                                                      \
+                (dst)[i] = 0.0f + (expr);                                                          \
+        else                                                                                       \
+            for (int64_t i = 0; i < (n); i++)                                                      \
+                (dst)[i] += (expr);                                                                \
+    } while (0)
+
 /* da[i] += d(a op b)/da dy[i], with b[i] the b of that output element */
-CT_HOT static void bwd_a_span(binop op, const float *dy, const float *b, float *da, int64_t n) {
+CT_HOT static void
+bwd_a_span(binop op, const float *dy, const float *b, float *da, int64_t n, bool fresh) {
     switch (op) {
     case BIN_ADD:
     case BIN_SUB:
-        for (int64_t i = 0; i < n; i++)
-            da[i] += dy[i];
+        ADD_INTO(fresh, da, n, dy[i]);
         break;
     case BIN_MUL:
-        for (int64_t i = 0; i < n; i++)
-            da[i] += dy[i] * b[i];
+        ADD_INTO(fresh, da, n, dy[i] * b[i]);
         break;
     case BIN_DIV:
-        for (int64_t i = 0; i < n; i++)
-            da[i] += dy[i] / b[i];
+        ADD_INTO(fresh, da, n, dy[i] / b[i]);
         break;
     }
 }
 
 /* db[i] += d(a op b)/db dy[i], with a[i] and b[i] the operands of that output element */
-CT_HOT static void
-bwd_b_span(binop op, const float *dy, const float *a, const float *b, float *db, int64_t n) {
+CT_HOT static void bwd_b_span(
+    binop op, const float *dy, const float *a, const float *b, float *db, int64_t n, bool fresh) {
     switch (op) {
     case BIN_ADD:
-        for (int64_t i = 0; i < n; i++)
-            db[i] += dy[i];
+        ADD_INTO(fresh, db, n, dy[i]);
         break;
     case BIN_SUB:
-        for (int64_t i = 0; i < n; i++)
-            db[i] += -dy[i];
+        ADD_INTO(fresh, db, n, -dy[i]);
         break;
     case BIN_MUL:
-        for (int64_t i = 0; i < n; i++)
-            db[i] += dy[i] * a[i];
+        ADD_INTO(fresh, db, n, dy[i] * a[i]);
         break;
     case BIN_DIV:
-        for (int64_t i = 0; i < n; i++)
-            db[i] += -dy[i] * a[i] / (b[i] * b[i]);
+        ADD_INTO(fresh, db, n, -dy[i] * a[i] / (b[i] * b[i]));
         break;
     }
 }
 
 /* The gradient of the full operand (full: a or b, the other one `other`, a full tensor or, with
- * inner > 0, a suffix of `inner` elements) over `total` output elements, in spans or rows. */
+ * inner > 0, a suffix of `inner` elements) over `total` output elements, in spans or rows;
+ * `fresh`: grad is unzeroed (ct_graph_grad_fresh). */
 static void grad_full(ct_graph *g,
                       binop op,
                       bool into_a,
@@ -201,7 +209,8 @@ static void grad_full(ct_graph *g,
                       const float *other,
                       int64_t inner,
                       float *grad,
-                      int64_t total) {
+                      int64_t total,
+                      bool fresh) {
     bool rows = inner > 0;
     int64_t len = rows ? inner : SPAN;
     int64_t items = (total + len - 1) / len;
@@ -210,9 +219,9 @@ static void grad_full(ct_graph *g,
         int64_t lo = it * len, n = total - lo < len ? total - lo : len;
         const float *o = rows ? other : other + lo;
         if (into_a)
-            bwd_a_span(op, dy + lo, o, grad + lo, n);
+            bwd_a_span(op, dy + lo, o, grad + lo, n, fresh);
         else
-            bwd_b_span(op, dy + lo, o, full + lo, grad + lo, n);
+            bwd_b_span(op, dy + lo, o, full + lo, grad + lo, n, fresh);
     });
 }
 
@@ -235,9 +244,9 @@ static void grad_suffix(ct_graph *g,
         for (int64_t r = 0; r < outer; r++) {
             int64_t at = r * inner + j0;
             if (into_a) /* b is full */
-                bwd_a_span(op, dy + at, bv + at, grad + j0, w);
+                bwd_a_span(op, dy + at, bv + at, grad + j0, w, false);
             else /* a is full */
-                bwd_b_span(op, dy + at, av + at, bv + j0, grad + j0, w);
+                bwd_b_span(op, dy + at, av + at, bv + j0, grad + j0, w, false);
         }
     });
 }
@@ -247,15 +256,21 @@ CT_HOT static void binary_backward(ct_graph *g, ct_node *n) {
     ct_tensor *a = n->in[0], *b = n->in[1];
     const bcast *bc = n->saved;
     const float *dy = n->out->grad, *av = a->data, *bv = b->data;
-    float *da = ct_graph_grad(g, a), *db = ct_graph_grad(g, b);
     int64_t total = ct_tensor_numel(n->out);
     int nt = ct_ops_threads(g, total, 4);
     bool fast = !ct_ops_reference(g);
     int64_t a_inner = fast && !bc->a_full ? suffix_inner(bc, bc->sa) : 0;
     int64_t b_inner = fast && !bc->b_full ? suffix_inner(bc, bc->sb) : 0;
+    /* the contiguous paths write every element of a full operand's gradient: no zeroing first
+     * (a and b the same tensor: the second request finds the first's buffer, not fresh) */
+    bool a_span = bc->a_full && fast && (bc->b_full || b_inner > 0);
+    bool b_span = bc->b_full && fast && (bc->a_full || a_inner > 0);
+    bool a_fresh = false, b_fresh = false;
+    float *da = a_span ? ct_graph_grad_fresh(g, a, &a_fresh) : ct_graph_grad(g, a);
+    float *db = b_span ? ct_graph_grad_fresh(g, b, &b_fresh) : ct_graph_grad(g, b);
     /* d/da and d/db of x op y, times dy */
-    if (da && bc->a_full && fast && (bc->b_full || b_inner > 0)) {
-        grad_full(g, op, true, dy, av, bv, bc->b_full ? 0 : b_inner, da, total);
+    if (da && a_span) {
+        grad_full(g, op, true, dy, av, bv, bc->b_full ? 0 : b_inner, da, total, a_fresh);
     } else if (da && bc->a_full) {
         bool b_same = bc->b_full;
         CT_OMP_FOR(nt)
@@ -276,8 +291,8 @@ CT_HOT static void binary_backward(ct_graph *g, ct_node *n) {
             da[ia] += op == BIN_MUL ? dy[i] * y : op == BIN_DIV ? dy[i] / y : dy[i];
         }
     }
-    if (db && bc->b_full && fast && (bc->a_full || a_inner > 0)) {
-        grad_full(g, op, false, dy, bv, av, bc->a_full ? 0 : a_inner, db, total);
+    if (db && b_span) {
+        grad_full(g, op, false, dy, bv, av, bc->a_full ? 0 : a_inner, db, total, b_fresh);
     } else if (db && bc->b_full) {
         bool a_same = bc->a_full;
         CT_OMP_FOR(nt)

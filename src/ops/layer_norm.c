@@ -17,6 +17,7 @@
  */
 #include <math.h>
 
+#include "autograd/autograd_internal.h"
 #include "kernels/vmath.h"
 #include "ops/ops_internal.h"
 
@@ -85,7 +86,8 @@ CT_HOT static void layer_norm_backward(ct_graph *g, ct_node *n) {
     ct_tensor *w = n->iarg[2] >= 0 ? n->in[n->iarg[2]] : NULL;
     ct_tensor *b = n->iarg[3] >= 0 ? n->in[n->iarg[3]] : NULL;
     const float *xv = x->data, *dy = n->out->grad, *wv = w ? w->data : NULL;
-    float *dx = ct_graph_grad(g, x);
+    bool fresh; /* dx is written whole: 0 + the term where it has no earlier contribution */
+    float *dx = ct_graph_grad_fresh(g, x, &fresh);
     float *dw = ct_graph_grad(g, w);
     float *db = ct_graph_grad(g, b);
     if (ct_graph_status(g) != CT_OK || N * D == 0) return;
@@ -109,11 +111,18 @@ CT_HOT static void layer_norm_backward(ct_graph *g, ct_node *n) {
                 }
             float mg = (float)(sg / (double)D), mgx = (float)(sgx / (double)D);
             float *dxr = dx + r * D;
-            for (int64_t j = 0; j < D; j++) {
-                float xhat = (xr[j] - mean) * rstd;
-                float gj = wv ? dyr[j] * wv[j] : dyr[j];
-                dxr[j] += rstd * (gj - mg - xhat * mgx);
-            }
+            if (fresh)
+                for (int64_t j = 0; j < D; j++) {
+                    float xhat = (xr[j] - mean) * rstd;
+                    float gj = wv ? dyr[j] * wv[j] : dyr[j];
+                    dxr[j] = 0.0f + rstd * (gj - mg - xhat * mgx);
+                }
+            else
+                for (int64_t j = 0; j < D; j++) {
+                    float xhat = (xr[j] - mean) * rstd;
+                    float gj = wv ? dyr[j] * wv[j] : dyr[j];
+                    dxr[j] += rstd * (gj - mg - xhat * mgx);
+                }
         }
     }
     if (dw || db) {

@@ -24,6 +24,7 @@
  */
 #include <string.h>
 
+#include "autograd/autograd_internal.h"
 #include "kernels/kernels.h"
 #include "ops/ops_internal.h"
 
@@ -204,7 +205,9 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     bool gelu = n->iarg[3] != 0;
     ct_gelu_approx approx = gelu ? (ct_gelu_approx)(n->iarg[3] - 1) : CT_GELU_ERF;
     const float *dy = n->out->grad;
-    float *dx = ct_graph_grad(g, x), *dw = ct_graph_grad(g, w), *db = ct_graph_grad(g, bias);
+    bool fresh; /* dx is written whole (the GEMM with beta 0, or gelu's pass) when made here */
+    float *dx = ct_graph_grad_fresh(g, x, &fresh), *dw = ct_graph_grad(g, w);
+    float *db = ct_graph_grad(g, bias);
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     bool native = ct_ops_ran_autocast(n) && ct_ops_bf16_native(g);
     operand xv = {NULL, NULL}, wv = {NULL, NULL};
@@ -230,11 +233,12 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     if (missing(dyr) || (dw && missing(xv)) || (dx && missing(wv))) return;
     /* dx [R, in] += dy [R, out] @ W [out, in] (for gelu_linear into da, then through gelu') */
     if (dx)
-        gemm(ctx, false, false, rows, in, out, dyr, 0, out, wv, 0, in, gelu ? 0.0f : 1.0f, da, in);
+        gemm(ctx, false, false, rows, in, out, dyr, 0, out, wv, 0, in, gelu || fresh ? 0.0f : 1.0f,
+             da, in);
     /* the activation, rounded as the forward pass rounded it, and dx += da gelu'(x): one pass */
     if (gelu)
-        ct_ops_gelu_bwd_act(g, approx, x->data, da, dx, act, ct_ops_ran_autocast(n) && !native,
-                            act_h, rows * in);
+        ct_ops_gelu_bwd_act(g, approx, x->data, da, dx, fresh, act,
+                            ct_ops_ran_autocast(n) && !native, act_h, rows * in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
     if (dw) gemm(ctx, true, false, out, in, rows, dyr, 0, out, xv, 0, in, 1.0f, dw, in);
     if (db) {

@@ -57,12 +57,14 @@ CT_INTERNAL void ct_ops_gelu_bwd(
 /* gelu_linear's backward over x[0..n) in one pass where it can (the erf form on the fast path;
  * otherwise the passes above): the activation again, as the forward pass multiplied it, into
  * a (f32, rounded to bf16 values when `round`) or h (bf16), either may be NULL; and, when dx is
- * not NULL, dx += da * gelu'(x). The same bits as the separate passes. */
+ * not NULL, dx += da * gelu'(x) (dx unzeroed when `fresh`: ct_graph_grad_fresh). The same bits
+ * as the separate passes. */
 CT_INTERNAL void ct_ops_gelu_bwd_act(ct_graph *g,
                                      ct_gelu_approx approx,
                                      const float *x,
                                      const float *da,
                                      float *dx,
+                                     bool fresh,
                                      float *a,
                                      bool round,
                                      uint16_t *h,

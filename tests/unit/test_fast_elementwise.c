@@ -7,9 +7,10 @@
  * forward and backward, with 1 and 2 threads; linear's f32 bias gradient (column sums by row
  * blocks) against the column-at-a-time sums; layer_norm's vectorised row sums against the
  * left-to-right ones; cross_entropy's vmath.h exp against libm's; gelu_linear's one-pass
- * backward against gelu then linear.
+ * backward against gelu then linear; the gradients written without zeroing over a used arena.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/core_internal.h"
@@ -375,6 +376,87 @@ static void gelu_linear_should_give_the_unfused_bits_in_one_backward_pass(void) 
     free(seed);
 }
 
+/* One step of a transformer block's ops (linear, layer_norm, gelu_linear, dropout, the
+ * residual add, the suffix add of a position table), its gradients copied out. With `zeroed`,
+ * every intermediate's gradient buffer is made (zeroed) before the backward pass, so that no
+ * op finds one to write without reading. */
+static void
+block_step(ct_graph *g, const float *x, float *const p[7], float *grads[8], bool zeroed) {
+    enum { R = 24, C = 40, H = 72 };
+    ct_tensor *xt = ct_graph_wrap(g, (void *)(uintptr_t)x, CT_F32, 3, (int64_t[]){2, R / 2, C});
+    ct_tensor *pos = ct_graph_wrap(g, p[0], CT_F32, 2, (int64_t[]){R / 2, C});
+    ct_tensor *w1 = ct_graph_wrap(g, p[1], CT_F32, 2, (int64_t[]){C, C});
+    ct_tensor *lw = ct_graph_wrap(g, p[2], CT_F32, 1, (int64_t[]){C});
+    ct_tensor *lb = ct_graph_wrap(g, p[3], CT_F32, 1, (int64_t[]){C});
+    ct_tensor *w2 = ct_graph_wrap(g, p[4], CT_F32, 2, (int64_t[]){H, C});
+    ct_tensor *w3 = ct_graph_wrap(g, p[5], CT_F32, 2, (int64_t[]){C, H});
+    ct_tensor *b3 = ct_graph_wrap(g, p[6], CT_F32, 1, (int64_t[]){C});
+    ct_tensor *all[8] = {xt, pos, w1, lw, lb, w2, w3, b3};
+    for (int i = 0; i < 8; i++)
+        all[i]->flags |= CT_TENSOR_REQUIRES_GRAD;
+    ct_tensor *h = ct_op_add(g, xt, pos);
+    ct_tensor *u = ct_op_layer_norm(g, ct_op_linear(g, h, w1, NULL), lw, lb, 1e-5f);
+    ct_tensor *m = ct_op_linear(g, u, w2, NULL);
+    ct_tensor *d = ct_op_dropout(g, ct_op_gelu_linear(g, m, CT_GELU_ERF, w3, b3), 0.25f);
+    ct_tensor *y = ct_op_add(g, h, d);
+    ct_tensor *yy = ct_op_mul(g, y, y);
+    for (int i = 0; zeroed && i < 8; i++)
+        CT_CHECK(ct_graph_grad(g, all[i]) != NULL);
+    for (const ct_node *n = zeroed ? ct_graph_newest(g) : NULL; n; n = n->prev)
+        CT_CHECK(ct_graph_grad(g, n->out) != NULL);
+    CT_CHECK_INT(ct_graph_backward(g, ct_op_sum_all(g, yy)), CT_OK);
+    if (ct_graph_status(g) != CT_OK) return;
+    for (int i = 0; i < 8; i++)
+        memcpy(grads[i], all[i]->grad, (size_t)ct_tensor_numel(all[i]) * sizeof(float));
+}
+
+/* The gradients that backward writes without zeroing first (ct_graph_grad_fresh) are written
+ * whole and as adding to zeros would: a step over an arena full of an earlier step's NaNs
+ * gives the bits of a step whose gradient buffers were all made zeroed beforehand. */
+static void backward_should_write_whole_gradients_over_a_used_arena(void) {
+    enum { R = 24, C = 40, H = 72 };
+    const int64_t sizes[8] = {R * C, R / 2 * C, C * C, C, C, H * C, C * H, C};
+    float *p[7], *grads[2][8];
+    const int64_t psizes[7] = {R / 2 * C, C * C, C, C, H * C, C * H, C};
+    for (int i = 0; i < 7; i++)
+        p[i] = rand_array(psizes[i], 20 + (uint64_t)i, -0.5f, 0.5f);
+    float *x = rand_array(R * C, 30, -2.0f, 2.0f), *nan = rand_array(R * C, 31, 0.0f, 1.0f);
+    for (int i = 0; i < R * C; i++)
+        nan[i] = NAN;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 8; i++)
+            grads[k][i] = malloc((size_t)sizes[i] * sizeof(float));
+    for (int64_t threads = 1; threads <= 2; threads++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            ct_ctx *ctx = make_ctx(threads, 0);
+            ct_graph *fresh = make_graph(ctx, 5), *used = make_graph(ctx, 5);
+            if (bf16) {
+                ct_graph_set_autocast(fresh, CT_BF16);
+                ct_graph_set_autocast(used, CT_BF16);
+            }
+            block_step(fresh, x, p, grads[0], true);
+            ct_rng start = *ct_graph_rng(used);
+            block_step(used, nan, p, grads[1], false); /* every buffer of the arena NaN */
+            ct_graph_reset(used);
+            *ct_graph_rng(used) = start;
+            block_step(used, x, p, grads[1], false);
+            for (int i = 0; i < 8; i++)
+                CT_CHECK_MSG(memcmp(grads[0][i], grads[1][i], (size_t)sizes[i] * sizeof(float)) ==
+                                 0,
+                             "gradient %d, %ld threads, bf16 %d", i, (long)threads, bf16);
+            ct_graph_destroy(fresh);
+            ct_graph_destroy(used);
+            ct_ctx_destroy(ctx);
+        }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 8; i++)
+            free(grads[k][i]);
+    for (int i = 0; i < 7; i++)
+        free(p[i]);
+    free(x);
+    free(nan);
+}
+
 int main(void) {
     CT_RUN(rng_should_draw_in_bulk_the_words_of_single_blocks);
     CT_RUN(dropout_should_keep_exactly_the_elements_whose_uniform_reaches_p);
@@ -383,5 +465,6 @@ int main(void) {
     CT_RUN(layer_norm_should_match_the_reference_sums);
     CT_RUN(cross_entropy_should_match_the_reference_exp);
     CT_RUN(gelu_linear_should_give_the_unfused_bits_in_one_backward_pass);
+    CT_RUN(backward_should_write_whole_gradients_over_a_used_arena);
     return ct_test_finish();
 }
