@@ -25,7 +25,7 @@
 
 /* sum_j exp(x_j - m) over a row of c logits, in vmath.h's order (ct_vsum's of the exps): the
  * exps of a chunk first, into a buffer, so that both loops vectorise. */
-static inline double sum_exp_fast(const float *x, int64_t c, float m) {
+CT_HOT static double sum_exp_fast(const float *x, int64_t c, float m) {
     enum { CHUNK = 256 }; /* a multiple of LANES: chunks keep the lanes' order */
     float e[CHUNK];
     double acc[LANES] = {0};
