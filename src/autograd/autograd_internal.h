@@ -15,4 +15,11 @@ CT_INTERNAL void *ct_graph_alloc_kept(ct_graph *g, size_t size);
 /* The graph's cast-cache slot: NULL after create and reset; its owner is src/ops/bf16_cast.c. */
 CT_INTERNAL void **ct_graph_casts(ct_graph *g);
 
+/* ct_graph_grad for a backward pass that writes every element of t's gradient. When this call
+ * makes the buffer, it is left unzeroed and *fresh is true: the caller must then store
+ * 0.0f + (its contribution) in every element, which has the bits that zeroing and adding give
+ * (a GEMM that writes with beta 0 gives those too, but for the sign of a zero sum). Otherwise
+ * as ct_graph_grad, with *fresh false. Saves a pass over the buffer per activation gradient. */
+CT_INTERNAL float *ct_graph_grad_fresh(ct_graph *g, ct_tensor *t, bool *fresh);
+
 #endif /* CT_AUTOGRAD_INTERNAL_H */

@@ -450,7 +450,9 @@ static void spare_output_grad(ct_graph *g, ct_node *node) {
     out->grad = NULL;
 }
 
-float *ct_graph_grad(ct_graph *g, ct_tensor *t) {
+/* t's gradient buffer, made (zeroed when `zero`; *made set) on first use. */
+static float *grad_buffer(ct_graph *g, ct_tensor *t, bool zero, bool *made) {
+    *made = false;
     if (!t || !(t->flags & CT_TENSOR_REQUIRES_GRAD)) return NULL;
     if (!t->grad) {
         if (!(t->flags & (CT_TENSOR_STEP | CT_TENSOR_PARAM))) {
@@ -464,11 +466,21 @@ float *ct_graph_grad(ct_graph *g, ct_tensor *t) {
         t->grad = take_spare(g, bytes);
         if (!t->grad) t->grad = ct_graph_alloc(g, bytes);
         if (t->grad) {
-            memset(t->grad, 0, bytes);
+            if (zero) memset(t->grad, 0, bytes);
             t->flags |= CT_TENSOR_GRAD_ARENA;
+            *made = true;
         }
     }
     return t->grad;
+}
+
+float *ct_graph_grad(ct_graph *g, ct_tensor *t) {
+    bool made;
+    return grad_buffer(g, t, true, &made);
+}
+
+float *ct_graph_grad_fresh(ct_graph *g, ct_tensor *t, bool *fresh) {
+    return grad_buffer(g, t, false, fresh);
 }
 
 ct_status ct_graph_backward(ct_graph *g, ct_tensor *loss) {

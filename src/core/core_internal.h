@@ -80,6 +80,12 @@ CT_INTERNAL bool ct_arena_holds(const ct_arena *a, const void *p);
 /* Frees every chunk: the arena is as after init (everything allocated from it is gone). */
 CT_INTERNAL void ct_arena_trim(ct_arena *a);
 
+/* Words out[0..n) of the Philox sequence of r's seed and stream that starts at block counter0
+ * (out[i] is word i % 4 of block counter0 + i / 4): the words ct_rng_uniform turns into floats,
+ * ct_rng_uniform_at's for any i, computed many blocks at a time (rng.c). r is not advanced. */
+struct ct_rng;
+CT_INTERNAL void ct_rng_bits(const struct ct_rng *r, uint64_t counter0, uint32_t *out, int64_t n);
+
 /*
  * CT_HOT goes before the definition of a function whose loops carry the arithmetic of a step
  * (the elementwise ops, the optimizer's update, the softmax rows). In the portable build

@@ -10,6 +10,8 @@
  * ct_verff: for |x| >= 0.5 Abramowitz & Stegun 7.1.26, erf(|x|) = 1 - t (a1 + t (a2 + ...))
  * exp(-x^2) with t = 1 / (1 + p |x|), sign restored; below 0.5 the Taylor series to x^11.
  * Absolute error below 4e-7 in f32 arithmetic (tests/unit/test_kernels.c checks both).
+ * ct_verff_exp is ct_verff with exp(-x^2) supplied by the caller (the same bits when it is
+ * ct_vexpf(-x * x)).
  * ct_vround_bf16: x rounded to the nearest bf16 (ties to even), returned as the f32 holding
  * it, as ct_f32_from_bf16(ct_bf16_from_f32(x)) (its reference twin) but without a branch;
  * NaN stays a quiet NaN. Tested on every 2^16th bit pattern plus the rounding boundaries.
@@ -60,7 +62,9 @@ static inline float ct_vexpf(float x) {
     return x > hi ? INFINITY : y;
 }
 
-static inline float ct_verff(float x) {
+/* ct_verff(x) given ex2 = ct_vexpf(-x * x), for callers that need that exponential too
+ * (GELU's derivative) */
+static inline float ct_verff_exp(float x, float ex2) {
     float a = fabsf(x);
     float t = 1.0f / (1.0f + 0.3275911f * a);
     float p = 1.061405429f;
@@ -68,7 +72,7 @@ static inline float ct_verff(float x) {
     p = p * t + 1.421413741f;
     p = p * t - 0.284496736f;
     p = p * t + 0.254829592f;
-    float e = 1.0f - p * t * ct_vexpf(-a * a);
+    float e = 1.0f - p * t * ex2;
     /* near 0 that difference cancels: the Taylor series instead, to x^11 (the next term is
        below 2e-8 for |x| < 0.5) */
     float x2 = x * x, q = -1.0f / 1320.0f;
@@ -79,6 +83,10 @@ static inline float ct_verff(float x) {
     q = q * x2 + 1.0f;
     float small = 1.1283791670955126f * x * q;
     return a < 0.5f ? small : copysignf(e, x);
+}
+
+static inline float ct_verff(float x) {
+    return ct_verff_exp(x, ct_vexpf(-x * x));
 }
 
 static inline float ct_vround_bf16(float x) {

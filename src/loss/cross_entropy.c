@@ -10,11 +10,40 @@
  * result has the same bits for any thread count.
  *
  * Saved for backward: the per-row log-sum-exp (CE), in the graph's arena.
+ *
+ * The fast path takes exp from vmath.h (ct_vexpf) and sums a row in 8 interleaved double sums
+ * added in order (vmath.h's ct_vsum), so that the loops vectorise; with CT_KERNELS_REFERENCE it
+ * is libm's expf and one running sum (tests/unit/test_fast_elementwise.c compares the two).
  */
 #include <math.h>
 
 #include "ctrain/loss.h"
+#include "kernels/vmath.h"
 #include "ops/ops_internal.h"
+
+#define LANES 8
+
+/* sum_j exp(x_j - m) over a row of c logits, in vmath.h's order (ct_vsum's of the exps): the
+ * exps of a chunk first, into a buffer, so that both loops vectorise. */
+CT_HOT static double sum_exp_fast(const float *x, int64_t c, float m) {
+    enum { CHUNK = 256 }; /* a multiple of LANES: chunks keep the lanes' order */
+    float e[CHUNK];
+    double acc[LANES] = {0};
+    for (int64_t j0 = 0; j0 < c; j0 += CHUNK) {
+        int64_t w = c - j0 < CHUNK ? c - j0 : CHUNK, j = 0;
+        for (int64_t q = 0; q < w; q++)
+            e[q] = ct_vexpf(x[j0 + q] - m);
+        for (; j + LANES <= w; j += LANES)
+            for (int k = 0; k < LANES; k++)
+                acc[k] += (double)e[j + k];
+        for (int k = 0; j < w; j++, k++)
+            acc[k] += (double)e[j];
+    }
+    double s = 0.0;
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
+    return s;
+}
 
 enum { ARG_REDUCTION, ARG_IGNORE, ARG_VALID };
 
@@ -97,14 +126,19 @@ CT_HOT static void ce_backward(ct_graph *g, ct_node *n) {
     const float s = n->farg[0], off = s / (float)c, on = 1.0f - s;
     if (n->iarg[ARG_VALID] == 0) return; /* every row ignored: no gradient */
     int nt = ct_ops_threads(g, rows, 4 * c);
+    bool fast = !ct_ops_reference(g);
     CT_PAR_FOR(nt, i, rows, {
         int64_t t = ct_ops_index_at(target, i);
         if (t == ignore) continue;
-        const float w = row_weight(n, gout, i);
+        const float w = row_weight(n, gout, i), li = lse[i];
         const float *xi = xd + i * c;
         float *gi = gx + i * c;
-        for (int64_t j = 0; j < c; j++)
-            gi[j] += w * (expf(xi[j] - lse[i]) - off);
+        if (fast)
+            for (int64_t j = 0; j < c; j++)
+                gi[j] += w * (ct_vexpf(xi[j] - li) - off);
+        else
+            for (int64_t j = 0; j < c; j++)
+                gi[j] += w * (expf(xi[j] - li) - off);
         gi[t] -= w * on;
     });
 }
@@ -134,15 +168,22 @@ CT_HOT ct_tensor *ct_loss_cross_entropy(ct_graph *g,
     const double s = (double)p.label_smoothing;
     const int64_t ignore = p.ignore_index;
     int nt = ct_ops_threads(g, rows, 4 * c);
+    bool fast = !ct_ops_reference(g);
     CT_PAR_FOR(nt, i, rows, {
         const float *xi = xd + i * c;
         float m = xi[0];
-        for (int64_t j = 1; j < c; j++)
-            m = xi[j] > m ? xi[j] : m;
         double se = 0.0, sx = 0.0;
-        for (int64_t j = 0; j < c; j++) {
-            se += (double)expf(xi[j] - m);
-            sx += (double)xi[j];
+        if (fast) {
+            m = ct_vmax(xi, c);
+            se = sum_exp_fast(xi, c, m);
+            sx = ct_vsum(xi, c);
+        } else {
+            for (int64_t j = 1; j < c; j++)
+                m = xi[j] > m ? xi[j] : m;
+            for (int64_t j = 0; j < c; j++) {
+                se += (double)expf(xi[j] - m);
+                sx += (double)xi[j];
+            }
         }
         double l = (double)m + log(se);
         lse[i] = (float)l;

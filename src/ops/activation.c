@@ -12,6 +12,7 @@
  * leaky_relu's backward scales dy by the slope there; the others' derivatives are NaN.
  */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/vmath.h"
 #include "ops/ops_internal.h"
@@ -31,6 +32,8 @@ typedef enum act_kind {
 #define INV_SQRT_2     0.7071067811865476f
 #define INV_SQRT_2PI   0.3989422804014327f
 #define GELU_C         0.044715f
+#define GELU_SPAN      256  /* elements per pass of a fused loop: its scratch stays in L1 */
+#define GELU_BLOCK     4096 /* elements per parallel work item */
 
 static float sigmoidf(float x) {
     return 1.0f / (1.0f + expf(-x));
@@ -94,8 +97,11 @@ static inline float gelu_fast(float x) {
     return 0.5f * x * (1.0f + ct_verff(x * INV_SQRT_2));
 }
 
+/* exp(-z^2) with z = x / sqrt(2) is both erf's exponential and the density's exp(-x^2 / 2):
+ * one exp for the two */
 static inline float gelu_grad_fast(float x) {
-    return 0.5f * (1.0f + ct_verff(x * INV_SQRT_2)) + x * INV_SQRT_2PI * ct_vexpf(-0.5f * x * x);
+    float z = x * INV_SQRT_2, e = ct_vexpf(-z * z);
+    return 0.5f * (1.0f + ct_verff_exp(z, e)) + x * INV_SQRT_2PI * e;
 }
 
 CT_HOT void
@@ -113,6 +119,28 @@ ct_ops_gelu_fwd(ct_graph *g, ct_gelu_approx approx, const float *x, float *y, in
         y[i] = act_fwd(k, x[i], 0.0f);
 }
 
+static inline uint16_t bf16_bits(float x) {
+    float r = ct_vround_bf16(x);
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+CT_HOT void
+ct_ops_gelu_fwd_bf16(ct_graph *g, ct_gelu_approx approx, const float *x, uint16_t *y, int64_t n) {
+    int nt = ct_ops_threads(g, n, 16);
+    if (approx == CT_GELU_ERF && !ct_ops_reference(g)) {
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < n; i++)
+            y[i] = bf16_bits(gelu_fast(x[i]));
+        return;
+    }
+    act_kind k = approx == CT_GELU_TANH ? ACT_GELU_TANH : ACT_GELU_ERF;
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = bf16_bits(act_fwd(k, x[i], 0.0f));
+}
+
 CT_HOT void ct_ops_gelu_bwd(
     ct_graph *g, ct_gelu_approx approx, const float *x, const float *dy, float *dx, int64_t n) {
     int nt = ct_ops_threads(g, n, 16);
@@ -126,6 +154,78 @@ CT_HOT void ct_ops_gelu_bwd(
     CT_OMP_FOR(nt)
     for (int64_t i = 0; i < n; i++)
         dx[i] += dy[i] * act_grad(k, x[i], 0.0f, 0.0f); /* GELU's derivative reads x only */
+}
+
+/* dx[i] += term, or with `fresh` dx[i] = 0.0f + term (i the loop index; ct_graph_grad_fresh) */
+#define ADD_INTO(fresh, dx, n, term)                                                               \
+    do {                                                                                           \
+        if (fresh)                                                                                 \
+            for (int64_t i = 0; i < (n); i++)                                                      \
+                (dx)[i] = 0.0f + (term);                                                           \
+        else                                                                                       \
+            for (int64_t i = 0; i < (n); i++)                                                      \
+                (dx)[i] += (term);                                                                 \
+    } while (0)
+
+/* One thread's part of ct_ops_gelu_bwd_act's fused loops: erf and exp once for the activation
+ * and the derivative, in gelu_fast's and gelu_grad_fast's expressions (so their bits). */
+CT_HOT static void gelu_bwd_act_span(const float *x,
+                                     const float *da,
+                                     float *dx,
+                                     float *a,
+                                     bool round,
+                                     uint16_t *h,
+                                     int64_t n,
+                                     bool fresh) {
+    float y[GELU_SPAN], d[GELU_SPAN];
+    for (int64_t i0 = 0; i0 < n; i0 += GELU_SPAN) {
+        int64_t len = n - i0 < GELU_SPAN ? n - i0 : GELU_SPAN;
+        const float *xs = x + i0, *das = da + i0;
+        for (int64_t i = 0; i < len; i++) {
+            float z = xs[i] * INV_SQRT_2, e = ct_vexpf(-z * z), erf = ct_verff_exp(z, e);
+            y[i] = 0.5f * xs[i] * (1.0f + erf);
+            d[i] = das[i] * (0.5f * (1.0f + erf) + xs[i] * INV_SQRT_2PI * e);
+        }
+        if (h)
+            for (int64_t i = 0; i < len; i++)
+                h[i0 + i] = bf16_bits(y[i]);
+        else if (round)
+            for (int64_t i = 0; i < len; i++)
+                a[i0 + i] = ct_vround_bf16(y[i]);
+        else
+            memcpy(a + i0, y, (size_t)len * sizeof(float));
+        float *dxs = dx + i0;
+        ADD_INTO(fresh, dxs, len, d[i]);
+    }
+}
+
+CT_HOT void ct_ops_gelu_bwd_act(ct_graph *g,
+                                ct_gelu_approx approx,
+                                const float *x,
+                                const float *da,
+                                float *dx,
+                                bool fresh,
+                                float *a,
+                                bool round,
+                                uint16_t *h,
+                                int64_t n) {
+    if (approx == CT_GELU_ERF && !ct_ops_reference(g) && dx && (a || h)) {
+        int64_t items = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+        int nt = ct_ops_threads(g, items, GELU_BLOCK * 24);
+        CT_PAR_FOR(nt, it, items, {
+            int64_t lo = it * GELU_BLOCK, len = n - lo < GELU_BLOCK ? n - lo : GELU_BLOCK;
+            gelu_bwd_act_span(x + lo, da + lo, dx + lo, a ? a + lo : NULL, round, h ? h + lo : NULL,
+                              len, fresh);
+        });
+        return;
+    }
+    if (h) ct_ops_gelu_fwd_bf16(g, approx, x, h, n);
+    if (a) {
+        ct_ops_gelu_fwd(g, approx, x, a, n);
+        if (round) ct_ops_round_bf16(g, a, a, n);
+    }
+    if (dx && fresh) memset(dx, 0, (size_t)n * sizeof(float));
+    if (dx) ct_ops_gelu_bwd(g, approx, x, da, dx, n);
 }
 
 CT_HOT static void act_backward(ct_graph *g, ct_node *n) {

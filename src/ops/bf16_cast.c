@@ -75,7 +75,7 @@ static float widen(uint16_t h) {
 /* Columns [j0, j0 + w) of ct_ops_colsum_bf16 (w <= COLS), summed row by row: each column in
  * ct_ops_sum_f64's order (blocks of 256 rows) while reading whole cache lines of rows. */
 #define COLS 64
-static void
+CT_HOT static void
 colsum_block(const uint16_t *x, int64_t rows, int64_t cols, int64_t j0, int64_t w, float *db) {
     double total[COLS] = {0.0}, part[COLS];
     for (int64_t i0 = 0; i0 < rows; i0 += 256) {

@@ -140,3 +140,38 @@ double ct_ops_sum_f64(const float *x, int64_t n, int64_t stride) {
     }
     return total;
 }
+
+/* Columns [j0, j0 + w) of ct_ops_colsum (w <= COLSUM_COLS), each in ct_ops_sum_f64's order
+ * (blocks of 256 rows, left to right) while reading whole rows: the loops over the columns
+ * vectorise, where a column at a time strides through memory one element per row. */
+#define COLSUM_COLS 64
+CT_HOT static void
+colsum_block(const float *x, int64_t rows, int64_t cols, int64_t j0, int64_t w, float *db) {
+    double total[COLSUM_COLS] = {0.0}, part[COLSUM_COLS];
+    for (int64_t i0 = 0; i0 < rows; i0 += 256) {
+        int64_t i1 = i0 + 256 < rows ? i0 + 256 : rows;
+        for (int64_t j = 0; j < w; j++)
+            part[j] = 0.0;
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = 0; j < w; j++)
+                part[j] += (double)x[i * cols + j0 + j];
+        for (int64_t j = 0; j < w; j++)
+            total[j] += part[j];
+    }
+    for (int64_t j = 0; j < w; j++)
+        db[j0 + j] += (float)total[j];
+}
+
+void ct_ops_colsum(ct_graph *g, const float *x, int64_t rows, int64_t cols, float *db) {
+    if (ct_ops_reference(g)) {
+        int nt = ct_ops_threads(g, cols, rows);
+        CT_PAR_FOR(nt, j, cols, db[j] += (float)ct_ops_sum_f64(x + j, rows, cols););
+        return;
+    }
+    int64_t blocks = (cols + COLSUM_COLS - 1) / COLSUM_COLS;
+    int nt = ct_ops_threads(g, blocks, rows * COLSUM_COLS);
+    CT_PAR_FOR(nt, b, blocks, {
+        int64_t j0 = b * COLSUM_COLS;
+        colsum_block(x, rows, cols, j0, j0 + COLSUM_COLS <= cols ? COLSUM_COLS : cols - j0, db);
+    });
+}

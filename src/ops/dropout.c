@@ -3,7 +3,8 @@
  *
  * The mask is a pure function of the graph's RNG stream at the start of the op and of the
  * element index: u_i is what ct_rng_uniform would write at index i from the stream's counter
- * (ct_rng_uniform_at), drawn in independent blocks by any number of threads; afterwards the
+ * (ct_rng_uniform_at), drawn in independent blocks by any number of threads (ct_rng_bits, many
+ * Philox blocks at a time, compared as 24-bit integers); afterwards the
  * stream's counter advances by ceil(n/4). So the mask is the same for any thread count, and
  * saving and restoring the stream (ct_graph_rng) replays it. The mask is kept in the arena as
  * one byte per element for backward. In evaluation mode, or with p == 0, the op is the
@@ -13,19 +14,29 @@
  * the newest node's output (no recorded op has read it; not a parameter or a leaf) and, when
  * no node is recorded, makes a fresh output instead (nothing says who owns x then).
  */
+#include <math.h>
+
+#include "autograd/autograd_internal.h"
 #include "ops/ops_internal.h"
 
 /* Elements per parallel work item; a multiple of 4 so that items start on a Philox block. */
 #define DROP_CHUNK 1024
 
 CT_HOT static void dropout_backward(ct_graph *g, ct_node *n) {
-    float *dx = ct_graph_grad(g, n->in[0]);
+    bool fresh;
+    float *dx = ct_graph_grad_fresh(g, n->in[0], &fresh);
     if (!dx) return;
     const uint8_t *mask = n->saved;
     const float *dy = n->out->grad;
     float scale = n->farg[0];
     int64_t count = n->iarg[0];
     int nt = ct_ops_threads(g, count, 2);
+    if (fresh) { /* every element written: 0 + the term, as adding to a zeroed buffer */
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < count; i++)
+            dx[i] = 0.0f + dy[i] * (mask[i] ? scale : 0.0f);
+        return;
+    }
     CT_OMP_FOR(nt)
     for (int64_t i = 0; i < count; i++)
         dx[i] += dy[i] * (mask[i] ? scale : 0.0f);
@@ -59,6 +70,10 @@ CT_HOT static ct_tensor *dropout(ct_graph *g, ct_tensor *x, float p, bool over) 
     ct_rng *rng = ct_graph_rng(g);
     const ct_rng start = *rng;
     float scale = 1.0f / (1.0f - p);
+    /* u_i = (w_i >> 8) 2^-24 for the Philox word w_i, and p 2^24 is exact (a power-of-two
+     * scaling), so u_i >= p exactly when the integer w_i >> 8 >= p 2^24, that is when
+     * w_i >> 8 >= ceil(p 2^24) (<= 2^24 as p < 1): the same decisions without the floats */
+    uint32_t threshold = (uint32_t)ceilf(p * 16777216.0f);
     const float *xv = x->data;
     float *yv = y->data;
     int64_t n_chunks = (count + DROP_CHUNK - 1) / DROP_CHUNK;
@@ -67,14 +82,12 @@ CT_HOT static ct_tensor *dropout(ct_graph *g, ct_tensor *x, float p, bool over) 
     for (int64_t c = 0; c < n_chunks; c++) {
         int64_t i0 = c * DROP_CHUNK;
         int64_t len = count - i0 < DROP_CHUNK ? count - i0 : DROP_CHUNK;
-        /* from block i0/4 on, ct_rng_uniform writes the values ct_rng_uniform_at(&start,
-         * start.counter, i0 + i) would give, at one Philox block per four of them */
-        float u[DROP_CHUNK];
-        ct_rng r = start;
-        r.counter = start.counter + (uint64_t)(i0 / 4);
-        ct_rng_uniform(&r, u, len);
+        /* from block i0/4 on, the words whose floats ct_rng_uniform_at(&start, start.counter,
+         * i0 + i) gives */
+        uint32_t w[DROP_CHUNK];
+        ct_rng_bits(&start, start.counter + (uint64_t)(i0 / 4), w, len);
         for (int64_t i = 0; i < len; i++) {
-            uint8_t keep = (uint8_t)(u[i] >= p);
+            uint8_t keep = (uint8_t)((w[i] >> 8) >= threshold);
             mask[i0 + i] = keep;
             /* x * 0 rather than 0, so that inf and NaN propagate as in PyTorch */
             yv[i0 + i] = xv[i0 + i] * (keep ? scale : 0.0f);

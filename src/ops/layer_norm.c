@@ -9,12 +9,70 @@
  *     dw  += sum_rows dy xhat,  db += sum_rows dy.
  * dx is parallel over rows; dw and db over blocks of columns, each column summed over the rows
  * in order by one thread, so results do not depend on the thread count.
+ *
+ * A row's sums (mean, variance; backward's mean(g) and mean(g xhat)) are in double in 8
+ * interleaved running sums added in order at the end (vmath.h's order), so that the loops
+ * vectorise; with CT_KERNELS_REFERENCE each is one running sum from left to right. The two
+ * differ only in the last bits of a double (tests/unit/test_fast_elementwise.c).
  */
 #include <math.h>
 
+#include "autograd/autograd_internal.h"
+#include "kernels/vmath.h"
 #include "ops/ops_internal.h"
 
 #define COL_BLOCK 64
+#define LANES     8
+
+/* sum_j (x_j - m)^2 in double, in vmath.h's order (LANES running sums, the tail spread over
+ * them, added in order). */
+static inline double sum_sq_dev(const float *x, int64_t n, double m) {
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            acc[k] += ((double)x[i + k] - m) * ((double)x[i + k] - m);
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += ((double)x[i] - m) * ((double)x[i] - m);
+    double s = 0.0;
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+/* Backward's row sums sum_j g_j and sum_j g_j xhat_j (g = dy w, or dy without weight), in the
+ * same order. */
+static inline void grad_sums(const float *x,
+                             const float *dy,
+                             const float *w,
+                             float mean,
+                             float rstd,
+                             int64_t n,
+                             double *sg,
+                             double *sgx) {
+    double ag[LANES] = {0}, agx[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) {
+            float xhat = (x[i + k] - mean) * rstd;
+            float gj = w ? dy[i + k] * w[i + k] : dy[i + k];
+            ag[k] += (double)gj;
+            agx[k] += (double)gj * (double)xhat;
+        }
+    for (int k = 0; i < n; i++, k++) {
+        float xhat = (x[i] - mean) * rstd;
+        float gj = w ? dy[i] * w[i] : dy[i];
+        ag[k] += (double)gj;
+        agx[k] += (double)gj * (double)xhat;
+    }
+    double a = 0.0, b = 0.0;
+    for (int k = 0; k < LANES; k++) {
+        a += ag[k];
+        b += agx[k];
+    }
+    *sg = a;
+    *sgx = b;
+}
 
 typedef struct ln_saved {
     float *mean; /* [N] */
@@ -28,11 +86,13 @@ CT_HOT static void layer_norm_backward(ct_graph *g, ct_node *n) {
     ct_tensor *w = n->iarg[2] >= 0 ? n->in[n->iarg[2]] : NULL;
     ct_tensor *b = n->iarg[3] >= 0 ? n->in[n->iarg[3]] : NULL;
     const float *xv = x->data, *dy = n->out->grad, *wv = w ? w->data : NULL;
-    float *dx = ct_graph_grad(g, x);
+    bool fresh; /* dx is written whole: 0 + the term where it has no earlier contribution */
+    float *dx = ct_graph_grad_fresh(g, x, &fresh);
     float *dw = ct_graph_grad(g, w);
     float *db = ct_graph_grad(g, b);
     if (ct_graph_status(g) != CT_OK || N * D == 0) return;
 
+    bool fast = !ct_ops_reference(g);
     if (dx) {
         int nt = ct_ops_threads(g, N, D * 10);
         CT_OMP_FOR(nt)
@@ -40,19 +100,29 @@ CT_HOT static void layer_norm_backward(ct_graph *g, ct_node *n) {
             const float *xr = xv + r * D, *dyr = dy + r * D;
             float mean = s->mean[r], rstd = s->rstd[r];
             double sg = 0.0, sgx = 0.0;
-            for (int64_t j = 0; j < D; j++) {
-                float xhat = (xr[j] - mean) * rstd;
-                float gj = wv ? dyr[j] * wv[j] : dyr[j];
-                sg += (double)gj;
-                sgx += (double)gj * (double)xhat;
-            }
+            if (fast)
+                grad_sums(xr, dyr, wv, mean, rstd, D, &sg, &sgx);
+            else
+                for (int64_t j = 0; j < D; j++) {
+                    float xhat = (xr[j] - mean) * rstd;
+                    float gj = wv ? dyr[j] * wv[j] : dyr[j];
+                    sg += (double)gj;
+                    sgx += (double)gj * (double)xhat;
+                }
             float mg = (float)(sg / (double)D), mgx = (float)(sgx / (double)D);
             float *dxr = dx + r * D;
-            for (int64_t j = 0; j < D; j++) {
-                float xhat = (xr[j] - mean) * rstd;
-                float gj = wv ? dyr[j] * wv[j] : dyr[j];
-                dxr[j] += rstd * (gj - mg - xhat * mgx);
-            }
+            if (fresh)
+                for (int64_t j = 0; j < D; j++) {
+                    float xhat = (xr[j] - mean) * rstd;
+                    float gj = wv ? dyr[j] * wv[j] : dyr[j];
+                    dxr[j] = 0.0f + rstd * (gj - mg - xhat * mgx);
+                }
+            else
+                for (int64_t j = 0; j < D; j++) {
+                    float xhat = (xr[j] - mean) * rstd;
+                    float gj = wv ? dyr[j] * wv[j] : dyr[j];
+                    dxr[j] += rstd * (gj - mg - xhat * mgx);
+                }
         }
     }
     if (dw || db) {
@@ -118,16 +188,22 @@ ct_op_layer_norm(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, 
     const float *xv = x->data, *wv = weight ? weight->data : NULL;
     const float *bv = bias ? bias->data : NULL;
     float *yv = y->data;
+    bool fast = !ct_ops_reference(g);
     int nt = ct_ops_threads(g, N, D * 8);
     CT_OMP_FOR(nt)
     for (int64_t r = 0; r < N; r++) {
         const float *xr = xv + r * D;
         double m = 0.0, v = 0.0;
-        for (int64_t j = 0; j < D; j++)
-            m += (double)xr[j];
-        m /= (double)D;
-        for (int64_t j = 0; j < D; j++)
-            v += ((double)xr[j] - m) * ((double)xr[j] - m);
+        if (fast) {
+            m = ct_vsum(xr, D) / (double)D;
+            v = sum_sq_dev(xr, D, m);
+        } else {
+            for (int64_t j = 0; j < D; j++)
+                m += (double)xr[j];
+            m /= (double)D;
+            for (int64_t j = 0; j < D; j++)
+                v += ((double)xr[j] - m) * ((double)xr[j] - m);
+        }
         v /= (double)D;
         float mf = (float)m, rf = (float)(1.0 / sqrt(v + (double)eps));
         mean[r] = mf;

@@ -16,10 +16,15 @@
  * gelu_linear is linear(gelu(x)) keeping only x: the activation is computed into scratch in
  * the forward pass and again in the backward pass (by ct_op_gelu's own loops), so a GPT's MLP
  * holds its [R, 4C] pre-activation but not a second [R, 4C] tensor; its results are the
- * unfused pair's, bit for bit.
+ * unfused pair's, bit for bit. For the native bf16 GEMM the activation is computed and rounded
+ * to bf16 in one pass (ct_ops_gelu_fwd_bf16). In backward, dy W goes into a scratch buffer
+ * that the GEMM overwrites (beta 0), and then one pass over x computes the activation again
+ * (for dW) and takes that buffer through gelu's derivative into dx, sharing erf and exp
+ * (ct_ops_gelu_bwd_act).
  */
 #include <string.h>
 
+#include "autograd/autograd_internal.h"
 #include "kernels/kernels.h"
 #include "ops/ops_internal.h"
 
@@ -64,13 +69,23 @@ static operand backward_dy(ct_graph *g, const ct_node *n, const float *dy, int64
     return o;
 }
 
-/* f32 values that autocast rounded (or not): bf16 ones for the native GEMM when asked. */
-static operand values(ct_graph *g, const float *x, int64_t count, bool bf16) {
+/* gelu(x[0..count)) into scratch as a product's operand: rounded to bf16 under autocast,
+ * bf16 values for the native GEMM (one pass), else f32 ones. */
+static operand gelu_operand(
+    ct_graph *g, ct_gelu_approx approx, const float *x, int64_t count, bool autocast, bool bf16) {
     operand o = {NULL, NULL};
-    if (bf16)
-        o.h = ct_ops_bf16(g, x, count);
-    else
-        o.f = x;
+    size_t n = (size_t)(count > 0 ? count : 1);
+    if (bf16) {
+        uint16_t *h = ct_graph_alloc(g, n * sizeof(uint16_t));
+        if (h) ct_ops_gelu_fwd_bf16(g, approx, x, h, count);
+        o.h = h;
+        return o;
+    }
+    float *a = ct_graph_alloc(g, n * sizeof(float));
+    if (!a) return o;
+    ct_ops_gelu_fwd(g, approx, x, a, count);
+    if (autocast) ct_ops_round_bf16(g, a, a, count);
+    o.f = a;
     return o;
 }
 
@@ -183,30 +198,6 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
 }
 
 /* iarg: [0] rows R, [1] in, [2] out, [3] 0, or 1 + ct_gelu_approx for gelu_linear */
-/* db[j] += the sum of column j of dy [rows, cols], each column in ct_ops_sum_f64's order
- * (blocks of 256 rows, in double) so the bits are the strided sum's, but read row by row in
- * blocks of COLSUM_W columns: whole cache lines, and the double sums vectorise across
- * columns. */
-#define COLSUM_W 64
-CT_HOT static void colsum_f32(const float *dy, int64_t rows, int64_t cols, int64_t j0, float *db) {
-    int64_t w = j0 + COLSUM_W <= cols ? COLSUM_W : cols - j0;
-    double total[COLSUM_W] = {0.0}, part[COLSUM_W];
-    for (int64_t i0 = 0; i0 < rows; i0 += 256) {
-        int64_t i1 = i0 + 256 < rows ? i0 + 256 : rows;
-        for (int64_t j = 0; j < w; j++)
-            part[j] = 0.0;
-        for (int64_t i = i0; i < i1; i++) {
-            const float *r = dy + i * cols + j0;
-            for (int64_t j = 0; j < w; j++)
-                part[j] += (double)r[j];
-        }
-        for (int64_t j = 0; j < w; j++)
-            total[j] += part[j];
-    }
-    for (int64_t j = 0; j < w; j++)
-        db[j0 + j] += (float)total[j];
-}
-
 CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
@@ -214,24 +205,26 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     bool gelu = n->iarg[3] != 0;
     ct_gelu_approx approx = gelu ? (ct_gelu_approx)(n->iarg[3] - 1) : CT_GELU_ERF;
     const float *dy = n->out->grad;
-    float *dx = ct_graph_grad(g, x), *dw = ct_graph_grad(g, w), *db = ct_graph_grad(g, bias);
+    bool fresh; /* dx is written whole (the GEMM with beta 0, or gelu's pass) when made here */
+    float *dx = ct_graph_grad_fresh(g, x, &fresh), *dw = ct_graph_grad(g, w);
+    float *db = ct_graph_grad(g, bias);
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     bool native = ct_ops_ran_autocast(n) && ct_ops_bf16_native(g);
     operand xv = {NULL, NULL}, wv = {NULL, NULL};
     float *da = dx; /* where dy W goes: dx itself, or (gelu) the activation's gradient */
+    float *act = NULL;
+    uint16_t *act_h = NULL;
     if (gelu) {
-        size_t bytes = (size_t)(rows * in > 0 ? rows * in : 1) * sizeof(float);
-        if (dw) { /* the activation again, rounded as the forward pass rounded it */
-            float *a = ct_graph_alloc(g, bytes);
-            if (!a) return;
-            ct_ops_gelu_fwd(g, approx, x->data, a, rows * in);
-            if (ct_ops_ran_autocast(n) && !native) ct_ops_round_bf16(g, a, a, rows * in);
-            xv = values(g, a, rows * in, native);
+        size_t count = (size_t)(rows * in > 0 ? rows * in : 1);
+        if (dw) { /* the activation again (computed below, with gelu's derivative) */
+            if (native)
+                xv.h = act_h = ct_graph_alloc(g, count * sizeof(uint16_t));
+            else
+                xv.f = act = ct_graph_alloc(g, count * sizeof(float));
             if (missing(xv)) return;
         }
-        da = dx ? ct_graph_alloc(g, bytes) : NULL;
+        da = dx ? ct_graph_alloc(g, count * sizeof(float)) : NULL; /* the GEMM writes it whole */
         if (dx && !da) return;
-        if (da) memset(da, 0, (size_t)(rows * in) * sizeof(float)); /* as a fresh gradient */
     } else if (dw) {
         xv = backward_operand(g, n, 0); /* only dW reads x */
     }
@@ -239,17 +232,20 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     operand dyr = backward_dy(g, n, dy, rows * out);
     if (missing(dyr) || (dw && missing(xv)) || (dx && missing(wv))) return;
     /* dx [R, in] += dy [R, out] @ W [out, in] (for gelu_linear into da, then through gelu') */
-    if (dx) gemm(ctx, false, false, rows, in, out, dyr, 0, out, wv, 0, in, 1.0f, da, in);
-    if (dx && gelu) ct_ops_gelu_bwd(g, approx, x->data, da, dx, rows * in);
+    if (dx)
+        gemm(ctx, false, false, rows, in, out, dyr, 0, out, wv, 0, in, gelu || fresh ? 0.0f : 1.0f,
+             da, in);
+    /* the activation, rounded as the forward pass rounded it, and dx += da gelu'(x): one pass */
+    if (gelu)
+        ct_ops_gelu_bwd_act(g, approx, x->data, da, dx, fresh, act,
+                            ct_ops_ran_autocast(n) && !native, act_h, rows * in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
     if (dw) gemm(ctx, true, false, out, in, rows, dyr, 0, out, xv, 0, in, 1.0f, dw, in);
     if (db) {
         if (dyr.h) {
             ct_ops_colsum_bf16(g, dyr.h, rows, out, db);
         } else {
-            int64_t blocks = (out + COLSUM_W - 1) / COLSUM_W;
-            int nt = ct_ops_threads(g, blocks, rows * COLSUM_W);
-            CT_PAR_FOR(nt, b, blocks, colsum_f32(dyr.f, rows, out, b * COLSUM_W, db););
+            ct_ops_colsum(g, dyr.f, rows, out, db);
         }
     }
     ct_graph_scratch_release(g, mark);
@@ -304,12 +300,8 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
     bool native = ct_graph_autocast(g) == CT_BF16 && ct_ops_bf16_native(g);
     operand xv;
     if (gelu) { /* the activation, in scratch (rounded): backward computes it again */
-        float *a =
-            ct_graph_alloc(g, (size_t)(rows * fan_in > 0 ? rows * fan_in : 1) * sizeof(float));
-        if (!a) return NULL;
-        ct_ops_gelu_fwd(g, (ct_gelu_approx)(gelu - 1), x->data, a, rows * fan_in);
-        if (ct_graph_autocast(g) == CT_BF16 && !native) ct_ops_round_bf16(g, a, a, rows * fan_in);
-        xv = values(g, a, rows * fan_in, native);
+        xv = gelu_operand(g, (ct_gelu_approx)(gelu - 1), x->data, rows * fan_in,
+                          ct_graph_autocast(g) == CT_BF16, native);
     } else {
         xv = forward_operand(g, x);
     }

@@ -47,8 +47,28 @@ CT_INTERNAL void ct_ops_round_bf16(ct_graph *g, const float *x, float *dst, int6
  * shared with ct_op_gelu_linear so that the two give the same bits. */
 CT_INTERNAL void
 ct_ops_gelu_fwd(ct_graph *g, ct_gelu_approx approx, const float *x, float *y, int64_t n);
+/* y = gelu(x) rounded to bf16 (as ct_ops_bf16 rounds ct_ops_gelu_fwd's output, bit for bit) in
+ * one pass, for gelu_linear's operand of the native bf16 GEMM. */
+CT_INTERNAL void
+ct_ops_gelu_fwd_bf16(ct_graph *g, ct_gelu_approx approx, const float *x, uint16_t *y, int64_t n);
 CT_INTERNAL void ct_ops_gelu_bwd(
     ct_graph *g, ct_gelu_approx approx, const float *x, const float *dy, float *dx, int64_t n);
+
+/* gelu_linear's backward over x[0..n) in one pass where it can (the erf form on the fast path;
+ * otherwise the passes above): the activation again, as the forward pass multiplied it, into
+ * a (f32, rounded to bf16 values when `round`) or h (bf16), either may be NULL; and, when dx is
+ * not NULL, dx += da * gelu'(x) (dx unzeroed when `fresh`: ct_graph_grad_fresh). The same bits
+ * as the separate passes. */
+CT_INTERNAL void ct_ops_gelu_bwd_act(ct_graph *g,
+                                     ct_gelu_approx approx,
+                                     const float *x,
+                                     const float *da,
+                                     float *dx,
+                                     bool fresh,
+                                     float *a,
+                                     bool round,
+                                     uint16_t *h,
+                                     int64_t n);
 
 /* The node iarg that ct_ops_note_autocast sets to 1 (matmul, linear and conv2d leave it free). */
 #define CT_OPS_AUTOCAST_ARG 7
@@ -84,6 +104,11 @@ CT_INTERNAL const uint16_t *ct_ops_bf16_tensor(ct_graph *g, const ct_tensor *t);
  * column of their f32 values (so the same bits), whatever the thread count. */
 CT_INTERNAL void
 ct_ops_colsum_bf16(ct_graph *g, const uint16_t *x, int64_t rows, int64_t cols, float *db);
+
+/* db[j] += the sum of column j of x [rows, cols], each column summed as ct_ops_sum_f64 sums it
+ * (so the same bits), whatever the thread count; row-major blocks of columns on the fast path,
+ * a column at a time with CT_KERNELS_REFERENCE. */
+CT_INTERNAL void ct_ops_colsum(ct_graph *g, const float *x, int64_t rows, int64_t cols, float *db);
 
 /* Checked arithmetic on non-negative sizes: false (and *r untouched) on overflow or a negative
  * operand. */
