@@ -198,8 +198,94 @@ static void conv_relu_maxpool_should_compose_other_pools(void) {
     ct_ctx_destroy(ctx);
 }
 
+/* A model's conv2d, relu, maxpool2d layers run as the fused op (where oneDNN takes them) and
+ * give the composed ops' output and parameter gradients bit for bit; without gradients the same
+ * output. */
+static void model_should_fuse_conv_relu_maxpool_layers(void) {
+#define OPTS(...)                                                                                  \
+    {                                                                                              \
+        (const ct_option[]){__VA_ARGS__},                                                          \
+            sizeof((const ct_option[]){__VA_ARGS__}) / sizeof(ct_option), NULL                     \
+    }
+    const ct_options none = {NULL, 0, NULL};
+    ct_layer_spec specs[] = {{"conv2d", NULL, OPTS({"out", "32"}, {"padding", "1"}), NULL, 0},
+                             {"relu", NULL, none, NULL, 0},
+                             {"maxpool2d", NULL, none, NULL, 0},
+                             {"conv2d", NULL, OPTS({"out", "16"}, {"padding", "1"}), NULL, 0},
+                             {"relu", NULL, none, NULL, 0},
+                             {"maxpool2d", NULL, OPTS({"kernel", "2"}, {"stride", "2"}), NULL, 0},
+                             {"flatten", NULL, none, NULL, 0},
+                             {"linear", NULL, OPTS({"out", "5"}), NULL, 0}};
+#undef OPTS
+    enum { B = 10, N_IN = B * 12 * 12, N_OUT = B * 5 };
+    ct_ctx *ctx = NULL;
+    ct_params *ps = NULL;
+    ct_model *m = NULL;
+    ct_graph *g = NULL;
+    CT_CHECK_INT(ct_ctx_create(NULL, &ctx), CT_OK);
+    CT_CHECK_INT(ct_params_create(ctx, &ps), CT_OK);
+    CT_CHECK_INT(ct_graph_create(ctx, NULL, &g), CT_OK);
+    ct_status st = ct_model_create(ctx, ps, CT_F32, 3, (const int64_t[]){1, 12, 12}, specs,
+                                   (int64_t)(sizeof specs / sizeof specs[0]), &m);
+    CT_CHECK_MSG(st == CT_OK, "%s", ct_last_error(ctx));
+    if (st != CT_OK) return;
+    CT_CHECK_INT(ct_params_alloc(ps), CT_OK);
+    CT_CHECK_INT(ct_model_init_weights(m, 3), CT_OK);
+    static float x[N_IN], seed[N_OUT], out[3][N_OUT];
+    fill(x, N_IN, 7, 0);
+    fill(seed, N_OUT, 8, 0);
+    const int64_t shape[] = {B, 1, 12, 12};
+    int64_t np = ct_params_numel(ps);
+    float *grads[2] = {malloc((size_t)np * 4), malloc((size_t)np * 4)};
+    for (int run = 0; run < 3; run++) {
+        ct_graph_reset(g);
+        ct_graph_set_grad_enabled(g, run < 2);
+        ct_params_zero_grad(ps);
+        ct_tensor *xt = ct_graph_wrap(g, x, CT_F32, 4, shape), *y;
+        if (run == 1) {
+            ct_tensor *t[6];
+            for (int i = 0; i < 6; i++)
+                t[i] = ct_params_at(ps, i);
+            ct_conv2d_params cp = ct_conv2d_default_params();
+            cp.padding[0] = cp.padding[1] = 1;
+            ct_pool2d_params pp = {{2, 2}, {2, 2}, {0, 0}};
+            ct_tensor *h = ct_op_max_pool2d(g, ct_op_conv2d_relu(g, xt, t[0], t[1], &cp), &pp);
+            h = ct_op_max_pool2d(g, ct_op_conv2d_relu(g, h, t[2], t[3], &cp), &pp);
+            y = ct_op_linear(g, ct_op_flatten(g, h, 1), t[4], t[5]);
+        } else {
+            y = ct_model_forward(m, g, xt);
+        }
+        CT_CHECK_MSG(y && ct_tensor_numel(y) == N_OUT, "run %d: %s", run, ct_last_error(ctx));
+        if (!y) break;
+        memcpy(out[run], y->data, sizeof out[run]);
+        if (run == 0) {
+            int fused = 0;
+            for (const ct_node *nd = ct_graph_newest(g); nd; nd = nd->prev)
+                fused += strcmp(nd->op->name, "conv2d_relu_maxpool") == 0;
+#ifdef _OPENMP
+            CT_CHECK_INT(fused, 2);
+#endif
+        }
+        if (run < 2) {
+            CT_CHECK(ct_graph_backward_seed(g, y, seed) == CT_OK);
+            memcpy(grads[run], ct_params_grads(ps), (size_t)np * 4);
+        }
+    }
+    ct_graph_set_grad_enabled(g, true);
+    CT_CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
+    CT_CHECK(memcmp(out[0], out[2], sizeof out[0]) == 0);
+    CT_CHECK(memcmp(grads[0], grads[1], (size_t)np * 4) == 0);
+    free(grads[0]);
+    free(grads[1]);
+    ct_graph_destroy(g);
+    ct_model_destroy(m);
+    ct_params_destroy(ps);
+    ct_ctx_destroy(ctx);
+}
+
 int main(void) {
     CT_RUN(conv_relu_maxpool_should_equal_the_composed_ops_bit_for_bit);
     CT_RUN(conv_relu_maxpool_should_compose_other_pools);
+    CT_RUN(model_should_fuse_conv_relu_maxpool_layers);
     return ct_test_finish();
 }
