@@ -146,8 +146,9 @@ CT_INTERNAL void ct_k_relu_pool2x2_blocked(const ct_k_blocked *v,
                                            int64_t pw,
                                            float *y,
                                            uint8_t *code);
-/* dst (as v says, zeroed by the caller) at each winner = 0 + (y <= 0 ? 0 : dy); dy, y and code
- * [n, c, ph, pw]. */
+/* dst (as v says) at each winner = 0 + (y <= 0 ? 0 : dy), +0 at the rest of its window and in
+ * the layout's padding channels; dy, y and code [n, c, ph, pw]. Where no window reaches (an odd
+ * last row or column) dst is left alone: the caller zeroes it. */
 CT_INTERNAL void ct_k_pool2x2_scatter_blocked(const ct_k_blocked *v,
                                               const float *dy,
                                               const float *y,

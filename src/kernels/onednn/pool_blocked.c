@@ -9,25 +9,37 @@
  * those of src/ops/pool.c's 2x2 path, so the values and codes are its bits.
  */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/cnn_kernels.h"
+
+/* Channels per vector pass, and pooled columns per pass: the loops over them run on small
+ * local arrays of fixed size, so that they vectorise whole (as pool.c's chunks). */
+#define LANES 16
+#define COLS  16
 
 /* ct_k_relu_inplace's rule for one value (NaN and -0 pass through). */
 static inline float relu1(float v) {
     return 0.0f > v ? 0.0f : v;
 }
 
-/* The windows of blk channels whose top-left elements start at p0 (row below at p0 + sh,
- * column right at + sw), into yo and ko; blk is a constant where the caller inlines it. */
-static inline void window(int64_t blk,
-                          const float *p0,
-                          int64_t sh,
-                          int64_t sw,
+/* The window of LANES channels whose four elements (row-major) are a0..a3, ReLU applied (in
+ * place: a loop of its own, which vectorises where the select inside the next would not), into
+ * yo and ko: the candidates, order and selects of pool.c's max_chunk_2x2. */
+static inline void window(float *restrict a0,
+                          float *restrict a1,
+                          float *restrict a2,
+                          float *restrict a3,
                           float *restrict yo,
                           int32_t *restrict ko) {
-    const float *p1 = p0 + sw, *p2 = p0 + sh, *p3 = p2 + sw;
-    for (int64_t j = 0; j < blk; j++) {
-        float v = relu1(p0[j]), v1 = relu1(p1[j]), v2 = relu1(p2[j]), v3 = relu1(p3[j]);
+    for (int j = 0; j < LANES; j++) {
+        a0[j] = relu1(a0[j]);
+        a1[j] = relu1(a1[j]);
+        a2[j] = relu1(a2[j]);
+        a3[j] = relu1(a3[j]);
+    }
+    for (int j = 0; j < LANES; j++) {
+        float v = a0[j], v1 = a1[j], v2 = a2[j], v3 = a3[j];
         int32_t k = 0;
         bool t = (v1 > v) | isnan(v1);
         v = t ? v1 : v;
@@ -41,6 +53,28 @@ static inline void window(int64_t blk,
     }
 }
 
+/* A window's four places (row-major) for LANES channels: the gradient m at the place k names,
+ * +0 at the others. */
+static inline void route(const float *restrict m,
+                         const int32_t *restrict k,
+                         float *restrict o0,
+                         float *restrict o1,
+                         float *restrict o2,
+                         float *restrict o3) {
+    for (int j = 0; j < LANES; j++) {
+        float mj = m[j];
+        int32_t kj = k[j];
+        o0[j] = kj == 0 ? mj : 0.0f;
+        o1[j] = kj == 1 ? mj : 0.0f;
+        o2[j] = kj == 2 ? mj : 0.0f;
+        o3[j] = kj == 3 ? mj : 0.0f;
+    }
+}
+
+static int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
 CT_HOT void ct_k_relu_pool2x2_blocked(const ct_k_blocked *v,
                                       const float *src,
                                       int64_t n,
@@ -50,27 +84,45 @@ CT_HOT void ct_k_relu_pool2x2_blocked(const ct_k_blocked *v,
                                       float *y,
                                       uint8_t *code) {
     const int64_t blk = v->blk, lo = ph * pw, n_blocks = (c + blk - 1) / blk;
-    float yo[64];
-    int32_t ko[64];
+    float a0[LANES], a1[LANES], a2[LANES], a3[LANES], yo[COLS][LANES];
+    int32_t ko[COLS][LANES]; /* as wide as the floats: the window loop vectorises at their width */
+    memset(a0, 0, sizeof a0), memset(a1, 0, sizeof a1), memset(a2, 0, sizeof a2);
+    memset(a3, 0, sizeof a3);
     for (int64_t b = 0; b < n; b++) {
         for (int64_t cb = 0; cb < n_blocks; cb++) {
-            int64_t c0 = cb * blk, m = c - c0 < blk ? c - c0 : blk;
             const float *plane = src + b * v->sn + cb * v->sc;
-            float *yp = y + (b * c + c0) * lo;
-            uint8_t *kp = code ? code + (b * c + c0) * lo : NULL;
-            for (int64_t oh = 0; oh < ph; oh++) {
-                for (int64_t ow = 0; ow < pw; ow++) {
-                    const float *p0 = plane + 2 * oh * v->sh + 2 * ow * v->sw;
-                    if (blk == 16)
-                        window(16, p0, v->sh, v->sw, yo, ko);
-                    else if (blk <= 64)
-                        window(blk, p0, v->sh, v->sw, yo, ko);
-                    int64_t o = oh * pw + ow;
-                    for (int64_t j = 0; j < m; j++)
-                        yp[j * lo + o] = yo[j];
-                    if (kp)
-                        for (int64_t j = 0; j < m; j++)
-                            kp[j * lo + o] = (uint8_t)ko[j];
+            for (int64_t j0 = 0; j0 < blk && cb * blk + j0 < c; j0 += LANES) {
+                int64_t lanes = min64(LANES, blk - j0), c0 = cb * blk + j0;
+                int64_t valid = min64(lanes, c - c0); /* past c: the layout's padding */
+                for (int64_t oh = 0; oh < ph; oh++) {
+                    for (int64_t ow0 = 0; ow0 < pw; ow0 += COLS) {
+                        int64_t cols = min64(COLS, pw - ow0);
+                        for (int64_t q = 0; q < cols; q++) {
+                            const float *p0 = plane + 2 * oh * v->sh + 2 * (ow0 + q) * v->sw + j0;
+                            /* a constant size where it can: one vector load each */
+                            size_t bytes = lanes == LANES ? sizeof a0 : (size_t)lanes * 4;
+                            if (lanes == LANES) {
+                                memcpy(a0, p0, sizeof a0);
+                                memcpy(a1, p0 + v->sw, sizeof a1);
+                                memcpy(a2, p0 + v->sh, sizeof a2);
+                                memcpy(a3, p0 + v->sh + v->sw, sizeof a3);
+                            } else {
+                                memcpy(a0, p0, bytes);
+                                memcpy(a1, p0 + v->sw, bytes);
+                                memcpy(a2, p0 + v->sh, bytes);
+                                memcpy(a3, p0 + v->sh + v->sw, bytes);
+                            }
+                            window(a0, a1, a2, a3, yo[q], ko[q]);
+                        }
+                        for (int64_t j = 0; j < valid; j++) {
+                            int64_t at = (b * c + c0 + j) * lo + oh * pw + ow0;
+                            for (int64_t q = 0; q < cols; q++)
+                                y[at + q] = yo[q][j];
+                            if (code)
+                                for (int64_t q = 0; q < cols; q++)
+                                    code[at + q] = (uint8_t)ko[q][j];
+                        }
+                    }
                 }
             }
         }
@@ -86,19 +138,49 @@ CT_HOT void ct_k_pool2x2_scatter_blocked(const ct_k_blocked *v,
                                          int64_t ph,
                                          int64_t pw,
                                          float *dst) {
-    const int64_t blk = v->blk, lo = ph * pw;
+    const int64_t blk = v->blk, lo = ph * pw, n_blocks = (c + blk - 1) / blk;
+    float mv[COLS][LANES], o[4][LANES];
+    int32_t kv[COLS][LANES];
     for (int64_t b = 0; b < n; b++) {
-        for (int64_t ch = 0; ch < c; ch++) {
-            float *plane = dst + b * v->sn + (ch / blk) * v->sc + ch % blk;
-            int64_t base = (b * c + ch) * lo;
-            for (int64_t oh = 0; oh < ph; oh++) {
-                for (int64_t ow = 0; ow < pw; ow++) {
-                    int64_t i = base + oh * pw + ow, k = code[i];
-                    /* as max_pool2d's backward (+= into a zeroed gradient) and then
-                     * conv2d_relu's mask */
-                    float d = 0.0f + dy[i];
-                    plane[(2 * oh + (k >> 1)) * v->sh + (2 * ow + (k & 1)) * v->sw] =
-                        0.0f + (y[i] <= 0.0f ? 0.0f : d);
+        for (int64_t cb = 0; cb < n_blocks; cb++) {
+            float *plane = dst + b * v->sn + cb * v->sc;
+            for (int64_t j0 = 0; j0 < blk; j0 += LANES) {
+                int64_t lanes = min64(LANES, blk - j0), c0 = cb * blk + j0;
+                int64_t valid = c0 < c ? min64(lanes, c - c0) : 0;
+                for (int64_t oh = 0; oh < ph; oh++) {
+                    for (int64_t ow0 = 0; ow0 < pw; ow0 += COLS) {
+                        int64_t cols = min64(COLS, pw - ow0);
+                        if (valid < LANES) { /* the padding's lanes get +0 */
+                            memset(mv, 0, sizeof mv);
+                            memset(kv, 0, sizeof kv);
+                        }
+                        /* column after column: a column's lanes are stored long before
+                         * route reads them back whole (no store-forwarding stall) */
+                        int64_t at0 = (b * c + c0) * lo + oh * pw + ow0;
+                        for (int64_t q = 0; q < cols; q++) {
+                            for (int64_t j = 0; j < valid; j++) {
+                                /* max_pool2d's backward (+= into a zeroed gradient), then
+                                 * conv2d_relu's mask */
+                                int64_t at = at0 + j * lo + q;
+                                float d = 0.0f + dy[at];
+                                mv[q][j] = 0.0f + (y[at] <= 0.0f ? 0.0f : d);
+                                kv[q][j] = code[at];
+                            }
+                        }
+                        for (int64_t q = 0; q < cols; q++) {
+                            /* every place of the window written: the winner's gradient, +0
+                             * elsewhere */
+                            route(mv[q], kv[q], o[0], o[1], o[2], o[3]);
+                            float *p0 = plane + 2 * oh * v->sh + 2 * (ow0 + q) * v->sw + j0;
+                            float *p[4] = {p0, p0 + v->sw, p0 + v->sh, p0 + v->sh + v->sw};
+                            if (lanes == LANES) /* a constant size: one vector store each */
+                                for (int r = 0; r < 4; r++)
+                                    memcpy(p[r], o[r], sizeof o[r]);
+                            else
+                                for (int r = 0; r < 4; r++)
+                                    memcpy(p[r], o[r], (size_t)lanes * sizeof(float));
+                        }
+                    }
                 }
             }
         }
