@@ -62,15 +62,13 @@ static void fill(float *v, int64_t n, uint64_t seed, int64_t every) {
         v[i] = 0.0f;
 }
 
+#ifdef _OPENMP
 /* Whether the CPU has bf16 dot products, where oneDNN has bf16 convolutions. */
 static bool onednn_has_bf16(void) {
-#ifdef _OPENMP
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = dnnl_cpu_isa_avx512_core_bf16;
     return (isa & bf16) == bf16;
-#else
-    return false;
-#endif
 }
+#endif
 
 typedef struct mode {
     bool bf16, fused;
