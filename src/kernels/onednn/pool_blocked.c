@@ -53,16 +53,20 @@ static inline void window(float *restrict a0,
     }
 }
 
-/* A window's four places (row-major) for LANES channels: the gradient m at the place k names,
- * +0 at the others. */
-static inline void route(const float *restrict m,
+/* A window's four places (row-major) for LANES channels: at the place k names the gradient
+ * d masked as max_pool2d's backward (+= into a zeroed gradient) and then conv2d_relu's mask
+ * make it from the pooled output y, +0 at the others; as selects, which vectorise (random
+ * signs would mispredict half of the branches). */
+static inline void route(const float *restrict d,
+                         const float *restrict y,
                          const int32_t *restrict k,
                          float *restrict o0,
                          float *restrict o1,
                          float *restrict o2,
                          float *restrict o3) {
     for (int j = 0; j < LANES; j++) {
-        float mj = m[j];
+        float dj = 0.0f + d[j], yj = y[j];
+        float mj = 0.0f + (yj <= 0.0f ? 0.0f : dj);
         int32_t kj = k[j];
         o0[j] = kj == 0 ? mj : 0.0f;
         o1[j] = kj == 1 ? mj : 0.0f;
@@ -139,7 +143,7 @@ CT_HOT void ct_k_pool2x2_scatter_blocked(const ct_k_blocked *v,
                                          int64_t pw,
                                          float *dst) {
     const int64_t blk = v->blk, lo = ph * pw, n_blocks = (c + blk - 1) / blk;
-    float mv[COLS][LANES], o[4][LANES];
+    float dv[COLS][LANES], yv[COLS][LANES], o[4][LANES];
     int32_t kv[COLS][LANES];
     for (int64_t b = 0; b < n; b++) {
         for (int64_t cb = 0; cb < n_blocks; cb++) {
@@ -151,7 +155,8 @@ CT_HOT void ct_k_pool2x2_scatter_blocked(const ct_k_blocked *v,
                     for (int64_t ow0 = 0; ow0 < pw; ow0 += COLS) {
                         int64_t cols = min64(COLS, pw - ow0);
                         if (valid < LANES) { /* the padding's lanes get +0 */
-                            memset(mv, 0, sizeof mv);
+                            memset(dv, 0, sizeof dv);
+                            memset(yv, 0, sizeof yv);
                             memset(kv, 0, sizeof kv);
                         }
                         /* column after column: a column's lanes are stored long before
@@ -159,18 +164,16 @@ CT_HOT void ct_k_pool2x2_scatter_blocked(const ct_k_blocked *v,
                         int64_t at0 = (b * c + c0) * lo + oh * pw + ow0;
                         for (int64_t q = 0; q < cols; q++) {
                             for (int64_t j = 0; j < valid; j++) {
-                                /* max_pool2d's backward (+= into a zeroed gradient), then
-                                 * conv2d_relu's mask */
                                 int64_t at = at0 + j * lo + q;
-                                float d = 0.0f + dy[at];
-                                mv[q][j] = 0.0f + (y[at] <= 0.0f ? 0.0f : d);
+                                dv[q][j] = dy[at];
+                                yv[q][j] = y[at];
                                 kv[q][j] = code[at];
                             }
                         }
                         for (int64_t q = 0; q < cols; q++) {
                             /* every place of the window written: the winner's gradient, +0
                              * elsewhere */
-                            route(mv[q], kv[q], o[0], o[1], o[2], o[3]);
+                            route(dv[q], yv[q], kv[q], o[0], o[1], o[2], o[3]);
                             float *p0 = plane + 2 * oh * v->sh + 2 * (ow0 + q) * v->sw + j0;
                             float *p[4] = {p0, p0 + v->sw, p0 + v->sh, p0 + v->sh + v->sw};
                             if (lanes == LANES) /* a constant size: one vector store each */
