@@ -129,6 +129,18 @@ typedef struct ct_pool2d_params {
 /* x [N, C, H, W] -> [N, C, OH, OW] (floor mode). */
 CT_API ct_tensor *ct_op_max_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_params *p);
 CT_API ct_tensor *ct_op_avg_pool2d(ct_graph *g, ct_tensor *x, const ct_pool2d_params *p);
+/* max_pool2d(conv2d_relu(x, weight, bias, conv), pool) as one op: its values and gradients
+ * bit for bit (NaN and -0 included). With a 2x2 window, stride 2 and no padding, on oneDNN's
+ * convolution, the convolution's output stays in oneDNN's blocked layout inside the op: the
+ * ReLU and the pool read it there and only the pooled output is written (NCHW), and the
+ * backward pass routes the gradient to the pool's winners in that layout. Any other pooling or
+ * kernel choice composes the two ops. */
+CT_API ct_tensor *ct_op_conv2d_relu_maxpool(ct_graph *g,
+                                            ct_tensor *x,
+                                            ct_tensor *weight,
+                                            ct_tensor *bias,
+                                            const ct_conv2d_params *conv,
+                                            const ct_pool2d_params *pool);
 /* x [N, C, H, W] -> [N, C]: the mean over H and W. */
 CT_API ct_tensor *ct_op_global_avg_pool(ct_graph *g, ct_tensor *x);
 

@@ -87,6 +87,78 @@ CT_INTERNAL int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                                        float *db,       /* += ; or NULL */
                                        void *scratch,
                                        int nt);
+/*
+ * The fused conv2d -> ReLU -> 2x2 max pool (stride 2, no padding) on oneDNN: per batch chunk the
+ * convolution writes its own layout (nChw16c), the pool reads it straight (ReLU applied on the
+ * way: the same bits as relu then pool) and writes y [N, O, OH/2, OW/2] and the winners' codes
+ * [N, O, OH/2, OW/2] (the place in the window 0..3, as max_pool2d's 2x2 path: the first maximum
+ * in row-major window order, a NaN winning and the last NaN kept; code may be NULL). The
+ * backward pass routes dy [N, O, OH/2, OW/2] to the winners in that layout, masked as
+ * relu's backward gives it (0 + (y <= 0 ? 0 : dy)), and runs the convolution's backward on it:
+ * the results of max_pool2d(conv2d_relu(...)) bit for bit. The scratch call says (false) when a
+ * geometry or layout cannot take this path (OH or OW below 2 among them); then compose.
+ */
+CT_INTERNAL bool ct_k_conv2d_pool_onednn_scratch(ct_ctx *ctx,
+                                                 const ct_k_conv2d_geom *s,
+                                                 bool has_bias,
+                                                 bool bf16,
+                                                 bool backward,
+                                                 int nt,
+                                                 size_t *bytes);
+CT_INTERNAL int ct_k_conv2d_relu_pool_onednn_fwd(ct_ctx *ctx,
+                                                 const ct_k_conv2d_geom *s,
+                                                 bool bf16,
+                                                 const float *x, /* [N, C, H, W] */
+                                                 const float *w, /* [O, C/groups, KH, KW] */
+                                                 const float *b, /* [O] or NULL */
+                                                 float *y,       /* [N, O, OH/2, OW/2] */
+                                                 uint8_t *code,  /* likewise, or NULL */
+                                                 void *scratch,
+                                                 int nt);
+CT_INTERNAL int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
+                                                 const ct_k_conv2d_geom *s,
+                                                 bool has_bias,
+                                                 bool bf16,
+                                                 const float *x,      /* [N, C, H, W] */
+                                                 const float *w,      /* [O, C/groups, KH, KW] */
+                                                 const float *y,      /* the forward's y */
+                                                 const uint8_t *code, /* and its codes */
+                                                 const float *dy,     /* [N, O, OH/2, OW/2] */
+                                                 float *dx,           /* += ; or NULL */
+                                                 float *dw,           /* += ; or NULL */
+                                                 float *db,           /* += ; or NULL */
+                                                 void *scratch,
+                                                 int nt);
+
+/* Addressing of a 4-D f32 buffer blocked by channels: element (n, c, h, w) at
+ * n*sn + (c/blk)*sc + h*sh + w*sw + c%blk (blk 1: plain NCHW with these strides). */
+typedef struct ct_k_blocked {
+    int64_t blk, sn, sc, sh, sw;
+} ct_k_blocked;
+
+/* y [n, c, ph, pw] = 2x2 max pool of relu(src) (src [n, c, 2ph.., 2pw..] as v says), winners'
+ * codes in code (or NULL). */
+CT_INTERNAL void ct_k_relu_pool2x2_blocked(const ct_k_blocked *v,
+                                           const float *src,
+                                           int64_t n,
+                                           int64_t c,
+                                           int64_t ph,
+                                           int64_t pw,
+                                           float *y,
+                                           uint8_t *code);
+/* dst (as v says) at each winner = 0 + (y <= 0 ? 0 : dy), +0 at the rest of its window and in
+ * the layout's padding channels; dy, y and code [n, c, ph, pw]. Where no window reaches (an odd
+ * last row or column) dst is left alone: the caller zeroes it. */
+CT_INTERNAL void ct_k_pool2x2_scatter_blocked(const ct_k_blocked *v,
+                                              const float *dy,
+                                              const float *y,
+                                              const uint8_t *code,
+                                              int64_t n,
+                                              int64_t c,
+                                              int64_t ph,
+                                              int64_t pw,
+                                              float *dst);
+
 /* y[0..n) = relu(y) as ct_op_relu computes it (0 > v ? 0 : v: NaN and -0 pass through). */
 static inline void ct_k_relu_inplace(float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++)

@@ -106,6 +106,14 @@ ct_tensor *ct_layer_conv2d_relu_forward(ct_layer *l, ct_graph *g, ct_tensor *x) 
     return ct_op_conv2d_relu(g, x, l->t[W], l->t[B], &p);
 }
 
+ct_tensor *ct_layer_conv2d_relu_maxpool_forward(ct_layer *l,
+                                                const ct_pool2d_params *pool,
+                                                ct_graph *g,
+                                                ct_tensor *x) {
+    ct_conv2d_params p = conv2d_params(l);
+    return ct_op_conv2d_relu_maxpool(g, x, l->t[W], l->t[B], &p, pool);
+}
+
 const ct_layer_type ct_layer_conv2d = {"conv2d", conv2d_keys, conv2d_create, init_linear,
                                        conv2d_forward};
 

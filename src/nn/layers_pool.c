@@ -33,19 +33,19 @@ static ct_status pool_create(ct_layer_build *b, const ct_options *opts, ct_layer
     return CT_OK;
 }
 
-static ct_pool2d_params pool_params(const ct_layer *l) {
+ct_pool2d_params ct_layer_pool2d_params(const ct_layer *l) {
     ct_pool2d_params p = {
         {l->i[P_K], l->i[P_K]}, {l->i[P_S], l->i[P_S]}, {l->i[P_PAD], l->i[P_PAD]}};
     return p;
 }
 
 static ct_tensor *maxpool_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
-    ct_pool2d_params p = pool_params(l);
+    ct_pool2d_params p = ct_layer_pool2d_params(l);
     return ct_op_max_pool2d(g, x, &p);
 }
 
 static ct_tensor *avgpool_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
-    ct_pool2d_params p = pool_params(l);
+    ct_pool2d_params p = ct_layer_pool2d_params(l);
     return ct_op_avg_pool2d(g, x, &p);
 }
 

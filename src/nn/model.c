@@ -70,6 +70,18 @@ static ct_tensor *tagged_forward(ct_layer *c, ct_graph *g, ct_tensor *x) {
     return x;
 }
 
+/* Whether children i, i+1, i+2 of l are conv2d, relu and a 2x2 stride-2 unpadded max pool:
+ * ct_op_conv2d_relu_maxpool runs them as one op (any other window keeps the pool its own). */
+static bool conv_relu_pool_at(const ct_layer *l, int64_t i, ct_pool2d_params *pool) {
+    if (i + 2 >= l->n_children || l->children[i]->type != &ct_layer_conv2d ||
+        l->children[i + 1]->type != &ct_layer_relu ||
+        l->children[i + 2]->type != &ct_layer_maxpool2d)
+        return false;
+    *pool = ct_layer_pool2d_params(l->children[i + 2]);
+    return pool->kernel[0] == 2 && pool->kernel[1] == 2 && pool->stride[0] == 2 &&
+           pool->stride[1] == 2 && pool->padding[0] == 0 && pool->padding[1] == 0;
+}
+
 /* With gradients off, each child's activations are freed once the next child has read them
  * (ct_graph_scope_begin). */
 ct_tensor *ct_layer_forward_children(ct_layer *l, ct_graph *g, ct_tensor *x) {
@@ -77,6 +89,15 @@ ct_tensor *ct_layer_forward_children(ct_layer *l, ct_graph *g, ct_tensor *x) {
     for (int64_t i = 0; i < l->n_children && x; i++) {
         ct_layer *c = l->children[i];
         ct_graph_scope_next(g, &s, x);
+        ct_pool2d_params pool;
+        if (conv_relu_pool_at(l, i, &pool)) {
+            /* one fused op, the same values; tagged and timed as the convolution's */
+            ct_graph_layer_mark mark = ct_graph_begin_layer(g, c->leaf);
+            x = ct_layer_conv2d_relu_maxpool_forward(c, &pool, g, x);
+            ct_graph_end_layer(g, mark);
+            i += 2;
+            continue;
+        }
         if (c->type == &ct_layer_conv2d && i + 1 < l->n_children &&
             l->children[i + 1]->type == &ct_layer_relu) {
             /* one fused op, the same values; tagged and timed as the convolution's */

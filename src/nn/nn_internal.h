@@ -83,6 +83,13 @@ CT_INTERNAL ct_tensor *ct_layer_forward_children(ct_layer *l, ct_graph *g, ct_te
 /* A conv2d layer's forward followed by ReLU, as one op (ct_op_conv2d_relu): what
  * ct_layer_forward_children runs for a conv2d layer that a relu layer follows. */
 CT_INTERNAL ct_tensor *ct_layer_conv2d_relu_forward(ct_layer *l, ct_graph *g, ct_tensor *x);
+/* The same followed by a max pool layer's window (ct_op_conv2d_relu_maxpool). */
+CT_INTERNAL ct_tensor *ct_layer_conv2d_relu_maxpool_forward(ct_layer *l,
+                                                            const ct_pool2d_params *pool,
+                                                            ct_graph *g,
+                                                            ct_tensor *x);
+/* A maxpool2d or avgpool2d layer's window. */
+CT_INTERNAL ct_pool2d_params ct_layer_pool2d_params(const ct_layer *l);
 
 /* Built-in layer types (listed in layer_registry.c). */
 extern const ct_layer_type ct_layer_linear;          /* layers_linear.c */

@@ -588,3 +588,107 @@ ct_tensor *ct_op_conv2d_relu(
     ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, const ct_conv2d_params *p) {
     return conv2d_apply(g, x, weight, bias, p, true);
 }
+
+/* ---- conv2d -> ReLU -> 2x2 max pool ---- */
+
+/* The pooling the fused path takes: a 2x2 window, stride 2 (0: the kernel), no padding. */
+static bool pool_2x2(const ct_pool2d_params *p) {
+    return p && p->kernel[0] == 2 && p->kernel[1] == 2 &&
+           (p->stride[0] == 2 || p->stride[0] == 0) && (p->stride[1] == 2 || p->stride[1] == 0) &&
+           p->padding[0] == 0 && p->padding[1] == 0;
+}
+
+static void conv2d_relu_maxpool_backward(ct_graph *g, ct_node *n) {
+    ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->n_in > 2 ? n->in[2] : NULL;
+    ct_k_conv2d_geom s;
+    geom_init(&s, x, w, n->iarg);
+    float *dx = ct_graph_grad(g, x);
+    float *dw = ct_graph_grad(g, w);
+    float *db = ct_graph_grad(g, bias);
+    if (ct_graph_status(g) != CT_OK || !(dx || dw || db)) return;
+    ct_ctx *ctx = ct_graph_ctx(g);
+    bool bf16 = ct_ops_ran_autocast(n);
+    int nt = onednn_threads(g, &s);
+    size_t bytes;
+    ct_graph_mark mark = ct_graph_scratch_mark(g);
+    /* the forward pass took this path only where the backward plans were ready */
+    int r = 0;
+    if (ct_k_conv2d_pool_onednn_scratch(ctx, &s, bias != NULL, bf16, true, nt, &bytes)) {
+        void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
+        if (bytes && !scratch) return;
+        r = ct_k_conv2d_relu_pool_onednn_bwd(ctx, &s, bias != NULL, bf16, x->data, w->data,
+                                             n->out->data, n->saved, n->out->grad, dx, dw, db,
+                                             scratch, nt);
+    }
+    if (r <= 0)
+        CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d_relu_maxpool: a oneDNN backward call failed");
+    ct_graph_scratch_release(g, mark);
+}
+
+static const ct_op_def conv2d_relu_maxpool_def = {"conv2d_relu_maxpool",
+                                                  conv2d_relu_maxpool_backward};
+
+/* Whether the fused path takes this call, and in which precision: oneDNN's convolution on a
+ * layout the pool can read, in f32 or on bf16 primitives under bf16 autocast. */
+static bool
+fused_pool_ok(ct_graph *g, const ct_k_conv2d_geom *s, bool has_bias, bool record, bool *bf16) {
+    ct_ctx *ctx = ct_graph_ctx(g);
+    ct_dtype ac = ct_graph_autocast(g);
+    *bf16 = ac == CT_BF16;
+    if (ctx->kernels != CT_KERNELS_FAST || ct_omp_level() != 0 ||
+        (*bf16 && !native_bf16(g, true)) || s->n < 1 || s->c < 1 || s->o < 1)
+        return false;
+    int nt = onednn_threads(g, s);
+    size_t bytes;
+    return ct_k_conv2d_pool_onednn_scratch(ctx, s, has_bias, *bf16, false, nt, &bytes) &&
+           (!record || ct_k_conv2d_pool_onednn_scratch(ctx, s, has_bias, *bf16, true, nt, &bytes));
+}
+
+ct_tensor *ct_op_conv2d_relu_maxpool(ct_graph *g,
+                                     ct_tensor *x,
+                                     ct_tensor *weight,
+                                     ct_tensor *bias,
+                                     const ct_conv2d_params *cp,
+                                     const ct_pool2d_params *pp) {
+    ct_tensor *in[3] = {x, weight, bias};
+    if (!pool_2x2(pp)) return ct_op_max_pool2d(g, ct_op_conv2d_relu(g, x, weight, bias, cp), pp);
+    if (!ct_ops_begin(g, "conv2d", 2, in)) return NULL;
+    ct_conv2d_params defaults = ct_conv2d_default_params();
+    if (!cp) cp = &defaults;
+    int64_t args[7];
+    ct_k_conv2d_geom s;
+    if (!conv2d_check(g, x, weight, bias, cp, args, &s)) return NULL;
+    int32_t n_in = bias ? 3 : 2;
+    bool record = ct_graph_needs_grad(g, n_in, in), bf16;
+    if (!fused_pool_ok(g, &s, bias != NULL, record, &bf16))
+        return ct_op_max_pool2d(g, ct_op_conv2d_relu(g, x, weight, bias, cp), pp);
+    ct_tensor *y = ct_graph_new(g, CT_F32, 4, (int64_t[]){s.n, s.o, s.oh / 2, s.ow / 2});
+    if (!y) return NULL;
+    uint8_t *code = NULL; /* the winners, kept for the backward pass */
+    if (record && !(code = ct_graph_alloc(g, (size_t)ct_tensor_numel(y)))) return NULL;
+    ct_ctx *ctx = ct_graph_ctx(g);
+    int nt = onednn_threads(g, &s);
+    size_t bytes;
+    ct_graph_mark mark = ct_graph_scratch_mark(g);
+    int r = 0;
+    if (ct_k_conv2d_pool_onednn_scratch(ctx, &s, bias != NULL, bf16, false, nt, &bytes)) {
+        void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
+        if (bytes && !scratch) return NULL;
+        r = ct_k_conv2d_relu_pool_onednn_fwd(ctx, &s, bf16, x->data, weight->data,
+                                             bias ? bias->data : NULL, y->data, code, scratch, nt);
+    }
+    ct_graph_scratch_release(g, mark);
+    if (r < 0) {
+        CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d_relu_maxpool: a oneDNN forward call failed");
+        return NULL;
+    }
+    if (r == 0) return ct_op_max_pool2d(g, ct_op_conv2d_relu(g, x, weight, bias, cp), pp);
+    if (record) {
+        ct_node *node = ct_graph_record(g, &conv2d_relu_maxpool_def, y, n_in, in);
+        if (!node) return NULL;
+        ct_ops_note_autocast(g, node);
+        memcpy(node->iarg, args, sizeof args);
+        node->saved = code;
+    }
+    return y;
+}

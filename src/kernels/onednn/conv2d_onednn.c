@@ -70,6 +70,52 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
     return 0;
 }
 
+bool ct_k_conv2d_pool_onednn_scratch(ct_ctx *ctx,
+                                     const ct_k_conv2d_geom *s,
+                                     bool has_bias,
+                                     bool bf16,
+                                     bool backward,
+                                     int nt,
+                                     size_t *bytes) {
+    (void)ctx, (void)s, (void)has_bias, (void)bf16, (void)backward, (void)nt;
+    *bytes = 0;
+    return false;
+}
+
+int ct_k_conv2d_relu_pool_onednn_fwd(ct_ctx *ctx,
+                                     const ct_k_conv2d_geom *s,
+                                     bool bf16,
+                                     const float *x,
+                                     const float *w,
+                                     const float *b,
+                                     float *y,
+                                     uint8_t *code,
+                                     void *scratch,
+                                     int nt) {
+    (void)ctx, (void)s, (void)bf16, (void)x, (void)w, (void)b, (void)y, (void)code;
+    (void)scratch, (void)nt;
+    return 0;
+}
+
+int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
+                                     const ct_k_conv2d_geom *s,
+                                     bool has_bias,
+                                     bool bf16,
+                                     const float *x,
+                                     const float *w,
+                                     const float *y,
+                                     const uint8_t *code,
+                                     const float *dy,
+                                     float *dx,
+                                     float *dw,
+                                     float *db,
+                                     void *scratch,
+                                     int nt) {
+    (void)ctx, (void)s, (void)has_bias, (void)bf16, (void)x, (void)w, (void)y, (void)code;
+    (void)dy, (void)dx, (void)dw, (void)db, (void)scratch, (void)nt;
+    return 0;
+}
+
 #else
 
 #include <omp.h>
@@ -102,17 +148,22 @@ typedef struct conv_plan {
     dnnl_primitive_t r_x_f, r_y_f, r_w_f;   /* x -> src_f, dst_f -> y, w -> wei_f */
     dnnl_primitive_t r_w_b, r_dy_b, r_dx_b; /* w -> wei_b, dy -> ddst_b, dx += dsrc_b */
     dnnl_primitive_t r_x_w, r_dy_w, r_dw_w; /* x -> src_w, dy -> ddst_w, dwei_w -> dw */
-    size_t per_thread_fwd, per_thread_bwd;  /* scratch bytes per thread */
-    size_t shared_fwd, shared_bwd;          /* scratch bytes shared by the threads */
+    /* the fused 2x2 max pool's dy, made in the forward's dst_f layout: dst_f -> ddst_b,
+     * dst_f -> ddst_w (NULL where the layouts agree) */
+    dnnl_primitive_t r_blk_b, r_blk_w;
+    bool ok_pool_fwd, ok_pool_bwd;         /* dst_f is f32 blocked by channels only (or plain) */
+    size_t per_thread_fwd, per_thread_bwd; /* scratch bytes per thread */
+    size_t shared_fwd, shared_bwd;         /* scratch bytes shared by the threads */
+    size_t per_thread_pool_fwd, per_thread_pool_bwd; /* the same with the fused pool */
     struct conv_plan *next;
 } conv_plan;
 
 void ct_k_onednn_conv_plans_free(ct_ctx *ctx, void *plans) {
     for (conv_plan *c = plans; c;) {
         conv_plan *next = c->next;
-        dnnl_primitive_t prims[] = {c->fwd,    c->bwd_data, c->bwd_w,  c->r_x_f,
-                                    c->r_y_f,  c->r_w_f,    c->r_w_b,  c->r_dy_b,
-                                    c->r_dx_b, c->r_x_w,    c->r_dy_w, c->r_dw_w};
+        dnnl_primitive_t prims[] = {c->fwd,    c->bwd_data, c->bwd_w,   c->r_x_f,  c->r_y_f,
+                                    c->r_w_f,  c->r_w_b,    c->r_dy_b,  c->r_dx_b, c->r_x_w,
+                                    c->r_dy_w, c->r_dw_w,   c->r_blk_b, c->r_blk_w};
         for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
             if (prims[i]) dnnl_primitive_destroy(prims[i]);
         ct_free(ctx, c, sizeof *c);
@@ -139,6 +190,26 @@ static bool same(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) {
 /* The primitive's chosen layout for `what`, copied out of its descriptor. */
 static dnnl_memory_desc_t query(const_dnnl_primitive_desc_t pd, dnnl_query_t what) {
     return *dnnl_primitive_desc_query_md(pd, what, 0);
+}
+
+/* The addressing of an f32 4-D layout blocked by channels only (nChw16c, nChw8c) or plain
+ * (nchw); false for any other. */
+static bool blocked_view(const dnnl_memory_desc_t *md, ct_k_blocked *v) {
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (md->ndims != 4 || md->format_kind != dnnl_blocked || md->data_type != dnnl_f32 ||
+        md->offset0 != 0)
+        return false;
+    if (b->inner_nblks == 0)
+        v->blk = 1;
+    else if (b->inner_nblks == 1 && b->inner_idxs[0] == 1)
+        v->blk = b->inner_blks[0];
+    else
+        return false;
+    v->sn = b->strides[0];
+    v->sc = b->strides[1];
+    v->sh = b->strides[2];
+    v->sw = b->strides[3];
+    return v->blk >= 1 && v->blk <= 64; /* pool_blocked.c's windows hold 64 channels */
 }
 
 static bool geom_equal(const ct_k_conv2d_geom *a, const ct_k_conv2d_geom *b) {
@@ -273,6 +344,8 @@ static bool plan_build(onednn_state *st, conv_plan *c) {
           make_reorder(st, &c->y_md, &c->ddst_w, false, &c->r_dy_w) &&
           make_reorder(st, &c->dwei_w, &c->w_md, false, &c->r_dw_w);
     c->ok_bwd = okb;
+    c->ok_pool_bwd = okb && make_reorder(st, &c->dst_f, &c->ddst_b, false, &c->r_blk_b) &&
+                     make_reorder(st, &c->dst_f, &c->ddst_w, false, &c->r_blk_w);
     c->ok_fwd = c->ok_fwd && make_reorder(st, &c->x_md, &c->src_f, false, &c->r_x_f) &&
                 make_reorder(st, &c->dst_f, &c->y_md, false, &c->r_y_f) &&
                 make_reorder(st, &c->w_md, &c->wei_f, false, &c->r_w_f);
@@ -293,6 +366,16 @@ static bool plan_build(onednn_state *st, conv_plan *c) {
                             (same(&c->ddst_w, &c->y_md) ? 0 : md_bytes(&c->ddst_w)) +
                             (same(&c->src_w, &c->x_md) ? 0 : md_bytes(&c->src_w));
     }
+    ct_k_blocked v;
+    c->ok_pool_fwd = blocked_view(&c->dst_f, &v);
+    c->ok_pool_bwd = c->ok_pool_bwd && c->ok_pool_fwd;
+    c->per_thread_pool_fwd =
+        (same(&c->src_f, &c->x_md) ? 0 : md_bytes(&c->src_f)) + md_bytes(&c->dst_f);
+    if (c->ok_pool_bwd)
+        c->per_thread_pool_bwd = md_bytes(&c->dsrc_b) + (c->r_dw_w ? md_bytes(&c->dwei_w) : 0) +
+                                 md_bytes(&c->dst_f) + (c->r_blk_b ? md_bytes(&c->ddst_b) : 0) +
+                                 (c->r_blk_w ? md_bytes(&c->ddst_w) : 0) +
+                                 (same(&c->src_w, &c->x_md) ? 0 : md_bytes(&c->src_w));
     return true;
 }
 
@@ -434,6 +517,47 @@ static bool run_conv(onednn_state *st,
     return run(st, st->streams[tid], prim, n, ids, mds, ptrs);
 }
 
+/* Whether a plan can run the fused ReLU and 2x2 max pool (pool) or the plain convolution. */
+static bool plan_ok(const conv_plan *c, bool backward, bool pool) {
+    if (!c || (backward && !c->ok_bwd)) return false;
+    return !pool || (backward ? c->ok_pool_bwd : c->ok_pool_fwd);
+}
+
+static bool scratch_bytes(ct_ctx *ctx,
+                          const ct_k_conv2d_geom *s,
+                          bool has_bias,
+                          bool bf16,
+                          bool backward,
+                          bool pool,
+                          int nt,
+                          size_t *bytes) {
+    *bytes = 0;
+    onednn_state *st = ct_k_onednn_state(ctx, nt);
+    if (!st || s->n == 0) return false;
+    int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
+    conv_plan *c = plan_get(ctx, st, s, nb, has_bias, bf16);
+    if (!plan_ok(c, backward, pool)) return false;
+    size_t sp_bytes = c->sp_bytes;
+    if (s->n % nb) {
+        /* The tail chunk needs its own plan. Scratch is carved and weights are reordered with
+         * the main plan's layouts, so the tail must have chosen the same ones (the batch size
+         * does not change them in oneDNN 2.6; if it ever did, we keep to im2col). */
+        conv_plan *t = plan_get(ctx, st, s, s->n % nb, has_bias, bf16);
+        if (!plan_ok(t, backward, pool) || !same_layouts(t, c, backward)) return false;
+        if (t->sp_bytes > sp_bytes) sp_bytes = t->sp_bytes;
+    }
+    if (!ct_k_onednn_reserve_scratch(ctx, st, sp_bytes)) return false;
+    if (!backward) {
+        *bytes = c->shared_fwd + (size_t)nt * (pool ? c->per_thread_pool_fwd : c->per_thread_fwd);
+    } else {
+        size_t wbytes = align64((size_t)(s->o * (s->c / s->groups) * s->kh * s->kw) * 4);
+        size_t bbytes = align64((size_t)s->o * 4);
+        *bytes = c->shared_bwd + (size_t)n_chunks * (wbytes + bbytes) +
+                 (size_t)nt * (pool ? c->per_thread_pool_bwd : c->per_thread_bwd);
+    }
+    return true;
+}
+
 bool ct_k_conv2d_onednn_scratch(ct_ctx *ctx,
                                 const ct_k_conv2d_geom *s,
                                 bool has_bias,
@@ -441,31 +565,18 @@ bool ct_k_conv2d_onednn_scratch(ct_ctx *ctx,
                                 bool backward,
                                 int nt,
                                 size_t *bytes) {
-    *bytes = 0;
-    onednn_state *st = ct_k_onednn_state(ctx, nt);
-    if (!st || s->n == 0) return false;
-    int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
-    conv_plan *c = plan_get(ctx, st, s, nb, has_bias, bf16);
-    if (!c || (backward && !c->ok_bwd)) return false;
-    size_t sp_bytes = c->sp_bytes;
-    if (s->n % nb) {
-        /* The tail chunk needs its own plan. Scratch is carved and weights are reordered with
-         * the main plan's layouts, so the tail must have chosen the same ones (the batch size
-         * does not change them in oneDNN 2.6; if it ever did, we keep to im2col). */
-        conv_plan *t = plan_get(ctx, st, s, s->n % nb, has_bias, bf16);
-        if (!t || (backward && !t->ok_bwd) || !same_layouts(t, c, backward)) return false;
-        if (t->sp_bytes > sp_bytes) sp_bytes = t->sp_bytes;
-    }
-    if (!ct_k_onednn_reserve_scratch(ctx, st, sp_bytes)) return false;
-    if (!backward) {
-        *bytes = c->shared_fwd + (size_t)nt * c->per_thread_fwd;
-    } else {
-        size_t wbytes = align64((size_t)(s->o * (s->c / s->groups) * s->kh * s->kw) * 4);
-        size_t bbytes = align64((size_t)s->o * 4);
-        *bytes =
-            c->shared_bwd + (size_t)n_chunks * (wbytes + bbytes) + (size_t)nt * c->per_thread_bwd;
-    }
-    return true;
+    return scratch_bytes(ctx, s, has_bias, bf16, backward, false, nt, bytes);
+}
+
+bool ct_k_conv2d_pool_onednn_scratch(ct_ctx *ctx,
+                                     const ct_k_conv2d_geom *s,
+                                     bool has_bias,
+                                     bool bf16,
+                                     bool backward,
+                                     int nt,
+                                     size_t *bytes) {
+    return s->oh >= 2 && s->ow >= 2 &&
+           scratch_bytes(ctx, s, has_bias, bf16, backward, true, nt, bytes);
 }
 
 int64_t ct_k_onednn_bf16_convs(const ct_ctx *ctx) {
@@ -475,6 +586,83 @@ int64_t ct_k_onednn_bf16_convs(const ct_ctx *ctx) {
 
 static void count_bf16(onednn_state *st, const conv_plan *c) {
     if (c->bf16) __atomic_add_fetch(&st->bf16_convs, 1, __ATOMIC_RELAXED);
+}
+
+/* The forward pass; with pool, y is relu(conv) 2x2 max pooled [N, O, OH/2, OW/2], read from
+ * the primitive's own layout, and code (or NULL) its winners. */
+static int fwd_run(ct_ctx *ctx,
+                   const ct_k_conv2d_geom *s,
+                   bool bf16,
+                   bool relu,
+                   bool pool,
+                   const float *x,
+                   const float *w,
+                   const float *b,
+                   float *y,
+                   uint8_t *code,
+                   void *scratch,
+                   int nt) {
+    onednn_state *st = ct_k_onednn_state(ctx, nt);
+    int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
+    conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, b != NULL, bf16) : NULL;
+    if (!plan_ok(main_plan, false, pool)) return 0;
+    /* the tail chunk's plan, looked up here: the cache is not touched inside the loop */
+    conv_plan *tail = s->n % nb ? plan_get(ctx, st, s, s->n % nb, b != NULL, bf16) : NULL;
+    if (tail && !plan_ok(tail, false, pool)) return 0;
+    size_t mine_bytes = pool ? main_plan->per_thread_pool_fwd : main_plan->per_thread_fwd;
+    int64_t ph = s->oh / 2, pw = s->ow / 2;
+    char *cursor = scratch;
+    const float *wf = w;
+    if (main_plan->r_w_f) {
+        float *buf = (float *)take(&cursor, main_plan->shared_fwd);
+        if (!weight_reorder(st, nt, main_plan->r_w_f, &main_plan->w_md, w, &main_plan->wei_f, buf))
+            return 0;
+        wf = buf;
+    }
+    char *per_thread = cursor;
+    int64_t in_sample = s->c * s->h * s->w;
+    int64_t out_sample = pool ? s->o * ph * pw : s->o * s->oh * s->ow;
+    bool chunk_ok[CHUNKS] = {false};
+    int saved = ct_omp_swap_threads(nt); /* a one-thread region must not let oneDNN fork */
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n_chunks; i++) {
+        int tid = omp_get_thread_num();
+        int64_t n0 = i * nb, len = s->n - n0 < nb ? s->n - n0 : nb;
+        conv_plan *c = len == nb ? main_plan : tail;
+        dnnl_stream_t stream = st->streams[tid];
+        char *mine = per_thread + (size_t)tid * mine_bytes;
+        const float *xc = x + n0 * in_sample;
+        float *yc = y + n0 * out_sample;
+        void *src = (void *)(uintptr_t)xc, *dst = yc;
+        bool ok = c != NULL;
+        if (ok && c->r_x_f) {
+            src = take(&mine, md_bytes(&main_plan->src_f));
+            ok = run_reorder(st, stream, c->r_x_f, &c->x_md, xc, &c->src_f, src);
+        }
+        if (ok && (pool || c->r_y_f)) dst = take(&mine, md_bytes(&main_plan->dst_f));
+        if (ok) {
+            int ids[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
+            const dnnl_memory_desc_t *mds[5] = {&c->src_f, &c->wei_f, &c->dst_f, &c->b_md};
+            void *ptrs[5] = {src, (void *)(uintptr_t)wf, dst, (void *)(uintptr_t)b};
+            ok = run_conv(st, tid, c->fwd, &c->sp_f, b ? 4 : 3, ids, mds, ptrs);
+        }
+        if (ok && pool) {
+            ct_k_blocked v;
+            blocked_view(&c->dst_f, &v); /* plan_ok checked it */
+            ct_k_relu_pool2x2_blocked(&v, dst, len, s->o, ph, pw, yc,
+                                      code ? code + n0 * out_sample : NULL);
+        } else {
+            if (ok && c->r_y_f)
+                ok = run_reorder(st, stream, c->r_y_f, &c->dst_f, dst, &c->y_md, yc);
+            if (ok && relu) ct_k_relu_inplace(yc, len * out_sample); /* while in cache */
+        }
+        if (ok) count_bf16(st, c);
+        chunk_ok[i] = ok;
+    }
+    ct_omp_swap_threads(saved);
+    for (int64_t i = 0; i < n_chunks; i++)
+        if (!chunk_ok[i]) return -1;
+    return 1;
 }
 
 int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
@@ -487,74 +675,51 @@ int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
                            float *y,
                            void *scratch,
                            int nt) {
-    onednn_state *st = ct_k_onednn_state(ctx, nt);
-    int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
-    conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, b != NULL, bf16) : NULL;
-    if (!main_plan) return 0;
-    /* the tail chunk's plan, looked up here: the cache is not touched inside the loop */
-    conv_plan *tail = s->n % nb ? plan_get(ctx, st, s, s->n % nb, b != NULL, bf16) : NULL;
-    char *cursor = scratch;
-    const float *wf = w;
-    if (main_plan->r_w_f) {
-        float *buf = (float *)take(&cursor, main_plan->shared_fwd);
-        if (!weight_reorder(st, nt, main_plan->r_w_f, &main_plan->w_md, w, &main_plan->wei_f, buf))
-            return 0;
-        wf = buf;
-    }
-    char *per_thread = cursor;
-    int64_t in_sample = s->c * s->h * s->w, out_sample = s->o * s->oh * s->ow;
-    bool chunk_ok[CHUNKS] = {false};
-    int saved = ct_omp_swap_threads(nt); /* a one-thread region must not let oneDNN fork */
-    CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < n_chunks; i++) {
-        int tid = omp_get_thread_num();
-        int64_t n0 = i * nb, len = s->n - n0 < nb ? s->n - n0 : nb;
-        conv_plan *c = len == nb ? main_plan : tail;
-        dnnl_stream_t stream = st->streams[tid];
-        char *mine = per_thread + (size_t)tid * main_plan->per_thread_fwd;
-        const float *xc = x + n0 * in_sample;
-        float *yc = y + n0 * out_sample;
-        void *src = (void *)(uintptr_t)xc, *dst = yc;
-        bool ok = c != NULL;
-        if (ok && c->r_x_f) {
-            src = take(&mine, md_bytes(&main_plan->src_f));
-            ok = run_reorder(st, stream, c->r_x_f, &c->x_md, xc, &c->src_f, src);
-        }
-        if (ok && c->r_y_f) dst = take(&mine, md_bytes(&main_plan->dst_f));
-        if (ok) {
-            int ids[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
-            const dnnl_memory_desc_t *mds[5] = {&c->src_f, &c->wei_f, &c->dst_f, &c->b_md};
-            void *ptrs[5] = {src, (void *)(uintptr_t)wf, dst, (void *)(uintptr_t)b};
-            ok = run_conv(st, tid, c->fwd, &c->sp_f, b ? 4 : 3, ids, mds, ptrs);
-        }
-        if (ok && c->r_y_f) ok = run_reorder(st, stream, c->r_y_f, &c->dst_f, dst, &c->y_md, yc);
-        if (ok && relu) ct_k_relu_inplace(yc, len * out_sample); /* while the chunk is cached */
-        if (ok) count_bf16(st, c);
-        chunk_ok[i] = ok;
-    }
-    ct_omp_swap_threads(saved);
-    for (int64_t i = 0; i < n_chunks; i++)
-        if (!chunk_ok[i]) return -1;
-    return 1;
+    return fwd_run(ctx, s, bf16, relu, false, x, w, b, y, NULL, scratch, nt);
 }
 
-int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
-                           const ct_k_conv2d_geom *s,
-                           bool has_bias,
-                           bool bf16,
-                           const float *x,
-                           const float *w,
-                           const float *dy,
-                           float *dx,
-                           float *dw,
-                           float *db,
-                           void *scratch,
-                           int nt) {
+int ct_k_conv2d_relu_pool_onednn_fwd(ct_ctx *ctx,
+                                     const ct_k_conv2d_geom *s,
+                                     bool bf16,
+                                     const float *x,
+                                     const float *w,
+                                     const float *b,
+                                     float *y,
+                                     uint8_t *code,
+                                     void *scratch,
+                                     int nt) {
+    return fwd_run(ctx, s, bf16, true, true, x, w, b, y, code, scratch, nt);
+}
+
+/* The fused pool's forward results, from which its backward makes the convolution's dy. */
+typedef struct pooled {
+    const float *y;      /* [N, O, OH/2, OW/2] */
+    const uint8_t *code; /* likewise */
+} pooled;
+
+/* The backward pass; with pool, dy is the pooled output's gradient, routed to the winners and
+ * masked by the ReLU straight in the primitives' layout. */
+static int bwd_run(ct_ctx *ctx,
+                   const ct_k_conv2d_geom *s,
+                   bool has_bias,
+                   bool bf16,
+                   const pooled *pool,
+                   const float *x,
+                   const float *w,
+                   const float *dy,
+                   float *dx,
+                   float *dw,
+                   float *db,
+                   void *scratch,
+                   int nt) {
     onednn_state *st = ct_k_onednn_state(ctx, nt);
     int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
     conv_plan *main_plan = st ? plan_get(ctx, st, s, nb, has_bias, bf16) : NULL;
-    if (!main_plan || !main_plan->ok_bwd) return 0;
+    if (!plan_ok(main_plan, true, pool != NULL)) return 0;
     conv_plan *tail = s->n % nb ? plan_get(ctx, st, s, s->n % nb, has_bias, bf16) : NULL;
+    if (tail && !plan_ok(tail, true, pool != NULL)) return 0;
+    size_t mine_bytes = pool ? main_plan->per_thread_pool_bwd : main_plan->per_thread_bwd;
+    int64_t ph = s->oh / 2, pw = s->ow / 2;
     int64_t wn = s->o * (s->c / s->groups) * s->kh * s->kw;
     size_t wbytes = align64((size_t)wn * 4), bbytes = align64((size_t)s->o * 4);
     char *cursor = scratch;
@@ -570,7 +735,8 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
     float *dw_parts = (float *)take(&cursor, (size_t)n_chunks * wbytes);
     float *db_parts = (float *)take(&cursor, (size_t)n_chunks * bbytes);
     char *per_thread = cursor;
-    int64_t in_sample = s->c * s->h * s->w, out_sample = s->o * s->oh * s->ow;
+    int64_t in_sample = s->c * s->h * s->w;
+    int64_t out_sample = pool ? s->o * ph * pw : s->o * s->oh * s->ow;
     bool want_w = dw != NULL || db != NULL;
     bool chunk_ok[CHUNKS] = {false};
     int saved = ct_omp_swap_threads(nt); /* a one-thread region must not let oneDNN fork */
@@ -580,14 +746,30 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
         int64_t n0 = i * nb, len = s->n - n0 < nb ? s->n - n0 : nb;
         conv_plan *c = len == nb ? main_plan : tail;
         dnnl_stream_t stream = st->streams[tid];
-        char *mine = per_thread + (size_t)tid * main_plan->per_thread_bwd;
+        char *mine = per_thread + (size_t)tid * mine_bytes;
         const float *xc = x + n0 * in_sample, *dyc = dy + n0 * out_sample;
         bool ok = c != NULL && c->ok_bwd;
         void *ddst_data = NULL; /* dy in the backward-data layout, reused below when equal */
+        float *dyblk = NULL;    /* with pool: dy in the forward's dst_f layout */
+        if (ok && pool) {
+            ct_k_blocked v;
+            blocked_view(&c->dst_f, &v); /* plan_ok checked it */
+            dyblk = (float *)take(&mine, md_bytes(&main_plan->dst_f));
+            if (s->oh % 2 || s->ow % 2) /* a row or column no window reaches */
+                memset(dyblk, 0, dnnl_memory_desc_get_size(&c->dst_f));
+            ct_k_pool2x2_scatter_blocked(&v, dyc, pool->y + n0 * out_sample,
+                                         pool->code + n0 * out_sample, len, s->o, ph, pw, dyblk);
+        }
         if (ok && dx) {
             void *ddst = (void *)(uintptr_t)dyc;
             void *dsrc = take(&mine, md_bytes(&main_plan->dsrc_b));
-            if (c->r_dy_b) {
+            if (dyblk) {
+                ddst = dyblk;
+                if (c->r_blk_b) {
+                    ddst = take(&mine, md_bytes(&main_plan->ddst_b));
+                    ok = run_reorder(st, stream, c->r_blk_b, &c->dst_f, dyblk, &c->ddst_b, ddst);
+                }
+            } else if (c->r_dy_b) {
                 ddst = take(&mine, md_bytes(&main_plan->ddst_b));
                 ok = run_reorder(st, stream, c->r_dy_b, &c->y_md, dyc, &c->ddst_b, ddst);
             }
@@ -609,6 +791,12 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
             }
             if (ok && ddst_data && same(&c->ddst_w, &c->ddst_b)) {
                 ddst = ddst_data;
+            } else if (ok && dyblk) {
+                ddst = dyblk;
+                if (c->r_blk_w) {
+                    ddst = take(&mine, md_bytes(&main_plan->ddst_w));
+                    ok = run_reorder(st, stream, c->r_blk_w, &c->dst_f, dyblk, &c->ddst_w, ddst);
+                }
             } else if (ok && c->r_dy_w) {
                 ddst = take(&mine, md_bytes(&main_plan->ddst_w));
                 ok = run_reorder(st, stream, c->r_dy_w, &c->y_md, dyc, &c->ddst_w, ddst);
@@ -648,6 +836,39 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
         }
     }
     return 1;
+}
+
+int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
+                           const ct_k_conv2d_geom *s,
+                           bool has_bias,
+                           bool bf16,
+                           const float *x,
+                           const float *w,
+                           const float *dy,
+                           float *dx,
+                           float *dw,
+                           float *db,
+                           void *scratch,
+                           int nt) {
+    return bwd_run(ctx, s, has_bias, bf16, NULL, x, w, dy, dx, dw, db, scratch, nt);
+}
+
+int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
+                                     const ct_k_conv2d_geom *s,
+                                     bool has_bias,
+                                     bool bf16,
+                                     const float *x,
+                                     const float *w,
+                                     const float *y,
+                                     const uint8_t *code,
+                                     const float *dy,
+                                     float *dx,
+                                     float *dw,
+                                     float *db,
+                                     void *scratch,
+                                     int nt) {
+    pooled pool = {y, code};
+    return bwd_run(ctx, s, has_bias, bf16, &pool, x, w, dy, dx, dw, db, scratch, nt);
 }
 
 #endif /* _OPENMP */
