@@ -3,7 +3,7 @@
  *
  * A run started on every core of its CPU affinity loses half its speed or more when another
  * process keeps one of those cores busy: the step's parallel loops wait at each barrier for the
- * thread that shares a core (see docs/performance.md, "A shared machine"). Fewer threads than
+ * thread that shares a core (see docs/performance.md, "Sharing the cores"). Fewer threads than
  * cores then run faster. The tuner finds the count by measuring, since nothing else tells
  * reliably how much of a core another process takes:
  *
