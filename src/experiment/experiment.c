@@ -169,8 +169,7 @@ static ct_status distributed_params(ct_experiment *e, ct_trainer_params *tp) {
     tp->local_sgd.outer_momentum =
         (float)ct_exp_float_at(e, "trainer.local_sgd.outer_momentum", 0.0);
     /* `threads: 0` (every core) follows the cores the run actually gets */
-    const char *threads = ct_exp_str_at(e, "threads");
-    tp->adapt_threads = !threads || strcmp(threads, "0") == 0;
+    tp->adapt_threads = ct_exp_int_at(e, "threads") == 0; /* as written: 0, 00, +0 */
     /* benchmarks of uneven machines (bench/async.py): CTRAIN_STRAGGLER=RANK */
     const char *straggler = getenv("CTRAIN_STRAGGLER");
     if (straggler && *straggler) {
