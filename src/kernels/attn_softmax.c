@@ -1,11 +1,12 @@
 /*
  * attn_softmax.c - the masked softmax rows of causal attention (src/ops/attention.c): per row
  * the max, then the exponentials (vmath.h's ct_vexpf) and their sum in one pass, 1 / the sum
- * returned, the row scaled by it on request. An AVX-512 version keeps the row's running max
- * and sums in registers, where the portable one (CT_HOT: vectorised for the ISA the loader
- * picks) reduces through the stack; both give the same bits: ct_vexpf's operations one by one
- * without fused multiply-adds, the max (independent of order), and the sum in double over 16
+ * returned (the caller scales by it where it costs least). An AVX-512 version keeps the row's
+ * running max and sums in registers, where the portable one (CT_HOT: vectorised for the ISA the
+ * loader picks) reduces through the stack; both give the same bits: ct_vexpf's operations one by
+ * one without fused multiply-adds, the max (independent of order), and the sum in double over 16
  * running sums (element j into sum j mod 16) added as a tree, s[k] + s[k + 8], then + 4, 2, 1.
+ * The backward row (dS from P and dP) likewise: its dot product in double in the same order.
  */
 #include <math.h>
 
@@ -30,7 +31,7 @@ static double tree_sum(double acc[LANES]) {
     return acc[0];
 }
 
-CT_HOT static float softmax_row_portable(float *s, int64_t i, int64_t n, bool normalize) {
+CT_HOT static float softmax_row_portable(float *s, int64_t i, int64_t n) {
     for (int64_t j = i + 1; j < n; j++)
         s[j] = -INFINITY;
     float mx = ct_vmax(s, n);
@@ -46,11 +47,26 @@ CT_HOT static float softmax_row_portable(float *s, int64_t i, int64_t n, bool no
         s[j] = ct_vexpf(s[j] - mx);
         acc[k] += (double)s[j];
     }
-    float inv = (float)(1.0 / tree_sum(acc));
-    if (normalize)
-        for (j = 0; j < n; j++)
-            s[j] *= inv;
-    return inv;
+    return (float)(1.0 / tree_sum(acc));
+}
+
+CT_HOT static void
+softmax_bwd_row_portable(float *ds, float *p, int64_t i, int64_t n, float inv, float scale) {
+    double acc[LANES] = {0};
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        for (int k = 0; k < LANES; k++)
+            p[j + k] *= inv;
+        for (int k = 0; k < LANES; k++)
+            acc[k] += (double)p[j + k] * (double)ds[j + k];
+    }
+    for (int k = 0; j < n; j++, k++) {
+        p[j] *= inv;
+        acc[k] += (double)p[j] * (double)ds[j];
+    }
+    float fdot = (float)tree_sum(acc);
+    for (j = 0; j < n; j++)
+        ds[j] = j <= i ? scale * p[j] * (ds[j] - fdot) : 0.0f;
 }
 
 #if SOFTMAX_X86
@@ -90,7 +106,20 @@ static inline __attribute__((always_inline)) AVX512 __m512 vexp16(__m512 x) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), y, _mm512_set1_ps(INFINITY));
 }
 
-AVX512 static float softmax_row_avx512(float *s, int64_t i, int64_t n, bool normalize) {
+/* The 16 running sums of a0 (sums 0-7) and a1 (8-15) in the tree order. */
+static inline __attribute__((always_inline)) AVX512 double tree_sum16(__m512d a0, __m512d a1) {
+    __m512d t8 = _mm512_add_pd(a0, a1);
+    __m256d t4 = _mm256_add_pd(_mm512_castpd512_pd256(t8), _mm512_extractf64x4_pd(t8, 1));
+    __m128d t2 = _mm_add_pd(_mm256_castpd256_pd128(t4), _mm256_extractf128_pd(t4, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(t2, _mm_unpackhi_pd(t2, t2)));
+}
+
+/* The upper 8 lanes of x in double. */
+static inline __attribute__((always_inline)) AVX512 __m512d hi_pd(__m512 x) {
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+
+AVX512 static float softmax_row_avx512(float *s, int64_t i, int64_t n) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     /* the keys past i as -inf (exponential 0), as the portable version writes them */
     __m512 mx = ninf;
@@ -107,29 +136,49 @@ AVX512 static float softmax_row_avx512(float *s, int64_t i, int64_t n, bool norm
         _mm512_mask_storeu_ps(s + j, in, e);
         /* lanes past n hold exp(-inf) = 0, which adds nothing to a sum of values >= 0 */
         a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        a1 = _mm512_add_pd(
-            a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        a1 = _mm512_add_pd(a1, hi_pd(e));
     }
-    __m512d t8 = _mm512_add_pd(a0, a1);
-    __m256d t4 = _mm256_add_pd(_mm512_castpd512_pd256(t8), _mm512_extractf64x4_pd(t8, 1));
-    __m128d t2 = _mm_add_pd(_mm256_castpd256_pd128(t4), _mm256_extractf128_pd(t4, 1));
-    __m128d t1 = _mm_add_sd(t2, _mm_unpackhi_pd(t2, t2));
-    float inv = (float)(1.0 / _mm_cvtsd_f64(t1));
-    if (normalize) {
-        __m512 vi = _mm512_set1_ps(inv);
-        for (int64_t j = 0; j < n; j += 16) {
-            __mmask16 in = lanes(n - j);
-            _mm512_mask_storeu_ps(s + j, in, _mm512_mul_ps(_mm512_maskz_loadu_ps(in, s + j), vi));
-        }
+    return (float)(1.0 / tree_sum16(a0, a1));
+}
+AVX512 static void
+softmax_bwd_row_avx512(float *ds, float *p, int64_t i, int64_t n, float inv, float scale) {
+    __m512 vi = _mm512_set1_ps(inv);
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 in = lanes(n - j);
+        __m512 pv = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, p + j), vi);
+        __m512 dv = _mm512_maskz_loadu_ps(in, ds + j);
+        _mm512_mask_storeu_ps(p + j, in, pv);
+        a0 = _mm512_add_pd(a0, _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(pv)),
+                                             _mm512_cvtps_pd(_mm512_castps512_ps256(dv))));
+        a1 = _mm512_add_pd(a1, _mm512_mul_pd(hi_pd(pv), hi_pd(dv)));
     }
-    return inv;
+    __m512 vf = _mm512_set1_ps((float)tree_sum16(a0, a1)), vs = _mm512_set1_ps(scale);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 in = lanes(n - j), below = lanes(i + 1 - j) & in;
+        __m512 pv = _mm512_maskz_loadu_ps(in, p + j), dv = _mm512_maskz_loadu_ps(in, ds + j);
+        __m512 r = _mm512_mul_ps(_mm512_mul_ps(vs, pv), _mm512_sub_ps(dv, vf));
+        _mm512_mask_storeu_ps(ds + j, in, _mm512_maskz_mov_ps(below, r));
+    }
 }
 #endif /* SOFTMAX_X86 */
 
-float ct_k_attn_softmax_row(ct_k_attn_isa isa, float *s, int64_t i, int64_t n, bool normalize) {
+float ct_k_attn_softmax_row(ct_k_attn_isa isa, float *s, int64_t i, int64_t n) {
 #if SOFTMAX_X86
-    if (isa >= CT_K_ATTN_ISA_AVX512) return softmax_row_avx512(s, i, n, normalize);
+    if (isa >= CT_K_ATTN_ISA_AVX512) return softmax_row_avx512(s, i, n);
 #endif
     (void)isa;
-    return softmax_row_portable(s, i, n, normalize);
+    return softmax_row_portable(s, i, n);
+}
+
+void ct_k_attn_softmax_bwd_row(
+    ct_k_attn_isa isa, float *ds, float *p, int64_t i, int64_t n, float inv, float scale) {
+#if SOFTMAX_X86
+    if (isa >= CT_K_ATTN_ISA_AVX512) {
+        softmax_bwd_row_avx512(ds, p, i, n, inv, scale);
+        return;
+    }
+#endif
+    (void)isa;
+    softmax_bwd_row_portable(ds, p, i, n, inv, scale);
 }

@@ -45,15 +45,6 @@
 
 #define BLOCK CT_K_ATTN_BLOCK
 
-/* ds[0..n): dP of query i; becomes dS = scale * P (dP - sum_j P dP), 0 beyond the diagonal
- * (where P is 0). */
-CT_HOT static void
-causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t n, float scale) {
-    float fdot = (float)ct_vdot(p, ds, n);
-    for (int64_t j = 0; j < n; j++)
-        ds[j] = j <= i ? scale * p[j] * (ds[j] - fdot) : 0.0f;
-}
-
 /* The head's geometry, shared by its work items. q, k and v are the head's slices of qkv (row
  * stride 3C); dq, dk, dv those of dqkv; o and dout the head's slices of [B, T, C] (stride C);
  * att and ds the head's [T, T] blocks. From the work buffer: kt and vt, k and v transposed
@@ -168,8 +159,8 @@ static void prepare_head(const head *h) {
 
 /* Rows [r0, r1) of the scores over the keys [0, r1), by the same calls in the forward and
  * again in the backward (so the same bits), as exp(s - max) per row with inv[i - r0] the
- * row's 1 / sum; normalized (the probabilities) if normalize. */
-CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1, bool normalize, float *inv) {
+ * row's 1 / sum: the probabilities are the rows times it. */
+CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1, float *inv) {
     int64_t T = h->T;
     float *p = h->att + r0 * T;
     if (h->native)
@@ -179,14 +170,14 @@ CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1, bool norma
         ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, h->scale, h->qc + r0 * h->hd, h->hd, 1, h->kt, T,
                      false, p, T);
     for (int64_t i = r0; i < r1; i++)
-        inv[i - r0] = ct_k_attn_softmax_row(h->isa, p + (i - r0) * T, i, r1, normalize);
+        inv[i - r0] = ct_k_attn_softmax_row(h->isa, p + (i - r0) * T, i, r1);
 }
 
 /* Row block [r0, r1) of the forward: out = (exp(S - max) v) / sum per row over the keys
  * [0, r1): the 1 / sum scales the hd outputs of a row rather than its r1 exponentials. */
 CT_HOT static void forward_block(const head *h, int64_t r0, int64_t r1) {
     float inv[BLOCK];
-    probs_block(h, r0, r1, false, inv);
+    probs_block(h, r0, r1, inv);
     float *o = h->o + r0 * h->C;
     ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, h->att + r0 * h->T, h->T, 1, h->vc, h->hd, false,
                  o, h->C);
@@ -195,14 +186,14 @@ CT_HOT static void forward_block(const head *h, int64_t r0, int64_t r1) {
             o[i * h->C + d] *= inv[i];
 }
 
-/* Row block [r0, r1) of the backward: P again, dP = dout v^T and dS over the keys [0, r1),
- * then dq += dS k (dS already carries the 1/sqrt(hd)). */
+/* Row block [r0, r1) of the backward: the exponentials again, dP = dout v^T, then P and dS
+ * over the keys [0, r1) in one pass per row, then dq += dS k (dS already carries the
+ * 1/sqrt(hd)). */
 CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
     int64_t T = h->T, C = h->C, C3 = 3 * C;
     float inv[BLOCK];
-    probs_block(h, r0, r1, true, inv);
-    float *ds = h->ds + r0 * T;
-    const float *p = h->att + r0 * T;
+    probs_block(h, r0, r1, inv);
+    float *ds = h->ds + r0 * T, *p = h->att + r0 * T;
     if (h->native)
         ct_k_attn_mm_bf16(h->isa, r1 - r0, r1, h->hp, 1.0f, h->dob + r0 * h->hp, h->hp, h->vt2, T,
                           ds, T);
@@ -210,7 +201,8 @@ CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
         ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, 1.0f, h->dc + r0 * h->hd, h->hd, 1, h->vt, T,
                      false, ds, T);
     for (int64_t i = r0; i < r1; i++)
-        causal_softmax_bwd_row(ds + (i - r0) * T, p + (i - r0) * T, i, r1, h->scale);
+        ct_k_attn_softmax_bwd_row(h->isa, ds + (i - r0) * T, p + (i - r0) * T, i, r1, inv[i - r0],
+                                  h->scale);
     ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, ds, T, 1, h->kc, h->hd, true, h->dq + r0 * C3,
                  C3);
 }
