@@ -139,6 +139,31 @@ CT_INTERNAL void ct_k_attn_mm_bf16(ct_k_attn_isa isa,
                                    float *c, /* [m, n], overwritten */
                                    int64_t ldc);
 
+/*
+ * The masked softmax row of query i (attn_softmax.c): s[0, n) holds its scores against keys
+ * 0 .. n-1; those past i count as -inf. On return s holds exp(s[j] - max) over j <= i and 0
+ * beyond, and the return value is 1 / the sum of the exponentials (the sum in double): the
+ * probabilities are s times it. The same bits for every isa.
+ */
+CT_INTERNAL float ct_k_attn_softmax_row(ct_k_attn_isa isa,
+                                        float *s, /* [n], overwritten */
+                                        int64_t i,
+                                        int64_t n);
+
+/*
+ * The backward of that row, given its exponentials in p and inv (the forward's results) and
+ * dP in ds: p becomes the probabilities P (p times inv) and ds becomes
+ * dS = scale * P (dP - sum_j P dP) over j <= i and 0 beyond, the sum in double. The same bits
+ * for every isa.
+ */
+CT_INTERNAL void ct_k_attn_softmax_bwd_row(ct_k_attn_isa isa,
+                                           float *ds, /* [n]: dP in, dS out */
+                                           float *p,  /* [n]: exponentials in, P out */
+                                           int64_t i,
+                                           int64_t n,
+                                           float inv,
+                                           float scale);
+
 /* dst[d * ldd + j] = src[j * lds + d]: src [rows, cols] transposed, each value rounded to bf16
  * (as ct_vround_bf16) if round. */
 CT_INTERNAL void ct_k_attn_transpose(ct_k_attn_isa isa,

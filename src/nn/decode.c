@@ -390,7 +390,7 @@ CT_HOT static void gelu(ct_ctx *ctx, float *x, int64_t n) {
 }
 
 /* s[0..n): the scores of the query at position i; becomes its probabilities over j <= i
- * and 0 beyond (attention.c's causal_softmax_row). */
+ * and 0 beyond (the formula of src/kernels/attn_softmax.c). */
 CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t n) {
     float mx = ct_vmax(s, i + 1);
     for (int64_t j = 0; j <= i; j++)

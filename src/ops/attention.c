@@ -8,7 +8,9 @@
  * diagonal are multiplied, forward and backward (at T = 128: 10 of 16; the saving tends to
  * half as T grows). Each block is a few block products (src/kernels/attn_block.c: register
  * tiles, no packing) with the scale folded into the score product and the mask and softmax
- * applied to the block's rows right after it, while they are in cache. Inside the diagonal
+ * (attn_softmax.c) applied to the block's rows right after it, while they are in cache. The
+ * forward leaves the exponentials unnormalised and scales each output row by its 1 / sum
+ * instead (hd multiplies per row rather than one per key). Inside the diagonal
  * block the entries above the diagonal are set to exact zeros, which add nothing to P v or to
  * the backward products; blocks above it are never read or written. A pass first copies each
  * head's operands into the layouts the products stream (struct head): k and v transposed, and
@@ -42,32 +44,6 @@
 #include "ops/ops_internal.h"
 
 #define BLOCK CT_K_ATTN_BLOCK
-
-/* s[0..n): scores of query i against the keys of its row block's products (n, the block's
- * last row + 1, is a multiple of BLOCK except at the end of T); becomes the probabilities over
- * j <= i and 0 beyond. The keys past i are set to -inf, whose exponential is 0: every loop then
- * runs over the same n for the block's rows, whole vectors without scalar tails. The max, the
- * exponentials and the sum (in double, in vmath.h's fixed order) each in a loop that
- * vectorises. */
-CT_HOT static void causal_softmax_row(float *s, int64_t i, int64_t n) {
-    for (int64_t j = i + 1; j < n; j++)
-        s[j] = -INFINITY;
-    float mx = ct_vmax(s, n);
-    for (int64_t j = 0; j < n; j++)
-        s[j] = ct_vexpf(s[j] - mx);
-    float inv = (float)(1.0 / ct_vsum(s, n));
-    for (int64_t j = 0; j < n; j++)
-        s[j] *= inv;
-}
-
-/* ds[0..n): dP of query i; becomes dS = scale * P (dP - sum_j P dP), 0 beyond the diagonal
- * (where P is 0). */
-CT_HOT static void
-causal_softmax_bwd_row(float *ds, const float *p, int64_t i, int64_t n, float scale) {
-    float fdot = (float)ct_vdot(p, ds, n);
-    for (int64_t j = 0; j < n; j++)
-        ds[j] = j <= i ? scale * p[j] * (ds[j] - fdot) : 0.0f;
-}
 
 /* The head's geometry, shared by its work items. q, k and v are the head's slices of qkv (row
  * stride 3C); dq, dk, dv those of dqkv; o and dout the head's slices of [B, T, C] (stride C);
@@ -181,9 +157,10 @@ static void prepare_head(const head *h) {
     if (h->dc) rows(h->dc, h->dout, h->C, T, hd, h->round);
 }
 
-/* Rows [r0, r1) of the probabilities, over the keys [0, r1): the forward's, and again the
- * backward's, by the same calls (so the same bits). */
-CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1) {
+/* Rows [r0, r1) of the scores over the keys [0, r1), by the same calls in the forward and
+ * again in the backward (so the same bits), as exp(s - max) per row with inv[i - r0] the
+ * row's 1 / sum: the probabilities are the rows times it. */
+CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1, float *inv) {
     int64_t T = h->T;
     float *p = h->att + r0 * T;
     if (h->native)
@@ -193,23 +170,30 @@ CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1) {
         ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, h->scale, h->qc + r0 * h->hd, h->hd, 1, h->kt, T,
                      false, p, T);
     for (int64_t i = r0; i < r1; i++)
-        causal_softmax_row(p + (i - r0) * T, i, r1);
+        inv[i - r0] = ct_k_attn_softmax_row(h->isa, p + (i - r0) * T, i, r1);
 }
 
-/* Row block [r0, r1) of the forward: its probabilities, then out = P v over the keys [0, r1). */
-static void forward_block(const head *h, int64_t r0, int64_t r1) {
-    probs_block(h, r0, r1);
+/* Row block [r0, r1) of the forward: out = (exp(S - max) v) / sum per row over the keys
+ * [0, r1): the 1 / sum scales the hd outputs of a row rather than its r1 exponentials. */
+CT_HOT static void forward_block(const head *h, int64_t r0, int64_t r1) {
+    float inv[BLOCK];
+    probs_block(h, r0, r1, inv);
+    float *o = h->o + r0 * h->C;
     ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, h->att + r0 * h->T, h->T, 1, h->vc, h->hd, false,
-                 h->o + r0 * h->C, h->C);
+                 o, h->C);
+    for (int64_t i = 0; i < r1 - r0; i++)
+        for (int64_t d = 0; d < h->hd; d++)
+            o[i * h->C + d] *= inv[i];
 }
 
-/* Row block [r0, r1) of the backward: P again, dP = dout v^T and dS over the keys [0, r1),
- * then dq += dS k (dS already carries the 1/sqrt(hd)). */
+/* Row block [r0, r1) of the backward: the exponentials again, dP = dout v^T, then P and dS
+ * over the keys [0, r1) in one pass per row, then dq += dS k (dS already carries the
+ * 1/sqrt(hd)). */
 CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
     int64_t T = h->T, C = h->C, C3 = 3 * C;
-    probs_block(h, r0, r1);
-    float *ds = h->ds + r0 * T;
-    const float *p = h->att + r0 * T;
+    float inv[BLOCK];
+    probs_block(h, r0, r1, inv);
+    float *ds = h->ds + r0 * T, *p = h->att + r0 * T;
     if (h->native)
         ct_k_attn_mm_bf16(h->isa, r1 - r0, r1, h->hp, 1.0f, h->dob + r0 * h->hp, h->hp, h->vt2, T,
                           ds, T);
@@ -217,7 +201,8 @@ CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
         ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, 1.0f, h->dc + r0 * h->hd, h->hd, 1, h->vt, T,
                      false, ds, T);
     for (int64_t i = r0; i < r1; i++)
-        causal_softmax_bwd_row(ds + (i - r0) * T, p + (i - r0) * T, i, r1, h->scale);
+        ct_k_attn_softmax_bwd_row(h->isa, ds + (i - r0) * T, p + (i - r0) * T, i, r1, inv[i - r0],
+                                  h->scale);
     ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, ds, T, 1, h->kc, h->hd, true, h->dq + r0 * C3,
                  C3);
 }

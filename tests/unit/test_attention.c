@@ -338,12 +338,58 @@ static void softmax_reductions_should_match_plain_loops(void) {
     free(x), free(y);
 }
 
+static void attention_softmax_rows_should_give_the_same_bits_on_every_isa(void) {
+    /* row lengths around the 16-lane vectors, diagonals inside and at the end of the row,
+       scores spread far enough that some exponentials underflow to 0; forward, then backward
+       from the forward's exponentials */
+    float *x = rand_array(200, 62, -120.0f, 20.0f), *dp = rand_array(200, 63, -2.0f, 2.0f);
+    float *s1 = malloc(200 * sizeof(float)), *s2 = malloc(200 * sizeof(float));
+    float *d1 = malloc(200 * sizeof(float)), *d2 = malloc(200 * sizeof(float));
+    ct_k_attn_isa best = ct_k_attn_isa_get();
+    const float scale = 0.25f;
+    for (int64_t n = 1; n <= 130; n += n < 40 ? 1 : 7)
+        for (int64_t i = n > 20 ? n - 20 : 0; i < n; i += 3) {
+            memcpy(s1, x, 200 * sizeof(float));
+            memcpy(s2, x, 200 * sizeof(float));
+            float v1 = ct_k_attn_softmax_row(best, s1, i, n);
+            float v2 = ct_k_attn_softmax_row(CT_K_ATTN_ISA_PORTABLE, s2, i, n);
+            CT_CHECK_MSG(memcmp(s1, s2, 200 * sizeof(float)) == 0 && v1 == v2, "n %lld i %lld",
+                         (long long)n, (long long)i);
+            memcpy(d1, dp, 200 * sizeof(float));
+            memcpy(d2, dp, 200 * sizeof(float));
+            ct_k_attn_softmax_bwd_row(best, d1, s1, i, n, v1, scale);
+            ct_k_attn_softmax_bwd_row(CT_K_ATTN_ISA_PORTABLE, d2, s2, i, n, v2, scale);
+            CT_CHECK_MSG(memcmp(s1, s2, 200 * sizeof(float)) == 0 &&
+                             memcmp(d1, d2, 200 * sizeof(float)) == 0,
+                         "backward: n %lld i %lld", (long long)n, (long long)i);
+            /* against plain loops in double, and nothing past n touched */
+            double mx = x[0], sum = 0.0, dot = 0.0;
+            for (int64_t j = 0; j <= i; j++)
+                mx = x[j] > mx ? x[j] : mx;
+            for (int64_t j = 0; j <= i; j++)
+                sum += exp((double)x[j] - mx);
+            for (int64_t j = 0; j <= i; j++)
+                dot += exp((double)x[j] - mx) / sum * dp[j];
+            CT_CHECK_CLOSE((double)v1, 1.0 / sum, 0.0, 1e-6);
+            int64_t bad = 0;
+            for (int64_t j = 0; j < 200; j++) {
+                double p = j >= n ? x[j] : j > i ? 0.0 : exp((double)x[j] - mx) / sum;
+                double ds = j >= n ? dp[j] : j > i ? 0.0 : scale * p * (dp[j] - dot);
+                bad += !(fabs((double)s1[j] - p) <= 1e-6 * fabs(p) + 1e-30);
+                bad += !(fabs((double)d1[j] - ds) <= 1e-6);
+            }
+            CT_CHECK_INT(bad, 0);
+        }
+    free(x), free(dp), free(s1), free(s2), free(d1), free(d2);
+}
+
 int main(void) {
     CT_RUN(attention_should_match_reference_around_block_edges);
     CT_RUN(attention_should_give_the_same_bits_for_1_and_2_threads);
     CT_RUN(attention_should_skip_the_blocks_above_the_diagonal);
     CT_RUN(softmax_reductions_should_match_plain_loops);
     CT_RUN(attention_block_product_should_give_the_same_bits_on_every_isa);
+    CT_RUN(attention_softmax_rows_should_give_the_same_bits_on_every_isa);
     CT_RUN(attention_operand_layouts_should_match_plain_loops);
     CT_RUN(attention_bf16_product_should_match_the_f32_product_of_the_same_values);
     CT_RUN(attention_should_use_bf16_dot_products_within_summation_order_of_f32);
