@@ -35,9 +35,12 @@ if "$mpirun" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
     # Both hosts' daemons start on this machine; each would write the hardware topology into
     # one shared-memory segment at the same address, and Open MPI 4.1's daemon then crashes in
     # hwloc_shmem_topology_write about half the time. Two real hosts never share it: the
-    # segment is turned off (rtc_hwloc_vmhole none).
+    # segment is turned off (rtc_hwloc_vmhole none). Under load the launcher sometimes sends
+    # to the second daemon before its route through the tree of daemons is known ("ORTE does
+    # not know how to route a message to the specified daemon"): with two daemons every
+    # message goes direct (routed direct), as the error itself advises.
     two=("$mpirun" --allow-run-as-root --hostfile hosts --mca plm_rsh_agent "$PWD/fakessh"
-        --mca btl tcp,self --mca rtc_hwloc_vmhole none)
+        --mca btl tcp,self --mca rtc_hwloc_vmhole none --mca routed direct)
     one+=(--allow-run-as-root --oversubscribe --mca btl self,vader)
 else # MPICH's hydra
     two=("$mpirun" -launcher ssh -launcher-exec "$PWD/fakessh" -hosts nodea,nodeb)
