@@ -158,6 +158,28 @@ CT_INTERNAL void ct_k_pool2x2_scatter_blocked(const ct_k_blocked *v,
                                               int64_t ph,
                                               int64_t pw,
                                               float *dst);
+/* The two above with the tile transposes chosen: AVX-512 (avx512 true, only where
+ * ct_k_pool_blocked_has_avx512 says the CPU has it) or portable C; the same bits either way. */
+CT_INTERNAL bool ct_k_pool_blocked_has_avx512(void);
+CT_INTERNAL void ct_k_relu_pool2x2_blocked_isa(bool avx512,
+                                               const ct_k_blocked *v,
+                                               const float *src,
+                                               int64_t n,
+                                               int64_t c,
+                                               int64_t ph,
+                                               int64_t pw,
+                                               float *y,
+                                               uint8_t *code);
+CT_INTERNAL void ct_k_pool2x2_scatter_blocked_isa(bool avx512,
+                                                  const ct_k_blocked *v,
+                                                  const float *dy,
+                                                  const float *y,
+                                                  const uint8_t *code,
+                                                  int64_t n,
+                                                  int64_t c,
+                                                  int64_t ph,
+                                                  int64_t pw,
+                                                  float *dst);
 
 /* y[0..n) = relu(y) as ct_op_relu computes it (0 > v ? 0 : v: NaN and -0 pass through). */
 static inline void ct_k_relu_inplace(float *y, int64_t n) {
