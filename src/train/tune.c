@@ -12,17 +12,18 @@
 
 #include "train/train_internal.h"
 
-#define WARM_STEPS      3
-#define WARM_SECONDS    0.05
-#define TRIAL_SECONDS   0.03 /* a trial measures at least this long... */
-#define TRIAL_MIN_STEPS 3    /* ...and at least this many steps... */
-#define TRIAL_MAX_STEPS 64   /* ...and no more than this many */
-#define GAIN            0.95 /* a candidate is kept at this fraction of the time or less */
-#define CONTENDED       0.10 /* the share of wall time waited for a core that calls for a trial */
-#define DRIFT_UP        1.25 /* a steady step this much slower (or DRIFT_DOWN faster) than it was */
-#define DRIFT_DOWN      0.80 /* when the count was chosen calls for a check, after MIN_GAP s */
-#define MIN_GAP         1.0
-#define EWMA_WEIGHT     0.1
+#define WARM_STEPS       3
+#define WARM_SECONDS     0.05
+#define BLOCK_SECONDS    0.015 /* a trial's block lasts at least this long... */
+#define BLOCK_MIN_STEPS  2     /* ...and at least this many steps... */
+#define BLOCK_MAX_STEPS  32    /* ...and no more than this many */
+#define GAIN             0.95  /* a candidate is kept at this fraction of the time or less... */
+#define GAIN_UNCONTENDED 0.90  /* ...or this, for fewer threads nobody else waited for */
+#define CONTENDED        0.10  /* the share of wall time waited for a core that calls for a trial */
+#define DRIFT_UP         1.25 /* a steady step this much slower (or DRIFT_DOWN faster) than it was */
+#define DRIFT_DOWN       0.80 /* when the count was chosen calls for a check, after MIN_GAP s */
+#define MIN_GAP          1.0
+#define EWMA_WEIGHT      0.1
 
 static int64_t fewer(int64_t n) {
     int64_t d = n / 4 > 1 ? n / 4 : 1;
@@ -54,11 +55,11 @@ static double waited_share(const ct_tune *tu, double now) {
     return d < 0.0 ? -1.0 : d / wall; /* a thread that ended took its times with it */
 }
 
-static int64_t trial_steps(double step_seconds) {
-    if (!(step_seconds > 0.0)) return TRIAL_MIN_STEPS;
-    double n = TRIAL_SECONDS / step_seconds;
-    if (n < TRIAL_MIN_STEPS) return TRIAL_MIN_STEPS;
-    if (n > TRIAL_MAX_STEPS) return TRIAL_MAX_STEPS;
+static int64_t block_steps(double step_seconds) {
+    if (!(step_seconds > 0.0)) return BLOCK_MIN_STEPS;
+    double n = BLOCK_SECONDS / step_seconds;
+    if (n < BLOCK_MIN_STEPS) return BLOCK_MIN_STEPS;
+    if (n > BLOCK_MAX_STEPS) return BLOCK_MAX_STEPS;
     return (int64_t)n + 1;
 }
 
@@ -91,59 +92,65 @@ static int64_t fewer_than(const ct_tune *tu) {
     return c;
 }
 
-static void start_probe(ct_tune *tu, int dir, double step_seconds) {
-    tu->phase = CT_TUNE_PROBE;
+/* A trial of the next count in direction dir: blocks A B B A of block_steps each, after
+ * `settle` steps (1 when the count just changed). */
+static void start_trial(ct_tune *tu, int dir, double step_seconds, int64_t settle) {
+    tu->phase = CT_TUNE_TRIAL;
     tu->dir = dir;
     tu->cand = dir > 0 ? more(tu, tu->cur) : fewer_than(tu);
-    tu->settle = 1; /* the observation starts after it (ct_tune_step) */
+    tu->block = block_steps(step_seconds);
     tu->steps = 0;
-    tu->sum = 0.0;
-    tu->want = trial_steps(step_seconds);
+    tu->settle = settle;
+    tu->sum_a = 0.0;
+    tu->sum_b = 0.0;
+    tu->share_b = -1.0;
 }
 
-/* A check: a trial of more threads (when below the most) or of fewer (when cores are
- * contended, and at the first check), else another steady period. */
-static void check(ct_tune *tu, double step_seconds, double now, bool slower) {
+/* A check: a trial of more threads (below the most, unless the steps got slower) or of fewer
+ * (when cores are contended, unless the steps got faster; and at the first check), else
+ * another steady period. */
+static void check(ct_tune *tu, double step_seconds, double now, int drift) {
     tu->waiting = waited_share(tu, now);
     /* the first check tries fewer threads whatever the load: a model too small for its
        threads runs faster on fewer, on a quiet machine too */
     bool first = tu->phase == CT_TUNE_WARM;
-    bool up = tu->cur < tu->max, down = !up && (first || try_fewer(tu, now, slower));
+    bool up = tu->cur < tu->max && drift >= 0;
+    bool down = !up && drift <= 0 && (first || try_fewer(tu, now, drift < 0));
     if (!up && !down) {
         tu->base_time = tu->phase == CT_TUNE_STEADY ? tu->ewma : step_seconds;
         go_steady(tu, now);
         return;
     }
-    tu->phase = CT_TUNE_BASE;
-    tu->dir = up ? 1 : -1;
-    tu->steps = 0;
-    tu->sum = 0.0;
-    tu->want = trial_steps(step_seconds);
+    start_trial(tu, up ? 1 : -1, step_seconds, 0);
 }
 
-/* A trial's candidate measured: kept (and the next one in its direction tried while the cores
- * stay contended) or undone; after more threads did not pay, fewer may, if the cores were
- * contended. */
+/* A trial measured: its candidate kept (and the next one in its direction tried while it
+ * gains and, going down, the cores stay contended) or undone; after more threads did not pay,
+ * fewer may, if the cores were contended. */
 static void judge(ct_tune *tu, double now) {
-    double t = tu->sum / (double)tu->steps;
-    double share = waited_share(tu, now); /* at the candidate's count */
-    if (t <= GAIN * tu->base_time) {
+    double ta = tu->sum_a / (double)(2 * tu->block), tb = tu->sum_b / (double)(2 * tu->block);
+    double gain = tu->dir < 0 && !(tu->waiting >= CONTENDED) ? GAIN_UNCONTENDED : GAIN;
+    if (tb <= gain * ta) {
         if (tu->from == 0) { /* the change to announce starts here */
             tu->from = tu->cur;
-            tu->from_time = tu->base_time;
+            tu->from_time = ta;
         }
         tu->cur = tu->cand;
-        tu->base_time = t;
-        tu->waiting = share;
-        bool again =
-            tu->dir > 0 ? tu->cur < tu->max : tu->cur > 1 && (share < 0.0 || share >= CONTENDED);
+        tu->base_time = tb;
+        tu->waiting = tu->share_b;
+        bool again = tu->dir > 0 ? tu->cur < tu->max
+                                 : tu->cur > 1 && (tu->share_b < 0.0 || tu->share_b >= CONTENDED);
         if (again) {
-            start_probe(tu, tu->dir, t);
+            start_trial(tu, tu->dir, tb, 1);
             return;
         }
-    } else if (tu->dir > 0 && tu->cur > 1 && tu->waiting >= CONTENDED) {
-        start_probe(tu, -1, tu->base_time);
-        return;
+        /* the last block ran at the old count: the first steady step settles */
+    } else {
+        tu->base_time = ta;
+        if (tu->dir > 0 && tu->cur > 1 && tu->waiting >= CONTENDED) {
+            start_trial(tu, -1, ta, 0);
+            return;
+        }
     }
     go_steady(tu, now);
 }
@@ -156,9 +163,11 @@ void ct_tune_init(
     tu->dir = 0;
     tu->phase = CT_TUNE_WARM;
     tu->steps = 0;
-    tu->want = 0;
+    tu->block = 0;
     tu->settle = 0;
-    tu->sum = 0.0;
+    tu->sum_a = 0.0;
+    tu->sum_b = 0.0;
+    tu->share_b = -1.0;
     tu->base_time = 0.0;
     tu->ewma = 0.0;
     tu->next_check = 0.0;
@@ -172,7 +181,9 @@ void ct_tune_init(
 }
 
 int64_t ct_tune_threads(const ct_tune *tu) {
-    return tu->phase == CT_TUNE_PROBE ? tu->cand : tu->cur;
+    if (tu->phase != CT_TUNE_TRIAL || tu->settle > 0) return tu->cur;
+    /* the next step's place in A B B A: B's settling step and its 2 blocks run the candidate */
+    return tu->steps >= tu->block && tu->steps <= 3 * tu->block ? tu->cand : tu->cur;
 }
 
 int64_t ct_tune_step(ct_tune *tu, double seconds, double now) {
@@ -180,31 +191,36 @@ int64_t ct_tune_step(ct_tune *tu, double seconds, double now) {
     switch (tu->phase) {
     case CT_TUNE_WARM:
         if (++tu->steps >= WARM_STEPS && now - tu->since >= WARM_SECONDS)
-            check(tu, seconds, now, false);
+            check(tu, seconds, now, 0);
         break;
-    case CT_TUNE_STEADY:
+    case CT_TUNE_STEADY: {
         tu->ewma += EWMA_WEIGHT * (seconds - tu->ewma);
-        bool slower = tu->ewma > DRIFT_UP * tu->base_time;
+        int drift = tu->ewma > DRIFT_UP * tu->base_time     ? -1
+                    : tu->ewma < DRIFT_DOWN * tu->base_time ? 1
+                                                            : 0;
         if (now >= tu->next_check)
-            check(tu, tu->ewma, now, slower);
-        else if (now - tu->since >= MIN_GAP && (slower || tu->ewma < DRIFT_DOWN * tu->base_time))
-            check(tu, tu->ewma, now, slower);
+            check(tu, tu->ewma, now, drift);
+        else if (drift != 0 && now - tu->since >= MIN_GAP)
+            check(tu, tu->ewma, now, drift);
         break;
-    case CT_TUNE_BASE:
-        tu->sum += seconds;
-        if (++tu->steps >= tu->want) {
-            tu->base_time = tu->sum / (double)tu->steps;
-            start_probe(tu, tu->dir, tu->base_time);
-        }
-        break;
-    case CT_TUNE_PROBE:
+    }
+    case CT_TUNE_TRIAL: {
         if (tu->settle > 0) {
-            if (--tu->settle == 0) observe_from(tu, now);
+            tu->settle--;
             break;
         }
-        tu->sum += seconds;
-        if (++tu->steps >= tu->want) judge(tu, now);
+        int64_t j = tu->steps++, b = tu->block;
+        if (j < b || j > 3 * b + 1) { /* the A blocks */
+            tu->sum_a += seconds;
+        } else if (j == b) { /* B's settling step: its observation starts after it */
+            observe_from(tu, now);
+        } else if (j <= 3 * b) { /* the B blocks */
+            tu->sum_b += seconds;
+            if (j == 3 * b) tu->share_b = waited_share(tu, now);
+        } /* j == 3b + 1: the last A block's settling step */
+        if (tu->steps == 4 * b + 2) judge(tu, now);
         break;
+    }
     case CT_TUNE_PHASE_COUNT:
         break;
     }

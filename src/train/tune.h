@@ -9,15 +9,18 @@
  *
  *  - after a warm-up (3 steps and 50 ms) it tries fewer threads once, whatever the load (a
  *    model too small for its threads runs faster on fewer);
- *  - then every CT_TUNE_PERIOD seconds, or when the step time drifts by a quarter, it checks:
- *    with fewer threads than the most it tries more; at the most it tries fewer when this
- *    process's threads waited for a core (the kernel's run-queue time, read by the caller) for
- *    at least a tenth of the wall time since the last check, or every CT_TUNE_BLIND_PERIOD
- *    seconds (and when the steps got slower) where that reading is not available;
- *  - a trial measures a few steps (at least 3 and 30 ms) at the current count, then the same
- *    at the candidate after one step to settle; the candidate is kept if it is at least 5%
- *    faster, and the tuner goes on in that direction while it gains; otherwise the old count
- *    comes back.
+ *  - then every CT_TUNE_PERIOD seconds it checks: with fewer threads than the most it tries
+ *    more; at the most it tries fewer when this process's threads waited for a core (the
+ *    kernel's run-queue time, read by the caller) for at least a tenth of the wall time since
+ *    the last check, or every CT_TUNE_BLIND_PERIOD seconds where that reading is not
+ *    available. A steady step time that drifts by a quarter calls for a check sooner, in its
+ *    direction only: slower steps for a trial of fewer threads, faster ones of more;
+ *  - a trial runs blocks of steps at the current count (A) and at the candidate (B) in the
+ *    order A B B A, each block at least 2 steps and 15 ms, with one step to settle after each
+ *    change of count, so that a drift of the step time over the trial (a warm-up, a load that
+ *    comes or goes) weighs on both sides alike; the candidate is kept if its steps are 5%
+ *    faster (10% for fewer threads on cores nobody else waits for), and the tuner goes on in
+ *    that direction while it gains; otherwise the old count comes back.
  *
  * The candidates are n - max(1, n/4) below and n + max(1, n/3) above (capped at the most):
  * 2 <-> 1 on two cores, 16 -> 12 -> 9 ... on sixteen. Results do not depend on the thread
@@ -41,8 +44,7 @@
 typedef enum ct_tune_phase {
     CT_TUNE_WARM,   /* the first steps: not measured */
     CT_TUNE_STEADY, /* at the chosen count until the next check */
-    CT_TUNE_BASE,   /* measuring the current count */
-    CT_TUNE_PROBE,  /* measuring the candidate */
+    CT_TUNE_TRIAL,  /* measuring the current count and the candidate, A B B A */
     CT_TUNE_PHASE_COUNT
 } ct_tune_phase;
 
@@ -53,13 +55,15 @@ typedef double (*ct_tune_wait_fn)(void *user);
 typedef struct ct_tune {
     int64_t max;  /* the most threads: the count the run started with */
     int64_t cur;  /* the count the steps run at now */
-    int64_t cand; /* PROBE: the count being tried */
-    int dir;      /* PROBE: +1 more threads, -1 fewer */
+    int64_t cand; /* TRIAL: the count being tried */
+    int dir;      /* TRIAL: +1 more threads, -1 fewer */
     ct_tune_phase phase;
-    int64_t steps;     /* WARM: steps so far; BASE/PROBE: steps measured */
-    int64_t want;      /* BASE/PROBE: steps to measure */
-    int64_t settle;    /* PROBE: steps left before measuring */
-    double sum;        /* BASE/PROBE: seconds of the measured steps */
+    int64_t steps;     /* WARM: steps so far; TRIAL: the index of the next step in the trial */
+    int64_t block;     /* TRIAL: steps per block */
+    int64_t settle;    /* TRIAL: steps to run before the trial's first (after a change) */
+    double sum_a;      /* TRIAL: seconds of the measured steps at cur... */
+    double sum_b;      /* ...and at cand */
+    double share_b;    /* TRIAL: the share waited for a core over the B blocks; -1 unknown */
     double base_time;  /* seconds per step at cur, from the last trial */
     double ewma;       /* STEADY: running mean step time */
     double since;      /* when the current observation began (warm-up or steady period) */
