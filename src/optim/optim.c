@@ -453,7 +453,10 @@ static inline uint32_t rmsprop_variant(const ct_optim *o,
     return top;
 }
 
-static inline uint32_t
+/* Always inlined: an out-of-line copy (gcc makes one for the checked call, the four variants
+ * being large) would be built for the baseline ISA, outside rmsprop_span's clones, with a
+ * library call per fused multiply-add: 10x slower. */
+__attribute__((always_inline)) static inline uint32_t
 rmsprop_loop(const ct_optim *o, const span *s, int64_t lo, int64_t hi, bool check) {
     const bool centered = s->a != NULL, momentum = s->m != NULL;
     if (centered && momentum) return rmsprop_variant(o, s, lo, hi, true, true, check);
