@@ -13,6 +13,7 @@
 #include "kernels/vmath.h"
 
 #include "kernels/attn_kernels.h"
+#include "kernels/avx512_transpose.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ATTN_X86 1
@@ -354,35 +355,6 @@ AVX2 static void mm_avx2(int64_t m,
     }
 }
 
-/* A 16 x 16 transpose in registers: pairs of rows interleaved, then pairs of pairs, then the
- * 128-bit lanes gathered. r[i] holds row i; on return r[c] holds column c. */
-INLINE AVX512 void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    /* u[4i + c], lane L: column 4L + c of rows 4i .. 4i+3 */
-    for (int c = 0; c < 4; c++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-        __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-        __m512 v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
-        r[4 + c] = _mm512_shuffle_f32x4(w0, w1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
-    }
-}
-
 /* Stores the transposed block: column c of the rows loaded (nr of them) to dst + c * ldd. */
 INLINE AVX512 void store_columns(float *dst, int64_t ldd, __m512 r[16], int64_t nc, int64_t nr) {
     __mmask16 m = lanes(nr);
@@ -420,7 +392,7 @@ AVX512 static void transpose_avx512(bool round,
             if (round)
                 for (int i = 0; i < 16; i++)
                     r[i] = round_bf16(r[i]);
-            transpose16(r);
+            ct_k_transpose16(r);
             store_columns(dst + d0 * ldd + j0, ldd, r, nc, nr);
         }
 }
@@ -441,7 +413,7 @@ AVX512_BF static void pairs_t_avx512(
             for (int i = 0; i < 16; i++)
                 r[i] = i < nr ? load_pairs(src + (j0 + i) * lds + 2 * p0, 2 * nc)
                               : _mm512_setzero_ps();
-            transpose16(r);
+            ct_k_transpose16(r);
             store_columns((float *)(void *)(dst + p0 * ldd + j0), ldd, r, nc, nr);
         }
 }

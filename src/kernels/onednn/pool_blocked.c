@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/avx512_transpose.h"
 #include "kernels/cnn_kernels.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -146,35 +147,6 @@ static void tile_load(const float *dy,
 #define PF     64
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-/* r[i][j] -> r[j][i] for a 16x16 tile of 32-bit values: pairs of rows interleaved, then pairs
- * of pairs, then the 128-bit quarters gathered in two rounds. */
-static inline AVX512 void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    /* u[4i + k], quarter L: column 4L + k of rows 4i..4i+3 */
-    for (int k = 0; k < 4; k++) {
-        __m512 a = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
-        __m512 b = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
-        __m512 c = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
-        __m512 d = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
-        r[k] = _mm512_shuffle_f32x4(a, c, 0x88);
-        r[8 + k] = _mm512_shuffle_f32x4(a, c, 0xDD);
-        r[4 + k] = _mm512_shuffle_f32x4(b, d, 0x88);
-        r[12 + k] = _mm512_shuffle_f32x4(b, d, 0xDD);
-    }
-}
-
 /* tile_store's result, one masked store per channel. */
 static AVX512 void tile_store_avx512(float (*in)[LANES],
                                      int32_t (*kin)[LANES],
@@ -187,13 +159,13 @@ static AVX512 void tile_store_avx512(float (*in)[LANES],
     __m512 r[16];
     for (int q = 0; q < 16; q++)
         r[q] = _mm512_loadu_ps(in[q]);
-    transpose16(r);
+    ct_k_transpose16(r);
     for (int64_t j = 0; j < nv; j++)
         _mm512_mask_storeu_ps(out + j * ld, m, r[j]);
     if (!code) return;
     for (int q = 0; q < 16; q++)
         r[q] = _mm512_castsi512_ps(_mm512_loadu_si512(kin[q]));
-    transpose16(r);
+    ct_k_transpose16(r);
     for (int64_t j = 0; j < nv; j++)
         _mm512_mask_cvtepi32_storeu_epi8(code + j * ld, m, _mm512_castps_si512(r[j]));
 }
@@ -244,13 +216,13 @@ static AVX512 void pool_tile_avx512(const float *plane,
         k[q] = _mm512_mask_mov_epi32(kq, t, three);
     }
     __mmask16 mk = (__mmask16)((1u << np) - 1);
-    transpose16(r);
+    ct_k_transpose16(r);
     for (int64_t j = 0; j < nv; j++)
         _mm512_mask_storeu_ps(out + j * ld, mk, r[j]);
     if (!code) return;
     for (int q = 0; q < 16; q++)
         r[q] = _mm512_castsi512_ps(k[q]);
-    transpose16(r);
+    ct_k_transpose16(r);
     for (int64_t j = 0; j < nv; j++)
         _mm512_mask_cvtepi32_storeu_epi8(code + j * ld, mk, _mm512_castps_si512(r[j]));
 }
@@ -274,12 +246,12 @@ static AVX512 void tile_load_avx512(const float *dy,
     }
     for (int j = 0; j < 16; j++)
         r[j] = j < nv ? _mm512_maskz_loadu_ps(m, dy + j * ld) : _mm512_setzero_ps();
-    transpose16(r);
+    ct_k_transpose16(r);
     for (int q = 0; q < 16; q++)
         _mm512_storeu_ps(dv[q], r[q]);
     for (int j = 0; j < 16; j++)
         r[j] = j < nv ? _mm512_maskz_loadu_ps(m, y + j * ld) : _mm512_setzero_ps();
-    transpose16(r);
+    ct_k_transpose16(r);
     for (int q = 0; q < 16; q++)
         _mm512_storeu_ps(yv[q], r[q]);
     for (int j = 0; j < 16; j++)
@@ -287,7 +259,7 @@ static AVX512 void tile_load_avx512(const float *dy,
             j < nv
                 ? _mm512_castsi512_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, code + j * ld)))
                 : _mm512_setzero_ps();
-    transpose16(r);
+    ct_k_transpose16(r);
     for (int q = 0; q < 16; q++)
         _mm512_storeu_si512(kv[q], _mm512_castps_si512(r[q]));
 }
