@@ -12,7 +12,11 @@ machine's peak, and each process's peak RSS.
 The run opens with the machine: the CPU model and flags, what `ctrain --version` says of the
 instruction sets and OpenMP's waiting threads, and the arithmetic peak measured by
 build/bench/bench_peak on ctrain's threads (f32 FMAs; bf16 dot products where the CPU has
-AVX512_BF16). A bf16 row's share is of the bf16 peak where there is one.
+AVX512_BF16). A bf16 row's share is of the bf16 peak where there is one. Then the ceiling the
+matrix products set: build/bench/bench_gemm times each GEMM of the MLP's and the GPT's training
+step alone, on hot operands, through ctrain's own GEMM; the "GEMMs" column is their GFLOP/s as
+a share of the same peak (the CNN's convolutions are not GEMMs: "-"). A step's share can only
+approach its GEMMs' share: the rest of the step adds time and no FLOPs.
 
 PyTorch runs at its best setting: in the first round its twin is tried with 1 and with 2 threads
 (all cores), each with OMP_WAIT_POLICY unset and =passive in its environment, and the fastest
@@ -106,6 +110,20 @@ def peak(build, threads, ms):
     for line in res.stdout.splitlines():
         _, kind, isa, _, gflops = line.split()
         out[kind] = (isa, float(gflops)) if isa != "none" else None
+    return out
+
+
+def gemm_ceiling(build, threads, ms, precision):
+    """{model: GFLOP/s} of the model's GEMMs alone (bench_gemm), for mlp and gpt."""
+    exe = os.path.join(build, "bench", "bench_gemm")
+    if not os.path.exists(exe):
+        sys.exit("models.py: %s not found: build first (cmake --build %s)" % (exe, build))
+    res = subprocess.run([exe, "--threads", str(threads), "--ms", str(ms), "--precision",
+                          precision], capture_output=True, text=True, check=True)
+    out = {}
+    for line in res.stdout.splitlines():
+        _, model, _, _, gflops = line.split()
+        out[model] = float(gflops)
     return out
 
 
@@ -347,15 +365,25 @@ def main():
         pk["fp32"][1], pk["fp32"][0], ncpu,
         "%.1f GFLOP/s (%s dot products)" % (pk["bf16"][1], pk["bf16"][0]) if pk.get("bf16")
         else "none (no AVX512_BF16)"))
+    precisions = a.precision.split(",")
+    ceiling = {}
+    for precision in precisions:
+        if precision == "bf16" and not pk.get("bf16"):
+            continue
+        ceiling[precision] = gemm_ceiling(a.build, ncpu, 25 if a.quick else 100, precision)
+        top = pk["bf16"] if precision == "bf16" else pk["fp32"]
+        print("GEMMs alone (bench_gemm), %s: %s" % (precision, ", ".join(
+            "%s %.1f GFLOP/s (%.0f%%)" % (k, v, 100.0 * v / top[1])
+            for k, v in sorted(ceiling[precision].items()))))
     busy = start_busy() if a.busy else None
     if busy:
         print("busy: one spinning process (pid %d) for the whole run" % busy.pid)
-    print("%-9s %6s %10s %9s %10s %11s %7s %8s %6s %11s %11s" % (
+    print("%-9s %6s %10s %9s %10s %11s %7s %8s %6s %6s %11s %11s" % (
         "", "steps", "ctrain", "ctrain at", "PyTorch", "PyTorch at", "ratio", "GFLOP/s", "peak",
-        "ctrain MiB", "PyTorch MiB"))
+        "GEMMs", "ctrain MiB", "PyTorch MiB"))
     sys.stdout.flush()
     try:
-        for precision, name in [(p, n) for p in a.precision.split(",")
+        for precision, name in [(p, n) for p in precisions
                                 for n in a.models.split(",")]:
             steps = a.steps or (max(STEPS[name] // 4, 10) if a.quick else STEPS[name])
             mine, theirs = [], {s: [] for s in TORCH_SETTINGS}
@@ -379,10 +407,12 @@ def main():
             m, t = statistics.median(mine), statistics.median(theirs[best])
             gflops = m * FLOPS[name] * 1e-9
             top = pk["bf16"] if precision == "bf16" and pk.get("bf16") else pk["fp32"]
-            print("%-9s %6d %10.0f %9s %10.0f %11s %7.2f %8.1f %5.0f%% %11.0f %11.0f  (%s)" % (
+            g = ceiling.get(precision, {}).get(name)
+            print("%-9s %6d %10.0f %9s %10.0f %11s %7.2f %8.1f %5.0f%% %6s %11.0f %11.0f  (%s)" % (
                 name + " " + precision, steps, m, max(set(ats), key=ats.count), t,
-                setting_name(best), m / t, gflops,
-                100.0 * gflops / top[1], max(rss_mine), max(rss_theirs), unit[name]))
+                setting_name(best), m / t, gflops, 100.0 * gflops / top[1],
+                "%.0f%%" % (100.0 * g / top[1]) if g else "-", max(rss_mine), max(rss_theirs),
+                unit[name]))
             sys.stdout.flush()
         print("(%.1f minutes)" % ((time.perf_counter() - started) / 60.0))
     finally:
