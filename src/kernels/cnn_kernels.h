@@ -181,6 +181,22 @@ CT_INTERNAL void ct_k_pool2x2_scatter_blocked_isa(bool avx512,
                                                   int64_t pw,
                                                   float *dst);
 
+/* ct_k_pool2x2_scatter_blocked with each value rounded to bf16 (to nearest even, values below
+ * 2^-126 in magnitude as zero: AVX512_BF16's conversion, which oneDNN's reorders use) into dst,
+ * a bf16 buffer with v's element strides, for the bf16 backward primitives; the same bits as
+ * the f32 routing followed by that conversion. v->blk must be a multiple of 16. Only where
+ * ct_k_pool_blocked_has_bf16 says the CPU has AVX512_BF16 (and AVX-512 BW and VL). */
+CT_INTERNAL bool ct_k_pool_blocked_has_bf16(void);
+CT_INTERNAL void ct_k_pool2x2_scatter_blocked_bf16(const ct_k_blocked *v,
+                                                   const float *dy,
+                                                   const float *y,
+                                                   const uint8_t *code,
+                                                   int64_t n,
+                                                   int64_t c,
+                                                   int64_t ph,
+                                                   int64_t pw,
+                                                   uint16_t *dst);
+
 /* y[0..n) = relu(y) as ct_op_relu computes it (0 > v ? 0 : v: NaN and -0 pass through). */
 static inline void ct_k_relu_inplace(float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++)

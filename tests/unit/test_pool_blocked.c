@@ -3,7 +3,9 @@
  * pool_blocked.c) against a scalar model of max_pool2d(relu(x)) and its backward routing, for
  * both tile transposes (portable C, and AVX-512 where the CPU has it): the same bits, on plane
  * sizes that are not a multiple of the 16-pixel tile (7x7, 14x14, 3x5), odd H and W, channel
- * counts that leave padding lanes, 8-channel blocks and plain NCHW, with NaN, -0 and ties.
+ * counts that leave padding lanes, 8-channel blocks and plain NCHW, with NaN, -0, subnormals
+ * and ties; and the routing rounded to bf16 in place (where the CPU has AVX512_BF16) against
+ * the model's routing rounded as that CPU's conversion instruction rounds.
  */
 #include <math.h>
 #include <string.h>
@@ -47,11 +49,22 @@ static void fill(float *x, int64_t len, uint64_t seed) {
         if (i % 37 == 5) x[i] = NAN;
         if (i % 41 == 7) x[i] = -0.0f;
         if (i % 29 == 3) x[i] = 0.5f;
+        if (i % 31 == 2) x[i] = i % 2 ? 1.0e-40f : -2.0e-39f; /* subnormal */
     }
 }
 
 static bool same_bits(const void *a, const void *b, size_t bytes) {
     return memcmp(a, b, bytes) == 0;
+}
+
+/* AVX512_BF16's rounding of one value (vcvtneps2bf16): to nearest even, a subnormal input
+ * counted as a zero of its sign, NaN made quiet. */
+static uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 static float relu1(float v) {
@@ -61,6 +74,7 @@ static float relu1(float v) {
 static void blocked_pool_should_match_the_scalar_model(void) {
     bool avx512 = ct_k_pool_blocked_has_avx512();
     if (!avx512) printf("  (no AVX-512 on this CPU: the portable transposes only)\n");
+    if (!ct_k_pool_blocked_has_bf16()) printf("  SKIP the bf16 routing: no AVX512_BF16 here\n");
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const blk_case *bc = &cases[ci];
         ct_k_blocked v = view_of(bc);
@@ -118,6 +132,19 @@ static void blocked_pool_should_match_the_scalar_model(void) {
             CT_CHECK_MSG(same_bits(d, d_ref, (size_t)len * 4), "case %zu isa %d: routed dy", ci,
                          isa);
             free(y), free(d), free(k);
+        }
+        /* the routing rounded to bf16 in place, for the bf16 backward primitives */
+        if (ct_k_pool_blocked_has_bf16() && bc->blk % 16 == 0) {
+            uint16_t *h = malloc((size_t)len * sizeof(uint16_t));
+            for (int64_t i = 0; i < len; i++)
+                h[i] = bf16_of(42.0f);
+            ct_k_pool2x2_scatter_blocked_bf16(&v, dy, y_ref, k_ref, bc->n, bc->c, ph, pw, h);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < len; i++)
+                bad += h[i] != bf16_of(d_ref[i]);
+            CT_CHECK_MSG(bad == 0, "case %zu: routed dy in bf16, %lld values differ", ci,
+                         (long long)bad);
+            free(h);
         }
         free(src), free(y_ref), free(dy), free(k_ref), free(d_ref);
     }

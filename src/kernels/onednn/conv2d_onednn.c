@@ -151,9 +151,13 @@ typedef struct conv_plan {
     /* the fused 2x2 max pool's dy, made in the forward's dst_f layout: dst_f -> ddst_b,
      * dst_f -> ddst_w (NULL where the layouts agree) */
     dnnl_primitive_t r_blk_b, r_blk_w;
-    bool ok_pool_fwd, ok_pool_bwd;         /* dst_f is f32 blocked by channels only (or plain) */
-    size_t per_thread_fwd, per_thread_bwd; /* scratch bytes per thread */
-    size_t shared_fwd, shared_bwd;         /* scratch bytes shared by the threads */
+    bool ok_pool_fwd, ok_pool_bwd; /* dst_f is f32 blocked by channels only (or plain) */
+    /* a bf16 plan whose backward primitives both take dy in dst_f's layout as bf16: the fused
+     * pool's routing writes it there rounded (ct_k_pool2x2_scatter_blocked_bf16), and
+     * r_blk_b and r_blk_w are not run */
+    bool bf16_scatter;
+    size_t per_thread_fwd, per_thread_bwd;           /* scratch bytes per thread */
+    size_t shared_fwd, shared_bwd;                   /* scratch bytes shared by the threads */
     size_t per_thread_pool_fwd, per_thread_pool_bwd; /* the same with the fused pool */
     struct conv_plan *next;
 } conv_plan;
@@ -369,12 +373,18 @@ static bool plan_build(onednn_state *st, conv_plan *c) {
     ct_k_blocked v;
     c->ok_pool_fwd = blocked_view(&c->dst_f, &v);
     c->ok_pool_bwd = c->ok_pool_bwd && c->ok_pool_fwd;
+    if (c->ok_pool_bwd && c->bf16 && v.blk % 16 == 0 && ct_k_pool_blocked_has_bf16()) {
+        dnnl_memory_desc_t t = c->dst_f;
+        t.data_type = dnnl_bf16;
+        c->bf16_scatter = same(&t, &c->ddst_b) && same(&t, &c->ddst_w);
+    }
     c->per_thread_pool_fwd =
         (same(&c->src_f, &c->x_md) ? 0 : md_bytes(&c->src_f)) + md_bytes(&c->dst_f);
     if (c->ok_pool_bwd)
         c->per_thread_pool_bwd = md_bytes(&c->dsrc_b) + (c->r_dw_w ? md_bytes(&c->dwei_w) : 0) +
-                                 md_bytes(&c->dst_f) + (c->r_blk_b ? md_bytes(&c->ddst_b) : 0) +
-                                 (c->r_blk_w ? md_bytes(&c->ddst_w) : 0) +
+                                 md_bytes(&c->dst_f) +
+                                 (c->r_blk_b && !c->bf16_scatter ? md_bytes(&c->ddst_b) : 0) +
+                                 (c->r_blk_w && !c->bf16_scatter ? md_bytes(&c->ddst_w) : 0) +
                                  (same(&c->src_w, &c->x_md) ? 0 : md_bytes(&c->src_w));
     return true;
 }
@@ -757,15 +767,21 @@ static int bwd_run(ct_ctx *ctx,
             dyblk = (float *)take(&mine, md_bytes(&main_plan->dst_f));
             if (s->oh % 2 || s->ow % 2) /* a row or column no window reaches */
                 memset(dyblk, 0, dnnl_memory_desc_get_size(&c->dst_f));
-            ct_k_pool2x2_scatter_blocked(&v, dyc, pool->y + n0 * out_sample,
-                                         pool->code + n0 * out_sample, len, s->o, ph, pw, dyblk);
+            if (c->bf16_scatter) /* bf16 in the same place: the backward primitives' dy */
+                ct_k_pool2x2_scatter_blocked_bf16(&v, dyc, pool->y + n0 * out_sample,
+                                                  pool->code + n0 * out_sample, len, s->o, ph, pw,
+                                                  (uint16_t *)(void *)dyblk);
+            else
+                ct_k_pool2x2_scatter_blocked(&v, dyc, pool->y + n0 * out_sample,
+                                             pool->code + n0 * out_sample, len, s->o, ph, pw,
+                                             dyblk);
         }
         if (ok && dx) {
             void *ddst = (void *)(uintptr_t)dyc;
             void *dsrc = take(&mine, md_bytes(&main_plan->dsrc_b));
             if (dyblk) {
                 ddst = dyblk;
-                if (c->r_blk_b) {
+                if (c->r_blk_b && !c->bf16_scatter) {
                     ddst = take(&mine, md_bytes(&main_plan->ddst_b));
                     ok = run_reorder(st, stream, c->r_blk_b, &c->dst_f, dyblk, &c->ddst_b, ddst);
                 }
@@ -793,7 +809,7 @@ static int bwd_run(ct_ctx *ctx,
                 ddst = ddst_data;
             } else if (ok && dyblk) {
                 ddst = dyblk;
-                if (c->r_blk_w) {
+                if (c->r_blk_w && !c->bf16_scatter) {
                     ddst = take(&mine, md_bytes(&main_plan->ddst_w));
                     ok = run_reorder(st, stream, c->r_blk_w, &c->dst_f, dyblk, &c->ddst_w, ddst);
                 }

@@ -263,7 +263,73 @@ static AVX512 void tile_load_avx512(const float *dy,
     for (int q = 0; q < 16; q++)
         _mm512_storeu_si512(kv[q], _mm512_castps_si512(r[q]));
 }
+#define AVX512_BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* ct_k_pool2x2_scatter_blocked's routing with 16 full lanes (blk a multiple of 16), its values
+ * rounded to bf16 (vcvtneps2bf16) into dst, a bf16 buffer with v's element strides. */
+static AVX512_BF void scatter_bf16_avx512(const ct_k_blocked *v,
+                                          const float *dy,
+                                          const float *y,
+                                          const uint8_t *code,
+                                          int64_t n,
+                                          int64_t c,
+                                          int64_t ph,
+                                          int64_t pw,
+                                          uint16_t *dst) {
+    const int64_t blk = v->blk, lo = ph * pw, n_blocks = (c + blk - 1) / blk;
+    float dv[COLS][LANES], yv[COLS][LANES], o[4][LANES];
+    int32_t kv[COLS][LANES];
+    memset(dv, 0, sizeof dv), memset(yv, 0, sizeof yv), memset(kv, 0, sizeof kv);
+    for (int64_t b = 0; b < n; b++) {
+        for (int64_t cb = 0; cb < n_blocks; cb++) {
+            uint16_t *plane = dst + b * v->sn + cb * v->sc;
+            for (int64_t j0 = 0; j0 < blk; j0 += LANES) {
+                int64_t c0 = cb * blk + j0;
+                int64_t valid = c0 < c ? min64(LANES, c - c0) : 0;
+                int64_t oh = 0, ow = 0; /* of pixel p0 + q */
+                for (int64_t p0 = 0; p0 < lo; p0 += COLS) {
+                    int64_t np = min64(COLS, lo - p0);
+                    int64_t at = (b * c + (valid ? c0 : 0)) * lo + p0;
+                    tile_load_avx512(dy + at, y + at, code + at, np, valid, lo, dv, yv, kv);
+                    for (int64_t q = 0; q < np; q++) {
+                        route(dv[q], yv[q], kv[q], o[0], o[1], o[2], o[3]);
+                        uint16_t *w0 = plane + 2 * oh * v->sh + 2 * ow * v->sw + j0;
+                        uint16_t *p[4] = {w0, w0 + v->sw, w0 + v->sh, w0 + v->sh + v->sw};
+                        for (int r = 0; r < 4; r++)
+                            _mm256_storeu_si256((__m256i *)(void *)p[r],
+                                                (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(o[r])));
+                        if (++ow == pw) ow = 0, oh++;
+                    }
+                }
+            }
+        }
+    }
+}
 #endif /* POOL_X86 */
+
+bool ct_k_pool_blocked_has_bf16(void) {
+#if POOL_X86
+    return ct_k_pool_blocked_has_avx512() && __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+}
+
+void ct_k_pool2x2_scatter_blocked_bf16(const ct_k_blocked *v,
+                                       const float *dy,
+                                       const float *y,
+                                       const uint8_t *code,
+                                       int64_t n,
+                                       int64_t c,
+                                       int64_t ph,
+                                       int64_t pw,
+                                       uint16_t *dst) {
+#if POOL_X86
+    scatter_bf16_avx512(v, dy, y, code, n, c, ph, pw, dst);
+#else
+    (void)v, (void)dy, (void)y, (void)code, (void)n, (void)c, (void)ph, (void)pw, (void)dst;
+#endif
+}
 
 bool ct_k_pool_blocked_has_avx512(void) {
 #if POOL_X86
