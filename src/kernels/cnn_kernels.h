@@ -97,7 +97,14 @@ CT_INTERNAL int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
  * relu's backward gives it (0 + (y <= 0 ? 0 : dy)), and runs the convolution's backward on it:
  * the results of max_pool2d(conv2d_relu(...)) bit for bit. The scratch call says (false) when a
  * geometry or layout cannot take this path (OH or OW below 2 among them); then compose.
+ *
+ * keep: where the primitives read x in a layout of their own (blocked, or bf16), the forward
+ * pass can leave that copy in `keep` (ct_k_conv2d_pool_onednn_keep_bytes, 0 when there is none
+ * to keep) and the backward pass read it there instead of converting x again: the same bits.
+ * NULL in either: no copy kept or used.
  */
+CT_INTERNAL size_t ct_k_conv2d_pool_onednn_keep_bytes(
+    ct_ctx *ctx, const ct_k_conv2d_geom *s, bool has_bias, bool bf16, int nt);
 CT_INTERNAL bool ct_k_conv2d_pool_onednn_scratch(ct_ctx *ctx,
                                                  const ct_k_conv2d_geom *s,
                                                  bool has_bias,
@@ -113,6 +120,7 @@ CT_INTERNAL int ct_k_conv2d_relu_pool_onednn_fwd(ct_ctx *ctx,
                                                  const float *b, /* [O] or NULL */
                                                  float *y,       /* [N, O, OH/2, OW/2] */
                                                  uint8_t *code,  /* likewise, or NULL */
+                                                 void *keep,     /* or NULL */
                                                  void *scratch,
                                                  int nt);
 CT_INTERNAL int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
@@ -123,6 +131,7 @@ CT_INTERNAL int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
                                                  const float *w,      /* [O, C/groups, KH, KW] */
                                                  const float *y,      /* the forward's y */
                                                  const uint8_t *code, /* and its codes */
+                                                 const void *keep,    /* the forward's, or NULL */
                                                  const float *dy,     /* [N, O, OH/2, OW/2] */
                                                  float *dx,           /* += ; or NULL */
                                                  float *dw,           /* += ; or NULL */

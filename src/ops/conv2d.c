@@ -598,6 +598,12 @@ static bool pool_2x2(const ct_pool2d_params *p) {
            p->padding[0] == 0 && p->padding[1] == 0;
 }
 
+/* The fused op's saved block: the codes (one byte per output), one byte saying whether a copy
+ * of x follows, then that copy at the next cache line (keep_offset bytes from the start). */
+static size_t keep_offset(const ct_tensor *y) {
+    return ((size_t)ct_tensor_numel(y) + 1 + 63) & ~(size_t)63;
+}
+
 static void conv2d_relu_maxpool_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->n_in > 2 ? n->in[2] : NULL;
     ct_k_conv2d_geom s;
@@ -611,13 +617,16 @@ static void conv2d_relu_maxpool_backward(ct_graph *g, ct_node *n) {
     int nt = onednn_threads(g, &s);
     size_t bytes;
     ct_graph_mark mark = ct_graph_scratch_mark(g);
+    /* the forward's converted x, after the codes (and the byte saying whether it kept one) */
+    const uint8_t *code = n->saved;
+    const void *keep = code[ct_tensor_numel(n->out)] ? code + keep_offset(n->out) : NULL;
     /* the forward pass took this path only where the backward plans were ready */
     int r = 0;
     if (ct_k_conv2d_pool_onednn_scratch(ctx, &s, bias != NULL, bf16, true, nt, &bytes)) {
         void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
         if (bytes && !scratch) return;
         r = ct_k_conv2d_relu_pool_onednn_bwd(ctx, &s, bias != NULL, bf16, x->data, w->data,
-                                             n->out->data, n->saved, n->out->grad, dx, dw, db,
+                                             n->out->data, code, keep, n->out->grad, dx, dw, db,
                                              scratch, nt);
     }
     if (r <= 0)
@@ -664,10 +673,16 @@ ct_tensor *ct_op_conv2d_relu_maxpool(ct_graph *g,
         return ct_op_max_pool2d(g, ct_op_conv2d_relu(g, x, weight, bias, cp), pp);
     ct_tensor *y = ct_graph_new(g, CT_F32, 4, (int64_t[]){s.n, s.o, s.oh / 2, s.ow / 2});
     if (!y) return NULL;
-    uint8_t *code = NULL; /* the winners, kept for the backward pass */
-    if (record && !(code = ct_graph_alloc(g, (size_t)ct_tensor_numel(y)))) return NULL;
     ct_ctx *ctx = ct_graph_ctx(g);
     int nt = onednn_threads(g, &s);
+    /* kept for the backward pass: the winners, and x as the primitives read it where they
+     * convert it (the backward pass then need not convert it again) */
+    size_t keep_bytes =
+        record ? ct_k_conv2d_pool_onednn_keep_bytes(ctx, &s, bias != NULL, bf16, nt) : 0;
+    uint8_t *code = NULL;
+    if (record && !(code = ct_graph_alloc(g, keep_offset(y) + keep_bytes))) return NULL;
+    void *keep = keep_bytes ? code + keep_offset(y) : NULL;
+    if (code) code[ct_tensor_numel(y)] = keep != NULL;
     size_t bytes;
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     int r = 0;
@@ -675,7 +690,8 @@ ct_tensor *ct_op_conv2d_relu_maxpool(ct_graph *g,
         void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
         if (bytes && !scratch) return NULL;
         r = ct_k_conv2d_relu_pool_onednn_fwd(ctx, &s, bf16, x->data, weight->data,
-                                             bias ? bias->data : NULL, y->data, code, scratch, nt);
+                                             bias ? bias->data : NULL, y->data, code, keep, scratch,
+                                             nt);
     }
     ct_graph_scratch_release(g, mark);
     if (r < 0) {

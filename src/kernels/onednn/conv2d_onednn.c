@@ -82,6 +82,12 @@ bool ct_k_conv2d_pool_onednn_scratch(ct_ctx *ctx,
     return false;
 }
 
+size_t ct_k_conv2d_pool_onednn_keep_bytes(
+    ct_ctx *ctx, const ct_k_conv2d_geom *s, bool has_bias, bool bf16, int nt) {
+    (void)ctx, (void)s, (void)has_bias, (void)bf16, (void)nt;
+    return 0;
+}
+
 int ct_k_conv2d_relu_pool_onednn_fwd(ct_ctx *ctx,
                                      const ct_k_conv2d_geom *s,
                                      bool bf16,
@@ -90,9 +96,10 @@ int ct_k_conv2d_relu_pool_onednn_fwd(ct_ctx *ctx,
                                      const float *b,
                                      float *y,
                                      uint8_t *code,
+                                     void *keep,
                                      void *scratch,
                                      int nt) {
-    (void)ctx, (void)s, (void)bf16, (void)x, (void)w, (void)b, (void)y, (void)code;
+    (void)ctx, (void)s, (void)bf16, (void)x, (void)w, (void)b, (void)y, (void)code, (void)keep;
     (void)scratch, (void)nt;
     return 0;
 }
@@ -105,6 +112,7 @@ int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
                                      const float *w,
                                      const float *y,
                                      const uint8_t *code,
+                                     const void *keep,
                                      const float *dy,
                                      float *dx,
                                      float *dw,
@@ -112,7 +120,7 @@ int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
                                      void *scratch,
                                      int nt) {
     (void)ctx, (void)s, (void)has_bias, (void)bf16, (void)x, (void)w, (void)y, (void)code;
-    (void)dy, (void)dx, (void)dw, (void)db, (void)scratch, (void)nt;
+    (void)keep, (void)dy, (void)dx, (void)dw, (void)db, (void)scratch, (void)nt;
     return 0;
 }
 
@@ -589,6 +597,26 @@ bool ct_k_conv2d_pool_onednn_scratch(ct_ctx *ctx,
            scratch_bytes(ctx, s, has_bias, bf16, backward, true, nt, bytes);
 }
 
+/* Whether the forward's converted x can serve the backward-weights pass: both convert x
+ * (to a blocked or bf16 layout) and into the same one. */
+static bool x_keepable(const conv_plan *c) {
+    return c->r_x_f && c->r_x_w && same(&c->src_f, &c->src_w);
+}
+
+size_t ct_k_conv2d_pool_onednn_keep_bytes(
+    ct_ctx *ctx, const ct_k_conv2d_geom *s, bool has_bias, bool bf16, int nt) {
+    onednn_state *st = ct_k_onednn_state(ctx, nt);
+    if (!st || s->n == 0) return 0;
+    int64_t nb = chunk_size(s->n), n_chunks = (s->n + nb - 1) / nb;
+    conv_plan *c = plan_get(ctx, st, s, nb, has_bias, bf16);
+    if (!plan_ok(c, true, true) || !x_keepable(c)) return 0;
+    if (s->n % nb) {
+        conv_plan *t = plan_get(ctx, st, s, s->n % nb, has_bias, bf16);
+        if (!plan_ok(t, true, true) || !x_keepable(t)) return 0;
+    }
+    return (size_t)n_chunks * md_bytes(&c->src_f); /* chunk i at i times the main chunk's */
+}
+
 int64_t ct_k_onednn_bf16_convs(const ct_ctx *ctx) {
     const onednn_state *st = ctx->onednn;
     return st ? __atomic_load_n(&st->bf16_convs, __ATOMIC_RELAXED) : 0;
@@ -610,6 +638,7 @@ static int fwd_run(ct_ctx *ctx,
                    const float *b,
                    float *y,
                    uint8_t *code,
+                   void *keep,
                    void *scratch,
                    int nt) {
     onednn_state *st = ct_k_onednn_state(ctx, nt);
@@ -647,6 +676,8 @@ static int fwd_run(ct_ctx *ctx,
         bool ok = c != NULL;
         if (ok && c->r_x_f) {
             src = take(&mine, md_bytes(&main_plan->src_f));
+            if (keep) /* left for the backward pass (ct_k_conv2d_pool_onednn_keep_bytes) */
+                src = (char *)keep + (size_t)i * md_bytes(&main_plan->src_f);
             ok = run_reorder(st, stream, c->r_x_f, &c->x_md, xc, &c->src_f, src);
         }
         if (ok && (pool || c->r_y_f)) dst = take(&mine, md_bytes(&main_plan->dst_f));
@@ -685,7 +716,7 @@ int ct_k_conv2d_onednn_fwd(ct_ctx *ctx,
                            float *y,
                            void *scratch,
                            int nt) {
-    return fwd_run(ctx, s, bf16, relu, false, x, w, b, y, NULL, scratch, nt);
+    return fwd_run(ctx, s, bf16, relu, false, x, w, b, y, NULL, NULL, scratch, nt);
 }
 
 int ct_k_conv2d_relu_pool_onednn_fwd(ct_ctx *ctx,
@@ -696,15 +727,17 @@ int ct_k_conv2d_relu_pool_onednn_fwd(ct_ctx *ctx,
                                      const float *b,
                                      float *y,
                                      uint8_t *code,
+                                     void *keep,
                                      void *scratch,
                                      int nt) {
-    return fwd_run(ctx, s, bf16, true, true, x, w, b, y, code, scratch, nt);
+    return fwd_run(ctx, s, bf16, true, true, x, w, b, y, code, keep, scratch, nt);
 }
 
 /* The fused pool's forward results, from which its backward makes the convolution's dy. */
 typedef struct pooled {
     const float *y;      /* [N, O, OH/2, OW/2] */
     const uint8_t *code; /* likewise */
+    const void *keep;    /* x as the forward converted it (chunk after chunk), or NULL */
 } pooled;
 
 /* The backward pass; with pool, dy is the pooled output's gradient, routed to the winners and
@@ -801,7 +834,10 @@ static int bwd_run(ct_ctx *ctx,
             void *src = (void *)(uintptr_t)xc, *ddst = (void *)(uintptr_t)dyc;
             float *dwc = dw_parts + i * (int64_t)(wbytes / 4);
             void *dwei = dwc;
-            if (c->r_x_w) {
+            if (c->r_x_w && pool && pool->keep) {
+                src = (void *)(uintptr_t)((const char *)pool->keep +
+                                          (size_t)i * md_bytes(&main_plan->src_f));
+            } else if (c->r_x_w) {
                 src = take(&mine, md_bytes(&main_plan->src_w));
                 ok = run_reorder(st, stream, c->r_x_w, &c->x_md, xc, &c->src_w, src);
             }
@@ -877,13 +913,14 @@ int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
                                      const float *w,
                                      const float *y,
                                      const uint8_t *code,
+                                     const void *keep,
                                      const float *dy,
                                      float *dx,
                                      float *dw,
                                      float *db,
                                      void *scratch,
                                      int nt) {
-    pooled pool = {y, code};
+    pooled pool = {y, code, keep};
     return bwd_run(ctx, s, has_bias, bf16, &pool, x, w, dy, dx, dw, db, scratch, nt);
 }
 
