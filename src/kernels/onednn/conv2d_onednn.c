@@ -675,9 +675,9 @@ static int fwd_run(ct_ctx *ctx,
         void *src = (void *)(uintptr_t)xc, *dst = yc;
         bool ok = c != NULL;
         if (ok && c->r_x_f) {
-            src = take(&mine, md_bytes(&main_plan->src_f));
-            if (keep) /* left for the backward pass (ct_k_conv2d_pool_onednn_keep_bytes) */
-                src = (char *)keep + (size_t)i * md_bytes(&main_plan->src_f);
+            /* into the copy kept for the backward pass, where there is one */
+            src = keep ? (char *)keep + (size_t)i * md_bytes(&main_plan->src_f)
+                       : take(&mine, md_bytes(&main_plan->src_f));
             ok = run_reorder(st, stream, c->r_x_f, &c->x_md, xc, &c->src_f, src);
         }
         if (ok && (pool || c->r_y_f)) dst = take(&mine, md_bytes(&main_plan->dst_f));
