@@ -134,8 +134,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_gemm: unknown option '%s'\n", argv[i - 1]);
             return 2;
         }
-        if (!end || *end || threads < 0 || ms <= 0.0) {
-            fprintf(stderr, "bench_gemm: %s expects a positive number, got '%s'\n", argv[i - 1], v);
+        /* threads: 0 (every core) or more; ms: a finite time above 0 */
+        if (!end || *end || threads < 0 || !(ms > 0.0 && ms <= 1e6)) {
+            fprintf(stderr, "bench_gemm: %s expects %s, got '%s'\n", argv[i - 1],
+                    strcmp(argv[i - 1], "--ms") == 0 ? "milliseconds above 0" : "a count >= 0", v);
             return 2;
         }
     }

@@ -378,10 +378,14 @@ static bool plan_build(onednn_state *st, conv_plan *c) {
                             (same(&c->ddst_w, &c->y_md) ? 0 : md_bytes(&c->ddst_w)) +
                             (same(&c->src_w, &c->x_md) ? 0 : md_bytes(&c->src_w));
     }
-    ct_k_blocked v;
+    ct_k_blocked v = {1, 0, 0, 0, 0}; /* blocked_view fills it where it succeeds */
     c->ok_pool_fwd = blocked_view(&c->dst_f, &v);
     c->ok_pool_bwd = c->ok_pool_bwd && c->ok_pool_fwd;
-    if (c->ok_pool_bwd && c->bf16 && v.blk % 16 == 0 && ct_k_pool_blocked_has_bf16()) {
+    /* the rounding is the CPU's instruction, and oneDNN's reorders use the same one only where
+     * its ISA has it (not where it is capped below, and emulates) */
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), isa_bf16 = dnnl_cpu_isa_avx512_core_bf16;
+    if (c->ok_pool_bwd && c->bf16 && v.blk % 16 == 0 && (isa & isa_bf16) == isa_bf16 &&
+        ct_k_pool_blocked_has_bf16()) {
         dnnl_memory_desc_t t = c->dst_f;
         t.data_type = dnnl_bf16;
         c->bf16_scatter = same(&t, &c->ddst_b) && same(&t, &c->ddst_w);
@@ -561,7 +565,9 @@ static bool scratch_bytes(ct_ctx *ctx,
          * the main plan's layouts, so the tail must have chosen the same ones (the batch size
          * does not change them in oneDNN 2.6; if it ever did, we keep to im2col). */
         conv_plan *t = plan_get(ctx, st, s, s->n % nb, has_bias, bf16);
-        if (!plan_ok(t, backward, pool) || !same_layouts(t, c, backward)) return false;
+        if (!plan_ok(t, backward, pool) || !same_layouts(t, c, backward) ||
+            t->bf16_scatter != c->bf16_scatter)
+            return false;
         if (t->sp_bytes > sp_bytes) sp_bytes = t->sp_bytes;
     }
     if (!ct_k_onednn_reserve_scratch(ctx, st, sp_bytes)) return false;
@@ -834,7 +840,7 @@ static int bwd_run(ct_ctx *ctx,
             void *src = (void *)(uintptr_t)xc, *ddst = (void *)(uintptr_t)dyc;
             float *dwc = dw_parts + i * (int64_t)(wbytes / 4);
             void *dwei = dwc;
-            if (c->r_x_w && pool && pool->keep) {
+            if (pool && pool->keep && x_keepable(c)) {
                 src = (void *)(uintptr_t)((const char *)pool->keep +
                                           (size_t)i * md_bytes(&main_plan->src_f));
             } else if (c->r_x_w) {
