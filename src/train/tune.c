@@ -18,7 +18,8 @@
 #define BLOCK_MIN_STEPS  2     /* ...and at least this many steps... */
 #define BLOCK_MAX_STEPS  32    /* ...and no more than this many */
 #define GAIN             0.95  /* a candidate is kept at this fraction of the time or less... */
-#define GAIN_UNCONTENDED 0.90  /* ...or this, for fewer threads nobody else waited for */
+#define GAIN_UNCONTENDED 0.90  /* ...or this, for fewer threads nobody else waited for... */
+#define GAIN_CONTENDED   1.00  /* ...or this, for fewer threads whose cores others wanted */
 #define CONTENDED        0.10  /* the share of wall time waited for a core that calls for a trial */
 #define DRIFT_UP         1.25 /* a steady step this much slower (or DRIFT_DOWN faster) than it was */
 #define DRIFT_DOWN       0.80 /* when the count was chosen calls for a check, after MIN_GAP s */
@@ -129,7 +130,9 @@ static void check(ct_tune *tu, double step_seconds, double now, int drift) {
  * fewer may, if the cores were contended. */
 static void judge(ct_tune *tu, double now) {
     double ta = tu->sum_a / (double)(2 * tu->block), tb = tu->sum_b / (double)(2 * tu->block);
-    double gain = tu->dir < 0 && !(tu->waiting >= CONTENDED) ? GAIN_UNCONTENDED : GAIN;
+    /* fewer threads where other processes wait for the cores: kept when no slower, since the
+       core they leave goes to those processes at no cost to the run */
+    double gain = tu->dir > 0 ? GAIN : tu->waiting >= CONTENDED ? GAIN_CONTENDED : GAIN_UNCONTENDED;
     if (tb <= gain * ta) {
         if (tu->from == 0) { /* the change to announce starts here */
             tu->from = tu->cur;

@@ -18,9 +18,11 @@
  *  - a trial runs blocks of steps at the current count (A) and at the candidate (B) in the
  *    order A B B A, each block at least 2 steps and 15 ms, with one step to settle after each
  *    change of count, so that a drift of the step time over the trial (a warm-up, a load that
- *    comes or goes) weighs on both sides alike; the candidate is kept if its steps are 5%
- *    faster (10% for fewer threads on cores nobody else waits for), and the tuner goes on in
- *    that direction while it gains; otherwise the old count comes back.
+ *    comes or goes) weighs on both sides alike; more threads are kept if their steps are 5%
+ *    faster, fewer if theirs are no slower where the threads waited for a core (the core they
+ *    leave goes to the other process at no cost to the run) or 10% faster where they did not,
+ *    and the tuner goes on in that direction while it gains; otherwise the old count comes
+ *    back.
  *
  * The candidates are n - max(1, n/4) below and n + max(1, n/3) above (capped at the most):
  * 2 <-> 1 on two cores, 16 -> 12 -> 9 ... on sixteen. Results do not depend on the thread

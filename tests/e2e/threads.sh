@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # threads.sh - a run at `threads: 0` follows the cores it actually gets (src/train/tune.h):
-# with another process spinning on one of its two cores it drops to one thread and says so,
-# with the same losses as a run on one thread; a run whose `threads` is set keeps them.
+# with another process spinning on one of its two cores it drops to one thread and says so (in
+# one of up to three runs), with the same losses as a run on one thread; a run whose `threads`
+# is set keeps them.
 #     usage: threads.sh PATH/TO/ctrain
 # Needs taskset (util-linux) and two CPUs in this process's affinity; says "skip" without them.
 set -uo pipefail
@@ -43,9 +44,19 @@ YAML
 taskset -c "${cpus[1]}" sh -c 'while :; do :; done' &
 bg_pid=$!
 
+# The drop comes from the tuner's measurement of a short trial, in which the kernel's scheduler
+# can let two threads run fast for a while (a thread that wakes on the shared core gets a share
+# of the spinner's time): about one run in ten keeps its 2 threads through this short run. So up
+# to three runs, the checks on the last.
+for attempt in 1 2 3; do
+    rm -rf auto
+    taskset -c "$pair" "$ctrain" fit spin.yaml output_dir=auto >run.out 2>run.err
+    rc=$?
+    grep -qE 'threads: 2 -> 1 at step' run.out run.err && break
+done
 expect busy_core_should_be_left_to_the_other_process 0 \
     'threads: 2 -> 1 at step [0-9]+ \(a step took [0-9.]+ ms on 2, [0-9.]+ ms on 1: other processes are using the cores\)' \
-    -- taskset -c "$pair" "$ctrain" fit spin.yaml output_dir=auto
+    -- sh -c 'cat run.out; cat run.err >&2; exit "$1"' sh "$rc"
 expect one_thread_run_should_train 0 -- \
     taskset -c "$pair" "$ctrain" fit spin.yaml output_dir=one threads=1
 why=

@@ -4,7 +4,8 @@
  * count and of whether another process keeps cores busy, and the clock advances by the step
  * times. Checks: a quiet machine is tried once at fewer threads, which stay when they pay; a
  * busy core brings the count down within a second of steps and the free core brings it back;
- * fewer threads that do not pay are undone; without run-queue times trials come no oftener
+ * fewer threads that do not pay are undone, and kept at no cost on a contended core; without
+ * run-queue times trials come no oftener
  * than the blind period; many cores drop as many threads as wait for a core; one thread is
  * left alone.
  */
@@ -153,6 +154,26 @@ static void tune_should_undo_fewer_threads_that_do_not_pay(void) {
     CT_CHECK(m.steps_at[1] < m.steps_at[2] / 10 + 1); /* and not kept */
 }
 
+/* On a contended core fewer threads that cost nothing are kept: the other process gets the
+ * core. The same step time on 1 thread as on 2, whose threads wait half the time. */
+static void tune_should_leave_a_contended_core_when_fewer_threads_cost_nothing(void) {
+    machine m = make_machine(2);
+    m.busy = 1;
+    ct_tune tu;
+    double now = 0.0;
+    ct_tune_init(&tu, 2, now, machine_wait, &m);
+    int64_t n = ct_tune_threads(&tu);
+    for (int i = 0; i < 2000; i++) {
+        double t = 0.010;
+        m.waited += n == 2 ? 0.5 * t : 0.0;
+        m.steps_at[n]++;
+        now += t;
+        n = ct_tune_step(&tu, t, now);
+    }
+    CT_CHECK(n == 1);
+    CT_CHECK(m.steps_at[2] < m.steps_at[1] / 10); /* dropped early, and 2 only tried since */
+}
+
 static void tune_should_try_blind_no_oftener_than_its_period(void) {
     machine m = make_machine(2);
     m.no_schedstat = true;
@@ -204,6 +225,7 @@ int main(void) {
     CT_RUN(tune_should_not_mistake_a_warm_up_for_a_gain);
     CT_RUN(tune_should_drop_a_busy_core_and_take_it_back_when_free);
     CT_RUN(tune_should_undo_fewer_threads_that_do_not_pay);
+    CT_RUN(tune_should_leave_a_contended_core_when_fewer_threads_cost_nothing);
     CT_RUN(tune_should_try_blind_no_oftener_than_its_period);
     CT_RUN(tune_should_drop_as_many_threads_as_wait_for_a_core);
     CT_RUN(tune_should_leave_one_thread_alone);
