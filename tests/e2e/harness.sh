@@ -3,7 +3,8 @@
 # mpi.sh: a temporary working directory, a counted "ok NAME" / "FAIL NAME: WHY" report, a
 # command's exit code and output checked against patterns (expect), the end of a command's
 # output on one line for failure messages, and metrics.jsonl records without the fields that
-# vary from run to run; for the MPI tests, the launcher, a rank's pid and a wait for a job to end.
+# vary from run to run; for the MPI tests, the launcher, the pids of a job's ranks (this test's
+# only), a wait for a job to end and the end of one that hangs.
 passed=0
 failed=0
 ok() {
@@ -24,6 +25,7 @@ enter_workdir() {
     work=$(mktemp -d "${TMPDIR:-/tmp}/ctrain-$1.XXXXXX")
     trap 'leave_workdir' EXIT
     cd "$work" || exit 1
+    work=$(pwd -P) # as /proc/PID/cwd names it (job_pids)
 }
 leave_workdir() {
     [[ -n "$bg_pid" ]] && kill -KILL "$bg_pid" 2>/dev/null
@@ -74,11 +76,21 @@ expect() {
     ok "$name"
 }
 
+# job_pids DIR: the pids of the `$ctrain fit` processes training into DIR, counting only those
+# run from this test's working directory: ctest runs several MPI tests at once, each with a
+# job training into the same relative DIR (runs/k), and one test must never signal another's.
+job_pids() {
+    local p
+    for p in $(pgrep -f "$ctrain fit .*output_dir=$1( |\$)"); do
+        [[ $(readlink "/proc/$p/cwd" 2>/dev/null) == "$work" ]] && echo "$p"
+    done
+}
+
 # rank_pid R DIR: the pid of rank R of the `$ctrain fit` job training into DIR (Open MPI and
-# MPICH put the rank in its environment), or nothing
+# MPICH put the rank in its environment)
 rank_pid() {
     local p
-    for p in $(pgrep -f "$ctrain fit .*output_dir=$2"); do
+    for p in $(job_pids "$2"); do
         if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
             grep -qx "OMPI_COMM_WORLD_RANK=$1\|PMI_RANK=$1"; then
             echo "$p"
@@ -87,9 +99,11 @@ rank_pid() {
 }
 
 # wait_gone PID: waits up to 60 s for the background process PID to end; its exit code in
-# $rc, and $ended set to 1 when it ended in time
+# $rc, and $ended set to 1 when it ended in time (else rc is empty and the job still runs:
+# end_job ends it)
 wait_gone() {
     ended=
+    rc=
     for _ in $(seq 600); do
         if ! kill -0 "$1" 2>/dev/null; then
             ended=1
@@ -97,8 +111,19 @@ wait_gone() {
         fi
         sleep 0.1
     done
+    if [[ -n $ended ]]; then
+        wait "$1" 2>/dev/null
+        rc=$?
+    fi
+}
+
+# end_job PID DIR: ends a job that outlived its test (the launcher PID and every rank training
+# into DIR), so that a failed check leaves nothing running past the test
+end_job() {
+    local p
+    kill -KILL "$1" 2>/dev/null
+    for p in $(job_pids "$2"); do kill -CONT "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null; done
     wait "$1" 2>/dev/null
-    rc=$?
 }
 
 # mpi_launch MPIRUN: the launcher command for the MPI tests into the array `launch`. Open MPI

@@ -168,6 +168,7 @@ victim=$(rank_pid 1 runs/k)
 start=$SECONDS
 [[ -n $victim ]] && kill -KILL "$victim"
 wait_gone "$bg_pid"
+[[ -z $ended ]] && end_job "$bg_pid" runs/k
 bg_pid=
 if [[ -z $victim ]]; then
     fail killed_rank_ends_job "found no rank 1 process to kill: $(tail_of out)"
@@ -210,7 +211,7 @@ stop_rank() {
         [[ -n $victim ]] && kill -CONT "$victim"
         kill -TERM "$bg_pid"
         sleep 2
-        for p in $(pgrep -f "$ctrain fit .*output_dir=$dir"); do kill -KILL "$p"; done
+        for p in $(job_pids "$dir"); do kill -KILL "$p"; done
     fi
     wait "$bg_pid" 2>/dev/null
     rc=$?
@@ -233,9 +234,11 @@ at step [0-9]+ \((training|evaluation|checkpoint)\), where ranks? [0-9, ]+ waite
         ok "$name"
         echo "     (the job ended $((SECONDS - start)) s after the stop)"
     fi
-    if pgrep -f "$ctrain fit .*output_dir=$dir" >/dev/null; then
-        fail "${name}_leftovers" "ranks still running: $(pgrep -af "$ctrain fit .*output_dir=$dir")"
-        for p in $(pgrep -f "$ctrain fit .*output_dir=$dir"); do kill -CONT "$p" && kill -KILL "$p"; done
+    local left
+    left=$(job_pids "$dir")
+    if [[ -n $left ]]; then
+        fail "${name}_leftovers" "ranks still running: $(ps -o pid=,args= -p "${left//$'\n'/,}")"
+        for p in $left; do kill -CONT "$p" && kill -KILL "$p"; done
     fi
 }
 stop_rank 2 1

@@ -94,9 +94,7 @@ victim=$(rank_pid 1 runs/k)
 start=$SECONDS
 [[ -n $victim ]] && kill -KILL "$victim"
 wait_gone "$bg_pid"
-if [[ -z $ended ]]; then
-    for p in $(pgrep -f "$ctrain fit .*output_dir=runs/k"); do kill -KILL "$p"; done
-fi
+[[ -z $ended ]] && end_job "$bg_pid" runs/k
 bg_pid=
 if [[ -z $victim ]]; then
     fail two_hosts_killed_rank_ends_job "found no rank 1 process to kill: $(tail_of out)"

@@ -124,6 +124,7 @@ kill_worker() {
     start=$SECONDS
     [[ -n $victim ]] && kill -KILL "$victim"
     wait_gone "$bg_pid"
+    [[ -z $ended ]] && end_job "$bg_pid" "$1"
     bg_pid=
 }
 dir=runs/k

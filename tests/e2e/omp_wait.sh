@@ -82,6 +82,7 @@ done
 verdict fit_should_run_in_its_own_pid_with_the_spin_count "$why"
 kill -TERM "$bg_pid" 2>/dev/null
 wait_gone "$bg_pid"
+[[ -z $ended ]] && end_job "$bg_pid" run-default
 bg_pid=
 
 # The user's OMP_WAIT_POLICY: once the run has started (its log.txt), its environment is the
@@ -107,6 +108,7 @@ done
 verdict fit_should_keep_the_users_wait_policy "$why"
 kill -TERM "$bg_pid" 2>/dev/null
 wait_gone "$bg_pid"
+[[ -z $ended ]] && end_job "$bg_pid" run-user
 bg_pid=
 
 # Under an emulator /proc/self/exe names the program but runs the emulator: executing it again

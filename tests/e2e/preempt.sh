@@ -126,16 +126,8 @@ else
     mpi_launch "$mpirun"
     launch+=(-np 2)
     fit_cmd=("${launch[@]}" "$ctrain" fit tiny.yaml)
-    # the pid of rank 1 of the job training into DIR (Open MPI and MPICH put the rank in its
-    # environment)
-    victim_of() {
-        for p in $(pgrep -f "$ctrain fit .*output_dir=$2"); do
-            if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
-                grep -qx "OMPI_COMM_WORLD_RANK=1\|PMI_RANK=1"; then
-                echo "$p"
-            fi
-        done
-    }
+    # the pid of rank 1 of the job training into DIR
+    victim_of() { rank_pid 1 "$2"; }
     signal_fit USR1 runs/m PATH="$stub_path" SLURM_JOB_ID=99 SLURM_ARRAY_JOB_ID=90 \
         SLURM_ARRAY_TASK_ID=7
     check preempt_one_rank_should_requeue_once_from_rank_0 75 "requeue 90_7" \
