@@ -99,6 +99,15 @@ CT_API ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_
  * activation fewer held for backward (a transformer MLP's [tokens, 4C]). */
 CT_API ct_tensor *ct_op_gelu_linear(
     ct_graph *g, ct_tensor *x, ct_gelu_approx approx, ct_tensor *weight, ct_tensor *bias);
+/* The same op written over x's data: the forward pass stores gelu'(x) where x was and keeps
+ * gelu(x) (as the product multiplied it: bf16 under native bf16 autocast), so the backward pass
+ * computes no erf or exp, for the memory of gelu then linear (x's buffer and one activation).
+ * x must be as for ct_op_dropout_over: nothing reads it after this call, forward or backward,
+ * its producer's backward does not read its output (a linear layer's), and it is the newest
+ * recorded node's output (else CT_ERR_INVALID_ARG); without a recorded node (no gradients) x
+ * is left as it is. Values and gradients are ct_op_gelu_linear's, bit for bit. */
+CT_API ct_tensor *ct_op_gelu_linear_over(
+    ct_graph *g, ct_tensor *x, ct_gelu_approx approx, ct_tensor *weight, ct_tensor *bias);
 
 /* ---- convolution and pooling (NCHW) ---- */
 

@@ -67,8 +67,9 @@ static ct_tensor *block_forward(ct_layer *l, ct_graph *g, ct_tensor *x) {
     x = ct_op_add(g, x, h);
     h = ct_op_layer_norm(g, x, t[LN2_W], t[LN2_B], LN_EPS);
     h = ct_op_linear(g, h, t[FC_W], t[FC_B]);
-    /* gelu and the projection as one op: the [B*T, 4C] activation is not kept */
-    h = ct_op_dropout_over(g, ct_op_gelu_linear(g, h, CT_GELU_ERF, t[MPR_W], t[MPR_B]), p);
+    /* gelu and the projection as one op over the fc output, which only it reads: gelu'(x)
+       takes x's place and the activation is kept, so backward computes no erf or exp */
+    h = ct_op_dropout_over(g, ct_op_gelu_linear_over(g, h, CT_GELU_ERF, t[MPR_W], t[MPR_B]), p);
     return ct_op_add(g, x, h);
 }
 

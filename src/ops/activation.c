@@ -228,6 +228,72 @@ CT_HOT void ct_ops_gelu_bwd_act(ct_graph *g,
     if (dx) ct_ops_gelu_bwd(g, approx, x, da, dx, n);
 }
 
+/* One work item of ct_ops_gelu_fwd_keep's fast path: erf and exp once for the activation and
+ * the derivative, in gelu_fast's and gelu_grad_fast's expressions (so their bits). */
+CT_HOT static void
+gelu_keep_span(const float *x, float *a, bool round, uint16_t *h, float *gp, int64_t n) {
+    float y[GELU_SPAN];
+    for (int64_t i0 = 0; i0 < n; i0 += GELU_SPAN) {
+        int64_t len = n - i0 < GELU_SPAN ? n - i0 : GELU_SPAN;
+        const float *xs = x + i0;
+        float *gs = gp + i0;
+        for (int64_t i = 0; i < len; i++) {
+            float z = xs[i] * INV_SQRT_2, e = ct_vexpf(-z * z), erf = ct_verff_exp(z, e);
+            y[i] = 0.5f * xs[i] * (1.0f + erf);
+            gs[i] = 0.5f * (1.0f + erf) + xs[i] * INV_SQRT_2PI * e;
+        }
+        if (h)
+            for (int64_t i = 0; i < len; i++)
+                h[i0 + i] = bf16_bits(y[i]);
+        else if (round)
+            for (int64_t i = 0; i < len; i++)
+                a[i0 + i] = ct_vround_bf16(y[i]);
+        else
+            memcpy(a + i0, y, (size_t)len * sizeof(float));
+    }
+}
+
+CT_HOT void ct_ops_gelu_fwd_keep(ct_graph *g,
+                                 ct_gelu_approx approx,
+                                 const float *x,
+                                 float *a,
+                                 bool round,
+                                 uint16_t *h,
+                                 float *gp,
+                                 int64_t n) {
+    if (approx == CT_GELU_ERF && !ct_ops_reference(g)) {
+        int64_t items = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+        int nt = ct_ops_threads(g, items, GELU_BLOCK * 16);
+        CT_PAR_FOR(nt, it, items, {
+            int64_t lo = it * GELU_BLOCK, len = n - lo < GELU_BLOCK ? n - lo : GELU_BLOCK;
+            gelu_keep_span(x + lo, a ? a + lo : NULL, round, h ? h + lo : NULL, gp + lo, len);
+        });
+        return;
+    }
+    if (h) ct_ops_gelu_fwd_bf16(g, approx, x, h, n);
+    if (a) {
+        ct_ops_gelu_fwd(g, approx, x, a, n);
+        if (round) ct_ops_round_bf16(g, a, a, n);
+    }
+    act_kind k = approx == CT_GELU_TANH ? ACT_GELU_TANH : ACT_GELU_ERF;
+    int nt = ct_ops_threads(g, n, 16);
+    CT_OMP_FOR(nt)
+    for (int64_t i = 0; i < n; i++)
+        gp[i] = act_grad(k, x[i], 0.0f, 0.0f); /* GELU's derivative reads x only */
+}
+
+CT_HOT void ct_ops_gelu_bwd_kept(
+    ct_graph *g, const float *gp, const float *da, float *dx, bool fresh, int64_t n) {
+    int64_t items = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    int nt = ct_ops_threads(g, items, GELU_BLOCK);
+    CT_PAR_FOR(nt, it, items, {
+        int64_t lo = it * GELU_BLOCK, len = n - lo < GELU_BLOCK ? n - lo : GELU_BLOCK;
+        const float *gs = gp + lo, *das = da + lo;
+        float *dxs = dx + lo;
+        ADD_INTO(fresh, dxs, len, das[i] * gs[i]);
+    });
+}
+
 CT_HOT static void act_backward(ct_graph *g, ct_node *n) {
     float *dx = ct_graph_grad(g, n->in[0]);
     if (!dx) return;

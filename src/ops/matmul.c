@@ -20,7 +20,12 @@
  * to bf16 in one pass (ct_ops_gelu_fwd_bf16). In backward, dy W goes into a scratch buffer
  * that the GEMM overwrites (beta 0), and then one pass over x computes the activation again
  * (for dW) and takes that buffer through gelu's derivative into dx, sharing erf and exp
- * (ct_ops_gelu_bwd_act).
+ * (ct_ops_gelu_bwd_act). gelu_linear_over instead computes the activation and gelu'(x) in one
+ * forward pass, writes gelu'(x) over x (which nothing else reads) and keeps the activation (as
+ * the product multiplied it) in the node's saved block: its backward pass reads both and
+ * computes no erf or exp, holding what gelu then linear would.
+ *
+ * Linear's bias is copied into every output row (in parallel) and the GEMM adds to it (beta 1).
  */
 #include <string.h>
 
@@ -86,6 +91,21 @@ static operand gelu_operand(
     ct_ops_gelu_fwd(g, approx, x, a, count);
     if (autocast) ct_ops_round_bf16(g, a, a, count);
     o.f = a;
+    return o;
+}
+
+/* gelu_linear_over's activation, kept for dW: bf16 for the native bf16 GEMM, else f32 values
+ * (rounded to bf16 under autocast). */
+static size_t gelu_kept_bytes(int64_t count, bool native) {
+    return (size_t)(count > 0 ? count : 1) * (native ? sizeof(uint16_t) : sizeof(float));
+}
+
+static operand gelu_kept_operand(void *block, bool native) {
+    operand o = {NULL, NULL};
+    if (native)
+        o.h = block;
+    else
+        o.f = block;
     return o;
 }
 
@@ -197,12 +217,13 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
     return c;
 }
 
-/* iarg: [0] rows R, [1] in, [2] out, [3] 0, or 1 + ct_gelu_approx for gelu_linear */
+/* iarg: [0] rows R, [1] in, [2] out, [3] 0, or 1 + ct_gelu_approx for gelu_linear, [4] 1 for
+ * gelu_linear_over (x's data holds gelu'(x), saved the activation) */
 CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     int64_t rows = n->iarg[0], in = n->iarg[1], out = n->iarg[2];
-    bool gelu = n->iarg[3] != 0;
+    bool gelu = n->iarg[3] != 0, over = n->iarg[4] != 0;
     ct_gelu_approx approx = gelu ? (ct_gelu_approx)(n->iarg[3] - 1) : CT_GELU_ERF;
     const float *dy = n->out->grad;
     bool fresh; /* dx is written whole (the GEMM with beta 0, or gelu's pass) when made here */
@@ -216,7 +237,9 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     uint16_t *act_h = NULL;
     if (gelu) {
         size_t count = (size_t)(rows * in > 0 ? rows * in : 1);
-        if (dw) { /* the activation again (computed below, with gelu's derivative) */
+        if (over) {
+            xv = gelu_kept_operand(n->saved, native); /* what the forward pass multiplied */
+        } else if (dw) { /* the activation again (computed below, with gelu's derivative) */
             if (native)
                 xv.h = act_h = ct_graph_alloc(g, count * sizeof(uint16_t));
             else
@@ -235,8 +258,11 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     if (dx)
         gemm(ctx, false, false, rows, in, out, dyr, 0, out, wv, 0, in, gelu || fresh ? 0.0f : 1.0f,
              da, in);
-    /* the activation, rounded as the forward pass rounded it, and dx += da gelu'(x): one pass */
-    if (gelu)
+    /* gelu_linear_over: dx += da gelu'(x), gelu'(x) where x was; gelu_linear: the activation,
+     * rounded as the forward pass rounded it, and dx += da gelu'(x), in one pass */
+    if (gelu && over && dx)
+        ct_ops_gelu_bwd_kept(g, x->data, da, dx, fresh, rows * in);
+    else if (gelu && !over)
         ct_ops_gelu_bwd_act(g, approx, x->data, da, dx, fresh, act,
                             ct_ops_ran_autocast(n) && !native, act_h, rows * in);
     /* dW [out, in] += dy^T [out, R] @ x [R, in] */
@@ -254,10 +280,10 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
 static const ct_op_def linear_def = {"linear", linear_backward};
 static const ct_op_def gelu_linear_def = {"gelu_linear", linear_backward};
 
-/* linear (gelu 0) or gelu_linear (gelu = 1 + ct_gelu_approx) */
+/* linear (gelu 0) or gelu_linear (gelu = 1 + ct_gelu_approx; over: gelu_linear_over) */
 static ct_tensor *
-linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gelu) {
-    const char *op = gelu ? "gelu_linear" : "linear";
+linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gelu, bool over) {
+    const char *op = over ? "gelu_linear_over" : gelu ? "gelu_linear" : "linear";
     ct_tensor *in[3] = {x, weight, bias};
     if (!ct_ops_begin(g, op, 2, in)) return NULL;
     if (!ct_ops_f32(g, op, "x", x) || !ct_ops_f32(g, op, "weight", weight) ||
@@ -290,19 +316,38 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
     if (!y) return NULL;
     float *yv = y->data;
     float beta = 0.0f;
-    if (bias) {
+    if (bias) { /* the rows start as the bias, which the product adds to (beta 1) */
         const float *bv = bias->data;
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(yv + r * fan_out, bv, (size_t)fan_out * sizeof(float));
+        int nt = ct_ops_threads(g, rows, fan_out);
+        CT_PAR_FOR(nt, r, rows, memcpy(yv + r * fan_out, bv, (size_t)fan_out * sizeof(float)););
         beta = 1.0f;
     }
+    int32_t n_in = bias ? 3 : 2;
+    bool record = ct_graph_needs_grad(g, n_in, in);
+    bool autocast = ct_graph_autocast(g) == CT_BF16;
+    bool native = autocast && ct_ops_bf16_native(g);
+    if (over && !record) {
+        over = false; /* no backward pass to prepare for: x stays as it is */
+    } else if (over && ((x->flags & CT_TENSOR_PARAM) || !ct_graph_is_newest(g, x))) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
+                      "gelu_linear_over: x must be the output of the op recorded just before (a "
+                      "tensor no op has read yet), not a parameter or a leaf");
+        return NULL;
+    }
+    void *kept = NULL; /* gelu_linear_over: the activation, kept for dW */
+    operand xv = {NULL, NULL};
+    if (over) { /* the activation and, over x, gelu'(x), in one pass */
+        int64_t count = rows * fan_in;
+        kept = ct_graph_alloc(g, gelu_kept_bytes(count, native));
+        if (!kept) return NULL;
+        ct_ops_gelu_fwd_keep(g, (ct_gelu_approx)(gelu - 1), x->data, native ? NULL : kept,
+                             autocast && !native, native ? kept : NULL, x->data, count);
+        xv = gelu_kept_operand(kept, native);
+    }
     ct_graph_mark mark = ct_graph_scratch_mark(g); /* the rounded operands die with the product */
-    bool native = ct_graph_autocast(g) == CT_BF16 && ct_ops_bf16_native(g);
-    operand xv;
-    if (gelu) { /* the activation, in scratch (rounded): backward computes it again */
-        xv = gelu_operand(g, (ct_gelu_approx)(gelu - 1), x->data, rows * fan_in,
-                          ct_graph_autocast(g) == CT_BF16, native);
-    } else {
+    if (gelu && !over) { /* the activation, in scratch (rounded): backward computes it again */
+        xv = gelu_operand(g, (ct_gelu_approx)(gelu - 1), x->data, rows * fan_in, autocast, native);
+    } else if (!gelu) {
         xv = forward_operand(g, x);
     }
     operand wv = forward_operand(g, weight);
@@ -310,29 +355,44 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
     gemm(ct_graph_ctx(g), false, true, rows, fan_out, fan_in, xv, 0, fan_in, wv, 0, fan_in, beta,
          yv, fan_out);
     ct_graph_scratch_release(g, mark);
-    int32_t n_in = bias ? 3 : 2;
-    if (ct_graph_needs_grad(g, n_in, in)) {
+    if (record) {
         ct_node *node = ct_graph_record(g, gelu ? &gelu_linear_def : &linear_def, y, n_in, in);
         if (!node) return NULL;
+        node->saved = kept;
         ct_ops_note_autocast(g, node);
         node->iarg[0] = rows;
         node->iarg[1] = fan_in;
         node->iarg[2] = fan_out;
         node->iarg[3] = gelu;
+        node->iarg[4] = over;
     }
     return y;
 }
 
 ct_tensor *ct_op_linear(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias) {
-    return linear_op(g, x, weight, bias, 0);
+    return linear_op(g, x, weight, bias, 0, false);
+}
+
+static ct_tensor *gelu_linear(ct_graph *g,
+                              ct_tensor *x,
+                              ct_gelu_approx approx,
+                              ct_tensor *weight,
+                              ct_tensor *bias,
+                              bool over) {
+    if ((int)approx < 0 || approx >= CT_GELU_APPROX_COUNT) {
+        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG, "%s: approximation %d is not a ct_gelu_approx",
+                      over ? "gelu_linear_over" : "gelu_linear", (int)approx);
+        return NULL;
+    }
+    return linear_op(g, x, weight, bias, 1 + (int)approx, over);
 }
 
 ct_tensor *ct_op_gelu_linear(
     ct_graph *g, ct_tensor *x, ct_gelu_approx approx, ct_tensor *weight, ct_tensor *bias) {
-    if ((int)approx < 0 || approx >= CT_GELU_APPROX_COUNT) {
-        CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
-                      "gelu_linear: approximation %d is not a ct_gelu_approx", (int)approx);
-        return NULL;
-    }
-    return linear_op(g, x, weight, bias, 1 + (int)approx);
+    return gelu_linear(g, x, approx, weight, bias, false);
+}
+
+ct_tensor *ct_op_gelu_linear_over(
+    ct_graph *g, ct_tensor *x, ct_gelu_approx approx, ct_tensor *weight, ct_tensor *bias) {
+    return gelu_linear(g, x, approx, weight, bias, true);
 }

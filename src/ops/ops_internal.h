@@ -70,6 +70,23 @@ CT_INTERNAL void ct_ops_gelu_bwd_act(ct_graph *g,
                                      uint16_t *h,
                                      int64_t n);
 
+/* gelu_linear's forward pass when a backward pass follows, over x[0..n): the activation, as
+ * the product multiplies it, into a (f32, rounded to bf16 values when `round`) or h (bf16; one
+ * of the two is NULL), and gelu'(x) into gp, in one pass where it can (the erf form on the fast
+ * path: erf and exp once for both; otherwise the loops above). The backward pass then reads
+ * them instead of computing erf and exp again: dx += da * gp (dx unzeroed when `fresh`:
+ * ct_graph_grad_fresh). Both give the bits of ct_op_gelu's passes. */
+CT_INTERNAL void ct_ops_gelu_fwd_keep(ct_graph *g,
+                                      ct_gelu_approx approx,
+                                      const float *x,
+                                      float *a,
+                                      bool round,
+                                      uint16_t *h,
+                                      float *gp,
+                                      int64_t n);
+CT_INTERNAL void ct_ops_gelu_bwd_kept(
+    ct_graph *g, const float *gp, const float *da, float *dx, bool fresh, int64_t n);
+
 /* The node iarg that ct_ops_note_autocast sets to 1 (matmul, linear and conv2d leave it free). */
 #define CT_OPS_AUTOCAST_ARG 7
 /* Under bf16 autocast, marks the node (iarg[CT_OPS_AUTOCAST_ARG]) so that its backward pass

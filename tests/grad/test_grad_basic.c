@@ -45,6 +45,11 @@ FWD(f_linear, ct_op_linear(g, in[0], in[1], in[2]))
 FWD(f_linear_nobias, ct_op_linear(g, in[0], in[1], NULL))
 FWD(f_gelu_linear, ct_op_gelu_linear(g, in[0], CT_GELU_ERF, in[1], in[2]))
 FWD(f_gelu_tanh_linear, ct_op_gelu_linear(g, in[0], CT_GELU_TANH, in[1], NULL))
+/* the _over form needs an op's output to write over */
+FWD(f_gelu_linear_over,
+    ct_op_gelu_linear_over(g, ct_op_add_scalar(g, in[0], 0.25f), CT_GELU_ERF, in[1], in[2]))
+FWD(f_gelu_tanh_linear_over,
+    ct_op_gelu_linear_over(g, ct_op_add_scalar(g, in[0], 0.25f), CT_GELU_TANH, in[1], NULL))
 
 static ct_tensor *f_concat(ct_graph *g, ct_tensor **in, void *user) {
     (void)user;
@@ -167,6 +172,9 @@ static void matmul_should_have_correct_gradients(void) {
     gc_check("linear without bias", ctx, 2, inl, f_linear_nobias, NULL, NULL);
     gc_check("gelu_linear", ctx, 3, inl, f_gelu_linear, NULL, NULL);
     gc_check("gelu_linear (tanh) without bias", ctx, 2, inl, f_gelu_tanh_linear, NULL, NULL);
+    gc_check("gelu_linear_over", ctx, 3, inl, f_gelu_linear_over, NULL, NULL);
+    gc_check("gelu_linear_over (tanh) without bias", ctx, 2, inl, f_gelu_tanh_linear_over, NULL,
+             NULL);
     free(a.data);
     free(b.data);
     free(bb.data);

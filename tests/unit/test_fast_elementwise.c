@@ -333,41 +333,47 @@ static void cross_entropy_should_match_the_reference_exp(void) {
     free(x);
 }
 
-/* gelu_linear's one-pass backward (the activation again and gelu's derivative together) gives
- * the bits of gelu then linear, for each form of the activation it writes: f32, f32 rounded to
- * bf16 values (bf16 autocast without the native bf16 GEMM: the BLAS kernel set) and bf16 (the
- * native GEMM, where the CPU has one). */
+/* gelu_linear's one-pass backward (the activation again and gelu's derivative together) and
+ * gelu_linear_over's (gelu' kept from the forward pass) give the bits of gelu then linear, for
+ * each form of the activation they write: f32, f32 rounded to bf16 values (bf16 autocast
+ * without the native bf16 GEMM: the BLAS kernel set) and bf16 (the native GEMM, where the CPU
+ * has one). */
 static void gelu_linear_should_give_the_unfused_bits_in_one_backward_pass(void) {
     enum { R = 45, IN = 40, OUT = 9 };
     float *x = rand_array(R * IN, 13, -4.0f, 4.0f), *w = rand_array(OUT * IN, 14, -0.5f, 0.5f);
     float *b = rand_array(OUT, 15, -0.5f, 0.5f), *seed = rand_array(R * OUT, 16, -1.0f, 1.0f);
-    static float out[2][4][R * IN];
+    static float zero[R * IN];
+    static float out[3][4][R * IN];
     for (int cfg = 0; cfg < 4; cfg++) {
         bool bf16 = cfg & 1;
         ct_ctx *ctx = make_ctx(2, cfg & 2 ? CT_KERNELS_BLAS : CT_KERNELS_FAST);
-        for (int fused = 0; fused < 2; fused++) {
+        for (int form = 0; form < 3; form++) { /* unfused, fused, fused over x */
             ct_graph *g = make_graph(ctx, 0);
             if (bf16) ct_graph_set_autocast(g, CT_BF16);
             ct_tensor *xt = ct_graph_wrap(g, x, CT_F32, 2, (int64_t[]){R, IN});
+            ct_tensor *zt = ct_graph_wrap(g, zero, CT_F32, 2, (int64_t[]){R, IN});
             ct_tensor *wt = ct_graph_wrap(g, w, CT_F32, 2, (int64_t[]){OUT, IN});
             ct_tensor *bt = ct_graph_wrap(g, b, CT_F32, 1, (int64_t[]){OUT});
             xt->flags |= CT_TENSOR_REQUIRES_GRAD;
             wt->flags |= CT_TENSOR_REQUIRES_GRAD;
             bt->flags |= CT_TENSOR_REQUIRES_GRAD;
-            ct_tensor *y = fused ? ct_op_gelu_linear(g, xt, CT_GELU_ERF, wt, bt)
-                                 : ct_op_linear(g, ct_op_gelu(g, xt, CT_GELU_ERF), wt, bt);
+            ct_tensor *h = ct_op_add(g, xt, zt); /* an op's output, as the _over form needs */
+            ct_tensor *y = form == 2   ? ct_op_gelu_linear_over(g, h, CT_GELU_ERF, wt, bt)
+                           : form == 1 ? ct_op_gelu_linear(g, h, CT_GELU_ERF, wt, bt)
+                                       : ct_op_linear(g, ct_op_gelu(g, h, CT_GELU_ERF), wt, bt);
             CT_CHECK(y != NULL);
             if (y) {
                 CT_CHECK_INT(ct_graph_backward_seed(g, y, seed), CT_OK);
-                memcpy(out[fused][0], y->data, R * OUT * sizeof(float));
-                memcpy(out[fused][1], xt->grad, R * IN * sizeof(float));
-                memcpy(out[fused][2], wt->grad, OUT * IN * sizeof(float));
-                memcpy(out[fused][3], bt->grad, OUT * sizeof(float));
+                memcpy(out[form][0], y->data, R * OUT * sizeof(float));
+                memcpy(out[form][1], xt->grad, R * IN * sizeof(float));
+                memcpy(out[form][2], wt->grad, OUT * IN * sizeof(float));
+                memcpy(out[form][3], bt->grad, OUT * sizeof(float));
             }
             ct_graph_destroy(g);
         }
-        CT_CHECK_MSG(memcmp(out[0], out[1], sizeof out[0]) == 0, "cfg %d: y, dx, dw or db differ",
-                     cfg);
+        for (int form = 1; form < 3; form++)
+            CT_CHECK_MSG(memcmp(out[0], out[form], sizeof out[0]) == 0,
+                         "cfg %d form %d: y, dx, dw or db differ", cfg, form);
         ct_ctx_destroy(ctx);
     }
     free(x);

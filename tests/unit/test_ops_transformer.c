@@ -318,12 +318,13 @@ static void dropout_over_should_equal_dropout_in_place(void) {
     ct_ctx_destroy(ctx);
 }
 
-/* ct_op_gelu_linear gives linear(gelu(x))'s output and gradients bit for bit (with a bias or
- * without, erf and tanh forms, f32 and bf16 autocast, fast and reference kernels) while
- * holding one activation fewer. */
+/* ct_op_gelu_linear and ct_op_gelu_linear_over give linear(gelu(x))'s output and gradients
+ * bit for bit (with a bias or without, erf and tanh forms, f32 and bf16 autocast, fast and
+ * reference kernels): the first holding one activation fewer, the second computing no erf in
+ * backward. x is an op's output (x0 + 0), as the _over form needs. */
 static void gelu_linear_should_equal_gelu_then_linear(void) {
     enum { R = 29, IN = 12, OUT = 7 };
-    static float x[R * IN], w[OUT * IN], b[OUT];
+    static float x[R * IN], zero[R * IN], w[OUT * IN], b[OUT];
     for (int i = 0; i < R * IN; i++)
         x[i] = (float)((i * 37) % 101) / 25.0f - 2.0f;
     for (int i = 0; i < OUT * IN; i++)
@@ -335,32 +336,75 @@ static void gelu_linear_should_equal_gelu_then_linear(void) {
             bool bf16 = cfg & 1, tanh_form = cfg & 2, with_bias = cfg & 4;
             ct_gelu_approx approx = tanh_form ? CT_GELU_TANH : CT_GELU_ERF;
             ct_ctx *ctx = make_ctx(2, ref ? CT_KERNELS_REFERENCE : 0);
-            static float ys[2][R * OUT], dx[2][R * IN], dw[2][OUT * IN], db[2][OUT];
-            for (int fused = 0; fused < 2; fused++) {
+            static float ys[3][R * OUT], dx[3][R * IN], dw[3][OUT * IN], db[3][OUT];
+            for (int form = 0; form < 3; form++) { /* unfused, fused, fused over x */
                 ct_graph *g = make_graph(ctx, 3);
                 if (bf16) ct_graph_set_autocast(g, CT_BF16);
                 ct_tensor *xt = leaf(g, x, CT_F32, 2, (int64_t[]){R, IN}, true);
+                ct_tensor *zt = leaf(g, zero, CT_F32, 2, (int64_t[]){R, IN}, false);
                 ct_tensor *wt = leaf(g, w, CT_F32, 2, (int64_t[]){OUT, IN}, true);
                 ct_tensor *bt = with_bias ? leaf(g, b, CT_F32, 1, (int64_t[]){OUT}, true) : NULL;
-                ct_tensor *y = fused ? ct_op_gelu_linear(g, xt, approx, wt, bt)
-                                     : ct_op_linear(g, ct_op_gelu(g, xt, approx), wt, bt);
+                ct_tensor *h = ct_op_add(g, xt, zt);
+                ct_tensor *y = form == 2   ? ct_op_gelu_linear_over(g, h, approx, wt, bt)
+                               : form == 1 ? ct_op_gelu_linear(g, h, approx, wt, bt)
+                                           : ct_op_linear(g, ct_op_gelu(g, h, approx), wt, bt);
                 CT_CHECK(y != NULL);
                 if (!y) return;
                 CT_CHECK_INT(ct_graph_backward(g, ct_op_sum_all(g, ct_op_mul(g, y, y))), CT_OK);
-                memcpy(ys[fused], y->data, sizeof ys[fused]);
-                memcpy(dx[fused], xt->grad, sizeof dx[fused]);
-                memcpy(dw[fused], wt->grad, sizeof dw[fused]);
-                if (bt) memcpy(db[fused], bt->grad, sizeof db[fused]);
+                memcpy(ys[form], y->data, sizeof ys[form]);
+                memcpy(dx[form], xt->grad, sizeof dx[form]);
+                memcpy(dw[form], wt->grad, sizeof dw[form]);
+                if (bt) memcpy(db[form], bt->grad, sizeof db[form]);
                 ct_graph_destroy(g);
             }
-            CT_CHECK_MSG(memcmp(ys[0], ys[1], sizeof ys[0]) == 0, "ref %d cfg %d: y", ref, cfg);
-            CT_CHECK_MSG(memcmp(dx[0], dx[1], sizeof dx[0]) == 0, "ref %d cfg %d: dx", ref, cfg);
-            CT_CHECK_MSG(memcmp(dw[0], dw[1], sizeof dw[0]) == 0, "ref %d cfg %d: dw", ref, cfg);
-            if (with_bias)
-                CT_CHECK_MSG(memcmp(db[0], db[1], sizeof db[0]) == 0, "ref %d cfg %d: db", ref,
-                             cfg);
+            for (int form = 1; form < 3; form++) {
+                CT_CHECK_MSG(memcmp(ys[0], ys[form], sizeof ys[0]) == 0, "ref %d cfg %d form %d: y",
+                             ref, cfg, form);
+                CT_CHECK_MSG(memcmp(dx[0], dx[form], sizeof dx[0]) == 0,
+                             "ref %d cfg %d form %d: dx", ref, cfg, form);
+                CT_CHECK_MSG(memcmp(dw[0], dw[form], sizeof dw[0]) == 0,
+                             "ref %d cfg %d form %d: dw", ref, cfg, form);
+                if (with_bias)
+                    CT_CHECK_MSG(memcmp(db[0], db[form], sizeof db[0]) == 0,
+                                 "ref %d cfg %d form %d: db", ref, cfg, form);
+            }
             ct_ctx_destroy(ctx);
         }
+}
+
+/* gelu_linear_over refuses an x it may not write over (a leaf, a parameter, or an output some
+ * op has read since), naming itself; with gradients off it leaves x as it was. */
+static void gelu_linear_over_should_refuse_an_x_it_may_not_write_over(void) {
+    ct_ctx *ctx = make_ctx(1, 0);
+    float x[4] = {1.0f, -0.5f, 2.0f, 0.25f}, w[2] = {0.5f, -1.0f};
+    ct_graph *g = make_graph(ctx, 1);
+    ct_tensor *xt = leaf(g, x, CT_F32, 2, (int64_t[]){2, 2}, true);
+    ct_tensor *wt = leaf(g, w, CT_F32, 2, (int64_t[]){1, 2}, true);
+    CT_CHECK(ct_op_gelu_linear_over(g, xt, CT_GELU_ERF, wt, NULL) == NULL);
+    CT_CHECK_INT(ct_graph_status(g), CT_ERR_INVALID_ARG);
+    CT_CHECK(strstr(ct_last_error(ctx), "gelu_linear_over: x must be the output") != NULL);
+    ct_graph_destroy(g);
+
+    g = make_graph(ctx, 1);
+    xt = leaf(g, x, CT_F32, 2, (int64_t[]){2, 2}, true);
+    wt = leaf(g, w, CT_F32, 2, (int64_t[]){1, 2}, true);
+    ct_tensor *h = ct_op_mul(g, xt, xt);
+    CT_CHECK(ct_op_relu(g, h) != NULL); /* h read since: no longer the newest output */
+    CT_CHECK(ct_op_gelu_linear_over(g, h, CT_GELU_ERF, wt, NULL) == NULL);
+    CT_CHECK_INT(ct_graph_status(g), CT_ERR_INVALID_ARG);
+    ct_graph_destroy(g);
+
+    g = make_graph(ctx, 1);
+    ct_graph_set_grad_enabled(g, false);
+    xt = leaf(g, x, CT_F32, 2, (int64_t[]){2, 2}, false);
+    wt = leaf(g, w, CT_F32, 2, (int64_t[]){1, 2}, false);
+    h = ct_op_mul(g, xt, xt);
+    float before[4];
+    memcpy(before, h->data, sizeof before);
+    CT_CHECK(ct_op_gelu_linear_over(g, h, CT_GELU_ERF, wt, NULL) != NULL);
+    CT_CHECK(memcmp(before, h->data, sizeof before) == 0);
+    ct_graph_destroy(g);
+    ct_ctx_destroy(ctx);
 }
 
 static void dropout_should_be_identity_in_eval_mode_or_with_p_zero(void) {
@@ -657,6 +701,7 @@ int main(void) {
     CT_RUN(dropout_should_draw_its_mask_from_the_graph_stream);
     CT_RUN(dropout_over_should_equal_dropout_in_place);
     CT_RUN(gelu_linear_should_equal_gelu_then_linear);
+    CT_RUN(gelu_linear_over_should_refuse_an_x_it_may_not_write_over);
     CT_RUN(dropout_should_be_identity_in_eval_mode_or_with_p_zero);
     CT_RUN(dropout_should_give_the_same_mask_for_any_thread_count);
     CT_RUN(embedding_should_look_up_rows_and_scatter_add_gradients);
