@@ -65,6 +65,28 @@ typedef void ct_k_gemm_bf16_fn(ct_ctx *ctx,
 CT_INTERNAL ct_k_gemm_bf16_fn ct_k_gemm_bf16;
 CT_INTERNAL ct_k_gemm_bf16_fn ct_k_gemm_bf16_ref;
 
+/*
+ * C = op(A) @ op(B) + bias, bias [N] added to every row (a linear layer's output), with a and b
+ * f32 (ct_k_gemm) or, when bf16, bf16 (ct_k_gemm_bf16). C's rows start as the bias and the
+ * product adds to them (beta 1), so the bits are those of copying the bias in and calling the
+ * GEMM with beta 1; on the tiled path each tile copies its own rows just before its product,
+ * on its thread, while they are in cache.
+ */
+CT_INTERNAL void ct_k_gemm_bias(ct_ctx *ctx,
+                                bool bf16,
+                                bool trans_a,
+                                bool trans_b,
+                                int64_t m,
+                                int64_t n,
+                                int64_t k,
+                                const void *a,
+                                int64_t lda,
+                                const void *b,
+                                int64_t ldb,
+                                const float *bias,
+                                float *c,
+                                int64_t ldc);
+
 /* Whether products of bf16 values run on ct_k_gemm_bf16 in this context: the fast kernels and
  * ct_k_onednn_bf16_native. Otherwise callers multiply the rounded f32 values with ct_k_gemm. */
 CT_INTERNAL bool ct_k_gemm_bf16_native(ct_ctx *ctx);

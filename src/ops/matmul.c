@@ -25,7 +25,8 @@
  * the product multiplied it) in the node's saved block: its backward pass reads both and
  * computes no erf or exp, holding what gelu then linear would.
  *
- * Linear's bias is copied into every output row (in parallel) and the GEMM adds to it (beta 1).
+ * Linear's bias is copied into the output rows by the GEMM's tiles, each just before its product
+ * adds to them (ct_k_gemm_bias).
  */
 #include <string.h>
 
@@ -315,13 +316,6 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
     ct_tensor *y = ct_graph_new(g, CT_F32, x->ndim, shape);
     if (!y) return NULL;
     float *yv = y->data;
-    float beta = 0.0f;
-    if (bias) { /* the rows start as the bias, which the product adds to (beta 1) */
-        const float *bv = bias->data;
-        int nt = ct_ops_threads(g, rows, fan_out);
-        CT_PAR_FOR(nt, r, rows, memcpy(yv + r * fan_out, bv, (size_t)fan_out * sizeof(float)););
-        beta = 1.0f;
-    }
     int32_t n_in = bias ? 3 : 2;
     bool record = ct_graph_needs_grad(g, n_in, in);
     bool autocast = ct_graph_autocast(g) == CT_BF16;
@@ -352,8 +346,14 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
     }
     operand wv = forward_operand(g, weight);
     if (missing(xv) || missing(wv)) return NULL;
-    gemm(ct_graph_ctx(g), false, true, rows, fan_out, fan_in, xv, 0, fan_in, wv, 0, fan_in, beta,
-         yv, fan_out);
+    if (bias) /* the rows start as the bias, which the product adds to */
+        ct_k_gemm_bias(ct_graph_ctx(g), xv.h != NULL, false, true, rows, fan_out, fan_in,
+                       xv.h ? (const void *)xv.h : (const void *)xv.f, fan_in,
+                       wv.h ? (const void *)wv.h : (const void *)wv.f, fan_in, bias->data, yv,
+                       fan_out);
+    else
+        gemm(ct_graph_ctx(g), false, true, rows, fan_out, fan_in, xv, 0, fan_in, wv, 0, fan_in,
+             0.0f, yv, fan_out);
     ct_graph_scratch_release(g, mark);
     if (record) {
         ct_node *node = ct_graph_record(g, gelu ? &gelu_linear_def : &linear_def, y, n_in, in);

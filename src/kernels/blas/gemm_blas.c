@@ -59,7 +59,14 @@ typedef struct gemm_job {
     float beta;
     float *c;
     int64_t ldc;
+    const float *bias; /* NULL, or [n] copied into the tile's rows before its product */
 } gemm_job;
+
+/* rows x cols of C at stride ldc set to bias[0..cols) in every row. */
+static void fill_rows(float *c, int64_t rows, int64_t cols, int64_t ldc, const float *bias) {
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(c + r * ldc, bias, (size_t)cols * sizeof(float));
+}
 
 /* Tile i of the job, on the calling thread. */
 static void gemm_tile(const gemm_job *j, int64_t i) {
@@ -77,6 +84,7 @@ static void gemm_tile(const gemm_job *j, int64_t i) {
         ct = j->c + lo * j->ldc;
         tm = len;
     }
+    if (j->bias) fill_rows(ct, tm, tn, j->ldc, j->bias + (j->split_n ? lo : 0));
     if (j->dnn && ct_k_onednn_gemm_run(j->ctx, j->bf16, j->trans_a, j->trans_b, tm, tn, j->k,
                                        j->alpha, at, j->lda, bt, j->ldb, j->beta, ct, j->ldc))
         return;
@@ -106,11 +114,14 @@ static bool gemm_tiled(ct_ctx *ctx,
                        int64_t ldb,
                        float beta,
                        float *c,
-                       int64_t ldc) {
+                       int64_t ldc,
+                       const float *bias) {
     if (m == 0 || n == 0) return true;
+    if (bias) beta = 1.0f;
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
         ldc > INT32_MAX) {
         /* beyond 32-bit BLAS integers: correct but slow */
+        if (bias) fill_rows(c, m, n, ldc, bias);
         if (bf16)
             ct_k_gemm_bf16_ref(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         else
@@ -140,8 +151,8 @@ static bool gemm_tiled(ct_ctx *ctx,
     /* oneDNN inside a one-thread (inactive) region, or outside any, would otherwise fork its
      * own team */
     int saved = dnn ? ct_omp_swap_threads(nt) : 0;
-    const gemm_job job = {ctx, bf16,  dnn, trans_a, trans_b, split_n, m,    n, k,  t,
-                          d,   alpha, a,   lda,     b,       ldb,     beta, c, ldc};
+    const gemm_job job = {ctx, bf16,  dnn, trans_a, trans_b, split_n, m,    n, k,   t,
+                          d,   alpha, a,   lda,     b,       ldb,     beta, c, ldc, bias};
     if (nt <= 1) { /* no parallel region: libgomp allocates a team for each one of one thread */
         for (int64_t i = 0; i < tiles; i++)
             gemm_tile(&job, i);
@@ -168,7 +179,8 @@ void ct_k_gemm_blas(ct_ctx *ctx,
                     float beta,
                     float *c,
                     int64_t ldc) {
-    (void)gemm_tiled(ctx, false, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    (void)gemm_tiled(ctx, false, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                     NULL);
 }
 
 bool ct_k_gemm_bf16_native(ct_ctx *ctx) {
@@ -198,7 +210,7 @@ void ct_k_gemm_bf16(ct_ctx *ctx,
                     float beta,
                     float *c,
                     int64_t ldc) {
-    if (gemm_tiled(ctx, true, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    if (gemm_tiled(ctx, true, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL))
         return;
     /* small or nested: the f32 GEMM on the widened operands (the same products) */
     int64_t ar = trans_a ? k : m, ac = trans_a ? m : k, br = trans_b ? n : k, bc = trans_b ? k : n;
@@ -233,4 +245,30 @@ void ct_k_gemm(ct_ctx *ctx,
         ct_k_gemm_ref(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     else
         ct_k_gemm_blas(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void ct_k_gemm_bias(ct_ctx *ctx,
+                    bool bf16,
+                    bool trans_a,
+                    bool trans_b,
+                    int64_t m,
+                    int64_t n,
+                    int64_t k,
+                    const void *a,
+                    int64_t lda,
+                    const void *b,
+                    int64_t ldb,
+                    const float *bias,
+                    float *c,
+                    int64_t ldc) {
+    if (ctx->kernels != CT_KERNELS_REFERENCE &&
+        gemm_tiled(ctx, bf16, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc, bias))
+        return;
+    /* the reference kernels, or a bf16 product the tiles do not take: the same copy first */
+    int nt = ct_threads_for(ctx, m, n);
+    CT_PAR_FOR(nt, r, m, memcpy(c + r * ldc, bias, (size_t)n * sizeof(float)););
+    if (bf16)
+        ct_k_gemm_bf16(ctx, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+    else
+        ct_k_gemm(ctx, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
 }
