@@ -1,8 +1,10 @@
 /*
  * test_gemm_bf16.c - the GEMM on bf16 operands (ct_k_gemm_bf16, oneDNN's bf16 matmul per tile)
  * against its naive twin on odd shapes, every transpose, padded strides and both betas, with
- * the same bits for 1 and 2 threads; and the ops' cache of bf16 weight copies: shared within
- * one update, dropped by an optimizer step, and no GEMM primitive made twice for a step.
+ * the same bits for 1 and 2 threads; ct_k_gemm_bias (a linear layer's product, the bias copied
+ * into each tile's rows) against the bias copied in and the GEMM with beta 1, f32 and bf16, on
+ * every kernel set; and the ops' cache of bf16 weight copies: shared within one update, dropped
+ * by an optimizer step, and no GEMM primitive made twice for a step.
  */
 #include <string.h>
 
@@ -94,6 +96,69 @@ static void gemm_bf16_should_match_the_reference_on_odd_shapes(void) {
                      (long long)ct_k_onednn_bf16_gemms(two));
     ct_ctx_destroy(one);
     ct_ctx_destroy(two);
+}
+
+static ct_ctx *kernels_ctx(ct_kernels kernels, int64_t threads) {
+    ct_ctx_params p = ct_ctx_default_params();
+    p.kernels = kernels;
+    p.n_threads = threads;
+    p.bf16_kernels = CT_BF16_KERNELS_ONEDNN;
+    ct_ctx *ctx = NULL;
+    if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
+    return ctx;
+}
+
+/* C = x W^T + bias as a linear layer multiplies: products that split into tiles along M and
+ * along N (each with a shorter last tile), so every tile copies its own slice of the bias. */
+static void gemm_bias_should_equal_the_bias_copied_then_the_gemm(void) {
+    static const int64_t shapes[][3] = {{515, 67, 300}, {67, 515, 300}, {512, 64, 512}, {9, 5, 7}};
+    static const ct_kernels sets[] = {CT_KERNELS_FAST, CT_KERNELS_BLAS, CT_KERNELS_REFERENCE};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], ldc = n + 3;
+        uint16_t *ah = random_bf16(m * k, 40 + s), *bh = random_bf16(n * k, 50 + s);
+        float *af = malloc((size_t)(m * k) * sizeof(float)), *bf = malloc((size_t)(n * k) * 4);
+        float *bias = malloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < m * k; i++)
+            af[i] = ct_f32_from_bf16(ah[i]);
+        for (int64_t i = 0; i < n * k; i++)
+            bf[i] = ct_f32_from_bf16(bh[i]);
+        for (int64_t j = 0; j < n; j++)
+            bias[j] = 0.25f * (float)(j % 13) - 1.5f;
+        float *want = malloc((size_t)(m * ldc) * sizeof(float));
+        float *got = malloc((size_t)(m * ldc) * sizeof(float));
+        for (size_t ks = 0; ks < sizeof sets / sizeof sets[0]; ks++)
+            for (int threads = 1; threads <= 2; threads++)
+                for (int bf16 = 0; bf16 < 2; bf16++) {
+                    ct_ctx *ctx = kernels_ctx(sets[ks], threads);
+                    if (bf16 && !ct_k_gemm_bf16_native(ctx)) {
+                        ct_ctx_destroy(ctx);
+                        continue;
+                    }
+                    for (int64_t i = 0; i < m * ldc; i++)
+                        got[i] = want[i] = (float)i; /* the padding must survive */
+                    for (int64_t r = 0; r < m; r++)
+                        memcpy(want + r * ldc, bias, (size_t)n * sizeof(float));
+                    if (bf16)
+                        ct_k_gemm_bf16(ctx, false, true, m, n, k, 1.0f, ah, k, bh, k, 1.0f, want,
+                                       ldc);
+                    else
+                        ct_k_gemm(ctx, false, true, m, n, k, 1.0f, af, k, bf, k, 1.0f, want, ldc);
+                    ct_k_gemm_bias(ctx, bf16, false, true, m, n, k,
+                                   bf16 ? (const void *)ah : (const void *)af, k,
+                                   bf16 ? (const void *)bh : (const void *)bf, k, bias, got, ldc);
+                    CT_CHECK_MSG(memcmp(want, got, (size_t)(m * ldc) * sizeof(float)) == 0,
+                                 "%lldx%lldx%lld kernels %d, %d threads, bf16 %d", (long long)m,
+                                 (long long)n, (long long)k, (int)sets[ks], threads, bf16);
+                    ct_ctx_destroy(ctx);
+                }
+        free(ah);
+        free(bh);
+        free(af);
+        free(bf);
+        free(bias);
+        free(want);
+        free(got);
+    }
 }
 
 enum { R = 64, IN = 128, OUT = 96 }; /* every GEMM of the linear layer: 1.6 MFLOP, oneDNN's */
@@ -268,6 +333,7 @@ static void linear_should_sum_the_bf16_bias_gradient_as_the_f32_kernels_do(void)
 
 int main(void) {
     CT_RUN(gemm_bf16_should_match_the_reference_on_odd_shapes);
+    CT_RUN(gemm_bias_should_equal_the_bias_copied_then_the_gemm);
     CT_RUN(linear_should_see_a_weight_changed_by_the_optimizer);
     CT_RUN(linear_should_round_a_weight_once_per_update);
     CT_RUN(linear_should_build_no_gemm_plans_on_a_repeated_step);
