@@ -104,8 +104,9 @@ CT_API ct_tensor *ct_op_gelu_linear(
  * computes no erf or exp, for the memory of gelu then linear (x's buffer and one activation).
  * x must be as for ct_op_dropout_over: nothing reads it after this call, forward or backward,
  * its producer's backward does not read its output (a linear layer's), and it is the newest
- * recorded node's output (else CT_ERR_INVALID_ARG); without a recorded node (no gradients) x
- * is left as it is. Values and gradients are ct_op_gelu_linear's, bit for bit. */
+ * recorded node's output (else CT_ERR_INVALID_ARG). Where no backward pass will read x's
+ * gradient (gradients off, or x needs none) x is left as it is and the op is ct_op_gelu_linear.
+ * Values and gradients are ct_op_gelu_linear's, bit for bit. */
 CT_API ct_tensor *ct_op_gelu_linear_over(
     ct_graph *g, ct_tensor *x, ct_gelu_approx approx, ct_tensor *weight, ct_tensor *bias);
 

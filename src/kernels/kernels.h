@@ -79,12 +79,12 @@ CT_INTERNAL void ct_k_gemm_bias(ct_ctx *ctx,
                                 int64_t m,
                                 int64_t n,
                                 int64_t k,
-                                const void *a,
+                                const void *a, /* op(A) [M, K] */
                                 int64_t lda,
-                                const void *b,
+                                const void *b, /* op(B) [K, N] */
                                 int64_t ldb,
-                                const float *bias,
-                                float *c,
+                                const float *bias, /* [N] */
+                                float *c,          /* [M, N] */
                                 int64_t ldc);
 
 /* Whether products of bf16 values run on ct_k_gemm_bf16 in this context: the fast kernels and

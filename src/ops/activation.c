@@ -4,7 +4,9 @@
  *
  * All share one forward/backward pair switching on the activation kind; backward recomputes
  * the derivative from the saved input (or output, for tanh and sigmoid) rather than storing
- * a second tensor.
+ * a second tensor. gelu_linear_over (matmul.c) is the exception: its forward pass stores
+ * gelu'(x) over x (ct_ops_gelu_fwd_keep) and its backward multiplies by it
+ * (ct_ops_gelu_bwd_kept), with the bits of the loops here.
  *
  * A NaN propagates as in PyTorch: every forward gives NaN for it. relu is PyTorch's
  * clamp_min(x, 0) (`0 > x ? 0 : x`: NaN and -0 pass through, one max instruction per vector)

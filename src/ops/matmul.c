@@ -280,6 +280,7 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
 
 static const ct_op_def linear_def = {"linear", linear_backward};
 static const ct_op_def gelu_linear_def = {"gelu_linear", linear_backward};
+static const ct_op_def gelu_linear_over_def = {"gelu_linear_over", linear_backward};
 
 /* linear (gelu 0) or gelu_linear (gelu = 1 + ct_gelu_approx; over: gelu_linear_over) */
 static ct_tensor *
@@ -320,8 +321,9 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
     bool record = ct_graph_needs_grad(g, n_in, in);
     bool autocast = ct_graph_autocast(g) == CT_BF16;
     bool native = autocast && ct_ops_bf16_native(g);
-    if (over && !record) {
-        over = false; /* no backward pass to prepare for: x stays as it is */
+    if (over && (!record || !ct_graph_needs_grad(g, 1, &x))) {
+        /* no backward pass to prepare for, or nothing records who made x: x stays as it is */
+        over = false;
     } else if (over && ((x->flags & CT_TENSOR_PARAM) || !ct_graph_is_newest(g, x))) {
         CT_GRAPH_FAIL(g, CT_ERR_INVALID_ARG,
                       "gelu_linear_over: x must be the output of the op recorded just before (a "
@@ -356,7 +358,8 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
              0.0f, yv, fan_out);
     ct_graph_scratch_release(g, mark);
     if (record) {
-        ct_node *node = ct_graph_record(g, gelu ? &gelu_linear_def : &linear_def, y, n_in, in);
+        const ct_op_def *def = over ? &gelu_linear_over_def : gelu ? &gelu_linear_def : &linear_def;
+        ct_node *node = ct_graph_record(g, def, y, n_in, in);
         if (!node) return NULL;
         node->saved = kept;
         ct_ops_note_autocast(g, node);

@@ -4,13 +4,15 @@
  *
  * It runs only when an incident is reported, before the policy acts and before the next
  * micro-batch resets the graph: the tape then still holds every node's output as the forward
- * pass computed it, each node tagged with the model layer that recorded it (ct_graph_begin_layer,
- * the layer profile's mechanism), so the forward pass is read, not computed again, and a step
- * that goes well pays nothing. The backward pass recycles its intermediate gradients: when the
- * forward pass was finite, it is run once more over the same tape with a hook that checks what
- * each node adds (ct_graph_set_node_hook), the parameters' gradients kept aside and put back.
- * That needs the weights the forward pass read; where an update has been made since (one that
- * checks the gradients as it applies them), the pass is judged by the parameters' gradients.
+ * pass computed it (where an `_over` op wrote over one, dropout's or gelu_linear_over's
+ * derivative, that op's values, non-finite wherever the output was), each node tagged with the
+ * model layer that recorded it (ct_graph_begin_layer, the layer profile's mechanism), so the
+ * forward pass is read, not computed again, and a step that goes well pays nothing. The backward
+ * pass recycles its intermediate gradients: when the forward pass was finite, it is run once more
+ * over the same tape with a hook that checks what each node adds (ct_graph_set_node_hook), the
+ * parameters' gradients kept aside and put back. That needs the weights the forward pass read;
+ * where an update has been made since (one that checks the gradients as it applies them), the pass
+ * is judged by the parameters' gradients.
  */
 #include <string.h>
 

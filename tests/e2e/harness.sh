@@ -84,10 +84,11 @@ job_pids() {
     for p in $(pgrep -f "$ctrain fit .*output_dir=$1( |\$)"); do
         [[ $(readlink "/proc/$p/cwd" 2>/dev/null) == "$work" ]] && echo "$p"
     done
+    return 0
 }
 
 # rank_pid R DIR: the pid of rank R of the `$ctrain fit` job training into DIR (Open MPI and
-# MPICH put the rank in its environment)
+# MPICH put the rank in its environment), or nothing
 rank_pid() {
     local p
     for p in $(job_pids "$2"); do
@@ -122,7 +123,7 @@ wait_gone() {
 end_job() {
     local p
     kill -KILL "$1" 2>/dev/null
-    for p in $(job_pids "$2"); do kill -CONT "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null; done
+    for p in $(job_pids "$2"); do kill -KILL "$p" 2>/dev/null; done
     wait "$1" 2>/dev/null
 }
 

@@ -116,7 +116,8 @@ static void gemm_bias_should_equal_the_bias_copied_then_the_gemm(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], ldc = n + 3;
         uint16_t *ah = random_bf16(m * k, 40 + s), *bh = random_bf16(n * k, 50 + s);
-        float *af = malloc((size_t)(m * k) * sizeof(float)), *bf = malloc((size_t)(n * k) * 4);
+        float *af = malloc((size_t)(m * k) * sizeof(float)),
+              *bf = malloc((size_t)(n * k) * sizeof(float));
         float *bias = malloc((size_t)n * sizeof(float));
         for (int64_t i = 0; i < m * k; i++)
             af[i] = ct_f32_from_bf16(ah[i]);
@@ -149,6 +150,25 @@ static void gemm_bias_should_equal_the_bias_copied_then_the_gemm(void) {
                     CT_CHECK_MSG(memcmp(want, got, (size_t)(m * ldc) * sizeof(float)) == 0,
                                  "%lldx%lldx%lld kernels %d, %d threads, bf16 %d", (long long)m,
                                  (long long)n, (long long)k, (int)sets[ks], threads, bf16);
+                    if (bf16) { /* inside a parallel region: the tiles decline, the copy first */
+                        for (int64_t i = 0; i < m * ldc; i++)
+                            got[i] = want[i] = (float)i;
+                        for (int64_t r = 0; r < m; r++)
+                            memcpy(want + r * ldc, bias, (size_t)n * sizeof(float));
+#ifdef _OPENMP
+#pragma omp parallel num_threads(1)
+#endif
+                        {
+                            ct_k_gemm_bf16(ctx, false, true, m, n, k, 1.0f, ah, k, bh, k, 1.0f,
+                                           want, ldc);
+                            ct_k_gemm_bias(ctx, true, false, true, m, n, k, ah, k, bh, k, bias, got,
+                                           ldc);
+                        }
+                        CT_CHECK_MSG(memcmp(want, got, (size_t)(m * ldc) * sizeof(float)) == 0,
+                                     "%lldx%lldx%lld kernels %d, %d threads: nested bf16",
+                                     (long long)m, (long long)n, (long long)k, (int)sets[ks],
+                                     threads);
+                    }
                     ct_ctx_destroy(ctx);
                 }
         free(ah);

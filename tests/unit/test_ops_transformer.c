@@ -373,7 +373,8 @@ static void gelu_linear_should_equal_gelu_then_linear(void) {
 }
 
 /* gelu_linear_over refuses an x it may not write over (a leaf, a parameter, or an output some
- * op has read since), naming itself; with gradients off it leaves x as it was. */
+ * op has read since), naming itself; with gradients off, or an x that needs none, it leaves x
+ * as it was and gives gelu_linear's output. */
 static void gelu_linear_over_should_refuse_an_x_it_may_not_write_over(void) {
     ct_ctx *ctx = make_ctx(1, 0);
     float x[4] = {1.0f, -0.5f, 2.0f, 0.25f}, w[2] = {0.5f, -1.0f};
@@ -401,8 +402,24 @@ static void gelu_linear_over_should_refuse_an_x_it_may_not_write_over(void) {
     h = ct_op_mul(g, xt, xt);
     float before[4];
     memcpy(before, h->data, sizeof before);
-    CT_CHECK(ct_op_gelu_linear_over(g, h, CT_GELU_ERF, wt, NULL) != NULL);
+    ct_tensor *want = ct_op_gelu_linear(g, h, CT_GELU_ERF, wt, NULL);
+    ct_tensor *got = ct_op_gelu_linear_over(g, h, CT_GELU_ERF, wt, NULL);
+    CT_CHECK(want != NULL && got != NULL);
     CT_CHECK(memcmp(before, h->data, sizeof before) == 0);
+    if (want && got) CT_CHECK(memcmp(want->data, got->data, 2 * sizeof(float)) == 0);
+    ct_graph_destroy(g);
+
+    /* gradients on, but only for the weight: x has no node to be the newest of */
+    g = make_graph(ctx, 1);
+    xt = leaf(g, x, CT_F32, 2, (int64_t[]){2, 2}, false);
+    wt = leaf(g, w, CT_F32, 2, (int64_t[]){1, 2}, true);
+    h = ct_op_mul(g, xt, xt);
+    memcpy(before, h->data, sizeof before);
+    got = ct_op_gelu_linear_over(g, h, CT_GELU_ERF, wt, NULL);
+    CT_CHECK(got != NULL);
+    CT_CHECK_INT(ct_graph_status(g), CT_OK);
+    CT_CHECK(memcmp(before, h->data, sizeof before) == 0);
+    if (got) CT_CHECK_INT(ct_graph_backward(g, ct_op_sum_all(g, got)), CT_OK);
     ct_graph_destroy(g);
     ct_ctx_destroy(ctx);
 }
