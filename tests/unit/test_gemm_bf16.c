@@ -16,14 +16,18 @@
 #include <dnnl.h>
 #endif
 
-static ct_ctx *bf16_ctx(int64_t threads) {
+static ct_ctx *kernels_ctx(ct_kernels kernels, int64_t threads) {
     ct_ctx_params p = ct_ctx_default_params();
-    p.kernels = CT_KERNELS_FAST;
+    p.kernels = kernels;
     p.n_threads = threads;
     p.bf16_kernels = CT_BF16_KERNELS_ONEDNN;
     ct_ctx *ctx = NULL;
     if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
     return ctx;
+}
+
+static ct_ctx *bf16_ctx(int64_t threads) {
+    return kernels_ctx(CT_KERNELS_FAST, threads);
 }
 
 /* Whether oneDNN has a bf16 matmul on this CPU (AVX-512 and up; emulated without AVX512_BF16). */
@@ -96,16 +100,6 @@ static void gemm_bf16_should_match_the_reference_on_odd_shapes(void) {
                      (long long)ct_k_onednn_bf16_gemms(two));
     ct_ctx_destroy(one);
     ct_ctx_destroy(two);
-}
-
-static ct_ctx *kernels_ctx(ct_kernels kernels, int64_t threads) {
-    ct_ctx_params p = ct_ctx_default_params();
-    p.kernels = kernels;
-    p.n_threads = threads;
-    p.bf16_kernels = CT_BF16_KERNELS_ONEDNN;
-    ct_ctx *ctx = NULL;
-    if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
-    return ctx;
 }
 
 /* C = x W^T + bias as a linear layer multiplies: products that split into tiles along M and
