@@ -169,24 +169,29 @@ CT_HOT void ct_ops_gelu_bwd(
                 (dx)[i] += (term);                                                                 \
     } while (0)
 
-/* One thread's part of ct_ops_gelu_bwd_act's fused loops: erf and exp once for the activation
- * and the derivative, in gelu_fast's and gelu_grad_fast's expressions (so their bits). */
-CT_HOT static void gelu_bwd_act_span(const float *x,
-                                     const float *da,
-                                     float *dx,
-                                     float *a,
-                                     bool round,
-                                     uint16_t *h,
-                                     int64_t n,
-                                     bool fresh) {
+/* One work item of gelu_linear's fused loops over x[0..n): erf and exp once per element for
+ * the activation and the derivative, in gelu_fast's and gelu_grad_fast's expressions (so their
+ * bits). The activation goes to h (bf16) or a (f32, rounded to bf16 values when `round`); the
+ * derivative to gp where gp is not NULL (gelu_linear_over: gp may be x itself), else times da
+ * into dx (dx[i] = 0 + term when `fresh`). */
+CT_HOT static void gelu_span(const float *x,
+                             float *a,
+                             bool round,
+                             uint16_t *h,
+                             float *gp,
+                             const float *da,
+                             float *dx,
+                             bool fresh,
+                             int64_t n) {
     float y[GELU_SPAN], d[GELU_SPAN];
     for (int64_t i0 = 0; i0 < n; i0 += GELU_SPAN) {
         int64_t len = n - i0 < GELU_SPAN ? n - i0 : GELU_SPAN;
-        const float *xs = x + i0, *das = da + i0;
+        const float *xs = x + i0;
+        float *ds = gp ? gp + i0 : d; /* gp[i] written after x[i] is read: gp may be x */
         for (int64_t i = 0; i < len; i++) {
             float z = xs[i] * INV_SQRT_2, e = ct_vexpf(-z * z), erf = ct_verff_exp(z, e);
             y[i] = 0.5f * xs[i] * (1.0f + erf);
-            d[i] = das[i] * (0.5f * (1.0f + erf) + xs[i] * INV_SQRT_2PI * e);
+            ds[i] = 0.5f * (1.0f + erf) + xs[i] * INV_SQRT_2PI * e;
         }
         if (h)
             for (int64_t i = 0; i < len; i++)
@@ -196,8 +201,11 @@ CT_HOT static void gelu_bwd_act_span(const float *x,
                 a[i0 + i] = ct_vround_bf16(y[i]);
         else
             memcpy(a + i0, y, (size_t)len * sizeof(float));
-        float *dxs = dx + i0;
-        ADD_INTO(fresh, dxs, len, d[i]);
+        if (!gp) {
+            const float *das = da + i0;
+            float *dxs = dx + i0;
+            ADD_INTO(fresh, dxs, len, das[i] * d[i]);
+        }
     }
 }
 
@@ -216,8 +224,8 @@ CT_HOT void ct_ops_gelu_bwd_act(ct_graph *g,
         int nt = ct_ops_threads(g, items, GELU_BLOCK * 24);
         CT_PAR_FOR(nt, it, items, {
             int64_t lo = it * GELU_BLOCK, len = n - lo < GELU_BLOCK ? n - lo : GELU_BLOCK;
-            gelu_bwd_act_span(x + lo, da + lo, dx + lo, a ? a + lo : NULL, round, h ? h + lo : NULL,
-                              len, fresh);
+            gelu_span(x + lo, a ? a + lo : NULL, round, h ? h + lo : NULL, NULL, da + lo, dx + lo,
+                      fresh, len);
         });
         return;
     }
@@ -228,31 +236,6 @@ CT_HOT void ct_ops_gelu_bwd_act(ct_graph *g,
     }
     if (dx && fresh) memset(dx, 0, (size_t)n * sizeof(float));
     if (dx) ct_ops_gelu_bwd(g, approx, x, da, dx, n);
-}
-
-/* One work item of ct_ops_gelu_fwd_keep's fast path: erf and exp once for the activation and
- * the derivative, in gelu_fast's and gelu_grad_fast's expressions (so their bits). */
-CT_HOT static void
-gelu_keep_span(const float *x, float *a, bool round, uint16_t *h, float *gp, int64_t n) {
-    float y[GELU_SPAN];
-    for (int64_t i0 = 0; i0 < n; i0 += GELU_SPAN) {
-        int64_t len = n - i0 < GELU_SPAN ? n - i0 : GELU_SPAN;
-        const float *xs = x + i0;
-        float *gs = gp + i0;
-        for (int64_t i = 0; i < len; i++) {
-            float z = xs[i] * INV_SQRT_2, e = ct_vexpf(-z * z), erf = ct_verff_exp(z, e);
-            y[i] = 0.5f * xs[i] * (1.0f + erf);
-            gs[i] = 0.5f * (1.0f + erf) + xs[i] * INV_SQRT_2PI * e;
-        }
-        if (h)
-            for (int64_t i = 0; i < len; i++)
-                h[i0 + i] = bf16_bits(y[i]);
-        else if (round)
-            for (int64_t i = 0; i < len; i++)
-                a[i0 + i] = ct_vround_bf16(y[i]);
-        else
-            memcpy(a + i0, y, (size_t)len * sizeof(float));
-    }
 }
 
 CT_HOT void ct_ops_gelu_fwd_keep(ct_graph *g,
@@ -268,7 +251,8 @@ CT_HOT void ct_ops_gelu_fwd_keep(ct_graph *g,
         int nt = ct_ops_threads(g, items, GELU_BLOCK * 16);
         CT_PAR_FOR(nt, it, items, {
             int64_t lo = it * GELU_BLOCK, len = n - lo < GELU_BLOCK ? n - lo : GELU_BLOCK;
-            gelu_keep_span(x + lo, a ? a + lo : NULL, round, h ? h + lo : NULL, gp + lo, len);
+            gelu_span(x + lo, a ? a + lo : NULL, round, h ? h + lo : NULL, gp + lo, NULL, NULL,
+                      false, len);
         });
         return;
     }
