@@ -264,9 +264,9 @@ void ct_k_gemm_bias(ct_ctx *ctx,
     if (ctx->kernels != CT_KERNELS_REFERENCE &&
         gemm_tiled(ctx, bf16, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc, bias))
         return;
-    /* the reference kernels, or a bf16 product the tiles do not take: the same copy first */
-    int nt = ct_threads_for(ctx, m, n);
-    CT_PAR_FOR(nt, r, m, memcpy(c + r * ldc, bias, (size_t)n * sizeof(float)););
+    /* the reference kernels (for tests), or a bf16 product the tiles do not take (nested in a
+     * parallel region): the same copy first */
+    fill_rows(c, m, n, ldc, bias);
     if (bf16)
         ct_k_gemm_bf16(ctx, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
     else
