@@ -43,7 +43,7 @@ CT_HOT static void round_into(ct_graph *g, const float *x, uint16_t *dst, int64_
     });
 }
 
-const uint16_t *ct_ops_bf16(ct_graph *g, const float *x, int64_t n) {
+uint16_t *ct_ops_bf16(ct_graph *g, const float *x, int64_t n) {
     uint16_t *dst = ct_graph_alloc(g, (size_t)(n > 0 ? n : 1) * sizeof(uint16_t));
     if (dst) round_into(g, x, dst, n);
     return dst;

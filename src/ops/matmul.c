@@ -11,7 +11,9 @@
  * computes every gradient of the op from those (the bias gradient too, summed in f64 as in
  * f32 mode). Where the context has a native bf16 GEMM (ct_ops_bf16_native) the copies are bf16
  * for ct_k_gemm_bf16, each operand rounded once per product and each weight once per update
- * (ct_ops_bf16_tensor); elsewhere they are f32 values for ct_k_gemm.
+ * (ct_ops_bf16_tensor); elsewhere they are f32 values for ct_k_gemm. Linear keeps its input's
+ * bf16 copy for dW instead of rounding x again (2 bytes per element of x until the step's
+ * graph is reset, as autocast keeps the bf16 input it multiplied), the same values.
  *
  * gelu_linear is linear(gelu(x)) keeping only x: the activation is computed into scratch in
  * the forward pass and again in the backward pass (by ct_op_gelu's own loops), so a GPT's MLP
@@ -219,7 +221,9 @@ ct_tensor *ct_op_matmul(ct_graph *g, ct_tensor *a, ct_tensor *b) {
 }
 
 /* iarg: [0] rows R, [1] in, [2] out, [3] 0, or 1 + ct_gelu_approx for gelu_linear, [4] 1 for
- * gelu_linear_over (x's data holds gelu'(x), saved the activation) */
+ * gelu_linear_over (x's data holds gelu'(x), saved the activation). saved: gelu_linear_over's
+ * activation; for linear x's bf16 copy where the native bf16 GEMM made one for a weight with
+ * a gradient (x not a parameter), else NULL */
 CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
     ct_ctx *ctx = ct_graph_ctx(g);
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
@@ -249,6 +253,8 @@ CT_HOT static void linear_backward(ct_graph *g, ct_node *n) {
         }
         da = dx ? ct_graph_alloc(g, count * sizeof(float)) : NULL; /* the GEMM writes it whole */
         if (dx && !da) return;
+    } else if (dw && native && n->saved) {
+        xv.h = n->saved; /* x's bf16 copy, kept by the forward pass */
     } else if (dw) {
         xv = backward_operand(g, n, 0); /* only dW reads x */
     }
@@ -330,9 +336,15 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
                       "tensor no op has read yet), not a parameter or a leaf");
         return NULL;
     }
-    void *kept = NULL; /* gelu_linear_over: the activation, kept for dW */
+    void *kept = NULL; /* gelu_linear_over: the activation, kept for dW; linear: x in bf16 */
     operand xv = {NULL, NULL};
-    if (over) { /* the activation and, over x, gelu'(x), in one pass */
+    if (!gelu && native && record && ct_graph_needs_grad(g, 1, &weight) &&
+        !(x->flags & CT_TENSOR_PARAM)) {
+        /* the copy the product multiplies, kept for dW rather than made again in backward */
+        kept = ct_ops_bf16(g, x->data, rows * fan_in);
+        if (!kept) return NULL;
+        xv.h = kept;
+    } else if (over) { /* the activation and, over x, gelu'(x), in one pass */
         int64_t count = rows * fan_in;
         kept = ct_graph_alloc(g, gelu_kept_bytes(count, native));
         if (!kept) return NULL;
@@ -343,7 +355,7 @@ linear_op(ct_graph *g, ct_tensor *x, ct_tensor *weight, ct_tensor *bias, int gel
     ct_graph_mark mark = ct_graph_scratch_mark(g); /* the rounded operands die with the product */
     if (gelu && !over) { /* the activation, in scratch (rounded): backward computes it again */
         xv = gelu_operand(g, (ct_gelu_approx)(gelu - 1), x->data, rows * fan_in, autocast, native);
-    } else if (!gelu) {
+    } else if (!gelu && !kept) {
         xv = forward_operand(g, x);
     }
     operand wv = forward_operand(g, weight);

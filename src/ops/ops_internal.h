@@ -112,7 +112,7 @@ ct_ops_round_dy(ct_graph *g, const ct_node *n, const float *dy, int64_t count);
  * context's ct_k_gemm_bf16_native); when not, ops multiply f32 copies rounded as above. */
 CT_INTERNAL bool ct_ops_bf16_native(ct_graph *g);
 /* x[0..n) rounded to bf16 into scratch (take a mark first); NULL on arena failure. */
-CT_INTERNAL const uint16_t *ct_ops_bf16(ct_graph *g, const float *x, int64_t n);
+CT_INTERNAL uint16_t *ct_ops_bf16(ct_graph *g, const float *x, int64_t n);
 /* t's values rounded to bf16: for a parameter, the graph's copy of them, made on first use and
  * kept to ct_graph_reset or the next ct_ctx_weights_changed (so it must not be written between
  * uses without one of those); for any other tensor ct_ops_bf16's scratch copy. */

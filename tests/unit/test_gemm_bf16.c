@@ -3,8 +3,9 @@
  * against its naive twin on odd shapes, every transpose, padded strides and both betas, with
  * the same bits for 1 and 2 threads; ct_k_gemm_bias (a linear layer's product, the bias copied
  * into each tile's rows) against the bias copied in and the GEMM with beta 1, f32 and bf16, on
- * every kernel set; and the ops' cache of bf16 weight copies: shared within one update, dropped
- * by an optimizer step, and no GEMM primitive made twice for a step.
+ * every kernel set; the ops' cache of bf16 weight copies: shared within one update, dropped
+ * by an optimizer step, and no GEMM primitive made twice for a step; and linear's dW from the
+ * bf16 copy of x its forward pass kept.
  */
 #include <string.h>
 
@@ -304,6 +305,40 @@ static void linear_should_build_no_gemm_plans_on_a_repeated_step(void) {
     free_net(t);
 }
 
+/* The weight gradient of one step of t's layer (sum of its outputs as the loss), with x's
+ * values doubled between the forward and the backward pass if change_x. */
+static float *weight_grad(net *t, bool change_x) {
+    const int64_t xshape[2] = {R, IN};
+    float *dw = calloc(OUT * IN, sizeof(float));
+    ct_tensor *x = ct_graph_new(t->g, CT_F32, 2, xshape);
+    if (x) memcpy(x->data, t->x, sizeof t->x);
+    ct_tensor *y = x ? ct_op_linear(t->g, x, t->w, t->bias) : NULL;
+    ct_tensor *loss = y ? ct_op_sum(t->g, y, -1, false) : NULL;
+    loss = loss ? ct_op_sum(t->g, loss, 0, false) : NULL;
+    CT_CHECK(loss != NULL);
+    if (!loss) return dw;
+    if (change_x)
+        for (int64_t i = 0; i < R * IN; i++)
+            ((float *)x->data)[i] *= 2.0f;
+    CT_CHECK(ct_graph_backward(t->g, loss) == CT_OK);
+    memcpy(dw, ct_params_grads(t->params), OUT * IN * sizeof(float)); /* the weight comes first */
+    return dw;
+}
+
+static void linear_should_take_dw_from_the_bf16_copy_its_forward_pass_made(void) {
+    net *a = make_net(), *b = make_net();
+    float *plain = weight_grad(a, false), *changed = weight_grad(b, true);
+    /* the native bf16 GEMM multiplies the copy of x kept from the forward pass, the f32
+       kernels (no OpenMP: no oneDNN) read x again */
+    bool kept = memcmp(plain, changed, OUT * IN * sizeof(float)) == 0;
+    CT_CHECK_MSG(kept == ct_k_gemm_bf16_native(a->ctx), "dW %s x's values at backward",
+                 kept ? "ignored" : "read");
+    free(plain);
+    free(changed);
+    free_net(a);
+    free_net(b);
+}
+
 /* The bias gradient of a linear layer (300 rows: two blocks of the f64 sum; 70 outputs: a
  * partial block of columns) under bf16 autocast, with the given bf16 kernels. */
 static float *bias_grad(ct_bf16_kernels kernels, int64_t threads) {
@@ -351,6 +386,7 @@ int main(void) {
     CT_RUN(linear_should_see_a_weight_changed_by_the_optimizer);
     CT_RUN(linear_should_round_a_weight_once_per_update);
     CT_RUN(linear_should_build_no_gemm_plans_on_a_repeated_step);
+    CT_RUN(linear_should_take_dw_from_the_bf16_copy_its_forward_pass_made);
     CT_RUN(linear_should_sum_the_bf16_bias_gradient_as_the_f32_kernels_do);
     return ct_test_finish();
 }
