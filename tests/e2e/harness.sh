@@ -99,13 +99,13 @@ rank_pid() {
     done
 }
 
-# wait_gone PID: waits up to 60 s for the background process PID to end; its exit code in
-# $rc, and $ended set to 1 when it ended in time (else rc is empty and the job still runs:
-# end_job ends it)
+# wait_gone PID [SECONDS]: waits up to SECONDS (default 60) for the background process PID to
+# end; its exit code in $rc, and $ended set to 1 when it ended in time (else rc is empty and
+# the job still runs: end_job ends it)
 wait_gone() {
     ended=
     rc=
-    for _ in $(seq 600); do
+    for _ in $(seq $((${2:-60} * 10))); do
         if ! kill -0 "$1" 2>/dev/null; then
             ended=1
             break

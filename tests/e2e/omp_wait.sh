@@ -81,7 +81,7 @@ for _ in $(seq 200); do
 done
 verdict fit_should_run_in_its_own_pid_with_the_spin_count "$why"
 kill -TERM "$bg_pid" 2>/dev/null
-wait_gone "$bg_pid"
+wait_gone "$bg_pid" 30 # two of these and two starts fit in the test's 120 s
 [[ -z $ended ]] && end_job "$bg_pid" run-default
 bg_pid=
 
@@ -107,7 +107,7 @@ for _ in $(seq 200); do
 done
 verdict fit_should_keep_the_users_wait_policy "$why"
 kill -TERM "$bg_pid" 2>/dev/null
-wait_gone "$bg_pid"
+wait_gone "$bg_pid" 30 # two of these and two starts fit in the test's 120 s
 [[ -z $ended ]] && end_job "$bg_pid" run-user
 bg_pid=
 
