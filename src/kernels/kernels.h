@@ -67,10 +67,11 @@ CT_INTERNAL ct_k_gemm_bf16_fn ct_k_gemm_bf16_ref;
 
 /*
  * C = op(A) @ op(B) + bias, bias [N] added to every row (a linear layer's output), with a and b
- * f32 (ct_k_gemm) or, when bf16, bf16 (ct_k_gemm_bf16). C's rows start as the bias and the
- * product adds to them (beta 1), so the bits are those of copying the bias in and calling the
- * GEMM with beta 1; on the tiled path each tile copies its own rows just before its product,
- * on its thread, while they are in cache.
+ * f32 (ct_k_gemm) or, when bf16, bf16 (ct_k_gemm_bf16). A tile that oneDNN's matmul runs adds
+ * the bias to its finished sums as it writes them (a primitive with a bias argument); any
+ * other tile, and the untiled paths, start C's rows as the bias and add the product to them
+ * (beta 1), on the tile's thread just before its product. Either way the bits depend on the
+ * shape only, not on the thread count.
  */
 CT_INTERNAL void ct_k_gemm_bias(ct_ctx *ctx,
                                 bool bf16,
@@ -103,11 +104,14 @@ CT_INTERNAL int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx);
  * one-thread primitive for that tile geometry (call it outside parallel regions, with the
  * number of threads that will run tiles); false means use OpenBLAS. run executes one tile on
  * the calling thread; false means it did nothing (use another kernel for that tile). With bf16
- * the primitive takes bf16 operands (a and b point at uint16_t), else f32 ones.
+ * the primitive takes bf16 operands (a and b point at uint16_t), else f32 ones. With bias (a
+ * primitive of its own) the tile's rows are bias[0..n) plus the product, added once to the
+ * finished sum as a copy of the bias into C and beta 1 would add it (prepare with beta 0).
  */
 CT_INTERNAL bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                                           int nt,
                                           bool bf16,
+                                          bool bias,
                                           bool trans_a,
                                           bool trans_b,
                                           int64_t m,
@@ -131,6 +135,7 @@ CT_INTERNAL bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                                       const void *b,
                                       int64_t ldb,
                                       float beta,
+                                      const float *bias,
                                       float *c,
                                       int64_t ldc);
 

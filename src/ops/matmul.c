@@ -27,8 +27,8 @@
  * the product multiplied it) in the node's saved block: its backward pass reads both and
  * computes no erf or exp, holding what gelu then linear would.
  *
- * Linear's bias is copied into the output rows by the GEMM's tiles, each just before its product
- * adds to them (ct_k_gemm_bias).
+ * Linear's bias is added by the GEMM's tiles (ct_k_gemm_bias): oneDNN's matmul adds it to its
+ * finished sums, other kernels copy it into the tile's rows just before the product.
  */
 #include <string.h>
 

@@ -59,7 +59,7 @@ typedef struct gemm_job {
     float beta;
     float *c;
     int64_t ldc;
-    const float *bias; /* NULL, or [n] copied into the tile's rows before its product */
+    const float *bias; /* NULL, or [n] added to every row of C (ct_k_gemm_bias) */
 } gemm_job;
 
 /* rows x cols of C at stride ldc set to bias[0..cols) in every row. */
@@ -84,10 +84,14 @@ static void gemm_tile(const gemm_job *j, int64_t i) {
         ct = j->c + lo * j->ldc;
         tm = len;
     }
-    if (j->bias) fill_rows(ct, tm, tn, j->ldc, j->bias + (j->split_n ? lo : 0));
-    if (j->dnn && ct_k_onednn_gemm_run(j->ctx, j->bf16, j->trans_a, j->trans_b, tm, tn, j->k,
-                                       j->alpha, at, j->lda, bt, j->ldb, j->beta, ct, j->ldc))
+    const float *bias = j->bias ? j->bias + (j->split_n ? lo : 0) : NULL;
+    /* with a bias, oneDNN adds it to the finished sums (beta 0); the other kernels copy it in
+     * first and add the product to it (beta 1) */
+    if (j->dnn &&
+        ct_k_onednn_gemm_run(j->ctx, j->bf16, j->trans_a, j->trans_b, tm, tn, j->k, j->alpha, at,
+                             j->lda, bt, j->ldb, bias ? 0.0f : j->beta, bias, ct, j->ldc))
         return;
+    if (bias) fill_rows(ct, tm, tn, j->ldc, bias);
     if (j->bf16) /* oneDNN refused at run time (out of memory): C is untouched */
         ct_k_gemm_bf16_ref(j->ctx, j->trans_a, j->trans_b, tm, tn, j->k, j->alpha,
                            (const uint16_t *)(const void *)at, j->lda,
@@ -142,11 +146,12 @@ static bool gemm_tiled(ct_ctx *ctx,
     bool dnn = ctx->kernels == CT_KERNELS_FAST && ct_omp_level() == 0 &&
                (bf16 || 2.0 * (double)m * (double)n * (double)k >= 1e6);
     if (dnn)
-        dnn = ct_k_onednn_gemm_prepare(ctx, nt, bf16, trans_a, trans_b, split_n ? m : t,
-                                       split_n ? t : n, k, alpha, lda, ldb, beta, ldc) &&
-              (tail == t ||
-               ct_k_onednn_gemm_prepare(ctx, nt, bf16, trans_a, trans_b, split_n ? m : tail,
-                                        split_n ? tail : n, k, alpha, lda, ldb, beta, ldc));
+        dnn = ct_k_onednn_gemm_prepare(ctx, nt, bf16, bias != NULL, trans_a, trans_b,
+                                       split_n ? m : t, split_n ? t : n, k, alpha, lda, ldb,
+                                       bias ? 0.0f : beta, ldc) &&
+              (tail == t || ct_k_onednn_gemm_prepare(ctx, nt, bf16, bias != NULL, trans_a, trans_b,
+                                                     split_n ? m : tail, split_n ? tail : n, k,
+                                                     alpha, lda, ldb, bias ? 0.0f : beta, ldc));
     if (bf16 && !dnn) return false;
     /* oneDNN inside a one-thread (inactive) region, or outside any, would otherwise fork its
      * own team */

@@ -22,14 +22,14 @@
 
 typedef struct gemm_key {
     int64_t m, n, k, lda, ldb, ldc;
-    int32_t trans_a, trans_b, bf16;
+    int32_t trans_a, trans_b, bf16, bias;
     float alpha, beta;
 } gemm_key;
 
 typedef struct gemm_plan {
     gemm_key key;
     dnnl_primitive_t prim; /* NULL: oneDNN cannot do it (cached so we do not retry) */
-    dnnl_memory_desc_t a_md, b_md, c_md, scratch_md;
+    dnnl_memory_desc_t a_md, b_md, c_md, bias_md, scratch_md;
     size_t scratch_bytes;
     struct gemm_plan *next;
 } gemm_plan;
@@ -49,6 +49,7 @@ static void plan_build(onednn_state *st, gemm_plan *p) {
     dnnl_dims_t as = {k->trans_a ? 1 : k->lda, k->trans_a ? k->lda : 1};
     dnnl_dims_t bs = {k->trans_b ? 1 : k->ldb, k->trans_b ? k->ldb : 1};
     dnnl_dims_t cs = {k->ldc, 1};
+    dnnl_dims_t biasd = {1, k->n}, biass = {k->n, 1};
     dnnl_matmul_desc_t desc;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
@@ -58,7 +59,10 @@ static void plan_build(onednn_state *st, gemm_plan *p) {
         dnnl_memory_desc_init_by_strides(&p->a_md, 2, ad, dt, as) == dnnl_success &&
         dnnl_memory_desc_init_by_strides(&p->b_md, 2, bd, dt, bs) == dnnl_success &&
         dnnl_memory_desc_init_by_strides(&p->c_md, 2, cd, dnnl_f32, cs) == dnnl_success &&
-        dnnl_matmul_desc_init(&desc, &p->a_md, &p->b_md, NULL, &p->c_md) == dnnl_success &&
+        (!k->bias || dnnl_memory_desc_init_by_strides(&p->bias_md, 2, biasd, dnnl_f32, biass) ==
+                         dnnl_success) &&
+        dnnl_matmul_desc_init(&desc, &p->a_md, &p->b_md, k->bias ? &p->bias_md : NULL, &p->c_md) ==
+            dnnl_success &&
         dnnl_primitive_attr_create(&attr) == dnnl_success &&
         dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
     if (ok && k->alpha != 1.0f)
@@ -106,6 +110,7 @@ static void plan_evict(ct_ctx *ctx, onednn_state *st) {
 }
 
 static gemm_key make_key(bool bf16,
+                         bool bias,
                          bool ta,
                          bool tb,
                          int64_t m,
@@ -129,6 +134,7 @@ static gemm_key make_key(bool bf16,
     key.alpha = alpha;
     key.beta = beta;
     key.bf16 = bf16;
+    key.bias = bias;
     return key;
 }
 
@@ -160,6 +166,7 @@ int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx) {
 bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                               int nt,
                               bool bf16,
+                              bool bias,
                               bool ta,
                               bool tb,
                               int64_t m,
@@ -172,7 +179,7 @@ bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                               int64_t ldc) {
     onednn_state *st = ct_k_onednn_state(ctx, nt);
     if (!st || k == 0) return false;
-    gemm_key key = make_key(bf16, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+    gemm_key key = make_key(bf16, bias, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
     gemm_plan *p = plan_find(st, &key);
     if (!p) {
         plan_evict(ctx, st);
@@ -201,35 +208,42 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                           const void *b,
                           int64_t ldb,
                           float beta,
+                          const float *bias,
                           float *c,
                           int64_t ldc) {
     onednn_state *st = ctx->onednn;
-    gemm_key key = make_key(bf16, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+    gemm_key key = make_key(bf16, bias != NULL, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
     gemm_plan *p = st ? plan_find(st, &key) : NULL;
     if (!p || !p->prim) return false;
     int tid = omp_get_thread_num();
     if (tid >= st->n_streams) return false;
     if (p->scratch_bytes > st->scratch_size) return false;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
-    bool ok = dnnl_memory_create(&ma, &p->a_md, st->engine, (void *)(uintptr_t)a) == dnnl_success &&
-              dnnl_memory_create(&mb, &p->b_md, st->engine, (void *)(uintptr_t)b) == dnnl_success &&
-              dnnl_memory_create(&mc, &p->c_md, st->engine, c) == dnnl_success &&
-              dnnl_memory_create(&ms, &p->scratch_md, st->engine, st->scratch[tid]) == dnnl_success;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL, mbias = NULL;
+    bool ok =
+        dnnl_memory_create(&ma, &p->a_md, st->engine, (void *)(uintptr_t)a) == dnnl_success &&
+        dnnl_memory_create(&mb, &p->b_md, st->engine, (void *)(uintptr_t)b) == dnnl_success &&
+        dnnl_memory_create(&mc, &p->c_md, st->engine, c) == dnnl_success &&
+        dnnl_memory_create(&ms, &p->scratch_md, st->engine, st->scratch[tid]) == dnnl_success &&
+        (!bias || dnnl_memory_create(&mbias, &p->bias_md, st->engine, (void *)(uintptr_t)bias) ==
+                      dnnl_success);
     /* A failure here happens before any arithmetic (argument checks; the CPU stream's wait
      * is a no-op), so C is untouched and the caller's OpenBLAS fallback cannot add twice. */
     if (ok) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma},
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, ma},
                                    {DNNL_ARG_WEIGHTS, mb},
                                    {DNNL_ARG_DST, mc},
-                                   {DNNL_ARG_SCRATCHPAD, ms}};
-        ok = dnnl_primitive_execute(p->prim, st->streams[tid], 4, args) == dnnl_success &&
-             dnnl_stream_wait(st->streams[tid]) == dnnl_success;
+                                   {DNNL_ARG_SCRATCHPAD, ms},
+                                   {DNNL_ARG_BIAS, mbias}};
+        ok =
+            dnnl_primitive_execute(p->prim, st->streams[tid], bias ? 5 : 4, args) == dnnl_success &&
+            dnnl_stream_wait(st->streams[tid]) == dnnl_success;
     }
     if (ok && bf16) __atomic_fetch_add(&st->bf16_gemms, 1, __ATOMIC_RELAXED);
     if (ma) dnnl_memory_destroy(ma);
     if (mb) dnnl_memory_destroy(mb);
     if (mc) dnnl_memory_destroy(mc);
     if (ms) dnnl_memory_destroy(ms);
+    if (mbias) dnnl_memory_destroy(mbias);
     return ok;
 }
 
@@ -253,6 +267,7 @@ int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx) {
 bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                               int nt,
                               bool bf16,
+                              bool bias,
                               bool ta,
                               bool tb,
                               int64_t m,
@@ -263,8 +278,8 @@ bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                               int64_t ldb,
                               float beta,
                               int64_t ldc) {
-    (void)ctx, (void)nt, (void)bf16, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha,
-        (void)lda;
+    (void)ctx, (void)nt, (void)bf16, (void)bias, (void)ta, (void)tb, (void)m, (void)n, (void)k,
+        (void)alpha, (void)lda;
     (void)ldb, (void)beta, (void)ldc;
     return false; /* without OpenMP we cannot pin oneDNN to one thread: OpenBLAS does it all */
 }
@@ -282,8 +297,10 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                           const void *b,
                           int64_t ldb,
                           float beta,
+                          const float *bias,
                           float *c,
                           int64_t ldc) {
+    (void)bias;
     (void)ctx, (void)bf16, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a,
         (void)lda;
     (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
