@@ -96,6 +96,8 @@ CT_INTERNAL bool ct_k_gemm_bf16_native(ct_ctx *ctx);
 CT_INTERNAL bool ct_k_onednn_bf16_native(ct_ctx *ctx);
 /* How many GEMM tiles ran on oneDNN's bf16 matmul in this context (for tests). */
 CT_INTERNAL int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx);
+/* How many GEMM tiles oneDNN's matmul ran with a bias argument (ct_k_gemm_bias; for tests). */
+CT_INTERNAL int64_t ct_k_onednn_bias_gemms(const ct_ctx *ctx);
 /* How many GEMM primitives this context has created (for tests: a repeated step makes none). */
 CT_INTERNAL int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx);
 

@@ -158,6 +158,11 @@ int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx) {
     return st ? __atomic_load_n(&st->bf16_gemms, __ATOMIC_RELAXED) : 0;
 }
 
+int64_t ct_k_onednn_bias_gemms(const ct_ctx *ctx) {
+    const onednn_state *st = ctx->onednn;
+    return st ? __atomic_load_n(&st->bias_gemms, __ATOMIC_RELAXED) : 0;
+}
+
 int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx) {
     const onednn_state *st = ctx->onednn;
     return st ? st->gemm_plans_built : 0;
@@ -239,6 +244,7 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
             dnnl_stream_wait(st->streams[tid]) == dnnl_success;
     }
     if (ok && bf16) __atomic_fetch_add(&st->bf16_gemms, 1, __ATOMIC_RELAXED);
+    if (ok && bias) __atomic_fetch_add(&st->bias_gemms, 1, __ATOMIC_RELAXED);
     if (ma) dnnl_memory_destroy(ma);
     if (mb) dnnl_memory_destroy(mb);
     if (mc) dnnl_memory_destroy(mc);
@@ -255,6 +261,11 @@ bool ct_k_onednn_bf16_native(ct_ctx *ctx) {
 }
 
 int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx) {
+    (void)ctx;
+    return 0;
+}
+
+int64_t ct_k_onednn_bias_gemms(const ct_ctx *ctx) {
     (void)ctx;
     return 0;
 }
