@@ -82,7 +82,9 @@ CT_API ct_rng *ct_graph_rng(ct_graph *g);
  * the same inputs round to the same bits). With native bf16 GEMMs (ct_ctx_params.bf16_kernels)
  * a parameter's rounded copy is kept to the next ct_graph_reset or optimizer update and shared
  * by the passes in between: reset the graph before writing parameter values yourself between
- * forward passes. causal_attention
+ * forward passes; and linear keeps the rounded copy of its input (2 bytes an element, to the
+ * next ct_graph_reset) for its weight gradient. As in f32, an op's inputs must not be written
+ * between its forward pass and the backward pass. causal_attention
  * rounds q, k, v and its incoming gradient (the probabilities stay f32 inside the fused
  * kernel). Every other op, the losses, the norms and the parameters (the master weights) and
  * their gradients stay f32. Any other dtype is a CT_ERR_INVALID_ARG (recorded as the graph's

@@ -107,8 +107,9 @@ CT_INTERNAL int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx);
  * number of threads that will run tiles); false means use OpenBLAS. run executes one tile on
  * the calling thread; false means it did nothing (use another kernel for that tile). With bf16
  * the primitive takes bf16 operands (a and b point at uint16_t), else f32 ones. With bias (a
- * primitive of its own) the tile's rows are bias[0..n) plus the product, added once to the
- * finished sum as a copy of the bias into C and beta 1 would add it (prepare with beta 0).
+ * primitive of its own; prepare with beta 0 and alpha 1) the tile's rows are bias[0..n) added
+ * to the finished sums, which may round differently from the bias copied into C and added to
+ * with beta 1 where oneDNN sums K in blocks.
  */
 CT_INTERNAL bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
                                           int nt,

@@ -5,10 +5,10 @@
  *
  * The cache path packs the new tokens of every row fed in a call into one matrix [P, C]
  * (a row's prompt, or its one new token; or its whole window again after a slide), so each
- * weight matrix is one GEMM over all of them, as the graph's linear op runs it (ct_k_gemm:
- * OpenBLAS or oneDNN tiles). Attention is per (row, head): the row's new queries against its
- * cached keys and values, two GEMMs around the masked softmax rows of attention.c. Layer
- * norm, GELU and the sums are the ops' own formulas. Everything lives in buffers sized at
+ * weight matrix is one GEMM over all of them, as the graph's linear op runs it
+ * (ct_k_gemm_bias: oneDNN or OpenBLAS tiles). Attention is per (row, head): the row's new queries
+ * against its cached keys and values, two GEMMs around the masked softmax rows of attention.c.
+ * Layer norm, GELU and the sums are the ops' own formulas. Everything lives in buffers sized at
  * create for the largest call (the context, or the number of rows, whichever is larger: a
  * call with more packed tokens runs in several passes).
  *
@@ -316,7 +316,7 @@ static void small_linear(
 
 /* y [rows, out] = x [rows, in] @ w^T + b over a pass: the rows of short segments (the first
  * n_short) by small_linear, each longer segment (a prompt, a slid window) by one GEMM as the
- * linear op runs it (bias first, beta 1). Which kernel a row meets depends only on its own
+ * linear op runs it (ct_k_gemm_bias). Which kernel a row meets depends only on its own
  * segment's length, so a prompt's results do not depend on the prompts beside it. */
 static void linear(ct_model_decoder *d,
                    const float *x,     /* [rows, in] */
@@ -329,14 +329,12 @@ static void linear(ct_model_decoder *d,
     for (int64_t s = 0; s < d->n_seg; s++) {
         int64_t off = d->seg_off[s], rows = d->seg_len[s];
         if (off < d->n_short) continue;
-        float beta = 0.0f;
-        if (b) {
-            for (int64_t r = off; r < off + rows; r++)
-                memcpy(y + r * out, b->data, fsz(out));
-            beta = 1.0f;
-        }
-        ct_k_gemm(ctx, false, true, rows, out, in, 1.0f, x + off * in, in, w->data, in, beta,
-                  y + off * out, out);
+        if (b)
+            ct_k_gemm_bias(ctx, false, false, true, rows, out, in, x + off * in, in, w->data, in,
+                           b->data, y + off * out, out);
+        else
+            ct_k_gemm(ctx, false, true, rows, out, in, 1.0f, x + off * in, in, w->data, in, 0.0f,
+                      y + off * out, out);
     }
 }
 

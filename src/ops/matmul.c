@@ -13,7 +13,7 @@
  * for ct_k_gemm_bf16, each operand rounded once per product and each weight once per update
  * (ct_ops_bf16_tensor); elsewhere they are f32 values for ct_k_gemm. Linear keeps its input's
  * bf16 copy for dW instead of rounding x again (2 bytes per element of x until the step's
- * graph is reset, as autocast keeps the bf16 input it multiplied), the same values.
+ * graph is reset, as PyTorch's autocast does), the same values.
  *
  * gelu_linear is linear(gelu(x)) keeping only x: the activation is computed into scratch in
  * the forward pass and again in the backward pass (by ct_op_gelu's own loops), so a GPT's MLP

@@ -93,7 +93,8 @@ CT_INTERNAL void ct_ops_gelu_bwd_kept(
  * rounds as the forward pass did; does nothing otherwise. The rounded operands themselves are
  * not kept: rounding is a pure function of the inputs, which do not change before backward,
  * so the backward pass rounds them again into scratch (an arena copy of every matmul operand
- * would outlive the forward pass: 47 MiB of the GPT example's peak). */
+ * would outlive the forward pass: 47 MiB of the GPT example's peak). The exception is linear's
+ * input under the native bf16 GEMM, kept in bf16 for dW (matmul.c). */
 CT_INTERNAL void ct_ops_note_autocast(ct_graph *g, ct_node *node);
 /* Whether the node's forward pass ran under bf16 autocast (ct_ops_note_autocast marked it). */
 CT_INTERNAL bool ct_ops_ran_autocast(const ct_node *n);
@@ -111,7 +112,8 @@ ct_ops_round_dy(ct_graph *g, const ct_node *n, const float *dy, int64_t count);
 /* bf16 operands (bf16_cast.c). Whether this graph's bf16 products run on ct_k_gemm_bf16 (its
  * context's ct_k_gemm_bf16_native); when not, ops multiply f32 copies rounded as above. */
 CT_INTERNAL bool ct_ops_bf16_native(ct_graph *g);
-/* x[0..n) rounded to bf16 into scratch (take a mark first); NULL on arena failure. */
+/* x[0..n) rounded to bf16 into the graph's arena (scratch when taken inside a mark); NULL on
+ * arena failure. */
 CT_INTERNAL uint16_t *ct_ops_bf16(ct_graph *g, const float *x, int64_t n);
 /* t's values rounded to bf16: for a parameter, the graph's copy of them, made on first use and
  * kept to ct_graph_reset or the next ct_ctx_weights_changed (so it must not be written between

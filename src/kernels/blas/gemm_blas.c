@@ -121,6 +121,7 @@ static bool gemm_tiled(ct_ctx *ctx,
                        int64_t ldc,
                        const float *bias) {
     if (m == 0 || n == 0) return true;
+    CT_ASSERT(!bias || alpha == 1.0f); /* oneDNN's output scale would scale the bias too */
     if (bias) beta = 1.0f;
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
         ldc > INT32_MAX) {

@@ -311,9 +311,8 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                           const float *bias,
                           float *c,
                           int64_t ldc) {
-    (void)bias;
-    (void)ctx, (void)bf16, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a,
-        (void)lda;
+    (void)ctx, (void)bf16, (void)bias, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha,
+        (void)a, (void)lda;
     (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
     return false;
 }
