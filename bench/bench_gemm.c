@@ -1,8 +1,9 @@
 /*
  * bench_gemm.c - the ceiling the matrix products set on a reference model's training step: each
- * GEMM of the step (forward, input gradient, weight gradient of every linear layer, at the
- * example's batch) run alone through ctrain's GEMM (the tiles on oneDNN that training runs) on
- * hot operands, and their FLOPs over their summed times. bench/models.py sets this figure
+ * GEMM of the step (forward with its bias, input gradient, weight gradient of every linear
+ * layer, at the example's batch) run alone through ctrain's GEMM (the tiles on oneDNN that
+ * training runs, ct_k_gemm_bias for the forward products) on hot operands, and their FLOPs
+ * over their summed times. bench/models.py sets this figure
  * beside each model's achieved GFLOP/s: a step can only approach it, since the rest of the step
  * (activations, losses, the optimizer, threads meeting) adds time and no FLOPs.
  *
@@ -30,11 +31,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* One product of a step: C[m, n] = op(A) op(B) + beta C, `count` times per step. */
+/* One product of a step: C[m, n] = op(A) op(B) + beta C, or with bias op(A) op(B) + bias in
+ * every row (ct_k_gemm_bias, a linear layer's forward), `count` times per step. */
 typedef struct product {
     bool ta, tb;
     int64_t m, n, k;
     float beta;
+    bool bias;
     int count;
 } product;
 
@@ -43,9 +46,9 @@ enum { MAX_PRODUCTS = 32 };
 /* The linear layer in -> out at `rows` rows (ct_op_linear: y = x W^T + b, dX = dY W,
  * dW += dY^T X), `count` of them per step; the first layer of a network has no dX. */
 static int linear(product *p, int at, int64_t rows, int64_t in, int64_t out, int count, bool dx) {
-    p[at++] = (product){false, true, rows, out, in, 1.0f, count};
-    if (dx) p[at++] = (product){false, false, rows, in, out, 0.0f, count};
-    p[at++] = (product){true, false, out, in, rows, 1.0f, count};
+    p[at++] = (product){false, true, rows, out, in, 0.0f, true, count};
+    if (dx) p[at++] = (product){false, false, rows, in, out, 0.0f, false, count};
+    p[at++] = (product){true, false, out, in, rows, 1.0f, false, count};
     return at;
 }
 
@@ -70,10 +73,10 @@ static double time_product(ct_ctx *ctx, const product *p, bool bf16, double ms) 
     int64_t br = p->tb ? p->n : p->k, bc = p->tb ? p->k : p->n;
     size_t na = (size_t)(ar * ac), nb = (size_t)(br * bc), nc = (size_t)(p->m * p->n);
     float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float));
-    float *c = calloc(nc, sizeof(float));
+    float *c = calloc(nc, sizeof(float)), *bias = calloc((size_t)p->n, sizeof(float));
     uint16_t *ah = malloc(na * sizeof(uint16_t)), *bh = malloc(nb * sizeof(uint16_t));
     double best = -1.0;
-    if (a && b && c && ah && bh) {
+    if (a && b && c && bias && ah && bh) {
         for (size_t i = 0; i < na; i++) {
             a[i] = (float)(i % 13) * 0.01f - 0.06f;
             ah[i] = 0x3c00; /* bf16 1/128 */
@@ -86,7 +89,11 @@ static double time_product(ct_ctx *ctx, const product *p, bool bf16, double ms) 
             int reps = 0;
             double t0 = now_s(), t = t0;
             while (t - t0 < ms * 1e-3 || reps < 3) {
-                if (bf16)
+                if (p->bias)
+                    ct_k_gemm_bias(ctx, bf16, p->ta, p->tb, p->m, p->n, p->k,
+                                   bf16 ? (const void *)ah : (const void *)a, ac,
+                                   bf16 ? (const void *)bh : (const void *)b, bc, bias, c, p->n);
+                else if (bf16)
                     ct_k_gemm_bf16(ctx, p->ta, p->tb, p->m, p->n, p->k, 1.0f, ah, ac, bh, bc,
                                    p->beta, c, p->n);
                 else
@@ -99,7 +106,7 @@ static double time_product(ct_ctx *ctx, const product *p, bool bf16, double ms) 
             if (best < 0.0 || each < best) best = each;
         }
     }
-    free(a), free(b), free(c), free(ah), free(bh);
+    free(a), free(b), free(c), free(bias), free(ah), free(bh);
     return best;
 }
 
