@@ -150,6 +150,17 @@ CT_INTERNAL float ct_k_attn_softmax_row(ct_k_attn_isa isa,
                                         int64_t i,
                                         int64_t n);
 
+/* Rows i0 .. i1-1 of a block, row i at s + (i - i0) * ld, each ct_k_attn_softmax_row of query
+ * i over keys [0, n) with its 1 / sum in inv[i - i0]: the same bits (with AVX-512 the rows run
+ * four at a time, interleaved). */
+CT_INTERNAL void ct_k_attn_softmax_rows(ct_k_attn_isa isa,
+                                        float *s, /* [i1 - i0, ld], overwritten */
+                                        int64_t ld,
+                                        int64_t i0,
+                                        int64_t i1,
+                                        int64_t n,
+                                        float *inv); /* [i1 - i0] */
+
 /*
  * The backward of that row, given its exponentials in p and inv (the forward's results) and
  * dP in ds: p becomes the probabilities P (p times inv) and ds becomes
@@ -163,6 +174,18 @@ CT_INTERNAL void ct_k_attn_softmax_bwd_row(ct_k_attn_isa isa,
                                            int64_t n,
                                            float inv,
                                            float scale);
+
+/* Rows i0 .. i1-1 of a block of ct_k_attn_softmax_bwd_row (ds and p at row stride ld, inv as
+ * ct_k_attn_softmax_rows returned it): the same bits. */
+CT_INTERNAL void ct_k_attn_softmax_bwd_rows(ct_k_attn_isa isa,
+                                            float *ds, /* [i1 - i0, ld]: dP in, dS out */
+                                            float *p,  /* [i1 - i0, ld]: exponentials in, P out */
+                                            int64_t ld,
+                                            int64_t i0,
+                                            int64_t i1,
+                                            int64_t n,
+                                            const float *inv,
+                                            float scale);
 
 /* dst[d * ldd + j] = src[j * lds + d]: src [rows, cols] transposed, each value rounded to bf16
  * (as ct_vround_bf16) if round. */

@@ -21,7 +21,7 @@
 #define SOFTMAX_X86 0
 #endif
 
-enum { LANES = 16 };
+enum { LANES = 16, GROUP = 4 /* rows interleaved (AVX-512) */ };
 
 /* The 16 running sums in the tree order of the file's comment. */
 static double tree_sum(double acc[LANES]) {
@@ -119,47 +119,118 @@ static inline __attribute__((always_inline)) AVX512 __m512d hi_pd(__m512 x) {
     return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
 }
 
-AVX512 static float softmax_row_avx512(float *s, int64_t i, int64_t n) {
+/* Rows i .. i+R-1 (row q at s + q * ld), their operations interleaved: one row's passes are
+ * chains of dependent reductions (the max, the sums, the division), so R rows at once keep the
+ * vector units busy where one row waits. Each row's own operations, and so its bits, are those
+ * of a group of one (softmax_row_avx512). The keys past row q's query are read as -inf. */
+static inline __attribute__((always_inline)) AVX512 void
+softmax_group(int R, float *s, int64_t ld, int64_t i, int64_t n, float *inv) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    /* the keys past i as -inf (exponential 0), as the portable version writes them */
-    __m512 mx = ninf;
-    for (int64_t j = 0; j < n; j += 16) {
-        __m512 x = _mm512_mask_loadu_ps(ninf, lanes(i + 1 - j) & lanes(n - j), s + j);
-        mx = _mm512_max_ps(x, mx);
+    __m512 mx[GROUP], vm[GROUP];
+    __m512d a0[GROUP], a1[GROUP];
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++)
+        mx[q] = ninf;
+    for (int64_t j = 0; j < n; j += 16)
+#pragma GCC unroll 4
+        for (int q = 0; q < R; q++) {
+            __m512 x =
+                _mm512_mask_loadu_ps(ninf, lanes(i + q + 1 - j) & lanes(n - j), s + q * ld + j);
+            mx[q] = _mm512_max_ps(x, mx[q]);
+        }
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++) {
+        vm[q] = _mm512_set1_ps(_mm512_reduce_max_ps(mx[q]));
+        a0[q] = a1[q] = _mm512_setzero_pd();
     }
-    __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 in = lanes(n - j);
-        __m512 x = _mm512_mask_loadu_ps(ninf, lanes(i + 1 - j) & in, s + j);
-        __m512 e = vexp16(_mm512_sub_ps(x, vm));
-        _mm512_mask_storeu_ps(s + j, in, e);
-        /* lanes past n hold exp(-inf) = 0, which adds nothing to a sum of values >= 0 */
-        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        a1 = _mm512_add_pd(a1, hi_pd(e));
+#pragma GCC unroll 4
+        for (int q = 0; q < R; q++) {
+            __m512 x = _mm512_mask_loadu_ps(ninf, lanes(i + q + 1 - j) & in, s + q * ld + j);
+            __m512 e = vexp16(_mm512_sub_ps(x, vm[q]));
+            _mm512_mask_storeu_ps(s + q * ld + j, in, e);
+            a0[q] = _mm512_add_pd(a0[q], _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            a1[q] = _mm512_add_pd(a1[q], hi_pd(e));
+        }
     }
-    return (float)(1.0 / tree_sum16(a0, a1));
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++)
+        inv[q] = (float)(1.0 / tree_sum16(a0[q], a1[q]));
 }
+
+AVX512 static void
+softmax_rows_avx512(float *s, int64_t ld, int64_t i0, int64_t i1, int64_t n, float *inv) {
+    int64_t i = i0;
+    for (; i + GROUP <= i1; i += GROUP)
+        softmax_group(GROUP, s + (i - i0) * ld, ld, i, n, inv + (i - i0));
+    for (; i < i1; i++)
+        softmax_group(1, s + (i - i0) * ld, ld, i, n, inv + (i - i0));
+}
+
+/* Rows i .. i+R-1 of the backward (softmax_bwd_row_avx512), interleaved as softmax_group. */
+static inline __attribute__((always_inline)) AVX512 void softmax_bwd_group(
+    int R, float *ds, float *p, int64_t ld, int64_t i, int64_t n, const float *inv, float scale) {
+    __m512 vi[GROUP], vf[GROUP];
+    __m512d a0[GROUP], a1[GROUP];
+    for (int q = 0; q < R; q++) {
+        vi[q] = _mm512_set1_ps(inv[q]);
+        a0[q] = a1[q] = _mm512_setzero_pd();
+    }
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 in = lanes(n - j);
+        for (int q = 0; q < R; q++) {
+            __m512 pv = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, p + q * ld + j), vi[q]);
+            __m512 dv = _mm512_maskz_loadu_ps(in, ds + q * ld + j);
+            _mm512_mask_storeu_ps(p + q * ld + j, in, pv);
+            a0[q] =
+                _mm512_add_pd(a0[q], _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(pv)),
+                                                   _mm512_cvtps_pd(_mm512_castps512_ps256(dv))));
+            a1[q] = _mm512_add_pd(a1[q], _mm512_mul_pd(hi_pd(pv), hi_pd(dv)));
+        }
+    }
+    for (int q = 0; q < R; q++)
+        vf[q] = _mm512_set1_ps((float)tree_sum16(a0[q], a1[q]));
+    __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 in = lanes(n - j);
+        for (int q = 0; q < R; q++) {
+            __mmask16 below = lanes(i + q + 1 - j) & in;
+            __m512 pv = _mm512_maskz_loadu_ps(in, p + q * ld + j);
+            __m512 dv = _mm512_maskz_loadu_ps(in, ds + q * ld + j);
+            __m512 r = _mm512_mul_ps(_mm512_mul_ps(vs, pv), _mm512_sub_ps(dv, vf[q]));
+            _mm512_mask_storeu_ps(ds + q * ld + j, in, _mm512_maskz_mov_ps(below, r));
+        }
+    }
+}
+
+AVX512 static void softmax_bwd_rows_avx512(float *ds,
+                                           float *p,
+                                           int64_t ld,
+                                           int64_t i0,
+                                           int64_t i1,
+                                           int64_t n,
+                                           const float *inv,
+                                           float scale) {
+    int64_t i = i0;
+    for (; i + GROUP <= i1; i += GROUP)
+        softmax_bwd_group(GROUP, ds + (i - i0) * ld, p + (i - i0) * ld, ld, i, n, inv + (i - i0),
+                          scale);
+    for (; i < i1; i++)
+        softmax_bwd_group(1, ds + (i - i0) * ld, p + (i - i0) * ld, ld, i, n, inv + (i - i0),
+                          scale);
+}
+
+/* One row: a group of one. */
+AVX512 static float softmax_row_avx512(float *s, int64_t i, int64_t n) {
+    float inv;
+    softmax_group(1, s, 0, i, n, &inv);
+    return inv;
+}
+
 AVX512 static void
 softmax_bwd_row_avx512(float *ds, float *p, int64_t i, int64_t n, float inv, float scale) {
-    __m512 vi = _mm512_set1_ps(inv);
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-    for (int64_t j = 0; j < n; j += 16) {
-        __mmask16 in = lanes(n - j);
-        __m512 pv = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, p + j), vi);
-        __m512 dv = _mm512_maskz_loadu_ps(in, ds + j);
-        _mm512_mask_storeu_ps(p + j, in, pv);
-        a0 = _mm512_add_pd(a0, _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(pv)),
-                                             _mm512_cvtps_pd(_mm512_castps512_ps256(dv))));
-        a1 = _mm512_add_pd(a1, _mm512_mul_pd(hi_pd(pv), hi_pd(dv)));
-    }
-    __m512 vf = _mm512_set1_ps((float)tree_sum16(a0, a1)), vs = _mm512_set1_ps(scale);
-    for (int64_t j = 0; j < n; j += 16) {
-        __mmask16 in = lanes(n - j), below = lanes(i + 1 - j) & in;
-        __m512 pv = _mm512_maskz_loadu_ps(in, p + j), dv = _mm512_maskz_loadu_ps(in, ds + j);
-        __m512 r = _mm512_mul_ps(_mm512_mul_ps(vs, pv), _mm512_sub_ps(dv, vf));
-        _mm512_mask_storeu_ps(ds + j, in, _mm512_maskz_mov_ps(below, r));
-    }
+    softmax_bwd_group(1, ds, p, 0, i, n, &inv, scale);
 }
 #endif /* SOFTMAX_X86 */
 
@@ -169,6 +240,39 @@ float ct_k_attn_softmax_row(ct_k_attn_isa isa, float *s, int64_t i, int64_t n) {
 #endif
     (void)isa;
     return softmax_row_portable(s, i, n);
+}
+
+void ct_k_attn_softmax_rows(
+    ct_k_attn_isa isa, float *s, int64_t ld, int64_t i0, int64_t i1, int64_t n, float *inv) {
+#if SOFTMAX_X86
+    if (isa >= CT_K_ATTN_ISA_AVX512) {
+        softmax_rows_avx512(s, ld, i0, i1, n, inv);
+        return;
+    }
+#endif
+    (void)isa;
+    for (int64_t i = i0; i < i1; i++)
+        inv[i - i0] = softmax_row_portable(s + (i - i0) * ld, i, n);
+}
+
+void ct_k_attn_softmax_bwd_rows(ct_k_attn_isa isa,
+                                float *ds,
+                                float *p,
+                                int64_t ld,
+                                int64_t i0,
+                                int64_t i1,
+                                int64_t n,
+                                const float *inv,
+                                float scale) {
+#if SOFTMAX_X86
+    if (isa >= CT_K_ATTN_ISA_AVX512) {
+        softmax_bwd_rows_avx512(ds, p, ld, i0, i1, n, inv, scale);
+        return;
+    }
+#endif
+    (void)isa;
+    for (int64_t i = i0; i < i1; i++)
+        softmax_bwd_row_portable(ds + (i - i0) * ld, p + (i - i0) * ld, i, n, inv[i - i0], scale);
 }
 
 void ct_k_attn_softmax_bwd_row(

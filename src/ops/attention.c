@@ -169,8 +169,7 @@ CT_HOT static void probs_block(const head *h, int64_t r0, int64_t r1, float *inv
     else
         ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, h->scale, h->qc + r0 * h->hd, h->hd, 1, h->kt, T,
                      false, p, T);
-    for (int64_t i = r0; i < r1; i++)
-        inv[i - r0] = ct_k_attn_softmax_row(h->isa, p + (i - r0) * T, i, r1);
+    ct_k_attn_softmax_rows(h->isa, p, T, r0, r1, r1, inv);
 }
 
 /* Row block [r0, r1) of the forward: out = (exp(S - max) v) / sum per row over the keys
@@ -200,9 +199,7 @@ CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
     else
         ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, 1.0f, h->dc + r0 * h->hd, h->hd, 1, h->vt, T,
                      false, ds, T);
-    for (int64_t i = r0; i < r1; i++)
-        ct_k_attn_softmax_bwd_row(h->isa, ds + (i - r0) * T, p + (i - r0) * T, i, r1, inv[i - r0],
-                                  h->scale);
+    ct_k_attn_softmax_bwd_rows(h->isa, ds, p, T, r0, r1, r1, inv, h->scale);
     ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, ds, T, 1, h->kc, h->hd, true, h->dq + r0 * C3,
                  C3);
 }

@@ -4,7 +4,7 @@
  * short of or past a block, several blocks with a partial last one), several heads and
  * batches, in f32 and under bf16 autocast; the same bits for 1 and 2 threads; the blocks
  * above the diagonal neither written nor read; and the softmax rows' vectorised max, sum and
- * dot product (vmath.h) against plain loops.
+ * dot product (vmath.h) against plain loops, and blocks of rows against one row at a time.
  */
 #include <math.h>
 #include <string.h>
@@ -338,6 +338,43 @@ static void softmax_reductions_should_match_plain_loops(void) {
     free(x), free(y);
 }
 
+static void attention_softmax_blocks_should_give_the_bits_of_single_rows(void) {
+    /* blocks of rows (four at a time on AVX-512, then the rest one by one) against one call
+       per row, forward then backward, on every isa this CPU has */
+    enum { LD = 70, ROWS = 40 };
+    float *x = rand_array(LD * ROWS, 64, -30.0f, 10.0f),
+          *dp = rand_array(LD * ROWS, 65, -2.0f, 2.0f);
+    float *s1 = malloc(sizeof(float) * LD * ROWS), *s2 = malloc(sizeof(float) * LD * ROWS);
+    float *d1 = malloc(sizeof(float) * LD * ROWS), *d2 = malloc(sizeof(float) * LD * ROWS);
+    float inv1[ROWS], inv2[ROWS];
+    const float scale = 0.125f;
+    for (int isa = CT_K_ATTN_ISA_PORTABLE; isa <= (int)ct_k_attn_isa_get(); isa++)
+        for (int64_t i0 = 0; i0 <= 30; i0 += 15)
+            for (int64_t count = 1; count <= 9; count++)
+                for (int64_t extra = 0; extra <= 3; extra += 3) {
+                    int64_t i1 = i0 + count, n = i1 + extra;
+                    memcpy(s1, x, sizeof(float) * LD * ROWS);
+                    memcpy(s2, x, sizeof(float) * LD * ROWS);
+                    memcpy(d1, dp, sizeof(float) * LD * ROWS);
+                    memcpy(d2, dp, sizeof(float) * LD * ROWS);
+                    ct_k_attn_softmax_rows((ct_k_attn_isa)isa, s1, LD, i0, i1, n, inv1);
+                    ct_k_attn_softmax_bwd_rows((ct_k_attn_isa)isa, d1, s1, LD, i0, i1, n, inv1,
+                                               scale);
+                    for (int64_t i = i0; i < i1; i++) {
+                        float *row = s2 + (i - i0) * LD;
+                        inv2[i - i0] = ct_k_attn_softmax_row((ct_k_attn_isa)isa, row, i, n);
+                        ct_k_attn_softmax_bwd_row((ct_k_attn_isa)isa, d2 + (i - i0) * LD, row, i, n,
+                                                  inv2[i - i0], scale);
+                    }
+                    CT_CHECK_MSG(memcmp(s1, s2, sizeof(float) * LD * ROWS) == 0 &&
+                                     memcmp(d1, d2, sizeof(float) * LD * ROWS) == 0 &&
+                                     memcmp(inv1, inv2, sizeof(float) * (size_t)count) == 0,
+                                 "isa %d rows %lld..%lld over %lld keys", isa, (long long)i0,
+                                 (long long)i1, (long long)n);
+                }
+    free(x), free(dp), free(s1), free(s2), free(d1), free(d2);
+}
+
 static void attention_softmax_rows_should_give_the_same_bits_on_every_isa(void) {
     /* row lengths around the 16-lane vectors, diagonals inside and at the end of the row,
        scores spread far enough that some exponentials underflow to 0; forward, then backward
@@ -390,6 +427,7 @@ int main(void) {
     CT_RUN(softmax_reductions_should_match_plain_loops);
     CT_RUN(attention_block_product_should_give_the_same_bits_on_every_isa);
     CT_RUN(attention_softmax_rows_should_give_the_same_bits_on_every_isa);
+    CT_RUN(attention_softmax_blocks_should_give_the_bits_of_single_rows);
     CT_RUN(attention_operand_layouts_should_match_plain_loops);
     CT_RUN(attention_bf16_product_should_match_the_f32_product_of_the_same_values);
     CT_RUN(attention_should_use_bf16_dot_products_within_summation_order_of_f32);
