@@ -55,7 +55,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FMNIST = "/usr/share/datasets/fashion-mnist/"
-STEPS = {"mlp": 600, "cnn": 120, "gpt": 80}
+STEPS = {"mlp": 1500, "cnn": 240, "gpt": 80}  # ctrain runs of 2-5 s: long enough to ride out a slow second
 
 # FLOPs per sample (per token for the GPT), two per multiply-add, from the shapes: the forward
 # pass, the weight gradients (as many as the forward pass) and the input gradients of every
