@@ -21,7 +21,10 @@ gpt) cfg=$src/examples/char_gpt.yaml
 esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# threads fixed at the CPUs there are: perf's own work would otherwise look like another
+# process on a core and make the run drop a thread (docs/performance.md, Sharing the cores)
 perf record -q -F 1999 -o "$tmp/perf.data" -- "$build/ctrain" fit "$cfg" output_dir="$tmp/run" \
+    threads="$(nproc)" \
     "~data.valid" checkpoint.enabled=false logging.progress=none logging.report=none \
     trainer.max_epochs=0 trainer.max_steps="$steps" trainer.steps_per_loop=$((steps / 10)) \
     scheduler.total="$steps" scheduler.warmup=$((steps / 10)) "${extra[@]}" >/dev/null 2>&1

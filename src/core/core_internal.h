@@ -33,6 +33,11 @@ struct ct_ctx {
     /* Bumped whenever parameter values change in bulk (optimizer updates, EMA swaps): the ops'
      * bf16 copies of weights (src/ops/bf16_cast.c) are valid within one version. */
     uint64_t weights_version;
+    /* The most tiles a GEMM is cut into (src/kernels/blas/gemm_blas.c): the machine's online
+     * CPUs rounded up to a power of two, at most 16. Fixed at create from the machine, not from
+     * the thread count or the process's CPU affinity, so that it changes no result between
+     * runs on one machine. */
+    int64_t gemm_tiles;
 };
 
 /* Parameter values changed: drops every graph's cached bf16 copies of them. */

@@ -100,6 +100,10 @@ ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out) {
     ctx->log_level = p.log_level;
     ctx->kernels = p.kernels;
     ctx->bf16_kernels = p.bf16_kernels;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    ctx->gemm_tiles = 1;
+    while (ctx->gemm_tiles < 16 && ctx->gemm_tiles < (int64_t)cpus)
+        ctx->gemm_tiles *= 2;
     (void)ct_ctx_set_threads(ctx, p.n_threads); /* validated above */
     *out = ctx;
     return CT_OK;

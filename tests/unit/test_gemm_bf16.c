@@ -8,6 +8,7 @@
  * pass kept.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "ctrain/ctrain.h"
 #include "harness.h"
@@ -31,7 +32,6 @@ static ct_ctx *bf16_ctx(int64_t threads) {
     return kernels_ctx(CT_KERNELS_FAST, threads);
 }
 
-/* Whether oneDNN has a bf16 matmul on this CPU (AVX-512 and up; emulated without AVX512_BF16). */
 /* Whether oneDNN's matmul runs GEMM tiles here (f32 ones: it needs OpenMP, nothing more). */
 static bool onednn_runs_tiles(void) {
 #ifdef _OPENMP
@@ -41,6 +41,7 @@ static bool onednn_runs_tiles(void) {
 #endif
 }
 
+/* Whether oneDNN has a bf16 matmul on this CPU (AVX-512 and up; emulated without AVX512_BF16). */
 static bool onednn_has_bf16(void) {
 #ifdef _OPENMP
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), avx512 = dnnl_cpu_isa_avx512_core;
@@ -108,6 +109,64 @@ static void gemm_bf16_should_match_the_reference_on_odd_shapes(void) {
     if (onednn_has_bf16())
         CT_CHECK_MSG(ct_k_onednn_bf16_gemms(two) >= count * 8, "%lld tiles on oneDNN's bf16 matmul",
                      (long long)ct_k_onednn_bf16_gemms(two));
+    ct_ctx_destroy(one);
+    ct_ctx_destroy(two);
+}
+
+/* The tiles' cap comes from the machine (its online CPUs, rounded up to a power of two, at most
+ * 16), whatever the thread count; at every cap another machine may have, 1 and 2 threads give
+ * the same bits, f32 and bf16, with and without a bias. The products are the MLP's first layer
+ * (forward) and a GPT weight gradient, whose bits change with the number of tiles: a tiling
+ * that followed the thread count would fail here. */
+static void gemm_tiles_should_follow_the_machine_and_keep_the_bits(void) {
+    ct_ctx *one = bf16_ctx(1), *two = bf16_ctx(2);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    CT_CHECK_INT(one->gemm_tiles, two->gemm_tiles);
+    CT_CHECK(one->gemm_tiles >= 1 && one->gemm_tiles <= 16 &&
+             (one->gemm_tiles & (one->gemm_tiles - 1)) == 0);
+    CT_CHECK(one->gemm_tiles == 16 || (one->gemm_tiles >= cpus && one->gemm_tiles / 2 < cpus));
+    static const int64_t products[][4] = {{0, 128, 512, 784}, {1, 384, 128, 2048}}; /* ta m n k */
+    const int64_t most = 384 * 2048;                                                /* A, B */
+    float *a = malloc(sizeof(float) * (size_t)most), *b = malloc(sizeof(float) * (size_t)most);
+    uint16_t *ah = random_bf16(most, 70), *bh = random_bf16(most, 71);
+    float *bias = malloc(sizeof(float) * 512);
+    for (int64_t i = 0; i < most; i++) {
+        a[i] = ct_f32_from_bf16(ah[i]);
+        b[i] = ct_f32_from_bf16(bh[i]);
+    }
+    for (int64_t j = 0; j < 512; j++)
+        bias[j] = 0.125f * (float)(j % 9);
+    float *c[2] = {malloc(sizeof(float) * 128 * 512), malloc(sizeof(float) * 128 * 512)}; /* most */
+    ct_ctx *ctx[2] = {one, two};
+    static const int64_t caps[] = {1, 2, 4, 16};
+    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++)
+        for (size_t pi = 0; pi < sizeof products / sizeof products[0]; pi++)
+            for (int v = 0; v < 4; v++) { /* f32, bf16, f32 with bias, bf16 with bias */
+                bool ta = products[pi][0], bf16 = v & 1, with_bias = v & 2;
+                int64_t m = products[pi][1], n = products[pi][2], k = products[pi][3];
+                int64_t lda = ta ? m : k, ldb = k; /* B read transposed for the forward */
+                bool tb = !ta;
+                if ((bf16 && !ct_k_gemm_bf16_native(one)) || (with_bias && ta)) continue;
+                if (!tb) ldb = n;
+                one->gemm_tiles = two->gemm_tiles = caps[ci];
+                for (int i = 0; i < 2; i++) {
+                    memset(c[i], 0, sizeof(float) * (size_t)(m * n));
+                    if (with_bias)
+                        ct_k_gemm_bias(ctx[i], bf16, false, true, m, n, k,
+                                       bf16 ? (const void *)ah : (const void *)a, k,
+                                       bf16 ? (const void *)bh : (const void *)b, k, bias, c[i], n);
+                    else if (bf16)
+                        ct_k_gemm_bf16(ctx[i], ta, tb, m, n, k, 1.0f, ah, lda, bh, ldb, 0.0f, c[i],
+                                       n);
+                    else
+                        ct_k_gemm(ctx[i], ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c[i], n);
+                }
+                CT_CHECK_MSG(memcmp(c[0], c[1], sizeof(float) * (size_t)(m * n)) == 0,
+                             "cap %lld, %lldx%lldx%lld, bf16 %d, bias %d: 1 and 2 threads differ",
+                             (long long)caps[ci], (long long)m, (long long)n, (long long)k, bf16,
+                             with_bias);
+            }
+    free(a), free(b), free(ah), free(bh), free(bias), free(c[0]), free(c[1]);
     ct_ctx_destroy(one);
     ct_ctx_destroy(two);
 }
@@ -424,6 +483,7 @@ static void linear_should_sum_the_bf16_bias_gradient_as_the_f32_kernels_do(void)
 int main(void) {
     CT_RUN(gemm_bf16_should_match_the_reference_on_odd_shapes);
     CT_RUN(gemm_bias_should_add_the_bias_as_copying_it_then_the_gemm_does);
+    CT_RUN(gemm_tiles_should_follow_the_machine_and_keep_the_bits);
     CT_RUN(linear_should_see_a_weight_changed_by_the_optimizer);
     CT_RUN(linear_should_round_a_weight_once_per_update);
     CT_RUN(linear_should_build_no_gemm_plans_on_a_repeated_step);

@@ -5,9 +5,11 @@
  * Determinism: neither OpenBLAS nor oneDNN gives the same bits for 1 and N threads (their
  * blocking and small-matrix paths change with the thread count; measured here on 128x784x512).
  * So OpenBLAS runs single-threaded and we parallelise ourselves: C is cut into tiles whose size
- * depends only on the shape, each tile is one single-threaded sgemm, and OpenMP spreads the
- * tiles over the context's threads. Every C element is then computed by the same call with the
- * same operands whatever the thread count.
+ * depends only on the shape and the machine's core count (ct_ctx's gemm_tiles), each tile is
+ * one single-threaded sgemm, and OpenMP spreads the tiles over the context's threads. Every C
+ * element is then computed by the same call with the same operands whatever the thread count.
+ * Tiles beyond the cores cost: each re-reads the operand the tiles share (and oneDNN packs it
+ * again), which on 2 cores made the MLP's products 20-25% slower cut in 8 than in 2.
  *
  * bf16 operands (ct_k_gemm_bf16) take the same tiles on oneDNN's bf16 matmul, reading the
  * caller's bf16 matrices in place.
@@ -18,12 +20,13 @@
 #include "kernels/kernels.h"
 
 /* Number of tiles: a power of two (so 1, 2, 4, ... threads share them evenly), about one per
- * 8 MFLOP (each tile repacks the shared operand, so small tiles cost), at most 16, and none
- * thinner than 16 rows or columns. A function of the shape only. */
-static int64_t tile_count(int64_t m, int64_t n, int64_t k, int64_t d) {
+ * 8 MFLOP (each tile repacks the shared operand, so small tiles cost), at most cap (the
+ * context's gemm_tiles: one per core), and none thinner than 16 rows or columns. A function
+ * of the shape and the machine only. */
+static int64_t tile_count(int64_t m, int64_t n, int64_t k, int64_t d, int64_t cap) {
     double flops = 2.0 * (double)m * (double)n * (double)k;
     int64_t t = 1;
-    while (t < 16 && flops / (double)(2 * t) >= 8e6 && d / (2 * t) >= 16)
+    while (t < cap && flops / (double)(2 * t) >= 8e6 && d / (2 * t) >= 16)
         t *= 2;
     return t;
 }
@@ -136,7 +139,7 @@ static bool gemm_tiled(ct_ctx *ctx,
     /* Split the larger of M and N; small products stay one call. */
     bool split_n = n >= m;
     int64_t d = split_n ? n : m;
-    int64_t tiles = tile_count(m, n, k, d);
+    int64_t tiles = tile_count(m, n, k, d, ctx->gemm_tiles);
     int64_t t = (d + tiles - 1) / tiles;
     tiles = (d + t - 1) / t;
     int nt = ct_threads_for(ctx, tiles, (split_n ? m : n) * t * k);

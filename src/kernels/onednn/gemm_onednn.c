@@ -2,10 +2,11 @@
  * gemm_onednn.c - single-threaded GEMM tiles through oneDNN's matmul (brgemm kernels), which
  * reach 80-90% of this CPU's FMA peak where OpenBLAS reaches 60-70%.
  *
- * ct_k_gemm_blas cuts C into tiles that depend only on the shape and hands each tile here. A
- * plan (one matmul primitive, created as for one thread) is cached per tile geometry in the
- * context's oneDNN state; running it inside our OpenMP loop keeps oneDNN on the calling thread,
- * so a tile's result never depends on the thread count (oneDNN's own threading would split K).
+ * ct_k_gemm_blas cuts C into tiles that depend only on the shape and the machine and hands each
+ * tile here. A plan (one matmul primitive, created as for one thread) is cached per tile
+ * geometry in the context's oneDNN state; running it inside our OpenMP loop keeps oneDNN on the
+ * calling thread, so a tile's result never depends on the thread count (oneDNN's own threading
+ * would split K).
  *
  * bf16 plans (ct_k_gemm_bf16) read A and B as bf16 where the caller holds them (rounded once
  * per operand, not per tile) and multiply them with f32 accumulation into the f32 C.
