@@ -55,7 +55,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FMNIST = "/usr/share/datasets/fashion-mnist/"
-# steps per run: ctrain runs of 2-5 s, long enough to ride out a slow second
+# steps per run: ctrain's fp32 runs take 2-5 s (bf16 ones 1-4 s), long enough to ride out a
+# slow second
 STEPS = {"mlp": 1500, "cnn": 240, "gpt": 80}
 
 # FLOPs per sample (per token for the GPT), two per multiply-add, from the shapes: the forward

@@ -1,5 +1,6 @@
 /*
- * ctx.c - the context: thread count, allocator, logging and the last error message.
+ * ctx.c - the context: thread count, allocator, logging, the last error message and the most
+ * tiles a GEMM is cut into (one per core of the machine, fixed at create).
  *
  * The context owns nothing but itself; every other object is created from it and must be
  * destroyed before it. Error messages are formatted into a fixed buffer inside the context, so
@@ -101,6 +102,7 @@ ct_status ct_ctx_create(const ct_ctx_params *params, ct_ctx **out) {
     ctx->kernels = p.kernels;
     ctx->bf16_kernels = p.bf16_kernels;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1) cpus = 16; /* unknown: the most tiles, every thread count served */
     ctx->gemm_tiles = 1;
     while (ctx->gemm_tiles < 16 && ctx->gemm_tiles < (int64_t)cpus)
         ctx->gemm_tiles *= 2;

@@ -150,9 +150,9 @@ CT_INTERNAL float ct_k_attn_softmax_row(ct_k_attn_isa isa,
                                         int64_t i,
                                         int64_t n);
 
-/* Rows i0 .. i1-1 of a block, row i at s + (i - i0) * ld, each ct_k_attn_softmax_row of query
- * i over keys [0, n) with its 1 / sum in inv[i - i0]: the same bits (with AVX-512 the rows run
- * four at a time, interleaved). */
+/* Rows i0 .. i1-1 of a block, row i at s + (i - i0) * ld (ld >= n: the rows do not overlap),
+ * each ct_k_attn_softmax_row of query i over keys [0, n) with its 1 / sum in inv[i - i0]: the
+ * same bits (with AVX-512 the rows run four at a time, interleaved). */
 CT_INTERNAL void ct_k_attn_softmax_rows(ct_k_attn_isa isa,
                                         float *s, /* [i1 - i0, ld], overwritten */
                                         int64_t ld,

@@ -7,6 +7,8 @@
  * one without fused multiply-adds, the max (independent of order), and the sum in double over 16
  * running sums (element j into sum j mod 16) added as a tree, s[k] + s[k + 8], then + 4, 2, 1.
  * The backward row (dS from P and dP) likewise: its dot product in double in the same order.
+ * The rows of a block run four at a time with AVX-512, their operations interleaved (each
+ * row's own operations unchanged), so that one row's chain of reductions overlaps the others.
  */
 #include <math.h>
 
@@ -173,12 +175,14 @@ static inline __attribute__((always_inline)) AVX512 void softmax_bwd_group(
     int R, float *ds, float *p, int64_t ld, int64_t i, int64_t n, const float *inv, float scale) {
     __m512 vi[GROUP], vf[GROUP];
     __m512d a0[GROUP], a1[GROUP];
+#pragma GCC unroll 4
     for (int q = 0; q < R; q++) {
         vi[q] = _mm512_set1_ps(inv[q]);
         a0[q] = a1[q] = _mm512_setzero_pd();
     }
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 in = lanes(n - j);
+#pragma GCC unroll 4
         for (int q = 0; q < R; q++) {
             __m512 pv = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, p + q * ld + j), vi[q]);
             __m512 dv = _mm512_maskz_loadu_ps(in, ds + q * ld + j);
@@ -189,11 +193,13 @@ static inline __attribute__((always_inline)) AVX512 void softmax_bwd_group(
             a1[q] = _mm512_add_pd(a1[q], _mm512_mul_pd(hi_pd(pv), hi_pd(dv)));
         }
     }
+#pragma GCC unroll 4
     for (int q = 0; q < R; q++)
         vf[q] = _mm512_set1_ps((float)tree_sum16(a0[q], a1[q]));
     __m512 vs = _mm512_set1_ps(scale);
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 in = lanes(n - j);
+#pragma GCC unroll 4
         for (int q = 0; q < R; q++) {
             __mmask16 below = lanes(i + q + 1 - j) & in;
             __m512 pv = _mm512_maskz_loadu_ps(in, p + q * ld + j);

@@ -43,7 +43,8 @@ CT_INTERNAL ct_k_gemm_fn ct_k_gemm_blas;
 /*
  * C = alpha * op(A) @ op(B) + beta * C for operands held as bf16 (the bit patterns, as
  * ct_bf16_from_f32 gives them; lda/ldb count elements), with f32 accumulation into the f32 C.
- * The same shape-fixed tiles as ct_k_gemm_blas, each on oneDNN's bf16 matmul; a product called
+ * The same tiles as ct_k_gemm_blas (set by the shape and the machine), each on oneDNN's bf16
+ * matmul; a product called
  * inside a parallel region, or one oneDNN refuses, widens its operands to f32 (exact) for
  * ct_k_gemm_blas. For contexts where ct_k_gemm_bf16_native holds; its twin is
  * ct_k_gemm_bf16_ref.
@@ -71,7 +72,7 @@ CT_INTERNAL ct_k_gemm_bf16_fn ct_k_gemm_bf16_ref;
  * the bias to its finished sums as it writes them (a primitive with a bias argument); any
  * other tile, and the untiled paths, start C's rows as the bias and add the product to them
  * (beta 1), on the tile's thread just before its product. Either way the bits depend on the
- * shape only, not on the thread count.
+ * shape and the machine only, not on the thread count.
  */
 CT_INTERNAL void ct_k_gemm_bias(ct_ctx *ctx,
                                 bool bf16,

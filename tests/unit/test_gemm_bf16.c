@@ -138,7 +138,9 @@ static void gemm_tiles_should_follow_the_machine_and_keep_the_bits(void) {
         bias[j] = 0.125f * (float)(j % 9);
     float *c[2] = {malloc(sizeof(float) * 128 * 512), malloc(sizeof(float) * 128 * 512)}; /* most */
     ct_ctx *ctx[2] = {one, two};
-    static const int64_t caps[] = {1, 2, 4, 16};
+    static const int64_t caps[] = {1, 2, 4, 8, 16};
+    float *first = malloc(sizeof(float) * 128 * 512); /* product 0 in f32 at cap 1 */
+    bool tiles_change_bits = false;
     for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++)
         for (size_t pi = 0; pi < sizeof products / sizeof products[0]; pi++)
             for (int v = 0; v < 4; v++) { /* f32, bf16, f32 with bias, bf16 with bias */
@@ -165,8 +167,17 @@ static void gemm_tiles_should_follow_the_machine_and_keep_the_bits(void) {
                              "cap %lld, %lldx%lldx%lld, bf16 %d, bias %d: 1 and 2 threads differ",
                              (long long)caps[ci], (long long)m, (long long)n, (long long)k, bf16,
                              with_bias);
+                if (pi == 0 && v == 0 && ci == 0)
+                    memcpy(first, c[0], sizeof(float) * (size_t)(m * n));
+                else if (pi == 0 && v == 0)
+                    tiles_change_bits = tiles_change_bits ||
+                                        memcmp(first, c[0], sizeof(float) * (size_t)(m * n)) != 0;
             }
-    free(a), free(b), free(ah), free(bh), free(bias), free(c[0]), free(c[1]);
+    /* what makes the check above bite: the tile count moves bits (oneDNN's f32 matmul on
+       AVX-512 here); where it does not, the check still holds but proves less */
+    if (!tiles_change_bits)
+        printf("  note: 128x512x784 in f32 gave the same bits at every cap here\n");
+    free(a), free(b), free(ah), free(bh), free(bias), free(c[0]), free(c[1]), free(first);
     ct_ctx_destroy(one);
     ct_ctx_destroy(two);
 }
