@@ -4,10 +4,14 @@
 For each model of examples/ (the Fashion-MNIST MLP and CNN, the byte-level GPT), `ctrain fit`
 runs the experiment file for a fixed number of steps with evaluation and checkpoints off, and a
 PyTorch twin (Debian's python3-torch; same architecture, PyTorch's default initialisation, same
-optimizer and batch) trains the same number of steps. They alternate, several times; the table
-shows each side's median training throughput (samples/s; tokens/s for the GPT), the ratio
-ctrain / PyTorch (above 1: ctrain is faster), the GFLOP/s ctrain achieves and its share of the
-machine's peak, and each process's peak RSS.
+optimizer and batch) trains the same number of steps. They alternate, in rounds: a model's
+round runs ctrain and then PyTorch in each precision, back to back, after measuring the peak
+again. The table shows each side's median training throughput (samples/s; tokens/s for the
+GPT), the ratio ctrain / PyTorch (above 1: ctrain is faster), the GFLOP/s ctrain achieves and
+its share of the machine's peak (the median over the rounds of each run's share of its own
+round's peak), and each process's peak RSS. Under each model, ctrain's bf16 throughput over its
+fp32 throughput round by round: pairs of runs made seconds apart, where the machine's speed
+drifts within minutes.
 
 The run opens with the machine: the CPU model and flags, what `ctrain --version` says of the
 instruction sets and OpenMP's waiting threads, and the arithmetic peak measured by
@@ -26,7 +30,7 @@ ctrain runs with its defaults (the config's `threads`: 0, every core, fewer whil
 processes keep cores busy); the "ctrain at" column shows the thread counts its runs went
 through (the most common), e.g. "2t>1t" for a run that started on 2 threads and settled on 1.
 
-With --precision bf16 (the default runs fp32 then bf16) ctrain trains with
+With --precision bf16 (the default runs both, fp32 first in each round) ctrain trains with
 `trainer.precision=bf16` and the twin under `torch.autocast("cpu", dtype=torch.bfloat16)`, the
 PyTorch way to the same mixed precision (f32 master weights, bf16 matmuls and convolutions).
 
@@ -384,38 +388,64 @@ def main():
         "", "steps", "ctrain", "ctrain at", "PyTorch", "PyTorch at", "ratio", "GFLOP/s", "peak",
         "GEMMs", "ctrain MiB", "PyTorch MiB"))
     sys.stdout.flush()
+    round_peaks = []
     try:
-        for precision, name in [(p, n) for p in precisions
-                                for n in a.models.split(",")]:
+        for name in a.models.split(","):
             steps = a.steps or (max(STEPS[name] // 4, 10) if a.quick else STEPS[name])
-            mine, theirs = [], {s: [] for s in TORCH_SETTINGS}
-            rss_mine, rss_theirs, ats = [], [], []
+            runs = {p: {"mine": [], "share": [], "theirs": {s: [] for s in TORCH_SETTINGS},
+                        "rss_mine": [], "rss_theirs": [], "ats": []} for p in precisions}
             for _ in range(repeats):
-                sps, rss, at = ctrain_run(ctrain, name, steps, tmp, precision)
-                ats.append(at)
-                mine.append(sps * (128 if name == "gpt" else 1))
-                rss_mine.append(rss)
-                # every setting in the first round, then only the fastest (the whole table
-                # stays near 15 minutes)
-                tried = [k for k in theirs if theirs[k]]
-                settings = TORCH_SETTINGS if not tried else (
-                    max(tried, key=lambda k: statistics.median(theirs[k])),)
-                for setting in settings:
-                    sps, rss = torch_run(name, steps, setting, tmp, precision)
-                    theirs[setting].append(sps)
-                    rss_theirs.append(rss)
-            best = max((k for k in theirs if theirs[k]),
-                       key=lambda k: statistics.median(theirs[k]))
-            m, t = statistics.median(mine), statistics.median(theirs[best])
-            gflops = m * FLOPS[name] * 1e-9
-            top = pk["bf16"] if precision == "bf16" and pk.get("bf16") else pk["fp32"]
-            g = ceiling.get(precision, {}).get(name)
-            print("%-9s %6d %10.0f %9s %10.0f %11s %7.2f %8.1f %5.0f%% %6s %11.0f %11.0f  (%s)" % (
-                name + " " + precision, steps, m, max(set(ats), key=ats.count), t,
-                setting_name(best), m / t, gflops, 100.0 * gflops / top[1],
-                "%.0f%%" % (100.0 * g / top[1]) if g else "-", max(rss_mine), max(rss_theirs),
-                unit[name]))
+                # the peak again at the start of each round (not under --busy, whose peak is
+                # the quiet machine's): a share compares a run with the machine of its minute
+                pk_round = pk if busy else peak(a.build, ncpu, 25 if a.quick else 100)
+                round_peaks.append(pk_round)
+                # both precisions in each round, back to back: their ratio pairs runs made
+                # seconds apart, not minutes (this VM's speed drifts within minutes)
+                for precision in precisions:
+                    r = runs[precision]
+                    sps, rss, at = ctrain_run(ctrain, name, steps, tmp, precision)
+                    r["ats"].append(at)
+                    r["mine"].append(sps * (128 if name == "gpt" else 1))
+                    r["rss_mine"].append(rss)
+                    top = (pk_round["bf16"] if precision == "bf16" and pk_round.get("bf16")
+                           else pk_round["fp32"])
+                    r["share"].append(r["mine"][-1] * FLOPS[name] * 1e-9 / top[1])
+                    # every setting in the first round, then only the fastest (the whole
+                    # table stays near 15 minutes)
+                    theirs = r["theirs"]
+                    tried = [k for k in theirs if theirs[k]]
+                    settings = TORCH_SETTINGS if not tried else (
+                        max(tried, key=lambda k: statistics.median(theirs[k])),)
+                    for setting in settings:
+                        sps, rss = torch_run(name, steps, setting, tmp, precision)
+                        theirs[setting].append(sps)
+                        r["rss_theirs"].append(rss)
+            for precision in precisions:
+                r = runs[precision]
+                theirs = r["theirs"]
+                best = max((k for k in theirs if theirs[k]),
+                           key=lambda k: statistics.median(theirs[k]))
+                m, t = statistics.median(r["mine"]), statistics.median(theirs[best])
+                gflops = m * FLOPS[name] * 1e-9
+                top = pk["bf16"] if precision == "bf16" and pk.get("bf16") else pk["fp32"]
+                g = ceiling.get(precision, {}).get(name)
+                print("%-9s %6d %10.0f %9s %10.0f %11s %7.2f %8.1f %5.0f%% %6s %11.0f %11.0f"
+                      "  (%s)" % (
+                          name + " " + precision, steps, m,
+                          max(set(r["ats"]), key=r["ats"].count), t, setting_name(best), m / t,
+                          gflops, 100.0 * statistics.median(r["share"]),
+                          "%.0f%%" % (100.0 * g / top[1]) if g else "-", max(r["rss_mine"]),
+                          max(r["rss_theirs"]), unit[name]))
+            if "fp32" in runs and "bf16" in runs and runs["bf16"]["mine"]:
+                pairs = [b / f for f, b in zip(runs["fp32"]["mine"], runs["bf16"]["mine"])]
+                print("%-9s ctrain bf16 / fp32, round by round: %s (median %.2f)" % (
+                    name, " ".join("%.2f" % q for q in pairs), statistics.median(pairs)))
             sys.stdout.flush()
+        if not busy and round_peaks:
+            f32 = [q["fp32"][1] for q in round_peaks]
+            b16 = [q["bf16"][1] for q in round_peaks if q.get("bf16")]
+            print("peak at the rounds' starts: fp32 %.0f-%.0f GFLOP/s%s" % (
+                min(f32), max(f32), "; bf16 %.0f-%.0f" % (min(b16), max(b16)) if b16 else ""))
         print("(%.1f minutes)" % ((time.perf_counter() - started) / 60.0))
     finally:
         if busy:
