@@ -89,6 +89,17 @@ CT_INTERNAL void ct_k_gemm_bias(ct_ctx *ctx,
                                 float *c,          /* [M, N] */
                                 int64_t ldc);
 
+/* How ct_k_gemm_blas (and ct_k_gemm_bf16, ct_k_gemm_bias) cut C into tiles, one
+ * single-threaded product each: `tiles` blocks of `t` rows of C, or of `t` columns where
+ * split_n, the last one shorter when t does not divide the dimension (tiles 1: one call). A
+ * function of the shape, the transposes and the context's cap (ct_ctx's gemm_tiles) only. */
+typedef struct ct_k_gemm_cut {
+    int64_t tiles, t;
+    bool split_n;
+} ct_k_gemm_cut;
+CT_INTERNAL ct_k_gemm_cut
+ct_k_gemm_cut_for(const ct_ctx *ctx, bool trans_a, int64_t m, int64_t n, int64_t k);
+
 /* Whether products of bf16 values run on ct_k_gemm_bf16 in this context: the fast kernels and
  * ct_k_onednn_bf16_native. Otherwise callers multiply the rounded f32 values with ct_k_gemm. */
 CT_INTERNAL bool ct_k_gemm_bf16_native(ct_ctx *ctx);

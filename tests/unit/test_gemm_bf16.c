@@ -1,11 +1,11 @@
 /*
  * test_gemm_bf16.c - the GEMM on bf16 operands (ct_k_gemm_bf16, oneDNN's bf16 matmul per tile)
  * against its naive twin on odd shapes, every transpose, padded strides and both betas, with
- * the same bits for 1 and 2 threads; ct_k_gemm_bias (a linear layer's product with its bias)
- * against the bias copied in and the GEMM with beta 1, f32 and bf16, on every kernel set; the
- * ops' cache of bf16 weight copies: shared within one update, dropped by an optimizer step, and
- * no GEMM primitive made twice for a step; and linear's dW from the bf16 copy of x its forward
- * pass kept.
+ * the same bits for 1 and 2 threads; the cut into tiles (a transposed A along its rows);
+ * ct_k_gemm_bias (a linear layer's product with its bias) against the bias copied in and the
+ * GEMM with beta 1, f32 and bf16, on every kernel set; the ops' cache of bf16 weight copies:
+ * shared within one update, dropped by an optimizer step, and no GEMM primitive made twice for
+ * a step; and linear's dW from the bf16 copy of x its forward pass kept.
  */
 #include <string.h>
 #include <unistd.h>
@@ -180,6 +180,72 @@ static void gemm_tiles_should_follow_the_machine_and_keep_the_bits(void) {
     free(a), free(b), free(ah), free(bh), free(bias), free(c[0]), free(c[1]), free(first);
     ct_ctx_destroy(one);
     ct_ctx_destroy(two);
+}
+
+/* C [m, n] = A^T B with A [k, lda] (its first m columns) and B [k, n], f32 or bf16 operands. */
+static void product_tn(ct_ctx *ctx,
+                       bool bf16,
+                       int64_t m,
+                       int64_t n,
+                       int64_t k,
+                       const void *a,
+                       int64_t lda,
+                       const void *b,
+                       float *c) {
+    if (bf16)
+        ct_k_gemm_bf16(ctx, true, false, m, n, k, 1.0f, a, lda, b, n, 0.0f, c, n);
+    else
+        ct_k_gemm(ctx, true, false, m, n, k, 1.0f, a, lda, b, n, 0.0f, c, n);
+}
+
+/* A product with A transposed (C = A^T B, a weight gradient) is cut along M even where N is
+ * the larger, other products along the larger of M and N (the cut ct_k_gemm_cut_for gives, at
+ * a cap of 2 tiles: the MLP's weight gradient and forward product, a product too thin to cut).
+ * 131x200x2048 with A transposed (a shorter last tile) then gives the bits of its two row
+ * blocks multiplied as products of their own, within rounding of the reference, and the same
+ * bits on 1 and 2 threads, f32 and bf16. */
+static void gemm_should_cut_a_transposed_a_along_its_rows(void) {
+    ct_ctx *one = bf16_ctx(1), *two = bf16_ctx(2), *ref = kernels_ctx(CT_KERNELS_REFERENCE, 1);
+    const int64_t m = 131, n = 200, k = 2048, t = 66; /* rows of the first tile */
+    uint16_t *ah = random_bf16(k * m, 80), *bh = random_bf16(k * n, 81);
+    float *a = malloc(sizeof(float) * (size_t)(k * m)),
+          *b = malloc(sizeof(float) * (size_t)(k * n));
+    for (int64_t i = 0; i < k * m; i++)
+        a[i] = ct_f32_from_bf16(ah[i]);
+    for (int64_t i = 0; i < k * n; i++)
+        b[i] = ct_f32_from_bf16(bh[i]);
+    size_t bytes = sizeof(float) * (size_t)(m * n);
+    float *c1 = malloc(bytes), *c2 = malloc(bytes), *rows = malloc(bytes), *want = malloc(bytes);
+    one->gemm_tiles = two->gemm_tiles = 2;
+    ct_k_gemm_cut cut = ct_k_gemm_cut_for(one, true, 512, 784, 128);
+    CT_CHECK(!cut.split_n && cut.tiles == 2 && cut.t == 256);
+    cut = ct_k_gemm_cut_for(one, false, 128, 512, 784);
+    CT_CHECK(cut.split_n && cut.tiles == 2 && cut.t == 256);
+    cut = ct_k_gemm_cut_for(one, true, 16, 4096, 512);
+    CT_CHECK(cut.split_n && cut.tiles == 2 && cut.t == 2048);
+    cut = ct_k_gemm_cut_for(one, true, m, n, k);
+    CT_CHECK(!cut.split_n && cut.tiles == 2 && cut.t == t);
+    ct_k_gemm(ref, true, false, m, n, k, 1.0f, a, m, b, n, 0.0f, want, n);
+    for (int v = 0; v < 2; v++) { /* f32, bf16 */
+        bool bf16 = v == 1;
+        if (bf16 && !ct_k_gemm_bf16_native(one)) continue;
+        const void *av = bf16 ? (const void *)ah : (const void *)a;
+        const void *bv = bf16 ? (const void *)bh : (const void *)b;
+        product_tn(one, bf16, m, n, k, av, m, bv, c1);
+        product_tn(two, bf16, m, n, k, av, m, bv, c2);
+        one->gemm_tiles = 1; /* the blocks as products of one tile each */
+        product_tn(one, bf16, t, n, k, av, m, bv, rows);
+        product_tn(one, bf16, m - t, n, k, (const char *)av + t * (bf16 ? 2 : 4), m, bv,
+                   rows + t * n);
+        one->gemm_tiles = 2;
+        CT_CHECK_MSG(memcmp(c1, rows, bytes) == 0, "bf16 %d: not the bits of the row blocks", v);
+        CT_CHECK_MSG(memcmp(c1, c2, bytes) == 0, "bf16 %d: 1 and 2 threads differ", v);
+        CT_CHECK_ARRAYS("A^T B", c1, want, m * n, 2e-6 * (double)k, 1e-5);
+    }
+    free(ah), free(bh), free(a), free(b), free(c1), free(c2), free(rows), free(want);
+    ct_ctx_destroy(one);
+    ct_ctx_destroy(two);
+    ct_ctx_destroy(ref);
 }
 
 /* C = x W^T + bias as a linear layer multiplies: products that split into tiles along M and
@@ -495,6 +561,7 @@ int main(void) {
     CT_RUN(gemm_bf16_should_match_the_reference_on_odd_shapes);
     CT_RUN(gemm_bias_should_add_the_bias_as_copying_it_then_the_gemm_does);
     CT_RUN(gemm_tiles_should_follow_the_machine_and_keep_the_bits);
+    CT_RUN(gemm_should_cut_a_transposed_a_along_its_rows);
     CT_RUN(linear_should_see_a_weight_changed_by_the_optimizer);
     CT_RUN(linear_should_round_a_weight_once_per_update);
     CT_RUN(linear_should_build_no_gemm_plans_on_a_repeated_step);

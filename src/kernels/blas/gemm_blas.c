@@ -31,6 +31,18 @@ static int64_t tile_count(int64_t m, int64_t n, int64_t k, int64_t d, int64_t ca
     return t;
 }
 
+ct_k_gemm_cut ct_k_gemm_cut_for(const ct_ctx *ctx, bool trans_a, int64_t m, int64_t n, int64_t k) {
+    /* The larger of M and N, except with A transposed (C = A^T B, the weight gradients' form),
+     * whose rows are cut wherever there are two tiles' worth: a tile along N reads all of the
+     * transposed A, which oneDNN lays out again for each call, a tile along M only its own
+     * columns of it (on 2 cores the MLP's weight gradients took 22-43% less time cut along M). */
+    bool split_n = trans_a ? m < 32 : n >= m;
+    int64_t d = split_n ? n : m;
+    int64_t tiles = tile_count(m, n, k, d, ctx->gemm_tiles);
+    int64_t t = d > 0 ? (d + tiles - 1) / tiles : 1;
+    return (ct_k_gemm_cut){d > 0 ? (d + t - 1) / t : 1, t, split_n};
+}
+
 static void sgemm(bool trans_a,
                   bool trans_b,
                   int64_t m,
@@ -136,12 +148,9 @@ static bool gemm_tiled(ct_ctx *ctx,
             ct_k_gemm_ref(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return true;
     }
-    /* Split the larger of M and N; small products stay one call. */
-    bool split_n = n >= m;
-    int64_t d = split_n ? n : m;
-    int64_t tiles = tile_count(m, n, k, d, ctx->gemm_tiles);
-    int64_t t = (d + tiles - 1) / tiles;
-    tiles = (d + t - 1) / t;
+    ct_k_gemm_cut cut = ct_k_gemm_cut_for(ctx, trans_a, m, n, k);
+    bool split_n = cut.split_n;
+    int64_t d = split_n ? n : m, tiles = cut.tiles, t = cut.t;
     int nt = ct_threads_for(ctx, tiles, (split_n ? m : n) * t * k);
     /* oneDNN for products worth a primitive (any bf16 one: the alternative widens it to f32),
      * from outside any parallel region (nesting level, not team size, decides: the choice must
