@@ -92,7 +92,8 @@ CT_INTERNAL void ct_k_gemm_bias(ct_ctx *ctx,
 /* How ct_k_gemm_blas (and ct_k_gemm_bf16, ct_k_gemm_bias) cut C into tiles, one
  * single-threaded product each: `tiles` blocks of `t` rows of C, or of `t` columns where
  * split_n, the last one shorter when t does not divide the dimension (tiles 1: one call). A
- * function of the shape, the transposes and the context's cap (ct_ctx's gemm_tiles) only. */
+ * function of the shape, the transposes, the kernel set and the context's cap (ct_ctx's
+ * gemm_tiles) only: never of the thread count. */
 typedef struct ct_k_gemm_cut {
     int64_t tiles, t;
     bool split_n;

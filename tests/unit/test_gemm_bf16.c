@@ -198,12 +198,13 @@ static void product_tn(ct_ctx *ctx,
         ct_k_gemm(ctx, true, false, m, n, k, 1.0f, a, lda, b, n, 0.0f, c, n);
 }
 
-/* A product with A transposed (C = A^T B, a weight gradient) is cut along M even where N is
- * the larger, other products along the larger of M and N (the cut ct_k_gemm_cut_for gives, at
- * a cap of 2 tiles: the MLP's weight gradient and forward product, a product too thin to cut).
- * 131x200x2048 with A transposed (a shorter last tile) then gives the bits of its two row
- * blocks multiplied as products of their own, within rounding of the reference, and the same
- * bits on 1 and 2 threads, f32 and bf16. */
+/* On the fast kernels a product with A transposed (C = A^T B, a weight gradient) is cut along M
+ * even where N is the larger, unless N gives more tiles; other products, and OpenBLAS's tiles,
+ * along the larger of M and N (ct_k_gemm_cut_for at caps of 2 and 16: the MLP's weight
+ * gradient and forward product, a product too thin to cut along M, one that M would cut into
+ * fewer tiles). 131x200x2048 with A transposed (a shorter last tile) then gives the bits of
+ * its two row blocks multiplied as products of their own, within rounding of the reference,
+ * and the same bits on 1 and 2 threads, f32 and bf16. */
 static void gemm_should_cut_a_transposed_a_along_its_rows(void) {
     ct_ctx *one = bf16_ctx(1), *two = bf16_ctx(2), *ref = kernels_ctx(CT_KERNELS_REFERENCE, 1);
     const int64_t m = 131, n = 200, k = 2048, t = 66; /* rows of the first tile */
@@ -225,6 +226,15 @@ static void gemm_should_cut_a_transposed_a_along_its_rows(void) {
     CT_CHECK(cut.split_n && cut.tiles == 2 && cut.t == 2048);
     cut = ct_k_gemm_cut_for(one, true, m, n, k);
     CT_CHECK(!cut.split_n && cut.tiles == 2 && cut.t == t);
+    one->gemm_tiles = 16; /* where M gives fewer tiles than N, N */
+    cut = ct_k_gemm_cut_for(one, true, 64, 4096, 2048);
+    CT_CHECK(cut.split_n && cut.tiles == 16 && cut.t == 256);
+    one->gemm_tiles = 2;
+    ct_ctx *blas = kernels_ctx(CT_KERNELS_BLAS, 1); /* OpenBLAS tiles: the larger dimension */
+    blas->gemm_tiles = 2;
+    cut = ct_k_gemm_cut_for(blas, true, 512, 784, 128);
+    CT_CHECK(cut.split_n && cut.tiles == 2 && cut.t == 392);
+    ct_ctx_destroy(blas);
     ct_k_gemm(ref, true, false, m, n, k, 1.0f, a, m, b, n, 0.0f, want, n);
     for (int v = 0; v < 2; v++) { /* f32, bf16 */
         bool bf16 = v == 1;
