@@ -25,7 +25,10 @@ approach its GEMMs' share: the rest of the step adds time and no FLOPs.
 PyTorch runs at its best setting: in the first round its twin is tried with 1 and with 2 threads
 (all cores), each with OMP_WAIT_POLICY unset and =passive in its environment, and the fastest
 of the four runs the later rounds; the row names it. The twin's data are in tensors before the
-clock starts (the batches are views of a shuffled copy), so its timed loop is the step alone.
+clock starts (the batches are views of a shuffled copy), so its timed loop is the step alone,
+and glibc's malloc keeps the memory PyTorch frees each step rather than unmapping it
+(TORCH_MALLOC, unless GLIBC_TUNABLES is set: faulting it back in each step made the MLP twin
+4 times as slow on a VM with costly page faults).
 ctrain runs with its defaults (the config's `threads`: 0, every core, fewer while other
 processes keep cores busy); the "ctrain at" column shows the thread counts its runs went
 through (the most common), e.g. "2t>1t" for a run that started on 2 threads and settled on 1.
@@ -82,6 +85,14 @@ GPT_FLOPS_PER_TOKEN = 2 * 3 * (4 * (12 * 128 * 128 + 2 * 128 * 128) + 128 * 256)
 FLOPS = {"mlp": MLP_FLOPS_PER_SAMPLE, "cnn": CNN_FLOPS_PER_SAMPLE, "gpt": GPT_FLOPS_PER_TOKEN}
 # PyTorch's settings tried in the first round: (threads, OMP_WAIT_POLICY or None for unset)
 TORCH_SETTINGS = [(t, w) for t in sorted({1, os.cpu_count() or 1}) for w in (None, "passive")]
+# glibc's malloc in every PyTorch twin (unless GLIBC_TUNABLES is set): blocks up to 32 MiB from
+# the heap, and no trimming of it. PyTorch frees and allocates its step's tensors each step; by
+# default glibc maps large blocks afresh and hands the freed top of the heap back to the
+# system, and the next step faults the memory in again, which on a VM where a page fault is
+# costly made the MLP twin's step 4 times as slow and the CNN's 2.8 times (ctrain's step
+# allocates nothing). The trim threshold alone is worse: setting it fixes glibc's mmap
+# threshold at 128 KiB, and the GPT twin then ran 8 times as slow.
+TORCH_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295"
 
 
 def cpu_line():
@@ -325,6 +336,7 @@ def torch_run(name, steps, setting, tmp, precision):
     env = dict(os.environ)
     env.pop("OMP_WAIT_POLICY", None)
     env.pop("GOMP_SPINCOUNT", None)  # a setting for ctrain's side (docs/performance.md)
+    env.setdefault("GLIBC_TUNABLES", TORCH_MALLOC)
     if wait:
         env["OMP_WAIT_POLICY"] = wait
     rss_file = os.path.join(tmp, "rss-torch")
@@ -371,6 +383,7 @@ def main():
         pk["fp32"][1], pk["fp32"][0], ncpu,
         "%.1f GFLOP/s (%s dot products)" % (pk["bf16"][1], pk["bf16"][0]) if pk.get("bf16")
         else "none (no AVX512_BF16)"))
+    print("PyTorch twins: GLIBC_TUNABLES=%s" % os.environ.get("GLIBC_TUNABLES", TORCH_MALLOC))
     precisions = a.precision.split(",")
     ceiling = {}
     for precision in precisions:
@@ -397,7 +410,7 @@ def main():
             for _ in range(repeats):
                 # the peak again at the start of each round (not under --busy, whose peak is
                 # the quiet machine's): a share compares a run with the machine of its minute
-                pk_round = pk if busy else peak(a.build, ncpu, 25 if a.quick else 100)
+                pk_round = pk if busy else peak(a.build, ncpu, 50 if a.quick else 200)
                 round_peaks.append(pk_round)
                 # both precisions in each round, back to back: their ratio pairs runs made
                 # seconds apart, not minutes (this VM's speed drifts within minutes)

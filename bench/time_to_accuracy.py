@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from models import TORCH_MALLOC  # bench/models.py, beside this script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FMNIST = "/usr/share/datasets/fashion-mnist/"
 
@@ -111,8 +113,11 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ctrain-tta-")
     try:
         c_time, c_epoch, c_acc, c_wall = ctrain_time(a.build, a.target, a.threads, tmp)
+        # glibc's malloc as bench/models.py runs its twins
+        env = dict(os.environ)
+        env.setdefault("GLIBC_TUNABLES", TORCH_MALLOC)
         res = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch", str(a.target),
-                              str(a.torch_threads)], capture_output=True, text=True)
+                              str(a.torch_threads)], capture_output=True, text=True, env=env)
         if res.returncode != 0:
             sys.exit("time_to_accuracy.py: the PyTorch twin failed:\n" + res.stderr[-2000:])
         t_time, t_epoch, t_acc = json.loads(res.stdout.strip().splitlines()[-1])

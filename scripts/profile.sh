@@ -2,13 +2,15 @@
 # profile.sh - where a reference model's training step spends its time: `ctrain fit` on the
 # experiment of examples/ for a fixed number of steps (evaluation and checkpoints off) under
 # `perf record`, then the shares of the top functions and of each library.
-#     usage: scripts/profile.sh mlp|cnn|gpt [STEPS] [BUILD_DIR]
+#     usage: scripts/profile.sh mlp|cnn|gpt [STEPS] [BUILD_DIR] [key=value ...]
+# The overrides after BUILD_DIR go to `ctrain fit` (trainer.precision=bf16 for the bf16 step).
 # Needs perf (Debian's linux-perf). oneDNN's JIT kernels have no symbols: perf shows them as
 # addresses in anonymous memory, counted here under "JIT (oneDNN kernels)". docs/performance.md.
 set -euo pipefail
-model=${1:?usage: $0 mlp|cnn|gpt [STEPS] [BUILD_DIR]}
+model=${1:?usage: $0 mlp|cnn|gpt [STEPS] [BUILD_DIR] [key=value ...]}
 steps=${2:-300}
 build=${3:-build}
+overrides=("${@:4}")
 src=$(cd "$(dirname "$0")/.." && pwd)
 case $model in
 mlp) cfg=$src/examples/fashion_mnist_mlp.yaml
@@ -27,7 +29,8 @@ perf record -q -F 1999 -o "$tmp/perf.data" -- "$build/ctrain" fit "$cfg" output_
     threads="$(nproc)" \
     "~data.valid" checkpoint.enabled=false logging.progress=none logging.report=none \
     trainer.max_epochs=0 trainer.max_steps="$steps" trainer.steps_per_loop=$((steps / 10)) \
-    scheduler.total="$steps" scheduler.warmup=$((steps / 10)) "${extra[@]}" >/dev/null 2>&1
+    scheduler.total="$steps" scheduler.warmup=$((steps / 10)) "${extra[@]}" ${overrides[@]+"${overrides[@]}"} \
+    >/dev/null 2>&1
 # one line per (library, function): "share% library function"
 perf report -q -i "$tmp/perf.data" --sort dso,symbol --percent-limit 0 2>/dev/null |
     awk '{ share = $1; sub(/%/, "", share); dso = $2; sym = $4
