@@ -7,8 +7,10 @@
  *     xhat = (x - mean) rstd,  g = dy * w (dy without weight),
  *     dx  += rstd (g - mean(g) - xhat mean(g xhat)),
  *     dw  += sum_rows dy xhat,  db += sum_rows dy.
- * dx is parallel over rows; dw and db over blocks of columns, each column summed over the rows
- * in order by one thread, so results do not depend on the thread count.
+ * The fast backward is one pass over blocks of rows (their number and size depend on N alone):
+ * each block gives its rows' dx and its partial sums of dw and db (double), and the partials are
+ * then summed in block order. The reference reads the rows again for dw and db, each column
+ * summed over all rows in order by one thread. Neither depends on the thread count.
  *
  * A row's sums (mean, variance; backward's mean(g) and mean(g xhat)) are in double in 8
  * interleaved running sums added in order at the end (vmath.h's order), so that the loops
@@ -79,6 +81,105 @@ typedef struct ln_saved {
     float *rstd; /* [N] */
 } ln_saved;
 
+/* Row r's part of dx: rstd (g - mean(g) - xhat mean(g xhat)), stored (fresh: 0 + the term) or
+ * added. */
+static inline void dx_row(const float *xr,
+                          const float *dyr,
+                          const float *wv,
+                          float mean,
+                          float rstd,
+                          float mg,
+                          float mgx,
+                          bool fresh,
+                          float *dxr,
+                          int64_t D) {
+    if (fresh)
+        for (int64_t j = 0; j < D; j++) {
+            float xhat = (xr[j] - mean) * rstd;
+            float gj = wv ? dyr[j] * wv[j] : dyr[j];
+            dxr[j] = 0.0f + rstd * (gj - mg - xhat * mgx);
+        }
+    else
+        for (int64_t j = 0; j < D; j++) {
+            float xhat = (xr[j] - mean) * rstd;
+            float gj = wv ? dyr[j] * wv[j] : dyr[j];
+            dxr[j] += rstd * (gj - mg - xhat * mgx);
+        }
+}
+
+/* Rows per block of the fast backward: at least ROW_BLOCK, and at most MAX_BLOCKS blocks, so
+ * that the blocks' partial sums stay small whatever N; a function of N alone. */
+#define ROW_BLOCK  32
+#define MAX_BLOCKS 64
+
+static int64_t rows_per_block(int64_t N) {
+    int64_t rb = (N + MAX_BLOCKS - 1) / MAX_BLOCKS;
+    return rb > ROW_BLOCK ? rb : ROW_BLOCK;
+}
+
+/* The fast backward: one pass over the rows, by blocks of rows_per_block(N), each block's rows
+ * giving their dx and adding dy xhat and dy into the block's partial sums of dw and db (double,
+ * row after row); then each column's partials summed in block order into dw and db. Rows are
+ * read once (the reference reads them again, column block by column block), and the order of
+ * every sum depends on N and D only. */
+CT_HOT static void backward_fused(ct_graph *g,
+                                  const ln_saved *s,
+                                  const float *xv,
+                                  const float *dy,
+                                  const float *wv,
+                                  float *dx,
+                                  bool fresh,
+                                  float *dw,
+                                  float *db,
+                                  int64_t N,
+                                  int64_t D) {
+    int64_t rb = rows_per_block(N), blocks = (N + rb - 1) / rb;
+    bool sums = dw || db;
+    ct_graph_mark mark = ct_graph_scratch_mark(g);
+    double *parts = sums ? ct_graph_alloc(g, (size_t)(2 * blocks * D) * sizeof(double)) : NULL;
+    if (sums && !parts) {
+        ct_graph_scratch_release(g, mark);
+        return;
+    }
+    int nt = ct_ops_threads(g, blocks, rb * D * 12);
+    CT_PAR_FOR(nt, b, blocks, {
+        int64_t r0 = b * rb, r1 = r0 + rb < N ? r0 + rb : N;
+        double *aw = parts ? parts + 2 * b * D : NULL, *ab = aw ? aw + D : NULL;
+        if (aw)
+            for (int64_t j = 0; j < 2 * D; j++)
+                aw[j] = 0.0;
+        for (int64_t r = r0; r < r1; r++) {
+            const float *xr = xv + r * D, *dyr = dy + r * D;
+            float mean = s->mean[r], rstd = s->rstd[r];
+            if (dx) {
+                double sg, sgx;
+                grad_sums(xr, dyr, wv, mean, rstd, D, &sg, &sgx);
+                dx_row(xr, dyr, wv, mean, rstd, (float)(sg / (double)D), (float)(sgx / (double)D),
+                       fresh, dx + r * D, D);
+            }
+            if (aw)
+                for (int64_t j = 0; j < D; j++) {
+                    aw[j] += (double)(dyr[j] * ((xr[j] - mean) * rstd));
+                    ab[j] += (double)dyr[j];
+                }
+        }
+    });
+    if (sums) {
+        int nc = ct_ops_threads(g, D, blocks * 2);
+        CT_OMP_FOR(nc)
+        for (int64_t j = 0; j < D; j++) {
+            double tw = 0.0, tb = 0.0;
+            for (int64_t b = 0; b < blocks; b++) {
+                tw += parts[2 * b * D + j];
+                tb += parts[2 * b * D + D + j];
+            }
+            if (dw) dw[j] += (float)tw;
+            if (db) db[j] += (float)tb;
+        }
+    }
+    ct_graph_scratch_release(g, mark);
+}
+
 CT_HOT static void layer_norm_backward(ct_graph *g, ct_node *n) {
     const ln_saved *s = n->saved;
     int64_t N = n->iarg[0], D = n->iarg[1];
@@ -92,7 +193,10 @@ CT_HOT static void layer_norm_backward(ct_graph *g, ct_node *n) {
     float *db = ct_graph_grad(g, b);
     if (ct_graph_status(g) != CT_OK || N * D == 0) return;
 
-    bool fast = !ct_ops_reference(g);
+    if (!ct_ops_reference(g)) {
+        backward_fused(g, s, xv, dy, wv, dx, fresh, dw, db, N, D);
+        return;
+    }
     if (dx) {
         int nt = ct_ops_threads(g, N, D * 10);
         CT_OMP_FOR(nt)
@@ -100,29 +204,14 @@ CT_HOT static void layer_norm_backward(ct_graph *g, ct_node *n) {
             const float *xr = xv + r * D, *dyr = dy + r * D;
             float mean = s->mean[r], rstd = s->rstd[r];
             double sg = 0.0, sgx = 0.0;
-            if (fast)
-                grad_sums(xr, dyr, wv, mean, rstd, D, &sg, &sgx);
-            else
-                for (int64_t j = 0; j < D; j++) {
-                    float xhat = (xr[j] - mean) * rstd;
-                    float gj = wv ? dyr[j] * wv[j] : dyr[j];
-                    sg += (double)gj;
-                    sgx += (double)gj * (double)xhat;
-                }
-            float mg = (float)(sg / (double)D), mgx = (float)(sgx / (double)D);
-            float *dxr = dx + r * D;
-            if (fresh)
-                for (int64_t j = 0; j < D; j++) {
-                    float xhat = (xr[j] - mean) * rstd;
-                    float gj = wv ? dyr[j] * wv[j] : dyr[j];
-                    dxr[j] = 0.0f + rstd * (gj - mg - xhat * mgx);
-                }
-            else
-                for (int64_t j = 0; j < D; j++) {
-                    float xhat = (xr[j] - mean) * rstd;
-                    float gj = wv ? dyr[j] * wv[j] : dyr[j];
-                    dxr[j] += rstd * (gj - mg - xhat * mgx);
-                }
+            for (int64_t j = 0; j < D; j++) {
+                float xhat = (xr[j] - mean) * rstd;
+                float gj = wv ? dyr[j] * wv[j] : dyr[j];
+                sg += (double)gj;
+                sgx += (double)gj * (double)xhat;
+            }
+            dx_row(xr, dyr, wv, mean, rstd, (float)(sg / (double)D), (float)(sgx / (double)D),
+                   fresh, dx + r * D, D);
         }
     }
     if (dw || db) {
