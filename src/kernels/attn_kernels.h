@@ -59,11 +59,13 @@ CT_INTERNAL void ct_k_attention_fwd(ct_ctx *ctx,
                                     int64_t C,
                                     int64_t H);
 /*
- * Backward, fast path: adds (+=) the gradient of qkv given that of out. bf16 as in the forward
- * (dout rounded too).
+ * Backward, fast path: adds (+=) the gradient of qkv given that of out, or with fresh stores it
+ * over dqkv's unset values (each element is one block product's, so 0 + its sum: the bits of
+ * adding to zeros). bf16 as in the forward (dout rounded too).
  */
 CT_INTERNAL void ct_k_attention_bwd(ct_ctx *ctx,
-                                    float *dqkv,    /* [B, T, 3C], accumulated */
+                                    float *dqkv, /* [B, T, 3C], accumulated (stored if fresh) */
+                                    bool fresh,
                                     float *scratch, /* [B, H, T, T], clobbered */
                                     float *work,    /* ct_k_attention_work(.., true), clobbered */
                                     const float *dout, /* [B, T, C] */

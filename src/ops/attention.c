@@ -39,6 +39,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "autograd/autograd_internal.h"
 #include "kernels/attn_kernels.h"
 #include "kernels/vmath.h"
 #include "ops/ops_internal.h"
@@ -60,7 +61,7 @@ typedef struct head {
     int64_t T, C, hd, hp;
     float scale;
     ct_k_attn_isa isa;
-    bool native, round;
+    bool native, round, acc; /* acc: dq, dk and dv add to what dqkv holds (else stored) */
 } head;
 
 /* The arguments of one pass. */
@@ -69,7 +70,7 @@ typedef struct pass_args {
     const float *dout, *qkv;
     int64_t B, T, C, H;
     ct_k_attn_isa isa;
-    bool native, round;
+    bool native, round, acc;
 } pass_args;
 
 static head head_at(const pass_args *pa, int64_t bh) {
@@ -121,6 +122,7 @@ static head head_at(const pass_args *pa, int64_t bh) {
     h.isa = pa->isa;
     h.native = pa->native;
     h.round = pa->round;
+    h.acc = pa->acc;
     return h;
 }
 
@@ -200,7 +202,7 @@ CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
         ct_k_attn_mm(h->isa, r1 - r0, r1, h->hd, 1.0f, h->dc + r0 * h->hd, h->hd, 1, h->vt, T,
                      false, ds, T);
     ct_k_attn_softmax_bwd_rows(h->isa, ds, p, T, r0, r1, r1, inv, h->scale);
-    ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, ds, T, 1, h->kc, h->hd, true, h->dq + r0 * C3,
+    ct_k_attn_mm(h->isa, r1 - r0, h->hd, r1, 1.0f, ds, T, 1, h->kc, h->hd, h->acc, h->dq + r0 * C3,
                  C3);
 }
 
@@ -209,9 +211,9 @@ CT_HOT static void backward_rows(const head *h, int64_t r0, int64_t r1) {
 CT_HOT static void backward_keys(const head *h, int64_t c0, int64_t c1) {
     int64_t T = h->T, C = h->C, C3 = 3 * C, n = T - c0;
     const float *p = h->att + c0 * T + c0, *ds = h->ds + c0 * T + c0;
-    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, p, 1, T, h->dc + c0 * h->hd, h->hd, true,
+    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, p, 1, T, h->dc + c0 * h->hd, h->hd, h->acc,
                  h->dv + c0 * C3, C3);
-    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, ds, 1, T, h->qc + c0 * h->hd, h->hd, true,
+    ct_k_attn_mm(h->isa, c1 - c0, h->hd, n, 1.0f, ds, 1, T, h->qc + c0 * h->hd, h->hd, h->acc,
                  h->dk + c0 * C3, C3);
 }
 
@@ -299,7 +301,7 @@ static pass_args make_args(ct_ctx *ctx,
                            int64_t C,
                            int64_t H) {
     pass_args pa = {out,   dqkv, att, ds, work, dout, qkv, B, T, C, H, ct_k_attn_isa_get(),
-                    false, bf16};
+                    false, bf16, true};
     pa.native = bf16 && ct_k_attention_bf16_native(ctx, C / H);
     return pa;
 }
@@ -326,6 +328,7 @@ CT_HOT void ct_k_attention_fwd(ct_ctx *ctx,
 
 CT_HOT void ct_k_attention_bwd(ct_ctx *ctx,
                                float *dqkv,
+                               bool fresh,
                                float *scratch,
                                float *work,
                                const float *dout,
@@ -337,6 +340,7 @@ CT_HOT void ct_k_attention_bwd(ct_ctx *ctx,
                                int64_t C,
                                int64_t H) {
     pass_args pa = make_args(ctx, NULL, dqkv, att, scratch, work, dout, qkv, bf16, B, T, C, H);
+    pa.acc = !fresh;
     int nt;
     if (whole_heads(ctx, &pa, &nt)) {
         CT_PAR_FOR(nt, bh, B * H, { run_head(&pa, bh); });
@@ -349,7 +353,9 @@ CT_HOT void ct_k_attention_bwd(ct_ctx *ctx,
 }
 
 static void attention_backward(ct_graph *g, ct_node *n) {
-    float *dqkv = ct_graph_grad(g, n->in[0]);
+    /* the fast kernels write every element of a fresh gradient: no zeroing first */
+    bool fresh = false, fast = !ct_ops_reference(g);
+    float *dqkv = fast ? ct_graph_grad_fresh(g, n->in[0], &fresh) : ct_graph_grad(g, n->in[0]);
     if (!dqkv) return;
     int64_t B = n->iarg[0], T = n->iarg[1], C = n->iarg[2], H = n->iarg[3];
     if (B * T == 0) return;
@@ -358,10 +364,10 @@ static void attention_backward(ct_graph *g, ct_node *n) {
     float *att = ct_graph_alloc(g, (size_t)(B * H * T * T) * sizeof(float));
     if (!scratch || !att) return;
     const float *dout = n->out->grad, *qkv = n->in[0]->data;
-    if (!ct_ops_reference(g)) { /* which rounds as it lays out q, k, v and dout */
+    if (fast) { /* which rounds as it lays out q, k, v and dout */
         float *work = ct_graph_alloc(g, (size_t)ct_k_attention_work(B, T, C, true) * sizeof(float));
         if (work)
-            ct_k_attention_bwd(ct_graph_ctx(g), dqkv, scratch, work, dout, qkv, att,
+            ct_k_attention_bwd(ct_graph_ctx(g), dqkv, fresh, scratch, work, dout, qkv, att,
                                n->iarg[4] != 0, B, T, C, H);
         ct_graph_scratch_release(g, mark);
         return;

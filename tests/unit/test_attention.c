@@ -132,7 +132,7 @@ static void attention_should_skip_the_blocks_above_the_diagonal(void) {
         att[e] = ds[e] = NAN;
     float *work = malloc((size_t)ct_k_attention_work(B, T, C, true) * 4);
     ct_k_attention_fwd(ctx, o, att, work, qkv, false, B, T, C, H);
-    ct_k_attention_bwd(ctx, g, ds, work, dout, qkv, att, false, B, T, C, H);
+    ct_k_attention_bwd(ctx, g, false, ds, work, dout, qkv, att, false, B, T, C, H);
     free(work);
     int64_t kept = 0, above = 0;
     for (int64_t e = 0; e < n_att; e++) {
@@ -151,6 +151,34 @@ static void attention_should_skip_the_blocks_above_the_diagonal(void) {
     ct_ctx_destroy(ctx);
     free(qkv), free(dout), free(att), free(ds), free(o), free(o_ref), free(g), free(g_ref);
     free(att_ref), free(ds_ref);
+}
+
+/* The backward over a fresh gradient (unset memory, here NaN) stores each element: the bits of
+ * adding to zeros, f32 and bf16, with the work cut into (head, block pair) items (4 heads) and
+ * into whole heads (16). */
+static void attention_backward_should_store_a_fresh_gradient_with_the_bits_of_adding(void) {
+    for (int heads = 0; heads < 2; heads++) {
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            int64_t B = heads ? 8 : 2, T = 3 * BLK + 4, C = 32, H = 2;
+            int64_t n_in = B * T * 3 * C, n_out = B * T * C, n_att = B * H * T * T;
+            ct_ctx *ctx = make_ctx(2, CT_KERNELS_FAST);
+            float *qkv = rand_array(n_in, 60, -2.0f, 2.0f),
+                  *dout = rand_array(n_out, 61, -1.0f, 1.0f);
+            float *att = malloc((size_t)n_att * 4), *ds = malloc((size_t)n_att * 4);
+            float *o = malloc((size_t)n_out * 4);
+            float *added = calloc((size_t)n_in, 4), *stored = malloc((size_t)n_in * 4);
+            float *work = malloc((size_t)ct_k_attention_work(B, T, C, true) * 4);
+            for (int64_t e = 0; e < n_in; e++)
+                stored[e] = NAN;
+            ct_k_attention_fwd(ctx, o, att, work, qkv, bf16, B, T, C, H);
+            ct_k_attention_bwd(ctx, added, false, ds, work, dout, qkv, att, bf16, B, T, C, H);
+            ct_k_attention_bwd(ctx, stored, true, ds, work, dout, qkv, att, bf16, B, T, C, H);
+            CT_CHECK(memcmp(added, stored, (size_t)n_in * 4) == 0);
+            ct_ctx_destroy(ctx);
+            free(qkv), free(dout), free(att), free(ds), free(o), free(added), free(stored);
+            free(work);
+        }
+    }
 }
 
 /* a(r, i) = a[r * rsa + i * csa] for [m, k]; b [k, n] at row stride ldb: the product in double. */
@@ -424,6 +452,7 @@ int main(void) {
     CT_RUN(attention_should_match_reference_around_block_edges);
     CT_RUN(attention_should_give_the_same_bits_for_1_and_2_threads);
     CT_RUN(attention_should_skip_the_blocks_above_the_diagonal);
+    CT_RUN(attention_backward_should_store_a_fresh_gradient_with_the_bits_of_adding);
     CT_RUN(softmax_reductions_should_match_plain_loops);
     CT_RUN(attention_block_product_should_give_the_same_bits_on_every_isa);
     CT_RUN(attention_softmax_rows_should_give_the_same_bits_on_every_isa);
