@@ -16,7 +16,9 @@
  * is libm's expf and one running sum (tests/unit/test_fast_elementwise.c compares the two).
  */
 #include <math.h>
+#include <string.h>
 
+#include "autograd/autograd_internal.h"
 #include "ctrain/loss.h"
 #include "kernels/vmath.h"
 #include "ops/ops_internal.h"
@@ -119,21 +121,36 @@ static float row_weight(const ct_node *n, const float *gout, int64_t i) {
 
 CT_HOT static void ce_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0], *target = n->in[1];
-    float *gx = ct_graph_grad(g, x);
+    /* a new buffer is written whole rather than zeroed first: 0 + the term, the same bits, and
+     * zeros for ignored rows */
+    bool fresh;
+    float *gx = ct_graph_grad_fresh(g, x, &fresh);
     if (!gx) return;
     const float *gout = n->out->grad, *xd = x->data, *lse = n->saved;
     const int64_t rows = x->shape[0], c = x->shape[1], ignore = n->iarg[ARG_IGNORE];
     const float s = n->farg[0], off = s / (float)c, on = 1.0f - s;
-    if (n->iarg[ARG_VALID] == 0) return; /* every row ignored: no gradient */
+    if (n->iarg[ARG_VALID] == 0) { /* every row ignored: no gradient */
+        if (fresh) memset(gx, 0, (size_t)(rows * c) * sizeof(float));
+        return;
+    }
     int nt = ct_ops_threads(g, rows, 4 * c);
     bool fast = !ct_ops_reference(g);
     CT_PAR_FOR(nt, i, rows, {
         int64_t t = ct_ops_index_at(target, i);
-        if (t == ignore) continue;
+        float *gi = gx + i * c;
+        if (t == ignore) {
+            if (fresh) memset(gi, 0, (size_t)c * sizeof(float));
+            continue;
+        }
         const float w = row_weight(n, gout, i), li = lse[i];
         const float *xi = xd + i * c;
-        float *gi = gx + i * c;
-        if (fast)
+        if (fresh && fast)
+            for (int64_t j = 0; j < c; j++)
+                gi[j] = 0.0f + w * (ct_vexpf(xi[j] - li) - off);
+        else if (fresh)
+            for (int64_t j = 0; j < c; j++)
+                gi[j] = 0.0f + w * (expf(xi[j] - li) - off);
+        else if (fast)
             for (int64_t j = 0; j < c; j++)
                 gi[j] += w * (ct_vexpf(xi[j] - li) - off);
         else

@@ -8,14 +8,22 @@
  */
 #include <string.h>
 
+#include "autograd/autograd_internal.h"
 #include "ops/ops_internal.h"
 
 CT_HOT static void identity_backward(ct_graph *g, ct_node *n) {
-    float *dx = ct_graph_grad(g, n->in[0]);
+    bool fresh; /* a new buffer is written whole, not zeroed first: 0 + dy, the same bits */
+    float *dx = ct_graph_grad_fresh(g, n->in[0], &fresh);
     if (!dx) return;
     const float *dy = n->out->grad;
     int64_t total = ct_tensor_numel(n->out);
     int nt = ct_ops_threads(g, total, 1);
+    if (fresh) {
+        CT_OMP_FOR(nt)
+        for (int64_t i = 0; i < total; i++)
+            dx[i] = 0.0f + dy[i];
+        return;
+    }
     CT_OMP_FOR(nt)
     for (int64_t i = 0; i < total; i++)
         dx[i] += dy[i];
