@@ -123,21 +123,23 @@ CT_INTERNAL int ct_k_conv2d_relu_pool_onednn_fwd(ct_ctx *ctx,
                                                  void *keep,     /* or NULL */
                                                  void *scratch,
                                                  int nt);
-CT_INTERNAL int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
-                                                 const ct_k_conv2d_geom *s,
-                                                 bool has_bias,
-                                                 bool bf16,
-                                                 const float *x,      /* [N, C, H, W] */
-                                                 const float *w,      /* [O, C/groups, KH, KW] */
-                                                 const float *y,      /* the forward's y */
-                                                 const uint8_t *code, /* and its codes */
-                                                 const void *keep,    /* the forward's, or NULL */
-                                                 const float *dy,     /* [N, O, OH/2, OW/2] */
-                                                 float *dx,           /* += ; or NULL */
-                                                 float *dw,           /* += ; or NULL */
-                                                 float *db,           /* += ; or NULL */
-                                                 void *scratch,
-                                                 int nt);
+CT_INTERNAL int
+ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
+                                 const ct_k_conv2d_geom *s,
+                                 bool has_bias,
+                                 bool bf16,
+                                 const float *x,      /* [N, C, H, W] */
+                                 const float *w,      /* [O, C/groups, KH, KW] */
+                                 const float *y,      /* the forward's y */
+                                 const uint8_t *code, /* and its codes */
+                                 const void *keep,    /* the forward's, or NULL */
+                                 const float *dy,     /* [N, O, OH/2, OW/2] */
+                                 float *dx,           /* += ; or NULL */
+                                 bool dx_fresh,       /* dx unset: zeroed chunk by chunk */
+                                 float *dw,           /* += ; or NULL */
+                                 float *db,           /* += ; or NULL */
+                                 void *scratch,
+                                 int nt);
 
 /* Addressing of a 4-D f32 buffer blocked by channels: element (n, c, h, w) at
  * n*sn + (c/blk)*sc + h*sh + w*sw + c%blk (blk 1: plain NCHW with these strides). */

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "autograd/autograd_internal.h"
 #include "kernels/vmath.h"
 #include "ops/ops_internal.h"
 
@@ -281,7 +282,8 @@ CT_HOT void ct_ops_gelu_bwd_kept(
 }
 
 CT_HOT static void act_backward(ct_graph *g, ct_node *n) {
-    float *dx = ct_graph_grad(g, n->in[0]);
+    bool fresh; /* a new dx is written whole (0 + the term), not zeroed first */
+    float *dx = ct_graph_grad_fresh(g, n->in[0], &fresh);
     if (!dx) return;
     act_kind k = (act_kind)n->iarg[0];
     float slope = n->farg[0];
@@ -289,16 +291,22 @@ CT_HOT static void act_backward(ct_graph *g, ct_node *n) {
     int64_t total = ct_tensor_numel(n->out);
     int nt = ct_ops_threads(g, total, 16);
     if (k == ACT_GELU_ERF || k == ACT_GELU_TANH) { /* the loops ct_op_gelu_linear shares */
+        if (fresh) memset(dx, 0, (size_t)total * sizeof(float));
         ct_ops_gelu_bwd(g, k == ACT_GELU_TANH ? CT_GELU_TANH : CT_GELU_ERF, x, dy, dx, total);
         return;
     }
     if (k == ACT_RELU) { /* a loop of its own, which vectorises (the switch below does not) */
-        CT_PAR_FOR(nt, i, total, dx[i] += x[i] <= 0.0f ? 0.0f : dy[i];);
+        if (fresh)
+            CT_PAR_FOR(nt, i, total, dx[i] = 0.0f + (x[i] <= 0.0f ? 0.0f : dy[i]););
+        else
+            CT_PAR_FOR(nt, i, total, dx[i] += x[i] <= 0.0f ? 0.0f : dy[i];);
         return;
     }
     CT_OMP_FOR(nt)
-    for (int64_t i = 0; i < total; i++)
-        dx[i] += dy[i] * act_grad(k, x[i], y[i], slope);
+    for (int64_t i = 0; i < total; i++) {
+        float d = dy[i] * act_grad(k, x[i], y[i], slope);
+        dx[i] = fresh ? 0.0f + d : dx[i] + d;
+    }
 }
 
 static const ct_op_def act_defs[] = {

@@ -30,6 +30,7 @@
  */
 #include <string.h>
 
+#include "autograd/autograd_internal.h"
 #include "kernels/cnn_kernels.h"
 #include "kernels/kernels.h"
 #include "ops/ops_internal.h"
@@ -608,7 +609,8 @@ static void conv2d_relu_maxpool_backward(ct_graph *g, ct_node *n) {
     ct_tensor *x = n->in[0], *w = n->in[1], *bias = n->n_in > 2 ? n->in[2] : NULL;
     ct_k_conv2d_geom s;
     geom_init(&s, x, w, n->iarg);
-    float *dx = ct_graph_grad(g, x);
+    bool fresh; /* a new dx is zeroed chunk by chunk by the kernels, not here on one thread */
+    float *dx = ct_graph_grad_fresh(g, x, &fresh);
     float *dw = ct_graph_grad(g, w);
     float *db = ct_graph_grad(g, bias);
     if (ct_graph_status(g) != CT_OK || !(dx || dw || db)) return;
@@ -626,8 +628,8 @@ static void conv2d_relu_maxpool_backward(ct_graph *g, ct_node *n) {
         void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
         if (bytes && !scratch) return;
         r = ct_k_conv2d_relu_pool_onednn_bwd(ctx, &s, bias != NULL, bf16, x->data, w->data,
-                                             n->out->data, code, keep, n->out->grad, dx, dw, db,
-                                             scratch, nt);
+                                             n->out->data, code, keep, n->out->grad, dx, fresh, dw,
+                                             db, scratch, nt);
     }
     if (r <= 0)
         CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d_relu_maxpool: a oneDNN backward call failed");

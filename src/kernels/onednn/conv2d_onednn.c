@@ -115,12 +115,13 @@ int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
                                      const void *keep,
                                      const float *dy,
                                      float *dx,
+                                     bool dx_fresh,
                                      float *dw,
                                      float *db,
                                      void *scratch,
                                      int nt) {
     (void)ctx, (void)s, (void)has_bias, (void)bf16, (void)x, (void)w, (void)y, (void)code;
-    (void)keep, (void)dy, (void)dx, (void)dw, (void)db, (void)scratch, (void)nt;
+    (void)keep, (void)dy, (void)dx, (void)dx_fresh, (void)dw, (void)db, (void)scratch, (void)nt;
     return 0;
 }
 
@@ -757,6 +758,7 @@ static int bwd_run(ct_ctx *ctx,
                    const float *w,
                    const float *dy,
                    float *dx,
+                   bool dx_fresh,
                    float *dw,
                    float *db,
                    void *scratch,
@@ -831,6 +833,10 @@ static int bwd_run(ct_ctx *ctx,
             int ids[4] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
             const dnnl_memory_desc_t *mds[4] = {&c->ddst_b, &c->wei_b, &c->dsrc_b};
             void *ptrs[4] = {ddst, (void *)(uintptr_t)wb, dsrc};
+            /* an unset dx is zeroed here, the chunk's part by the chunk's thread just before
+             * the reorder adds to it: the bits of a zeroed buffer, without a pass on one thread */
+            if (ok && dx_fresh)
+                memset(dx + n0 * in_sample, 0, (size_t)(len * in_sample) * sizeof(float));
             ok =
                 ok && run_conv(st, tid, c->bwd_data, &c->sp_b, 3, ids, mds, ptrs) &&
                 run_reorder(st, stream, c->r_dx_b, &c->dsrc_b, dsrc, &c->x_md, dx + n0 * in_sample);
@@ -908,7 +914,7 @@ int ct_k_conv2d_onednn_bwd(ct_ctx *ctx,
                            float *db,
                            void *scratch,
                            int nt) {
-    return bwd_run(ctx, s, has_bias, bf16, NULL, x, w, dy, dx, dw, db, scratch, nt);
+    return bwd_run(ctx, s, has_bias, bf16, NULL, x, w, dy, dx, false, dw, db, scratch, nt);
 }
 
 int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
@@ -922,12 +928,13 @@ int ct_k_conv2d_relu_pool_onednn_bwd(ct_ctx *ctx,
                                      const void *keep,
                                      const float *dy,
                                      float *dx,
+                                     bool dx_fresh,
                                      float *dw,
                                      float *db,
                                      void *scratch,
                                      int nt) {
     pooled pool = {y, code, keep};
-    return bwd_run(ctx, s, has_bias, bf16, &pool, x, w, dy, dx, dw, db, scratch, nt);
+    return bwd_run(ctx, s, has_bias, bf16, &pool, x, w, dy, dx, dx_fresh, dw, db, scratch, nt);
 }
 
 #endif /* _OPENMP */
