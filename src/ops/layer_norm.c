@@ -50,6 +50,34 @@ static inline double sum_sq_dev(const float *x, int64_t n, double m) {
     return s;
 }
 
+/* The end of a row's sums (grad_sums): elements [i, n) into the running sums ag and agx
+ * (element i + k into sum k), then each set of LANES sums added in order. */
+static inline void grad_sums_end(const float *x,
+                                 const float *dy,
+                                 const float *w,
+                                 float mean,
+                                 float rstd,
+                                 int64_t i,
+                                 int64_t n,
+                                 double *ag,
+                                 double *agx,
+                                 double *sg,
+                                 double *sgx) {
+    for (int k = 0; i < n; i++, k++) {
+        float xhat = (x[i] - mean) * rstd;
+        float gj = w ? dy[i] * w[i] : dy[i];
+        ag[k] += (double)gj;
+        agx[k] += (double)gj * (double)xhat;
+    }
+    double a = 0.0, b = 0.0;
+    for (int k = 0; k < LANES; k++) {
+        a += ag[k];
+        b += agx[k];
+    }
+    *sg = a;
+    *sgx = b;
+}
+
 /* Backward's row sums sum_j g_j and sum_j g_j xhat_j (g = dy w, or dy without weight), in the
  * same order. */
 static inline void grad_sums(const float *x,
@@ -69,19 +97,7 @@ static inline void grad_sums(const float *x,
             ag[k] += (double)gj;
             agx[k] += (double)gj * (double)xhat;
         }
-    for (int k = 0; i < n; i++, k++) {
-        float xhat = (x[i] - mean) * rstd;
-        float gj = w ? dy[i] * w[i] : dy[i];
-        ag[k] += (double)gj;
-        agx[k] += (double)gj * (double)xhat;
-    }
-    double a = 0.0, b = 0.0;
-    for (int k = 0; k < LANES; k++) {
-        a += ag[k];
-        b += agx[k];
-    }
-    *sg = a;
-    *sgx = b;
+    grad_sums_end(x, dy, w, mean, rstd, i, n, ag, agx, sg, sgx);
 }
 
 #if LN_X86
@@ -110,19 +126,7 @@ __attribute__((target("avx512f"))) static void grad_sums_avx512(const float *x,
     double a8[LANES], b8[LANES];
     _mm512_storeu_pd(a8, ag);
     _mm512_storeu_pd(b8, agx);
-    for (int k = 0; i < n; i++, k++) {
-        float xhat = (x[i] - mean) * rstd;
-        float gj = w ? dy[i] * w[i] : dy[i];
-        a8[k] += (double)gj;
-        b8[k] += (double)gj * (double)xhat;
-    }
-    double a = 0.0, b = 0.0;
-    for (int k = 0; k < LANES; k++) {
-        a += a8[k];
-        b += b8[k];
-    }
-    *sg = a;
-    *sgx = b;
+    grad_sums_end(x, dy, w, mean, rstd, i, n, a8, b8, sg, sgx);
 }
 #endif
 
