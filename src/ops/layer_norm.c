@@ -13,9 +13,10 @@
  * summed over all rows in order by one thread. Neither depends on the thread count.
  *
  * A row's sums (mean, variance; backward's mean(g) and mean(g xhat)) are in double in 8
- * interleaved running sums added in order at the end (vmath.h's order), so that the loops
- * vectorise; with CT_KERNELS_REFERENCE each is one running sum from left to right. The two
- * differ only in the last bits of a double (tests/unit/test_fast_elementwise.c).
+ * interleaved running sums added in order at the end (vmath.h's order), so that the loops can
+ * vectorise (gcc leaves the backward's scalar: it has an AVX-512 twin with the same bits); with
+ * CT_KERNELS_REFERENCE each is one running sum from left to right. The two differ only in the
+ * last bits of a double (tests/unit/test_fast_elementwise.c).
  */
 #include <math.h>
 #include <string.h>
