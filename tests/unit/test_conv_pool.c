@@ -17,6 +17,8 @@
 
 #ifdef _OPENMP
 #include <dnnl.h>
+
+#include "kernels/onednn/onednn_internal.h"
 #endif
 
 typedef struct pool_case {
@@ -286,7 +288,44 @@ static void model_should_fuse_conv_relu_maxpool_layers(void) {
     ct_ctx_destroy(ctx);
 }
 
+#ifdef _OPENMP
+/* The fused pool's addressing of the convolution outputs oneDNN chooses: channels last (its
+ * AMX convolutions) as 16-channel blocks 16 apart, so the pool reads whole vectors of
+ * channels; nChw16c as its blocks; plain NCHW a channel at a time; bf16 and doubly blocked
+ * layouts refused. The case tests above take whichever layout this CPU's primitives choose. */
+static void blocked_view_should_read_channels_last_as_16_channel_blocks(void) {
+    dnnl_dims_t dims = {8, 64, 14, 14};
+    dnnl_memory_desc_t md;
+    ct_k_blocked v;
+    CT_CHECK(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb) == dnnl_success);
+    CT_CHECK(ct_k_onednn_blocked_view(&md, &v));
+    CT_CHECK(v.blk == 16 && v.sc == 16 && v.sw == 64 && v.sh == 14 * 64 && v.sn == 196 * 64);
+    dims[1] = 24; /* not a multiple of 16: one block of every channel */
+    CT_CHECK(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb) == dnnl_success);
+    CT_CHECK(ct_k_onednn_blocked_view(&md, &v));
+    CT_CHECK(v.blk == 24 && v.sc == 24 && v.sw == 24);
+    dims[1] = 72; /* wider: a channel at a time */
+    CT_CHECK(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb) == dnnl_success);
+    CT_CHECK(ct_k_onednn_blocked_view(&md, &v));
+    CT_CHECK(v.blk == 1 && v.sc == 1 && v.sw == 72);
+    dims[1] = 20;
+    CT_CHECK(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_aBcd16b) == dnnl_success);
+    CT_CHECK(ct_k_onednn_blocked_view(&md, &v));
+    CT_CHECK(v.blk == 16 && v.sc == 14 * 14 * 16 && v.sw == 16 && v.sn == 2 * v.sc);
+    CT_CHECK(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_abcd) == dnnl_success);
+    CT_CHECK(ct_k_onednn_blocked_view(&md, &v));
+    CT_CHECK(v.blk == 1 && v.sc == 196 && v.sw == 1);
+    CT_CHECK(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_bf16, dnnl_acdb) == dnnl_success);
+    CT_CHECK(!ct_k_onednn_blocked_view(&md, &v));
+    CT_CHECK(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_ABcd16a16b) == dnnl_success);
+    CT_CHECK(!ct_k_onednn_blocked_view(&md, &v));
+}
+#endif
+
 int main(void) {
+#ifdef _OPENMP
+    CT_RUN(blocked_view_should_read_channels_last_as_16_channel_blocks);
+#endif
     CT_RUN(conv_relu_maxpool_should_equal_the_composed_ops_bit_for_bit);
     CT_RUN(conv_relu_maxpool_should_compose_other_pools);
     CT_RUN(model_should_fuse_conv_relu_maxpool_layers);

@@ -3,9 +3,9 @@
  * pool_blocked.c) against a scalar model of max_pool2d(relu(x)) and its backward routing, for
  * both tile transposes (portable C, and AVX-512 where the CPU has it): the same bits, on plane
  * sizes that are not a multiple of the 16-pixel tile (7x7, 14x14, 3x5), odd H and W, channel
- * counts that leave padding lanes, 8-channel blocks and plain NCHW, with NaN, -0, subnormals
- * and ties; and the routing rounded to bf16 in place (where the CPU has AVX512_BF16) against
- * the model's routing rounded as that CPU's conversion instruction rounds.
+ * counts that leave padding lanes, 8-channel blocks, channels last and plain NCHW, with NaN, -0,
+ * subnormals and ties; and the routing rounded to bf16 in place (where the CPU has AVX512_BF16)
+ * against the model's routing rounded as that CPU's conversion instruction rounds.
  */
 #include <math.h>
 #include <string.h>
@@ -16,20 +16,31 @@
 
 typedef struct blk_case {
     int64_t n, c, h, w, blk;
+    bool last; /* channels last (nhwc), seen as blocks of blk channels blk apart */
 } blk_case;
 
 static const blk_case cases[] = {
-    {2, 32, 28, 28, 16}, /* the CNN's first pool: 196 pixels, a 4-pixel last tile */
-    {3, 64, 14, 14, 16}, /* the second: 49 pixels */
-    {2, 20, 7, 11, 16},  /* padding lanes, odd H and W */
-    {1, 40, 6, 10, 32},  /* a block past c: 8 channels of padding only... and 16 more */
-    {2, 12, 9, 8, 8},    /* 8-channel blocks */
-    {2, 5, 4, 6, 1},     /* plain NCHW */
+    {2, 32, 28, 28, 16, false}, /* the CNN's first pool: 196 pixels, a 4-pixel last tile */
+    {3, 64, 14, 14, 16, false}, /* the second: 49 pixels */
+    {2, 20, 7, 11, 16, false},  /* padding lanes, odd H and W */
+    {1, 40, 6, 10, 32, false},  /* a block past c: 8 channels of padding only... and 16 more */
+    {2, 12, 9, 8, 8, false},    /* 8-channel blocks */
+    {2, 5, 4, 6, 1, false},     /* plain NCHW */
+    {2, 64, 14, 14, 16, true},  /* channels last, as oneDNN's AMX convolutions write it */
+    {3, 32, 7, 9, 16, true},    /* channels last, odd H and W */
+    {2, 24, 6, 4, 24, true},    /* channels last, one block of 24 (a partial vector) */
 };
 
 static ct_k_blocked view_of(const blk_case *bc) {
     int64_t nb = (bc->c + bc->blk - 1) / bc->blk;
     ct_k_blocked v = {bc->blk, 0, 0, 0, 0};
+    if (bc->last) {
+        v.sc = bc->blk;
+        v.sw = bc->c;
+        v.sh = bc->w * v.sw;
+        v.sn = bc->h * v.sh;
+        return v;
+    }
     v.sw = bc->blk;
     v.sh = bc->w * bc->blk;
     v.sc = bc->h * v.sh;

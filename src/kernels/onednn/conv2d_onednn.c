@@ -205,24 +205,34 @@ static dnnl_memory_desc_t query(const_dnnl_primitive_desc_t pd, dnnl_query_t wha
     return *dnnl_primitive_desc_query_md(pd, what, 0);
 }
 
-/* The addressing of an f32 4-D layout blocked by channels only (nChw16c, nChw8c) or plain
- * (nchw); false for any other. */
-static bool blocked_view(const dnnl_memory_desc_t *md, ct_k_blocked *v) {
+/* The addressing of an f32 4-D layout blocked by channels only (nChw16c, nChw8c), channels
+ * last (nhwc: the layout oneDNN's AMX convolutions choose), or plain (nchw); false for any
+ * other. Channels last is seen as 16-channel blocks whose next block starts 16 elements on
+ * (sc 16): the pool kernels then read 16 contiguous channels a vector, as in nChw16c; with a
+ * channel count that is not a multiple of 16 it is one block of all the channels (at most 64)
+ * or, wider, a channel at a time. */
+bool ct_k_onednn_blocked_view(const dnnl_memory_desc_t *md, ct_k_blocked *v) {
     const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
     if (md->ndims != 4 || md->format_kind != dnnl_blocked || md->data_type != dnnl_f32 ||
         md->offset0 != 0)
-        return false;
-    if (b->inner_nblks == 0)
-        v->blk = 1;
-    else if (b->inner_nblks == 1 && b->inner_idxs[0] == 1)
-        v->blk = b->inner_blks[0];
-    else
         return false;
     v->sn = b->strides[0];
     v->sc = b->strides[1];
     v->sh = b->strides[2];
     v->sw = b->strides[3];
-    return v->blk >= 1 && v->blk <= 64; /* pool_blocked.c's windows hold 64 channels */
+    int64_t c = md->dims[1];
+    if (b->inner_nblks == 0 && v->sc == 1 && c > 1 && md->padded_dims[1] == c) {
+        v->blk = c % 16 == 0 ? 16 : c <= 64 ? c : 1;
+        v->sc = v->blk;
+    } else if (b->inner_nblks == 0) {
+        v->blk = 1;
+    } else if (b->inner_nblks == 1 && b->inner_idxs[0] == 1) {
+        v->blk = b->inner_blks[0];
+    } else {
+        return false;
+    }
+    /* no wider block is tested (tests/unit/test_pool_blocked.c) */
+    return v->blk >= 1 && v->blk <= 64;
 }
 
 static bool geom_equal(const ct_k_conv2d_geom *a, const ct_k_conv2d_geom *b) {
@@ -379,8 +389,8 @@ static bool plan_build(onednn_state *st, conv_plan *c) {
                             (same(&c->ddst_w, &c->y_md) ? 0 : md_bytes(&c->ddst_w)) +
                             (same(&c->src_w, &c->x_md) ? 0 : md_bytes(&c->src_w));
     }
-    ct_k_blocked v = {1, 0, 0, 0, 0}; /* blocked_view fills it where it succeeds */
-    c->ok_pool_fwd = blocked_view(&c->dst_f, &v);
+    ct_k_blocked v = {1, 0, 0, 0, 0}; /* ct_k_onednn_blocked_view fills it where it succeeds */
+    c->ok_pool_fwd = ct_k_onednn_blocked_view(&c->dst_f, &v);
     c->ok_pool_bwd = c->ok_pool_bwd && c->ok_pool_fwd;
     /* the rounding is the CPU's instruction, and oneDNN's reorders use the same one only where
      * its ISA has it (not where it is capped below, and emulates) */
@@ -696,7 +706,7 @@ static int fwd_run(ct_ctx *ctx,
         }
         if (ok && pool) {
             ct_k_blocked v;
-            blocked_view(&c->dst_f, &v); /* plan_ok checked it */
+            ct_k_onednn_blocked_view(&c->dst_f, &v); /* plan_ok checked it */
             ct_k_relu_pool2x2_blocked(&v, dst, len, s->o, ph, pw, yc,
                                       code ? code + n0 * out_sample : NULL);
         } else {
@@ -804,7 +814,7 @@ static int bwd_run(ct_ctx *ctx,
         float *dyblk = NULL;    /* with pool: dy in the forward's dst_f layout */
         if (ok && pool) {
             ct_k_blocked v;
-            blocked_view(&c->dst_f, &v); /* plan_ok checked it */
+            ct_k_onednn_blocked_view(&c->dst_f, &v); /* plan_ok checked it */
             dyblk = (float *)take(&mine, md_bytes(&main_plan->dst_f));
             if (s->oh % 2 || s->ow % 2) /* a row or column no window reaches */
                 memset(dyblk, 0, dnnl_memory_desc_get_size(&c->dst_f));

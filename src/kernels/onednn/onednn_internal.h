@@ -13,6 +13,7 @@
 #include <dnnl.h>
 
 #include "core/core_internal.h"
+#include "kernels/cnn_kernels.h"
 
 #define CT_ONEDNN_MAX_STREAMS 256
 
@@ -48,5 +49,9 @@ CT_INTERNAL bool ct_k_onednn_pd_create(dnnl_primitive_desc_t *pd,
                                        const_dnnl_primitive_attr_t attr,
                                        dnnl_engine_t engine,
                                        const_dnnl_primitive_desc_t hint);
+
+/* How the fused 2x2 pool (pool_blocked.c) addresses an f32 convolution output of layout md:
+ * false where it cannot (conv2d_onednn.c). */
+CT_INTERNAL bool ct_k_onednn_blocked_view(const dnnl_memory_desc_t *md, ct_k_blocked *v);
 
 #endif /* CT_ONEDNN_INTERNAL_H */
