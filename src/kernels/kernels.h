@@ -111,6 +111,9 @@ CT_INTERNAL bool ct_k_onednn_bf16_native(ct_ctx *ctx);
 CT_INTERNAL int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx);
 /* How many GEMM tiles oneDNN's matmul ran with a bias argument (ct_k_gemm_bias; for tests). */
 CT_INTERNAL int64_t ct_k_onednn_bias_gemms(const ct_ctx *ctx);
+/* How many GEMM tiles ran with strided operands copied dense first, for oneDNN's AMX kernels
+ * (gemm_onednn.c; for tests). */
+CT_INTERNAL int64_t ct_k_onednn_packed_gemms(const ct_ctx *ctx);
 /* How many GEMM primitives this context has created (for tests: a repeated step makes none). */
 CT_INTERNAL int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx);
 

@@ -1,11 +1,11 @@
 /*
  * test_gemm_bf16.c - the GEMM on bf16 operands (ct_k_gemm_bf16, oneDNN's bf16 matmul per tile)
  * against its naive twin on odd shapes, every transpose, padded strides and both betas, with
- * the same bits for 1 and 2 threads; the cut into tiles (a transposed A along its rows);
- * ct_k_gemm_bias (a linear layer's product with its bias) against the bias copied in and the
- * GEMM with beta 1, f32 and bf16, on every kernel set; the ops' cache of bf16 weight copies:
- * shared within one update, dropped by an optimizer step, and no GEMM primitive made twice for
- * a step; and linear's dW from the bf16 copy of x its forward pass kept.
+ * the same bits for 1 and 2 threads (on AMX the strided tiles copied dense); the cut into tiles (a
+ * transposed A along its rows); ct_k_gemm_bias (a linear layer's product with its bias) against the
+ * bias copied in and the GEMM with beta 1, f32 and bf16, on every kernel set; the ops' cache of
+ * bf16 weight copies: shared within one update, dropped by an optimizer step, and no GEMM primitive
+ * made twice for a step; and linear's dW from the bf16 copy of x its forward pass kept.
  */
 #include <string.h>
 #include <unistd.h>
@@ -42,6 +42,16 @@ static bool onednn_runs_tiles(void) {
 }
 
 /* Whether oneDNN has a bf16 matmul on this CPU (AVX-512 and up; emulated without AVX512_BF16). */
+/* Whether oneDNN runs AMX (tile) kernels on this CPU. */
+static bool onednn_has_amx(void) {
+#ifdef _OPENMP
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = dnnl_cpu_isa_avx512_core_amx;
+    return (isa & amx) == amx;
+#else
+    return false;
+#endif
+}
+
 static bool onednn_has_bf16(void) {
 #ifdef _OPENMP
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), avx512 = dnnl_cpu_isa_avx512_core;
@@ -109,6 +119,12 @@ static void gemm_bf16_should_match_the_reference_on_odd_shapes(void) {
     if (onednn_has_bf16())
         CT_CHECK_MSG(ct_k_onednn_bf16_gemms(two) >= count * 8, "%lld tiles on oneDNN's bf16 matmul",
                      (long long)ct_k_onednn_bf16_gemms(two));
+    /* on AMX the strided tiles go to its kernels copied dense (the copies are what is tested) */
+    if (onednn_has_amx())
+        CT_CHECK_MSG(ct_k_onednn_packed_gemms(two) > 0, "%lld tiles copied dense for AMX",
+                     (long long)ct_k_onednn_packed_gemms(two));
+    else
+        printf("  (no AMX here: strided tiles run in place, nothing copied dense)\n");
     ct_ctx_destroy(one);
     ct_ctx_destroy(two);
 }

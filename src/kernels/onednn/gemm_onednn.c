@@ -10,6 +10,14 @@
  *
  * bf16 plans (ct_k_gemm_bf16) read A and B as bf16 where the caller holds them (rounded once
  * per operand, not per tile) and multiply them with f32 accumulation into the f32 C.
+ *
+ * oneDNN's AMX matmul (the bf16 tile unit of Sapphire Rapids and later) takes only operands
+ * whose rows are contiguous end to end: a tile of a larger matrix (a leading dimension above its
+ * width) falls back to an AVX-512 kernel that runs several times slower. Where a bf16 tile is
+ * strided and the same tile made dense goes to the AMX kernel, the plan copies the strided
+ * operands into dense ones in the thread's scratch (and C back out), which costs a few percent
+ * of the product. The choice is the plan's, made once per geometry: the bits still depend on the
+ * shape and the machine only.
  */
 #include "kernels/kernels.h"
 #include "kernels/onednn/onednn_internal.h"
@@ -31,7 +39,11 @@ typedef struct gemm_plan {
     gemm_key key;
     dnnl_primitive_t prim; /* NULL: oneDNN cannot do it (cached so we do not retry) */
     dnnl_memory_desc_t a_md, b_md, c_md, bias_md, scratch_md;
-    size_t scratch_bytes;
+    size_t scratch_bytes; /* oneDNN's scratchpad and the dense copies below */
+    /* operands copied dense before the product (C: in before it where beta is not 0, out
+     * after it), at these byte offsets in the thread's scratch past oneDNN's scratchpad */
+    bool pack_a, pack_b, pack_c;
+    size_t at_a, at_b, at_c;
     struct gemm_plan *next;
 } gemm_plan;
 
@@ -44,12 +56,18 @@ void ct_k_onednn_gemm_plans_free(ct_ctx *ctx, void *plans) {
     }
 }
 
-static void plan_build(onednn_state *st, gemm_plan *p) {
-    const gemm_key *k = &p->key;
+static size_t align64(size_t b) {
+    return (b + 63) & ~(size_t)63;
+}
+
+/* The primitive descriptor of key k with the given leading dimensions, its operand
+ * descriptors in p; NULL where oneDNN has no kernel for it. */
+static dnnl_primitive_desc_t
+plan_pd(onednn_state *st, const gemm_key *k, int64_t lda, int64_t ldb, int64_t ldc, gemm_plan *p) {
     dnnl_dims_t ad = {k->m, k->k}, bd = {k->k, k->n}, cd = {k->m, k->n};
-    dnnl_dims_t as = {k->trans_a ? 1 : k->lda, k->trans_a ? k->lda : 1};
-    dnnl_dims_t bs = {k->trans_b ? 1 : k->ldb, k->trans_b ? k->ldb : 1};
-    dnnl_dims_t cs = {k->ldc, 1};
+    dnnl_dims_t as = {k->trans_a ? 1 : lda, k->trans_a ? lda : 1};
+    dnnl_dims_t bs = {k->trans_b ? 1 : ldb, k->trans_b ? ldb : 1};
+    dnnl_dims_t cs = {ldc, 1};
     dnnl_dims_t biasd = {1, k->n}, biass = {k->n, 1};
     dnnl_matmul_desc_t desc;
     dnnl_primitive_attr_t attr = NULL;
@@ -72,11 +90,53 @@ static void plan_build(onednn_state *st, gemm_plan *p) {
         ok = dnnl_post_ops_create(&po) == dnnl_success &&
              dnnl_post_ops_append_sum(po, k->beta) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-    ok = ok && ct_k_onednn_pd_create(&pd, &desc, attr, st->engine, NULL);
+    if (ok && !ct_k_onednn_pd_create(&pd, &desc, attr, st->engine, NULL)) pd = NULL;
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return pd;
+}
+
+/* Whether pd runs on oneDNN's AMX kernels (its implementation's name says so). */
+static bool runs_on_amx(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+           impl && strstr(impl, "amx") != NULL;
+}
+
+static void plan_build(onednn_state *st, gemm_plan *p) {
+    const gemm_key *k = &p->key;
+    dnnl_primitive_desc_t pd = plan_pd(st, k, k->lda, k->ldb, k->ldc, p);
+    /* dense leading dimensions of the operands as stored (A [k, m] where transposed) */
+    int64_t da = k->trans_a ? k->m : k->k, db = k->trans_b ? k->k : k->n, dc = k->n;
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = dnnl_cpu_isa_avx512_core_amx;
+    if (k->bf16 && (isa & amx) == amx && (k->lda != da || k->ldb != db || k->ldc != dc) &&
+        (!pd || !runs_on_amx(pd))) {
+        gemm_plan dense = *p;
+        dnnl_primitive_desc_t dpd = plan_pd(st, k, da, db, dc, &dense);
+        if (dpd && runs_on_amx(dpd)) {
+            if (pd) dnnl_primitive_desc_destroy(pd);
+            pd = dpd;
+            *p = dense;
+            p->pack_a = k->lda != da;
+            p->pack_b = k->ldb != db;
+            p->pack_c = k->ldc != dc;
+        } else if (dpd) {
+            dnnl_primitive_desc_destroy(dpd);
+        }
+    }
+    bool ok = pd != NULL;
     if (ok) {
-        /* brgemm packs B into a scratchpad: each thread gets its own (onednn_state) */
+        /* brgemm packs B into a scratchpad: each thread gets its own (onednn_state); the dense
+         * copies follow it */
         p->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-        p->scratch_bytes = dnnl_memory_desc_get_size(&p->scratch_md);
+        size_t at = align64(dnnl_memory_desc_get_size(&p->scratch_md));
+        p->at_a = at;
+        at += p->pack_a ? align64((size_t)(k->m * k->k) * sizeof(uint16_t)) : 0;
+        p->at_b = at;
+        at += p->pack_b ? align64((size_t)(k->k * k->n) * sizeof(uint16_t)) : 0;
+        p->at_c = at;
+        at += p->pack_c ? align64((size_t)(k->m * k->n) * sizeof(float)) : 0;
+        p->scratch_bytes = at;
         ok = dnnl_primitive_create(&p->prim, pd) == dnnl_success;
     }
     if (!ok && p->prim) {
@@ -84,8 +144,6 @@ static void plan_build(onednn_state *st, gemm_plan *p) {
         p->prim = NULL;
     }
     if (pd) dnnl_primitive_desc_destroy(pd);
-    if (po) dnnl_post_ops_destroy(po);
-    if (attr) dnnl_primitive_attr_destroy(attr);
 }
 
 static gemm_plan *plan_find(onednn_state *st, const gemm_key *key) {
@@ -164,6 +222,11 @@ int64_t ct_k_onednn_bias_gemms(const ct_ctx *ctx) {
     return st ? __atomic_load_n(&st->bias_gemms, __ATOMIC_RELAXED) : 0;
 }
 
+int64_t ct_k_onednn_packed_gemms(const ct_ctx *ctx) {
+    const onednn_state *st = ctx->onednn;
+    return st ? __atomic_load_n(&st->packed_gemms, __ATOMIC_RELAXED) : 0;
+}
+
 int64_t ct_k_onednn_gemm_plans_built(const ct_ctx *ctx) {
     const onednn_state *st = ctx->onednn;
     return st ? st->gemm_plans_built : 0;
@@ -201,6 +264,16 @@ bool ct_k_onednn_gemm_prepare(ct_ctx *ctx,
     return p->prim != NULL && ct_k_onednn_reserve_scratch(ctx, st, p->scratch_bytes);
 }
 
+/* rows x cols elements of es bytes at stride ld copied dense into dst; returns dst. */
+static const void *
+copy_rows(void *dst, const void *src, int64_t rows, int64_t cols, int64_t ld, size_t es) {
+    const char *s = src;
+    char *d = dst;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(d + (size_t)(r * cols) * es, s + (size_t)(r * ld) * es, (size_t)cols * es);
+    return dst;
+}
+
 bool ct_k_onednn_gemm_run(ct_ctx *ctx,
                           bool bf16,
                           bool ta,
@@ -224,14 +297,28 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
     int tid = omp_get_thread_num();
     if (tid >= st->n_streams) return false;
     if (p->scratch_bytes > st->scratch_size) return false;
+    char *scratch = st->scratch[tid];
+    const gemm_key *kk = &p->key;
+    float *cd = c; /* where the primitive writes C */
+    if (p->pack_a) {
+        a = copy_rows(scratch + p->at_a, a, kk->trans_a ? k : m, kk->trans_a ? m : k, lda,
+                      sizeof(uint16_t));
+    }
+    if (p->pack_b) {
+        b = copy_rows(scratch + p->at_b, b, kk->trans_b ? n : k, kk->trans_b ? k : n, ldb,
+                      sizeof(uint16_t));
+    }
+    if (p->pack_c) {
+        cd = (float *)(void *)(scratch + p->at_c);
+        if (beta != 0.0f) (void)copy_rows(cd, c, m, n, ldc, sizeof(float));
+    }
     dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL, mbias = NULL;
-    bool ok =
-        dnnl_memory_create(&ma, &p->a_md, st->engine, (void *)(uintptr_t)a) == dnnl_success &&
-        dnnl_memory_create(&mb, &p->b_md, st->engine, (void *)(uintptr_t)b) == dnnl_success &&
-        dnnl_memory_create(&mc, &p->c_md, st->engine, c) == dnnl_success &&
-        dnnl_memory_create(&ms, &p->scratch_md, st->engine, st->scratch[tid]) == dnnl_success &&
-        (!bias || dnnl_memory_create(&mbias, &p->bias_md, st->engine, (void *)(uintptr_t)bias) ==
-                      dnnl_success);
+    bool ok = dnnl_memory_create(&ma, &p->a_md, st->engine, (void *)(uintptr_t)a) == dnnl_success &&
+              dnnl_memory_create(&mb, &p->b_md, st->engine, (void *)(uintptr_t)b) == dnnl_success &&
+              dnnl_memory_create(&mc, &p->c_md, st->engine, cd) == dnnl_success &&
+              dnnl_memory_create(&ms, &p->scratch_md, st->engine, scratch) == dnnl_success &&
+              (!bias || dnnl_memory_create(&mbias, &p->bias_md, st->engine,
+                                           (void *)(uintptr_t)bias) == dnnl_success);
     /* A failure here happens before any arithmetic (argument checks; the CPU stream's wait
      * is a no-op), so C is untouched and the caller's OpenBLAS fallback cannot add twice. */
     if (ok) {
@@ -244,8 +331,13 @@ bool ct_k_onednn_gemm_run(ct_ctx *ctx,
             dnnl_primitive_execute(p->prim, st->streams[tid], bias ? 5 : 4, args) == dnnl_success &&
             dnnl_stream_wait(st->streams[tid]) == dnnl_success;
     }
+    if (ok && p->pack_c) /* rows of n back to rows of ldc */
+        for (int64_t r = 0; r < m; r++)
+            memcpy(c + r * ldc, cd + r * n, (size_t)n * sizeof(float));
     if (ok && bf16) __atomic_fetch_add(&st->bf16_gemms, 1, __ATOMIC_RELAXED);
     if (ok && bias) __atomic_fetch_add(&st->bias_gemms, 1, __ATOMIC_RELAXED);
+    if (ok && (p->pack_a || p->pack_b || p->pack_c))
+        __atomic_fetch_add(&st->packed_gemms, 1, __ATOMIC_RELAXED);
     if (ma) dnnl_memory_destroy(ma);
     if (mb) dnnl_memory_destroy(mb);
     if (mc) dnnl_memory_destroy(mc);
@@ -267,6 +359,11 @@ int64_t ct_k_onednn_bf16_gemms(const ct_ctx *ctx) {
 }
 
 int64_t ct_k_onednn_bias_gemms(const ct_ctx *ctx) {
+    (void)ctx;
+    return 0;
+}
+
+int64_t ct_k_onednn_packed_gemms(const ct_ctx *ctx) {
     (void)ctx;
     return 0;
 }

@@ -27,6 +27,7 @@ typedef struct onednn_state {
     void *gemm_plans;                     /* gemm_onednn.c's cache */
     int64_t bf16_gemms;                   /* tiles run on bf16 plans (tests; atomic) */
     int64_t bias_gemms;                   /* tiles run on plans with a bias (tests; atomic) */
+    int64_t packed_gemms;                 /* tiles run with operands copied dense (tests; atomic) */
     int64_t bf16_convs;                   /* conv chunks run on bf16 plans (tests; atomic) */
     int64_t gemm_plans_built;             /* GEMM primitives created (tests) */
 } onednn_state;
