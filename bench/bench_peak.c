@@ -1,16 +1,20 @@
 /*
  * bench_peak.c - the arithmetic peak of this machine, the figure bench/models.py sets each
  * model's achieved GFLOP/s against: f32 fused multiply-adds in the widest vectors the CPU has
- * (AVX-512, else AVX2 with FMA, else scalar), and bf16 dot products (vdpbf16ps) where it has
- * AVX512_BF16, on every thread at once, each thread on registers only (no memory traffic).
+ * (AVX-512, else AVX2 with FMA, else scalar), and bf16 dot products where the CPU has them: AMX
+ * tile products (tdpbf16ps) where it has AMX-BF16 and the kernel lets the process use the
+ * tiles, else vdpbf16ps where it has AVX512_BF16; on every thread at once, each thread on
+ * registers (tiles) only, no memory traffic.
  *
  *   bench_peak [--threads N] [--ms M]
  *
  * Prints one line per kind, `peak KIND ISA THREADS GFLOPS` (KIND fp32 or bf16; bf16's ISA is
- * `none` and GFLOPS 0 on a CPU without it), the best of several timed rounds of about M ms
- * (default 200) each. The kernel is chosen at run time (__builtin_cpu_supports), so a portable
- * build measures the CPU it runs on.
+ * `amx`, `avx512_bf16`, or `none` with GFLOPS 0 on a CPU without either), the best of several timed
+ * rounds of about M ms (default 200) each. The kernel is chosen at run time
+ * (__builtin_cpu_supports), so a portable build measures the CPU it runs on.
  */
+#define _DEFAULT_SOURCE 1 /* syscall(), for the AMX permission */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +23,10 @@
 #include <omp.h>
 #endif
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define HAVE_X86 1
 #else
 #define HAVE_X86 0
@@ -109,6 +116,61 @@ __attribute__((target("avx512f,avx512bf16"))) static double dot_bf16(long chunks
     sink = _mm512_reduce_add_ps(s);
     return 4.0 * 16 * ACCS * (double)CHUNK * (double)chunks;
 }
+
+/* AMX: 16x16 f32 accumulator tiles, each tdpbf16ps adding a 16x32 by 32x16 bf16 product
+ * (16 * 16 * 32 multiply-adds). Four accumulators (tiles 0-3) fed by two A tiles (4, 5) and two
+ * B tiles (6, 7), so consecutive products write different tiles. */
+#define AMX_ROWS 16
+#define AMX_COLB 64 /* bytes per tile row */
+
+typedef struct amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+/* Whether the CPU has AMX tiles with bf16 products (CPUID leaf 7: AMX-TILE and AMX-BF16; asked
+ * directly, as clang's __builtin_cpu_supports does not know them) and Linux hands their state to
+ * this process when asked (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA; it refuses where the
+ * kernel or the hypervisor does not support them). */
+static int amx_usable(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22)))
+        return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) static double dot_amx(long chunks, float seed) {
+    static const uint16_t ones[AMX_ROWS * AMX_COLB / 2] = {0}; /* bf16 +0: nothing overflows */
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = AMX_COLB;
+        cfg.rows[t] = AMX_ROWS;
+    }
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ones, AMX_COLB);
+    _tile_loadd(5, ones, AMX_COLB);
+    _tile_loadd(6, ones, AMX_COLB);
+    _tile_loadd(7, ones, AMX_COLB);
+    for (long c = 0; c < chunks; c++)
+        for (int i = 0; i < CHUNK / 16; i++) {
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    float out[AMX_ROWS * AMX_COLB / 4];
+    _tile_stored(0, out, AMX_COLB);
+    _tile_release();
+    sink = out[0] + seed;
+    return 4.0 * 2.0 * 16 * 16 * 32 * (double)(CHUNK / 16) * (double)chunks;
+}
 #endif
 
 /* GFLOP/s of fn on nt threads running together: the best of `rounds` rounds in which every
@@ -171,7 +233,10 @@ int main(int argc, char **argv) {
         fma = fma_avx2;
         fma_isa = "avx2";
     }
-    if (__builtin_cpu_supports("avx512bf16")) {
+    if (amx_usable()) {
+        bf16 = dot_amx;
+        bf16_isa = "amx";
+    } else if (__builtin_cpu_supports("avx512bf16")) {
         bf16 = dot_bf16;
         bf16_isa = "avx512_bf16";
     }

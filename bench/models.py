@@ -16,11 +16,12 @@ drifts within minutes.
 The run opens with the machine: the CPU model and flags, what `ctrain --version` says of the
 instruction sets and OpenMP's waiting threads, and the arithmetic peak measured by
 build/bench/bench_peak on ctrain's threads (f32 FMAs; bf16 dot products where the CPU has
-AVX512_BF16). A bf16 row's share is of the bf16 peak where there is one. Then the ceiling the
-matrix products set: build/bench/bench_gemm times each GEMM of the MLP's and the GPT's training
-step alone, on hot operands, through ctrain's own GEMM; the "GEMMs" column is their GFLOP/s as
-a share of the same peak (the CNN's convolutions are not GEMMs: "-"). A step's share can only
-approach its GEMMs' share: the rest of the step adds time and no FLOPs.
+them: AMX tile products where it has AMX, else AVX512_BF16's vector dot products). A bf16
+row's share is of the bf16 peak where there is one. Then the ceiling the matrix products set:
+build/bench/bench_gemm times each GEMM of the MLP's and the GPT's training step alone, on hot
+operands, through ctrain's own GEMM; the "GEMMs" column is their GFLOP/s as a share of the same
+peak (the CNN's convolutions are not GEMMs: "-"). A step's share can only approach its GEMMs'
+share: the rest of the step adds time and no FLOPs.
 
 PyTorch runs at its best setting: in the first round its twin is tried with 1 and with 2 threads
 (all cores), each with OMP_WAIT_POLICY unset and =passive in its environment, and the fastest
@@ -382,7 +383,7 @@ def main():
     print("peak: fp32 %.1f GFLOP/s (%s FMA, %d threads); bf16 %s" % (
         pk["fp32"][1], pk["fp32"][0], ncpu,
         "%.1f GFLOP/s (%s dot products)" % (pk["bf16"][1], pk["bf16"][0]) if pk.get("bf16")
-        else "none (no AVX512_BF16)"))
+        else "none (no AVX512_BF16 or AMX)"))
     print("PyTorch twins: GLIBC_TUNABLES=%s" % os.environ.get("GLIBC_TUNABLES", TORCH_MALLOC))
     precisions = a.precision.split(",")
     ceiling = {}
