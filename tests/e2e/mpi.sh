@@ -170,15 +170,18 @@ start=$SECONDS
 wait_gone "$bg_pid"
 [[ -z $ended ]] && end_job "$bg_pid" runs/k
 bg_pid=
+named=$(grep -oE 'PID [0-9]+ RUNNING AT' out | head -n1 | cut -d' ' -f2)
 if [[ -z $victim ]]; then
     fail killed_rank_ends_job "found no rank 1 process to kill: $(tail_of out)"
 elif [[ -z $ended ]]; then
     fail killed_rank_ends_job "the job still ran 60 s after rank 1 was killed"
 elif [[ $rc -eq 0 ]]; then
     fail killed_rank_ends_job "exit 0 after rank 1 was killed: $(tail_of out)"
-elif ! grep -qi "rank 1" out && ! { grep -q "PID $victim" out && grep -q "ranks: .*1 pid $victim on" out; }; then
-    # Open MPI's launcher names the rank; MPICH's names the pid and host, and ctrain's "ranks:"
-    # line says which rank that pid was
+elif ! grep -qi "rank 1" out && ! { [[ -n $named ]] && grep -qE "^ranks: (.*, )?[0-9]+ pid $named on" out; }; then
+    # Open MPI's launcher names the rank. MPICH's names a pid and host, and ctrain's "ranks:"
+    # line says which rank that pid was; it names the first rank in rank order whose exit was
+    # bad, and the ranks it kills while cleaning up exit with the victim's signal 9, so the pid
+    # it names is rank 1's only when rank 0 got out first
     fail killed_rank_ends_job "no message naming rank 1 (pid $victim): $(tail_of out)"
 else
     ok killed_rank_ends_job
