@@ -21,9 +21,10 @@
  * Under bf16 autocast (ct_graph_set_autocast) x and the weight are rounded to bf16 into
  * scratch copies that every path convolves; the backward pass rounds them again (the same
  * bits) and dy the same way, and takes all three gradients from those. Where the CPU has bf16
- * dot products (ct_k_onednn_bf16_native), oneDNN's bf16 primitives run instead, with f32
- * accumulation and f32 results: they round x, the weight and dy to bf16 themselves while
- * converting them to their layouts (the same rounding, so no rounded copies are made).
+ * dot products (ct_k_onednn_bf16_native) and each group has at least 16 input channels
+ * (native_bf16), oneDNN's bf16 primitives run instead, with f32 accumulation and f32 results:
+ * they round x, the weight and dy to bf16 themselves while converting them to their layouts
+ * (the same rounding, so no rounded copies are made).
  *
  * Node: in = {x, weight[, bias]}; iarg = stride h,w, padding h,w, dilation h,w, groups;
  * iarg[7] = 1 when the forward pass ran under autocast; saved = NULL.
@@ -269,11 +270,18 @@ static int onednn_backward(ct_graph *g,
 }
 
 /* Whether a convolution whose operands bf16 autocast rounded (rounded) runs on oneDNN's bf16
- * primitives: where the CPU multiplies bf16 natively. They compute the same products as the
- * f32 ones on the rounded values (exact in f32) and accumulate in f32, in their own order. */
-static bool native_bf16(ct_graph *g, bool rounded) {
+ * primitives: where the CPU multiplies bf16 natively and each group has at least
+ * BF16_MIN_CHANNELS input channels. They compute the same products as the f32 ones on the
+ * rounded values (exact in f32) and accumulate in f32, in their own order. With fewer channels
+ * (an image's 1 or 3) the bf16 kernels pad the channels they sum over to a block of pairs and
+ * ran slower than the f32 ones: a 1-channel 28x28 input's 3x3 convolution took 2 (forward) and
+ * 3 (weight gradient) times as long on AMX, so such layers run the f32 primitives on rounded
+ * copies, as on a CPU without bf16 products. */
+#define BF16_MIN_CHANNELS 16
+static bool native_bf16(ct_graph *g, bool rounded, const ct_k_conv2d_geom *s) {
     ct_ctx *ctx = ct_graph_ctx(g);
-    return rounded && ctx->kernels == CT_KERNELS_FAST && ct_k_onednn_bf16_native(ctx);
+    return rounded && ctx->kernels == CT_KERNELS_FAST && s->c / s->groups >= BF16_MIN_CHANNELS &&
+           ct_k_onednn_bf16_native(ctx);
 }
 
 /* db [O] += sum over n and the plane of dy [N, O, L], in double, in a fixed order. */
@@ -360,7 +368,7 @@ static void conv2d_backward(ct_graph *g, ct_node *n) {
     bool any = (dx || dw || db) && s.c > 0;
     int r = 0;
     /* oneDNN's bf16 primitives round x, w and dy themselves (as forward) */
-    if (any && native_bf16(g, ct_ops_ran_autocast(n)))
+    if (any && native_bf16(g, ct_ops_ran_autocast(n), &s))
         r = onednn_backward(g, &s, bias != NULL, true, x->data, w->data, dy_in, dx, dw, db);
     if (r != 0) {
         ct_graph_scratch_release(g, mark);
@@ -551,7 +559,7 @@ static ct_tensor *conv2d_apply(ct_graph *g,
         int r = 0;
         /* oneDNN's bf16 primitives round x and the weight on their way in (to nearest even,
          * as ct_ops_autocast), so they take the values as they are: no rounded copies */
-        if (s.c > 0 && native_bf16(g, ct_graph_autocast(g) == CT_BF16))
+        if (s.c > 0 && native_bf16(g, ct_graph_autocast(g) == CT_BF16, &s))
             r = onednn_forward(g, &s, true, relu, x->data, weight->data, bv, y->data);
         if (r < 0) return NULL;
         if (r == 0) {
@@ -615,21 +623,29 @@ static void conv2d_relu_maxpool_backward(ct_graph *g, ct_node *n) {
     float *db = ct_graph_grad(g, bias);
     if (ct_graph_status(g) != CT_OK || !(dx || dw || db)) return;
     ct_ctx *ctx = ct_graph_ctx(g);
-    bool bf16 = ct_ops_ran_autocast(n);
+    bool rounded = ct_ops_ran_autocast(n), bf16 = native_bf16(g, rounded, &s);
     int nt = onednn_threads(g, &s);
     size_t bytes;
     ct_graph_mark mark = ct_graph_scratch_mark(g);
     /* the forward's converted x, after the codes (and the byte saying whether it kept one) */
     const uint8_t *code = n->saved;
     const void *keep = code[ct_tensor_numel(n->out)] ? code + keep_offset(n->out) : NULL;
+    /* f32 primitives under autocast take rounded copies, as the forward pass did (its kept x
+     * is one already) */
+    const float *xv = x->data, *wv = w->data, *dy = n->out->grad;
+    if (rounded && !bf16) {
+        xv = keep ? x->data : ct_ops_operand(g, n, 0);
+        wv = ct_ops_operand(g, n, 1);
+        dy = ct_ops_round_dy(g, n, n->out->grad, ct_tensor_numel(n->out));
+        if (!xv || !wv || !dy) return;
+    }
     /* the forward pass took this path only where the backward plans were ready */
     int r = 0;
     if (ct_k_conv2d_pool_onednn_scratch(ctx, &s, bias != NULL, bf16, true, nt, &bytes)) {
         void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
         if (bytes && !scratch) return;
-        r = ct_k_conv2d_relu_pool_onednn_bwd(ctx, &s, bias != NULL, bf16, x->data, w->data,
-                                             n->out->data, code, keep, n->out->grad, dx, fresh, dw,
-                                             db, scratch, nt);
+        r = ct_k_conv2d_relu_pool_onednn_bwd(ctx, &s, bias != NULL, bf16, xv, wv, n->out->data,
+                                             code, keep, dy, dx, fresh, dw, db, scratch, nt);
     }
     if (r <= 0)
         CT_GRAPH_FAIL(g, CT_ERR_INTERNAL, "conv2d_relu_maxpool: a oneDNN backward call failed");
@@ -640,14 +656,13 @@ static const ct_op_def conv2d_relu_maxpool_def = {"conv2d_relu_maxpool",
                                                   conv2d_relu_maxpool_backward};
 
 /* Whether the fused path takes this call, and in which precision: oneDNN's convolution on a
- * layout the pool can read, in f32 or on bf16 primitives under bf16 autocast. */
+ * layout the pool can read, on bf16 primitives under bf16 autocast where native_bf16 says so,
+ * else on f32 ones (under autocast on rounded copies of x, the weight and dy). */
 static bool
 fused_pool_ok(ct_graph *g, const ct_k_conv2d_geom *s, bool has_bias, bool record, bool *bf16) {
     ct_ctx *ctx = ct_graph_ctx(g);
-    ct_dtype ac = ct_graph_autocast(g);
-    *bf16 = ac == CT_BF16;
-    if (ctx->kernels != CT_KERNELS_FAST || ct_omp_level() != 0 ||
-        (*bf16 && !native_bf16(g, true)) || s->n < 1 || s->c < 1 || s->o < 1)
+    *bf16 = native_bf16(g, ct_graph_autocast(g) == CT_BF16, s);
+    if (ctx->kernels != CT_KERNELS_FAST || ct_omp_level() != 0 || s->n < 1 || s->c < 1 || s->o < 1)
         return false;
     int nt = onednn_threads(g, s);
     size_t bytes;
@@ -687,13 +702,19 @@ ct_tensor *ct_op_conv2d_relu_maxpool(ct_graph *g,
     if (code) code[ct_tensor_numel(y)] = keep != NULL;
     size_t bytes;
     ct_graph_mark mark = ct_graph_scratch_mark(g);
+    /* rounded copies under autocast on f32 primitives (the bf16 ones round as they convert) */
+    const float *xv = x->data, *wv = weight->data;
+    if (!bf16) {
+        xv = ct_ops_autocast(g, x->data, ct_tensor_numel(x));
+        wv = ct_ops_autocast(g, weight->data, ct_tensor_numel(weight));
+        if (!xv || !wv) return NULL;
+    }
     int r = 0;
     if (ct_k_conv2d_pool_onednn_scratch(ctx, &s, bias != NULL, bf16, false, nt, &bytes)) {
         void *scratch = bytes ? ct_graph_alloc(g, bytes) : NULL;
         if (bytes && !scratch) return NULL;
-        r = ct_k_conv2d_relu_pool_onednn_fwd(ctx, &s, bf16, x->data, weight->data,
-                                             bias ? bias->data : NULL, y->data, code, keep, scratch,
-                                             nt);
+        r = ct_k_conv2d_relu_pool_onednn_fwd(ctx, &s, bf16, xv, wv, bias ? bias->data : NULL,
+                                             y->data, code, keep, scratch, nt);
     }
     ct_graph_scratch_release(g, mark);
     if (r < 0) {

@@ -141,11 +141,12 @@ static bool all_same(const outputs *a, const outputs *b, const pool_case *pc) {
 }
 
 /* Whether the fused path must run: on the fast kernels, where oneDNN's convolution takes the
- * geometry (oneDNN runs on OpenMP; its bf16 convolutions where the CPU multiplies bf16). */
+ * geometry (oneDNN runs on OpenMP; its bf16 convolutions from 16 input channels where the CPU
+ * multiplies bf16, else the f32 ones on rounded copies). */
 static bool fused_path_expected(const pool_case *pc, mode m) {
 #ifdef _OPENMP
     if (m.kernels != CT_KERNELS_FAST) return false;
-    return m.bf16 ? onednn_has_bf16() : pc->onednn_f32;
+    return (m.bf16 && pc->c >= 16 && onednn_has_bf16()) || pc->onednn_f32;
 #else
     (void)pc, (void)m;
     return false;
