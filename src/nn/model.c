@@ -181,7 +181,10 @@ static ct_status create_one(ct_layer_build *parent,
     b->out_ndim = b->in_ndim;
     memcpy(b->out_shape, b->in_shape, sizeof b->out_shape);
     ct_layer *l = ct_layer_new(ctx, type, 0);
-    if (!l) return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a layer", where);
+    if (!l) {
+        b->prefix = b->where = NULL; /* they point at this frame */
+        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a layer", where);
+    }
     ct_status s = type->create(b, &opts, l);
     b->prefix = b->where = NULL; /* they pointed at this frame */
     if (s == CT_OK && !(l->name = ct_alloc(ctx, (size_t)n + 1)))
