@@ -181,12 +181,10 @@ static ct_status create_one(ct_layer_build *parent,
     b->out_ndim = b->in_ndim;
     memcpy(b->out_shape, b->in_shape, sizeof b->out_shape);
     ct_layer *l = ct_layer_new(ctx, type, 0);
-    if (!l) {
-        b->prefix = b->where = NULL; /* they point at this frame */
-        return CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a layer", where);
-    }
-    ct_status s = type->create(b, &opts, l);
+    ct_status s =
+        l ? type->create(b, &opts, l) : CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a layer", where);
     b->prefix = b->where = NULL; /* they pointed at this frame */
+    if (!l) return s;
     if (s == CT_OK && !(l->name = ct_alloc(ctx, (size_t)n + 1)))
         s = CT_FAIL(ctx, CT_ERR_OOM, "%s: allocating a layer", where);
     if (l->name) memcpy(l->name, prefix, (size_t)n + 1);
