@@ -10,7 +10,7 @@
 JOBS ?= 2
 
 .PHONY: all deps build demo test test-release test-asan test-noomp test-mpich test-tsan test-fuzz \
-	fuzz-config fuzz-checkpoint fuzz-report format-check bench bench-pytorch chaos clean \
+	fuzz-config fuzz-checkpoint fuzz-report fuzz-data format-check bench bench-pytorch chaos clean \
 	bench-generate bench-async
 
 all: build
@@ -68,6 +68,8 @@ test-tsan:
 #                    (tests/fuzz/fuzz_checkpoint.c, seeds tests/fuzz/corpus_checkpoint)
 #   fuzz-report      the run report over any metrics.jsonl: it ends, its page is bounded
 #                    (tests/fuzz/fuzz_report.c, seeds tests/fuzz/corpus_report)
+#   fuzz-data        the dataset types that read files: idx, npy, csv, cifar10, text, tokens
+#                    (tests/fuzz/fuzz_data.c, seeds tests/fuzz/corpus_data)
 # A crash is saved as build-fuzz/artifacts-NAME/crash-* (reproduce:
 # ./build-fuzz/tests/fuzz/fuzz_NAME FILE). Longer runs: `make fuzz-config FUZZ_SECONDS=3600`,
 # or to keep growing the corpus a run left (a later make starts again from the seeds):
@@ -77,8 +79,9 @@ FUZZ_FLAGS ?= -max_len=4096 -timeout=10 -rss_limit_mb=2048
 CORPUS_config = tests/fuzz/corpus
 CORPUS_checkpoint = tests/fuzz/corpus_checkpoint
 CORPUS_report = tests/fuzz/corpus_report
+CORPUS_data = tests/fuzz/corpus_data
 
-fuzz-config fuzz-checkpoint fuzz-report: fuzz-%:
+fuzz-config fuzz-checkpoint fuzz-report fuzz-data: fuzz-%:
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
 		-DCT_SANITIZE=ON -DCT_FUZZ=ON
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_$*
@@ -93,6 +96,7 @@ test-fuzz:
 	$(MAKE) fuzz-config FUZZ_SECONDS=20
 	$(MAKE) fuzz-checkpoint FUZZ_SECONDS=20
 	$(MAKE) fuzz-report FUZZ_SECONDS=20
+	$(MAKE) fuzz-data FUZZ_SECONDS=20
 
 format-check:
 	scripts/check-format.sh
