@@ -22,20 +22,14 @@
 #include <unistd.h>
 
 #include "ctrain/checkpoint.h"
-#include "ctrain/ctrain.h"
 #include "ctrain/optim.h"
-#include "test_alloc.h"
+#define FUZZ_NAME "fuzz_checkpoint"
+#include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char g_root[64];  /* the scratch directory of this process */
 static char g_ckpt[256]; /* a valid checkpoint made once: <root>/good/checkpoints/step-... */
 static char g_work[256]; /* <root>/work: the damaged copy */
-
-static void die(const char *what) {
-    fprintf(stderr, "fuzz_checkpoint: setup: %s\n", what);
-    abort();
-}
 
 /* A store of two tensors ("w" [3, 4], "b" [4]) and an SGD optimizer with momentum. */
 static ct_params *make_store(ct_ctx *ctx, ct_optim **opt) {
@@ -63,13 +57,6 @@ static ct_params *make_store(ct_ctx *ctx, ct_optim **opt) {
     return p;
 }
 
-static void write_file(const char *path, const uint8_t *data, size_t size) {
-    FILE *f = fopen(path, "wb");
-    if (!f) die(path);
-    if (size && fwrite(data, 1, size, f) != size) die("write");
-    if (fclose(f) != 0) die("close");
-}
-
 static void copy_file(const char *from, const char *to) {
     FILE *in = fopen(from, "rb");
     if (!in) die(from);
@@ -95,17 +82,8 @@ static void copy_checkpoint(void) {
     }
 }
 
-static void remove_scratch(void) {
-    char cmd[128];
-    (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (system(cmd) != 0) fprintf(stderr, "fuzz_checkpoint: could not remove %s\n", g_root);
-}
-
 static void setup(void) {
-    if (g_root[0]) return;
-    (void)snprintf(g_root, sizeof g_root, "/tmp/ct_fuzz_ckpt_XXXXXX");
-    if (!mkdtemp(g_root)) die("mkdtemp");
-    (void)atexit(remove_scratch);
+    if (!fuzz_scratch()) return;
     ct_ctx *ctx = NULL;
     if (ct_ctx_create(NULL, &ctx) != CT_OK) die("context");
     ct_optim *opt = NULL;
@@ -178,13 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
     if (size == 0) return 0;
     test_alloc ta = {0};
-    ct_ctx_params cp = ct_ctx_default_params();
-    cp.allocator = test_allocator(&ta);
-    cp.n_threads = 1;
-    cp.log_level = CT_LOG_ERROR;
-    cp.log = NULL;
-    ct_ctx *ctx = NULL;
-    if (ct_ctx_create(&cp, &ctx) != CT_OK) abort();
+    ct_ctx *ctx = fuzz_ctx_create(&ta);
     uint8_t which = data[0] % 3;
     const uint8_t *body = data + 1;
     size_t n = size - 1;
@@ -207,11 +179,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         load_checkpoint(ctx);
         break;
     }
-    ct_ctx_destroy(ctx);
-    if (ta.live != 0 || ta.n_alloc != ta.n_free) {
-        fprintf(stderr, "fuzz_checkpoint: %lld bytes in %lld blocks leaked\n", (long long)ta.live,
-                (long long)(ta.n_alloc - ta.n_free));
-        abort();
-    }
+    fuzz_ctx_destroy(ctx, &ta);
     return 0;
 }

@@ -27,9 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctrain/ctrain.h"
 #include "ctrain/experiment.h"
-#include "test_alloc.h"
+#define FUZZ_NAME "fuzz_config"
+#include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -191,16 +191,8 @@ static void fuzz_one(ct_ctx *ctx, const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     test_alloc ta = {0};
-    ct_ctx_params p = ct_ctx_default_params();
-    p.allocator = test_allocator(&ta);
-    p.n_threads = 1;
-    p.log_level = CT_LOG_ERROR;
-    ct_ctx *ctx = NULL;
-    if (ct_ctx_create(&p, &ctx) != CT_OK) abort();
+    ct_ctx *ctx = fuzz_ctx_create(&ta);
     fuzz_one(ctx, data, size);
-    ct_ctx_destroy(ctx);
-    FUZZ_ASSERT(ta.live == 0 && ta.n_alloc == ta.n_free, "%lld bytes in %lld blocks leaked",
-                ta.live, ta.n_alloc - ta.n_free);
-    FUZZ_ASSERT(ta.size_mismatch == 0, "%lld blocks freed with the wrong size", ta.size_mismatch);
+    fuzz_ctx_destroy(ctx, &ta);
     return 0;
 }

@@ -24,42 +24,19 @@
  * Build and run: `make fuzz-data` (see the Makefile and docs/testing.md).
  */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include "ctrain/ctrain.h"
-#include "test_alloc.h"
+#define FUZZ_NAME "fuzz_data"
+#include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum { MAX_READ = 256 }; /* samples read back from a dataset that opens */
 
-static char g_root[64]; /* the scratch directory of this process */
-
-static void die(const char *what) {
-    fprintf(stderr, "fuzz_data: setup: %s\n", what);
-    abort();
-}
-
-static void remove_scratch(void) {
-    char cmd[128];
-    (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (system(cmd) != 0) fprintf(stderr, "fuzz_data: could not remove %s\n", g_root);
-}
-
-static void setup(void) {
-    if (g_root[0]) return;
-    (void)snprintf(g_root, sizeof g_root, "/tmp/ct_fuzz_data_XXXXXX");
-    if (!mkdtemp(g_root)) die("mkdtemp");
-    (void)atexit(remove_scratch);
-}
-
 /* Writes size bytes to g_root/name, gzip-compressed when gz; the path goes to out. */
 static const char *
-write_file(char *out, size_t cap, const char *name, const uint8_t *d, size_t size, bool gz) {
+put_file(char *out, size_t cap, const char *name, const uint8_t *d, size_t size, bool gz) {
     (void)snprintf(out, cap, "%s/%s", g_root, name);
     if (gz) {
         gzFile f = gzopen(out, "wb");
@@ -67,8 +44,7 @@ write_file(char *out, size_t cap, const char *name, const uint8_t *d, size_t siz
             die(out);
         return out;
     }
-    FILE *f = fopen(out, "wb");
-    if (!f || (size && fwrite(d, 1, size, f) != size) || fclose(f) != 0) die(out);
+    write_file(out, d, size);
     return out;
 }
 
@@ -119,7 +95,7 @@ static void read_back(ct_dataset *ds) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    setup();
+    (void)fuzz_scratch();
     if (size < 4) return 0;
     static const char *const types[] = {"idx", "npy", "csv", "cifar10", "text", "tokens"};
     const char *type = types[(data[0] & 0x7f) % 6];
@@ -135,21 +111,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bool windows = !strcmp(type, "text") || !strcmp(type, "tokens"); /* no limit key */
     if ((bits & 1) && !windows) items[count++] = (ct_option){"limit", "2"};
     if (!strcmp(type, "idx")) {
-        items[count++] = (ct_option){"images", write_file(a, sizeof a, "images", body, cut, gz)};
+        items[count++] = (ct_option){"images", put_file(a, sizeof a, "images", body, cut, gz)};
         items[count++] =
-            (ct_option){"labels", write_file(b, sizeof b, "labels", body + cut, n - cut, false)};
+            (ct_option){"labels", put_file(b, sizeof b, "labels", body + cut, n - cut, false)};
     } else if (!strcmp(type, "npy")) {
-        items[count++] = (ct_option){"features", write_file(a, sizeof a, "x.npy", body, cut, gz)};
+        items[count++] = (ct_option){"features", put_file(a, sizeof a, "x.npy", body, cut, gz)};
         items[count++] =
-            (ct_option){"labels", write_file(b, sizeof b, "y.npy", body + cut, n - cut, false)};
+            (ct_option){"labels", put_file(b, sizeof b, "y.npy", body + cut, n - cut, false)};
         if (bits & 0x80) items[count++] = (ct_option){"nonfinite", "allow"};
     } else if (!strcmp(type, "csv")) {
         bool two = (bits & 0x40) != 0;
         items[count++] =
-            (ct_option){"path", write_file(a, sizeof a, "t.csv", body, two ? cut : n, gz)};
+            (ct_option){"path", put_file(a, sizeof a, "t.csv", body, two ? cut : n, gz)};
         if (two)
             items[count++] = (ct_option){
-                "target_path", write_file(b, sizeof b, "y.csv", body + cut, n - cut, false)};
+                "target_path", put_file(b, sizeof b, "y.csv", body + cut, n - cut, false)};
         if (bits & 2) items[count++] = (ct_option){"header", "false"};
         if (!two) items[count++] = (ct_option){"target", (bits & 2) ? "0" : "y"};
         if (bits & 4) items[count++] = (ct_option){"task", "regression"};
@@ -157,12 +133,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (bits & 0x20) items[count++] = (ct_option){"standardize", "true"};
         if (bits & 0x80) items[count++] = (ct_option){"nonfinite", "allow"};
     } else if (!strcmp(type, "cifar10")) {
-        items[count++] = (ct_option){"files", write_file(a, sizeof a, "batch.bin", body, n, gz)};
+        items[count++] = (ct_option){"files", put_file(a, sizeof a, "batch.bin", body, n, gz)};
     } else {
         bool text = !strcmp(type, "text");
-        items[count++] =
-            (ct_option){text ? "files" : "path",
-                        write_file(a, sizeof a, text ? "t.txt" : "t.tok", body, n, gz)};
+        items[count++] = (ct_option){text ? "files" : "path",
+                                     put_file(a, sizeof a, text ? "t.txt" : "t.tok", body, n, gz)};
         (void)snprintf(ctx_s, sizeof ctx_s, "%d", 1 + ((bits >> 1) & 31));
         items[count++] = (ct_option){"context", ctx_s};
         if (bits & 0x40) items[count++] = (ct_option){"stride", "2"};
@@ -171,13 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ct_options opts = {items, count, "fuzz"};
 
     test_alloc ta = {0};
-    ct_ctx_params cp = ct_ctx_default_params();
-    cp.allocator = test_allocator(&ta);
-    cp.n_threads = 1;
-    cp.log_level = CT_LOG_ERROR;
-    cp.log = NULL;
-    ct_ctx *ctx = NULL;
-    if (ct_ctx_create(&cp, &ctx) != CT_OK) abort();
+    ct_ctx *ctx = fuzz_ctx_create(&ta);
     if (ct_dataset_check(ctx, type, &opts) != CT_OK) {
         fprintf(stderr, "fuzz_data: the options were refused: %s\n", ct_last_error(ctx));
         abort(); /* the target builds only valid option sets */
@@ -190,11 +159,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (ds != NULL || ct_last_error(ctx)[0] == '\0') {
         abort(); /* a failed open leaves nothing and says why */
     }
-    ct_ctx_destroy(ctx);
-    if (ta.live != 0 || ta.n_alloc != ta.n_free) {
-        fprintf(stderr, "fuzz_data: %lld bytes in %lld blocks leaked\n", (long long)ta.live,
-                (long long)(ta.n_alloc - ta.n_free));
-        abort();
-    }
+    fuzz_ctx_destroy(ctx, &ta);
     return 0;
 }

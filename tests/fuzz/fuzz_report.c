@@ -29,9 +29,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ctrain/ctrain.h"
 #include "ctrain/report.h"
-#include "test_alloc.h"
+#define FUZZ_NAME "fuzz_report"
+#include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -46,27 +46,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                          \
     } while (0)
 
-static char g_root[64];  /* the scratch directory of this process */
 static char g_run[128];  /* <root>/run: metrics.jsonl, checkpoints/best, report.html */
 static char g_svg[128];  /* <root>/svg */
 static char g_html[160]; /* <run>/report.html */
 
-static void die(const char *what) {
-    fprintf(stderr, "fuzz_report: setup: %s\n", what);
-    abort();
-}
-
-static void remove_scratch(void) {
-    char cmd[128];
-    (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (system(cmd) != 0) fprintf(stderr, "fuzz_report: could not remove %s\n", g_root);
-}
-
 static void setup(void) {
-    if (g_root[0]) return;
-    (void)snprintf(g_root, sizeof g_root, "/tmp/ct_fuzz_report_XXXXXX");
-    if (!mkdtemp(g_root)) die("mkdtemp");
-    (void)atexit(remove_scratch);
+    if (!fuzz_scratch()) return;
     (void)snprintf(g_run, sizeof g_run, "%s/run", g_root);
     (void)snprintf(g_svg, sizeof g_svg, "%s/svg", g_root);
     (void)snprintf(g_html, sizeof g_html, "%s/report.html", g_run);
@@ -77,13 +62,6 @@ static void setup(void) {
     (void)signal(SIGXFSZ, SIG_IGN);
     struct rlimit fsize = {256L << 20, 256L << 20};
     (void)setrlimit(RLIMIT_FSIZE, &fsize);
-}
-
-static void write_file(const char *path, const void *data, size_t size) {
-    FILE *f = fopen(path, "wb");
-    if (!f) die(path);
-    if (size && fwrite(data, 1, size, f) != size) die("write");
-    if (fclose(f) != 0) die("close");
 }
 
 /* Removes the files of a directory (the SVG files of the last input; report.html). */
@@ -227,13 +205,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     empty_dir(g_svg, "");
 
     test_alloc ta = {0};
-    ct_ctx_params cp = ct_ctx_default_params();
-    cp.allocator = test_allocator(&ta);
-    cp.n_threads = 1;
-    cp.log_level = CT_LOG_ERROR;
-    cp.log = NULL;
-    ct_ctx *ctx = NULL;
-    if (ct_ctx_create(&cp, &ctx) != CT_OK) abort();
+    ct_ctx *ctx = fuzz_ctx_create(&ta);
     ct_report_params p = ct_report_default_params();
     p.log_y = flags & 1;
     p.svg_dir = flags & 2 ? g_svg : NULL;
@@ -245,9 +217,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     int64_t points = 0;
     ct_status s = ct_report_write(ctx, g_run, &p, &points);
-    ct_ctx_destroy(ctx);
-    FUZZ_ASSERT(ta.live == 0 && ta.n_alloc == ta.n_free, "%lld bytes in %lld blocks leaked",
-                (long long)ta.live, (long long)(ta.n_alloc - ta.n_free));
+    fuzz_ctx_destroy(ctx, &ta);
     FUZZ_ASSERT(count_entries(g_run, "report.html.") == 0, "a temporary file is left (%s)",
                 ct_status_str(s));
     if (s != CT_OK) {
