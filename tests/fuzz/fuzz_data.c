@@ -148,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     test_alloc ta = {0};
     ct_ctx *ctx = fuzz_ctx_create(&ta);
     if (ct_dataset_check(ctx, type, &opts) != CT_OK) {
-        fprintf(stderr, "fuzz_data: the options were refused: %s\n", ct_last_error(ctx));
+        fprintf(stderr, FUZZ_NAME ": the options were refused: %s\n", ct_last_error(ctx));
         abort(); /* the target builds only valid option sets */
     }
     ct_dataset *ds = NULL;
