@@ -97,8 +97,10 @@ static void read_back(ct_dataset *ds) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)fuzz_scratch();
     if (size < 4) return 0;
-    static const char *const types[] = {"idx", "npy", "csv", "cifar10", "text", "tokens"};
-    const char *type = types[(data[0] & 0x7f) % 6];
+    enum { IDX, NPY, CSV, CIFAR10, TEXT, TOKENS, KINDS };
+    static const char *const types[KINDS] = {"idx", "npy", "csv", "cifar10", "text", "tokens"};
+    int kind = (data[0] & 0x7f) % KINDS;
+    const char *type = types[kind];
     bool gz = (data[0] & 0x80) != 0;
     uint8_t bits = data[3];
     const uint8_t *body = data + 4;
@@ -108,18 +110,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char a[128], b[128], ctx_s[16];
     ct_option items[12];
     int64_t count = 0;
-    bool windows = !strcmp(type, "text") || !strcmp(type, "tokens"); /* no limit key */
-    if ((bits & 1) && !windows) items[count++] = (ct_option){"limit", "2"};
-    if (!strcmp(type, "idx")) {
+    if ((bits & 1) && kind != TEXT && kind != TOKENS) /* the windows have no limit key */
+        items[count++] = (ct_option){"limit", "2"};
+    if (kind == IDX) {
         items[count++] = (ct_option){"images", put_file(a, sizeof a, "images", body, cut, gz)};
         items[count++] =
             (ct_option){"labels", put_file(b, sizeof b, "labels", body + cut, n - cut, false)};
-    } else if (!strcmp(type, "npy")) {
+    } else if (kind == NPY) {
         items[count++] = (ct_option){"features", put_file(a, sizeof a, "x.npy", body, cut, gz)};
         items[count++] =
             (ct_option){"labels", put_file(b, sizeof b, "y.npy", body + cut, n - cut, false)};
         if (bits & 0x80) items[count++] = (ct_option){"nonfinite", "allow"};
-    } else if (!strcmp(type, "csv")) {
+    } else if (kind == CSV) {
         bool two = (bits & 0x40) != 0;
         items[count++] =
             (ct_option){"path", put_file(a, sizeof a, "t.csv", body, two ? cut : n, gz)};
@@ -132,10 +134,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (bits & 0x18) items[count++] = (ct_option){"delimiter", (bits & 0x08) ? ";" : "space"};
         if (bits & 0x20) items[count++] = (ct_option){"standardize", "true"};
         if (bits & 0x80) items[count++] = (ct_option){"nonfinite", "allow"};
-    } else if (!strcmp(type, "cifar10")) {
+    } else if (kind == CIFAR10) {
         items[count++] = (ct_option){"files", put_file(a, sizeof a, "batch.bin", body, n, gz)};
     } else {
-        bool text = !strcmp(type, "text");
+        bool text = kind == TEXT;
         items[count++] = (ct_option){text ? "files" : "path",
                                      put_file(a, sizeof a, text ? "t.txt" : "t.tok", body, n, gz)};
         (void)snprintf(ctx_s, sizeof ctx_s, "%d", 1 + ((bits >> 1) & 31));
